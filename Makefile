@@ -1,0 +1,34 @@
+# One command each: `make test` (set up + run the suite), `make demo` (set up + run the offline demo).
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: setup test demo bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check uv || true
+	if [ -x $(BIN)/uv ]; then \
+	  $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode -e '.[dev]'; \
+	else \
+	  $(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'; \
+	fi
+	touch $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+demo: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/prices/demo.sh
+
+bench: setup
+	$(BIN)/python -m benchmarks
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks examples
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Offline demo on real input: the agent reads litellm's bundled model price map (~3.4 MB) with the
+# shell tool, the output is offloaded, and the model greps it by handle for one entry.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+export CTXAGENT_DATA_DIR="${CTXAGENT_DATA_DIR:-$(mktemp -d)}"
+session="prices-demo"
+
+echo "== ctxagent run (batch, scripted model) =="
+ctxagent run --batch --session "$session" --model "scripted:$here/script.yaml" \
+  "What does gpt-4o cost per million tokens, and what is its context window?"
+
+echo
+echo "== what the model saw of the 3.4 MB output (the preview in the transcript) =="
+ctxagent inspect transcript --session "$session" --json \
+  | python -c 'import json,sys
+for line in sys.stdin:
+    r = json.loads(line)
+    if r["kind"] == "message" and r["message"].get("tool_call_id") == "prices":
+        text = r["message"]["content"]
+        print("\n".join(text.splitlines()[:6]), "\n   ...\n" + "\n".join(text.splitlines()[-6:]))
+        print(f"-- preview: {len(text)} characters, {r[\"tokens\"]} tokens;",
+              "gpt-4o entry in preview:", chr(34) + "gpt-4o" + chr(34) + ": {" in text)'
+
+echo
+echo "== the offloaded outputs =="
+ctxagent inspect transcript --session "$session" | grep -E 'output|end'

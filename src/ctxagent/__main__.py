@@ -1,0 +1,5 @@
+"""``python -m ctxagent``."""
+
+from ctxagent.cli import main
+
+main()

@@ -1,0 +1,59 @@
+"""Typed step events the runner yields; the CLI renders them and tests assert on them.
+
+None of these is persisted: the transcript holds records, not progress.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ctxagent.agent.model import Reply, ToolCall
+from ctxagent.strategies.base import Compaction
+
+
+@dataclass(frozen=True)
+class Compacted:
+    """A strategy replaced part of the view (and the compaction was recorded)."""
+
+    compaction: Compaction
+
+
+@dataclass(frozen=True)
+class Requesting:
+    """A model request is about to be sent: ``tokens`` is the budgeted total, ``window`` the max."""
+
+    turn: int
+    tokens: int
+    window: int
+    messages: int
+
+
+@dataclass(frozen=True)
+class Replied:
+    """The model replied (the reply is already in the transcript)."""
+
+    turn: int
+    reply: Reply
+
+
+@dataclass(frozen=True)
+class ToolDone:
+    """A tool call finished; ``content`` is what the model will see, ``handle`` set if offloaded."""
+
+    call: ToolCall
+    content: str
+    is_error: bool
+    handle: str | None
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The run ended. ``status``: answered, max_turns, provider_error, context_overflow, ..."""
+
+    status: str
+    answer: str | None
+    turns: int
+    detail: str = ""
+
+
+Event = Compacted | Requesting | Replied | ToolDone | Finished

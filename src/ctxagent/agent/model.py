@@ -1,0 +1,78 @@
+"""The small model interface every backend sits behind, and the factory that picks one.
+
+A backend turns a request (messages, tool schemas) into one :class:`Reply`. Backends:
+
+- ``scripted:PATH`` — :class:`ctxagent.agent.scripted.ScriptedModel`, replies read from a YAML file.
+- anything else — :class:`ctxagent.agent.litellm_backend.LiteLLMModel`, any litellm model string.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ctxagent.messages import Message, tool_call
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a reply. ``arguments`` is the raw JSON text (it may be invalid)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Provider-reported token usage of one call (tokens) and its cost (US dollars, if known)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One assistant reply: text and/or tool calls (in call order), plus usage when reported."""
+
+    content: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
+    finish_reason: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def message(self) -> Message:
+        """The reply as an OpenAI-format assistant message, as it is stored and sent back."""
+        msg: Message = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            msg["tool_calls"] = [tool_call(c.id, c.name, c.arguments) for c in self.tool_calls]
+        return msg
+
+
+class Model(Protocol):
+    """What the runner needs from a backend."""
+
+    name: str
+
+    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> Reply:
+        """One model call. Raises ``ProviderError`` (or ``ProviderContextError``) on failure."""
+        ...
+
+
+def make_model(spec: str, *, api_base: str | None = None, replies_done: int = 0,
+               timeout_s: float = 120.0, retries: int = 2, max_output_tokens: int | None = None) -> Model:
+    """The backend for ``spec``: ``scripted:PATH`` or a litellm model string.
+
+    ``replies_done`` is how many assistant replies the session already holds (a scripted model
+    resumes from there). Raises ``UsageError`` for an unreadable script.
+    """
+    if spec.startswith("scripted:"):
+        from ctxagent.agent.scripted import ScriptedModel
+
+        return ScriptedModel.from_file(spec.removeprefix("scripted:"), start=replies_done)
+    from ctxagent.agent.litellm_backend import LiteLLMModel
+
+    return LiteLLMModel(spec, api_base=api_base, timeout_s=timeout_s, retries=retries,
+                        max_output_tokens=max_output_tokens)

@@ -1,0 +1,78 @@
+"""Opening a session for a run: header, profile, model, toolset, runner.
+
+Call :func:`open_runner` while holding the session's writer lock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ctxagent.agent.model import make_model
+from ctxagent.agent.runner import Runner
+from ctxagent.errors import UsageError
+from ctxagent.profile import Path_, Profile, bundled_names, load_profile
+from ctxagent.sessions import records
+from ctxagent.sessions.session import Session
+from ctxagent.tools.base import ToolContext
+from ctxagent.tools.offload import OffloadPolicy
+from ctxagent.tools.toolset import make_toolset
+
+SCRIPTED_WINDOW = 128_000  # tokens: the window a scripted model has when the profile sets none
+
+
+def resolve_window(profile: Profile, model: str) -> int:
+    """The context window in tokens: the profile's, else litellm's model info.
+
+    Raises ``UsageError`` when neither knows it (an unmapped model with no ``context_window``).
+    """
+    if profile.context_window:
+        return profile.context_window
+    if model.startswith("scripted:"):
+        return SCRIPTED_WINDOW
+    from ctxagent.agent.litellm_backend import model_window
+
+    window = model_window(model)
+    if not window:
+        raise UsageError(
+            f"litellm does not know the context window of {model!r}; "
+            "set context_window (tokens) in the profile"
+        )
+    return window
+
+
+def _profile_ref(spec: str) -> str:
+    return spec if spec in bundled_names() else str(Path(spec).resolve())
+
+
+def open_runner(session: Session, *, profile_spec: str | None, model_spec: str | None,
+                api_base: str | None, path: Path_, workdir: Path,
+                profile_overrides: dict[str, Any] | None = None) -> Runner:
+    """A runner for ``session``, creating its header when the session is new.
+
+    A resumed session keeps its profile, model and context window unless new ones are given.
+    Raises ``ProfileError``/``UsageError`` for a bad profile, model or script.
+    """
+    items = session.transcript.load(repair=True)
+    header = next((r for r in items if isinstance(r, records.SessionHeader)), None)
+    spec = profile_spec or (header.profile if header else "default")
+    profile = load_profile(spec)
+    if profile_overrides:
+        profile = profile.model_copy(update=profile_overrides)
+    model_name = model_spec or (header.model if header else profile.model)
+    if header is None:
+        header = records.SessionHeader(name=session.name, model=model_name, profile=_profile_ref(spec),
+                                       context_window=resolve_window(profile, model_name), path=path)
+        session.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        session.transcript.append([header])
+        items = [header]
+    replies = sum(1 for r in items if isinstance(r, records.MessageRecord)
+                  and r.message.get("role") == "assistant")
+    model = make_model(model_name, api_base=api_base or profile.api_base, replies_done=replies,
+                       timeout_s=profile.timeout_s, retries=profile.retries,
+                       max_output_tokens=profile.max_output_tokens)
+    policy = OffloadPolicy(limit_tokens=profile.tool_result_limit, head_lines=profile.preview.head_lines,
+                           tail_lines=profile.preview.tail_lines, max_chars=profile.preview.max_chars,
+                           model=model_name)
+    toolset = make_toolset(profile.tools, ToolContext(session.store, workdir), policy)
+    return Runner(session, profile, model, toolset, items, header, path)

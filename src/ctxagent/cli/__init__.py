@@ -1,0 +1,34 @@
+"""The ``ctxagent`` command line: parse, render, map errors to exit codes. No agent logic here.
+
+Start-up stays fast: nothing imported here imports litellm (FIELD-NOTES: ~3.7 s).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from ctxagent.cli import inspect, run, sessions
+from ctxagent.errors import CtxagentError
+
+app = typer.Typer(
+    name="ctxagent",
+    help="An agent runner that keeps its context: transcripts, compaction strategies, tool output offloading.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("run")(run.run)
+app.command("resume")(run.resume)
+app.add_typer(inspect.app, name="inspect")
+app.add_typer(sessions.app, name="sessions")
+
+
+def main() -> None:
+    """Console-script entry point: run the app; a ctxagent error prints one line and sets the exit code."""
+    try:
+        app()
+    except CtxagentError as err:
+        print(f"ctxagent: error: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)

@@ -1,0 +1,77 @@
+"""OpenAI-format chat messages, litellm's lingua franca, and the PAIR law over lists of them.
+
+A *message* is a plain ``dict``: ``{"role": "system"|"user"|"assistant"|"tool", "content": str|None,
+"tool_calls": [...]?, "tool_call_id": str?}``. A tool call inside an assistant message is
+``{"id": str, "type": "function", "function": {"name": str, "arguments": str}}`` where
+``arguments`` is the raw JSON text the model produced (it may be invalid JSON).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+Message = dict[str, Any]
+
+
+def tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    """Build one OpenAI-format tool call; ``arguments`` is JSON text, kept byte for byte."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def call_ids(message: Message) -> list[str]:
+    """The ids of the tool calls of an assistant message, in call order (empty for other roles)."""
+    return [c["id"] for c in message.get("tool_calls") or []]
+
+
+def pair_violations(messages: Sequence[Message]) -> list[str]:
+    """Every way ``messages`` breaks the PAIR law, as readable sentences; empty when it holds.
+
+    PAIR (DESIGN.md): each tool message answers a call of the nearest preceding assistant message
+    with only tool messages between; every call has exactly one result. Strict providers (OpenAI,
+    Anthropic) reject requests that break it with an HTTP 400.
+    """
+    problems: list[str] = []
+    open_ids: list[str] = []  # calls of the current assistant message still waiting for a result
+    answered: set[str] = set()
+    in_group = False
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not in_group:
+                problems.append(f"message {index}: tool result {call_id!r} follows no tool call")
+            elif call_id in answered:
+                problems.append(f"message {index}: second result for tool call {call_id!r}")
+            elif call_id not in open_ids:
+                problems.append(f"message {index}: tool result {call_id!r} answers no open call")
+            else:
+                open_ids.remove(call_id)
+                answered.add(call_id)
+            continue
+        if open_ids:
+            problems.append(f"message {index}: tool calls {open_ids} have no result")
+        open_ids, answered = [], set()
+        in_group = role == "assistant" and bool(message.get("tool_calls"))
+        if in_group:
+            open_ids = call_ids(message)
+            if len(set(open_ids)) != len(open_ids):
+                problems.append(f"message {index}: duplicate tool call ids {open_ids}")
+    if open_ids:
+        problems.append(f"end of request: tool calls {open_ids} have no result")
+    return problems
+
+
+def text_of(message: Message) -> str:
+    """The text a message carries: its content plus the names and arguments of its tool calls.
+
+    Content given as a list of parts (OpenAI multimodal format) contributes its text parts.
+    """
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    parts = [content or ""]
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", {})
+        parts.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")
+    return "\n".join(p for p in parts if p)

@@ -1,0 +1,160 @@
+"""Profiles: YAML files that configure the model, the budget, the tools and the strategy pipelines.
+
+A profile is named (a bundled one: ``default``, ``batch``, ...) or a path to a YAML file. Every key
+is validated by pydantic; a bad profile raises :class:`~ctxagent.errors.ProfileError` naming the
+file, the line and the key. Units: every size called ``*_tokens`` or ``context_window`` is in
+tokens; ``preview.max_chars`` is in characters; fractions are of the context window.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ctxagent.errors import ProfileError
+
+Path_ = Literal["interactive", "batch"]
+DEFAULT_TOOLS = ["shell", "read_file", "write_file", "list_dir", "read_output", "grep_output"]
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a careful agent working from a command line. Use the tools to find facts; do not "
+    "guess values. Large tool outputs are saved to files and shown as a preview with a handle "
+    "(like @abc123): read or search them with read_output and grep_output. When you are done, "
+    "reply with the final answer and no tool call."
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PreviewConfig(_Strict):
+    """How much of an offloaded output stays in the context (lines and characters, not tokens)."""
+
+    head_lines: int = Field(40, ge=0)
+    tail_lines: int = Field(20, ge=0)
+    max_chars: int = Field(4000, ge=200)
+
+
+class StrategyConfig(BaseModel):
+    """One step of a pipeline: the strategy's registered name, its trigger, its parameters.
+
+    ``trigger`` is a fraction of the context window; the step runs only when the request is over
+    it (``None``: the profile's ``trigger``; ``0``: on every request). ``every_turns`` runs it on a turn count instead.
+    Other keys are the strategy's own parameters, checked by the strategy.
+    """
+
+    model_config = ConfigDict(extra="allow")
+    strategy: str
+    trigger: float | None = Field(None, ge=0, le=1)
+    every_turns: int | None = Field(None, ge=1)
+
+    def params(self) -> dict[str, Any]:
+        """The strategy's own parameters (every key but ``strategy``, ``trigger``, ``every_turns``)."""
+        return dict(self.model_extra or {})
+
+
+class Profile(_Strict):
+    """A validated profile. See README.md for every key and its default."""
+
+    name: str = "custom"
+    model: str = "openai/gpt-4o-mini"
+    api_base: str | None = None
+    context_window: int | None = Field(None, ge=256, description="tokens; None = litellm model info")
+    max_output_tokens: int = Field(4096, ge=1, description="tokens reserved for the reply")
+    margin_tokens: int = Field(256, ge=0, description="safety margin, tokens")
+    tool_result_limit: int = Field(20_000, ge=100, description="largest tool result, tokens")
+    preview: PreviewConfig = PreviewConfig()
+    target: float = Field(0.5, gt=0, lt=1, description="compaction target, fraction of window")
+    trigger: float = Field(0.8, gt=0, le=1, description="compaction trigger, fraction of window")
+    max_turns: int = Field(30, ge=1)
+    timeout_s: float = Field(120.0, gt=0)
+    retries: int = Field(2, ge=0, le=10)
+    tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLS))
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    pipelines: dict[Path_, list[StrategyConfig]] = Field(
+        default_factory=lambda: {p: [StrategyConfig(strategy="truncate")] for p in ("interactive", "batch")}
+    )
+    allow_llm_in_batch: bool = False
+
+    @model_validator(mode="after")
+    def _target_below_trigger(self) -> Profile:
+        if self.target >= self.trigger:
+            raise ValueError(f"target ({self.target}) must be below trigger ({self.trigger})")
+        return self
+
+    def pipeline(self, path: Path_) -> list[StrategyConfig]:
+        """The ordered strategies of ``path`` (``interactive`` or ``batch``)."""
+        return self.pipelines.get(path, [])
+
+
+def bundled_names() -> list[str]:
+    """Names of the profiles that ship with ctxagent."""
+    folder = resources.files("ctxagent") / "profiles"
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(spec: str = "default") -> Profile:
+    """Load a bundled profile by name, or a YAML file by path.
+
+    Raises:
+        ProfileError: file missing or unreadable, invalid YAML, or a key that does not validate
+            (the message names the file, the line and the dotted key).
+    """
+    if spec in bundled_names():
+        source = f"<bundled:{spec}>"
+        text = (resources.files("ctxagent") / "profiles" / f"{spec}.yaml").read_text(encoding="utf-8")
+    else:
+        source = spec
+        try:
+            text = Path(spec).read_text(encoding="utf-8")
+        except OSError as err:
+            known = ", ".join(bundled_names())
+            raise ProfileError(f"cannot read profile ({err.strerror}); bundled: {known}", path=spec) from err
+    return parse_profile(text, source=source, default_name=Path(spec).stem)
+
+
+def parse_profile(text: str, *, source: str, default_name: str = "custom") -> Profile:
+    """Validate profile YAML ``text``; ``source`` names it in errors. Raises ``ProfileError``."""
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise ProfileError(
+            f"invalid YAML: {getattr(err, 'problem', err)}",
+            path=source, line=mark.line + 1 if mark else None,
+        ) from err
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ProfileError("a profile is a YAML mapping of keys to values", path=source, line=1)
+    data.setdefault("name", default_name)
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = [str(p) for p in first["loc"]]
+        raise ProfileError(
+            first["msg"], path=source, line=_line_of(node, loc), key=".".join(loc) or None
+        ) from err
+
+
+def _line_of(node: Any, loc: list[str]) -> int | None:
+    """1-based line of the deepest YAML node on the path ``loc`` (keys and list indexes)."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if str(k.value) == part), None)
+            if match is None:
+                break
+            line, node = match[0].start_mark.line + 1, match[1]
+        elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+            node = node.value[int(part)]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line

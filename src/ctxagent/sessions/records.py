@@ -1,0 +1,115 @@
+"""Typed transcript records, tagged by ``kind``, with one serializer.
+
+One record is one physical line of ``transcript.jsonl``. Kinds:
+
+- ``session``: the header, first line; schema version, name, creation time, model, profile,
+  resolved context window (tokens), path (``batch`` or ``interactive``).
+- ``message``: one OpenAI-format message with its sequence number ``seq`` (0-based, in transcript
+  order), the agent ``turn`` it belongs to (one model call = one turn) and its token count
+  ``tokens`` so that resume never re-tokenizes.
+- ``output``: metadata of one offloaded tool output: handle, call id, tool, file path relative to
+  the session directory, sizes (bytes, lines, tokens), sha256, whether it is binary.
+- ``usage``: the provider-reported usage of one model call, next to our own estimate.
+- ``compaction``: a recorded replacement, *in the view only*, of messages ``start``..``end``
+  (inclusive seq numbers) by ``message`` (or by nothing). The originals stay in the transcript.
+- ``end``: how one run ended (``answered``, ``max_turns``, ``provider_error``, ...).
+
+Progress, heartbeats and spinner state are never records.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+SCHEMA_VERSION = 1
+
+
+def now() -> float:
+    """Seconds since the epoch, the timestamp every record carries."""
+    return round(time.time(), 3)
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    ts: float = Field(default_factory=now)
+
+
+class SessionHeader(_Record):
+    kind: Literal["session"] = "session"
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    model: str
+    profile: str
+    context_window: int
+    path: Literal["batch", "interactive"] = "batch"
+
+
+class MessageRecord(_Record):
+    kind: Literal["message"] = "message"
+    seq: int
+    turn: int
+    tokens: int
+    message: dict[str, Any]
+
+
+class OutputRecord(_Record):
+    kind: Literal["output"] = "output"
+    handle: str
+    call_id: str
+    tool: str
+    path: str
+    bytes: int
+    lines: int
+    tokens: int
+    tokens_exact: bool = True
+    sha256: str
+    binary: bool = False
+    arguments: str = ""
+
+
+class UsageRecord(_Record):
+    kind: Literal["usage"] = "usage"
+    turn: int
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    estimated_prompt_tokens: int
+    cost_usd: float | None = None
+
+
+class CompactionRecord(_Record):
+    kind: Literal["compaction"] = "compaction"
+    strategy: str
+    start: int
+    end: int
+    message: dict[str, Any] | None = None
+    tokens: int = 0
+    tokens_before: int = 0
+
+
+class EndRecord(_Record):
+    kind: Literal["end"] = "end"
+    reason: str
+    turn: int
+    detail: str = ""
+
+
+Record = Annotated[
+    SessionHeader | MessageRecord | OutputRecord | UsageRecord | CompactionRecord | EndRecord,
+    Field(discriminator="kind"),
+]
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(Record)
+
+
+def dumps(record: _Record) -> str:
+    """One record as one line of JSON (no newline inside: JSON escapes every control character)."""
+    return json.dumps(record.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
+
+
+def loads(line: str) -> Any:
+    """Parse one line back into its record type. Raises ``ValueError`` on anything malformed."""
+    return _ADAPTER.validate_python(json.loads(line))

@@ -1,0 +1,143 @@
+"""The strategy contract: a view made of entries, the budget, and what a strategy returns.
+
+A strategy is a pure transform: ``apply(view, ctx) -> Outcome``. It does no I/O and never imports
+litellm; one that needs an LLM receives a summarizer callable in ``ctx``. When it replaces a range
+of messages in a way that must survive resume (truncation, summaries, checkpoints), it returns
+:class:`Compaction` objects; the runner appends them to the transcript as compaction records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ctxagent.messages import Message
+from ctxagent.tokens import PER_REQUEST
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One message of the view with its token count (tokens) and where it comes from.
+
+    ``start``..``end`` are the transcript seq numbers it stands for (inclusive): equal for an
+    original message, a range for a compaction's replacement message. ``kind`` is ``"message"``
+    for a transcript message, else the name of the strategy that made the entry.
+    """
+
+    message: Message
+    tokens: int
+    start: int
+    end: int
+    turn: int
+    kind: str = "message"
+
+    @property
+    def role(self) -> str:
+        return str(self.message.get("role"))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The token budget of one request (all numbers in tokens, fractions of ``window``).
+
+    BUDGET law: view tokens + ``tools`` + ``reserved`` ≤ ``window``, where ``reserved`` is the
+    reply's reserved output plus the safety margin. ``scale`` calibrates our token estimate with
+    the provider's reported prompt tokens (ratio of the two; 1.0 before any report).
+    """
+
+    window: int
+    tools: int
+    reserved: int
+    target: float
+    trigger: float
+    scale: float = 1.0
+
+    def total(self, view: Sequence[Entry]) -> int:
+        """Tokens the request would cost: the view and tool schemas (calibrated), the reserve."""
+        estimate = PER_REQUEST + sum(e.tokens for e in view) + self.tools
+        return int(estimate * self.scale + 0.5) + self.reserved
+
+    def over(self, view: Sequence[Entry], fraction: float) -> bool:
+        """Whether the request would cost more than ``fraction`` of the window."""
+        return self.total(view) > self.window * fraction
+
+    def fits(self, view: Sequence[Entry]) -> bool:
+        """Whether the request keeps the BUDGET law."""
+        return self.total(view) <= self.window
+
+
+Summarizer = Callable[[str, int], str]
+"""``summarizer(text, max_tokens) -> summary``: an LLM call, given to LLM strategies only."""
+
+
+@dataclass(frozen=True)
+class StrategyContext:
+    """What a strategy may read besides the view: budget, its parameters, where things live."""
+
+    budget: Budget
+    params: dict[str, Any] = field(default_factory=dict)
+    turn: int = 0
+    transcript_path: str = "transcript.jsonl"
+    model: str = ""
+    summarizer: Summarizer | None = None
+    pins: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """A replacement, in the view only, of seq ``start``..``end`` by ``message`` (or nothing)."""
+
+    strategy: str
+    start: int
+    end: int
+    message: Message | None
+    tokens: int
+    tokens_before: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a strategy returns: the new view, the compactions to record (maybe none), and the
+    original tool-result entries whose full text must be in the output store because the new view
+    only points at them by handle (the runner writes those; strategies do no I/O)."""
+
+    view: list[Entry]
+    compactions: list[Compaction] = field(default_factory=list)
+    offloads: list[Entry] = field(default_factory=list)
+
+
+class Strategy(Protocol):
+    """A named transform of the view. ``uses_llm`` strategies are refused on batch paths."""
+
+    name: str
+    uses_llm: bool
+
+    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome: ...
+
+
+def groups(view: Sequence[Entry]) -> list[list[int]]:
+    """Indexes of ``view`` cut into units that are kept or dropped whole.
+
+    An assistant message with tool calls forms one unit with the tool messages that follow it;
+    every other message is a unit alone. Returned oldest first.
+    """
+    units: list[list[int]] = []
+    for index, entry in enumerate(view):
+        if entry.role == "tool" and units and view[units[-1][0]].message.get("tool_calls"):
+            units[-1].append(index)
+        else:
+            units.append([index])
+    return units
+
+
+def protected(view: Sequence[Entry]) -> set[int]:
+    """Indexes HEAD protects: the system message, the task (first user message), and the user
+    message that opened the current turn (the last user message)."""
+    keep: set[int] = set()
+    if view and view[0].role == "system":
+        keep.add(0)
+    users = [i for i, e in enumerate(view) if e.role == "user" and e.kind == "message"]
+    if users:
+        keep.update({users[0], users[-1]})
+    return keep

@@ -1,0 +1,362 @@
+"""A fake OpenAI-compatible chat-completions server that plays scripted replies, for tests and demos.
+
+It lets the real litellm HTTP code run with no model behind it::
+
+    from ctxagent.testing import FakeOpenAI, context_error
+
+    with FakeOpenAI([{"content": "hi"}, context_error("anthropic")]) as server:
+        make_model("openai/fake", api_base=server.base_url)   # http://127.0.0.1:PORT/v1
+
+The server listens on 127.0.0.1 (a free port) in a daemon thread and speaks HTTP/1.1 with
+keep-alive. It serves ``POST /v1/chat/completions`` (and ``GET /v1/models``). Each request
+consumes the next *item* of the script, in order:
+
+- a **reply**: ``{"content": str | None, "tool_calls": [{"id": str, "name": str,
+  "arguments": dict | str}], "usage": {"prompt_tokens": int, "completion_tokens": int},
+  "finish_reason": str, "delay_s": float}``; every key is optional. Mapping arguments are sent as
+  JSON text, string arguments byte for byte (they may be invalid JSON on purpose). Without
+  ``usage``, prompt tokens are :func:`ctxagent.tokens.count_messages` of the request's messages
+  and completion tokens those of the reply's text (content plus tool-call names and arguments).
+  ``delay_s`` (seconds) sleeps before answering, to provoke client timeouts.
+- an **error**: ``{"error": {"status": int, "message": str, "code": ..., "type": str},
+  "headers": {str: str}, "delay_s": float}``, answered with that HTTP status, those extra headers
+  (``retry-after``, say) and an OpenAI-style error body
+  ``{"error": {"message", "type", "param", "code"}}``. Build them with :func:`error` and
+  :func:`context_error`.
+
+When the script runs out the server answers HTTP 500 saying so. Every parsed request body is
+appended to :attr:`FakeOpenAI.requests`. Like strict providers (OpenAI, Anthropic), the server
+rejects with HTTP 400 any request whose messages break the PAIR law
+(:func:`ctxagent.messages.pair_violations`); a rejected request consumes no script item and is also
+appended to :attr:`FakeOpenAI.rejected`.
+
+Streaming: when the request says ``"stream": true`` the reply is sent as server-sent events
+(``chat.completion.chunk`` objects, tool calls as indexed deltas, a usage chunk when
+``stream_options.include_usage`` is set, then ``data: [DONE]``), in one response with a
+Content-Length. Errors are plain HTTP errors in both modes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+from ctxagent.messages import Message, pair_violations, text_of, tool_call
+from ctxagent.tokens import count_messages, count_text
+
+Item = dict[str, Any]
+
+CONTEXT_STYLES = ("openai", "openai-request-too-large", "anthropic", "vllm", "ollama")
+
+
+# ---------------------------------------------------------------- script items
+
+
+def error(status: int, message: str, *, code: Any = None, type: str = "invalid_request_error",
+          headers: dict[str, str] | None = None) -> Item:
+    """A script item that answers with HTTP ``status``, an OpenAI-style error body and ``headers``."""
+    item: Item = {"error": {"status": status, "message": message, "code": code, "type": type}}
+    if headers:
+        item["headers"] = dict(headers)
+    return item
+
+
+def context_error(style: str = "openai", *, tokens: int = 130_000, limit: int = 128_000) -> Item:
+    """A script item for "the context is too long", worded as provider ``style`` words it.
+
+    ``tokens`` is the request size and ``limit`` the window, both in tokens. Styles
+    (:data:`CONTEXT_STYLES`) and what litellm 1.110.2 raises for each through ``openai/...``:
+
+    - ``openai``: 400, code ``context_length_exceeded`` -> ``ContextWindowExceededError``.
+    - ``openai-request-too-large``: 429, OpenAI's tokens-per-minute wording ("Request too large
+      for ... Limit M, Requested N") -> ``RateLimitError`` (retrying cannot help: shrink instead).
+    - ``anthropic``: 400, "prompt is too long: N tokens > M maximum" -> ``ContextWindowExceededError``.
+    - ``vllm``: 400, "This model's maximum context length is M tokens. However, you requested
+      N tokens ..." -> ``ContextWindowExceededError``.
+    - ``ollama``: 400, "the input length exceeds the context length" -> plain ``BadRequestError``.
+
+    Raises ``ValueError`` for an unknown style.
+    """
+    if style == "openai":
+        return error(400, f"This model's maximum context length is {limit} tokens. However, your messages "
+                     f"resulted in {tokens} tokens. Please reduce the length of the messages.",
+                     code="context_length_exceeded")
+    if style == "openai-request-too-large":
+        return error(429, f"Request too large for gpt-4o in organization org-fake on tokens per min (TPM): "
+                     f"Limit {limit}, Requested {tokens}. The input or output tokens must be reduced in "
+                     "order to run successfully.", code="rate_limit_exceeded", type="tokens")
+    if style == "anthropic":
+        return error(400, f"prompt is too long: {tokens} tokens > {limit} maximum")
+    if style == "vllm":
+        return error(400, f"This model's maximum context length is {limit} tokens. However, you requested "
+                     f"{tokens} tokens ({tokens - 1000} in the messages, 1000 in the completion). Please "
+                     "reduce the length of the messages or completion.", code=400, type="BadRequestError")
+    if style == "ollama":
+        return error(400, "the input length exceeds the context length")
+    raise ValueError(f"unknown context error style {style!r}; known: {', '.join(CONTEXT_STYLES)}")
+
+
+def _checked(item: Item) -> Item:
+    """``item`` if it is a well-formed script item; raises ``ValueError``/``TypeError`` naming the problem."""
+    if not isinstance(item, dict):
+        raise TypeError(f"a script item is a mapping, not {type(item).__name__}: {item!r}")
+    if "error" in item:
+        if not isinstance(item["error"], dict) or "message" not in item["error"]:
+            raise ValueError(f"an error item needs {{'error': {{'status', 'message'}}}}: {item!r}")
+        return item
+    for call in item.get("tool_calls") or []:
+        if not isinstance(call, dict) or "name" not in call:
+            raise ValueError(f"each tool call needs a 'name': {item!r}")
+    return item
+
+
+# ---------------------------------------------------------------- response bodies
+
+
+def _error_body(message: str, *, type: str = "invalid_request_error", code: Any = None,
+                param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+def _assistant_message(item: Item, number: int) -> Message:
+    calls = []
+    for index, call in enumerate(item.get("tool_calls") or []):
+        args = call.get("arguments", {})
+        text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        calls.append(tool_call(str(call.get("id") or f"call_{number}_{index + 1}"), str(call["name"]), text))
+    message: Message = {"role": "assistant", "content": item.get("content")}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _usage(item: Item, request: dict[str, Any], message: Message) -> dict[str, int]:
+    model = str(request.get("model", ""))
+    given = item.get("usage") or {}
+    prompt = int(given.get("prompt_tokens", count_messages(request.get("messages") or [], model)))
+    completion = int(given.get("completion_tokens", count_text(text_of(message), model)))
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _completion(item: Item, request: dict[str, Any], number: int) -> dict[str, Any]:
+    message = _assistant_message(item, number)
+    finish = item.get("finish_reason") or ("tool_calls" if message.get("tool_calls") else "stop")
+    return {
+        "id": f"chatcmpl-fake-{number}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": str(request.get("model", "fake")),
+        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "usage": _usage(item, request, message),
+    }
+
+
+def _sse_chunks(completion: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
+    """The chunks of ``completion`` as a stream: role+content, one per tool call, finish, usage."""
+    head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    choice = completion["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return head | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": message.get("content") or ""})]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        chunks.append(chunk({"tool_calls": [{"index": index} | call]}))
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        chunks.append(head | {"choices": [], "usage": completion["usage"]})
+    return chunks
+
+
+# ---------------------------------------------------------------- the server
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real clients expect
+    disable_nagle_algorithm = True  # otherwise ~40 ms per request with keep-alive (FIELD-NOTES.md)
+    timeout = 30  # seconds an idle keep-alive connection may hold a thread
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the per-request log lines http.server writes to stderr."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.fake._track(self.connection, open_=True)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.fake._track(self.connection, open_=False)
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json",
+              headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(payload).encode(), headers=headers)
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/") == "/v1/models":
+            self._send_json(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
+        else:
+            self._send_json(404, _error_body(f"no route GET {self.path}", type="not_found_error"))
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._send_json(404, _error_body(f"no route POST {self.path}", type="not_found_error"))
+            return
+        try:
+            request = json.loads(raw)
+        except ValueError as err:
+            self._send_json(400, _error_body(f"request body is not JSON: {err}"))
+            return
+        status, payload, headers = self.server.fake._answer(request)
+        if status == 200 and request.get("stream"):
+            include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+            events = [f"data: {json.dumps(c)}\n\n" for c in _sse_chunks(payload, include_usage)]
+            self._send(200, ("".join(events) + "data: [DONE]\n\n").encode(), "text/event-stream")
+        else:
+            self._send_json(status, payload, headers)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    fake: FakeOpenAI
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Stay silent when a client hangs up (a timed-out call); report anything else."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
+class FakeOpenAI:
+    """A local OpenAI-compatible server playing ``replies`` (script items, see the module doc).
+
+    Use as a context manager, or call :meth:`start` and :meth:`stop`. Attributes:
+
+    - ``base_url``: ``"http://127.0.0.1:PORT/v1"``, for ``api_base``.
+    - ``requests``: every parsed request body received, oldest first (rejected ones included).
+    - ``rejected``: the request bodies rejected for breaking the PAIR law.
+    - ``served``: how many script items have been played.
+
+    ``check_pairs=False`` accepts PAIR-breaking requests (a lax provider).
+    """
+
+    def __init__(self, replies: Iterable[Item] = (), *, check_pairs: bool = True):
+        self.script: list[Item] = [_checked(item) for item in replies]
+        self.check_pairs = check_pairs
+        self.requests: list[dict[str, Any]] = []
+        self.rejected: list[dict[str, Any]] = []
+        self.served = 0
+        self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL of the running server (``.../v1``). Raises ``RuntimeError`` if stopped."""
+        if self._server is None:
+            raise RuntimeError("FakeOpenAI is not running")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> FakeOpenAI:
+        """Listen on 127.0.0.1 (a free port) and serve in a daemon thread. Returns ``self``."""
+        if self._server is None:
+            self._server = _Server(("127.0.0.1", 0), _Handler)
+            self._server.fake = self
+            self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                            name="FakeOpenAI", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close every open connection, so pooled clients see a dead server."""
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- script
+
+    def add(self, *items: Item) -> None:
+        """Append script items (played after the ones already queued)."""
+        checked = [_checked(item) for item in items]
+        with self._lock:
+            self.script.extend(checked)
+
+    @property
+    def remaining(self) -> int:
+        """Script items not played yet."""
+        return len(self.script) - self.served
+
+    # -- request handling (called from handler threads)
+
+    def _track(self, conn: socket.socket, *, open_: bool) -> None:
+        with self._lock:
+            if open_:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+    def _answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+        """The HTTP status, JSON body and extra headers for one chat-completions request."""
+        problems = pair_violations(request.get("messages") or []) if self.check_pairs else []
+        with self._lock:
+            self.requests.append(request)
+            if problems:
+                self.rejected.append(request)
+                item, number = None, 0
+            elif self.served < len(self.script):
+                item, number = self.script[self.served], self.served + 1
+                self.served += 1
+            else:
+                item, number = None, self.served + 1
+        if problems:
+            message = "Invalid 'messages': tool calls and tool results do not pair: " + "; ".join(problems)
+            return 400, _error_body(message, param="messages"), {}
+        if item is None:
+            message = f"FakeOpenAI script exhausted: all {len(self.script)} scripted replies were used"
+            return 500, _error_body(message, type="server_error"), {}
+        time.sleep(float(item.get("delay_s") or 0))
+        if "error" in item:
+            spec = item["error"]
+            kind = spec.get("type", "invalid_request_error")
+            body = _error_body(str(spec.get("message", "error")), type=kind, code=spec.get("code"))
+            return int(spec.get("status", 400)), body, dict(item.get("headers") or {})
+        return 200, _completion(item, request, number), {}

@@ -1,0 +1,52 @@
+"""Shared fixtures. Tests fake only the model: everything else is real (DESIGN.md)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ctxagent.testing import FakeOpenAI, Item
+
+DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, so connections fail at once
+KEY_VARS = (
+    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_API_KEY", "AZURE_OPENAI_API_KEY", "GEMINI_API_KEY",
+    "GOOGLE_API_KEY", "MISTRAL_API_KEY", "GROQ_API_KEY", "OPENROUTER_API_KEY", "DEEPSEEK_API_KEY",
+    "TOGETHERAI_API_KEY", "COHERE_API_KEY", "XAI_API_KEY", "HF_TOKEN", "HUGGINGFACE_API_KEY",
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+)
+BASE_VARS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "ANTHROPIC_BASE_URL", "OLLAMA_API_BASE")
+
+
+@pytest.fixture(autouse=True)
+def _no_real_model_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Make every model call except to 127.0.0.1 fail fast, and keep data in a temporary directory.
+
+    HTTP(S) goes through a proxy that refuses connections (127.0.0.1 and localhost bypass it), and
+    no provider key or base URL is left in the environment.
+    """
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(var, DEAD_PROXY)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    for var in {*KEY_VARS, *BASE_VARS, *(v for v in os.environ if v.endswith("_API_KEY"))}:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "ctxagent-data"))
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[Callable[[Iterable[Item]], FakeOpenAI]]:
+    """A factory: ``start(replies)`` runs a :class:`FakeOpenAI` playing ``replies``; all stop at teardown."""
+    servers: list[FakeOpenAI] = []
+
+    def start(replies: Iterable[Item] = ()) -> FakeOpenAI:
+        server = FakeOpenAI(replies).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

@@ -1,0 +1,50 @@
+"""Profiles: bundled ones load; a bad one names the file, the line and the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from ctxagent.errors import ProfileError
+from ctxagent.profile import bundled_names, load_profile, parse_profile
+
+
+@pytest.mark.parametrize("name", bundled_names())
+def test_bundled_profiles_validate(name):
+    profile = load_profile(name)
+    assert profile.target < profile.trigger
+    assert profile.pipeline("batch")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key"),
+    [
+        ("model: x\npreview:\n  head_lines: -3\n", 3, "preview.head_lines"),
+        ("model: x\npipelines:\n  batch:\n    - strategy: truncate\n      trigger: 7\n", 5,
+         "pipelines.batch.0.trigger"),
+        ("model: x\n\nunknown_key: 1\n", 3, "unknown_key"),
+        ("max_turns: many\n", 1, "max_turns"),
+    ],
+)
+def test_bad_key_names_file_line_and_key(text, line, key):
+    with pytest.raises(ProfileError) as info:
+        parse_profile(text, source="my.yaml")
+    err = info.value
+    assert (err.path, err.line, err.key) == ("my.yaml", line, key)
+    assert str(err).startswith(f"my.yaml:{line} (key '{key}')")
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("model: x\ntools: [shell\n", encoding="utf-8")
+    with pytest.raises(ProfileError, match=r"p\.yaml:3: invalid YAML"):
+        load_profile(str(path))
+
+
+def test_target_must_be_below_trigger():
+    with pytest.raises(ProfileError, match="target"):
+        parse_profile("target: 0.9\ntrigger: 0.8\n", source="p.yaml")
+
+
+def test_missing_profile_lists_bundled_ones():
+    with pytest.raises(ProfileError, match="bundled: .*default"):
+        load_profile("/no/such/profile.yaml")

@@ -1,0 +1,55 @@
+"""Truncation keeps PAIR, HEAD and IDENTITY on random views; its compactions replay to the same view."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from viewgen import views
+
+from ctxagent.messages import pair_violations
+from ctxagent.strategies.base import Budget, StrategyContext
+from ctxagent.strategies.pipeline import replay
+from ctxagent.strategies.truncate import Truncate
+
+
+def ctx_for(window: int) -> StrategyContext:
+    return StrategyContext(budget=Budget(window=window, tools=100, reserved=500, target=0.5, trigger=0.8),
+                           transcript_path="/data/sessions/x/transcript.jsonl")
+
+
+@settings(max_examples=200, deadline=None)
+@given(views(), st.integers(2_000, 300_000))
+def test_truncate_keeps_pair_head_and_replays(view, window):
+    ctx = ctx_for(window)
+    out = Truncate().apply(view, ctx)
+    msgs = [e.message for e in out.view]
+    assert pair_violations(msgs) == []
+    assert out.view[0] == view[0]  # system first, byte-identical
+    assert view[1] in out.view  # the task
+    users = [e for e in view if e.role == "user"]
+    assert users[-1] in out.view  # the user message of the current turn
+    assert out.view[-1] == view[-1] or out.view[-1].message == view[-1].message
+    assert replay(list(view), out.compactions) == out.view  # SAME CONTEXT ON RESUME
+    if out.compactions:
+        assert all("transcript.jsonl" in c.message["content"] for c in out.compactions)
+        # it went under the target, unless only what it may not drop is left
+        kept_units = {e.start for e in out.view if e.kind == "message"}
+        assert ctx.budget.total(out.view) <= window * 0.5 or len(kept_units) <= len(view)
+
+
+@settings(max_examples=200, deadline=None)
+@given(views())
+def test_identity_under_target(view):
+    window = 10 * sum(e.tokens for e in view) + 10_000
+    out = Truncate().apply(view, ctx_for(window))
+    assert out.view == view and out.compactions == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(views(), st.integers(2_000, 100_000))
+def test_truncating_twice_is_stable(view, window):
+    ctx = ctx_for(window)
+    first = Truncate().apply(view, ctx).view
+    again = Truncate().apply(first, ctx)
+    if ctx.budget.total(first) <= window * 0.5:
+        assert again.view == first and again.compactions == []
