@@ -39,6 +39,14 @@ class PreviewConfig(_Strict):
     max_chars: int = Field(4000, ge=200)
 
 
+class SummarizerConfig(_Strict):
+    """The model LLM strategies call (may be cheaper than the agent's); ``None``: the agent's model."""
+
+    model: str | None = None
+    api_base: str | None = None
+    max_tokens: int = Field(1000, ge=50, description="tokens of one summary at most")
+
+
 class StrategyConfig(BaseModel):
     """One step of a pipeline: the strategy's registered name, its trigger, its parameters.
 
@@ -79,6 +87,8 @@ class Profile(_Strict):
         default_factory=lambda: {p: [StrategyConfig(strategy="truncate")] for p in ("interactive", "batch")}
     )
     allow_llm_in_batch: bool = False
+    summarizer: SummarizerConfig = SummarizerConfig()
+    pins: list[str] = Field(default_factory=list, description="facts kept verbatim in every view")
 
     @model_validator(mode="after")
     def _target_below_trigger(self) -> Profile:

@@ -17,7 +17,18 @@ from ctxagent.errors import ContextOverflowError
 from ctxagent.profile import StrategyConfig
 from ctxagent.sessions import records
 from ctxagent.strategies import pipeline
-from ctxagent.strategies.base import Budget, Compaction, Entry, Outcome, StrategyContext, Summarizer
+from ctxagent.strategies.base import (
+    Budget,
+    Compaction,
+    Entry,
+    Outcome,
+    StrategyContext,
+    Summarizer,
+    protected,
+)
+from ctxagent.tokens import count_message
+
+PINS_LABEL = "[ctxagent pinned facts: kept verbatim through every compaction]"
 
 
 def compaction_of(record: records.CompactionRecord) -> Compaction:
@@ -70,28 +81,61 @@ class ContextState:
         self.view = pipeline.replay(self.view, compactions)
 
     def build(self, steps: Sequence[StrategyConfig], budget: Budget, *, turn: int,
-              summarizer: Summarizer | None = None) -> Outcome:
+              summarizer: Summarizer | None = None, pins: Sequence[str] = ()) -> Outcome:
         """The view of the next request and the new compactions to record.
 
+        Pinned facts, when there are any, are sent as a second system message right after the
+        first one; no strategy drops it.
+
         Raises:
-            ContextOverflowError: the result still breaks the BUDGET law; the message gives the
-                tokens needed, the window, and the largest parts of the context.
+            ContextOverflowError: the protected part alone (system, pins, task, current user
+                message, tool schemas, reserve) is over the trigger — compacting could only
+                thrash — or the result still breaks the BUDGET law. The message gives the tokens
+                needed, the window, and the largest parts of the context.
         """
+        view = with_pins(self.view, pins, self.model)
+        check_protected(view, budget)
         ctx = StrategyContext(budget=budget, turn=turn, transcript_path=self.transcript_path,
-                              model=self.model, summarizer=summarizer)
-        outcome = pipeline.run(list(self.view), steps, ctx)
+                              model=self.model, summarizer=summarizer, pins=tuple(pins))
+        outcome = pipeline.run(view, steps, ctx)
         check_budget(outcome.view, budget)
         return outcome
+
+
+def with_pins(view: Sequence[Entry], pins: Sequence[str], model: str = "") -> list[Entry]:
+    """``view`` with the pinned-facts system message after the first message (if any pins)."""
+    out = list(view)
+    if pins:
+        text = PINS_LABEL + "\n" + "\n".join(f"- {p}" for p in pins)
+        message = {"role": "system", "content": text}
+        out.insert(1 if out else 0, Entry(message, count_message(message, model), -1, -1, 0, kind="pins"))
+    return out
+
+
+def check_protected(view: Sequence[Entry], budget: Budget) -> None:
+    """Thrash guard: raise ``ContextOverflowError`` when what no strategy may drop is over the trigger."""
+    keep = [view[i] for i in sorted(protected(view))]
+    if budget.over(keep, budget.trigger):
+        raise ContextOverflowError(
+            f"the protected part of the context alone (system prompt, pins, task, current message, "
+            f"tool schemas {budget.tools} and reserve {budget.reserved}) needs {budget.total(keep)} tokens, "
+            f"over the compaction trigger ({budget.trigger:.0%} of a {budget.window}-token window); "
+            "compaction cannot help: shorten the task or pins, or use a model with a larger window"
+        )
 
 
 def check_budget(view: Sequence[Entry], budget: Budget) -> None:
     """Raise ``ContextOverflowError`` unless the request keeps the BUDGET law."""
     if budget.fits(view):
         return
-    largest = sorted(view, key=lambda e: e.tokens, reverse=True)[:3]
-    parts = ", ".join(f"{e.role} message #{e.start} ({e.tokens} tokens)" for e in largest)
     raise ContextOverflowError(
         f"the context needs {budget.total(view)} tokens but the window is {budget.window} "
         f"(tool schemas {budget.tools}, reserved for the reply and margin {budget.reserved}); "
-        f"largest parts: {parts}"
+        f"largest parts: {largest_parts(view)}"
     )
+
+
+def largest_parts(view: Sequence[Entry], n: int = 3) -> str:
+    """The ``n`` largest messages of ``view``, described for an error message."""
+    largest = sorted(view, key=lambda e: e.tokens, reverse=True)[:n]
+    return ", ".join(f"{e.role} message #{e.start} ({e.tokens} tokens)" for e in largest)

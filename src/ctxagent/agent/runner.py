@@ -10,22 +10,36 @@ by a crash gets a synthetic "interrupted" result when the session is opened agai
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxagent.agent.context import ContextState, record_of
+from dataclasses import replace
+
+from ctxagent.agent.context import ContextState, largest_parts, record_of
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone
 from ctxagent.agent.model import Model, Reply
-from ctxagent.errors import ContextOverflowError, CtxagentError, LimitReached, ProviderError
+from ctxagent.errors import (
+    ContextOverflowError,
+    CtxagentError,
+    LimitReached,
+    ProviderContextError,
+    ProviderError,
+)
 from ctxagent.messages import Message, call_ids
-from ctxagent.profile import Path_, Profile
+from ctxagent.profile import Path_, Profile, StrategyConfig
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
-from ctxagent.strategies.base import Budget
+from ctxagent.sessions.store import handle_for
+from ctxagent.strategies import registry
+from ctxagent.strategies.base import Budget, groups
 from ctxagent.tokens import count_message, count_tools
+from ctxagent.tools.offload import store_text
 from ctxagent.tools.toolset import Toolset
 
+MAX_RECOVERIES = 2  # emergency compactions per turn after a provider "context too long"
+SUMMARIZER_SYSTEM = "You compress an agent's working transcript. Follow the instructions in the user message exactly."
 INTERRUPTED = "[ctxagent] interrupted: this tool call did not finish (the process stopped); run it again if needed"
 
 
@@ -40,6 +54,8 @@ class SessionState:
     scale: float = 1.0
     last_end: str | None = None
     open_calls: list[str] = field(default_factory=list)
+    pins: list[str] = field(default_factory=list)
+    stored: set[str] = field(default_factory=set)
 
 
 def scan(items: list[Any], header: records.SessionHeader) -> SessionState:
@@ -54,13 +70,31 @@ def scan(items: list[Any], header: records.SessionHeader) -> SessionState:
             if msg.get("role") == "assistant":
                 state.replies += 1
                 state.open_calls = call_ids(msg)
+                state.pins.extend(pins_of(msg))
             elif msg.get("role") == "tool" and msg.get("tool_call_id") in state.open_calls:
                 state.open_calls.remove(msg["tool_call_id"])
         elif isinstance(item, records.UsageRecord) and item.estimated_prompt_tokens > 0:
             state.scale = min(2.0, max(0.5, item.prompt_tokens / item.estimated_prompt_tokens))
         elif isinstance(item, records.EndRecord):
             state.last_end = item.reason
+        elif isinstance(item, records.OutputRecord):
+            state.stored.add(item.handle)
     return state
+
+
+def pins_of(message: Message) -> list[str]:
+    """Facts pinned by the ``pin`` tool calls of an assistant message (bad arguments ignored)."""
+    found = []
+    for call in message.get("tool_calls") or []:
+        if call["function"]["name"] != "pin":
+            continue
+        try:
+            fact = json.loads(call["function"]["arguments"]).get("fact")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(fact, str) and fact.strip():
+            found.append(fact.strip())
+    return found
 
 
 class Runner:
@@ -70,9 +104,11 @@ class Runner:
     """
 
     def __init__(self, session: Session, profile: Profile, model: Model, toolset: Toolset,
-                 items: list[Any], header: records.SessionHeader, path: Path_):
+                 items: list[Any], header: records.SessionHeader, path: Path_,
+                 summarizer_model: Callable[[], Model] | None = None):
         self.session, self.profile, self.model, self.toolset = session, profile, model, toolset
         self.path = path
+        self._summarizer_model = summarizer_model
         self.state = scan(items, header)
         self.context = ContextState.from_records(
             items, transcript_path=str(session.transcript.path), model=header.model
@@ -146,19 +182,79 @@ class Runner:
             yield Finished(_reason(err), None, self.state.turn, str(err))
             raise
 
-    def _step(self) -> Iterator[Event]:
-        self.state.turn += 1
-        budget = self.budget()
-        built = self.context.build(self.profile.pipeline(self.path), budget, turn=self.state.turn)
+    def pins(self) -> list[str]:
+        """Pinned facts: the profile's, then the agent's (``pin`` tool), without repeats."""
+        return list(dict.fromkeys([*self.profile.pins, *self.state.pins]))
+
+    def summarizer(self) -> Callable[[str, int], str] | None:
+        """The LLM summarizer, only on paths where LLM strategies may run."""
+        if self._summarizer_model is None:
+            return None
+        if self.path == "batch" and not self.profile.allow_llm_in_batch:
+            return None
+        return self._summarize
+
+    def _summarize(self, text: str, max_tokens: int) -> str:
+        assert self._summarizer_model is not None
+        model = self._summarizer_model()
+        reply = model.complete([{"role": "system", "content": SUMMARIZER_SYSTEM},
+                                {"role": "user", "content": text}], [])
+        if reply.usage is not None:
+            self.session.transcript.append([records.UsageRecord(
+                turn=self.state.turn, model=f"summarizer:{model.name}", prompt_tokens=reply.usage.prompt_tokens,
+                completion_tokens=reply.usage.completion_tokens, estimated_prompt_tokens=0,
+                cost_usd=reply.usage.cost_usd)])
+        return reply.content or ""
+
+    def _build(self, steps: list[Any], budget: Budget) -> Iterator[Event]:
+        """Build the view with ``steps``, persist what it made (offloads, compactions)."""
+        built = self.context.build(steps, budget, turn=self.state.turn, summarizer=self.summarizer(),
+                                   pins=self.pins())
+        self._materialize(built.offloads)
         if built.compactions:
             self.session.transcript.append([record_of(c) for c in built.compactions])
             self.context.record(built.compactions)
             for comp in built.compactions:
                 yield Compacted(comp)
-        messages = [e.message for e in built.view]
-        yield Requesting(self.state.turn, budget.total(built.view), budget.window, len(messages))
-        reply: Reply = self.model.complete(messages, self.tool_specs)
-        self._record_reply(reply, built.view)
+        return built.view
+
+    def _materialize(self, entries: list[Any]) -> None:
+        """Write to the output store the originals that the view now points at by handle."""
+        for entry in entries:
+            call_id = entry.message.get("tool_call_id") or ""
+            handle = handle_for(call_id)
+            if not call_id or handle in self.state.stored:
+                continue
+            record = store_text(self.session.store, handle, call_id, str(entry.message.get("content") or ""))
+            self.session.transcript.append([record])
+            self.state.stored.add(handle)
+
+    def _step(self) -> Iterator[Event]:
+        self.state.turn += 1
+        budget = self.budget()
+        view = yield from self._build(self.profile.pipeline(self.path), budget)
+        sent: list[list[Message]] = []
+        for attempt in range(MAX_RECOVERIES + 1):
+            messages = [e.message for e in view]
+            if messages in sent:
+                raise ContextOverflowError("emergency compaction could not shrink the context any "
+                                           "further; the identical request is not sent twice")
+            sent.append(messages)
+            yield Requesting(self.state.turn, budget.total(view), budget.window, len(messages))
+            try:
+                reply: Reply = self.model.complete(messages, self.tool_specs)
+                break
+            except ProviderContextError as err:
+                if attempt == MAX_RECOVERIES:
+                    raise ContextOverflowError(
+                        f"the provider still says the context is too long after {MAX_RECOVERIES} "
+                        f"emergency compactions ({err}); we estimated {budget.total(view)} tokens "
+                        f"for a {budget.window}-token window; largest parts: {largest_parts(view)}"
+                    ) from err
+                budget = replace(budget, scale=budget.scale * 1.25)
+                self.state.scale = budget.scale
+                view = yield from self._build(emergency_steps(view, attempt), budget)
+        self._record_reply(reply, view)
         yield Replied(self.state.turn, reply)
         return reply
 
@@ -196,6 +292,18 @@ class Runner:
         self.state.last_end = reason
         self.session.transcript.append([records.EndRecord(reason=reason, turn=self.state.turn,
                                                           detail=detail[:2000])])
+
+
+def emergency_steps(view: list[Any], attempt: int) -> list[StrategyConfig]:
+    """Overflow recovery: mask every tool result but the last turn's, then truncate to the
+    target (tighter on the second attempt). Both run whatever the triggers say."""
+    last = groups(view)[-1] if view else []
+    keep = sum(1 for i in last if view[i].role == "tool")
+    factor = 0.5 if attempt else 1.0
+    steps = [StrategyConfig(strategy="truncate", trigger=0, target_scale=factor)]
+    if "mask_observations" in registry.names():
+        steps.insert(0, StrategyConfig(strategy="mask_observations", trigger=0, keep=keep, min_tokens=0))
+    return steps
 
 
 def budget_estimate(view: list[Any], tool_tokens: int) -> int:

@@ -8,7 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ctxagent.agent.model import make_model
+from collections.abc import Callable
+
+from ctxagent.agent.model import Model, make_model
 from ctxagent.agent.runner import Runner
 from ctxagent.errors import UsageError
 from ctxagent.profile import Path_, Profile, bundled_names, load_profile
@@ -75,4 +77,27 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                            tail_lines=profile.preview.tail_lines, max_chars=profile.preview.max_chars,
                            model=model_name)
     toolset = make_toolset(profile.tools, ToolContext(session.store, workdir), policy)
-    return Runner(session, profile, model, toolset, items, header, path)
+    summarizer = summarizer_factory(profile, model_name, api_base, items)
+    return Runner(session, profile, model, toolset, items, header, path, summarizer)
+
+
+def summarizer_factory(profile: Profile, model_name: str, api_base: str | None,
+                       items: list[Any]) -> Callable[[], Model] | None:
+    """Makes (once, on first use) the model LLM strategies call: ``profile.summarizer.model`` or
+    the agent's. A scripted summarizer resumes after the summaries the session already holds.
+    A scripted agent has no summarizer unless the profile names one (its script is its own)."""
+    cfg = profile.summarizer
+    if cfg.model is None and model_name.startswith("scripted:"):
+        return None
+    name = cfg.model or model_name
+    done = sum(1 for r in items if isinstance(r, records.UsageRecord) and r.model.startswith("summarizer:"))
+    made: list[Model] = []
+
+    def make() -> Model:
+        if not made:
+            made.append(make_model(name, api_base=cfg.api_base or api_base or profile.api_base,
+                                   replies_done=done, timeout_s=profile.timeout_s,
+                                   retries=profile.retries, max_output_tokens=cfg.max_tokens))
+        return made[0]
+
+    return make

@@ -132,9 +132,9 @@ def groups(view: Sequence[Entry]) -> list[list[int]]:
 
 
 def protected(view: Sequence[Entry]) -> set[int]:
-    """Indexes HEAD protects: the system message, the task (first user message), and the user
-    message that opened the current turn (the last user message)."""
-    keep: set[int] = set()
+    """Indexes HEAD protects: the system message, the pinned facts, the task (first user message),
+    and the user message that opened the current turn (the last user message)."""
+    keep: set[int] = {i for i, e in enumerate(view) if e.kind == "pins"}
     if view and view[0].role == "system":
         keep.add(0)
     users = [i for i, e in enumerate(view) if e.role == "user" and e.kind == "message"]

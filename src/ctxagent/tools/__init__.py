@@ -1,0 +1,1 @@
+"""Tools: the built-ins, the toolset that calls them, and the offload wrapper around every result."""

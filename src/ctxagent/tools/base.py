@@ -1,0 +1,82 @@
+"""The tool contract: what a tool is, what it may return, and the toolset that calls tools.
+
+A tool is a Python callable ``fn(ctx, **arguments)`` with a JSON schema for its arguments. It may
+return:
+
+- ``str`` — text;
+- ``bytes`` — raw output (binary or not valid UTF-8 is stored exactly, never dumped in the context);
+- :class:`Spooled` — output the tool already streamed to a file of the output store (the shell
+  tool does this so a 1 GB output never needs 1 GB of memory).
+
+A tool signals a failure the model should read by raising :class:`ToolError` (or any exception):
+the toolset turns it into an error tool result; a tool never crashes the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ctxagent.sessions.store import OutputStore
+
+ToolKind = Literal["read", "write", "exec", "network"]
+
+
+class ToolError(Exception):
+    """A failure to report to the model as an error tool result (message shown as is)."""
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """What a tool may use: the session's output store and the working directory."""
+
+    store: OutputStore
+    workdir: Path
+
+
+@dataclass(frozen=True)
+class Spooled:
+    """An output already written to ``path`` (a spool file of the store), bytes as produced.
+
+    ``note`` is a short line kept in the context outside the preview (e.g. ``"exit code: 0"``).
+    """
+
+    path: Path
+    note: str = ""
+
+
+ToolValue = str | bytes | Spooled
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One tool: name, description for the model, JSON schema of its arguments, the function.
+
+    ``kind`` says what it does: ``read`` (read-only), ``write`` (writes files), ``exec`` (runs
+    commands), ``network`` (reaches the network).
+    """
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    fn: Callable[..., ToolValue]
+    kind: ToolKind = "read"
+    takes_handles: tuple[str, ...] = field(default=())
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI-format tool schema sent with each request."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+
+def schema(properties: Mapping[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A JSON-schema object with ``properties`` and the ``required`` names."""
+    return {"type": "object", "properties": dict(properties), "required": list(required)}

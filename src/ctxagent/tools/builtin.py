@@ -1,0 +1,286 @@
+"""Built-in tools: run a shell command, read, write and list files.
+
+Each tool is a :class:`Tool`; its function takes the :class:`ToolContext` and the model's
+arguments. Relative paths resolve against ``ctx.workdir``. Failures the model should read are
+raised as :class:`ToolError`. Large values are not cut here: the toolset offloads them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError, schema
+from ctxagent.tools.offload import as_text
+
+SHELL_TIMEOUT_MAX_S = 3600
+KILL_GRACE_S = 2.0  # between SIGTERM and SIGKILL of a timed-out process group
+_POLL_S = 0.05
+
+
+def resolve(ctx: ToolContext, path: str) -> Path:
+    """``path`` (``~`` expanded) made absolute against ``ctx.workdir``."""
+    return (ctx.workdir / Path(path).expanduser()).absolute()
+
+
+# --- shell -------------------------------------------------------------------------------------
+
+
+def shell(ctx: ToolContext, command: str, timeout_s: int = 60) -> Spooled:
+    """Run ``bash -c command`` in ``ctx.workdir``; stdout and stderr, merged, go straight to a
+    spool file of the store (never through Python memory).
+
+    stdin is /dev/null; the command runs in its own session (process group). On timeout, or when
+    the command leaves background processes behind, the whole group is killed (SIGTERM, then
+    SIGKILL after 2 s) and the note says so. Returns ``Spooled(path, note="exit code: N")``.
+    Raises ``ToolError`` for a bad timeout or when bash cannot start.
+    """
+    if not 0 < timeout_s <= SHELL_TIMEOUT_MAX_S:
+        raise ToolError(f"timeout_s must be between 1 and {SHELL_TIMEOUT_MAX_S} seconds, not {timeout_s}")
+    fd, path = ctx.store.spool()
+    try:
+        proc = subprocess.Popen(
+            ["bash", "-c", command],
+            cwd=ctx.workdir,
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    except OSError as err:
+        path.unlink(missing_ok=True)
+        raise ToolError(f"cannot run bash in {ctx.workdir}: {err}") from err
+    finally:
+        os.close(fd)
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        return Spooled(path, note=f"timed out after {timeout_s} s, process group killed")
+    except BaseException:  # Ctrl-C reaches only us: the command runs in its own session
+        _kill_group(proc)
+        path.unlink(missing_ok=True)
+        raise
+    note = _exit_note(code)
+    if _group_alive(proc.pid):
+        _kill_group(proc)
+        note += "; background processes it left running were killed"
+    return Spooled(path, note=note)
+
+
+def _exit_note(code: int) -> str:
+    """``exit code: N``, or ``killed by signal NAME`` for a negative return code."""
+    if code >= 0:
+        return f"exit code: {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = str(-code)
+    return f"killed by signal {name}"
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs.
+
+    Zombies (dead, waiting for a slow init to reap them) do not count where ``/proc`` tells them
+    apart; elsewhere any member counts.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    return any(_runs_in_group(stat, pgid) for stat in proc.glob("[0-9]*/stat"))
+
+
+def _runs_in_group(stat: Path, pgid: int) -> bool:
+    """Whether ``/proc/PID/stat`` describes a live (not zombie) process of group ``pgid``."""
+    try:
+        state, _ppid, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+    except (OSError, IndexError, ValueError):
+        return False  # the process ended while we looked
+    return state != "Z" and int(group) == pgid
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process group led by ``proc``, wait up to 2 s for it to go, then SIGKILL it."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + KILL_GRACE_S
+    while time.monotonic() < deadline:
+        proc.poll()  # reap the leader, or its zombie keeps the group alive
+        if not _group_alive(proc.pid):
+            break
+        time.sleep(_POLL_S)
+    _signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+# --- files -------------------------------------------------------------------------------------
+
+
+def read_file(ctx: ToolContext, path: str, start_line: int = 1, end_line: int | None = None) -> str | bytes:
+    """Lines ``start_line``..``end_line`` (1-based, inclusive; None: to the end) of a file.
+
+    Returns the text as is; a file that is not UTF-8 text comes back as ``bytes`` (the toolset
+    stores those exactly instead of showing them). ``end_line`` past the end reads to the end.
+    Raises ``ToolError`` for a missing file, a directory, or a bad range.
+    """
+    target = _existing_file(ctx, path)
+    if start_line < 1:
+        raise ToolError(f"start_line must be 1 or more, not {start_line}")
+    if end_line is not None and end_line < start_line:
+        raise ToolError(f"empty range: end_line {end_line} is before start_line {start_line}")
+    chunks: list[bytes] = []
+    count = 0
+    with open(target, "rb") as fh:
+        for count, line in enumerate(fh, start=1):
+            if count >= start_line:
+                chunks.append(line)
+            if end_line is not None and count >= end_line:
+                break
+    if start_line > max(count, 1):
+        raise ToolError(f"start_line {start_line} is past the end: {path} has {count} lines")
+    data = b"".join(chunks)
+    text = as_text(data)
+    return data if text is None else text
+
+
+def _existing_file(ctx: ToolContext, path: str) -> Path:
+    """The resolved regular file ``path``; ``ToolError`` when it is missing or a directory."""
+    target = resolve(ctx, path)
+    if target.is_dir():
+        raise ToolError(f"{path} is a directory; use list_dir to see what it holds")
+    if not target.is_file():
+        raise ToolError(f"no such file: {path} (looked at {target})")
+    return target
+
+
+def write_file(ctx: ToolContext, path: str, content: str) -> str:
+    """Write ``content`` as UTF-8 to ``path`` (parents created, file replaced); returns one line
+    with the bytes written. Raises ``ToolError`` when ``path`` is a directory or unwritable."""
+    target = resolve(ctx, path)
+    if target.is_dir():
+        raise ToolError(f"{path} is a directory, not a file")
+    data = content.encode("utf-8")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    except OSError as err:
+        raise ToolError(f"cannot write {path}: {err.strerror or err}") from err
+    return f"wrote {len(data):,} bytes to {path}"
+
+
+def list_dir(ctx: ToolContext, path: str = ".") -> str:
+    """The entries of directory ``path``, sorted by name, one a line: ``name/`` for a directory,
+    ``name  N bytes`` for a file. Raises ``ToolError`` when it is missing or not a directory."""
+    target = resolve(ctx, path)
+    if not target.exists():
+        raise ToolError(f"no such directory: {path} (looked at {target})")
+    if not target.is_dir():
+        raise ToolError(f"{path} is a file, not a directory; use read_file to read it")
+    try:
+        entries = sorted(os.scandir(target), key=lambda entry: entry.name)
+    except OSError as err:
+        raise ToolError(f"cannot list {path}: {err.strerror or err}") from err
+    if not entries:
+        return f"{path} is empty"
+    return "\n".join(_entry_line(entry) for entry in entries)
+
+
+def _entry_line(entry: os.DirEntry[str]) -> str:
+    """``name/`` for a directory, ``name  1,234 bytes`` for a file, a note for a broken link."""
+    try:
+        if entry.is_dir():
+            return f"{entry.name}/"
+        return f"{entry.name}  {entry.stat().st_size:,} bytes"
+    except OSError:
+        return f"{entry.name}  (broken link or unreadable)"
+
+
+# --- the tools ---------------------------------------------------------------------------------
+
+SHELL = Tool(
+    name="shell",
+    description=(
+        "Run a bash command in the working directory and return its exit code and output "
+        "(stdout and stderr merged, stdin empty). The command is killed with its whole process "
+        "group after timeout_s seconds. Large outputs are saved whole and shown as a head and "
+        "tail preview with a handle to read the rest with read_output or grep_output."
+    ),
+    parameters=schema(
+        {
+            "command": {"type": "string", "description": "bash command line"},
+            "timeout_s": {
+                "type": "integer",
+                "description": "seconds before the command is killed (default 60)",
+                "minimum": 1,
+                "maximum": SHELL_TIMEOUT_MAX_S,
+            },
+        },
+        required=("command",),
+    ),
+    fn=shell,
+    kind="exec",
+)
+
+READ_FILE = Tool(
+    name="read_file",
+    description=(
+        "Read lines of a text file (1-based, inclusive; relative paths are in the working "
+        "directory). Returns the text exactly, without line numbers. end_line defaults to the end "
+        "of the file. A large result is saved whole and previewed with a handle."
+    ),
+    parameters=schema(
+        {
+            "path": {"type": "string", "description": "file path"},
+            "start_line": {"type": "integer", "description": "first line (default 1)", "minimum": 1},
+            "end_line": {"type": ["integer", "null"], "description": "last line (default: end of file)"},
+        },
+        required=("path",),
+    ),
+    fn=read_file,
+    kind="read",
+)
+
+WRITE_FILE = Tool(
+    name="write_file",
+    description=(
+        "Write text to a file as UTF-8, replacing it if it exists and creating missing parent "
+        "directories. Returns the number of bytes written."
+    ),
+    parameters=schema(
+        {
+            "path": {"type": "string", "description": "file path"},
+            "content": {"type": "string", "description": "the whole new content of the file"},
+        },
+        required=("path", "content"),
+    ),
+    fn=write_file,
+    kind="write",
+)
+
+LIST_DIR = Tool(
+    name="list_dir",
+    description=(
+        "List a directory: one entry a line, sorted by name, directories with a trailing '/', "
+        "files with their size in bytes."
+    ),
+    parameters=schema({"path": {"type": "string", "description": "directory (default '.')"}}),
+    fn=list_dir,
+    kind="read",
+)
+
+TOOLS: tuple[Tool, ...] = (SHELL, READ_FILE, WRITE_FILE, LIST_DIR)

@@ -1,0 +1,265 @@
+"""Tools over offloaded outputs: read a range of lines, search with a regex.
+
+A handle (``@abc123``) resolves only inside the session's own output store (``ctx.store``). Both
+tools stream the stored file and keep at most one piece of one line (1 MiB) in memory; a line
+longer than 2,000 characters is shown cut (a window around the match, for ``grep_output``).
+
+Line format: ``N: text`` (``N-`` for ``grep_output`` context lines, ``--`` between groups).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from ctxagent.errors import UsageError
+from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
+from ctxagent.tools.preview import CHUNK_BYTES, SNIFF_BYTES, looks_binary
+
+MAX_LINES = 200  # lines read_output returns when end_line is not given
+MAX_MATCHES = 200  # matching lines grep_output lists
+MAX_CONTEXT = 20  # context_lines allowed
+LINE_MAX_CHARS = 2000  # characters shown of one line
+PIECE_BYTES = 1024 * 1024  # a longer line is read (and searched) in pieces of this size
+
+
+@dataclass(frozen=True)
+class _Line:
+    """One line of a stored output: number (1-based), the text shown, whether the regex matched,
+    and the characters of the whole line."""
+
+    number: int
+    text: str
+    matched: bool
+    chars: int
+
+    def render(self, sep: str = ":") -> str:
+        """``N: text``, with a note when the line was cut."""
+        note = f" [line cut: {self.chars:,} characters in all]" if len(self.text) < self.chars else ""
+        return f"{self.number}{sep} {self.text}{note}"
+
+
+def read_output(ctx: ToolContext, handle: str, start_line: int = 1, end_line: int | None = None) -> str:
+    """Lines ``start_line``..``end_line`` (1-based, inclusive) of the output stored as ``handle``.
+
+    Without ``end_line``, at most 200 lines, then a line saying how many remain. ``end_line`` past
+    the end stops at the end. Raises ``ToolError`` for an unknown or malformed handle, a binary
+    output, ``start_line`` < 1 or past the end, or ``end_line`` < ``start_line``.
+    """
+    path = _output_path(ctx, handle)
+    if start_line < 1:
+        raise ToolError(f"start_line must be 1 or more, not {start_line}")
+    if end_line is not None and end_line < start_line:
+        raise ToolError(f"empty range: end_line {end_line} is before start_line {start_line}")
+    wanted = (end_line if end_line is not None else start_line + MAX_LINES - 1) - start_line + 1
+    with open(path, "rb") as fh:
+        _refuse_binary(fh, handle, path)
+        skipped = _skip_lines(fh, start_line - 1)
+        shown = list(itertools.islice(_lines(fh, start_line), wanted))
+        if not shown:
+            if start_line == 1:
+                return f"{handle} is empty (0 lines)"
+            raise ToolError(f"start_line {start_line} is past the end: {handle} has {skipped:,} lines")
+        last = shown[-1].number
+        rest = _count_lines(fh) if end_line is None else None
+    parts = [f"{handle} lines {start_line:,}-{last:,}:", *(line.render() for line in shown),
+             _range_trailer(handle, last, end_line, rest)]
+    return "\n".join(part for part in parts if part)
+
+
+def _range_trailer(handle: str, last: int, end_line: int | None, rest: int | None) -> str:
+    """What follows the lines shown: how many remain and how to read them, or the end."""
+    if rest:
+        upto = last + min(rest, MAX_LINES)
+        return (f"[{rest:,} more lines ({last + 1:,}-{last + rest:,}); next: "
+                f"read_output(\"{handle}\", {last + 1}, {upto})]")
+    if end_line is None or end_line > last:
+        return f"[end of output: {last:,} lines]"
+    return ""
+
+
+def grep_output(ctx: ToolContext, handle: str, pattern: str, context_lines: int = 0) -> str:
+    """Lines of the output stored as ``handle`` that match ``pattern`` (Python regex,
+    case-sensitive), with their numbers and ``context_lines`` lines around each.
+
+    Lists at most 200 matching lines, then says how many more there are. Raises ``ToolError`` for
+    an unknown or malformed handle, a binary output, an invalid regex, or a bad ``context_lines``.
+    """
+    path = _output_path(ctx, handle)
+    regex = _compile(pattern)
+    if not 0 <= context_lines <= MAX_CONTEXT:
+        raise ToolError(f"context_lines must be between 0 and {MAX_CONTEXT}, not {context_lines}")
+    with open(path, "rb") as fh:
+        _refuse_binary(fh, handle, path)
+        listed, matches, total = _grep(fh, regex, context_lines)
+    if not matches:
+        return f"no line of {handle} matches {pattern!r} ({total:,} lines searched)"
+    head = f"{matches:,} of {total:,} lines of {handle} match {pattern!r}:"
+    more = matches - MAX_MATCHES
+    if more > 0:
+        listed.append(f"[{more:,} more matching lines not listed; narrow the pattern or use read_output]")
+    return head + "\n" + "\n".join(listed)
+
+
+def _grep(fh: BinaryIO, regex: re.Pattern[str], context: int) -> tuple[list[str], int, int]:
+    """``(rendered lines, matching lines, lines in all)``; lists the first 200 matches with
+    ``context`` lines before and after each, grep style."""
+    listed: list[str] = []
+    before: deque[_Line] = deque(maxlen=context)
+    matches = total = after = last_listed = 0
+    for line in _lines(fh, 1, regex):
+        total = line.number
+        matches += line.matched
+        if line.matched and matches <= MAX_MATCHES:
+            first = before[0].number if before else line.number
+            if last_listed and first > last_listed + 1:
+                listed.append("--")
+            listed.extend(ctx_line.render("-") for ctx_line in before)
+            listed.append(line.render())
+            before.clear()
+            last_listed, after = line.number, context
+        elif after and matches <= MAX_MATCHES:
+            listed.append(line.render("-"))
+            last_listed, after = line.number, after - 1
+        elif context:
+            before.append(line)
+    return listed, matches, total
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except (re.error, OverflowError, RecursionError) as err:
+        raise ToolError(f"invalid regex {pattern!r}: {err}") from err
+
+
+def _output_path(ctx: ToolContext, handle: str) -> Path:
+    """The stored file of ``handle`` in ``ctx.store``; ``ToolError`` when malformed or unknown."""
+    try:
+        path = ctx.store.path_of(handle)
+    except UsageError as err:
+        raise ToolError(str(err)) from err
+    if not path.is_file():
+        raise ToolError(f"unknown handle {handle}: this session has no output by that name")
+    return path
+
+
+def _refuse_binary(fh: BinaryIO, handle: str, path: Path) -> None:
+    """``ToolError`` when the output is binary (it has no lines to show); else rewinds ``fh``."""
+    if looks_binary(fh.read(SNIFF_BYTES)):
+        size = os.fstat(fh.fileno()).st_size
+        raise ToolError(f"{handle} is binary ({size:,} bytes), it has no text lines; "
+                        f"inspect {path} with the shell (e.g. `file`, `xxd | head`)")
+    fh.seek(0)
+
+
+def _skip_lines(fh: BinaryIO, count: int) -> int:
+    """Move ``fh`` past its next ``count`` lines without decoding them; returns how many lines it
+    moved past (fewer at the end of the file; an unterminated last line counts)."""
+    skipped, last = 0, b""
+    while skipped < count and (chunk := fh.read(CHUNK_BYTES)):
+        newlines = chunk.count(b"\n")
+        if skipped + newlines >= count:
+            index = -1
+            for _ in range(count - skipped):
+                index = chunk.index(b"\n", index + 1)
+            fh.seek(index + 1 - len(chunk), os.SEEK_CUR)
+            return count
+        skipped += newlines
+        last = chunk[-1:]
+    return skipped + (1 if last not in (b"", b"\n") else 0)
+
+
+def _count_lines(fh: BinaryIO) -> int:
+    """Lines from the position of ``fh`` to the end (an unterminated last line counts)."""
+    newlines, last = 0, b""
+    while chunk := fh.read(CHUNK_BYTES):
+        newlines += chunk.count(b"\n")
+        last = chunk[-1:]
+    return newlines + (1 if last not in (b"", b"\n") else 0)
+
+
+def _lines(fh: BinaryIO, first: int, regex: re.Pattern[str] | None = None) -> Iterator[_Line]:
+    """The lines from the position of ``fh``, numbered from ``first``, each searched with
+    ``regex`` (piece by piece for lines over 1 MiB: a match across two pieces is missed)."""
+    for number in itertools.count(first):
+        piece = fh.readline(PIECE_BYTES)
+        if not piece:
+            return
+        shown: str | None = None
+        matched, chars = False, 0
+        while piece:
+            text = piece.decode("utf-8", "replace").removesuffix("\n")
+            found = regex.search(text) if regex is not None and not matched else None
+            if found:
+                matched, shown = True, _window(text, found, chars > 0)
+            elif shown is None:
+                shown = text[:LINE_MAX_CHARS]
+            chars += len(text)
+            if piece.endswith(b"\n"):
+                break
+            piece = fh.readline(PIECE_BYTES)
+        yield _Line(number, shown or "", matched, chars)
+
+
+def _window(text: str, found: re.Match[str], later_piece: bool) -> str:
+    """The line itself when short, else ``LINE_MAX_CHARS`` characters around the match, with
+    ``...`` where text was left out."""
+    if len(text) <= LINE_MAX_CHARS and not later_piece:
+        return text
+    start = max(0, min(found.start() - LINE_MAX_CHARS // 4, len(text) - LINE_MAX_CHARS))
+    left = "..." if start > 0 or later_piece else ""
+    right = "..." if start + LINE_MAX_CHARS < len(text) else ""
+    return left + text[start : start + LINE_MAX_CHARS] + right
+
+
+READ_OUTPUT = Tool(
+    name="read_output",
+    description=(
+        "Read lines of an offloaded tool output by its handle (like @abc123), numbered 'N: text'. "
+        "Lines are 1-based and inclusive; without end_line, returns up to 200 lines and says how "
+        "many remain. Lines over 2,000 characters are cut (use grep_output to find text in them)."
+    ),
+    parameters=schema(
+        {
+            "handle": {"type": "string", "description": "the output's handle, e.g. @abc123"},
+            "start_line": {"type": "integer", "description": "first line (default 1)", "minimum": 1},
+            "end_line": {"type": ["integer", "null"], "description": "last line (default: 200 lines on)"},
+        },
+        required=("handle",),
+    ),
+    fn=read_output,
+    kind="read",
+)
+
+GREP_OUTPUT = Tool(
+    name="grep_output",
+    description=(
+        "Search an offloaded tool output by its handle (like @abc123) with a Python regular "
+        "expression (case-sensitive; use (?i) to ignore case). Returns matching lines as 'N: text' "
+        "and context lines as 'N- text', up to 200 matches, and how many more there are."
+    ),
+    parameters=schema(
+        {
+            "handle": {"type": "string", "description": "the output's handle, e.g. @abc123"},
+            "pattern": {"type": "string", "description": "Python regular expression"},
+            "context_lines": {
+                "type": "integer",
+                "description": f"lines shown before and after each match (default 0, at most {MAX_CONTEXT})",
+                "minimum": 0,
+                "maximum": MAX_CONTEXT,
+            },
+        },
+        required=("handle", "pattern"),
+    ),
+    fn=grep_output,
+    kind="read",
+)
+
+TOOLS: tuple[Tool, ...] = (READ_OUTPUT, GREP_OUTPUT)

@@ -1,0 +1,213 @@
+"""The toolset: the tools of a run, called with the model's raw arguments, outputs settled.
+
+:meth:`Toolset.call` never raises for anything the model or a tool did wrong: invalid JSON, an
+unknown tool, missing or unexpected arguments and any exception a tool raises all become an error
+outcome whose content starts with ``ERROR: ``. Every successful value goes through
+:func:`ctxagent.tools.offload.settle`, so a large output is offloaded whatever tool produced it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxagent.agent.model import ToolCall
+from ctxagent.errors import UsageError
+from ctxagent.sessions.records import OutputRecord
+from ctxagent.sessions.store import HANDLE_RE
+from ctxagent.tools import builtin, outputs
+from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError, ToolValue
+from ctxagent.tools.offload import OffloadPolicy, settle
+
+ERROR_PREFIX = "ERROR: "
+ERROR_MAX_CHARS = 2000  # of an error message kept in the tool message
+RAW_ARGUMENTS_SHOWN = 200  # characters of invalid JSON quoted back to the model
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+    "array": (list,),
+    "object": (dict,),
+}
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """The result of one tool call: the tool message content, whether it reports an error, and
+    the record of the offloaded output (None when the content holds the whole output)."""
+
+    content: str
+    is_error: bool
+    output: OutputRecord | None = None
+
+
+def registry(tools: Sequence[Tool]) -> dict[str, Tool]:
+    """``tools`` by name, in order. Raises ``ValueError`` when two share a name."""
+    by_name: dict[str, Tool] = {}
+    for tool in tools:
+        if tool.name in by_name:
+            raise ValueError(f"two tools are named {tool.name!r}")
+        by_name[tool.name] = tool
+    return by_name
+
+
+BUILTIN: dict[str, Tool] = registry([*builtin.TOOLS, *outputs.TOOLS])
+
+
+class Toolset:
+    """The tools one run offers the model, with the context they run in and the offload policy.
+
+    Raises ``ValueError`` when two tools share a name.
+    """
+
+    def __init__(self, tools: Sequence[Tool], ctx: ToolContext, policy: OffloadPolicy):
+        self.tools = registry(tools)
+        self.ctx = ctx
+        self.policy = policy
+
+    def specs(self) -> list[dict[str, Any]]:
+        """The OpenAI-format schemas of the tools, in order, sent with each request."""
+        return [tool.spec() for tool in self.tools.values()]
+
+    def call(self, call: ToolCall) -> ToolOutcome:
+        """Run ``call`` and settle its value; every failure is an error outcome, never raised."""
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return _error(f"unknown tool {call.name!r}; the tools are: {', '.join(self.tools)}")
+        try:
+            arguments = self._arguments(tool, call.arguments)
+        except ToolError as err:
+            return _error(str(err))
+        try:
+            value = tool.fn(self.ctx, **arguments)
+        except ToolError as err:
+            return _error(str(err))
+        except Exception as err:
+            return _error(f"tool {tool.name} failed: {type(err).__name__}: {err}")
+        return self._settle(tool, call, value)
+
+    def _arguments(self, tool: Tool, raw: str) -> dict[str, Any]:
+        """The call's arguments parsed, checked against the schema, handles resolved to paths.
+
+        An argument the tool lists in ``takes_handles`` whose value is a handle (``@abc123``) is
+        replaced by the absolute path of that stored output, before the tool runs.
+
+        Raises ``ToolError`` for invalid JSON, a non-object, missing, unexpected or mistyped
+        arguments, or an unknown handle.
+        """
+        arguments = _parse(tool.name, raw)
+        _check(tool.name, arguments, tool.parameters)
+        for name in tool.takes_handles:
+            value = arguments.get(name)
+            if isinstance(value, str) and HANDLE_RE.match(value):
+                arguments[name] = str(self._handle_path(value))
+        return arguments
+
+    def _handle_path(self, handle: str) -> Path:
+        """The absolute path of an existing handle's output; ``ToolError`` when there is none."""
+        path = self.ctx.store.path_of(handle)
+        if not path.is_file():
+            raise ToolError(f"unknown handle {handle}: this session has no output by that name")
+        return path.absolute()
+
+    def _settle(self, tool: Tool, call: ToolCall, value: ToolValue) -> ToolOutcome:
+        """The outcome of a successful call: its value inline or offloaded."""
+        if not isinstance(value, str | bytes | Spooled):
+            return _error(f"tool {tool.name} failed: it returned {type(value).__name__}, not text")
+        try:
+            content, record = settle(value, call=call, tool_name=tool.name, store=self.ctx.store,
+                                     policy=self.policy)
+        except Exception as err:
+            if isinstance(value, Spooled):
+                value.path.unlink(missing_ok=True)
+            return _error(f"tool {tool.name} ran, but its output could not be stored: "
+                          f"{type(err).__name__}: {err}")
+        return ToolOutcome(content, False, record)
+
+
+def make_toolset(names: Sequence[str], ctx: ToolContext, policy: OffloadPolicy) -> Toolset:
+    """A toolset of the built-in tools ``names``, in that order.
+
+    Raises ``UsageError`` for an unknown or repeated name.
+    """
+    unknown = [name for name in names if name not in BUILTIN]
+    if unknown:
+        raise UsageError(f"unknown tool(s) {', '.join(map(repr, unknown))}; "
+                         f"built-in tools: {', '.join(BUILTIN)}")
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise UsageError(f"tool(s) named more than once: {', '.join(repeated)}")
+    return Toolset([BUILTIN[name] for name in names], ctx, policy)
+
+
+def _error(message: str) -> ToolOutcome:
+    if len(message) > ERROR_MAX_CHARS:
+        message = message[:ERROR_MAX_CHARS] + f" [... {len(message) - ERROR_MAX_CHARS:,} characters cut]"
+    return ToolOutcome(ERROR_PREFIX + message, True, None)
+
+
+def _parse(tool: str, raw: str) -> dict[str, Any]:
+    """The arguments object of a call (empty text means no arguments). Raises ``ToolError``."""
+    if not raw.strip():
+        return {}
+    try:
+        arguments = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ToolError(f"the arguments of {tool} are not valid JSON ({err}): "
+                        f"{raw[:RAW_ARGUMENTS_SHOWN]!r}") from err
+    if not isinstance(arguments, dict):
+        raise ToolError(f"the arguments of {tool} must be a JSON object, not {type(arguments).__name__}")
+    return arguments
+
+
+def _check(tool: str, arguments: dict[str, Any], parameters: Mapping[str, Any]) -> None:
+    """Check names and JSON types against the schema; drop a ``null`` given for an optional
+    non-nullable argument (its default applies). Raises ``ToolError`` naming every problem."""
+    properties: Mapping[str, Any] = parameters.get("properties", {})
+    required = set(parameters.get("required", ()))
+    defaulted = [name for name, value in arguments.items() if value is None and name in properties
+                 and name not in required and not _has_type(None, properties[name])]
+    for name in defaulted:
+        del arguments[name]
+    problems = [f"missing argument {name!r}" for name in properties if name in required - arguments.keys()]
+    problems += [f"unexpected argument {name!r}" for name in arguments if name not in properties]
+    problems += [
+        f"argument {name!r} must be {_type_text(properties[name])}, not {json.dumps(value)[:50]}"
+        for name, value in arguments.items()
+        if name in properties and not _has_type(value, properties[name])
+    ]
+    if problems:
+        expected = ", ".join(f"{name} ({_type_text(spec)}{', required' if name in required else ''})"
+                             for name, spec in properties.items())
+        raise ToolError(f"bad arguments for {tool}: {'; '.join(problems)}. It takes: {expected or 'nothing'}")
+
+
+def _types(spec: Mapping[str, Any]) -> list[str]:
+    declared = spec.get("type")
+    if declared is None:
+        return []
+    return [declared] if isinstance(declared, str) else list(declared)
+
+
+def _type_text(spec: Mapping[str, Any]) -> str:
+    return " or ".join(_types(spec)) or "any value"
+
+
+def _has_type(value: Any, spec: Mapping[str, Any]) -> bool:
+    """Whether ``value`` (parsed JSON) has one of the JSON types ``spec`` declares (any when none)."""
+    types = _types(spec)
+    if not types:
+        return True
+    for name in types:
+        python_types = _JSON_TYPES.get(name, (object,))
+        if isinstance(value, bool) and bool not in python_types:
+            continue  # JSON true/false is not an integer or a number
+        if isinstance(value, python_types):
+            return True
+    return False
