@@ -46,5 +46,5 @@ def test_target_must_be_below_trigger():
 
 
 def test_missing_profile_lists_bundled_ones():
-    with pytest.raises(ProfileError, match="bundled: .*default"):
+    with pytest.raises(ProfileError, match=r"bundled: .*default"):
         load_profile("/no/such/profile.yaml")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from viewgen import views
 
 from ctxagent.messages import pair_violations
 from ctxagent.strategies.base import Budget, StrategyContext
 from ctxagent.strategies.pipeline import replay
 from ctxagent.strategies.truncate import Truncate
+from viewgen import views
 
 
 def ctx_for(window: int) -> StrategyContext:

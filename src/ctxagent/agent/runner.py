@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
-
-from dataclasses import replace
 
 from ctxagent.agent.context import ContextState, largest_parts, record_of
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone

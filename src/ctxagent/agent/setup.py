@@ -5,10 +5,9 @@ Call :func:`open_runner` while holding the session's writer lock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from collections.abc import Callable
 
 from ctxagent.agent.model import Model, make_model
 from ctxagent.agent.runner import Runner

@@ -144,10 +144,7 @@ def summarize(records_: list[Any]) -> dict[str, Any]:
     usage = [r for r in records_ if isinstance(r, records.UsageRecord)]
     last_end = max((i for i, r in enumerate(records_) if isinstance(r, records.EndRecord)), default=-1)
     last_msg = max((i for i, r in enumerate(records_) if isinstance(r, records.MessageRecord)), default=-1)
-    if last_end > last_msg:
-        status = records_[last_end].reason
-    else:
-        status = "interrupted" if last_msg >= 0 else "new"
+    status = records_[last_end].reason if last_end > last_msg else ("interrupted" if last_msg >= 0 else "new")
     return {
         "created": head.ts if head else None,
         "model": head.model if head else None,
