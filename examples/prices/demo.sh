@@ -12,16 +12,8 @@ ctxagent run --batch --session "$session" --model "scripted:$here/script.yaml" \
 
 echo
 echo "== what the model saw of the 3.4 MB output (the preview in the transcript) =="
-ctxagent inspect transcript --session "$session" --json \
-  | python -c 'import json,sys
-for line in sys.stdin:
-    r = json.loads(line)
-    if r["kind"] == "message" and r["message"].get("tool_call_id") == "prices":
-        text = r["message"]["content"]
-        print("\n".join(text.splitlines()[:6]), "\n   ...\n" + "\n".join(text.splitlines()[-6:]))
-        print(f"-- preview: {len(text)} characters, {r[\"tokens\"]} tokens;",
-              "gpt-4o entry in preview:", chr(34) + "gpt-4o" + chr(34) + ": {" in text)'
+ctxagent inspect transcript --session "$session" --json | python "$here/show_preview.py" prices
 
 echo
 echo "== the offloaded outputs =="
-ctxagent inspect transcript --session "$session" | grep -E 'output|end'
+ctxagent inspect transcript --session "$session" | grep -E '^ +(output|end) '

@@ -140,10 +140,7 @@ class Runner:
 
     # -- the loop ----------------------------------------------------------------------------
     def budget(self) -> Budget:
-        p = self.profile
-        return Budget(window=self.state.header.context_window, tools=self.tool_tokens,
-                      reserved=p.max_output_tokens + p.margin_tokens, target=p.target,
-                      trigger=p.trigger, scale=self.state.scale)
+        return make_budget(self.profile, self.state.header.context_window, self.tool_tokens, self.state.scale)
 
     def needs_input(self) -> bool:
         """Whether the session cannot continue without a new user message (it was answered)."""
@@ -251,7 +248,7 @@ class Runner:
                     ) from err
                 budget = replace(budget, scale=budget.scale * 1.25)
                 self.state.scale = budget.scale
-                view = yield from self._build(emergency_steps(view, attempt), budget)
+                view = yield from self._build(emergency_steps(view, budget, attempt), budget)
         self._record_reply(reply, view)
         yield Replied(self.state.turn, reply)
         return reply
@@ -292,13 +289,21 @@ class Runner:
                                                           detail=detail[:2000])])
 
 
-def emergency_steps(view: list[Any], attempt: int) -> list[StrategyConfig]:
-    """Overflow recovery: mask every tool result but the last turn's, then truncate to the
-    target (tighter on the second attempt). Both run whatever the triggers say."""
+def make_budget(profile: Profile, window: int, tool_tokens: int, scale: float = 1.0) -> Budget:
+    """The budget of a request: ``window`` and ``tool_tokens`` in tokens, the profile's reserve,
+    target and trigger, and the calibration ``scale``."""
+    return Budget(window=window, tools=tool_tokens, reserved=profile.max_output_tokens + profile.margin_tokens,
+                  target=profile.target, trigger=profile.trigger, scale=scale)
+
+
+def emergency_steps(view: list[Any], budget: Budget, attempt: int) -> list[StrategyConfig]:
+    """Overflow recovery: mask every tool result but the last unit's, then truncate to half the
+    current size (a quarter on the second attempt), or to the target if that is lower. Both steps
+    run whatever the triggers say: the provider has just told us our estimate was wrong."""
     last = groups(view)[-1] if view else []
     keep = sum(1 for i in last if view[i].role == "tool")
-    factor = 0.5 if attempt else 1.0
-    steps = [StrategyConfig(strategy="truncate", trigger=0, target_scale=factor)]
+    target = min(budget.target, (0.5 if attempt == 0 else 0.25) * budget.total(view) / budget.window)
+    steps = [StrategyConfig(strategy="truncate", trigger=0, target=round(target, 4))]
     if "mask_observations" in registry.names():
         steps.insert(0, StrategyConfig(strategy="mask_observations", trigger=0, keep=keep, min_tokens=0))
     return steps

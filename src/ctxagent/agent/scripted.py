@@ -26,7 +26,7 @@ import yaml
 from ctxagent.agent.model import Reply, ToolCall, Usage
 from ctxagent.errors import ProviderError, UsageError
 from ctxagent.messages import Message
-from ctxagent.tokens import count_messages, count_text
+from ctxagent.tokens import count_messages, count_text, count_tools
 
 
 def _reply(item: Any, index: int, where: str) -> Reply:
@@ -75,6 +75,6 @@ class ScriptedModel:
             )
         reply = self.replies[self.position]
         self.position += 1
-        prompt = count_messages(messages) + count_text(json.dumps(list(tools)))
+        prompt = count_messages(messages) + count_tools(tools)
         usage = Usage(prompt_tokens=prompt, completion_tokens=count_text(reply.content or ""), cost_usd=0.0)
         return Reply(reply.content, reply.tool_calls, usage, "tool_calls" if reply.tool_calls else "stop")

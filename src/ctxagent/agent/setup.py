@@ -6,15 +6,19 @@ Call :func:`open_runner` while holding the session's writer lock.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ctxagent.agent.context import ContextState
 from ctxagent.agent.model import Model, make_model
-from ctxagent.agent.runner import Runner
+from ctxagent.agent.runner import INTERRUPTED, Runner, make_budget, scan
 from ctxagent.errors import UsageError
 from ctxagent.profile import Path_, Profile, bundled_names, load_profile
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
+from ctxagent.strategies.base import Budget, Compaction, Entry
+from ctxagent.tokens import count_tools
 from ctxagent.tools.base import ToolContext
 from ctxagent.tools.offload import OffloadPolicy
 from ctxagent.tools.toolset import make_toolset
@@ -72,12 +76,53 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     model = make_model(model_name, api_base=api_base or profile.api_base, replies_done=replies,
                        timeout_s=profile.timeout_s, retries=profile.retries,
                        max_output_tokens=profile.max_output_tokens)
-    policy = OffloadPolicy(limit_tokens=profile.tool_result_limit, head_lines=profile.preview.head_lines,
-                           tail_lines=profile.preview.tail_lines, max_chars=profile.preview.max_chars,
-                           model=model_name)
-    toolset = make_toolset(profile.tools, ToolContext(session.store, workdir), policy)
+    toolset = make_toolset(profile.tools, ToolContext(session.store, workdir), offload_policy(profile, model_name))
     summarizer = summarizer_factory(profile, model_name, api_base, items)
     return Runner(session, profile, model, toolset, items, header, path, summarizer)
+
+
+def offload_policy(profile: Profile, model_name: str) -> OffloadPolicy:
+    """The profile's offload settings (tool-result limit in tokens, preview lines and characters)."""
+    return OffloadPolicy(limit_tokens=profile.tool_result_limit, head_lines=profile.preview.head_lines,
+                         tail_lines=profile.preview.tail_lines, max_chars=profile.preview.max_chars,
+                         model=model_name)
+
+
+@dataclass(frozen=True)
+class NextRequest:
+    """What the next request of a session would hold, computed without writing or calling anything."""
+
+    view: list[Entry]
+    budget: Budget
+    compactions: list[Compaction]
+    recorded: list[records.CompactionRecord]
+    path: Path_
+    profile: Profile
+
+
+def next_request(session: Session, path: Path_ | None = None) -> NextRequest:
+    """The exact view the next request would send (read-only; no model call, no litellm import).
+
+    LLM strategies run without a summarizer here, so they show their deterministic fallback.
+    Raises ``UsageError``/``ProfileError`` for a session without header or a bad profile.
+    """
+    items = session.transcript.load()
+    header = next((r for r in items if isinstance(r, records.SessionHeader)), None)
+    if header is None:
+        raise UsageError(f"session {session.name!r} has no header record")
+    profile = load_profile(header.profile)
+    path = path or header.path
+    toolset = make_toolset(profile.tools, ToolContext(session.store, Path.cwd()), offload_policy(profile, header.model))
+    state = scan(items, header)
+    context = ContextState.from_records(items, transcript_path=str(session.transcript.path), model=header.model)
+    for call_id in state.open_calls:
+        context.view.append(Entry({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED}, 0,
+                                  state.next_seq, state.next_seq, state.turn, kind="interrupted"))
+    budget = make_budget(profile, header.context_window, count_tools(toolset.specs(), header.model), state.scale)
+    pins = list(dict.fromkeys([*profile.pins, *state.pins]))
+    built = context.build(profile.pipeline(path), budget, turn=state.turn + 1, pins=pins)
+    recorded = [r for r in items if isinstance(r, records.CompactionRecord)]
+    return NextRequest(built.view, budget, built.compactions, recorded, path, profile)
 
 
 def summarizer_factory(profile: Profile, model_name: str, api_base: str | None,

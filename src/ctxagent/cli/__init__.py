@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from ctxagent.cli import inspect, run, sessions
+from ctxagent.cli import context_cmd, inspect, run, sessions
 from ctxagent.errors import CtxagentError
 
 app = typer.Typer(
@@ -21,6 +21,7 @@ app = typer.Typer(
 )
 app.command("run")(run.run)
 app.command("resume")(run.resume)
+context_cmd.register(inspect.app)
 app.add_typer(inspect.app, name="inspect")
 app.add_typer(sessions.app, name="sessions")
 

@@ -59,7 +59,7 @@ def transcript(session: SessionOpt = None, json_out: JsonOpt = False) -> None:
         for rec in items:
             print(records.dumps(rec))
         return
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     console.print(f"[dim]{target.transcript.path}[/dim]")
     for rec in items:
         console.print(_line(rec))

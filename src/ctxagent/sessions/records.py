@@ -110,6 +110,10 @@ def dumps(record: _Record) -> str:
     return json.dumps(record.model_dump(mode="json"), ensure_ascii=False, separators=(",", ":"))
 
 
-def loads(line: str) -> Any:
-    """Parse one line back into its record type. Raises ``ValueError`` on anything malformed."""
-    return _ADAPTER.validate_python(json.loads(line))
+def loads(line: str | bytes) -> Any:
+    """Parse one line back into its record type. Raises ``ValueError`` on anything malformed.
+
+    pydantic-core parses and validates in one pass (about twice as fast as ``json.loads`` then
+    validating, which matters when a 10,000-message transcript is resumed).
+    """
+    return _ADAPTER.validate_json(line)

@@ -50,7 +50,7 @@ class Transcript:
             if not line.strip():
                 continue
             try:
-                out.append(records.loads(line.decode("utf-8")))
+                out.append(records.loads(line))
             except ValueError as err:
                 warnings.warn(
                     f"{self.path}:{number}: unreadable record skipped ({str(err)[:120]})",

@@ -7,8 +7,7 @@ tool call from its results (units from :func:`~ctxagent.strategies.base.groups`)
 most recent unit, and leaves a one-line note naming the transcript where messages were dropped.
 The drop is recorded as a compaction so the next views start from it (and resume sees the same).
 
-Parameters: ``target`` (fraction of the window; default the profile's ``target``) and
-``target_scale`` (a factor on it; overflow recovery uses 0.5 to cut deeper).
+Parameters: ``target`` (fraction of the window; default the profile's ``target``).
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ class Truncate:
     uses_llm = False
 
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        target = float(ctx.params.get("target", ctx.budget.target)) * float(ctx.params.get("target_scale", 1.0))
+        target = float(ctx.params.get("target", ctx.budget.target))
         limit = ctx.budget.window * target
         units = groups(view)
         keep = protected(view)

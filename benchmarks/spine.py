@@ -1,0 +1,178 @@
+"""Numbers for the spine: start-up, append latency, resume of a 10,000-message transcript, and the
+time and peak memory of offloading a 1 GB shell output. Run: ``python -m benchmarks.spine [--quick]``.
+
+Timings are wall-clock medians on this machine; compare the ratios, not the absolute values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ONE_GB = 1_000_000_000
+
+
+def wall(cmd: list[str], runs: int, env: dict[str, str] | None = None) -> float:
+    """Median wall time of ``cmd`` in seconds over ``runs`` runs (one warm-up first)."""
+    times = []
+    for i in range(runs + 1):
+        t = time.perf_counter()
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env)
+        if i:
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def startup(runs: int) -> dict[str, float]:
+    py = sys.executable
+    return {
+        "python -c pass": wall([py, "-c", "pass"], runs),
+        "python -c 'import typer'": wall([py, "-c", "import typer"], runs),
+        "ctxagent --help": wall([py, "-m", "ctxagent", "--help"], runs),
+    }
+
+
+def append_latency(n: int, root: Path) -> dict[str, float]:
+    from ctxagent.sessions import records
+    from ctxagent.sessions.transcript import Transcript
+
+    t = Transcript(root / "append.jsonl")
+    lat = []
+    for i in range(n):
+        rec = records.MessageRecord(seq=i, turn=i, tokens=50, message={"role": "user", "content": "x" * 400})
+        s = time.perf_counter()
+        t.append([rec])
+        lat.append((time.perf_counter() - s) * 1000)
+    lat.sort()
+    return {"p50_ms": lat[len(lat) // 2], "p99_ms": lat[int(len(lat) * 0.99)]}
+
+
+def write_transcript(session_root: Path, messages: int) -> None:
+    """A realistic transcript: a task, then assistant tool calls with results of skewed sizes."""
+    import random
+
+    from ctxagent.messages import tool_call
+    from ctxagent.sessions import records
+    from ctxagent.sessions.transcript import Transcript
+
+    rng = random.Random(7)
+    session_root.mkdir(parents=True)
+    items: list[object] = [records.SessionHeader(name=session_root.name, model="scripted:none", profile="default",
+                                                 context_window=128_000)]
+    seq = turn = 0
+
+    def msg(m: dict[str, object], tokens: int) -> None:
+        nonlocal seq
+        items.append(records.MessageRecord(seq=seq, turn=turn, tokens=tokens, message=m))
+        seq += 1
+
+    msg({"role": "system", "content": "system prompt"}, 10)
+    turn = 1
+    msg({"role": "user", "content": "the task"}, 10)
+    while seq < messages:
+        turn += 1
+        cid = f"c{seq}"
+        msg({"role": "assistant", "content": None, "tool_calls": [tool_call(cid, "shell", '{"command":"ls"}')]}, 20)
+        size = int(rng.lognormvariate(6, 1.2))
+        msg({"role": "tool", "tool_call_id": cid, "content": "y" * min(size, 20_000)}, max(1, size // 4))
+    items.append(records.EndRecord(reason="max_turns", turn=turn))
+    Transcript(session_root / "transcript.jsonl").append(items)
+
+
+def resume_time(messages: int, root: Path, runs: int) -> dict[str, float]:
+    """Time to open a session for resume (load, replay, scan, build the next view), in-process."""
+    os.environ["CTXAGENT_DATA_DIR"] = str(root)
+    from ctxagent.agent.setup import next_request
+    from ctxagent.sessions.session import Session
+
+    session = Session.at(f"big{messages}")
+    write_transcript(session.root, messages)
+    times = []
+    for _ in range(runs):
+        s = time.perf_counter()
+        next_request(session)
+        times.append(time.perf_counter() - s)
+    size = (session.root / "transcript.jsonl").stat().st_size
+    cli = wall([sys.executable, "-m", "ctxagent", "inspect", "transcript", "--session", session.name, "--json"],
+               3, env={**os.environ})
+    return {"messages": messages, "transcript_mb": size / 1e6, "resume_ms": statistics.median(times) * 1000,
+            "cli_inspect_transcript_json_s": cli}
+
+
+OFFLOAD_CHILD = r"""
+import json, resource, sys, time
+from pathlib import Path
+from ctxagent.agent.model import ToolCall
+from ctxagent.sessions.store import OutputStore
+from ctxagent.tools.base import ToolContext
+from ctxagent.tools.offload import OffloadPolicy
+from ctxagent.tools.toolset import make_toolset
+root = Path(sys.argv[1]); size = int(sys.argv[2])
+ts = make_toolset(["shell"], ToolContext(OutputStore(root / "outputs"), root), OffloadPolicy(limit_tokens=20000))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+cmd = f"yes 'the quick brown fox jumps over the lazy dog 0123456789' | head -c {size}"
+t = time.perf_counter()
+out = ts.call(ToolCall("big", "shell", json.dumps({"command": cmd, "timeout_s": 600})))
+elapsed = time.perf_counter() - t
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"seconds": elapsed, "rss_before_mb": before / 1024, "rss_peak_mb": after / 1024,
+                  "offloaded": out.output is not None, "bytes": out.output.bytes if out.output else 0}))
+"""
+
+
+def offload(size: int, root: Path) -> dict[str, float]:
+    """Offload ``size`` bytes of shell output, against writing the same bytes to a file with the shell."""
+    root.mkdir(parents=True, exist_ok=True)
+    out = subprocess.run([sys.executable, "-c", OFFLOAD_CHILD, str(root), str(size)], capture_output=True,
+                         text=True, check=True)
+    result = json.loads(out.stdout)
+    cat = wall(["bash", "-c", f"yes 'the quick brown fox jumps over the lazy dog 0123456789' | head -c {size} "
+                f"> {root}/plain.out"], 3)
+    result["shell_to_file_s"] = cat
+    result["ratio_to_shell"] = result["seconds"] / cat
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer runs")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    runs = 3 if args.quick else 10
+    root = Path(tempfile.mkdtemp(prefix="ctxagent-bench-"))
+    try:
+        results = {
+            "startup_s": startup(runs),
+            "append": append_latency(300 if args.quick else 2000, root),
+            "resume": resume_time(10_000, root / "data", runs),
+            "offload": offload(ONE_GB // (10 if args.quick else 1), root / "offload"),
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    s = results["startup_s"]
+    print(f"start-up  python -c pass {s['python -c pass']:.3f}s | import typer {s[next(iter(list(s)[1:2]))]:.3f}s"
+          f" | ctxagent --help {s['ctxagent --help']:.3f}s"
+          f" ({s['ctxagent --help'] / s[list(s)[1]]:.2f}x import typer)")
+    a = results["append"]
+    print(f"append    p50 {a['p50_ms']:.3f} ms, p99 {a['p99_ms']:.3f} ms per record (flush + fsync)")
+    r = results["resume"]
+    print(f"resume    {r['messages']:,} messages ({r['transcript_mb']:.1f} MB): {r['resume_ms']:.0f} ms in-process; "
+          f"'inspect transcript --json' {r['cli_inspect_transcript_json_s']:.2f} s")
+    o = results["offload"]
+    print(f"offload   {o['bytes'] / 1e9:.2f} GB shell output: {o['seconds']:.2f} s (shell to a file: "
+          f"{o['shell_to_file_s']:.2f} s, {o['ratio_to_shell']:.2f}x); peak RSS {o['rss_peak_mb']:.0f} MB "
+          f"(before the call {o['rss_before_mb']:.0f} MB)")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

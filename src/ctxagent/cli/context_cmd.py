@@ -1,0 +1,80 @@
+"""``ctxagent inspect context``: the exact messages the next request would send, and the budget."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ctxagent.cli.render import short
+
+if TYPE_CHECKING:
+    from ctxagent.agent.setup import NextRequest
+
+BAR = 50  # characters of the budget bar
+
+
+def budget_bar(used: int, window: int, target: float, trigger: float) -> str:
+    """``[#####....|....!....]`` : used tokens against the window, ``|`` the target, ``!`` the trigger."""
+    cells = ["#" if i < round(BAR * used / window) else "." for i in range(BAR)]
+    for fraction, mark in ((target, "|"), (trigger, "!")):
+        cells[min(BAR - 1, int(BAR * fraction))] = mark
+    return "[" + "".join(cells) + "]"
+
+
+def context(
+    session: Annotated[str | None, typer.Option("--session", "-s", help="Session name (default: most recent).")] = None,
+    path: Annotated[str | None, typer.Option("--path", help="interactive or batch (default: the session's).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """The messages the next request would send, tokens per message, the budget, the compactions."""
+    from ctxagent.agent.setup import next_request
+    from ctxagent.cli.inspect import pick
+
+    if path not in (None, "interactive", "batch"):
+        raise typer.BadParameter("--path is interactive or batch")
+    nxt = next_request(pick(session), path="batch" if path == "batch" else "interactive" if path else None)
+    b = nxt.budget
+    used = b.total(nxt.view)
+    budget = {"window": b.window, "used": used, "target": int(b.window * b.target),
+              "trigger": int(b.window * b.trigger), "tools": b.tools, "reserved": b.reserved, "scale": b.scale}
+    if json_out:
+        print(json.dumps({
+            "path": nxt.path, "profile": nxt.profile.name, "budget": budget,
+            "messages": [{"message": e.message, "tokens": e.tokens, "seq": [e.start, e.end], "kind": e.kind}
+                         for e in nxt.view],
+            "compactions": {"recorded": [r.model_dump(mode="json") for r in nxt.recorded],
+                            "next": [c.__dict__ for c in nxt.compactions]},
+        }, ensure_ascii=False))
+        return
+    _render(nxt, budget)
+
+
+def _render(nxt: NextRequest, budget: dict[str, int | float]) -> None:
+    console = Console(highlight=False, soft_wrap=True)
+    table = Table("#", "seq", "role", "kind", "tokens", "content")
+    for i, e in enumerate(nxt.view):
+        seq = str(e.start) if e.start == e.end else f"{e.start}-{e.end}"
+        table.add_row(str(i), seq, e.role, e.kind, str(e.tokens), escape(short(str(e.message.get("content") or
+                      [c["function"]["name"] for c in e.message.get("tool_calls") or []]), 90)))
+    console.print(table)
+    b = budget
+    window = int(b["window"])
+    bar = budget_bar(int(b["used"]), window, b["target"] / window, b["trigger"] / window)
+    console.print(f"budget {escape(bar)}"
+                  f" {b['used']}/{b['window']} tokens (target {b['target']}, trigger {b['trigger']}; "
+                  f"tool schemas {b['tools']}, reserved {b['reserved']}, calibration x{b['scale']:.2f})")
+    for r in nxt.recorded:
+        console.print(f"recorded compaction: {r.strategy} #{r.start}-#{r.end} ({r.tokens_before} -> {r.tokens} tokens)")
+    for c in nxt.compactions:
+        console.print(f"would compact next: {c.strategy} #{c.start}-#{c.end} ({c.tokens_before} -> {c.tokens} tokens)")
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the command to the ``inspect`` app."""
+    app.command("context")(context)
+
