@@ -10,7 +10,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from ctxagent.cli.render import short
-from ctxagent.sessions import records
 from ctxagent.sessions.session import Session, latest_session
 
 app = typer.Typer(help="Look inside a session without changing it.", no_args_is_help=True)
@@ -25,6 +24,8 @@ def pick(name: str | None) -> Session:
 
 
 def _line(rec: Any) -> str:
+    from ctxagent.sessions import records
+
     if isinstance(rec, records.SessionHeader):
         return (f"[bold]session[/bold] {escape(rec.name)} · model {escape(rec.model)} · profile "
                 f"{escape(rec.profile)} · window {rec.context_window} tokens · schema {rec.schema_version}")
@@ -53,6 +54,8 @@ def _line(rec: Any) -> str:
 @app.command("transcript")
 def transcript(session: SessionOpt = None, json_out: JsonOpt = False) -> None:
     """Every record of the transcript, oldest first; compactions are marked."""
+    from ctxagent.sessions import records
+
     target = pick(session)
     items = target.transcript.load()
     if json_out:

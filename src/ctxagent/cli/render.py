@@ -11,7 +11,6 @@ import json
 from typing import Any, Protocol
 
 from rich.console import Console
-from rich.markdown import Markdown
 from rich.markup import escape
 from rich.status import Status
 
@@ -113,6 +112,8 @@ class InteractiveRenderer:
         if isinstance(event, Replied) and event.reply.tool_calls and event.reply.content:
             self.out.print(f"[italic]{escape(short(event.reply.content, 200))}[/italic]")
         elif isinstance(event, Finished) and event.status == "answered":
+            from rich.markdown import Markdown  # 25 ms of imports: only when an answer is rendered
+
             self.answer = event.answer
             self.out.print(Markdown(event.answer or ""))
         elif (line := describe(event)) is not None:

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ctxagent.sessions.session import list_sessions, summarize
 
-app = typer.Typer(help="List sessions.", no_args_is_help=True)
+app = typer.Typer(help="List sessions.", no_args_is_help=True, rich_markup_mode=None)
 
 
 def _when(ts: float | None) -> str:

@@ -1,15 +1,6 @@
-"""Sessions: the JSONL transcript, the output store of offloaded outputs, locks and listing."""
+"""Sessions: the JSONL transcript (``transcript``, ``records``), the output store of offloaded
+outputs (``store``), locks and listing (``session``).
 
-from ctxagent.sessions.session import Session, data_dir, latest_session, list_sessions
-from ctxagent.sessions.store import OutputStore, handle_for
-from ctxagent.sessions.transcript import Transcript
-
-__all__ = [
-    "OutputStore",
-    "Session",
-    "Transcript",
-    "data_dir",
-    "handle_for",
-    "latest_session",
-    "list_sessions",
-]
+Nothing is re-exported here, so importing one submodule does not import the others (pydantic,
+which ``records`` needs, costs start-up time that ``ctxagent --help`` must not pay).
+"""

@@ -14,12 +14,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxagent.errors import SessionBusyError, UsageError
-from ctxagent.sessions import records
 from ctxagent.sessions.store import OutputStore
 from ctxagent.sessions.transcript import Transcript
+
+if TYPE_CHECKING:
+    from ctxagent.sessions.records import SessionHeader
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -109,8 +111,10 @@ class Session:
         finally:
             lock.release()
 
-    def header(self) -> records.SessionHeader | None:
+    def header(self) -> SessionHeader | None:
         """The session header record, read from the first line only (cheap)."""
+        from ctxagent.sessions import records
+
         try:
             with open(self.root / "transcript.jsonl", encoding="utf-8") as fh:
                 first = fh.readline()
@@ -139,6 +143,8 @@ def latest_session() -> Session:
 
 def summarize(records_: list[Any]) -> dict[str, Any]:
     """Name-independent facts of a loaded transcript: created, turns, tokens, status, messages."""
+    from ctxagent.sessions import records
+
     head = next((r for r in records_ if isinstance(r, records.SessionHeader)), None)
     messages = [r for r in records_ if isinstance(r, records.MessageRecord)]
     usage = [r for r in records_ if isinstance(r, records.UsageRecord)]

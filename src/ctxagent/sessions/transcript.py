@@ -12,8 +12,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ctxagent.sessions import records
-
 
 class TranscriptWarning(UserWarning):
     """A transcript line could not be read and was set aside."""
@@ -37,6 +35,8 @@ class Transcript:
         to ``transcript.torn-<n>.jsonl`` beside the transcript and cut off, so the next append starts
         on a clean line. Missing file: empty list.
         """
+        from ctxagent.sessions import records  # pydantic: imported on first use, not at start-up
+
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
@@ -79,6 +79,8 @@ class Transcript:
 
     def append(self, items: Iterable[Any]) -> None:
         """Append ``items`` (records), one line each, then flush and fsync once."""
+        from ctxagent.sessions import records
+
         text = "".join(records.dumps(r) + "\n" for r in items)
         if not text:
             return

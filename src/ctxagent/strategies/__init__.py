@@ -1,16 +1,5 @@
-"""Strategies: pure transforms of the view, registered by name, run as per-path pipelines."""
+"""Strategies: pure transforms of the view (``base``), registered by name (``registry``), run as
+per-path pipelines (``pipeline``).
 
-from ctxagent.strategies.base import Budget, Compaction, Entry, Outcome, Strategy, StrategyContext
-from ctxagent.strategies.registry import get, names, register
-
-__all__ = [
-    "Budget",
-    "Compaction",
-    "Entry",
-    "Outcome",
-    "Strategy",
-    "StrategyContext",
-    "get",
-    "names",
-    "register",
-]
+Nothing is re-exported here: importing ``strategies.base`` must not import every strategy.
+"""
