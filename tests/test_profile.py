@@ -48,3 +48,25 @@ def test_target_must_be_below_trigger():
 def test_missing_profile_lists_bundled_ones():
     with pytest.raises(ProfileError, match=r"bundled: .*default"):
         load_profile("/no/such/profile.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key", "words"),
+    [
+        ("pipelines:\n  batch:\n    - strategy: summarize\n", 3, "pipelines.batch.0.strategy", "calls an LLM"),
+        ("pipelines:\n  batch:\n    - strategy: nope\n", 3, "pipelines.batch.0.strategy", "unknown strategy"),
+        ("pipelines:\n  batch:\n    - strategy: truncate\n    - strategy: mask_observations\n      kep: 3\n",
+         5, "pipelines.batch.1.kep", "no parameter 'kep'"),
+    ],
+)
+def test_pipeline_checks_name_line_and_key(text, line, key, words):
+    with pytest.raises(ProfileError) as info:
+        parse_profile(text, source="p.yaml")
+    assert (info.value.line, info.value.key) == (line, key)
+    assert words in str(info.value)
+
+
+def test_batch_llm_allowed_when_the_profile_says_so():
+    profile = parse_profile("allow_llm_in_batch: true\npipelines:\n  batch:\n    - strategy: summarize\n",
+                            source="p.yaml")
+    assert profile.pipeline("batch")[0].strategy == "summarize"

@@ -31,10 +31,41 @@ class Entry:
     end: int
     turn: int
     kind: str = "message"
+    role: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def role(self) -> str:
-        return str(self.message.get("role"))
+    def __post_init__(self) -> None:
+        # read on every entry of every request by every strategy: a plain attribute, not a property
+        object.__setattr__(self, "role", str(self.message.get("role")))
+
+
+class EntryMemo:
+    """Results of pure per-entry computations, remembered while the entry object lives.
+
+    Entries of the base view are the same objects from one request to the next, so a strategy
+    that derives something from one entry (a stub, a verdict, a normalized text) computes it once
+    instead of on every request: per-turn cost stops growing with the history. The memo holds the
+    entry itself, so its ``id`` cannot be reused while remembered; it is cleared when it reaches
+    ``limit`` items (memory stays bounded in sessions of any length).
+    """
+
+    def __init__(self, limit: int = 200_000):
+        self.limit = limit
+        self._items: dict[tuple[int, Any], tuple[Entry, Any]] = {}
+
+    def get(self, entry: Entry, key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()`` for (``entry``, ``key``), from memory when it was computed before."""
+        slot = (id(entry), key)
+        hit = self._items.get(slot)
+        if hit is not None and hit[0] is entry:
+            return hit[1]
+        value = compute()
+        if len(self._items) >= self.limit:
+            self._items.clear()
+        self._items[slot] = (entry, value)
+        return value
+
+
+MEMO = EntryMemo()
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from ctxagent.errors import UsageError
 from ctxagent.strategies.base import Strategy
+from ctxagent.strategies.checkpoint import Checkpoint
+from ctxagent.strategies.dedupe import Dedupe
+from ctxagent.strategies.distill import Distill
+from ctxagent.strategies.mask_observations import MaskObservations
+from ctxagent.strategies.prune import Prune
+from ctxagent.strategies.role_selective import RoleSelective
+from ctxagent.strategies.sliding_window import SlidingWindow
+from ctxagent.strategies.summarize import Summarize
 from ctxagent.strategies.truncate import Truncate
 
 _REGISTRY: dict[str, Strategy] = {}
@@ -30,5 +38,6 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-for _strategy in (Truncate(),):
+for _strategy in (Truncate(), MaskObservations(), Summarize(), SlidingWindow(), Checkpoint(), Distill(),
+                  Prune(), Dedupe(), RoleSelective()):
     register(_strategy)

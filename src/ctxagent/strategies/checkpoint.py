@@ -1,0 +1,283 @@
+"""``checkpoint``: at a milestone, the older history becomes one structured checkpoint message.
+
+Source of the rule (DESIGN.md, "Knowledge"): checkpoint triggers are a phase change, a sub-task
+done, the budget at 75%, or an explicit instruction; checkpoint content is a summary, key facts
+with exact values, completed and pending work, decisions with rationale, constraints, and the
+state of stateful tools (here: files touched); the session shape table puts checkpoints at over
+15 turns and 85% of the budget; window sizing says under 4 turns the agent repeats itself.
+
+Triggers:
+- the agent calls the ``checkpoint`` tool (:data:`CHECKPOINT_TOOL_SCHEMA`, registered by the
+  runner): when the newest assistant message in the view calls it, its JSON arguments ARE the
+  checkpoint (no LLM). Applied once per call (the message names the call id).
+- otherwise, when the step runs (its ``trigger`` fraction, e.g. 0.75, or ``every_turns``), and
+  the request is over ``at`` (a fraction of the window; unset: no extra condition) and over the
+  target (IDENTITY): the summarizer writes the checkpoint as JSON (``llm: true`` and a summarizer
+  given), checked like a summary (not empty, at most ``max_tokens``, every pinned fact present);
+  without a summarizer, with ``llm: false``, or when the LLM checkpoint fails, a deterministic
+  checkpoint is made: the task as goal, fact-like lines of the range verbatim (paths, numbers,
+  handles, errors), the calls made, the files named in call arguments.
+To catch the agent's checkpoint at the next request, give the step ``trigger: 0`` and ``at: 0.75``.
+
+The next phase starts from HEAD, the checkpoint message and the last ``keep_turns`` units: the
+units between are replaced by a user-role message ``[ctxagent checkpoint of messages #a-#b ...]``
+(rendered compactly: goal, phase, key facts, completed, pending, decisions, constraints, files
+touched), recorded as a compaction (an older checkpoint in the range is superseded and is part of
+the new one's input). When HEAD splits the range in two (the current user message is not recent),
+the older part becomes a one-line pointer to the checkpoint. Pinned facts of the range are kept.
+
+Parameters:
+    keep_turns: units kept verbatim after the checkpoint; default 4.
+    at: fraction of the window the request must be over for a non-agent checkpoint; default
+        unset (the step's trigger decides).
+    llm: write non-agent checkpoints with the summarizer when one is given; default true.
+    max_tokens: tokens of an LLM checkpoint, and about the size of a deterministic one; default 1200.
+    chunk_tokens: tokens of rendered text per summarizer call; default 8000.
+    target: fraction of the window at or under which no non-agent checkpoint is made; default the
+        profile's.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from ctxagent.messages import Message
+from ctxagent.strategies.base import Entry, Outcome, StrategyContext
+from ctxagent.strategies.common import (
+    calls_of_results,
+    content_of,
+    fact_lines,
+    label_range,
+    nothing_new,
+    one_line,
+    pins_in,
+    render,
+    replace_runs,
+    runs_to_compact,
+    short_call,
+    task_text,
+    text,
+    with_pins,
+)
+from ctxagent.strategies.prune import is_dead
+from ctxagent.strategies.summarize import under_target
+from ctxagent.strategies.summarizing import SummaryFailed, condense
+
+FIELDS: dict[str, str] = {
+    "goal": "the overall goal, in one or two sentences",
+    "phase": "the phase just finished and the one starting now",
+    "key_facts": "facts learned so far, with exact values (paths, numbers, ids, handles, commands, errors)",
+    "completed": "subtasks done",
+    "pending": "subtasks left, in order",
+    "decisions": "decisions taken, each with its rationale",
+    "constraints": "constraints the rest of the work must respect",
+    "files_touched": "files read, created or changed",
+}
+TITLES = {"key_facts": "key facts", "files_touched": "files touched"}
+LISTED = ("key_facts", "decisions")  # rendered one item a line; other lists on one line
+
+CHECKPOINT_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "checkpoint",
+        "description": (
+            "Save a checkpoint of your progress at a milestone (a phase or sub-task done). The older "
+            "messages of this session are then replaced in your context by this checkpoint, so put "
+            "in it everything you still need, with exact values (paths, numbers, ids, handles, "
+            "commands, errors). The full transcript is kept."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                key: ({"type": "string", "description": doc} if key in ("goal", "phase")
+                      else {"type": "array", "items": {"type": "string"}, "description": doc})
+                for key, doc in FIELDS.items()
+            },
+            "required": ["goal", "key_facts", "pending"],
+        },
+    },
+}
+
+CHECKPOINT_PROMPT = (
+    "You are writing a checkpoint of an AI agent's working session: the messages below will be "
+    "replaced by it, and the agent will continue from it. Reply with one JSON object and nothing "
+    "else, with these keys: "
+    + "; ".join(f'"{k}": {d}' for k, d in FIELDS.items())
+    + ". Every value but goal and phase is a list of short strings. Keep exact values verbatim "
+    "(file paths, numbers, ids, handles like @abc123, commands, URLs, error messages). Never invent "
+    "a result the messages do not show. The task: {task}. At most {max_tokens} tokens."
+)
+_FENCE = re.compile(r"\A```(?:json)?\s*|\s*```\Z")
+_PATH_KEYS = ("path", "file", "filename", "files", "paths", "target", "dest", "destination", "src", "source")
+
+
+def _item(value: Any) -> str:
+    """One value of a checkpoint as a line of text."""
+    if isinstance(value, str):
+        return " ".join(value.split())
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_item(v)}" for k, v in value.items())
+    return json.dumps(value, ensure_ascii=False)
+
+
+def render_checkpoint(data: dict[str, Any]) -> str:
+    """The body of a checkpoint message: known fields in order, then any other keys."""
+    lines: list[str] = []
+    for key in [*FIELDS, *(k for k in data if k not in FIELDS)]:
+        value = data.get(key)
+        if value in (None, "", [], {}):
+            continue
+        title = TITLES.get(key, key.replace("_", " "))
+        if isinstance(value, list):
+            items = [i for i in (_item(v) for v in value) if i]
+            if key in LISTED:
+                lines.append(f"{title}:")
+                lines.extend(f"- {i}" for i in items)
+            else:
+                lines.append(f"{title}: " + "; ".join(items))
+        else:
+            lines.append(f"{title}: {_item(value)}")
+    return "\n".join(lines)
+
+
+def parse_json_object(reply: str) -> dict[str, Any]:
+    """The JSON object of an LLM reply (code fences allowed). Raises ``ValueError`` otherwise."""
+    data = json.loads(_FENCE.sub("", reply.strip()))
+    if not isinstance(data, dict) or not data:
+        raise ValueError("not a non-empty JSON object")
+    return data
+
+
+def agent_call(view: Sequence[Entry]) -> tuple[str, dict[str, Any]] | None:
+    """``(call id, arguments)`` when the newest assistant message calls ``checkpoint`` with a JSON
+    object; else None."""
+    assistants = [e for e in view if e.role == "assistant"]
+    if not assistants:
+        return None
+    for call in assistants[-1].message.get("tool_calls") or []:
+        fn = call.get("function", {})
+        if fn.get("name") == "checkpoint":
+            try:
+                data = json.loads(fn.get("arguments") or "")
+            except ValueError:
+                continue
+            if isinstance(data, dict) and data:
+                return str(call.get("id")), data
+    return None
+
+
+def files_touched(entries: Sequence[Entry], limit: int = 20) -> list[str]:
+    """Paths named in the arguments of the calls of ``entries`` (newest ``limit``, once each)."""
+    found: dict[str, None] = {}
+    for entry in entries:
+        for call in entry.message.get("tool_calls") or []:
+            try:
+                args = json.loads(call.get("function", {}).get("arguments") or "")
+            except ValueError:
+                continue
+            if not isinstance(args, dict):
+                continue
+            for key in _PATH_KEYS:
+                value = args.get(key)
+                for item in value if isinstance(value, list) else [value]:
+                    if isinstance(item, str) and item.strip():
+                        found.setdefault(one_line(item, 120), None)
+    return list(found)[-limit:]
+
+
+def deterministic_checkpoint(view: Sequence[Entry], run: Sequence[Entry], max_tokens: int,
+                             model: str = "") -> dict[str, Any]:
+    """A checkpoint made without an LLM from the messages of ``run`` (verbatim lines only)."""
+    calls = calls_of_results(run)
+    done = [short_call(calls[i], 80) for i, e in enumerate(run) if i in calls and not is_dead(e)]
+    failed = [short_call(calls[i], 80) for i, e in enumerate(run) if i in calls and is_dead(e)]
+    return {
+        "goal": one_line(task_text(view), 300),
+        "phase": f"checkpoint after turn {run[-1].turn} (made without a summarizer: lines copied verbatim)",
+        "key_facts": fact_lines(run, max(50, max_tokens // 2), model),
+        "completed": list(dict.fromkeys(done))[-15:],
+        "failed attempts": list(dict.fromkeys(failed))[-10:],
+        "files_touched": files_touched(run),
+    }
+
+
+def place(view: list[Entry], runs: list[list[int]], body: str, label: str, ctx: StrategyContext,
+          name: str) -> Outcome:
+    """Replace the newest run by ``label`` + ``body`` and each older run by a pointer to it."""
+    covered = ", ".join(label_range([view[r[0]], view[r[-1]]]) for r in runs)
+    removed = [text(view[i]) for r in runs for i in r]
+    newest = view[runs[-1][0]].start
+
+    def make(run: list[Entry]) -> Message:
+        if run[0].start == newest:
+            content = f"[ctxagent {label} of messages {covered}]\n{body}"
+            return {"role": "user", "content": with_pins(content, removed, ctx.pins)}
+        return {"role": "user", "content": f"[ctxagent: messages {label_range(run)} are covered by the "
+                                           f"{label} further down]"}
+
+    return replace_runs(view, runs, make, ctx, name)
+
+
+class Checkpoint:
+    """Structured checkpoints at milestones; see the module docstring."""
+
+    name = "checkpoint"
+    uses_llm = True
+    params: ClassVar[dict[str, Any]] = {
+        "keep_turns": 4,
+        "at": None,
+        "llm": True,
+        "max_tokens": 1200,
+        "chunk_tokens": 8000,
+        "target": None,
+    }
+
+    def needs_llm(self, params: dict[str, Any]) -> bool:
+        """Whether this step calls the LLM with these parameters (not with ``llm: false``)."""
+        return bool(params.get("llm", self.params["llm"]))
+
+    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
+        p = {**self.params, **ctx.params}
+        runs = [r for r in runs_to_compact(view, 0, int(p["keep_turns"])) if not nothing_new(view, r)]
+        if not runs:
+            return Outcome(view)
+        agent = agent_call(view)
+        if agent is not None and not self._applied(view, agent[0]):
+            call_id, data = agent
+            label = f"checkpoint (written by the agent, call {call_id})"
+            return place(view, runs, render_checkpoint(data), label, ctx, self.name)
+        at = p["at"]
+        if (at is not None and not ctx.budget.over(view, float(at))) or under_target(view, ctx):
+            return Outcome(view)
+        entries = [view[i] for r in runs for i in r]
+        max_tokens = int(p["max_tokens"])
+        body = None
+        if self.needs_llm(p) and ctx.summarizer is not None:
+            try:
+                body = self._llm(view, entries, ctx, max_tokens, int(p["chunk_tokens"]))
+            except SummaryFailed:
+                body = None
+        if body is None:
+            body = render_checkpoint(deterministic_checkpoint(view, entries, max_tokens, ctx.model))
+        return place(view, runs, body, "checkpoint", ctx, self.name)
+
+    @staticmethod
+    def _applied(view: Sequence[Entry], call_id: str) -> bool:
+        """Whether the agent's checkpoint of call ``call_id`` is already in the view."""
+        mark = f"call {call_id})"
+        return any(e.kind == "checkpoint" and mark in content_of(e.message) for e in view)
+
+    @staticmethod
+    def _llm(view: Sequence[Entry], entries: Sequence[Entry], ctx: StrategyContext, max_tokens: int,
+             chunk_tokens: int) -> str:
+        """The checked body of an LLM checkpoint. Raises ``SummaryFailed``."""
+        assert ctx.summarizer is not None
+        prompt = CHECKPOINT_PROMPT.replace("{task}", one_line(task_text(view), 500)).replace(
+            "{max_tokens}", str(max_tokens))
+        return condense(render(entries), summarizer=ctx.summarizer, final_prompt=prompt,
+                        max_tokens=max_tokens, chunk_tokens=chunk_tokens,
+                        pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model,
+                        finish=lambda reply: render_checkpoint(parse_json_object(reply)))

@@ -1,0 +1,90 @@
+"""Profile-load checks of the pipelines: known strategies, accepted parameters, no LLM on batch paths.
+
+Source of the rule (DESIGN.md, "Knowledge"; issue 3): LLM summarization belongs to interactive
+paths; on batch paths it adds latency and cost per compression and can invent tool results, so a
+batch pipeline that names a strategy calling an LLM is rejected when the profile is loaded,
+unless the profile sets ``allow_llm_in_batch: true``.
+
+A strategy declares the parameters it accepts as ``params: dict[name, default]``; one whose use
+of the LLM depends on them (``llm: false``, ``rolling: false``) has ``needs_llm(params) -> bool``,
+else its ``uses_llm`` attribute decides.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxagent.errors import ProfileError
+from ctxagent.profile import Profile
+from ctxagent.strategies import registry
+from ctxagent.strategies.base import Strategy
+
+FALLBACK_PARAMS: dict[str, dict[str, Any]] = {"truncate": {"target": None, "target_scale": 1.0}}
+"""Accepted parameters of strategies that do not declare ``params`` themselves."""
+
+
+def accepted_params(strategy: Strategy) -> dict[str, Any] | None:
+    """The parameters ``strategy`` accepts with their defaults; None when unknown (not checked)."""
+    declared = getattr(strategy, "params", None)
+    if isinstance(declared, dict):
+        return declared
+    return FALLBACK_PARAMS.get(strategy.name)
+
+
+def llm_needed(strategy: Strategy, params: dict[str, Any]) -> bool:
+    """Whether a pipeline step of ``strategy`` with ``params`` may call the LLM."""
+    needs = getattr(strategy, "needs_llm", None)
+    return bool(needs(params)) if callable(needs) else bool(strategy.uses_llm)
+
+
+def _type_problem(value: Any, default: Any) -> str | None:
+    """Why ``value`` does not fit a parameter whose default is ``default``; None when it does."""
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "must be true or false"
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(default, int):
+        return None if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+            else "must be a whole number, 0 or more"
+    if isinstance(default, float) or default is None:
+        if value is None and default is None:
+            return None
+        return None if number and value >= 0 else "must be a number, 0 or more"
+    return None
+
+
+def check_pipelines(profile: Profile, source: str | None = None) -> None:
+    """Check every step of ``profile``'s pipelines.
+
+    ``source`` names the profile in errors (its file or ``<bundled:NAME>``; default the profile's
+    name). Raises ``ProfileError`` (key ``pipelines.PATH.INDEX[.PARAM]``) for an unknown strategy,
+    a parameter the strategy does not accept or of the wrong type, or a batch step that may call
+    an LLM while ``allow_llm_in_batch`` is false.
+    """
+    where = source or f"<profile:{profile.name}>"
+    known = registry.names()
+    for path, steps in profile.pipelines.items():
+        for index, step in enumerate(steps):
+            key = f"pipelines.{path}.{index}"
+            if step.strategy not in known:
+                raise ProfileError(f"unknown strategy {step.strategy!r}; known: {', '.join(known)}",
+                                   path=where, key=f"{key}.strategy")
+            strategy = registry.get(step.strategy)
+            params = step.params()
+            accepted = accepted_params(strategy)
+            if accepted is not None:
+                for name, value in params.items():
+                    if name not in accepted:
+                        names = ", ".join(sorted(accepted)) or "none"
+                        raise ProfileError(f"strategy {step.strategy!r} has no parameter {name!r} "
+                                           f"(it accepts: {names})", path=where, key=f"{key}.{name}")
+                    problem = _type_problem(value, accepted[name])
+                    if problem:
+                        raise ProfileError(f"parameter {name!r} of {step.strategy!r} {problem}, not "
+                                           f"{value!r}", path=where, key=f"{key}.{name}")
+            if path == "batch" and not profile.allow_llm_in_batch and llm_needed(strategy, params):
+                raise ProfileError(
+                    f"the batch pipeline names {step.strategy!r}, which calls an LLM; batch paths never "
+                    f"pay for compression calls. Use a deterministic strategy (truncate, "
+                    f"mask_observations, prune, ...), turn its LLM off (llm: false / rolling: false "
+                    f"where it has one) or set allow_llm_in_batch: true",
+                    path=where, key=f"{key}.strategy")

@@ -1,0 +1,351 @@
+"""Helpers the strategies share: pins, tool-call lookup, short renderings, ranges to compact, facts.
+
+Pure functions over entries (no I/O). Units: every ``*_tokens`` argument is tokens, every
+``limit`` or ``*_chars`` argument is characters.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ctxagent.messages import Message, text_of
+from ctxagent.sessions.store import handle_for
+from ctxagent.strategies.base import MEMO, Compaction, Entry, Outcome, StrategyContext, groups, protected
+from ctxagent.tokens import count_message, count_text
+
+_HANDLE = re.compile(r"@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?")
+_SIZE_BEFORE_HANDLE = re.compile(r"(~?[0-9][0-9,]*) tokens; saved as @")
+_FACT = re.compile(
+    r"(?:^|[\s'\"(=:])(?:~|\.{1,2})?/[\w.@-]+"  # an absolute or relative path
+    r"|\b[\w-]+\.(?:py|js|ts|json|ya?ml|toml|md|txt|csv|log|cfg|ini|sh|go|rs|c|h|cpp|java|html|sql)\b"
+    r"|\d"  # a number
+    r"|@[A-Za-z0-9_-]+"  # a handle
+    r"|https?://"
+    r"|\b(?:error|exception|traceback|failed|failure|denied|refused|timed out|exit code)\b",
+    re.IGNORECASE,
+)
+FACT_LINE_CHARS = 160  # a fact line is cut to this many characters
+
+
+# --- text and pins ----------------------------------------------------------------------------
+
+
+def text(entry: Entry) -> str:
+    """The text an entry carries (content plus tool calls), as :func:`ctxagent.messages.text_of`."""
+    return text_of(entry.message)
+
+
+def content_of(message: Message) -> str:
+    """A message's content as a string (text parts joined when it is a list of parts)."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+def one_line(value: str, limit: int) -> str:
+    """``value`` with whitespace collapsed to single spaces, cut to ``limit`` characters with "…"
+    (at a space when there is one in the second half, so a path or handle is not cut in two)."""
+    flat = " ".join(value.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: max(0, limit - 1)]
+    space = cut.rfind(" ")
+    return (cut[:space] if space >= limit // 2 else cut) + "…"
+
+
+def pins_in(texts: Iterable[str], pins: Sequence[str]) -> list[str]:
+    """The pins (in ``pins`` order, once each) that occur verbatim in any of ``texts``."""
+    if not pins:
+        return []
+    joined = list(texts)
+    return [p for p in dict.fromkeys(pins) if p and any(p in t for t in joined)]
+
+
+def with_pins(content: str, removed: Iterable[str], pins: Sequence[str]) -> str:
+    """``content`` plus one ``[pinned] ...`` line per pin found in ``removed`` and not in ``content``.
+
+    This is how a strategy that removes text keeps every pinned fact in the view verbatim.
+    """
+    missing = [p for p in pins_in(removed, pins) if p not in content]
+    return content + "".join(f"\n[pinned] {p}" for p in missing)
+
+
+def keep_pins(view: Sequence[Entry], outcome: Outcome, ctx: StrategyContext) -> Outcome:
+    """``outcome`` (of a strategy run on ``view``) with each compaction's note given the pinned
+    facts of the entries its range removed (one ``[pinned] ...`` line each), in the compaction
+    and in the view alike. Lets a strategy that does not know about pins (``truncate``) keep them."""
+    if not ctx.pins or not outcome.compactions:
+        return outcome
+    fixed: dict[tuple[int, int], Compaction] = {}
+    for comp in outcome.compactions:
+        if comp.message is None:
+            continue
+        removed = [text(e) for e in view if comp.start <= e.start and e.end <= comp.end]
+        content = with_pins(content_of(comp.message), removed, ctx.pins)
+        if content != content_of(comp.message):
+            message = {**comp.message, "content": content}
+            fixed[(comp.start, comp.end)] = replace(comp, message=message,
+                                                    tokens=count_message(message, ctx.model))
+    if not fixed:
+        return outcome
+    compactions = [fixed.get((c.start, c.end), c) for c in outcome.compactions]
+    new_view = []
+    for entry in outcome.view:
+        comp = fixed.get((entry.start, entry.end))
+        if comp is not None and entry.kind == comp.strategy:
+            entry = Entry(comp.message, comp.tokens, entry.start, entry.end, entry.turn, entry.kind)
+        new_view.append(entry)
+    return Outcome(new_view, compactions, outcome.offloads)
+
+
+def pins_present(view: Sequence[Entry], pins: Sequence[str]) -> set[str]:
+    """The pins that occur in at least one message of ``view``."""
+    return set(pins_in((text(e) for e in view), pins))
+
+
+# --- tool calls and handles -------------------------------------------------------------------
+
+
+def calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
+    """For each tool-result index of ``view``, its call, looked up in the preceding assistant message."""
+    found: dict[int, dict[str, Any]] = {}
+    calls: dict[str, dict[str, Any]] = {}
+    for index, entry in enumerate(view):
+        if entry.role == "assistant":
+            calls = MEMO.get(entry, "calls", lambda e=entry: {c.get("id"): c for c in e.message.get("tool_calls", ())})
+        elif entry.role == "tool":
+            call = calls.get(entry.message.get("tool_call_id"))
+            if call is not None:
+                found[index] = call
+        else:
+            calls = {}
+    return found
+
+
+def call_name(call: dict[str, Any] | None) -> str:
+    """The function name of a tool call ("?" when unknown)."""
+    if not call:
+        return "?"
+    return str(call.get("function", {}).get("name") or "?")
+
+
+def call_arguments(call: dict[str, Any] | None) -> str:
+    """The raw JSON arguments of a tool call ("" when unknown)."""
+    if not call:
+        return ""
+    return str(call.get("function", {}).get("arguments") or "")
+
+
+def short_args(arguments: str, limit: int = 80) -> str:
+    """Arguments in short: ``key=value`` pairs of the JSON object (raw text when not JSON), one line."""
+    try:
+        data = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return one_line(arguments, limit)
+    if isinstance(data, dict):
+        parts = []
+        for key, value in data.items():
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            parts.append(f"{key}={shown}")
+        return one_line(", ".join(parts), limit)
+    return one_line(json.dumps(data, ensure_ascii=False), limit)
+
+
+def short_call(call: dict[str, Any] | None, limit: int = 80) -> str:
+    """``name(key=value, ...)`` of a tool call, arguments cut to ``limit`` characters."""
+    return f"{call_name(call)}({short_args(call_arguments(call), limit)})"
+
+
+def canonical_call(call: dict[str, Any] | None) -> tuple[str, str]:
+    """``(name, arguments)`` with the arguments as canonical JSON (sorted keys, no spaces) when valid."""
+    raw = call_arguments(call)
+    try:
+        args = json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except ValueError:
+        args = raw.strip()
+    return call_name(call), args
+
+
+def stored_handle(entry: Entry) -> str | None:
+    """The handle under which a tool result is already offloaded, when its content names its own
+    handle (an offloaded preview: ``@id`` or a ``@id.N`` suffix); else None. Memoized per entry."""
+    return MEMO.get(entry, "stored_handle", lambda: _stored_handle(entry))  # type: ignore[no-any-return]
+
+
+def _stored_handle(entry: Entry) -> str | None:
+    call_id = entry.message.get("tool_call_id")
+    if entry.role != "tool" or not call_id:
+        return None
+    own = handle_for(str(call_id))
+    for found in _HANDLE.findall(content_of(entry.message)):
+        if found == own or found.startswith(own + "."):
+            return found
+    return None
+
+
+def handle_of(entry: Entry) -> str:
+    """The handle that names a tool result's full text: where it is stored, or where the runner
+    stores it from :attr:`Outcome.offloads` (``handle_for(tool_call_id)``)."""
+    return stored_handle(entry) or handle_for(str(entry.message.get("tool_call_id") or ""))
+
+
+def size_of(entry: Entry) -> str:
+    """The size of a tool result's full text in tokens, as shown: from an offloaded preview's own
+    ``[full output: ... N tokens; saved as @...]`` line when there is one, else the entry's tokens."""
+    match = _SIZE_BEFORE_HANDLE.search(content_of(entry.message))
+    return match.group(1) if match else f"{entry.tokens:,}"
+
+
+def replaced(entry: Entry, message: Message, ctx: StrategyContext, kind: str) -> Entry:
+    """A view-only replacement of ``entry``: same seq range and turn, new message, ``kind`` set."""
+    return Entry(message, count_message(message, ctx.model), entry.start, entry.end, entry.turn, kind)
+
+
+def current_turn(view: Sequence[Entry], ctx: StrategyContext) -> int:
+    """The turn of the request being built: the context's, or the newest entry's if that is later."""
+    return max([ctx.turn, *(e.turn for e in view)])
+
+
+def unique(entries: Iterable[Entry]) -> list[Entry]:
+    """``entries`` without repeats (same seq range), first occurrence kept."""
+    seen: dict[tuple[int, int], Entry] = {}
+    for entry in entries:
+        seen.setdefault((entry.start, entry.end), entry)
+    return list(seen.values())
+
+
+# --- ranges to compact ------------------------------------------------------------------------
+
+
+def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> list[list[int]]:
+    """Indexes of ``view`` a range strategy may replace, as contiguous runs, oldest first.
+
+    Kept: HEAD (system message, task, current user message), every unit up to the task's plus the
+    ``keep_first`` units after it (task setup), and the last ``keep_last`` units. Each run is made
+    of whole units (:func:`~ctxagent.strategies.base.groups`), so PAIR holds whatever replaces it.
+    """
+    units = groups(view)
+    keep = protected(view)
+    users = [i for i, e in enumerate(view) if e.role == "user" and e.kind == "message"]
+    anchors = {0} if view and view[0].role == "system" else set()
+    anchors.update(users[:1])
+    head_end = max((u for u, unit in enumerate(units) if anchors.intersection(unit)), default=-1)
+    first = head_end + 1 + max(0, keep_first)
+    last = len(units) - max(0, keep_last)
+    runs: list[list[int]] = []
+    previous = -2
+    for u in range(first, last):
+        if keep.intersection(units[u]):
+            continue
+        if u == previous + 1 and runs:
+            runs[-1].extend(units[u])
+        else:
+            runs.append(list(units[u]))
+        previous = u
+    return runs
+
+
+def replace_runs(
+    view: Sequence[Entry],
+    runs: Sequence[Sequence[int]],
+    make: Callable[[list[Entry]], Message],
+    ctx: StrategyContext,
+    name: str,
+) -> Outcome:
+    """Replace each run of ``view`` by the one message ``make(run entries)`` returns, recorded as a
+    compaction (seq range of the run) so replay rebuilds the same view."""
+    out: list[Entry] = []
+    compactions: list[Compaction] = []
+    starts = {run[0]: list(run) for run in runs}
+    skip: set[int] = set()
+    for index, entry in enumerate(view):
+        if index in skip:
+            continue
+        if index not in starts:
+            out.append(entry)
+            continue
+        run = [view[i] for i in starts[index]]
+        skip.update(starts[index])
+        message = make(run)
+        tokens = count_message(message, ctx.model)
+        start, end = run[0].start, run[-1].end
+        compactions.append(Compaction(name, start, end, message, tokens, sum(e.tokens for e in run)))
+        out.append(Entry(message, tokens, start, end, run[-1].turn, kind=name))
+    return Outcome(out, compactions)
+
+
+def nothing_new(view: Sequence[Entry], run: Sequence[int]) -> bool:
+    """Whether ``run`` is nothing but one earlier replacement (a summary, a note, a checkpoint):
+    compacting it again would gain nothing."""
+    return len(run) == 1 and view[run[0]].kind != "message"
+
+
+# --- flattened text ---------------------------------------------------------------------------
+
+
+def render(entries: Sequence[Entry]) -> str:
+    """A plain-text rendering of ``entries`` (whole units) for a summarizer: one block per message,
+    labelled with its seq (``#12``), tool results as ``result of name(args): ...``; no tool
+    schemas, no tool-role messages."""
+    calls = calls_of_results(entries)
+    blocks: list[str] = []
+    for index, entry in enumerate(entries):
+        seq = f"#{entry.start}" if entry.start == entry.end else f"#{entry.start}-{entry.end}"
+        body = content_of(entry.message)
+        if entry.role == "tool":
+            blocks.append(f"{seq} result of {short_call(calls.get(index), 200)}: {body}")
+        elif entry.role == "assistant":
+            if body:
+                blocks.append(f"{seq} assistant: {body}")
+            for call in entry.message.get("tool_calls") or []:
+                blocks.append(f"{seq} assistant called {short_call(call, 200)}")
+        elif entry.kind != "message":
+            blocks.append(f"{seq} {body}")
+        else:
+            blocks.append(f"{seq} {entry.role}: {body}")
+    return "\n".join(blocks)
+
+
+def clip(value: str, max_tokens: int, model: str = "") -> str:
+    """``value`` cut middle-out (head and tail kept, a marker between) to about ``max_tokens``."""
+    tokens = count_text(value, model)
+    if tokens <= max_tokens:
+        return value
+    keep = max(0, int(len(value) * max_tokens / tokens * 0.9) // 2)
+    marker = f"\n[... {tokens - max_tokens:,} tokens cut ...]\n"
+    return value[:keep] + marker + (value[-keep:] if keep else "")
+
+
+def fact_lines(entries: Sequence[Entry], max_tokens: int, model: str = "") -> list[str]:
+    """Lines of ``entries`` that look like facts (paths, numbers, handles, URLs, errors), once
+    each, cut to :data:`FACT_LINE_CHARS`; the newest kept when they exceed ``max_tokens``."""
+    found: dict[str, None] = {}
+    for line in render(entries).splitlines():
+        line = line.strip()
+        if len(line) >= 4 and _FACT.search(line):
+            found.setdefault(one_line(line, FACT_LINE_CHARS), None)
+    picked: list[str] = []
+    total = 0
+    for line in reversed(list(found)):
+        cost = count_text(line, model) + 1
+        if total + cost > max_tokens:
+            break
+        picked.append(line)
+        total += cost
+    return picked[::-1]
+
+
+def task_text(view: Sequence[Entry]) -> str:
+    """The task (first user message) of ``view``, or "" when there is none."""
+    users = [e for e in view if e.role == "user" and e.kind == "message"]
+    return content_of(users[0].message) if users else ""
+
+
+def label_range(run: Sequence[Entry]) -> str:
+    """``#a-#b`` (seq numbers) of a run of entries."""
+    return f"#{run[0].start}-#{run[-1].end}"

@@ -1,0 +1,169 @@
+"""``distill``: the older history becomes a JSON state document, updated every few turns.
+
+Source of the rule (DESIGN.md, "Knowledge"): distillation, a state document (goal, verified facts,
+discarded hypotheses, pending actions) updated every few turns, beats a verbatim record of
+failures; a token threshold (e.g. 15K) avoids paying the compression tax every turn. Run it with
+``every_turns: 5`` (the default cadence) and raise ``min_tokens`` to skip small ranges.
+
+Everything between HEAD and the last ``keep_turns`` units is replaced by one user-role message
+``[ctxagent state of messages #a-#b]`` followed by a one-line JSON object with the keys ``goal``,
+``verified_facts``, ``discarded_hypotheses``, ``pending_actions`` (and ``pinned`` when pinned facts
+had to be added), recorded as a compaction. The previous state document is in the range, so the
+new one supersedes it and is made from it.
+
+With a summarizer (``llm: true``) the document is written by the LLM and checked (valid JSON
+object, at most ``max_tokens``, every pinned fact of the range present). Without one, with
+``llm: false``, or when that fails, the *deterministic distillation* updates the previous
+document: goal kept (else the task's first line); verified facts = the previous ones plus the
+fact-like lines of the new messages, copied verbatim (lines naming paths, numbers, handles, URLs
+or errors; these are observations, not checked truths); discarded hypotheses = the previous ones
+plus every dead-end call (a failed or empty result, as ``prune`` defines it) with its first line;
+pending actions kept from the previous document; the oldest facts and discarded entries are
+dropped first when the document is over ``max_tokens``. A range of at most ``min_tokens`` tokens,
+or holding nothing but the previous document, is left unchanged (IDENTITY).
+
+Parameters:
+    keep_turns: units kept verbatim at the end; default 4.
+    llm: write the document with the summarizer when one is given; default true.
+    max_tokens: tokens of the document; default 1000.
+    chunk_tokens: tokens of rendered text per summarizer call; default 8000.
+    min_tokens: tokens the range must exceed to be distilled; default 1000.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from ctxagent.strategies.base import Entry, Outcome, StrategyContext
+from ctxagent.strategies.checkpoint import parse_json_object, place
+from ctxagent.strategies.common import (
+    calls_of_results,
+    content_of,
+    fact_lines,
+    nothing_new,
+    one_line,
+    pins_in,
+    render,
+    runs_to_compact,
+    short_call,
+    task_text,
+    text,
+)
+from ctxagent.strategies.prune import first_line, is_dead
+from ctxagent.strategies.summarizing import SummaryFailed, condense
+from ctxagent.tokens import count_text
+
+STATE_KEYS = ("goal", "verified_facts", "discarded_hypotheses", "pending_actions")
+
+DISTILL_PROMPT = (
+    "You maintain the state document of an AI agent's working session; the messages below will be "
+    "replaced by it. Reply with one JSON object and nothing else, with the keys \"goal\" (a string), "
+    "\"verified_facts\", \"discarded_hypotheses\" and \"pending_actions\" (lists of short strings). "
+    "If the messages hold an earlier state document, update it: keep what is still true, move "
+    "refuted ideas to discarded_hypotheses, drop finished actions. Keep exact values verbatim (file "
+    "paths, numbers, ids, handles like @abc123, commands, error messages); a fact is verified only "
+    "if a tool result shows it. Never invent results. At most {max_tokens} tokens."
+)
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """The document as one line of JSON (non-ASCII kept)."""
+    return json.dumps(doc, ensure_ascii=False)
+
+
+def previous_state(entry: Entry) -> dict[str, Any] | None:
+    """The JSON document of an earlier ``distill`` message, or None when it cannot be read."""
+    if entry.kind != "distill":
+        return None
+    body = content_of(entry.message).partition("\n")[2].strip()
+    try:
+        doc, _ = json.JSONDecoder().raw_decode(body)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _strings(value: Any) -> list[str]:
+    return [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in value] \
+        if isinstance(value, list) else []
+
+
+def deterministic_state(view: Sequence[Entry], entries: Sequence[Entry], pins: Sequence[str],
+                        max_tokens: int, model: str = "") -> dict[str, Any]:
+    """The state document distilled without an LLM (see the module docstring)."""
+    docs = [d for d in (previous_state(e) for e in entries) if d is not None]
+    fresh = [e for e in entries if e.kind != "distill"]
+    calls = calls_of_results(entries)
+    goal = next((d["goal"] for d in reversed(docs) if isinstance(d.get("goal"), str)), "")
+    facts = [f for d in docs for f in _strings(d.get("verified_facts"))]
+    discarded = [f for d in docs for f in _strings(d.get("discarded_hypotheses"))]
+    pending = _strings(docs[-1].get("pending_actions")) if docs else []
+    facts += fact_lines(fresh, max_tokens, model)
+    discarded += [f"{short_call(calls[i], 60)} → {first_line(e)}" for i, e in enumerate(entries)
+                  if i in calls and e.kind == "message" and is_dead(e)]
+    doc: dict[str, Any] = {
+        "goal": goal or one_line(task_text(view), 300),
+        "verified_facts": list(dict.fromkeys(facts)),
+        "discarded_hypotheses": list(dict.fromkeys(discarded)),
+        "pending_actions": pending,
+    }
+    pinned = [p for p in pins_in((text(e) for e in entries), pins) if p not in dumps(doc)]
+    if pinned:
+        doc["pinned"] = pinned
+    while count_text(dumps(doc), model) > max_tokens and (doc["verified_facts"]
+                                                           or doc["discarded_hypotheses"]):
+        key = "verified_facts" if len(doc["verified_facts"]) >= len(doc["discarded_hypotheses"]) else \
+            "discarded_hypotheses"
+        doc[key] = doc[key][max(1, len(doc[key]) // 8) :]
+    return doc
+
+
+def _finish(reply: str) -> str:
+    """An LLM reply as the document's JSON line (the four keys first). Raises ``ValueError``."""
+    data = parse_json_object(reply)
+    if not any(k in data for k in STATE_KEYS):
+        raise ValueError(f"none of the keys {STATE_KEYS}")
+    ordered = {k: data[k] for k in STATE_KEYS if k in data}
+    ordered.update({k: v for k, v in data.items() if k not in ordered})
+    return dumps(ordered)
+
+
+class Distill:
+    """A JSON state document in place of the older history; see the module docstring."""
+
+    name = "distill"
+    uses_llm = True
+    params: ClassVar[dict[str, Any]] = {
+        "keep_turns": 4,
+        "llm": True,
+        "max_tokens": 1000,
+        "chunk_tokens": 8000,
+        "min_tokens": 1000,
+    }
+
+    def needs_llm(self, params: dict[str, Any]) -> bool:
+        """Whether this step calls the LLM with these parameters (not with ``llm: false``)."""
+        return bool(params.get("llm", self.params["llm"]))
+
+    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
+        p = {**self.params, **ctx.params}
+        runs = [r for r in runs_to_compact(view, 0, int(p["keep_turns"])) if not nothing_new(view, r)]
+        entries = [view[i] for r in runs for i in r]
+        if not runs or sum(e.tokens for e in entries) <= int(p["min_tokens"]):
+            return Outcome(view)
+        max_tokens = int(p["max_tokens"])
+        body = None
+        if self.needs_llm(p) and ctx.summarizer is not None:
+            try:
+                body = condense(render(entries), summarizer=ctx.summarizer,
+                                final_prompt=DISTILL_PROMPT.replace("{max_tokens}", str(max_tokens)),
+                                max_tokens=max_tokens, chunk_tokens=int(p["chunk_tokens"]),
+                                pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model,
+                                finish=_finish)
+            except SummaryFailed:
+                body = None
+        if body is None:
+            body = dumps(deterministic_state(view, entries, ctx.pins, max_tokens, ctx.model))
+        return place(view, runs, body, "state", ctx, self.name)

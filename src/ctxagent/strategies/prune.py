@@ -1,0 +1,173 @@
+"""``prune``: dead ends leave the view once a later attempt of the same tool succeeded.
+
+Source of the rule (DESIGN.md, "Knowledge"): pruning removes dead-end searches once the cause is
+found; a state of verified facts beats a verbatim record of failures; the session shape table
+applies light pruning from 5-15 turns under 70% of the budget.
+
+A tool result is *dead* when it found nothing or failed: empty content; a toolset error
+(``ERROR: ...``); a shell result whose first line is a non-zero ``exit code: N``, a timeout or a
+kill; or a short result (at most ``max_tokens``) that says "No such file", "not found",
+"no matches", "does not exist". (``exit code: 0`` with no output is a success, e.g. ``mkdir``.)
+A dead result is pruned when it is at least ``min_age_turns`` turns old and a later unit holds a
+successful (not dead) result of a call to the same tool: a later attempt superseded it. Run it
+before ``mask_observations`` in a pipeline (a masked stub no longer shows that it failed).
+
+A unit whose results are all pruned is replaced whole (assistant message and results: PAIR holds)
+by one user-role note ``[ctxagent pruned dead ends (later attempts succeeded): ...]``
+naming each call, its first line and the handle of its full result (consecutive such units share
+one note). Otherwise each pruned result's content becomes a one-line stub
+``[ctxagent pruned dead end: ... ]`` in the same tool message. Pruned originals go to
+``Outcome.offloads`` (their handles resolve); pinned facts are kept in the note or stub. A stub
+is made only when it is smaller than the result; a note always (for a tiny dead end it may cost
+a few tokens more, and it tells the model the attempt was superseded). The newest unit is never
+pruned. View-only,
+deterministic, idempotent; a view without prunable results is returned unchanged.
+
+Parameters:
+    min_age_turns: turns a dead result must be old before it is pruned; default 3.
+    max_tokens: tokens under which a result is checked for "not found"-style wordings; default 200.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from ctxagent.messages import Message
+from ctxagent.strategies.base import MEMO, Entry, Outcome, StrategyContext, groups
+from ctxagent.strategies.common import (
+    call_name,
+    calls_of_results,
+    content_of,
+    current_turn,
+    handle_of,
+    one_line,
+    replaced,
+    short_call,
+    text,
+    with_pins,
+)
+from ctxagent.tokens import count_message
+
+_FAILED = re.compile(r"\A\s*(?:ERROR\b|exit code: (?:-|[1-9])|timed out after|killed by signal)")
+_NOTHING = re.compile(r"no such file|not found|no matches|0 matches|nothing found|does not exist",
+                      re.IGNORECASE)
+
+
+def is_dead(entry: Entry, max_tokens: int = 200) -> bool:
+    """Whether a tool result found nothing or failed (see the module docstring). Memoized per entry."""
+    return MEMO.get(entry, ("is_dead", max_tokens), lambda: _is_dead(entry, max_tokens))  # type: ignore[no-any-return]
+
+
+def _is_dead(entry: Entry, max_tokens: int) -> bool:
+    content = content_of(entry.message)
+    if not content.strip() or _FAILED.match(content):
+        return True
+    return entry.tokens <= max_tokens and bool(_NOTHING.search(content))
+
+
+def first_line(entry: Entry) -> str:
+    """The first non-empty line of a result (with the next one after a shell ``exit code`` line),
+    cut to 100 characters, or ``(empty)``."""
+    lines = [line for line in content_of(entry.message).splitlines() if line.strip()]
+    if not lines:
+        return "(empty)"
+    exit_line = len(lines) > 1 and lines[0].startswith("exit code")
+    shown = f"{lines[0]} | {lines[1]}" if exit_line else lines[0]
+    return one_line(shown, 100)
+
+
+class Prune:
+    """Drop superseded dead ends; see the module docstring."""
+
+    name = "prune"
+    uses_llm = False
+    params: ClassVar[dict[str, Any]] = {"min_age_turns": 3, "max_tokens": 200}
+
+    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
+        min_age = int(ctx.params.get("min_age_turns", self.params["min_age_turns"]))
+        max_tokens = int(ctx.params.get("max_tokens", self.params["max_tokens"]))
+        dead = self._pruned(view, ctx, min_age, max_tokens)
+        if not dead:
+            return Outcome(view)
+        calls = calls_of_results(view)
+        units = groups(view)
+        whole = [u for u in units if len(u) > 1 and all(i in dead for i in u[1:])]
+        out: list[Entry | None] = list(view)
+        offloads: list[Entry] = []
+        for run in self._consecutive(whole):
+            entries = [view[i] for i in run]
+            results = [i for i in run if view[i].role == "tool"]
+            out[run[0]] = MEMO.get(entries[0], (self.name, *map(id, entries), ctx.pins, ctx.model),
+                                   lambda r=run, es=entries: self._note_entry(view, r, es, calls, ctx))
+            for i in run[1:]:
+                out[i] = None
+            offloads.extend(view[i] for i in results)
+        in_whole = {i for u in whole for i in u}
+        for index in sorted(dead - in_whole):
+            entry, call = view[index], calls.get(index)
+            new = MEMO.get(entry, (self.name, id(call), ctx.pins, ctx.model),
+                           lambda e=entry, c=call: self._stub(e, c, ctx))
+            if new is not None:
+                out[index] = new
+                offloads.append(entry)
+        view_out = [e for e in out if e is not None]
+        if view_out == view:
+            return Outcome(view)
+        return Outcome(view_out, [], offloads)
+
+    def _note_entry(self, view: list[Entry], run: list[int], entries: list[Entry],
+                    calls: dict[int, dict[str, Any]], ctx: StrategyContext) -> Entry:
+        """The one note entry that stands for a run of wholly dead units."""
+        message = self._note(view, run, calls, ctx)
+        return Entry(message, count_message(message, ctx.model), entries[0].start, entries[-1].end,
+                     entries[-1].turn, kind=self.name)
+
+    def _stub(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> Entry | None:
+        """The one-line stub of a dead result, or None when it would not be smaller."""
+        line = (f"[ctxagent pruned dead end: {short_call(call, 60)} → {first_line(entry)}; "
+                f"superseded by a later {call_name(call)} call; full result: {handle_of(entry)}]")
+        content = with_pins(line, [content_of(entry.message)], ctx.pins)
+        new = replaced(entry, {**entry.message, "content": content}, ctx, self.name)
+        return new if new.tokens < entry.tokens else None
+
+    def _pruned(self, view: Sequence[Entry], ctx: StrategyContext, min_age: int, max_tokens: int) -> set[int]:
+        """Indexes of the original tool results to prune."""
+        calls = calls_of_results(view)
+        units = groups(view)
+        unit_of = {i: u for u, unit in enumerate(units) for i in unit}
+        last_success: dict[str, int] = {}
+        for index, entry in enumerate(view):
+            if entry.role == "tool" and entry.kind != self.name and not is_dead(entry, max_tokens):
+                name = call_name(calls.get(index))
+                last_success[name] = max(last_success.get(name, -1), unit_of[index])
+        now = current_turn(view, ctx)
+        newest = len(units) - 1
+        return {
+            index
+            for index, entry in enumerate(view)
+            if entry.role == "tool" and entry.kind == "message" and index in calls
+            and unit_of[index] < newest and now - entry.turn >= min_age
+            and is_dead(entry, max_tokens)
+            and last_success.get(call_name(calls.get(index)), -1) > unit_of[index]
+        }
+
+    @staticmethod
+    def _consecutive(units: list[list[int]]) -> list[list[int]]:
+        """Units that follow each other in the view, merged into runs of indexes."""
+        runs: list[list[int]] = []
+        for unit in units:
+            if runs and runs[-1][-1] + 1 == unit[0]:
+                runs[-1].extend(unit)
+            else:
+                runs.append(list(unit))
+        return runs
+
+    def _note(self, view: Sequence[Entry], run: list[int], calls: dict[int, dict[str, Any]],
+              ctx: StrategyContext) -> Message:
+        """The user-role note that stands for whole pruned units (``run``: their indexes)."""
+        parts = [f"{short_call(calls.get(i), 60)} → {first_line(view[i])} ({handle_of(view[i])})"
+                 for i in run if view[i].role == "tool"]
+        line = "[ctxagent pruned dead ends (later attempts succeeded): " + "; ".join(parts) + "]"
+        return {"role": "user", "content": with_pins(line, (text(view[i]) for i in run), ctx.pins)}

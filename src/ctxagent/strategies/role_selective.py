@@ -1,0 +1,174 @@
+"""``role_selective``: compaction by role; big tool results cut to findings, long reasoning to its conclusion.
+
+Source of the rule (DESIGN.md, "Knowledge"): compaction by role keeps system and user messages,
+cuts tool results over ~300 tokens to their findings and assistant text over ~400 tokens to its
+conclusion; the middle-out preview keeps the beginning (headers, structure) and the end
+(conclusions, final values); LLM compression belongs to interactive paths only.
+
+Outside the last ``keep_turns`` units (still being worked on), each original tool result over
+``tool_tokens`` tokens becomes its first ``head_lines`` and last ``tail_lines`` lines (each line
+cut to 200 characters) around a marker naming the call, the size and the handle of the full
+result; the original goes to ``Outcome.offloads`` (an offloaded preview keeps pointing at its
+stored file). Each original assistant message whose text is over ``assistant_tokens`` keeps only
+its conclusion, the last paragraph (cut middle-out to half of ``assistant_tokens``), with its
+tool calls untouched. System and user messages are never touched. Pinned facts of a reduced
+message are kept in it. These reductions are view-only (recomputed every request, idempotent).
+
+With ``llm: true`` and a summarizer (interactive path), up to ``max_calls`` tool results per
+request are reduced by the LLM to their key findings instead; each such result is recorded as a
+compaction of that one message, replaced by a tool message with the same ``tool_call_id`` (PAIR
+holds, and resume never recomputes it). A failed or unchecked LLM reduction (empty, over
+``findings_tokens``, a pinned fact dropped, an exception) falls back to the deterministic one.
+
+Parameters:
+    tool_tokens: tokens over which a tool result is reduced; default 300.
+    assistant_tokens: tokens of text over which assistant text is reduced; default 400.
+    keep_turns: newest units left untouched; default 2.
+    head_lines, tail_lines: lines kept at the head and tail of a reduced tool result; 8 and 4.
+    llm: reduce tool results with the summarizer when one is given; default false.
+    findings_tokens: tokens an LLM reduction may have; default 200.
+    max_calls: LLM reductions per request at most; default 4.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, groups
+from ctxagent.strategies.common import (
+    calls_of_results,
+    clip,
+    content_of,
+    handle_of,
+    pins_in,
+    replaced,
+    short_call,
+    size_of,
+    stored_handle,
+    with_pins,
+)
+from ctxagent.strategies.summarizing import SummaryFailed, condense
+from ctxagent.tokens import count_text
+
+LINE_CHARS = 200  # characters kept of each line of a reduced tool result
+
+FINDINGS_PROMPT = (
+    "Below is the output of one tool call an AI agent made. Reduce it to its key findings, as short "
+    "plain-text lines: what it shows that matters for the agent's task. Keep exact values verbatim "
+    "(file paths, numbers, ids, handles like @abc123, commands, error messages). Never invent "
+    "anything the output does not show. At most {max_tokens} tokens, no preamble."
+)
+
+
+def head_tail(content: str, head: int, tail: int, marker: str) -> str:
+    """``content``'s first ``head`` and last ``tail`` lines (each cut to :data:`LINE_CHARS`) around
+    ``marker``."""
+    lines = content.splitlines()
+    if len(lines) > head + tail:
+        kept_head, kept_tail = lines[:head], lines[len(lines) - tail :] if tail else []
+    else:
+        kept_head, kept_tail = lines, []
+    cut = [line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + "…" for line in kept_head]
+    cut_tail = [line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + "…" for line in kept_tail]
+    return "\n".join([*cut, marker, *cut_tail])
+
+
+def conclusion(content: str, max_tokens: int, model: str = "") -> str:
+    """The last paragraph of ``content``, cut middle-out to ``max_tokens``."""
+    paragraphs = [p for p in re.split(r"\n\s*\n", content.strip()) if p.strip()]
+    return clip(paragraphs[-1] if paragraphs else "", max_tokens, model)
+
+
+class RoleSelective:
+    """Reduce tool results and assistant reasoning by role; see the module docstring."""
+
+    name = "role_selective"
+    uses_llm = True
+    params: ClassVar[dict[str, Any]] = {
+        "tool_tokens": 300,
+        "assistant_tokens": 400,
+        "keep_turns": 2,
+        "head_lines": 8,
+        "tail_lines": 4,
+        "llm": False,
+        "findings_tokens": 200,
+        "max_calls": 4,
+    }
+
+    def needs_llm(self, params: dict[str, Any]) -> bool:
+        """Whether this step calls the LLM with these parameters (only with ``llm: true``)."""
+        return bool(params.get("llm", self.params["llm"]))
+
+    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
+        p = {**self.params, **ctx.params}
+        units = groups(view)
+        recent = {i for unit in units[max(0, len(units) - int(p["keep_turns"])) :] for i in unit}
+        calls = calls_of_results(view)
+        llm_calls = int(p["max_calls"]) if self.needs_llm(p) and ctx.summarizer is not None else 0
+        out = list(view)
+        compactions: list[Compaction] = []
+        offloads: list[Entry] = []
+        for index, entry in enumerate(view):
+            if index in recent or entry.kind != "message":
+                continue
+            new, by_llm = None, False
+            if entry.role == "tool" and entry.tokens > int(p["tool_tokens"]):
+                if llm_calls > 0:
+                    llm_calls -= 1
+                    new = self._findings(entry, calls.get(index), ctx, int(p["findings_tokens"]))
+                    by_llm = new is not None and new.tokens < entry.tokens
+                if not by_llm:
+                    new = self._head_tail(entry, calls.get(index), ctx, int(p["head_lines"]),
+                                          int(p["tail_lines"]))
+            elif entry.role == "assistant":
+                new = self._conclusion(entry, ctx, int(p["assistant_tokens"]))
+            if new is None or new.tokens >= entry.tokens:
+                continue
+            out[index] = new
+            if by_llm:
+                compactions.append(Compaction(self.name, new.start, new.end, new.message, new.tokens,
+                                              entry.tokens))
+            if entry.role == "tool" and stored_handle(entry) is None:
+                offloads.append(entry)
+        if out == view:
+            return Outcome(view)
+        return Outcome(out, compactions, offloads)
+
+    def _findings(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext,
+                  max_tokens: int) -> Entry | None:
+        """The LLM reduction of one tool result, or None when it failed."""
+        assert ctx.summarizer is not None
+        content = content_of(entry.message)
+        try:
+            findings = condense(f"result of {short_call(call, 200)}:\n{content}", summarizer=ctx.summarizer,
+                                final_prompt=FINDINGS_PROMPT.format(max_tokens=max_tokens),
+                                max_tokens=max_tokens, chunk_tokens=8000,
+                                pins=pins_in([content], ctx.pins), model=ctx.model)
+        except SummaryFailed:
+            return None
+        label = (f"[ctxagent findings of {short_call(call, 80)}, a {size_of(entry)}-token result; "
+                 f"full result: {handle_of(entry)} (read_output or grep_output)]")
+        return replaced(entry, {**entry.message, "content": f"{label}\n{findings}"}, ctx, self.name)
+
+    def _head_tail(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext, head: int,
+                   tail: int) -> Entry:
+        """The deterministic head-and-tail reduction of one tool result."""
+        content = content_of(entry.message)
+        marker = (f"[... ctxagent cut this {size_of(entry)}-token result of {short_call(call, 80)} to its "
+                  f"head and tail; full result: {handle_of(entry)} (read_output or grep_output) ...]")
+        reduced = with_pins(head_tail(content, head, tail, marker), [content], ctx.pins)
+        return replaced(entry, {**entry.message, "content": reduced}, ctx, self.name)
+
+    def _conclusion(self, entry: Entry, ctx: StrategyContext, max_tokens: int) -> Entry | None:
+        """Assistant text over ``max_tokens`` reduced to its conclusion, or None when it is not over."""
+        if entry.tokens <= max_tokens:  # cheap first: the entry's count includes its text
+            return None
+        content = content_of(entry.message)
+        tokens = count_text(content, ctx.model)
+        if tokens <= max_tokens:
+            return None
+        reduced = (f"[ctxagent cut {tokens} tokens of reasoning to the conclusion]\n"
+                   f"{conclusion(content, max_tokens // 2, ctx.model)}")
+        reduced = with_pins(reduced, [content], ctx.pins)
+        return replaced(entry, {**entry.message, "content": reduced}, ctx, self.name)

@@ -1,0 +1,117 @@
+"""``sliding_window``: the last N units verbatim plus one rolling summary of everything older.
+
+Source of the rule (DESIGN.md, "Knowledge"): window sizing, 5-8 turns for short Q&A follow-ups and
+10-15 for multi-step tasks with back-references (under 4 the agent repeats itself, over 20 there
+is little gain), so the default keeps 10 units; asymmetric windows (keep the task setup and the
+recent work, compress the middle) match how agents refer back, hence ``keep_first``; the session
+shape table puts the sliding window at 70-85% of the budget (set the step's trigger there).
+
+HEAD, the first ``keep_first`` units after the task and the last ``keep_turns`` units stay
+verbatim; everything between becomes one user-role message, recorded as a compaction. With a
+summarizer (and ``rolling: true``), that message is an LLM summary
+``[ctxagent summary of messages #a-#b]`` whose input includes the previous rolling summary (the
+new range covers it, so it supersedes it and nothing is lost), checked like ``summarize``'s. With
+no summarizer, ``rolling: false``, or a failed summary (empty, too long, a pinned fact dropped,
+an exception), it degrades to a deterministic note like truncation's,
+``[ctxagent window: messages #a-#b (...) are not shown; the full transcript is at ...]``, that
+carries the text of earlier summaries in the range verbatim (cut middle-out to ``max_tokens``)
+and every pinned fact of the range. A view at or under the target is returned unchanged.
+
+Parameters:
+    keep_turns: units kept verbatim at the end; default 10.
+    keep_first: units after the task kept verbatim (task setup); default 0.
+    rolling: make an LLM rolling summary when a summarizer is given; default true (false: the
+        deterministic note only, allowed on batch paths).
+    max_tokens: tokens of the summary, or of the carried text of the note; default 1000.
+    chunk_tokens: tokens of rendered text per summarizer call; default 8000.
+    target: fraction of the window at or under which nothing is done; default the profile's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from ctxagent.messages import Message
+from ctxagent.strategies.base import Entry, Outcome, StrategyContext
+from ctxagent.strategies.common import (
+    clip,
+    content_of,
+    label_range,
+    nothing_new,
+    replace_runs,
+    runs_to_compact,
+    text,
+    with_pins,
+)
+from ctxagent.strategies.summarize import summarize_run, summary_message, under_target
+from ctxagent.strategies.summarizing import SummaryFailed
+
+CARRIED_KINDS = ("summarize", "sliding_window", "checkpoint", "distill")
+"""Replacements whose text a deterministic note carries forward (their first line is a label)."""
+
+
+def carried_text(run: Sequence[Entry], max_tokens: int, model: str = "") -> str:
+    """The bodies (label line removed) of the earlier summaries in ``run``, cut to ``max_tokens``."""
+    bodies = []
+    for entry in run:
+        if entry.kind in CARRIED_KINDS:
+            body = content_of(entry.message).partition("\n")[2].strip()
+            if body:
+                bodies.append(body)
+    return clip("\n".join(bodies), max_tokens, model)
+
+
+def window_note(run: Sequence[Entry], ctx: StrategyContext, max_tokens: int) -> Message:
+    """The deterministic user-role note that stands for ``run``."""
+    tokens = sum(e.tokens for e in run)
+    header = (
+        f"[ctxagent window: messages {label_range(run)} (turns {run[0].turn}-{run[-1].turn}, "
+        f"{tokens} tokens) are not shown; the full transcript is at {ctx.transcript_path}]"
+    )
+    body = carried_text(run, max_tokens, ctx.model)
+    content = f"{header}\n{body}" if body else header
+    return {"role": "user", "content": with_pins(content, (text(e) for e in run), ctx.pins)}
+
+
+class SlidingWindow:
+    """Recent units verbatim plus a rolling summary; see the module docstring."""
+
+    name = "sliding_window"
+    uses_llm = True
+    params: ClassVar[dict[str, Any]] = {
+        "keep_turns": 10,
+        "keep_first": 0,
+        "rolling": True,
+        "max_tokens": 1000,
+        "chunk_tokens": 8000,
+        "target": None,
+    }
+
+    def needs_llm(self, params: dict[str, Any]) -> bool:
+        """Whether this step calls the LLM with these parameters (not with ``rolling: false``)."""
+        return bool(params.get("rolling", self.params["rolling"]))
+
+    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
+        if under_target(view, ctx):
+            return Outcome(view)
+        p = {**self.params, **ctx.params}
+        runs = [r for r in runs_to_compact(view, int(p["keep_first"]), int(p["keep_turns"]))
+                if not nothing_new(view, r)]
+        if not runs:
+            return Outcome(view)
+        max_tokens, chunk_tokens = int(p["max_tokens"]), int(p["chunk_tokens"])
+        summaries: dict[int, str] = {}
+        if self.needs_llm(p) and ctx.summarizer is not None:
+            try:
+                summaries = {view[r[0]].start: summarize_run([view[i] for i in r], ctx, max_tokens,
+                                                             chunk_tokens) for r in runs}
+            except SummaryFailed:
+                summaries = {}
+
+        def make(run: list[Entry]) -> Message:
+            if run[0].start in summaries:
+                return summary_message(run, summaries[run[0].start])
+            return window_note(run, ctx, max_tokens)
+
+        return replace_runs(view, runs, make, ctx, self.name)

@@ -1,0 +1,119 @@
+"""``summarize``: the oldest units become one labelled summary written by an LLM.
+
+Source of the rule (DESIGN.md, "Knowledge"; issue 3): LLM summarization belongs to interactive
+paths (on batch paths it adds latency and cost per compression and can invent tool results), so
+this strategy is refused on batch pipelines unless the profile allows it; batch summarization
+compresses 4:1 to 6:1; window sizing says 5-8 turns for short follow-ups, 10-15 for multi-step
+tasks, and under 4 the agent repeats itself (default: keep the last 6 units).
+
+Everything between HEAD (system message, task, current user message) and the last ``keep_turns``
+units is rendered as plain text (no tool schemas, no tool-role messages: a tool result is a line
+``result of shell(command=ls): ...``), cut into chunks of ``chunk_tokens`` when longer (chunks
+are summarized, then their summaries combined), and replaced by one user-role message
+``[ctxagent summary of messages #a-#b]`` followed by the summary. The summary is recorded as a
+compaction, so resume never recomputes it; a later summary whose range covers an earlier one
+supersedes it, and the earlier summary's text is part of the later one's input (nothing is lost).
+
+The output is checked: not empty, at most ``max_tokens`` tokens, and every pinned fact found in
+the summarized messages present verbatim. A failed check, a summarizer that raises, or no
+summarizer at all falls back to :class:`~ctxagent.strategies.truncate.Truncate` (deterministic).
+A view at or under the target is returned unchanged (IDENTITY).
+
+Parameters:
+    keep_turns: units (a call with its results, or one message) kept verbatim at the end; default 6.
+    max_tokens: tokens the summary may have (the summarizer's reply cap); default 1000.
+    chunk_tokens: tokens of rendered text per summarizer call (its own window); default 8000.
+    target: fraction of the window under which nothing is done (and the truncation fallback's
+        target); default the profile's ``target``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any, ClassVar
+
+from ctxagent.messages import Message
+from ctxagent.strategies.base import Entry, Outcome, StrategyContext
+from ctxagent.strategies.common import (
+    keep_pins,
+    label_range,
+    nothing_new,
+    pins_in,
+    render,
+    replace_runs,
+    runs_to_compact,
+    text,
+)
+from ctxagent.strategies.summarizing import SummaryFailed, condense
+from ctxagent.strategies.truncate import Truncate
+
+SUMMARY_PROMPT = (
+    "You are compressing the older part of an AI agent's working session so the agent can continue "
+    "without the original messages. Write a concise plain-text summary of the messages below: the "
+    "goal, what was done, what was found, what failed and why, decisions taken, and what remains "
+    "to do. Keep exact values verbatim: file paths, numbers, ids, handles (like @abc123), commands, "
+    "URLs and error messages. Earlier summaries among the messages must be carried over, not "
+    "dropped. Never invent a result the messages do not show. At most {max_tokens} tokens, no preamble."
+)
+
+
+def under_target(view: Sequence[Entry], ctx: StrategyContext) -> bool:
+    """Whether the request is at or under the strategy's target (a fraction of the window)."""
+    target = ctx.params.get("target")
+    fraction = ctx.budget.target if target is None else float(target)
+    return ctx.budget.total(view) <= ctx.budget.window * fraction
+
+
+def summarize_run(run: Sequence[Entry], ctx: StrategyContext, max_tokens: int, chunk_tokens: int) -> str:
+    """The checked LLM summary of ``run``. Raises ``SummaryFailed`` (also when no summarizer)."""
+    if ctx.summarizer is None:
+        raise SummaryFailed("no summarizer on this path")
+    pins = pins_in((text(e) for e in run), ctx.pins)
+    return condense(render(run), summarizer=ctx.summarizer,
+                    final_prompt=SUMMARY_PROMPT.format(max_tokens=max_tokens), max_tokens=max_tokens,
+                    chunk_tokens=chunk_tokens, pins=pins, model=ctx.model)
+
+
+def truncate_fallback(view: list[Entry], ctx: StrategyContext) -> Outcome:
+    """What an LLM strategy does when its summarizer fails: plain truncation to the target, its
+    notes given the pinned facts of what they replace."""
+    target = ctx.params.get("target")
+    outcome = Truncate().apply(view, replace(ctx, params={} if target is None else {"target": target}))
+    return keep_pins(view, outcome, ctx)
+
+
+def summary_message(run: Sequence[Entry], summary: str) -> Message:
+    """The user-role message that stands for ``run``: its label, then the summary."""
+    return {"role": "user", "content": f"[ctxagent summary of messages {label_range(run)}]\n{summary}"}
+
+
+class Summarize:
+    """LLM summary of the oldest units; see the module docstring."""
+
+    name = "summarize"
+    uses_llm = True
+    params: ClassVar[dict[str, Any]] = {
+        "keep_turns": 6,
+        "max_tokens": 1000,
+        "chunk_tokens": 8000,
+        "target": None,
+    }
+
+    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
+        if under_target(view, ctx):
+            return Outcome(view)
+        keep_turns = int(ctx.params.get("keep_turns", self.params["keep_turns"]))
+        max_tokens = int(ctx.params.get("max_tokens", self.params["max_tokens"]))
+        chunk_tokens = int(ctx.params.get("chunk_tokens", self.params["chunk_tokens"]))
+        runs = [r for r in runs_to_compact(view, 0, keep_turns) if not nothing_new(view, r)]
+        if not runs:
+            return Outcome(view)
+        try:
+            summaries = {r[0]: summarize_run([view[i] for i in r], ctx, max_tokens, chunk_tokens)
+                         for r in runs}
+        except SummaryFailed:
+            return truncate_fallback(view, ctx)
+        by_start = {view[i].start: s for i, s in summaries.items()}
+        return replace_runs(view, runs, lambda run: summary_message(run, by_start[run[0].start]),
+                            ctx, self.name)

@@ -1,0 +1,112 @@
+"""Richer random views than viewgen's: real tool names and arguments (repeats included), results
+that failed or found nothing, identical results, offloaded previews that name their own handle,
+long multi-paragraph reasoning, pinned facts inside ordinary messages, an optional protected
+``pins`` entry (as the runner adds it) and an optional final ``checkpoint`` call by the agent.
+Token counts are the real counts of each message."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import strategies as st
+
+from ctxagent.messages import tool_call
+from ctxagent.sessions.store import handle_for
+from ctxagent.strategies.base import Entry
+from ctxagent.tokens import count_message
+
+PINS = ("PIN-alpha=42", "deploy key K-7781")
+TOOLS = ("shell", "read_file", "grep_output", "list_dir")
+ARGS = {
+    "shell": [{"command": "ls -la /srv/app"}, {"command": "pytest -q tests/test_api.py"},
+              {"command": "cat /etc/app.conf"}, {"command": "grep -rn TODO src"}],
+    "read_file": [{"path": "src/app.py"}, {"path": "README.md"}, {"path": "/nope/missing.txt"}],
+    "grep_output": [{"handle": "@abc", "pattern": "ERROR"}, {"handle": "@abc", "pattern": "port"}],
+    "list_dir": [{"path": "."}, {"path": "src"}],
+}
+SHARED = ["exit code: 0\nREADME.md\nsrc\ntests\npyproject.toml",
+          "def main():\n    return serve(port=8080)\n"]
+
+
+def lines(draw, prefix: str) -> str:
+    count = draw(st.one_of(st.integers(0, 3), st.integers(3, 40), st.integers(40, 200)))
+    return "\n".join(f"{prefix} line {i}: value={i * 7} path=/srv/app/f{i}.py" for i in range(count))
+
+
+@st.composite
+def result_text(draw, call_id: str) -> str:
+    kind = draw(st.sampled_from(["ok", "ok", "ok", "error", "exit", "nofile", "nomatch", "empty",
+                                 "shared", "preview", "pinned"]))
+    if kind == "ok":
+        return f"exit code: 0\n{lines(draw, call_id)}"
+    if kind == "error":
+        return "ERROR: read_file: no such file: /nope/missing.txt"
+    if kind == "exit":
+        return f"exit code: 1\n{lines(draw, 'fail')}"
+    if kind == "nofile":
+        return "cat: /etc/app.conf: No such file or directory"
+    if kind == "nomatch":
+        return "exit code: 0\nno matches"
+    if kind == "empty":
+        return ""
+    if kind == "shared":
+        return draw(st.sampled_from(SHARED))
+    if kind == "preview":
+        handle = handle_for(call_id)
+        return (f"exit code: 0\nfirst lines\n[... 900 lines cut ...]\nlast lines\n[full output: 1,000 "
+                f"lines, 48,000 bytes, 12,345 tokens; saved as {handle} at /data/outputs/{handle[1:]}.out; "
+                f"read lines with read_output(\"{handle}\", start_line, end_line)]")
+    return f"exit code: 0\nconfig loaded\n{draw(st.sampled_from(PINS))}\n{lines(draw, 'cfg')}"
+
+
+def reasoning(draw) -> str:
+    paragraphs = draw(st.integers(1, 4))
+    size = draw(st.one_of(st.integers(1, 5), st.integers(5, 80)))
+    body = [" ".join(f"thought {p}.{i} about /srv/app/f{i}.py" for i in range(size))
+            for p in range(paragraphs)]
+    return "\n\n".join([*body[:-1], f"Conclusion: use port {draw(st.integers(1, 65535))}."])
+
+
+@st.composite
+def rich_views(draw, max_units: int = 25, pins_entry: bool | None = None, checkpoint: bool | None = None):
+    """A list of entries: system, maybe a pins entry, task, then units of many shapes."""
+    entries: list[Entry] = []
+    state = {"seq": 0, "turn": 0}
+
+    def add(message, kind: str = "message") -> None:
+        seq = state["seq"]
+        entries.append(Entry(message, count_message(message), seq, seq, state["turn"], kind))
+        state["seq"] += 1
+
+    add({"role": "system", "content": "You are a careful agent."})
+    if pins_entry if pins_entry is not None else draw(st.booleans()):
+        add({"role": "user", "content": "[ctxagent pinned facts]\n" + "\n".join(PINS)}, kind="pins")
+    state["turn"] = 1
+    add({"role": "user", "content": "Fix the failing test in /srv/app; the service must keep port 8080."})
+    for _ in range(draw(st.integers(0, max_units))):
+        kind = draw(st.sampled_from(["calls", "calls", "calls", "calls", "text", "user"]))
+        state["turn"] += 1
+        if kind == "user":
+            pin = draw(st.sampled_from(["", *PINS]))
+            add({"role": "user", "content": f"follow-up {state['seq']} {pin}".strip()})
+        elif kind == "text":
+            add({"role": "assistant", "content": reasoning(draw)})
+        else:
+            n = draw(st.integers(1, 3))
+            calls = []
+            for i in range(n):
+                name = draw(st.sampled_from(TOOLS))
+                args = json.dumps(draw(st.sampled_from(ARGS[name])))
+                calls.append(tool_call(f"call_{state['seq']}_{i}", name, args))
+            text = draw(st.sampled_from([None, None, "Let me check."]))
+            add({"role": "assistant", "content": text, "tool_calls": calls})
+            for call in calls:
+                add({"role": "tool", "tool_call_id": call["id"], "content": draw(result_text(call["id"]))})
+    if checkpoint if checkpoint is not None else draw(st.booleans()):
+        state["turn"] += 1
+        args = {"goal": "fix the failing test", "phase": "diagnosis done",
+                "key_facts": ["the test fails on port 8080", PINS[0]], "pending": ["patch src/app.py"]}
+        call = tool_call(f"cp{state['seq']}", "checkpoint", json.dumps(args))
+        add({"role": "assistant", "content": None, "tool_calls": [call]})
+        add({"role": "tool", "tool_call_id": call["id"], "content": "checkpoint saved"})
+    return entries
