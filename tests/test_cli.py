@@ -42,7 +42,7 @@ def test_offload_then_read_by_handle(tmp_path):
                         call("g1", "grep_output", handle="@cat1", pattern=r"^line 4242 ")]},
         {"content": "done"},
     ])
-    out = ctxagent("run", "--batch", "--session", "off", "--model", model, "find line 31337")
+    out = ctxagent("run", "--batch", "--allow", "shell", "--session", "off", "--model", model, "find line 31337")
     assert out.returncode == 0, out.stderr
     results = tool_messages("off")
     assert "@cat1" in results["cat1"] and "value=219359" not in results["cat1"]
@@ -60,13 +60,14 @@ def test_max_turns_then_resume_answers(tmp_path):
         {"tool_calls": [call("b", "shell", command="echo two")]},
         {"content": "finished"},
     ])
-    out = ctxagent("run", "--batch", "--session", "lim", "--model", model, "--max-turns", "2", "go")
+    out = ctxagent("run", "--batch", "--allow-all", "--session", "lim", "--model", model, "--max-turns", "2", "go")
     assert out.returncode == 3, out.stderr
+    assert "warning: --allow-all" in out.stderr
     assert "max_turns" in out.stderr
     listed = ctxagent("sessions", "list", "--json")
     row = next(json.loads(x) for x in listed.stdout.splitlines() if json.loads(x)["name"] == "lim")
     assert row["status"] == "max_turns"
-    out = ctxagent("resume", "--batch", "--session", "lim")
+    out = ctxagent("resume", "--batch", "--allow", "shell", "--session", "lim")
     assert (out.returncode, out.stdout) == (0, "finished\n"), out.stderr
     again = ctxagent("resume", "--batch", "--session", "lim")
     assert again.returncode == 2 and "nothing left to do" in again.stderr
@@ -87,8 +88,8 @@ def test_second_writer_is_refused_and_writes_nothing(tmp_path):
         {"tool_calls": [call("slow", "shell", command="sleep 3; echo slept")]},
         {"content": "ok"},
     ])
-    first = subprocess.Popen([sys.executable, "-m", "ctxagent", "run", "--batch", "--session", "busy",
-                              "--model", model, "task"], stdin=subprocess.DEVNULL,
+    first = subprocess.Popen([sys.executable, "-m", "ctxagent", "run", "--batch", "--allow", "shell",
+                              "--session", "busy", "--model", model, "task"], stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     transcript = os.path.join(data_dir(), "sessions", "busy", "transcript.jsonl")
     deadline = time.time() + 30
@@ -131,7 +132,7 @@ def test_tool_errors_go_back_to_the_model(tmp_path):
                         call("w", "list_dir", path=str(tmp_path / "nope"))]},
         {"content": "recovered"},
     ])
-    out = ctxagent("run", "--batch", "--session", "errs", "--model", model, "try things")
+    out = ctxagent("run", "--batch", "--session", "errs", "--model", model, "try things", cwd=tmp_path)
     assert (out.returncode, out.stdout) == (0, "recovered\n"), out.stderr
     results = tool_messages("errs")
     assert list(results) == ["u", "j", "e", "w"]  # call order, paired by id
@@ -150,7 +151,7 @@ def test_binary_non_utf8_and_one_huge_line(tmp_path):
         ]},
         {"content": "ok"},
     ])
-    out = ctxagent("run", "--batch", "--session", "bytes", "--model", model, "bytes")
+    out = ctxagent("run", "--batch", "--allow", "shell", "--session", "bytes", "--model", model, "bytes")
     assert out.returncode == 0, out.stderr
     results = tool_messages("bytes")
     assert "@bin" in results["bin"] and "binary" in results["bin"].lower()

@@ -23,7 +23,8 @@ def run_cli(*args: str):
 
 def profile(tmp_path, window: int = 50_000) -> str:
     path = tmp_path / "p.yaml"
-    path.write_text(f"context_window: {window}\nmax_output_tokens: 500\nretries: 0\n", encoding="utf-8")
+    path.write_text(f"context_window: {window}\nmax_output_tokens: 500\nretries: 0\n"
+                    "permissions: {kinds: {exec: allow}}\n", encoding="utf-8")  # batch: shell runs unasked
     return str(path)
 
 

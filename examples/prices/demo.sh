@@ -7,7 +7,8 @@ export CTXAGENT_DATA_DIR="${CTXAGENT_DATA_DIR:-$(mktemp -d)}"
 session="prices-demo"
 
 echo "== ctxagent run (batch, scripted model) =="
-ctxagent run --batch --session "$session" --model "scripted:$here/script.yaml" \
+# --allow shell: the bundled profiles ask before running commands, and a batch run never asks
+ctxagent run --batch --allow shell --session "$session" --model "scripted:$here/script.yaml" \
   "What does gpt-4o cost per million tokens, and what is its context window?"
 
 echo

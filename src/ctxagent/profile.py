@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ctxagent.errors import ProfileError
+from ctxagent.tools.permissions import PermissionsConfig
 
 Path_ = Literal["interactive", "batch"]
 DEFAULT_TOOLS = ["shell", "read_file", "write_file", "list_dir", "read_output", "grep_output"]
@@ -89,6 +90,8 @@ class Profile(_Strict):
     allow_llm_in_batch: bool = False
     summarizer: SummarizerConfig = SummarizerConfig()
     pins: list[str] = Field(default_factory=list, description="facts kept verbatim in every view")
+    permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)  # tools/permissions.py
+    redact: Literal["persist", "always"] = "persist"  # sessions/redact.py; README "Secrets"
 
     @model_validator(mode="after")
     def _target_below_trigger(self) -> Profile:
@@ -144,13 +147,22 @@ def parse_profile(text: str, *, source: str, default_name: str = "custom") -> Pr
         raise ProfileError("a profile is a YAML mapping of keys to values", path=source, line=1)
     data.setdefault("name", default_name)
     try:
-        return Profile.model_validate(data)
+        profile = Profile.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         loc = [str(p) for p in first["loc"]]
         raise ProfileError(
             first["msg"], path=source, line=_line_of(node, loc), key=".".join(loc) or None
         ) from err
+    from ctxagent.strategies.checks import check_pipelines  # the strategies import this module
+
+    try:
+        check_pipelines(profile, source=source)
+    except ProfileError as err:
+        message = str(err).split(": ", 1)[-1]
+        line = _line_of(node, (err.key or "").split("."))
+        raise ProfileError(message, path=source, line=line, key=err.key) from None
+    return profile
 
 
 def _line_of(node: Any, loc: list[str]) -> int | None:

@@ -39,6 +39,7 @@ from typing import Any
 from ctxagent.agent.model import Reply, ToolCall, Usage
 from ctxagent.errors import ProviderContextError, ProviderError
 from ctxagent.messages import Message
+from ctxagent.sessions import redact
 
 LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
 CONTEXT_CODES = frozenset({"context_length_exceeded"})
@@ -77,11 +78,12 @@ def _keep_tiktoken_dir() -> Iterator[None]:
 
 
 class _StderrHandler(logging.Handler):
-    """Writes log records to whatever ``sys.stderr`` is at the time of the record."""
+    """Writes log records to whatever ``sys.stderr`` is at the time of the record, secrets redacted
+    (``ctxagent.sessions.redact``: key shapes, Authorization headers, the environment's keys)."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            sys.stderr.write(self.format(record) + "\n")
+            sys.stderr.write(redact.default().text(self.format(record)) + "\n")
         except Exception:  # logging must never break a model call
             self.handleError(record)
 
@@ -238,7 +240,7 @@ def _body(chain: list[BaseException]) -> dict[str, Any]:
 
 
 def _one_line(text: str) -> str:
-    text = _KEY_PATTERN.sub("[redacted]", " ".join(text.split()))
+    text = _KEY_PATTERN.sub("[redacted]", redact.default().text(" ".join(text.split())))
     return text if len(text) <= MESSAGE_CAP else text[: MESSAGE_CAP - 1] + "…"
 
 

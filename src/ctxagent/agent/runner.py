@@ -27,14 +27,15 @@ from ctxagent.errors import (
 )
 from ctxagent.messages import Message, call_ids
 from ctxagent.profile import Path_, Profile, StrategyConfig
-from ctxagent.sessions import records
-from ctxagent.sessions.session import Session
+from ctxagent.sessions import records, redact
+from ctxagent.sessions.session import Session, sessions_root
 from ctxagent.sessions.store import handle_for
 from ctxagent.strategies import registry
 from ctxagent.strategies.base import Budget, groups
 from ctxagent.tokens import count_message, count_tools
 from ctxagent.tools.offload import store_text
-from ctxagent.tools.toolset import Toolset
+from ctxagent.tools.permissions import Gate
+from ctxagent.tools.toolset import ERROR_PREFIX, ToolOutcome, Toolset
 
 MAX_RECOVERIES = 2  # emergency compactions per turn after a provider "context too long"
 SUMMARIZER_SYSTEM = "You compress an agent's working transcript. Follow the instructions in the user message exactly."
@@ -54,6 +55,13 @@ class SessionState:
     open_calls: list[str] = field(default_factory=list)
     pins: list[str] = field(default_factory=list)
     stored: set[str] = field(default_factory=set)
+    users: int = 0  # user messages so far
+    answered: bool = False  # the last message is a final answer (no tool calls), end record or not
+
+    def note(self, message: Message) -> None:
+        """Track what decides whether the session needs a new user message."""
+        self.users += message.get("role") == "user"
+        self.answered = message.get("role") == "assistant" and not message.get("tool_calls")
 
 
 def scan(items: list[Any], header: records.SessionHeader) -> SessionState:
@@ -65,6 +73,7 @@ def scan(items: list[Any], header: records.SessionHeader) -> SessionState:
             state.turn = max(state.turn, item.turn)
             state.last_end = None
             msg = item.message
+            state.note(msg)
             if msg.get("role") == "assistant":
                 state.replies += 1
                 state.open_calls = call_ids(msg)
@@ -114,11 +123,16 @@ class Runner:
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
         self.tool_specs = toolset.specs()
         self.tool_tokens = count_tools(self.tool_specs, header.model)
+        # permissions (tools/permissions.py): the profile's; the CLI adds --allow grants and a prompt
+        self.gate = Gate(profile.permissions, path, workdir=toolset.ctx.workdir, readable=[session.store.root],
+                         protected=[sessions_root()])
         self._close_open_calls()
 
     # -- appending ---------------------------------------------------------------------------
     def _message(self, message: Message, turn: int | None = None) -> records.MessageRecord:
         turn = self.state.turn if turn is None else turn
+        if self.profile.redact == "always":  # the model never sees a secret either (README "Secrets")
+            message = redact.default().value(message)
         rec = records.MessageRecord(seq=self.state.next_seq, turn=turn, message=message,
                                     tokens=count_message(message, self.state.header.model))
         self.state.next_seq += 1
@@ -129,9 +143,14 @@ class Runner:
         for item in items:
             if isinstance(item, records.MessageRecord):
                 self.context.add(item)
+                self.state.note(item.message)
 
     def _close_open_calls(self) -> None:
-        """Give every call left without a result (a crash mid-turn) a synthetic result."""
+        """Give every call left without a result (a crash mid-turn) a synthetic result, and
+        delete the spool files a killed tool left in the output store."""
+        clean = getattr(self.session.store, "clean_spools", None)
+        if clean is not None:
+            clean()
         if self.state.open_calls:
             results = [self._message({"role": "tool", "tool_call_id": cid, "content": INTERRUPTED})
                        for cid in self.state.open_calls]
@@ -143,8 +162,9 @@ class Runner:
         return make_budget(self.profile, self.state.header.context_window, self.tool_tokens, self.state.scale)
 
     def needs_input(self) -> bool:
-        """Whether the session cannot continue without a new user message (it was answered)."""
-        return self.state.last_end == "answered" or self.state.next_seq == 0
+        """Whether the session cannot continue without a new user message: it was answered (even
+        if a crash lost the end record), or its task was never recorded."""
+        return self.state.last_end == "answered" or self.state.answered or self.state.users == 0
 
     def run(self, user_input: str | None = None, *, max_turns: int | None = None) -> Iterator[Event]:
         """Run until an answer or a bound; yields events, ends with :class:`Finished`.
@@ -274,7 +294,7 @@ class Runner:
 
     def _run_tools(self, reply: Reply) -> Iterator[Event]:
         for call in reply.tool_calls:
-            outcome = self.toolset.call(call)
+            outcome = self._refused(call) or self.toolset.call(call)
             items: list[Any] = [self._message(
                 {"role": "tool", "tool_call_id": call.id, "content": outcome.content})]
             if outcome.output is not None:
@@ -282,6 +302,18 @@ class Runner:
             self._append(*items)
             handle = outcome.output.handle if outcome.output else None
             yield ToolDone(call, outcome.content, outcome.is_error, handle)
+
+    def _refused(self, call: Any) -> ToolOutcome | None:
+        """The error outcome of a call the permission gate refuses (None: it may run); the
+        decisions that involved asking the user are written to the transcript first."""
+        tool = self.toolset.tools.get(call.name)
+        if tool is None:
+            return None  # the toolset answers unknown tools
+        refusal = self.gate.check_call(tool, call.arguments, call_id=call.id, turn=self.state.turn)
+        decisions = self.gate.take_decisions()
+        if decisions:
+            self.session.transcript.append(decisions)
+        return None if refusal is None else ToolOutcome(ERROR_PREFIX + refusal, True)
 
     def _end(self, reason: str, detail: str = "") -> None:
         self.state.last_end = reason

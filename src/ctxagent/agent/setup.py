@@ -5,7 +5,7 @@ Call :func:`open_runner` while holding the session's writer lock.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,9 +19,11 @@ from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.strategies.base import Budget, Compaction, Entry
 from ctxagent.tokens import count_tools
+from ctxagent.tools.agent_tools import context_tools
 from ctxagent.tools.base import ToolContext
 from ctxagent.tools.offload import OffloadPolicy
-from ctxagent.tools.toolset import make_toolset
+from ctxagent.tools.toolset import Toolset, make_toolset
+from ctxagent.tools.user import absolute_spec, load_tools
 
 SCRIPTED_WINDOW = 128_000  # tokens: the window a scripted model has when the profile sets none
 
@@ -52,11 +54,12 @@ def _profile_ref(spec: str) -> str:
 
 def open_runner(session: Session, *, profile_spec: str | None, model_spec: str | None,
                 api_base: str | None, path: Path_, workdir: Path,
-                profile_overrides: dict[str, Any] | None = None) -> Runner:
+                profile_overrides: dict[str, Any] | None = None, tools: Sequence[str] = ()) -> Runner:
     """A runner for ``session``, creating its header when the session is new.
 
-    A resumed session keeps its profile, model and context window unless new ones are given.
-    Raises ``ProfileError``/``UsageError`` for a bad profile, model or script.
+    A resumed session keeps its profile, model, context window and user tools (``tools``: the
+    ``--tools`` specs, kept in the header) unless new ones are given. Raises
+    ``ProfileError``/``UsageError`` for a bad profile, model, script or tool.
     """
     items = session.transcript.load(repair=True)
     header = next((r for r in items if isinstance(r, records.SessionHeader)), None)
@@ -67,7 +70,8 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     model_name = model_spec or (header.model if header else profile.model)
     if header is None:
         header = records.SessionHeader(name=session.name, model=model_name, profile=_profile_ref(spec),
-                                       context_window=resolve_window(profile, model_name), path=path)
+                                       context_window=resolve_window(profile, model_name), path=path,
+                                       **({"tools": [absolute_spec(t) for t in tools]} if tools else {}))
         session.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         session.transcript.append([header])
         items = [header]
@@ -76,9 +80,24 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     model = make_model(model_name, api_base=api_base or profile.api_base, replies_done=replies,
                        timeout_s=profile.timeout_s, retries=profile.retries,
                        max_output_tokens=profile.max_output_tokens)
-    toolset = make_toolset(profile.tools, ToolContext(session.store, workdir), offload_policy(profile, model_name))
+    toolset = toolset_for(session, profile, header, workdir, tools)
     summarizer = summarizer_factory(profile, model_name, api_base, items)
     return Runner(session, profile, model, toolset, items, header, path, summarizer)
+
+
+def user_tools(header: records.SessionHeader, specs: Sequence[str] = ()) -> list[Any]:
+    """The tools of ``--tools`` ``specs``, else of the specs the session header keeps."""
+    return load_tools(list(specs) or list((header.model_extra or {}).get("tools") or []))
+
+
+def toolset_for(session: Session, profile: Profile, header: records.SessionHeader, workdir: Path,
+                tools: Sequence[str] = ()) -> Toolset:
+    """The session's tools: the profile's, the user's (``--tools`` now or in the header), and the
+    context tools its pipelines need (``checkpoint``)."""
+    steps = {step.strategy for path in profile.pipelines.values() for step in path}
+    extra = [*user_tools(header, tools), *context_tools(sorted(steps))]
+    policy = offload_policy(profile, header.model)
+    return make_toolset(profile.tools, ToolContext(session.store, workdir), policy, extra)
 
 
 def offload_policy(profile: Profile, model_name: str) -> OffloadPolicy:
@@ -112,7 +131,7 @@ def next_request(session: Session, path: Path_ | None = None) -> NextRequest:
         raise UsageError(f"session {session.name!r} has no header record")
     profile = load_profile(header.profile)
     path = path or header.path
-    toolset = make_toolset(profile.tools, ToolContext(session.store, Path.cwd()), offload_policy(profile, header.model))
+    toolset = toolset_for(session, profile, header, Path.cwd())
     state = scan(items, header)
     context = ContextState.from_records(items, transcript_path=str(session.transcript.path), model=header.model)
     for call_id in state.open_calls:

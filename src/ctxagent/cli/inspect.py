@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from ctxagent.cli import outputs_cmd
 from ctxagent.cli.render import short
 from ctxagent.sessions.session import Session, latest_session
 
@@ -48,6 +49,9 @@ def _line(rec: Any) -> str:
                 f"{rec.estimated_prompt_tokens}), completion {rec.completion_tokens}[/dim]")
     if isinstance(rec, records.EndRecord):
         return f"      [bold]end[/bold] {rec.reason} at turn {rec.turn} {escape(short(rec.detail, 120))}"
+    if isinstance(rec, records.PermissionRecord):
+        return (f"      [yellow]permission[/yellow] {escape(rec.tool)} {escape(rec.call_id)}: "
+                f"{rec.decision} ({escape(rec.policy)}) {escape(short(rec.arguments, 80))}")
     return escape(repr(rec))
 
 
@@ -71,3 +75,7 @@ def transcript(session: SessionOpt = None, json_out: JsonOpt = False) -> None:
 def dump(obj: Any) -> str:
     """Compact JSON text."""
     return json.dumps(obj, ensure_ascii=False)
+
+
+app.command("outputs")(outputs_cmd.outputs)
+app.command("output")(outputs_cmd.output)

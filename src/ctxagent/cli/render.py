@@ -35,7 +35,9 @@ def describe(event: Event) -> str | None:
     if isinstance(event, ToolDone):
         where = f" -> offloaded as {event.handle}" if event.handle else ""
         status = "error" if event.is_error else "ok"
-        return f"  tool {event.call.name}({short(event.call.arguments, 80)}) {status}{where}"
+        from ctxagent.sessions.redact import default as redactor  # progress ends up in CI logs
+
+        return f"  tool {event.call.name}({short(redactor().text(event.call.arguments), 80)}) {status}{where}"
     return None
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from ctxagent.cli.permissions import AllowAllOpt, AllowOpt, grant
 from ctxagent.cli.render import BatchRenderer, InteractiveRenderer, Renderer
 from ctxagent.errors import CtxagentError, UsageError
 from ctxagent.sessions.session import Session, latest_session, new_name
@@ -25,6 +26,12 @@ BatchOpt = Annotated[bool, typer.Option("--batch", help="No prompts; answer alon
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object: session, status, answer, "
                                        "turns, usage.")]
 WorkdirOpt = Annotated[Path | None, typer.Option("--workdir", help="Working directory of the tools.")]
+ToolsOpt = Annotated[list[str] | None, typer.Option(
+    "--tools", help="Add a tool: module:function, path/to/file.py:function, or the name of a built-in or "
+    "installed (ctxagent.tools entry point) tool. Repeatable; kept for resume.")]
+OutputOpt = Annotated[Path | None, typer.Option(
+    "--output", "-o", help="Write the answer's value to FILE: the value of an answer that is one handle "
+    "(bytes exactly, arrays as .npy, JSON pretty), else the answer with its handles resolved.")]
 
 
 def _read_task(task: str | None) -> str | None:
@@ -40,26 +47,48 @@ def _is_batch(batch: bool, json_out: bool) -> bool:
     return batch or json_out or not sys.stdin.isatty()
 
 
-def execute(session: Session, message: str | None, *, model: str | None, profile: str | None,
-            api_base: str | None, max_turns: int | None, batch: bool, json_out: bool,
-            workdir: Path | None, resuming: bool) -> None:
-    """Open ``session``, run it (and, interactively, keep prompting), exit with the right code."""
+@dataclass(frozen=True)
+class RunOptions:
+    """What ``run`` and ``resume`` share: the command line's choices for one invocation."""
+
+    model: str | None = None
+    profile: str | None = None
+    api_base: str | None = None
+    max_turns: int | None = None
+    batch: bool = True
+    json_out: bool = False
+    workdir: Path | None = None
+    tools: tuple[str, ...] = ()
+    output: Path | None = None
+    allow: str | None = None
+    allow_all: bool = False
+
+
+def execute(session: Session, message: str | None, opts: RunOptions) -> None:
+    """Open ``session``, run it (and, interactively, keep prompting), exit with the right code.
+
+    An answer that is or contains handles is printed with their values (see ``outputs_cmd.deliver``).
+    """
     from ctxagent.agent.setup import open_runner
 
-    path = "batch" if batch else "interactive"
-    renderer: Renderer = BatchRenderer(json_out) if batch else InteractiveRenderer()
+    batch = opts.batch
+    renderer: Renderer = BatchRenderer(opts.json_out) if batch else InteractiveRenderer()
     result: dict[str, Any] = {"session": session.name, "status": "error", "answer": None, "turns": 0}
     code = 0
     try:
         with session.writer():
-            runner = open_runner(session, profile_spec=profile, model_spec=model, api_base=api_base,
-                                 path=path, workdir=(workdir or Path.cwd()).resolve())
+            runner = open_runner(session, profile_spec=opts.profile, model_spec=opts.model, api_base=opts.api_base,
+                                 path="batch" if batch else "interactive",
+                                 workdir=(opts.workdir or Path.cwd()).resolve(), tools=opts.tools)
+            grant(runner, opts.allow, opts.allow_all, interactive=not batch)  # --allow, --allow-all, the prompt
             if message is None and runner.needs_input():
                 raise UsageError(f"session {session.name!r} has nothing left to do; give a new message")
             renderer.start(session, runner)
             while True:
-                for event in runner.run(message, max_turns=max_turns):
+                for event in runner.run(message, max_turns=opts.max_turns):
                     renderer.event(event)
+                if not batch:
+                    _show_answer(session, renderer.answer, opts.output)
                 message = None if batch else renderer.ask()
                 if message is None:
                     break
@@ -73,15 +102,50 @@ def execute(session: Session, message: str | None, *, model: str | None, profile
         code = 130
         result.update(status="interrupted")
         renderer.interrupted(session)
+    if code == 0 and batch and renderer.answer is not None:
+        _deliver(session, renderer.answer, opts.output, result, opts.json_out)
     renderer.finish(result)
     raise typer.Exit(code)
+
+
+def _deliver(session: Session, answer: str, output: Path | None, result: dict[str, Any], json_out: bool) -> None:
+    """Batch: the answer's handles resolved (what stdout shows, or ``handles`` with ``--json``)."""
+    from ctxagent.cli.outputs_cmd import deliver
+
+    shown = deliver(session.store, answer, output)
+    for note in shown.notes:
+        print(f"ctxagent: {note}", file=sys.stderr)
+    if shown.written is not None:
+        print(f"ctxagent: wrote {shown.written:,} bytes to {output}", file=sys.stderr)
+    if json_out:
+        result["handles"] = shown.handles
+        if output is not None:
+            result["output"] = str(output)
+    else:
+        result["answer"] = shown.text
+
+
+def _show_answer(session: Session, answer: str | None, output: Path | None) -> None:
+    """Interactive: after the rendered answer, the values its handles name (or where they went)."""
+    from ctxagent.cli.outputs_cmd import deliver
+
+    if answer is None:
+        return
+    shown = deliver(session.store, answer, output)
+    for note in shown.notes:
+        print(f"ctxagent: {note}", file=sys.stderr)
+    if shown.written is not None:
+        print(f"wrote {shown.written:,} bytes to {output}")
+    elif shown.handles and shown.text != answer:
+        print(shown.text)
 
 
 def run(
     task: Annotated[str | None, typer.Argument(help="The task; '-' reads it from stdin.")] = None,
     session: SessionOpt = None, model: ModelOpt = None, profile: ProfileOpt = None,
     api_base: ApiBaseOpt = None, max_turns: MaxTurnsOpt = None, batch: BatchOpt = False,
-    json_out: JsonOpt = False, workdir: WorkdirOpt = None,
+    json_out: JsonOpt = False, workdir: WorkdirOpt = None, tools: ToolsOpt = None, output: OutputOpt = None,
+    allow: AllowOpt = None, allow_all: AllowAllOpt = False,
 ) -> None:
     """Start (or continue) a session with TASK and run the agent until it answers."""
     text = _read_task(task)
@@ -91,23 +155,18 @@ def run(
     if text is None:
         text = typer.prompt("task")
     target = Session.at(session) if session else Session.at(new_name())
-    execute(target, text, model=model, profile=profile, api_base=api_base, max_turns=max_turns,
-            batch=is_batch, json_out=json_out, workdir=workdir, resuming=False)
+    execute(target, text, RunOptions(model, profile, api_base, max_turns, is_batch, json_out, workdir,
+                                     tuple(tools or ()), output, allow, allow_all))
 
 
 def resume(
     message: Annotated[str | None, typer.Argument(help="A new user message; '-' reads stdin.")] = None,
     session: SessionOpt = None, model: ModelOpt = None, profile: ProfileOpt = None,
     api_base: ApiBaseOpt = None, max_turns: MaxTurnsOpt = None, batch: BatchOpt = False,
-    json_out: JsonOpt = False, workdir: WorkdirOpt = None,
+    json_out: JsonOpt = False, workdir: WorkdirOpt = None, tools: ToolsOpt = None, output: OutputOpt = None,
+    allow: AllowOpt = None, allow_all: AllowAllOpt = False,
 ) -> None:
     """Continue a session (the most recent one by default) where it stopped."""
     target = (Session.at(session) if session else latest_session()).require()
-    execute(target, _read_task(message), model=model, profile=profile, api_base=api_base,
-            max_turns=max_turns, batch=_is_batch(batch, json_out), json_out=json_out, workdir=workdir,
-            resuming=True)
-
-
-def dump_json(obj: Any) -> str:
-    """Compact JSON for machine-readable output (UTF-8, no ASCII escaping)."""
-    return json.dumps(obj, ensure_ascii=False)
+    execute(target, _read_task(message), RunOptions(model, profile, api_base, max_turns, _is_batch(batch, json_out),
+                                                    json_out, workdir, tuple(tools or ()), output, allow, allow_all))

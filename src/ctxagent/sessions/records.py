@@ -8,11 +8,15 @@ One record is one physical line of ``transcript.jsonl``. Kinds:
   order), the agent ``turn`` it belongs to (one model call = one turn) and its token count
   ``tokens`` so that resume never re-tokenizes.
 - ``output``: metadata of one offloaded tool output: handle, call id, tool, file path relative to
-  the session directory, sizes (bytes, lines, tokens), sha256, whether it is binary.
+  the session directory, sizes (bytes, lines, tokens), sha256, whether it is binary, and what the
+  value is (``type``: text, bytes, json, ndarray; ``length``, ``shape``, ``dtype`` when they apply).
 - ``usage``: the provider-reported usage of one model call, next to our own estimate.
 - ``compaction``: a recorded replacement, *in the view only*, of messages ``start``..``end``
   (inclusive seq numbers) by ``message`` (or by nothing). The originals stay in the transcript.
 - ``end``: how one run ended (``answered``, ``max_turns``, ``provider_error``, ...).
+- ``permission``: a decision on a tool call that needed asking (``ctxagent.tools.permissions``):
+  the call, the policy that asked, and the answer (``yes``, ``no``, ``always``; ``deny`` when the
+  run could not ask).
 
 Progress, heartbeats and spinner state are never records.
 """
@@ -69,6 +73,11 @@ class OutputRecord(_Record):
     sha256: str
     binary: bool = False
     arguments: str = ""
+    # what the stored value is (added with structured values; older records default to text):
+    type: Literal["text", "bytes", "json", "ndarray"] = "text"
+    length: int | None = None  # items of a JSON list, keys of a JSON object
+    shape: list[int] | None = None  # of an ndarray
+    dtype: str | None = None  # of an ndarray, numpy's name (``float32``)
 
 
 class UsageRecord(_Record):
@@ -98,8 +107,19 @@ class EndRecord(_Record):
     detail: str = ""
 
 
+class PermissionRecord(_Record):
+    kind: Literal["permission"] = "permission"
+    call_id: str
+    tool: str
+    arguments: str = ""  # the call's raw arguments, cut to 500 characters
+    policy: str  # what asked, e.g. "permissions.kinds.exec: ask"
+    decision: Literal["yes", "no", "always", "deny"]
+    turn: int = 0
+
+
 Record = Annotated[
-    SessionHeader | MessageRecord | OutputRecord | UsageRecord | CompactionRecord | EndRecord,
+    SessionHeader | MessageRecord | OutputRecord | UsageRecord | CompactionRecord | EndRecord
+    | PermissionRecord,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Record)

@@ -78,7 +78,9 @@ class Session:
 
     @property
     def store(self) -> OutputStore:
-        return OutputStore(self.root / "outputs")
+        from ctxagent.sessions.redact import RedactingStore  # no secret reaches an output file
+
+        return RedactingStore(self.root / "outputs")
 
     def exists(self) -> bool:
         return (self.root / "transcript.jsonl").exists()
@@ -97,7 +99,9 @@ class Session:
         """
         from filelock import FileLock, Timeout
 
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        from ctxagent.sessions.redact import private_dir
+
+        private_dir(self.root)  # 0700, and so are the data and sessions folders when we create them
         lock = FileLock(str(self.root / ".lock"), mode=0o600)
         try:
             lock.acquire(timeout=0)

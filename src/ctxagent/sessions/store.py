@@ -4,8 +4,10 @@ A *handle* is the short, stable name of an offloaded output: ``@`` followed by t
 with every character outside ``[A-Za-z0-9_-]`` removed, cut to its last 12 characters
 (``call_9f8XkQ2mZbL0aYv7`` gives ``@kQ2mZbL0aYv7``; a scripted call ``read1`` gives ``@read1``).
 It derives only from the call id, so a scripted turn can name the output of an earlier scripted
-call. Files live at ``<session>/outputs/<handle without @>.out``; handles resolve only inside
-their own session's store.
+call. Files live at ``<session>/outputs/<handle without @><suffix>``: ``.out`` for text and raw
+bytes, ``.json`` for JSON values, ``.npy`` for numpy arrays (see ``ctxagent.tools.values``), with a
+``<handle without @>.meta.json`` sidecar of metadata. Handles resolve only inside their own
+session's store.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from ctxagent.errors import UsageError
 
 HANDLE_RE = re.compile(r"^@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+SUFFIXES = (".out", ".json", ".npy")  # value files, in lookup order
+META_SUFFIX = ".meta.json"
 
 
 def handle_for(call_id: str) -> str:
@@ -37,17 +41,50 @@ class OutputStore:
     def __init__(self, root: Path):
         self.root = root
 
-    def path_of(self, handle: str) -> Path:
-        """The file that holds ``handle``'s output. Raises ``UsageError`` for a malformed handle."""
+    def path_of(self, handle: str, suffix: str = ".out") -> Path:
+        """The file that holds (or will hold) ``handle``'s output in the format of ``suffix``.
+
+        Raises ``UsageError`` for a malformed handle.
+        """
         if not HANDLE_RE.match(handle):
             raise UsageError(f"not a handle: {handle!r} (handles look like @abc123)")
-        return self.root / f"{handle[1:]}.out"
+        return self.root / f"{handle[1:]}{suffix}"
+
+    def find(self, handle: str) -> Path | None:
+        """The existing value file of ``handle`` (any of :data:`SUFFIXES`), or None.
+
+        Raises ``UsageError`` for a malformed handle.
+        """
+        for suffix in SUFFIXES:
+            path = self.path_of(handle, suffix)
+            if path.is_file():
+                return path
+        return None
+
+    def meta_path(self, handle: str) -> Path:
+        """The metadata sidecar of ``handle`` (JSON). Raises ``UsageError`` for a malformed handle."""
+        return self.path_of(handle, META_SUFFIX)
+
+    def handles(self) -> list[str]:
+        """Every handle with a value file in the store, oldest first."""
+        if not self.root.is_dir():
+            return []
+        found: dict[str, float] = {}
+        for path in self.root.iterdir():
+            name = path.name
+            suffix = next((s for s in SUFFIXES if name.endswith(s) and not name.endswith(META_SUFFIX)), None)
+            if suffix is None or name.startswith("."):
+                continue
+            handle = "@" + name[: -len(suffix)]
+            if HANDLE_RE.match(handle):
+                found[handle] = path.stat().st_mtime
+        return sorted(found, key=lambda h: (found[h], h))
 
     def unique_handle(self, call_id: str) -> str:
         """``handle_for(call_id)``, suffixed ``.2``, ``.3``... if that name is already taken."""
         base = handle_for(call_id)
         handle, n = base, 1
-        while self.path_of(handle).exists():
+        while self.find(handle) is not None or self.meta_path(handle).exists():
             n += 1
             handle = f"{base}.{n}"
         return handle
@@ -61,16 +98,16 @@ class OutputStore:
         fd, name = tempfile.mkstemp(prefix=".spool-", dir=self.root)
         return fd, Path(name)
 
-    def adopt(self, spooled: Path, handle: str) -> Path:
+    def adopt(self, spooled: Path, handle: str, suffix: str = ".out") -> Path:
         """Move a spooled file (same filesystem) under ``handle``; returns the final path."""
-        final = self.path_of(handle)
+        final = self.path_of(handle, suffix)
         os.replace(spooled, final)
         return final
 
-    def put_bytes(self, handle: str, data: bytes) -> Path:
-        """Write ``data`` under ``handle`` (fsynced); returns the path."""
+    def put_bytes(self, handle: str, data: bytes, suffix: str = ".out") -> Path:
+        """Write ``data`` under ``handle`` (fsynced) in a ``suffix`` file; returns the path."""
         self.root.mkdir(parents=True, exist_ok=True)
-        final = self.path_of(handle)
+        final = self.path_of(handle, suffix)
         with open(final, "wb") as fh:
             fh.write(data)
             fh.flush()

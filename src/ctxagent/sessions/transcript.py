@@ -65,7 +65,8 @@ class Transcript:
             n = 1
             while (side := self.path.with_name(f"transcript.torn-{n}.jsonl")).exists():
                 n += 1
-            side.write_bytes(torn)
+            with open(side, "wb", opener=_private) as out:
+                out.write(torn)
             with open(self.path, "r+b") as fh:
                 fh.truncate(os.path.getsize(self.path) - len(torn))
                 fh.flush()
@@ -78,13 +79,22 @@ class Transcript:
         )
 
     def append(self, items: Iterable[Any]) -> None:
-        """Append ``items`` (records), one line each, then flush and fsync once."""
-        from ctxagent.sessions import records
+        """Append ``items`` (records), one line each, then flush and fsync once.
 
-        text = "".join(records.dumps(r) + "\n" for r in items)
+        Every string of every record is redacted first (``ctxagent.sessions.redact``); the file
+        is created owner-only (0600).
+        """
+        from ctxagent.sessions import redact  # secrets become [REDACTED:kind] before they are written
+
+        text = "".join(redact.dumps(r) + "\n" for r in items)
         if not text:
             return
-        with open(self.path, "a", encoding="utf-8") as fh:
+        with open(self.path, "a", encoding="utf-8", opener=_private) as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def _private(path: str, flags: int) -> int:
+    """``open`` opener creating files owner-only (0600)."""
+    return os.open(path, flags, 0o600)

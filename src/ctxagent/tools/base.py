@@ -6,7 +6,16 @@ return:
 - ``str`` — text;
 - ``bytes`` — raw output (binary or not valid UTF-8 is stored exactly, never dumped in the context);
 - :class:`Spooled` — output the tool already streamed to a file of the output store (the shell
-  tool does this so a 1 GB output never needs 1 GB of memory).
+  tool does this so a 1 GB output never needs 1 GB of memory);
+- a structured value — ``dict``, ``list`` or ``tuple`` (stored as JSON) or a numpy array (stored
+  as ``.npy``): always stored under a handle that other tools can take (``ctxagent.tools.values``);
+- a JSON scalar (``None``, ``bool``, ``int``, ``float``): shown as its JSON text.
+
+Arguments are *mirrored* (``resolve_handles``, the default): before the tool runs, every argument
+value that is exactly a handle (``@abc123``) or sub-handle (``@abc123/key``) of the session is
+replaced by the stored value, so the tool itself never sees handles. Tools that work on handles
+themselves (``read_output``, ``grep_output``, ``query_output``, ``output_info``) set
+``resolve_handles=False`` and receive the handle text.
 
 A tool signals a failure the model should read by raising :class:`ToolError` (or any exception):
 the toolset turns it into an error tool result; a tool never crashes the run.
@@ -15,7 +24,7 @@ the toolset turns it into an error tool result; a tool never crashes the run.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,7 +56,7 @@ class Spooled:
     note: str = ""
 
 
-ToolValue = str | bytes | Spooled
+ToolValue = str | bytes | Spooled  # plus JSON values and numpy arrays, see the module docstring
 
 
 @dataclass(frozen=True)
@@ -55,15 +64,16 @@ class Tool:
     """One tool: name, description for the model, JSON schema of its arguments, the function.
 
     ``kind`` says what it does: ``read`` (read-only), ``write`` (writes files), ``exec`` (runs
-    commands), ``network`` (reaches the network).
+    commands), ``network`` (reaches the network). ``resolve_handles``: whether handle arguments
+    are replaced by their stored values before the call (see the module docstring).
     """
 
     name: str
     description: str
     parameters: Mapping[str, Any]
-    fn: Callable[..., ToolValue]
+    fn: Callable[..., Any]
     kind: ToolKind = "read"
-    takes_handles: tuple[str, ...] = field(default=())
+    resolve_handles: bool = True
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI-format tool schema sent with each request."""

@@ -1,10 +1,20 @@
 """The offload wrapper: the one place that decides whether a tool's value enters the context.
 
-:func:`settle` takes whatever a tool returned (``str``, ``bytes`` or :class:`Spooled`) and returns
-the content of the tool message plus, when the value was too large or not text, the
-:class:`OutputRecord` of the file it now lives in (bytes exactly as produced). The model then sees
-a middle-out preview (:mod:`ctxagent.tools.preview`) and a line naming the handle, the path and
-the tools that read it.
+:func:`settle` takes whatever a tool returned and returns the content of the tool message plus,
+when the value was stored, the :class:`OutputRecord` of the file it now lives in. The rule:
+
+- text (``str``, UTF-8 ``bytes``, :class:`Spooled`): inline when it fits the threshold; otherwise
+  stored exactly and the model sees a middle-out preview (:mod:`ctxagent.tools.preview`) and a
+  line naming the handle, the path and the tools that read it;
+- binary or non-UTF-8 ``bytes``: always stored exactly, described, never dumped;
+- structured values (``dict``, ``list``, ``tuple``, a numpy array): *always* stored, with a handle,
+  so that another tool can take them by pointer (:mod:`ctxagent.tools.values`). A JSON value
+  whose compact text fits the threshold is also shown in full; a larger one is described and
+  previewed; an array is described (dtype, shape, size), with its values only when it is tiny;
+- JSON scalars (``None``, ``bool``, ``int``, ``float``, numpy scalars): their JSON text, as text.
+
+Every stored value gets a ``<handle>.meta.json`` sidecar next to it (the record as JSON), which
+``output_info`` reads.
 
 Units: ``limit_tokens`` and thresholds are *tokens*; sizes are *bytes*; ``max_chars`` is
 *characters* of preview.
@@ -14,13 +24,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ctxagent import tokens
 from ctxagent.agent.model import ToolCall
 from ctxagent.sessions.records import OutputRecord
 from ctxagent.sessions.store import OutputStore
+from ctxagent.tools import values
 from ctxagent.tools.base import Spooled, ToolValue
 from ctxagent.tools.preview import (
     CHUNK_BYTES,
@@ -34,6 +47,7 @@ from ctxagent.tools.preview import (
 
 INLINE_MAX_BYTES = EXACT_TOKENS_MAX_BYTES  # larger outputs are offloaded without tokenizing them
 ARGUMENTS_MAX_CHARS = 500  # of the call's raw arguments kept in the OutputRecord
+SMALL_ARRAY_ITEMS = 64  # an array with at most this many elements is also shown by value
 
 
 @dataclass(frozen=True)
@@ -84,7 +98,7 @@ def threshold(policy: OffloadPolicy, call_id: str) -> int:
 
 
 def settle(
-    value: ToolValue,
+    value: ToolValue | Any,
     *,
     call: ToolCall,
     tool_name: str,
@@ -99,13 +113,26 @@ def settle(
     - :class:`Spooled`: inline (and the spool file deleted) when it is text of at most 4 MiB
       whose note and text fit the threshold; else the file is moved under a handle (no copy).
 
+    - ``dict``, ``list``, ``tuple``, numpy array: always stored (``.json`` or ``.npy``) under a
+      handle; shown in full when the compact JSON fits the threshold, else described and previewed.
+    - ``None``, ``bool``, ``int``, ``float``, numpy scalar: its JSON text, inline.
+
     Values over 4 MiB are offloaded without tokenizing them. A ``str`` is stored as UTF-8 (a lone
     surrogate, which UTF-8 cannot hold, is kept as its 3 bytes and previewed as U+FFFD). Raises
-    ``OSError`` when the store cannot be written or a spool file read.
+    ``OSError`` when the store cannot be written or a spool file read, ``TypeError`` (or
+    ``ValueError``) for a value JSON or ``numpy.save`` cannot hold, ``TypeError`` for any other
+    type.
     """
     job = _Job(call, tool_name, store, policy, threshold(policy, call.id))
     if isinstance(value, Spooled):
         return _settle_spooled(value, job)
+    if values.is_structured(value):
+        return _settle_structured(value, job)
+    if values.is_scalar(value):
+        value = values.scalar_text(value)
+    if not isinstance(value, str | bytes):
+        raise TypeError(f"it returned {type(value).__name__}; a tool returns str, bytes, a JSON value "
+                        "(dict, list, number, bool, None) or a numpy array")
     if isinstance(value, str):
         text: str | None = value
     else:
@@ -209,17 +236,24 @@ def _with_note(note: str, text: str) -> str:
 
 def _offloaded(path: Path, handle: str, note: str, job: _Job) -> tuple[str, OutputRecord]:
     """Content (note, preview, where to read the rest) and record of an output stored at ``path``."""
-    record = _record(path, handle, job.store, call_id=job.call.id, tool_name=job.tool_name,
-                     arguments=job.call.arguments[:ARGUMENTS_MAX_CHARS], model=job.policy.model)
+    record = _job_record(path, handle, job)
     return _preview_content(path, record.lines, note, _where_line(path, record), job), record
 
 
+def _job_record(path: Path, handle: str, job: _Job, **value: Any) -> OutputRecord:
+    return _record(path, handle, job.store, call_id=job.call.id, tool_name=job.tool_name,
+                   arguments=job.call.arguments[:ARGUMENTS_MAX_CHARS], model=job.policy.model, **value)
+
+
 def _record(path: Path, handle: str, store: OutputStore, *, call_id: str, tool_name: str,
-            arguments: str, model: str) -> OutputRecord:
-    """The OutputRecord of the output stored at ``path`` (sizes, sha256 and tokens measured)."""
+            arguments: str, model: str, **value: Any) -> OutputRecord:
+    """The OutputRecord of the output stored at ``path`` (sizes, sha256 and tokens measured),
+    also written as the ``<handle>.meta.json`` sidecar. ``value`` holds ``type`` (default: text,
+    or bytes when binary), ``length``, ``shape``, ``dtype``."""
     stats = file_stats(path)
     binary, count, exact = _file_tokens(path, stats.bytes, model)
-    return OutputRecord(
+    value.setdefault("type", "bytes" if binary else "text")
+    record = OutputRecord(
         handle=handle,
         call_id=call_id,
         tool=tool_name,
@@ -231,7 +265,91 @@ def _record(path: Path, handle: str, store: OutputStore, *, call_id: str, tool_n
         sha256=stats.sha256,
         binary=binary,
         arguments=arguments,
+        **value,
     )
+    meta = record.model_dump(mode="json", exclude={"kind"})
+    values.write_meta(store, handle, {**meta, "file": path.name})
+    return record
+
+
+# --- structured values --------------------------------------------------------------------------
+
+
+def _settle_structured(value: Any, job: _Job) -> tuple[str, OutputRecord]:
+    """Store a JSON value or an array under a new handle; content shows or describes it."""
+    if values.is_ndarray(value):
+        handle = job.store.unique_handle(job.call.id)
+        path = _save_ndarray(job.store, handle, value)
+        record = _job_record(path, handle, job, type="ndarray", shape=list(value.shape), dtype=str(value.dtype))
+        return _array_content(value, record, job), record
+    data = values.json_bytes(value)
+    handle = job.store.unique_handle(job.call.id)
+    path = job.store.put_bytes(handle, data, ".json")
+    record = _job_record(path, handle, job, type="json", length=len(value))
+    return _json_content(value, path, record, job), record
+
+
+def _save_ndarray(store: OutputStore, handle: str, array: Any) -> Path:
+    """``numpy.save`` ``array`` (no pickles) to a spool file, fsync it, move it under ``handle``."""
+    import numpy
+
+    fd, spool = store.spool()
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            numpy.save(fh, array, allow_pickle=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        spool.unlink(missing_ok=True)
+        raise
+    return store.adopt(spool, handle, ".npy")
+
+
+def _part_example(value: Any, handle: str) -> str:
+    """``@h/key`` (the first key, when it can be a sub-handle) or ``@h/0``: how to name a part."""
+    if isinstance(value, dict) and value:
+        example = str(values.Ref(handle, (str(next(iter(value))),)))
+        if values.looks_like_handle(example):
+            return example
+    return f"{handle}/0"
+
+
+def _path_example(value: Any) -> str:
+    """A JSONPath into this value: ``$.first_key`` (``$['key']`` when needed) or ``$[0]``."""
+    if isinstance(value, dict) and value:
+        key = str(next(iter(value)))
+        return f"$.{key}" if key.isidentifier() else f"$['{key}']"
+    return "$[0]"
+
+
+def _json_content(value: Any, path: Path, record: OutputRecord, job: _Job) -> str:
+    """The JSON in full with a line naming its handle, when it fits; else described and previewed."""
+    handle = record.handle
+    use = f'pass "{handle}" or a part like "{_part_example(value, handle)}" as a tool argument to use the value'
+    if record.bytes <= INLINE_MAX_BYTES:
+        content = f"{values.json_text(value)}\n[stored as {handle}: {use}]"
+        if fits(content, job.limit, job.policy.model):
+            return content
+    summary = values.describe(value)
+    size = f"{plural(record.bytes, 'byte')}, {plural(record.tokens, 'token', '' if record.tokens_exact else '~')}"
+    where = (f"[full value: {summary}; {size}; saved as {handle} at {path.absolute()}; {use}; read parts "
+             f'with query_output("{handle}", "{_path_example(value)}") or read_output("{handle}", start_line, '
+             "end_line)]")
+    return _preview_content(path, record.lines, f"JSON value: {summary}", where, job)
+
+
+def _array_content(array: Any, record: OutputRecord, job: _Job) -> str:
+    """One line describing a stored array (dtype, shape, sizes, handle); a tiny one also by value."""
+    handle = record.handle
+    row = f' (or a row, like "{handle}/0")' if array.ndim else ""
+    where = (f"[ndarray {array.dtype}, shape {tuple(array.shape)}, {array.nbytes:,} bytes; stored as {handle} "
+             f'(.npy); pass "{handle}"{row} as a tool argument to use the array; output_info("{handle}") '
+             "describes it]")
+    if array.size <= SMALL_ARRAY_ITEMS:
+        content = json.dumps(array.tolist()) + "\n" + where
+        if fits(content, job.limit, job.policy.model):
+            return content
+    return where
 
 
 def _file_tokens(path: Path, size: int, model: str) -> tuple[bool, int, bool]:
@@ -253,8 +371,9 @@ def _where_line(path: Path, record: OutputRecord) -> str:
                 "inspect it with the shell (e.g. `file`, `xxd | head`)]")
     sizes = f"{plural(record.lines, 'line')}, {plural(record.bytes, 'byte')}, "
     sizes += plural(record.tokens, "token", "" if record.tokens_exact else "~")
-    return (f"[full output: {sizes}; {where}; read lines with read_output(\"{handle}\", start_line, "
-            f"end_line) or search with grep_output(\"{handle}\", pattern)]")
+    return (f"[full output: {sizes}; {where}; pass \"{handle}\" as a tool argument to use the whole text; read "
+            f"lines with read_output(\"{handle}\", start_line, end_line) or search with grep_output(\"{handle}\", "
+            "pattern)]")
 
 
 def _preview_content(path: Path, lines: int, note: str, where: str, job: _Job) -> str:

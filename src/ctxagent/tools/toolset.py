@@ -1,9 +1,12 @@
 """The toolset: the tools of a run, called with the model's raw arguments, outputs settled.
 
 :meth:`Toolset.call` never raises for anything the model or a tool did wrong: invalid JSON, an
-unknown tool, missing or unexpected arguments and any exception a tool raises all become an error
-outcome whose content starts with ``ERROR: ``. Every successful value goes through
-:func:`ctxagent.tools.offload.settle`, so a large output is offloaded whatever tool produced it.
+unknown tool, missing or unexpected arguments, an unknown or malformed handle and any exception a
+tool raises all become an error outcome whose content starts with ``ERROR: ``. Before a tool
+runs, its handle arguments are replaced by their stored values (mirrored tools, see
+:mod:`ctxagent.tools.values`). Every successful value goes through
+:func:`ctxagent.tools.offload.settle`, so a large output is offloaded whatever tool produced it,
+and a structured one is stored under a handle.
 """
 
 from __future__ import annotations
@@ -11,20 +14,24 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ctxagent.agent.model import ToolCall
 from ctxagent.errors import UsageError
 from ctxagent.sessions.records import OutputRecord
-from ctxagent.sessions.store import HANDLE_RE
-from ctxagent.tools import builtin, outputs
-from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError, ToolValue
+from ctxagent.tools import agent_tools, builtin, outputs, permissions, user, values
+from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError
 from ctxagent.tools.offload import OffloadPolicy, settle
 
 ERROR_PREFIX = "ERROR: "
 ERROR_MAX_CHARS = 2000  # of an error message kept in the tool message
 RAW_ARGUMENTS_SHOWN = 200  # characters of invalid JSON quoted back to the model
+
+# Arguments the permission gate inspects before a call (file tools' paths, the shell command) are
+# taken literally: a handle there would let a stored value slip past the policy that checked "@x".
+LITERAL_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    **permissions.FILE_ARGS, permissions.SHELL_TOOL: (permissions.SHELL_ARG,),
+}
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -57,7 +64,7 @@ def registry(tools: Sequence[Tool]) -> dict[str, Tool]:
     return by_name
 
 
-BUILTIN: dict[str, Tool] = registry([*builtin.TOOLS, *outputs.TOOLS])
+BUILTIN: dict[str, Tool] = registry([*builtin.TOOLS, *outputs.TOOLS, agent_tools.PIN])
 
 
 class Toolset:
@@ -93,33 +100,41 @@ class Toolset:
         return self._settle(tool, call, value)
 
     def _arguments(self, tool: Tool, raw: str) -> dict[str, Any]:
-        """The call's arguments parsed, checked against the schema, handles resolved to paths.
+        """The call's arguments parsed, checked against the schema, handles resolved to values.
 
-        An argument the tool lists in ``takes_handles`` whose value is a handle (``@abc123``) is
-        replaced by the absolute path of that stored output, before the tool runs.
+        For a tool that resolves handles (the default), a handle string stands for any JSON type
+        in the schema check; then every argument that is exactly a handle or sub-handle, at any
+        depth, is replaced by the stored value, and a top-level one is checked again against the
+        declared type (a string argument given a handle of an array is refused). The arguments
+        of :data:`LITERAL_ARGUMENTS` take no handle.
 
         Raises ``ToolError`` for invalid JSON, a non-object, missing, unexpected or mistyped
-        arguments, or an unknown handle.
+        arguments, or a malformed or unknown handle.
         """
         arguments = _parse(tool.name, raw)
-        _check(tool.name, arguments, tool.parameters)
-        for name in tool.takes_handles:
+        _check(tool.name, arguments, tool.parameters, handles_ok=tool.resolve_handles)
+        if not tool.resolve_handles:
+            return arguments
+        for name in LITERAL_ARGUMENTS.get(tool.name, ()):
             value = arguments.get(name)
-            if isinstance(value, str) and HANDLE_RE.match(value):
-                arguments[name] = str(self._handle_path(value))
-        return arguments
+            if isinstance(value, str) and values.looks_like_handle(value):
+                raise ToolError(f"argument {name!r} of {tool.name} is checked by the permission policy before the "
+                                f"call, so it takes no handle ({value}); give the value itself (write @{value} for "
+                                "text that starts with @)")
+        resolved = values.resolve_arguments(arguments, self.ctx.store)
+        properties: Mapping[str, Any] = tool.parameters.get("properties", {})
+        for name, handle in resolved.handles.items():
+            value = resolved.arguments[name]
+            if name in properties and not _has_type(value, properties[name]):
+                raise ToolError(f"bad arguments for {tool.name}: argument {name!r} must be "
+                                f"{_type_text(properties[name])}, but {handle} holds {values.describe(value)}")
+        return resolved.arguments
 
-    def _handle_path(self, handle: str) -> Path:
-        """The absolute path of an existing handle's output; ``ToolError`` when there is none."""
-        path = self.ctx.store.path_of(handle)
-        if not path.is_file():
-            raise ToolError(f"unknown handle {handle}: this session has no output by that name")
-        return path.absolute()
-
-    def _settle(self, tool: Tool, call: ToolCall, value: ToolValue) -> ToolOutcome:
-        """The outcome of a successful call: its value inline or offloaded."""
-        if not isinstance(value, str | bytes | Spooled):
-            return _error(f"tool {tool.name} failed: it returned {type(value).__name__}, not text")
+    def _settle(self, tool: Tool, call: ToolCall, value: Any) -> ToolOutcome:
+        """The outcome of a successful call: its value inline, offloaded or stored under a handle."""
+        if not (isinstance(value, str | bytes | Spooled) or values.is_structured(value) or values.is_scalar(value)):
+            return _error(f"tool {tool.name} failed: it returned {type(value).__name__}; a tool returns str, "
+                          "bytes, a JSON value (dict, list, number, bool, None) or a numpy array")
         try:
             content, record = settle(value, call=call, tool_name=tool.name, store=self.ctx.store,
                                      policy=self.policy)
@@ -131,19 +146,30 @@ class Toolset:
         return ToolOutcome(content, False, record)
 
 
-def make_toolset(names: Sequence[str], ctx: ToolContext, policy: OffloadPolicy) -> Toolset:
-    """A toolset of the built-in tools ``names``, in that order.
+def make_toolset(names: Sequence[str], ctx: ToolContext, policy: OffloadPolicy,
+                 extra: Sequence[Tool] = ()) -> Toolset:
+    """A toolset of the tools ``names`` (built-in, else installed under the ``ctxagent.tools``
+    entry point group), in that order, then the ``extra`` tools (user tools from ``--tools``).
 
-    Raises ``UsageError`` for an unknown or repeated name.
+    An extra tool that is the very same object as a named one is not added twice. Raises
+    ``UsageError`` for an unknown or repeated name, or an entry point that cannot be loaded.
     """
-    unknown = [name for name in names if name not in BUILTIN]
-    if unknown:
-        raise UsageError(f"unknown tool(s) {', '.join(map(repr, unknown))}; "
-                         f"built-in tools: {', '.join(BUILTIN)}")
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise UsageError(f"tool(s) named more than once: {', '.join(repeated)}")
-    return Toolset([BUILTIN[name] for name in names], ctx, policy)
+    installed = user.installed_names() if any(name not in BUILTIN for name in names) else []
+    unknown = [name for name in names if name not in BUILTIN and name not in installed]
+    if unknown:
+        plugins = f"; installed ({user.ENTRY_POINT_GROUP} entry points): {', '.join(installed)}" if installed else ""
+        raise UsageError(f"unknown tool(s) {', '.join(map(repr, unknown))}; "
+                         f"built-in tools: {', '.join(BUILTIN)}{plugins}")
+    tools = [BUILTIN[name] if name in BUILTIN else user.installed_tool(name) for name in names]
+    tools += [tool for tool in extra if not any(tool is known for known in tools)]
+    names_seen = [tool.name for tool in tools]
+    clash = sorted({name for name in names_seen if names_seen.count(name) > 1})
+    if clash:
+        raise UsageError(f"two tools are named {', '.join(map(repr, clash))}; give each tool one name")
+    return Toolset(tools, ctx, policy)
 
 
 def _error(message: str) -> ToolOutcome:
@@ -166,9 +192,11 @@ def _parse(tool: str, raw: str) -> dict[str, Any]:
     return arguments
 
 
-def _check(tool: str, arguments: dict[str, Any], parameters: Mapping[str, Any]) -> None:
+def _check(tool: str, arguments: dict[str, Any], parameters: Mapping[str, Any], *, handles_ok: bool = False) -> None:
     """Check names and JSON types against the schema; drop a ``null`` given for an optional
-    non-nullable argument (its default applies). Raises ``ToolError`` naming every problem."""
+    non-nullable argument (its default applies). With ``handles_ok``, a string that looks like a
+    handle passes any type (it is resolved and checked afterwards). Raises ``ToolError`` naming
+    every problem."""
     properties: Mapping[str, Any] = parameters.get("properties", {})
     required = set(parameters.get("required", ()))
     defaulted = [name for name, value in arguments.items() if value is None and name in properties
@@ -181,6 +209,7 @@ def _check(tool: str, arguments: dict[str, Any], parameters: Mapping[str, Any]) 
         f"argument {name!r} must be {_type_text(properties[name])}, not {json.dumps(value)[:50]}"
         for name, value in arguments.items()
         if name in properties and not _has_type(value, properties[name])
+        and not (handles_ok and isinstance(value, str) and values.looks_like_handle(value))
     ]
     if problems:
         expected = ", ".join(f"{name} ({_type_text(spec)}{', required' if name in required else ''})"

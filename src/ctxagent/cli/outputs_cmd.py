@@ -1,0 +1,260 @@
+"""Stored values on the command line: ``inspect outputs``, ``inspect output HANDLE``, and answers by
+handle (``run``/``resume`` print the value an answer names).
+
+How a value is shown: text as stored; JSON pretty-printed; binary data (bytes, numpy arrays) is
+never dumped on a terminal: it is written to a file with ``--output FILE`` (bytes exactly, arrays
+as ``.npy``). Nothing here imports litellm, and the heavy modules load only when a command runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from ctxagent.errors import UsageError
+
+if TYPE_CHECKING:
+    from ctxagent.sessions.store import OutputStore
+    from ctxagent.tools.values import Ref
+
+INLINE_JSON_CHARS = 120  # a JSON value named inside an answer's text is shown on one line up to this
+
+SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Session name (default: most recent).")]
+OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write the value to FILE (bytes exactly, "
+                                                "arrays as .npy, JSON pretty-printed).")]
+
+
+# --- showing one value ---------------------------------------------------------------------------
+
+
+@dataclass
+class Shown:
+    """A value ready for the terminal: ``text`` (None when binary), the value, what it is."""
+
+    ref: Ref
+    value: Any
+    text: str | None
+    path: Path
+    type: str
+
+
+def show(store: OutputStore, ref: Ref) -> Shown:
+    """Load ``ref`` and render it: text as is, JSON pretty, binary as None. Raises ``ToolError``."""
+    from ctxagent.tools import values
+
+    item = values.stored(store, ref.handle)
+    value = values.load(store, ref)
+    if isinstance(value, str):
+        text: str | None = value
+    elif isinstance(value, bytes) or values.is_ndarray(value):
+        text = None
+    else:
+        text = values.json_text(value, indent=2)
+    return Shown(ref, value, text, item.path, item.type)
+
+
+def write_value(shown: Shown, target: Path) -> int:
+    """Write a shown value to ``target`` faithfully; returns the bytes written. Raises ``OSError``."""
+    from ctxagent.tools import values
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if not shown.ref.parts:
+        shutil.copyfile(shown.path, target)  # exactly as stored (JSON is stored pretty-printed)
+    elif values.is_ndarray(shown.value):
+        import numpy
+
+        with open(target, "wb") as fh:
+            numpy.save(fh, shown.value, allow_pickle=False)
+    elif isinstance(shown.value, bytes):
+        target.write_bytes(shown.value)
+    else:
+        target.write_text((shown.text or "") + ("" if (shown.text or "").endswith("\n") else "\n"), encoding="utf-8")
+    return target.stat().st_size
+
+
+def _binary_note(shown: Shown) -> str:
+    from ctxagent.tools import values
+
+    what = values.describe(shown.value) if values.is_ndarray(shown.value) else f"{len(shown.value):,} bytes"
+    return f"{shown.ref} is binary ({what}): not printed; write it with --output FILE"
+
+
+# --- answers by handle ----------------------------------------------------------------------------
+
+
+@dataclass
+class Delivered:
+    """An answer with its handles resolved: what to print, the handles found, notes for stderr."""
+
+    text: str
+    handles: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    written: int | None = None
+
+
+def deliver(store: OutputStore, answer: str, output: Path | None = None) -> Delivered:
+    """Resolve the handles of a final answer.
+
+    An answer that is exactly one handle becomes that value (text as is, JSON pretty); an answer
+    that contains handles gets each known one replaced by its value (JSON on one line when short).
+    Binary values are left as handles, with a note. With ``output``, the value (an answer that
+    is one handle) or the resolved text is written there instead; the printed text is then the
+    answer as the model wrote it. Unknown handles are left as written, with a note.
+    """
+    from ctxagent.tools import values
+    from ctxagent.tools.base import ToolError
+
+    result = Delivered(answer)
+    whole = answer.strip()
+    found = [whole] if _is_one_handle(whole) else values.handles_in(answer)
+    shown: dict[str, Shown] = {}
+    for name in found:
+        try:
+            ref = values.parse_ref(name)
+            if ref is None:
+                continue
+            shown[name] = show(store, ref)
+        except (ToolError, OSError) as err:
+            result.notes.append(f"the answer names {name}, which cannot be shown: {err}")
+            continue
+        result.handles.append({"handle": name, "path": str(shown[name].path.absolute()), "type": shown[name].type})
+    if whole in shown:
+        value = shown[whole]
+        if output is not None:
+            result.written = write_value(value, output)
+        elif value.text is None:
+            result.notes.append(_binary_note(value))
+        else:  # printed with a newline after it: a text that ends with one is printed exactly
+            result.text = value.text.removesuffix("\n")
+        return result
+    result.notes += [_binary_note(value) for value in shown.values() if value.text is None]
+    printable = {name: value for name, value in shown.items() if value.text is not None}
+    text = values.IN_TEXT.sub(lambda m: _inline(printable[m[0]]) if m[0] in printable else m[0], answer)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+        result.written = output.stat().st_size
+    else:
+        result.text = text
+    return result
+
+
+def _is_one_handle(text: str) -> bool:
+    from ctxagent.tools import values
+
+    try:
+        return values.parse_ref(text) is not None
+    except Exception:
+        return False
+
+
+def _inline(shown: Shown) -> str:
+    """A value as it replaces its handle inside text: text as is, short JSON on one line."""
+    from ctxagent.tools import values
+
+    if isinstance(shown.value, str):
+        return shown.value
+    compact = values.json_text(shown.value)
+    return compact if len(compact) <= INLINE_JSON_CHARS else "\n" + (shown.text or compact) + "\n"
+
+
+# --- inspect outputs / inspect output -----------------------------------------------------------------
+
+
+def outputs(session: SessionOpt = None,
+            json_out: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False) -> None:
+    """The session's stored outputs, oldest first: handle, tool, type, size, created."""
+    from ctxagent.cli.inspect import pick
+    from ctxagent.sessions import records
+
+    target = pick(session)
+    latest: dict[str, Any] = {}
+    for rec in target.transcript.load():
+        if isinstance(rec, records.OutputRecord):
+            latest.pop(rec.handle, None)
+            latest[rec.handle] = rec  # a handle stored again (masked later) shows once, as last stored
+    rows = [_row(rec, target.root) for rec in latest.values()]
+    if json_out:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+        return
+    if not rows:
+        print(f"session {target.name} has no stored outputs")
+        return
+    sizes = [_size(r) for r in rows]
+    widths = [max(len(x) for x in column) for column in
+              (["handle", *(r["handle"] for r in rows)], ["tool", *(r["tool"] or "-" for r in rows)],
+               ["type", *(r["type"] for r in rows)], ["size", *sizes])]
+    print(f"{'handle':<{widths[0]}}  {'tool':<{widths[1]}}  {'type':<{widths[2]}}  {'size':>{widths[3]}}  created")
+    for r, size in zip(rows, sizes, strict=True):
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created"]))
+        gone = "" if r["exists"] else "  (file missing)"
+        print(f"{r['handle']:<{widths[0]}}  {r['tool'] or '-':<{widths[1]}}  {r['type']:<{widths[2]}}  "
+              f"{size:>{widths[3]}}  {created}{gone}")
+
+
+def _row(rec: Any, root: Path) -> dict[str, Any]:
+    path = root / rec.path
+    kind = "bytes" if rec.binary and rec.type == "text" else rec.type
+    row = {"handle": rec.handle, "tool": rec.tool, "type": kind, "bytes": rec.bytes, "lines": rec.lines,
+           "tokens": rec.tokens, "sha256": rec.sha256, "created": rec.ts, "call_id": rec.call_id,
+           "path": str(path), "exists": path.is_file()}
+    row.update({k: getattr(rec, k) for k in ("length", "shape", "dtype") if getattr(rec, k) is not None})
+    return row
+
+
+def _size(row: dict[str, Any]) -> str:
+    if row["type"] == "ndarray" and row.get("shape") is not None:
+        return f"{row.get('dtype', '')}{list(row['shape'])}, {row['bytes']:,} B"
+    return f"{row['bytes']:,} B"
+
+
+def output(
+    handle: Annotated[str, typer.Argument(help="The handle (@abc123, or a part like @abc123/key).")],
+    session: SessionOpt = None, output_file: OutputOpt = None,
+) -> None:
+    """Print one stored value: text as stored, JSON pretty; binary only to a file (--output)."""
+    from ctxagent.cli.inspect import pick
+    from ctxagent.tools import values
+    from ctxagent.tools.base import ToolError
+
+    target = pick(session)
+    name = handle if handle.startswith("@") else "@" + handle
+    try:
+        ref = values.parse_ref(name)
+        if ref is None:
+            raise ToolError(f"not a handle: {handle!r} (handles look like @abc123)")
+        item = values.stored(target.store, ref.handle)
+        if not ref.parts and (output_file is not None or item.type in ("text", "json")):
+            _copy_out(item.path, output_file)  # the whole stored file, streamed: no size limit
+            return
+        shown = show(target.store, ref)
+    except ToolError as err:
+        raise UsageError(f"session {target.name}: {err}") from None
+    if output_file is not None:
+        size = write_value(shown, output_file)
+        print(f"wrote {size:,} bytes to {output_file}", file=sys.stderr)
+        return
+    if shown.text is None:
+        raise UsageError(_binary_note(shown))
+    print(shown.text)
+
+
+def _copy_out(path: Path, output_file: Path | None) -> None:
+    """A stored file, bytes as stored, to ``output_file`` or stdout."""
+    if output_file is not None:
+        output_file.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, output_file)
+        print(f"wrote {output_file.stat().st_size:,} bytes to {output_file}", file=sys.stderr)
+        return
+    sys.stdout.flush()
+    with open(path, "rb") as fh:
+        shutil.copyfileobj(fh, sys.stdout.buffer)
+    sys.stdout.flush()

@@ -1,0 +1,70 @@
+"""``--allow`` / ``--allow-all`` and the permission prompt: the CLI side of ``tools/permissions.py``.
+
+Imported by ``cli/run.py`` at start-up, so it imports only typer; the gate and rich load when a
+run opens.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+AllowOpt = Annotated[str | None, typer.Option(
+    "--allow", help="Grant tools (or kinds: read, write, exec, network) whose profile policy is 'ask', "
+    "comma-separated: --allow shell,write_file. Batch runs never prompt, so 'ask' is refused without it.")]
+AllowAllOpt = Annotated[bool, typer.Option(
+    "--allow-all", help="Grant every tool whose policy is 'ask' (not 'deny'; file tools stay confined). "
+    "The model can then run any command: use it only in a sandbox.")]
+
+ALLOW_ALL_WARNING = ("ctxagent: warning: --allow-all: every tool whose profile policy is 'ask' runs without "
+                     "asking, including shell commands and file writes chosen by the model; use it only in a "
+                     "sandbox or a throwaway checkout")
+PROMPT_ARGUMENT_CHARS = 400  # of one argument value shown at the prompt
+
+
+def grant(runner: Any, allow: str | None, allow_all: bool, *, interactive: bool) -> None:
+    """Apply the command line's grants to ``runner.gate`` and, on the interactive path, the prompt.
+
+    ``--allow-all`` prints a warning on stderr. Raises ``UsageError`` for an unknown name in
+    ``--allow``.
+    """
+    from ctxagent.tools.permissions import parse_grants
+
+    gate = runner.gate
+    gate.granted |= parse_grants(allow, runner.toolset.tools)
+    if allow_all:
+        gate.allow_all = True
+        print(ALLOW_ALL_WARNING, file=sys.stderr, flush=True)
+    if interactive:
+        gate.ask = prompt
+
+
+def prompt(tool: str, arguments: dict[str, Any], workdir: Path) -> str:
+    """Show a call (tool, arguments, working directory) and read yes / no / always on the terminal.
+
+    Anything but y/yes/a/always is "no"; end of input is "no".
+    """
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(highlight=False)
+    console.print(f"[bold yellow]permission:[/bold yellow] the model wants to run [bold]{escape(tool)}[/bold] "
+                  f"in {escape(str(workdir))}")
+    for name, value in arguments.items():
+        text = value if isinstance(value, str) else repr(value)
+        if len(text) > PROMPT_ARGUMENT_CHARS:
+            text = text[:PROMPT_ARGUMENT_CHARS] + f"… ({len(text):,} characters)"
+        console.print(f"  {escape(name)}: {escape(text)}")
+    try:
+        answer = console.input("allow? [bold][y][/bold]es / [bold][n][/bold]o / "
+                               "[bold][a][/bold]lways for this session: ").strip().lower()
+    except EOFError:
+        return "no"
+    if answer in ("y", "yes"):
+        return "yes"
+    if answer in ("a", "always"):
+        return "always"
+    return "no"

@@ -1,0 +1,393 @@
+"""Secrets kept off disk: known secret shapes replaced by typed markers before anything is written.
+
+A :class:`Redactor` replaces, in text or bytes, every match of:
+
+- provider keys by shape: OpenAI (``sk-...``, ``sk-proj-...``), Anthropic (``sk-ant-...``), AWS
+  access key ids (``AKIA...``/``ASIA...``), GitHub tokens (``ghp_...``, ``github_pat_...``), Google
+  API keys (``AIza...``), Slack tokens (``xox?-...``), JWTs (``eyJ....eyJ....sig``);
+- the token of an ``Authorization: Bearer|Basic|Token ...`` header and of a lone ``Bearer ...``;
+- PEM private key blocks (``-----BEGIN ... PRIVATE KEY----- ... -----END ... PRIVATE KEY-----``);
+- the value of an assignment to an upper-case name that says KEY, TOKEN, SECRET, PASSWORD or PASSWD
+  (``DB_PASSWORD=hunter22``, ``"GITHUB_TOKEN": "..."``, ``export API_KEY=...``);
+- the exact values (8 characters or more) of the environment variables whose names say KEY, TOKEN,
+  SECRET, PASSWORD or PASSWD (names ending ``_DIR``, ``_PATH``, ``_FILE`` or ``_HOME`` excepted:
+  those hold paths), and any extra exact values given (the keys a run uses).
+
+by a marker naming what was there: ``[REDACTED:openai-key]``, ``[REDACTED:env:GITHUB_TOKEN]``.
+Markers never match a pattern again, so redacting twice changes nothing.
+
+Where it applies (the transcript and the output store call it; see README "Secrets"):
+
+- :func:`dumps` — a transcript record as one JSON line, every string in it redacted (structured:
+  the JSON stays valid whatever was replaced);
+- :meth:`Redactor.data` — bytes of an offloaded output;
+- :func:`redact_file` — a file rewritten in 1 MiB chunks with a 64 KiB overlap, so a 1 GB spool
+  file costs a few MiB of memory; every pattern's match is bounded (16 KiB at most), so a secret
+  that straddles two chunks is still found;
+- :class:`RedactingStore` — the session's output store (``Session.store``): every file it writes or
+  adopts is redacted first (numpy ``.npy`` files excepted: their bytes are not text) and owner-only.
+
+Owner-only storage: :func:`private_dir` creates directories 0700 (missing parents too); the files
+the transcript and the store write are 0600.
+
+Every pattern is bounded in length (a match is at most :data:`MAX_MATCH` bytes), which is what
+makes the overlap safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from ctxagent.sessions.store import OutputStore
+
+CHUNK_BYTES = 1024 * 1024  # streaming reads of a file being redacted
+OVERLAP_BYTES = 64 * 1024  # kept back from each chunk so a match across two chunks is seen whole
+MAX_MATCH = 16 * 1024  # the longest match any pattern can make (PEM blocks); < OVERLAP_BYTES
+MIN_SECRET_CHARS = 8  # shorter environment values are not treated as secrets
+ENV_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
+ENV_NAME_EXCLUDED = re.compile(r"_(?:DIR|PATH|FILE|HOME)$")
+MARKER = "[REDACTED:{}]"
+
+# (kind, prefix kept as is, secret) — regex source text, used for both str and bytes.
+_SHAPES: tuple[tuple[str, str, str], ...] = (
+    ("private-key", "",  # a whole block; without its END line, up to 16,000 characters of it
+     r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:[A-Za-z0-9+/=\s\\:,.()_-]{0,16000}?"
+     r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s\\:,.()_-]{0,16000})"),
+    ("anthropic-key", "", r"\bsk-ant-[A-Za-z0-9_-]{20,1000}"),
+    ("openai-key", "", r"\bsk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,1000}"),
+    ("aws-access-key", "", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    ("github-token", "", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{22,255})"),
+    ("google-api-key", "", r"\bAIza[0-9A-Za-z_-]{35}"),
+    ("slack-token", "", r"\bxox[abposre]-[A-Za-z0-9-]{10,250}"),
+    ("jwt", "", r"\beyJ[A-Za-z0-9_-]{8,4000}\.eyJ[A-Za-z0-9_-]{8,4000}\.[A-Za-z0-9_-]{8,4000}"),
+    ("bearer-token", r"(?i:\bauthorization[\"']?\s{0,4}[:=]\s{0,4}[\"']?(?:bearer|basic|token)\s{1,4})",
+     r"(?!\[REDACTED)[A-Za-z0-9._~+/=-]{8,2000}"),
+    ("bearer-token", r"(?i:\bbearer\s{1,4})", r"(?!\[REDACTED)[A-Za-z0-9._~+/-]{16,2000}=*"),
+    ("url-password", r"\b[a-z][a-z0-9+.-]{1,20}://[^/\s:@\"']{1,200}:", r"[^/\s:@\"']{3,200}(?=@)"),
+    ("secret", r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]{0,60}[\"']?\s{0,4}[=:]\s{0,4}[\"']?",
+     r"(?!\[REDACTED)[A-Za-z0-9_+/=.~!@$%^&*-]{8,1000}(?![A-Za-z0-9_+/=.~!@$%^&*(-])"),
+)
+
+
+def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``{value: name}`` of the environment variables that hold secrets (see the module doc)."""
+    environ = os.environ if environ is None else environ
+    found: dict[str, str] = {}
+    for name, raw in sorted(environ.items()):
+        upper, value = name.upper(), raw.strip()
+        if (len(value) >= MIN_SECRET_CHARS and any(word in upper for word in ENV_NAME_WORDS)
+                and not ENV_NAME_EXCLUDED.search(upper)):
+            found.setdefault(value, name)
+    return found
+
+
+# Every match of a shape holds one of these at its start (``back``: or up to that many characters
+# after it), so only positions near an anchor are tried: a few fast ``find`` passes instead of the
+# regex at every position. Exact values are their own anchors. Lower-case anchors are searched in
+# lower-cased text (case-insensitive shapes).
+_ANCHORS: tuple[tuple[str, int], ...] = (
+    ("-----BEGIN", 0), ("sk-", 0), ("AKIA", 0), ("ASIA", 0), ("gh", 0), ("github_pat_", 0), ("AIza", 0),
+    ("xox", 0), ("eyJ", 0), ("://", 21), ("KEY", 0), ("TOKEN", 0), ("SECRET", 0), ("PASSW", 0),
+)
+_LOWER_ANCHORS: tuple[str, ...] = ("bearer", "authorization")
+_LOWER_RE = re.compile("|".join(_LOWER_ANCHORS), re.IGNORECASE)
+
+
+class _Engine:
+    """One combined regex (exact values first, then shapes) over ``str`` or ``bytes``, tried only
+    at the positions its anchors allow. Bytes are matched as latin-1, so an exact value given as
+    text matches its UTF-8 bytes."""
+
+    def __init__(self, exact: Mapping[str, str], as_bytes: bool):
+        self.as_bytes = as_bytes
+        variants: dict[str, str] = {}
+        for value, kind in exact.items():
+            for variant in (value, json.dumps(value, ensure_ascii=False)[1:-1], json.dumps(value)[1:-1]):
+                variants.setdefault(variant, kind)  # the JSON-escaped forms: as inside JSON text
+        if as_bytes:
+            variants = {v.encode("utf-8", "surrogateescape").decode("latin-1"): k for v, k in variants.items()}
+        exacts = sorted(variants, key=len, reverse=True)
+        parts = [re.escape(value) for value in exacts]
+        self.kinds = [variants[value] for value in exacts]
+        self.prefixed = [False] * len(exacts)
+        for kind, prefix, secret in _SHAPES:
+            parts.append(f"(?P<p{len(parts)}>{prefix}){secret}" if prefix else secret)
+            self.kinds.append(kind)
+            self.prefixed.append(bool(prefix))
+        source = "|".join(f"(?P<a{i}>{part})" for i, part in enumerate(parts))
+        self.regex: re.Pattern[Any] = re.compile(self._raw(source))
+        self.anchors = [(self._raw(value), 0) for value in exacts]
+        self.anchors += [(self._raw(needle), back) for needle, back in _ANCHORS]
+        self.lower = [self._raw(needle) for needle in _LOWER_ANCHORS]
+        self.lower_re: re.Pattern[Any] = re.compile(self._raw(_LOWER_RE.pattern), re.IGNORECASE)
+
+    def _raw(self, text: str) -> Any:
+        return text.encode("latin-1") if self.as_bytes else text
+
+    def candidates(self, buf: Any) -> list[int]:
+        """Sorted positions of ``buf`` where a match may start."""
+        starts: set[int] = set()
+        for needle, back in self.anchors:
+            hit = buf.find(needle)
+            while hit != -1:
+                starts.update(range(max(0, hit - back), hit + 1))
+                hit = buf.find(needle, hit + 1)
+        if self.as_bytes or buf.isascii():  # lower() keeps positions
+            lowered = buf.lower()
+            for needle in self.lower:
+                hit = lowered.find(needle)
+                while hit != -1:
+                    starts.add(hit)
+                    hit = lowered.find(needle, hit + 1)
+        else:
+            starts.update(m.start() for m in self.lower_re.finditer(buf))
+        return sorted(starts)
+
+    def sub(self, buf: Any, limit: int | None = None) -> tuple[Any, int]:
+        """``(buf redacted, len(buf))``; with ``limit``, only matches starting before it are
+        replaced and the result covers ``buf[:cut]``, ``cut >= limit`` never inside a match."""
+        pieces: list[Any] = []
+        pos = 0
+        for start in self.candidates(buf):
+            if limit is not None and start >= limit:
+                break
+            if start < pos:
+                continue
+            match = self.regex.match(buf, start)
+            if match is None or match.end() == start:
+                continue
+            pieces += [buf[pos:start], self._raw(self.replacement(match))]
+            pos = match.end()
+        cut = len(buf) if limit is None else max(limit, pos)
+        pieces.append(buf[pos:cut])
+        return buf[:0].join(pieces), cut
+
+    def search(self, buf: Any) -> bool:
+        """Whether ``buf`` holds anything to replace."""
+        return any(self.regex.match(buf, start) for start in self.candidates(buf))
+
+    def replacement(self, match: re.Match[Any]) -> str:
+        """The marker for ``match`` (after the prefix it keeps, for prefixed shapes)."""
+        index = self._alternative(match)
+        kind = self.kinds[index]
+        if not self.prefixed[index]:
+            return MARKER.format(kind)
+        keep = match.group(f"p{index}")
+        secret = match.group(f"a{index}")[len(keep):]
+        if self.as_bytes:
+            keep, secret = keep.decode("latin-1"), secret.decode("latin-1")
+        return keep + MARKER.format(self._kind_of(secret, kind))
+
+    def _alternative(self, match: re.Match[Any]) -> int:
+        return next(i for i in range(len(self.kinds)) if match.group(f"a{i}") is not None)
+
+    def _kind_of(self, secret: str, default: str) -> str:
+        """The most specific kind of a secret found after a prefix (an env value, a key shape)."""
+        whole = self.regex.fullmatch(self._raw(secret))
+        if whole is None:
+            return default
+        index = self._alternative(whole)
+        return default if self.prefixed[index] else self.kinds[index]
+
+
+class Redactor:
+    """Replaces secrets in text, bytes, JSON-like data and files (see the module doc).
+
+    Args:
+        exact: ``{secret value: kind}`` replaced wherever they occur (``kind`` names the marker,
+            e.g. ``"env:OPENAI_API_KEY"``). Values shorter than 8 characters are ignored.
+    """
+
+    def __init__(self, exact: Mapping[str, str] | None = None):
+        self.exact = {v: k for v, k in (exact or {}).items() if len(v) >= MIN_SECRET_CHARS}
+        self._text = _Engine(self.exact, as_bytes=False)
+        self._bytes = _Engine(self.exact, as_bytes=True)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> Redactor:
+        """A redactor for the secrets of ``environ`` (default ``os.environ``) plus ``extra`` values."""
+        exact = {value: f"env:{name}" for value, name in env_secrets(environ).items()}
+        for value in extra:
+            exact.setdefault(value, "api-key")
+        return cls(exact)
+
+    # -- text -------------------------------------------------------------------------------
+    def text(self, text: str) -> str:
+        """``text`` with every secret replaced by its marker."""
+        return self._text.sub(text)[0] if text else text
+
+    def data(self, data: bytes) -> bytes:
+        """``data`` (any bytes, text or not) with every secret replaced by its marker (UTF-8)."""
+        return self._bytes.sub(data)[0] if data else data
+
+    def value(self, obj: Any) -> Any:
+        """JSON-like ``obj`` (dicts, lists, strings, numbers) with every string redacted."""
+        if isinstance(obj, str):
+            return self.text(obj)
+        if isinstance(obj, dict):
+            return {self.text(k) if isinstance(k, str) else k: self.value(v) for k, v in obj.items()}
+        if isinstance(obj, list | tuple):
+            return [self.value(v) for v in obj]
+        return obj
+
+    def found(self, text: str) -> bool:
+        """Whether ``text`` holds anything this redactor would replace."""
+        return self._text.search(text)
+
+    # -- files ------------------------------------------------------------------------------
+    def scan_file(self, path: Path) -> bool:
+        """Whether the file at ``path`` holds a secret (streamed; memory stays a few MiB)."""
+        with open(path, "rb") as fh:
+            carry = b""
+            while chunk := fh.read(CHUNK_BYTES):
+                buf = carry + chunk
+                if self._bytes.search(buf):
+                    return True
+                carry = buf[-OVERLAP_BYTES:]
+        return False
+
+    def copy_file(self, source: Path, target: Path) -> bool:
+        """Write ``source`` redacted to ``target`` (created 0600, fsynced), streaming in chunks.
+
+        Returns whether anything was replaced. Raises ``OSError``.
+        """
+        changed = False
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(source, "rb") as src, os.fdopen(fd, "wb") as dst:
+            carry = b""
+            while True:
+                chunk = src.read(CHUNK_BYTES)
+                buf = carry + chunk
+                limit = max(0, len(buf) - OVERLAP_BYTES) if chunk else None
+                out, cut = self._bytes.sub(buf, limit)
+                changed |= out != buf[:cut]
+                dst.write(out)
+                carry = buf[cut:]
+                if not chunk:
+                    break
+            dst.flush()
+            os.fsync(dst.fileno())
+        return changed
+
+
+def redact_file(path: Path, redactor: Redactor | None = None) -> bool:
+    """Redact the file at ``path`` in place (only rewritten when it holds a secret; the rewrite
+    goes to a temporary file beside it, then replaces it). Returns whether it changed."""
+    redactor = redactor or default()
+    if not redactor.scan_file(path):
+        return False
+    temp = path.with_name(path.name + ".redacting")
+    try:
+        redactor.copy_file(path, temp)
+        os.replace(temp, path)
+    finally:
+        temp.unlink(missing_ok=True)
+    return True
+
+
+def default() -> Redactor:
+    """The redactor of this process: shapes plus the secrets of the current environment.
+
+    Cached per environment snapshot, so a changed environment (a test, a key set at run time) is
+    picked up on the next call.
+    """
+    return _for_env(tuple(sorted(env_secrets().items())))
+
+
+@lru_cache(maxsize=4)
+def _for_env(secrets: tuple[tuple[str, str], ...]) -> Redactor:
+    return Redactor({value: f"env:{name}" for value, name in secrets})
+
+
+def dumps(record: Any, redactor: Redactor | None = None) -> str:
+    """A transcript record as one line of JSON with every string in it redacted.
+
+    The same line as :func:`ctxagent.sessions.records.dumps` when nothing is secret.
+    """
+    data = record.model_dump(mode="json")
+    return json.dumps((redactor or default()).value(data), ensure_ascii=False, separators=(",", ":"))
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents owner-only (0700); existing ones are left alone."""
+    missing = []
+    current = path
+    while not current.exists():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+            folder.mkdir(mode=0o700)
+    return path
+
+
+UNREDACTED_SUFFIXES = (".npy",)  # binary formats whose bytes a replacement would corrupt
+
+
+class RedactingStore(OutputStore):
+    """The output store of a session with secrets kept out of its files (see the module doc).
+
+    Files it writes are 0600 in a 0700 folder. A spool file holds what the tool produced until it
+    is adopted (that is what streaming to disk means); :meth:`adopt` redacts it first, and
+    :meth:`clean_spools` removes the ones a killed process left behind.
+    """
+
+    def __init__(self, root: Path, redactor: Redactor | None = None):
+        super().__init__(root)
+        self._redactor = redactor
+
+    @property
+    def redactor(self) -> Redactor:
+        return self._redactor or default()
+
+    def spool(self) -> tuple[int, Path]:
+        private_dir(self.root)
+        return super().spool()
+
+    def put_bytes(self, handle: str, data: bytes, *args: Any, **kwargs: Any) -> Path:
+        private_dir(self.root)
+        if not _suffix(args, kwargs).endswith(UNREDACTED_SUFFIXES):
+            data = self.redactor.data(data)
+        path = super().put_bytes(handle, data, *args, **kwargs)
+        os.chmod(path, 0o600)
+        return path
+
+    def adopt(self, spooled: Path, handle: str, *args: Any, **kwargs: Any) -> Path:
+        if not _suffix(args, kwargs).endswith(UNREDACTED_SUFFIXES):
+            redact_file(spooled, self.redactor)
+        os.chmod(spooled, 0o600)
+        return super().adopt(spooled, handle, *args, **kwargs)
+
+    def put_file(self, handle: str, source: Path, *args: Any, **kwargs: Any) -> Path:
+        fd, spooled = self.spool()
+        os.close(fd)
+        try:
+            self.redactor.copy_file(source, spooled)
+            return OutputStore.adopt(self, spooled, handle, *args, **kwargs)
+        finally:
+            spooled.unlink(missing_ok=True)
+
+    def clean_spools(self) -> int:
+        """Delete the spool files a killed process left behind (call with the writer lock held);
+        returns how many there were."""
+        if not self.root.is_dir():
+            return 0
+        stale = [p for p in self.root.iterdir() if p.name.startswith(".spool-") or p.name.endswith(".redacting")]
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return len(stale)
+
+
+def _suffix(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    """The ``suffix`` argument of a store call (``.out`` when not given)."""
+    value = kwargs.get("suffix", args[0] if args else ".out")
+    return value if isinstance(value, str) else ".out"

@@ -1,0 +1,47 @@
+"""Tools whose effect is on the context, not the world: ``pin`` and ``checkpoint``.
+
+Both only acknowledge: the runner reads their calls from the transcript. ``pin`` adds a fact to the
+pinned facts every view carries verbatim (DESIGN.md, HEAD); a ``checkpoint`` call's arguments
+become the checkpoint the ``checkpoint`` strategy starts the next phase from (no LLM call).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
+
+
+def _pin(ctx: ToolContext, fact: str) -> str:
+    if not fact.strip():
+        raise ToolError("pin needs a non-empty fact")
+    return f"pinned: {fact.strip()} (kept verbatim in every later request)"
+
+
+def _checkpoint(ctx: ToolContext, **fields: Any) -> str:
+    return ("checkpoint saved; older messages will be replaced in your context by it "
+            f"({', '.join(sorted(k for k, v in fields.items() if v))})")
+
+
+PIN = Tool(
+    name="pin",
+    description=("Pin a fact (an exact value you must not lose: a path, an id, a number, a decision) so "
+                 "it stays verbatim in your context for the rest of the session, whatever is compacted."),
+    parameters=schema({"fact": {"type": "string", "description": "the fact, with its exact values"}}, ("fact",)),
+    fn=_pin,
+)
+
+
+def checkpoint_tool() -> Tool:
+    """The ``checkpoint`` tool, with the schema the ``checkpoint`` strategy reads its arguments by."""
+    from ctxagent.strategies.checkpoint import CHECKPOINT_TOOL_SCHEMA
+
+    function = CHECKPOINT_TOOL_SCHEMA["function"]
+    return Tool(name=function["name"], description=function["description"], parameters=function["parameters"],
+                fn=_checkpoint)
+
+
+def context_tools(strategy_names: list[str]) -> list[Tool]:
+    """The context tools a pipeline brings: ``checkpoint`` when it uses the ``checkpoint`` strategy.
+    (``pin`` is a built-in tool a profile lists like any other.)"""
+    return [checkpoint_tool()] if "checkpoint" in strategy_names else []

@@ -1,0 +1,149 @@
+"""The benchmark suite's quick mode: the laws hold in every request of every ctxagent strategy and
+bundled profile (PAIR, BUDGET, HEAD), dedupe never stands in for a changed result, and the JSON and
+PNG files are written. Target numbers (ratios, milliseconds) are reported, not asserted here."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ctxagent.profile import load_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `benchmarks` is a top-level folder of the repository, not installed
+    sys.path.insert(0, str(ROOT))
+bench = importlib.import_module("benchmarks.__main__")
+harness = importlib.import_module("benchmarks.harness")
+workloads = importlib.import_module("benchmarks.workloads")
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
+    """One quick run of the pure workloads (1, 4, 5, and 2+3 when benchmarks/handles.py exists)."""
+    out = tmp_path_factory.mktemp("bench")
+    results = bench.main(["--quick", "--out", str(out), "--skip", "scale"])
+    return results, out
+
+
+def ours(results: dict) -> list[dict]:
+    return [r for r in results["long_session"]["rows"] if r["group"] in ("strategy", "profile")]
+
+
+def test_quick_mode_runs_every_ctxagent_strategy_and_profile(quick: tuple[dict, Path]) -> None:
+    from ctxagent.strategies import registry
+
+    results, _ = quick
+    names = {r["name"] for r in ours(results)}
+    assert {f"{s} alone" for s in registry.names()} <= names
+    assert any(n.startswith("profile default") for n in names)
+    assert any(n.startswith("profile batch") for n in names)
+
+
+def test_no_pair_violation_in_any_request_of_a_ctxagent_strategy(quick: tuple[dict, Path]) -> None:
+    results, _ = quick
+    bad = {r["name"]: r["pair_examples"] for r in ours(results) if r["pair_violation_requests"]}
+    bad.update({c["name"]: "workload 4" for c in results["repeated_calls"]["configs"] if c["pair_violation_requests"]})
+    assert not bad
+
+
+def test_no_ctxagent_strategy_crashes(quick: tuple[dict, Path]) -> None:
+    results, _ = quick
+    crashed = {r["name"]: r["error"] for r in ours(results) if (r["error"] or "").startswith("crash")}
+    crashed.update({c["name"]: c["error"] for c in results["repeated_calls"]["configs"]
+                    if (c["error"] or "").startswith("crash")})
+    assert not crashed
+
+
+def test_never_over_budget_and_head_kept(quick: tuple[dict, Path]) -> None:
+    """No ctxagent request is ever over the window; the bundled pipelines never stop the session.
+    (A strategy alone that cannot bound the context stops with a clear overflow, never sends.)"""
+    results, _ = quick
+    rows = ours(results)
+    assert not [r["name"] for r in rows if r["over_budget_requests"]]
+    assert not [r["name"] for r in rows if r["head_violation_requests"]]
+    assert not [(r["name"], r["error"]) for r in rows if r["group"] == "profile" and r["stopped_at"] is not None]
+    for r in rows:
+        if r["stopped_at"] is not None:
+            assert r["error"].startswith("context overflow"), r
+
+
+def test_dedupe_never_replaces_a_changed_result(quick: tuple[dict, Path]) -> None:
+    results, _ = quick
+    configs = results["repeated_calls"]["configs"]
+    assert configs and results["repeated_calls"]["repeats_with_changed_result"] > 0
+    for c in configs:
+        assert c["wrong_references"] == 0 and c["changed_results_deduped"] == 0 and c["unresolved_handles"] == 0, c
+    assert any(c["results_replaced_by_reference"] > 0 for c in configs)
+
+
+def test_json_and_plots_are_written(quick: tuple[dict, Path]) -> None:
+    _, out = quick
+    data = json.loads((out / "latest.json").read_text())
+    assert data["mode"] == "quick" and data["targets"] and data["machine"]["python"]
+    assert "todo" in data["handles"] or len(data["handles"]) > 1  # numbers, or an explicit TODO: never faked
+    if importlib.util.find_spec("matplotlib") is None:
+        pytest.skip("matplotlib is not installed (the `bench` extra): no PNG plots")
+    for name in ("tokens_per_turn.png", "retention.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_live_without_a_key_is_skipped_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = bench.main(["--quick", "--out", str(tmp_path), "--live", "--model", "openai/gpt-4o-mini",
+                          "--skip", "long", "--skip", "repeated", "--skip", "handles", "--skip", "scale"])
+    assert results["live"]["skipped"].startswith("skipped: no key for openai/gpt-4o-mini (missing OPENAI_API_KEY")
+    assert "skipped: no key for openai/gpt-4o-mini" in capsys.readouterr().out
+
+
+def test_live_asks_the_model_and_lets_it_read_a_handle(fake_openai, tmp_path: Path) -> None:
+    """The live path end to end against the local fake server: the question, a grep_output call on a
+    handle of the run's real output store, the answer checked, the provider's usage counted."""
+    from ctxagent.sessions.store import OutputStore
+    from ctxagent.tools.offload import OffloadPolicy
+
+    live = importlib.import_module("benchmarks.live")
+    store = OutputStore(tmp_path / "outputs")
+    store.put_bytes("@port1", b"HOST=a\nSERVICE_PORT = 8443\n")
+    fact = workloads.Fact("service port", "number", "8443", 3, "tool:read")
+    view = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"},
+            {"role": "user", "content": "[ctxagent masked an old tool result: read_file(path=settings.py), 9 tokens; "
+                                        "full result: @port1 (read_output or grep_output)]"}]
+    server = fake_openai([{"tool_calls": [{"id": "g1", "name": "grep_output",
+                                           "arguments": {"handle": "@port1", "pattern": "PORT"}}]},
+                          {"content": "8443"}])
+    captured = {"cfg": {"store": store, "policy": OffloadPolicy(limit_tokens=20_000), "probes": [(9, fact, view)]}}
+    data = live.run("openai/fake", captured, api_base=server.base_url)
+    row = data["configs"][0]
+    assert (row["asked"], row["correct"]) == (1, 1) and row["prompt_tokens"] > 0
+    assert "SERVICE_PORT = 8443" in json.dumps(server.requests[1]["messages"][-1])
+
+
+# --- the harness itself ---------------------------------------------------------------------------
+
+
+def test_workloads_are_deterministic() -> None:
+    a, b = workloads.coding_session(40, seed=3), workloads.coding_session(40, seed=3)
+    assert [[c.output for c in t.calls] for t in a.turns] == [[c.output for c in t.calls] for t in b.turns]
+    assert workloads.repeated_calls(60).notes == workloads.repeated_calls(60).notes
+
+
+def test_no_management_baseline_sees_every_message_and_every_fact() -> None:
+    prep = harness.prepare(workloads.coding_session(60), load_profile("default").system_prompt)
+    result = harness.drive(prep, harness.PlainManager("none", prep.raw), group="baseline", window=10**9,
+                           tool_tokens=0, reserved=0)
+    assert result.turns == 60 and result.pair_violation_requests == 0 and result.head_violation_requests == 0
+    assert result.tokens == sorted(result.tokens)  # nothing is ever removed
+    assert {p["status"] for p in result.probes} == {"in_view"}
+
+
+def test_fake_summarizer_counts_and_keeps_pins_and_json() -> None:
+    fake = harness.FakeSummarizer()
+    prompt = ("Summarize.\nCopy each of these pinned facts verbatim into your answer:\n- PIN-1\n\n"
+              "#3 result of shell(command=ls): path /srv/a.toml\n#4 assistant: ok")
+    reply = fake(prompt, 200)
+    assert "PIN-1" in reply and "/srv/a.toml" in reply and fake.calls == 1 and fake.tokens_in > fake.tokens_out > 0
+    assert json.loads(fake("Reply with one JSON object and nothing else; state document\n\nx 1", 100))

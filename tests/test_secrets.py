@@ -1,0 +1,344 @@
+"""Secrets kept off disk: typed markers in transcripts, outputs and logs; owner-only files.
+
+Every fake key is composed at run time from a seeded generator, so no key-looking literal is
+committed (secret scanners stay quiet) and the greps below look for exactly what the run saw.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import random
+import stat
+import string
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clihelp import call, ctxagent, records, script, tool_messages
+from ctxagent.sessions import records as recs
+from ctxagent.sessions import redact
+from ctxagent.sessions.redact import CHUNK_BYTES, OVERLAP_BYTES, RedactingStore, Redactor
+from ctxagent.testing import error
+
+ALNUM = string.ascii_letters + string.digits
+ENV_NAME = "CI_DEPLOY_TOKEN"
+
+
+def fake_keys(seed: int = 6) -> dict[str, str]:
+    """One fake secret of each shape, keyed by the marker kind that must replace it."""
+    rnd = random.Random(seed)
+
+    def chars(n: int, alphabet: str = ALNUM) -> str:
+        return "".join(rnd.choice(alphabet) for _ in range(n))
+
+    return {
+        "openai-key": "sk-" + chars(48),
+        "openai-proj": "sk-" + "proj-" + chars(56, ALNUM + "_-"),
+        "anthropic-key": "sk-" + "ant-" + "api03-" + chars(90, ALNUM + "_-"),
+        "aws-access-key": "AK" + "IA" + chars(16, string.ascii_uppercase + string.digits),
+        "github-token": "gh" + "p_" + chars(36),
+        "github-pat": "github" + "_pat_" + chars(70, ALNUM + "_"),
+        "google-api-key": "AI" + "za" + chars(35, ALNUM + "_-"),
+        "slack-token": "xo" + "xb-" + chars(12, string.digits) + "-" + chars(24),
+        "jwt": "ey" + "J" + chars(24) + ".ey" + "J" + chars(40) + "." + chars(43, ALNUM + "_-"),
+        "bearer-token": chars(40),  # only a secret by where it stands: after "Authorization: Bearer"
+        "private-key": chars(64, ALNUM + "+/"),  # a line of a PEM block's body
+        "secret": chars(14),  # DB_PASSWORD=...
+        "env": chars(26),  # the value of $CI_DEPLOY_TOKEN, no particular shape
+    }
+
+
+def pem(body: str) -> str:
+    kind = "RSA " + "PRIVATE KEY"
+    return f"-----BEGIN {kind}-----\n{body}\n{body[::-1]}\n-----END {kind}-----\n"
+
+
+def secrets_text(keys: dict[str, str]) -> str:
+    """A config file holding every key, in the places keys are found in the wild."""
+    return (f"OPENAI_KEY_VALUE {keys['openai-key']}\nproject {keys['openai-proj']}\n"
+            f"anthropic {keys['anthropic-key']}\naws_access_key_id = {keys['aws-access-key']}\n"
+            f"gh {keys['github-token']} pat {keys['github-pat']}\ngoogle {keys['google-api-key']}\n"
+            f"slack {keys['slack-token']}\nsession {keys['jwt']}\n"
+            f"Authorization: Bearer {keys['bearer-token']}\n{pem(keys['private-key'])}"
+            f"DB_PASSWORD={keys['secret']}\ndeploy {keys['env']}\n")
+
+
+def every_file(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file()]
+
+
+def assert_nowhere(root: Path, keys: dict[str, str]) -> None:
+    """No key, nor its reversed copy (the PEM's second line), in any file under ``root``."""
+    files = every_file(root)
+    assert files
+    for path in files:
+        data = path.read_bytes()
+        for kind, key in keys.items():
+            assert key.encode() not in data, f"{kind} key found in {path}"
+            assert key[::-1].encode() not in data or kind != "private-key", f"PEM body in {path}"
+
+
+# ---------------------------------------------------------------- the redactor
+
+
+@pytest.mark.parametrize("kind", [k for k in fake_keys() if k not in ("bearer-token", "private-key", "secret",
+                                                                       "env")])
+def test_each_shape_gets_its_typed_marker(kind):
+    key = fake_keys()[kind]
+    marker = "[REDACTED:" + {"openai-proj": "openai-key", "github-pat": "github-token"}.get(kind, kind) + "]"
+    text = Redactor().text(f"before {key} after")
+    assert text == f"before {marker} after"
+    assert Redactor().text(text) == text  # markers are never redacted again
+
+
+def test_context_shapes_and_exact_environment_values():
+    keys = fake_keys()
+    redactor = Redactor.from_env({ENV_NAME: keys["env"], "TIKTOKEN_CACHE_DIR": "/opt/cache/tiktoken",
+                                  "SHORT_TOKEN": "abc", "PATH": "/usr/bin:/bin"})
+    text = redactor.text(secrets_text(keys))
+    assert "Authorization: Bearer [REDACTED:bearer-token]" in text
+    assert "[REDACTED:private-key]" in text and "END RSA" not in text
+    assert "DB_PASSWORD=[REDACTED:secret]" in text
+    assert "deploy [REDACTED:env:CI_DEPLOY_TOKEN]" in text
+    assert all(key not in text for key in keys.values())
+    harmless = "cache in /opt/cache/tiktoken, SHORT_TOKEN abc"
+    assert redactor.text(harmless) == harmless
+    assert redactor.text(f'export {ENV_NAME}="{keys["env"]}"') == f'export {ENV_NAME}="[REDACTED:env:CI_DEPLOY_TOKEN]"'
+
+
+def test_ordinary_text_is_left_alone():
+    benign = ["task-" + "a" * 40, "sk-local-no-key", "KEY_PATTERN = re.compile(r'x')", "MAX_TOKENS=4096",
+              "max_tokens: 4096", "bearer tokens in Authorization headers", "see https://example.com/a:b@c",
+              "TOKEN_LIMIT = 128000", "def get_token(self): return self.token", "ghost: 12", "eyJ",
+              "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"]
+    redactor = Redactor()
+    for text in benign:
+        assert redactor.text(text) == text
+
+
+def test_values_inside_json_text_and_structures():
+    keys = fake_keys()
+    value = 'quote"and\\slash-' + keys["env"]
+    redactor = Redactor.from_env({ENV_NAME: value})
+    arguments = json.dumps({"command": f"deploy --token '{value}'"})  # the value appears JSON-escaped
+    assert value not in json.loads(redactor.text(arguments))["command"]
+    data = {"message": {"role": "tool", "content": keys["openai-key"], "tool_calls": [{"x": [keys["jwt"]]}]}, "n": 3}
+    clean = redactor.value(data)
+    assert clean == {"message": {"role": "tool", "content": "[REDACTED:openai-key]",
+                                 "tool_calls": [{"x": ["[REDACTED:jwt]"]}]}, "n": 3}
+
+
+def test_bytes_including_binary_and_utf8_are_redacted():
+    keys = fake_keys()
+    redactor = Redactor.from_env({ENV_NAME: "caf\u00e9-" + keys["env"]})
+    blob = b"\x00\x89PNG\x00" + keys["aws-access-key"].encode() + b"\xff\xfe" + ("caf\u00e9-" + keys["env"]).encode()
+    out = redactor.data(blob)
+    assert out == b"\x00\x89PNG\x00[REDACTED:aws-access-key]\xff\xfe[REDACTED:env:CI_DEPLOY_TOKEN]"
+
+
+def test_record_lines_match_the_plain_serializer_and_read_back():
+    plain = recs.MessageRecord(seq=1, turn=1, tokens=5, message={"role": "user", "content": "hello \u00e9"})
+    assert redact.dumps(plain) == recs.dumps(plain)
+    secret = recs.MessageRecord(seq=2, turn=1, tokens=5, message={"role": "user", "content": fake_keys()["jwt"]})
+    back = recs.loads(redact.dumps(secret))
+    assert back.message["content"] == "[REDACTED:jwt]" and back.seq == 2
+
+
+def test_file_redaction_streams_in_chunks_with_overlap(tmp_path):
+    keys = fake_keys()
+    rnd = random.Random(3)
+    size = 3 * CHUNK_BYTES + 12345
+    text = bytearray("".join(rnd.choice("abcdefgh ijk\n") for _ in range(size)).encode())
+    spots = [CHUNK_BYTES - 10, CHUNK_BYTES - OVERLAP_BYTES - 100, CHUNK_BYTES - OVERLAP_BYTES + 200,
+             2 * CHUNK_BYTES - OVERLAP_BYTES - 1, 2 * CHUNK_BYTES - 3, 3 * CHUNK_BYTES + 2, size - 60]
+    for spot, key in zip(spots, [keys["openai-key"], pem(keys["private-key"]), keys["jwt"], keys["anthropic-key"],
+                                 keys["github-pat"], keys["slack-token"], keys["aws-access-key"]], strict=True):
+        text[spot:spot + len(key)] = f" {key} ".encode()
+    source = tmp_path / "big.out"
+    source.write_bytes(bytes(text))
+    redactor = Redactor()
+    expected = redactor.data(bytes(text))
+    assert redact.redact_file(source, redactor)
+    assert source.read_bytes() == expected
+    assert all(key.encode() not in expected for key in keys.values())
+    assert stat.S_IMODE(source.stat().st_mode) == 0o600
+    assert not redact.redact_file(source, redactor)  # nothing left: not rewritten
+
+
+def test_file_redaction_memory_stays_bounded(tmp_path):
+    source = tmp_path / "huge.out"
+    line = ("the quick brown fox " * 4 + "sk-" + "Q" * 30 + "\n").encode()
+    with open(source, "wb") as fh:
+        for _ in range(12 * 1024 * 1024 // len(line)):
+            fh.write(line)
+    tracemalloc.start()
+    try:
+        Redactor().copy_file(source, tmp_path / "out")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 10 * 1024 * 1024, peak  # a 12 MiB file, a few chunks in memory at once
+    assert b"sk-Q" not in (tmp_path / "out").read_bytes()
+
+
+def test_store_redacts_what_it_writes_and_keeps_npy_exact(tmp_path):
+    keys = fake_keys()
+    store = RedactingStore(tmp_path / "s" / "outputs")
+    path = store.put_bytes("@a", f"x {keys['openai-key']} y".encode())
+    assert path.read_bytes() == b"x [REDACTED:openai-key] y"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(store.root.stat().st_mode) == 0o700
+    raw = b"\x93NUMPY" + keys["openai-key"].encode()
+    assert store.put_bytes("@b", raw, ".npy").read_bytes() == raw
+    fd, spool = store.spool()
+    os.write(fd, keys["jwt"].encode())
+    os.close(fd)
+    assert store.adopt(spool, "@c").read_bytes() == b"[REDACTED:jwt]"
+    source = tmp_path / "src.txt"
+    source.write_text(keys["slack-token"])
+    assert store.put_file("@d", source).read_bytes() == b"[REDACTED:slack-token]"
+    fd, _ = store.spool()
+    os.close(fd)
+    assert store.clean_spools() == 1 and not list(store.root.glob(".spool-*"))
+
+
+# ---------------------------------------------------------------- a whole run
+
+
+def test_no_fake_key_anywhere_under_the_data_dir(tmp_path):
+    keys = fake_keys()
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "secrets.env").write_text(secrets_text(keys), encoding="utf-8")
+    filler = "".join(f"row {i:06d} nothing to see here\n" for i in range(60_000))
+    (work / "big.log").write_text(f"first {keys['openai-key']}\n{filler}middle {keys['jwt']}\n{filler}"
+                                  f"last {keys['github-token']} {keys['env']}\n", encoding="utf-8")
+    profile = tmp_path / "p.yaml"
+    profile.write_text("permissions: {kinds: {write: allow, exec: allow}}\n", encoding="utf-8")
+    model = script(tmp_path / "s.yaml", [
+        {"content": f"Using {keys['anthropic-key']} as told.",
+         "tool_calls": [call("env", "shell", command=f'echo "token=${ENV_NAME}"; echo {keys["openai-proj"]}'),
+                        call("file", "read_file", path="secrets.env"),
+                        call("curl", "shell", command=f"echo curl -H 'Authorization: Bearer {keys['bearer-token']}'"),
+                        call("big", "shell", command=f"cat big.log; echo {keys['github-pat']}")]},
+        {"tool_calls": [call("mid", "grep_output", handle="@big", pattern="^middle"),
+                        call("write", "write_file", path="notes.txt", content=f"aws {keys['aws-access-key']}"),
+                        call("pem", "shell", command="sed -n '/BEGIN/,/END/p' secrets.env")]},
+        {"content": f"Done; the google key was {keys['google-api-key']}."},
+    ])
+    run_key = "sk-" + keys["openai-key"][:2:-1]  # the key the run itself would use, exactly
+    task = (f"Deploy with {keys['slack-token']} and DB_PASSWORD={keys['secret']}; {pem(keys['private-key'])}"
+            f"(my key is {run_key})")
+    out = ctxagent("run", "--batch", "--session", "leaky", "--model", model, "--profile", str(profile), task,
+                   cwd=work, env={ENV_NAME: keys["env"], "OPENAI_API_KEY": run_key})
+    assert out.returncode == 0, out.stderr
+    data = Path(os.environ["CTXAGENT_DATA_DIR"])
+    assert_nowhere(data, {**keys, "run-key": run_key})
+    assert all(key not in out.stderr for key in keys.values())  # progress lines are logs too
+    (user,) = [r["message"]["content"] for r in records("leaky") if r["kind"] == "message"
+               and r["message"]["role"] == "user"]
+    assert "(my key is [REDACTED:env:OPENAI_API_KEY])" in user and "[REDACTED:slack-token]" in user
+    results = tool_messages("leaky")
+    assert all(not text.startswith("ERROR") for text in results.values()), results
+    assert "token=[REDACTED:env:CI_DEPLOY_TOKEN]" in results["env"]
+    assert "Bearer [REDACTED:bearer-token]" in results["curl"]
+    assert "[REDACTED:private-key]" in results["pem"]
+    preview = results["big"]  # what the model saw of the offloaded output: head and tail
+    assert "@big" in preview and "first [REDACTED:openai-key]" in preview
+    assert "last [REDACTED:github-token] [REDACTED:env:CI_DEPLOY_TOKEN]" in preview
+    assert "middle [REDACTED:jwt]" in results["mid"]
+    (output,) = [r for r in records("leaky") if r["kind"] == "output"]
+    stored = data / "sessions" / "leaky" / output["path"]
+    assert hashlib.sha256(stored.read_bytes()).hexdigest() == output["sha256"]  # the record describes the file
+    assert (work / "notes.txt").read_text() == f"aws {keys['aws-access-key']}"  # the user's file: as the model wrote it
+
+
+def test_owner_only_files(tmp_path):
+    model = script(tmp_path / "s.yaml", [{"tool_calls": [call("big", "shell", command="seq 1 200000")]},
+                                         {"content": "one"}, {"content": "two"}])
+    profile = tmp_path / "p.yaml"
+    profile.write_text("permissions: {kinds: {exec: allow}}\n", encoding="utf-8")
+    assert ctxagent("run", "--batch", "--session", "modes", "--model", model, "--profile", str(profile),
+                    "q").returncode == 0
+    root = Path(os.environ["CTXAGENT_DATA_DIR"])
+    with open(root / "sessions" / "modes" / "transcript.jsonl", "ab") as fh:
+        fh.write(b'{"kind":"mess')  # a torn line, set aside on resume
+    assert ctxagent("resume", "--batch", "--session", "modes", "again").returncode == 0
+    for path in [root, root / "sessions", *root.rglob("*")]:
+        expected = 0o700 if path.is_dir() else 0o600
+        assert stat.S_IMODE(path.stat().st_mode) == expected, path
+    assert (root / "sessions" / "modes" / "transcript.torn-1.jsonl").exists()
+
+
+# ---------------------------------------------------------------- persist and always
+
+
+def run_recorded(tmp_path: Path, name: str, mode: str, message: str | None, replies: list[Any]) -> list[Any]:
+    """Run a session in-process with the scripted model, recording every request it is sent."""
+    from ctxagent.agent.setup import open_runner
+    from ctxagent.sessions.session import Session
+
+    profile = tmp_path / f"{mode}.yaml"
+    profile.write_text(f"redact: {mode}\npermissions: {{kinds: {{exec: allow}}}}\n", encoding="utf-8")
+    model = script(tmp_path / f"{name}-script.yaml", replies)
+    sent: list[Any] = []
+    session = Session.at(name)
+    with session.writer():
+        runner = open_runner(session, profile_spec=str(profile), model_spec=model, api_base=None, path="batch",
+                             workdir=tmp_path)
+        inner = runner.model
+
+        class Recording:
+            name = inner.name
+
+            def complete(self, messages: Any, tools: Any) -> Any:
+                sent.append(copy.deepcopy(list(messages)))
+                return inner.complete(messages, tools)
+
+        runner.model = Recording()
+        for _ in runner.run(message):
+            pass
+    return sent
+
+
+def test_persist_sends_real_values_this_run_and_redacted_ones_after_resume(tmp_path):
+    key = fake_keys()["openai-key"]
+    replies = [{"tool_calls": [call("a", "shell", command=f"echo {key}")]}, {"content": "ok"}, {"content": "again"}]
+    sent = run_recorded(tmp_path, "persist", "persist", f"use {key}", replies)
+    assert key in json.dumps(sent[1])  # this run: the model got the real output (and task)
+    assert_nowhere(Path(os.environ["CTXAGENT_DATA_DIR"]), {"k": key})  # the disk never did
+    resumed = run_recorded(tmp_path, "persist", "persist", "and now?", replies)
+    assert key not in json.dumps(resumed) and "[REDACTED:openai-key]" in json.dumps(resumed)
+
+
+def test_always_never_sends_a_secret_to_the_model(tmp_path):
+    key = fake_keys()["openai-key"]
+    replies = [{"tool_calls": [call("a", "shell", command=f"echo {key}")]}, {"content": "ok"}]
+    sent = run_recorded(tmp_path, "always", "always", f"use {key}", replies)
+    assert len(sent) == 2 and all(key not in json.dumps(request) for request in sent)
+    assert "[REDACTED:openai-key]" in sent[1][-1]["content"]
+
+
+# ---------------------------------------------------------------- litellm never prints keys
+
+
+def test_a_failing_litellm_call_prints_no_key(tmp_path, fake_openai):
+    key = fake_keys()["openai-proj"]
+    server = fake_openai([error(401, f"Incorrect API key provided: {key}. Find your key at the dashboard.",
+                                code="invalid_api_key")])
+    profile = tmp_path / "p.yaml"
+    profile.write_text("context_window: 16000\nretries: 0\n", encoding="utf-8")
+    out = ctxagent("run", "--batch", "--session", "auth", "--model", "openai/x", "--api-base", server.base_url,
+                   "--profile", str(profile), "hi", env={"OPENAI_API_KEY": key, "LITELLM_LOG": "DEBUG"})
+    assert out.returncode == 4, out.stderr
+    assert "authentication failed" in out.stderr
+    assert key not in out.stdout and key not in out.stderr
+    assert key[8:30] not in out.stdout + out.stderr
+    assert_nowhere(Path(os.environ["CTXAGENT_DATA_DIR"]), {"k": key})
+    (sent,) = server.requests
+    assert sent["messages"][-1]["content"] == "hi"  # the key went where it belongs: the Authorization header
