@@ -25,6 +25,11 @@ demo: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/prices/demo.sh
 
 bench: setup
+	if [ -x $(BIN)/uv ]; then \
+	  $(BIN)/uv pip install -q --python $(BIN)/python -e '.[dev,bench]'; \
+	else \
+	  $(BIN)/python -m pip install -q -e '.[dev,bench]'; \
+	fi
 	$(BIN)/python -m benchmarks
 
 lint: setup

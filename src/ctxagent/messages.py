@@ -9,9 +9,19 @@ A *message* is a plain ``dict``: ``{"role": "system"|"user"|"assistant"|"tool", 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a reply. ``arguments`` is the raw JSON text (it may be invalid)."""
+
+    id: str
+    name: str
+    arguments: str
 
 
 def tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:

@@ -12,16 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ctxagent.messages import Message, tool_call
+from ctxagent.messages import Message, ToolCall, tool_call
 
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One tool call of a reply. ``arguments`` is the raw JSON text (it may be invalid)."""
-
-    id: str
-    name: str
-    arguments: str
+__all__ = ["Model", "Reply", "ToolCall", "Usage", "make_model"]
 
 
 @dataclass(frozen=True)

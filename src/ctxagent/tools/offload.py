@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxagent import tokens
-from ctxagent.agent.model import ToolCall
+from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import OutputRecord
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools import values

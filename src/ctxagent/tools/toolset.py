@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ctxagent.agent.model import ToolCall
 from ctxagent.errors import UsageError
+from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import OutputRecord
 from ctxagent.tools import agent_tools, builtin, outputs, permissions, user, values
 from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError
