@@ -114,10 +114,12 @@ def scale_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                       f"peak RSS {r['rss_peak_mb']:.0f} MB (after imports {r['rss_before_mb']:.0f} MB); "
                       f"`inspect transcript --json` {r['cli_inspect_transcript_json_s']:.2f} s"])
     o = data["offload"]
-    cells.append([f"offload {o['bytes'] / 1e9:.2f} GB shell output",
-                  f"{o['seconds']:.2f} s vs shell to a file {o['shell_to_file_s']:.2f} s "
-                  f"({o['ratio_to_shell']:.2f}x); peak RSS {o['rss_peak_mb']:.0f} MB "
-                  f"(+{o['rss_peak_mb'] - o['rss_before_mb']:.0f} MB over the process before the call)"])
+    for store, what in (("redact", "secret scan on (default)"), ("plain", "secret scan off")):
+        cells.append([f"offload {o[f'{store}_bytes'] / 1e9:.2f} GB shell output, {what}",
+                      f"{o[f'{store}_seconds']:.2f} s vs shell to a file {o['shell_to_file_s']:.2f} s "
+                      f"({o[f'{store}_ratio_to_shell']:.2f}x); peak RSS {o[f'{store}_rss_peak_mb']:.0f} MB "
+                      f"(+{o[f'{store}_rss_peak_mb'] - o[f'{store}_rss_before_mb']:.0f} MB over the process before "
+                      "the call)"])
     return header, cells
 
 
@@ -246,10 +248,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         ratio = s["ctxagent --help"] / s["python -c 'import typer'"]
         add("`ctxagent --help` ≤ 3× `python -c \"import typer\"`", ratio <= 3, f"{ratio:.2f}×")
         o = scale["offload"]
-        add(f"offloading {o['bytes'] / 1e9:.2f} GB within 2× of the shell writing it to a file",
-            o["ratio_to_shell"] <= 2, f"{o['ratio_to_shell']:.2f}×")
-        add("offload peak memory < 100 MB", o["rss_peak_mb"] < 100,
-            f"peak RSS {o['rss_peak_mb']:.0f} MB (process before the call: {o['rss_before_mb']:.0f} MB)")
+        add(f"offloading {o['redact_bytes'] / 1e9:.2f} GB within 2× of the shell writing it to a file",
+            o["redact_ratio_to_shell"] <= 2, f"{o['redact_ratio_to_shell']:.2f}× with the secret scan (default), "
+            f"{o['plain_ratio_to_shell']:.2f}× without")
+        add("offload peak memory < 100 MB", o["redact_rss_peak_mb"] < 100,
+            f"peak RSS {o['redact_rss_peak_mb']:.0f} MB (process before the call: {o['redact_rss_before_mb']:.0f} MB)")
     return out
 
 

@@ -55,23 +55,33 @@ def append_latency(n: int, root: Path) -> dict[str, float]:
     return {"p50_ms": lat[len(lat) // 2], "p99_ms": lat[int(len(lat) * 0.99)]}
 
 
-def write_transcript(session_root: Path, messages: int) -> None:
-    """A realistic transcript: a task, then assistant tool calls with results of skewed sizes."""
+def write_transcript(session_root: Path, messages: int, profile_name: str = "default") -> None:
+    """A realistic transcript: a task, then assistant tool calls with results of skewed sizes, and
+    the compaction records the profile's batch pipeline makes along the way (as a real run writes
+    them: a resumed session starts from those, not from 10,000 raw messages)."""
     import random
 
+    from ctxagent.agent.context import ContextState, record_of
+    from ctxagent.agent.runner import make_budget
     from ctxagent.messages import tool_call
+    from ctxagent.profile import load_profile
     from ctxagent.sessions import records
     from ctxagent.sessions.transcript import Transcript
 
     rng = random.Random(7)
     session_root.mkdir(parents=True)
-    items: list[object] = [records.SessionHeader(name=session_root.name, model="scripted:none", profile="default",
+    profile = load_profile(profile_name)
+    items: list[object] = [records.SessionHeader(name=session_root.name, model="scripted:none", profile=profile_name,
                                                  context_window=128_000)]
+    state = ContextState(transcript_path=str(session_root / "transcript.jsonl"))
+    budget = make_budget(profile, 128_000, 744)
     seq = turn = 0
 
     def msg(m: dict[str, object], tokens: int) -> None:
         nonlocal seq
-        items.append(records.MessageRecord(seq=seq, turn=turn, tokens=tokens, message=m))
+        record = records.MessageRecord(seq=seq, turn=turn, tokens=tokens, message=m)
+        items.append(record)
+        state.add(record)
         seq += 1
 
     msg({"role": "system", "content": "system prompt"}, 10)
@@ -79,6 +89,9 @@ def write_transcript(session_root: Path, messages: int) -> None:
     msg({"role": "user", "content": "the task"}, 10)
     while seq < messages:
         turn += 1
+        built = state.build(profile.pipeline("batch"), budget, turn=turn)
+        items.extend(record_of(c) for c in built.compactions)
+        state.record(built.compactions)
         cid = f"c{seq}"
         msg({"role": "assistant", "content": None, "tool_calls": [tool_call(cid, "shell", '{"command":"ls"}')]}, 20)
         size = int(rng.lognormvariate(6, 1.2))
@@ -88,7 +101,8 @@ def write_transcript(session_root: Path, messages: int) -> None:
 
 
 def resume_time(messages: int, root: Path, runs: int) -> dict[str, float]:
-    """Time to open a session for resume (load, replay, scan, build the next view), in-process."""
+    """Time to open a session for resume (load the JSONL, replay its compactions, scan, run the
+    pipeline to build the next view), in-process, with the default profile."""
     os.environ["CTXAGENT_DATA_DIR"] = str(root)
     from ctxagent.agent.setup import next_request
     from ctxagent.sessions.session import Session
@@ -108,36 +122,49 @@ def resume_time(messages: int, root: Path, runs: int) -> dict[str, float]:
 
 
 OFFLOAD_CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
 from ctxagent.agent.model import ToolCall
+from ctxagent.sessions.redact import RedactingStore
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools.base import ToolContext
 from ctxagent.tools.offload import OffloadPolicy
 from ctxagent.tools.toolset import make_toolset
-root = Path(sys.argv[1]); size = int(sys.argv[2])
-ts = make_toolset(["shell"], ToolContext(OutputStore(root / "outputs"), root), OffloadPolicy(limit_tokens=20000))
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+root, size = Path(sys.argv[1]), int(sys.argv[2])
+store_type = RedactingStore if sys.argv[3] == "redact" else OutputStore
+def hwm_mb():  # this process's own peak RSS (ru_maxrss would include the parent's, from before exec)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+ts = make_toolset(["shell"], ToolContext(store_type(root / "outputs"), root), OffloadPolicy(limit_tokens=20000))
+from ctxagent.tokens import count_text
+count_text("warm the tokenizer up: a real session has it loaded before its first tool call")
+before = hwm_mb()
 cmd = f"yes 'the quick brown fox jumps over the lazy dog 0123456789' | head -c {size}"
 t = time.perf_counter()
 out = ts.call(ToolCall("big", "shell", json.dumps({"command": cmd, "timeout_s": 600})))
 elapsed = time.perf_counter() - t
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"seconds": elapsed, "rss_before_mb": before / 1024, "rss_peak_mb": after / 1024,
+after = hwm_mb()
+print(json.dumps({"seconds": elapsed, "rss_before_mb": before, "rss_peak_mb": after,
                   "offloaded": out.output is not None, "bytes": out.output.bytes if out.output else 0}))
 """
 
 
 def offload(size: int, root: Path) -> dict[str, float]:
-    """Offload ``size`` bytes of shell output, against writing the same bytes to a file with the shell."""
+    """Offload ``size`` bytes of shell output into a session's store (secrets redacted, as in a real
+    session) and into a plain store (no redaction pass), against writing the same bytes with the shell."""
     root.mkdir(parents=True, exist_ok=True)
-    out = subprocess.run([sys.executable, "-c", OFFLOAD_CHILD, str(root), str(size)], capture_output=True,
-                         text=True, check=True)
-    result = json.loads(out.stdout)
-    cat = wall(["bash", "-c", f"yes 'the quick brown fox jumps over the lazy dog 0123456789' | head -c {size} "
-                f"> {root}/plain.out"], 3)
-    result["shell_to_file_s"] = cat
-    result["ratio_to_shell"] = result["seconds"] / cat
+    result: dict[str, float] = {}
+    for store in ("redact", "plain"):
+        out = subprocess.run([sys.executable, "-c", OFFLOAD_CHILD, str(root / store), str(size), store],
+                             capture_output=True, text=True, check=True)
+        got = json.loads(out.stdout)
+        result |= {f"{store}_{k}": v for k, v in got.items()}
+        shutil.rmtree(root / store, ignore_errors=True)
+    result["shell_to_file_s"] = wall(["bash", "-c", f"yes 'the quick brown fox jumps over the lazy dog 0123456789' "
+                                      f"| head -c {size} > {root}/plain.out"], 3)
+    for store in ("redact", "plain"):
+        result[f"{store}_ratio_to_shell"] = result[f"{store}_seconds"] / result["shell_to_file_s"]
     return result
 
 
@@ -167,9 +194,10 @@ def main() -> None:
     print(f"resume    {r['messages']:,} messages ({r['transcript_mb']:.1f} MB): {r['resume_ms']:.0f} ms in-process; "
           f"'inspect transcript --json' {r['cli_inspect_transcript_json_s']:.2f} s")
     o = results["offload"]
-    print(f"offload   {o['bytes'] / 1e9:.2f} GB shell output: {o['seconds']:.2f} s (shell to a file: "
-          f"{o['shell_to_file_s']:.2f} s, {o['ratio_to_shell']:.2f}x); peak RSS {o['rss_peak_mb']:.0f} MB "
-          f"(before the call {o['rss_before_mb']:.0f} MB)")
+    for store, what in (("redact", "with the secret scan (default)"), ("plain", "without the secret scan")):
+        print(f"offload   {o[f'{store}_bytes'] / 1e9:.2f} GB shell output {what}: {o[f'{store}_seconds']:.2f} s "
+              f"({o[f'{store}_ratio_to_shell']:.2f}x the shell writing it to a file, {o['shell_to_file_s']:.2f} s); "
+              f"peak RSS {o[f'{store}_rss_peak_mb']:.0f} MB (before the call {o[f'{store}_rss_before_mb']:.0f} MB)")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
