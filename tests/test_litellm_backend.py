@@ -111,7 +111,7 @@ def test_pair_violation_is_rejected_like_a_strict_provider(fake_openai):
     with pytest.raises(ProviderError) as info:
         model(server).complete(broken, [])
     assert type(info.value) is ProviderError
-    assert info.value.status == 400
+    assert info.value.http_status == 400
     assert "c1" in str(info.value) and "model openai/fake" in str(info.value)
     assert server.rejected == server.requests and len(server.requests) == 1  # not retried
     assert server.remaining == 1
@@ -123,7 +123,7 @@ def test_context_errors_in_every_wording(fake_openai, style):
     with pytest.raises(ProviderContextError) as info:
         model(server).complete(USER, [])
     expected_status = 429 if style == "openai-request-too-large" else 400
-    assert info.value.status == expected_status
+    assert info.value.http_status == expected_status
     assert len(server.requests) == 1  # never retried
     assert "context too long" in str(info.value)
     assert isinstance(info.value.__cause__, Exception)  # the litellm error, chained, not leaked
@@ -134,7 +134,7 @@ def test_context_code_with_request_too_large_message_is_a_context_error(fake_ope
     server = fake_openai([error(400, "Request too large", code="context_length_exceeded")])
     with pytest.raises(ProviderContextError) as info:
         model(server).complete(USER, [])
-    assert info.value.status == 400  # what the server sent, not litellm's relabel
+    assert info.value.http_status == 400  # what the server sent, not litellm's relabel
     assert len(server.requests) == 1
 
 
@@ -143,7 +143,7 @@ def test_server_error_is_retried_then_reported(fake_openai):
     with pytest.raises(ProviderError) as info:
         model(server, retries=2).complete(USER, [])
     assert type(info.value) is ProviderError
-    assert info.value.status == 500
+    assert info.value.http_status == 500
     assert len(server.requests) == 3
     assert str(info.value) == "model openai/fake: server error (HTTP 500, 3 attempts): boom"
 
@@ -169,7 +169,7 @@ def test_auth_error_is_not_retried_and_keys_are_redacted(fake_openai):
                                 code="invalid_api_key"), {"content": "not reached"}])
     with pytest.raises(ProviderError) as info:
         model(server, retries=2).complete(USER, [])
-    assert info.value.status == 401
+    assert info.value.http_status == 401
     assert len(server.requests) == 1
     assert "authentication failed" in str(info.value)
     assert "abcdefghijklmnop" not in str(info.value)
@@ -181,7 +181,7 @@ def test_timeout_is_retried_then_reported(fake_openai):
     with pytest.raises(ProviderError) as info:
         model(server, retries=1, timeout_s=0.2).complete(USER, [])
     assert time.monotonic() - started < 3
-    assert info.value.status is None
+    assert info.value.http_status is None
     assert str(info.value) == "model openai/fake: timed out after 0.2 s (2 attempts)"
     assert len(server.requests) == 2
 
@@ -195,7 +195,7 @@ def test_connection_refused_fails_fast(fake_openai):
     with pytest.raises(ProviderError) as info:
         backend.complete(USER, [])
     assert time.monotonic() - started < 3
-    assert info.value.status is None
+    assert info.value.http_status is None
     assert "cannot connect to http://127.0.0.1:" in str(info.value)
     assert "\n" not in str(info.value)
 
@@ -205,7 +205,7 @@ def test_missing_key_for_a_real_provider_is_not_retried():
     with pytest.raises(ProviderError) as info:
         LiteLLMModel("gpt-4o", retries=2, backoff_s=1.0).complete(USER, [])
     assert time.monotonic() - started < 1.0  # no backoff slept
-    assert info.value.status is None
+    assert info.value.http_status is None
     assert "api_key" in str(info.value).lower()
 
 

@@ -25,16 +25,19 @@ from __future__ import annotations
 class CtxagentError(Exception):
     """Base of every error ctxagent raises on purpose.
 
-    ``exit_code`` is the process exit status the CLI uses for it (see the table in README.md).
+    ``exit_code`` is the process exit status the CLI uses for it (see the table in README.md);
+    ``status`` the word that names the outcome in end records and ``--json`` output.
     """
 
     exit_code = 1
+    status = "error"
 
 
 class UsageError(CtxagentError):
     """A user mistake: a bad argument, an invalid or unknown session name, nothing to resume."""
 
     exit_code = 2
+    status = "usage_error"
 
 
 class ProfileError(UsageError):
@@ -45,6 +48,8 @@ class ProfileError(UsageError):
         line: 1-based line of the offending key, when known.
         key: dotted path of the offending key, when known (``"preview.head_lines"``).
     """
+
+    status = "profile_error"
 
     def __init__(self, message: str, *, path: str, line: int | None = None, key: str | None = None):
         where = path if line is None else f"{path}:{line}"
@@ -57,6 +62,7 @@ class SessionBusyError(CtxagentError):
     """Another process is writing this session (one writer per session)."""
 
     exit_code = 1
+    status = "session_busy"
 
 
 class LimitReached(CtxagentError):
@@ -66,26 +72,29 @@ class LimitReached(CtxagentError):
 
     def __init__(self, message: str, *, bound: str):
         super().__init__(message)
-        self.bound = bound
+        self.bound = self.status = bound
 
 
 class ProviderError(CtxagentError):
-    """The model or its provider failed. ``status`` is the HTTP status when there was one."""
+    """The model or its provider failed. ``http_status`` is the HTTP status when there was one."""
 
     exit_code = 4
+    status = "provider_error"
 
     def __init__(self, message: str, *, status: int | None = None):
         super().__init__(message)
-        self.status = status
+        self.http_status = status
 
 
 class ProviderContextError(ProviderError):
     """The provider rejected the request because the context is longer than its window."""
 
     exit_code = 5
+    status = "context_overflow"
 
 
 class ContextOverflowError(CtxagentError):
     """The context cannot be made to fit: tokens needed and tokens available are in the message."""
 
     exit_code = 5
+    status = "context_overflow"

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ctxagent.agent.context import ContextState, largest_parts, record_of
+from ctxagent.agent.context import ContextState, check_protected, largest_parts, record_of, with_pins
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone
 from ctxagent.agent.model import Model, Reply
 from ctxagent.errors import (
@@ -31,7 +31,7 @@ from ctxagent.sessions import records, redact
 from ctxagent.sessions.session import Session, sessions_root
 from ctxagent.sessions.store import handle_for
 from ctxagent.strategies import registry
-from ctxagent.strategies.base import Budget, groups
+from ctxagent.strategies.base import Budget, Entry, groups
 from ctxagent.tokens import count_message, count_tools
 from ctxagent.tools.offload import store_text
 from ctxagent.tools.permissions import Gate
@@ -173,6 +173,7 @@ class Runner:
         ``ContextOverflowError``...) *after* writing an end record that names it.
         """
         if user_input is not None:
+            self._check_fits(user_input)
             if self.state.next_seq == 0:
                 self._append(self._message({"role": "system", "content": self.profile.system_prompt}))
             self._append(self._message({"role": "user", "content": user_input}, self.state.turn + 1))
@@ -193,8 +194,8 @@ class Runner:
             self._end("interrupted", "Ctrl-C")
             raise
         except CtxagentError as err:
-            self._end(_reason(err), str(err))
-            yield Finished(_reason(err), None, self.state.turn, str(err))
+            self._end(err.status, str(err))
+            yield Finished(err.status, None, self.state.turn, str(err))
             raise
 
     def pins(self) -> list[str]:
@@ -244,6 +245,16 @@ class Runner:
             self.session.transcript.append([record])
             self.state.stored.add(handle)
 
+    def _check_fits(self, user_input: str) -> None:
+        """Refuse, before writing anything, a user message that alone (with the system prompt, pins,
+        tool schemas and reserve) is over the trigger: written, it would leave a session that no
+        strategy can shrink and no resume can run. Raises ``ContextOverflowError``."""
+        message = {"role": "user", "content": user_input}
+        system = [] if self.state.next_seq else [{"role": "system", "content": self.profile.system_prompt}]
+        probe = [*self.context.view, *(Entry(m, count_message(m, self.state.header.model), -1, -1, 0)
+                                         for m in (*system, message))]
+        check_protected(with_pins(probe, self.pins(), self.state.header.model), self.budget())
+
     def _step(self) -> Iterator[Event]:
         self.state.turn += 1
         budget = self.budget()
@@ -258,6 +269,8 @@ class Runner:
             yield Requesting(self.state.turn, budget.total(view), budget.window, len(messages))
             try:
                 reply: Reply = self.model.complete(messages, self.tool_specs)
+                if not reply.tool_calls and not (reply.content or "").strip():
+                    raise ProviderError(f"model {self.model.name}: the reply has neither text nor tool calls")
                 break
             except ProviderContextError as err:
                 if attempt == MAX_RECOVERIES:
@@ -266,9 +279,15 @@ class Runner:
                         f"emergency compactions ({err}); we estimated {budget.total(view)} tokens "
                         f"for a {budget.window}-token window; largest parts: {largest_parts(view)}"
                     ) from err
+                before = sum(e.tokens for e in view)
                 budget = replace(budget, scale=budget.scale * 1.25)
                 self.state.scale = budget.scale
                 view = yield from self._build(emergency_steps(view, budget, attempt), budget)
+                if sum(e.tokens for e in view) >= before:
+                    raise ContextOverflowError(
+                        f"the provider says the context is too long ({err}) and emergency compaction cannot "
+                        f"make it smaller than {budget.total(view)} tokens; largest parts: {largest_parts(view)}"
+                    ) from err
         self._record_reply(reply, view)
         yield Replied(self.state.turn, reply)
         return reply
@@ -309,7 +328,10 @@ class Runner:
         tool = self.toolset.tools.get(call.name)
         if tool is None:
             return None  # the toolset answers unknown tools
-        refusal = self.gate.check_call(tool, call.arguments, call_id=call.id, turn=self.state.turn)
+        try:
+            refusal = self.gate.check_call(tool, call.arguments, call_id=call.id, turn=self.state.turn)
+        except (ValueError, OSError) as err:  # e.g. a NUL byte in a path: the model's mistake, not ours
+            refusal = f"{call.name} refused: its arguments cannot be checked ({err})"
         decisions = self.gate.take_decisions()
         if decisions:
             self.session.transcript.append(decisions)
@@ -346,13 +368,3 @@ def budget_estimate(view: list[Any], tool_tokens: int) -> int:
     from ctxagent.tokens import PER_REQUEST
 
     return PER_REQUEST + sum(e.tokens for e in view) + tool_tokens
-
-
-def _reason(err: CtxagentError) -> str:
-    if isinstance(err, LimitReached):
-        return err.bound
-    if isinstance(err, ContextOverflowError):
-        return "context_overflow"
-    if isinstance(err, ProviderError):
-        return "context_overflow" if err.exit_code == 5 else "provider_error"
-    return "error"

@@ -61,7 +61,8 @@ class ScriptedModel:
         """Load a script. Raises ``UsageError`` if the file is missing or not a YAML list."""
         file = Path(path)
         try:
-            data = yaml.safe_load(file.read_text(encoding="utf-8"))
+            with open(file, encoding="utf-8") as fh:  # a stream, so YAML errors name the file
+                data = yaml.safe_load(fh)
         except (OSError, yaml.YAMLError) as err:
             raise UsageError(f"cannot read script {path}: {err}") from err
         if not isinstance(data, list):

@@ -48,6 +48,13 @@ def resolve_window(profile: Profile, model: str) -> int:
     return window
 
 
+def absolute_model(spec: str) -> str:
+    """``scripted:PATH`` with PATH made absolute (a resume may run from another directory)."""
+    if spec.startswith("scripted:"):
+        return "scripted:" + str(Path(spec.removeprefix("scripted:")).expanduser().resolve())
+    return spec
+
+
 def _profile_ref(spec: str) -> str:
     return spec if spec in bundled_names() else str(Path(spec).resolve())
 
@@ -61,19 +68,20 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     ``--tools`` specs, kept in the header) unless new ones are given. Raises
     ``ProfileError``/``UsageError`` for a bad profile, model, script or tool.
     """
+    if not workdir.is_dir():
+        raise UsageError(f"the working directory {workdir} does not exist (or is not a directory)")
     items = session.transcript.load(repair=True)
     header = next((r for r in items if isinstance(r, records.SessionHeader)), None)
     spec = profile_spec or (header.profile if header else "default")
     profile = load_profile(spec)
     if profile_overrides:
         profile = profile.model_copy(update=profile_overrides)
-    model_name = model_spec or (header.model if header else profile.model)
-    if header is None:
+    model_name = absolute_model(model_spec or (header.model if header else profile.model))
+    new = header is None
+    if header is None:  # written only once everything below has been checked: no half-made sessions
         header = records.SessionHeader(name=session.name, model=model_name, profile=_profile_ref(spec),
                                        context_window=resolve_window(profile, model_name), path=path,
                                        **({"tools": [absolute_spec(t) for t in tools]} if tools else {}))
-        session.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        session.transcript.append([header])
         items = [header]
     replies = sum(1 for r in items if isinstance(r, records.MessageRecord)
                   and r.message.get("role") == "assistant")
@@ -82,6 +90,8 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                        max_output_tokens=profile.max_output_tokens)
     toolset = toolset_for(session, profile, header, workdir, tools)
     summarizer = summarizer_factory(profile, model_name, api_base, items)
+    if new:
+        session.transcript.append([header])
     return Runner(session, profile, model, toolset, items, header, path, summarizer)
 
 

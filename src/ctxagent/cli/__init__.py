@@ -5,7 +5,10 @@ Start-up stays fast: nothing imported here imports litellm (FIELD-NOTES: ~3.7 s)
 
 from __future__ import annotations
 
+import signal
 import sys
+import warnings
+from typing import TextIO
 
 import typer
 
@@ -28,9 +31,28 @@ app.add_typer(sessions.app, name="sessions")
 
 
 def main() -> None:
-    """Console-script entry point: run the app; a ctxagent error prints one line and sets the exit code."""
+    """Console-script entry point: run the app; a ctxagent error prints one line and sets the exit code.
+
+    SIGTERM (CI timeouts, ``timeout``, service managers) ends a run like Ctrl-C: the shell tool kills
+    its process group and the session stays resumable. Warnings print as one ``ctxagent: warning:``
+    line on stderr.
+    """
+    signal.signal(signal.SIGTERM, _interrupt)
+    warnings.showwarning = _warning
     try:
         app()
     except CtxagentError as err:
         print(f"ctxagent: error: {err}", file=sys.stderr)
         sys.exit(err.exit_code)
+    except OSError as err:  # e.g. CTXAGENT_DATA_DIR names a file, or a disk is full
+        print(f"ctxagent: error: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
+        sys.exit(1)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: TextIO | None = None, line: str | None = None) -> None:
+    print(f"ctxagent: warning: {message}", file=sys.stderr)

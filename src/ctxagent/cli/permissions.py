@@ -59,8 +59,8 @@ def prompt(tool: str, arguments: dict[str, Any], workdir: Path) -> str:
             text = text[:PROMPT_ARGUMENT_CHARS] + f"… ({len(text):,} characters)"
         console.print(f"  {escape(name)}: {escape(text)}")
     try:
-        answer = console.input("allow? [bold][y][/bold]es / [bold][n][/bold]o / "
-                               "[bold][a][/bold]lways for this session: ").strip().lower()
+        answer = console.input("allow? [bold]\\[y][/bold]es / [bold]\\[n][/bold]o / "
+                               "[bold]\\[a][/bold]lways for this session: ").strip().lower()
     except EOFError:
         return "no"
     if answer in ("y", "yes"):

@@ -33,8 +33,8 @@ def describe(event: Event) -> str | None:
     if isinstance(event, Requesting):
         return f"turn {event.turn}: asking the model ({event.tokens}/{event.window} tokens, {event.messages} messages)"
     if isinstance(event, ToolDone):
-        where = f" -> offloaded as {event.handle}" if event.handle else ""
-        status = "error" if event.is_error else "ok"
+        where = f" -> stored as {event.handle}" if event.handle else ""
+        status = "error" if event.is_error else "timed out" if event.content.startswith("timed out") else "ok"
         from ctxagent.sessions.redact import default as redactor  # progress ends up in CI logs
 
         return f"  tool {event.call.name}({short(redactor().text(event.call.arguments), 80)}) {status}{where}"

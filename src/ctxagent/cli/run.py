@@ -35,12 +35,18 @@ OutputOpt = Annotated[Path | None, typer.Option(
 
 
 def _read_task(task: str | None) -> str | None:
-    if task == "-":
-        text = sys.stdin.read()
-        if not text.strip():
-            raise UsageError("the task read from stdin is empty")
-        return text
-    return task
+    """The task or message: the argument, or stdin for ``-``. ``UsageError`` when it is blank."""
+    text = sys.stdin.read() if task == "-" else task
+    if text is not None and not text.strip():
+        raise UsageError("the task is empty" + (" (read from stdin)" if task == "-" else ""))
+    return text
+
+
+def _session(name: str | None) -> Session:
+    """The session ``--session`` names (a new name when it is not given; ``UsageError`` when blank)."""
+    if name is None:
+        return Session.at(new_name())
+    return Session.at(name)
 
 
 def _is_batch(batch: bool, json_out: bool) -> bool:
@@ -75,6 +81,7 @@ def execute(session: Session, message: str | None, opts: RunOptions) -> None:
     renderer: Renderer = BatchRenderer(opts.json_out) if batch else InteractiveRenderer()
     result: dict[str, Any] = {"session": session.name, "status": "error", "answer": None, "turns": 0}
     code = 0
+    runner = None
     try:
         with session.writer():
             runner = open_runner(session, profile_spec=opts.profile, model_spec=opts.model, api_base=opts.api_base,
@@ -92,16 +99,17 @@ def execute(session: Session, message: str | None, opts: RunOptions) -> None:
                 message = None if batch else renderer.ask()
                 if message is None:
                     break
-            result.update(status="answered", answer=renderer.answer, turns=runner.state.turn,
-                          usage=runner.usage)
+            result.update(status="answered", answer=renderer.answer)
     except CtxagentError as err:
         code = err.exit_code
-        result.update(status=getattr(err, "bound", None) or type(err).__name__, error=str(err))
+        result.update(status=err.status, error=str(err))
         renderer.error(err)
     except KeyboardInterrupt:
         code = 130
         result.update(status="interrupted")
         renderer.interrupted(session)
+    if runner is not None:
+        result.update(turns=runner.state.turn, usage=runner.usage)
     if code == 0 and batch and renderer.answer is not None:
         _deliver(session, renderer.answer, opts.output, result, opts.json_out)
     renderer.finish(result)
@@ -154,7 +162,7 @@ def run(
         raise UsageError("give a task: ctxagent run \"TASK\" (or '-' to read it from stdin)")
     if text is None:
         text = typer.prompt("task")
-    target = Session.at(session) if session else Session.at(new_name())
+    target = _session(session)
     execute(target, text, RunOptions(model, profile, api_base, max_turns, is_batch, json_out, workdir,
                                      tuple(tools or ()), output, allow, allow_all))
 
@@ -167,6 +175,6 @@ def resume(
     allow: AllowOpt = None, allow_all: AllowAllOpt = False,
 ) -> None:
     """Continue a session (the most recent one by default) where it stopped."""
-    target = (Session.at(session) if session else latest_session()).require()
+    target = (Session.at(session) if session is not None else latest_session()).require()
     execute(target, _read_task(message), RunOptions(model, profile, api_base, max_turns, _is_batch(batch, json_out),
                                                     json_out, workdir, tuple(tools or ()), output, allow, allow_all))

@@ -64,13 +64,14 @@ class Truncate:
                 continue
             if run:
                 note = note_message(run, ctx)
-                tokens = count_message(note, ctx.model)
-                start, end = run[0].start, run[-1].end
-                compactions.append(
-                    Compaction(self.name, start, end, note, tokens, sum(e.tokens for e in run))
-                )
-                out.append(Entry(note, tokens, start, end, run[-1].turn, kind=self.name))
+                tokens, before = count_message(note, ctx.model), sum(e.tokens for e in run)
+                if tokens >= before:  # a note as long as what it replaces would only grow the view
+                    out.extend(run)
+                else:
+                    start, end = run[0].start, run[-1].end
+                    compactions.append(Compaction(self.name, start, end, note, tokens, before))
+                    out.append(Entry(note, tokens, start, end, run[-1].turn, kind=self.name))
                 run = []
             if entry is not None:
                 out.append(entry)
-        return Outcome(out, compactions)
+        return Outcome(out, compactions) if compactions else Outcome(view)

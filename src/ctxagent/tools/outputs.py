@@ -17,13 +17,14 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import regex
 
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
@@ -33,6 +34,7 @@ from ctxagent.tools.preview import CHUNK_BYTES, SNIFF_BYTES, looks_binary, plura
 MAX_LINES = 200  # lines read_output returns when end_line is not given
 MAX_MATCHES = 200  # matching lines grep_output lists
 MAX_CONTEXT = 20  # context_lines allowed
+GREP_SECONDS = 10.0  # time budget of one grep_output (the regex package enforces it inside a search)
 LINE_MAX_CHARS = 2000  # characters shown of one line
 PIECE_BYTES = 1024 * 1024  # a longer line is read (and searched) in pieces of this size
 MAX_QUERY_MATCHES = 200  # matches query_output lists
@@ -107,7 +109,11 @@ def grep_output(ctx: ToolContext, handle: str, pattern: str, context_lines: int 
         raise ToolError(f"context_lines must be between 0 and {MAX_CONTEXT}, not {context_lines}")
     with open(path, "rb") as fh:
         _refuse_binary(fh, handle, path)
-        listed, matches, total = _grep(fh, regex, context_lines)
+        try:
+            listed, matches, total = _grep(fh, _Deadline(regex, GREP_SECONDS), context_lines)
+        except TimeoutError:
+            raise ToolError(f"grep_output gave up after {GREP_SECONDS:g} s: the pattern {pattern!r} is too slow on "
+                            f"{handle} (nested repetition like (a+)+ backtracks without end); simplify it") from None
     if not matches:
         return f"no line of {handle} matches {pattern!r} ({total:,} lines searched)"
     head = f"{matches:,} of {total:,} lines of {handle} match {pattern!r}:"
@@ -117,7 +123,7 @@ def grep_output(ctx: ToolContext, handle: str, pattern: str, context_lines: int 
     return head + "\n" + "\n".join(listed)
 
 
-def _grep(fh: BinaryIO, regex: re.Pattern[str], context: int) -> tuple[list[str], int, int]:
+def _grep(fh: BinaryIO, regex: Any, context: int) -> tuple[list[str], int, int]:
     """``(rendered lines, matching lines, lines in all)``; lists the first 200 matches with
     ``context`` lines before and after each, grep style."""
     listed: list[str] = []
@@ -142,11 +148,26 @@ def _grep(fh: BinaryIO, regex: re.Pattern[str], context: int) -> tuple[list[str]
     return listed, matches, total
 
 
-def _compile(pattern: str) -> re.Pattern[str]:
+def _compile(pattern: str) -> Any:
+    """``pattern`` compiled by the ``regex`` package (Python ``re`` syntax, plus a time limit)."""
     try:
-        return re.compile(pattern)
-    except (re.error, OverflowError, RecursionError) as err:
+        return regex.compile(pattern)
+    except (regex.error, OverflowError, RecursionError) as err:
         raise ToolError(f"invalid regex {pattern!r}: {err}") from err
+
+
+class _Deadline:
+    """A compiled pattern whose searches share one time budget (seconds): a pathological pattern
+    (catastrophic backtracking) raises ``TimeoutError`` instead of hanging the run."""
+
+    def __init__(self, pattern: Any, seconds: float):
+        self.pattern, self.end = pattern, time.monotonic() + seconds
+
+    def search(self, text: str) -> Any:
+        left = self.end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError
+        return self.pattern.search(text, timeout=left)
 
 
 def _ref(handle: str) -> values.Ref:
@@ -207,7 +228,7 @@ def _count_lines(fh: BinaryIO) -> int:
     return newlines + (1 if last not in (b"", b"\n") else 0)
 
 
-def _lines(fh: BinaryIO, first: int, regex: re.Pattern[str] | None = None) -> Iterator[_Line]:
+def _lines(fh: BinaryIO, first: int, regex: Any | None = None) -> Iterator[_Line]:
     """The lines from the position of ``fh``, numbered from ``first``, each searched with
     ``regex`` (piece by piece for lines over 1 MiB: a match across two pieces is missed)."""
     for number in itertools.count(first):
@@ -230,7 +251,7 @@ def _lines(fh: BinaryIO, first: int, regex: re.Pattern[str] | None = None) -> It
         yield _Line(number, shown or "", matched, chars)
 
 
-def _window(text: str, found: re.Match[str], later_piece: bool) -> str:
+def _window(text: str, found: Any, later_piece: bool) -> str:
     """The line itself when short, else ``LINE_MAX_CHARS`` characters around the match, with
     ``...`` where text was left out."""
     if len(text) <= LINE_MAX_CHARS and not later_piece:

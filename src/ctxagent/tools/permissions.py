@@ -14,7 +14,7 @@ call before the tool runs, in this order:
 2. **policy ``deny``** — refused, whatever the command line grants.
 3. **shell patterns** (``shell`` only) — a command matching a ``permissions.shell.deny`` regex
    (searched anywhere) is refused; one that matches an ``allow`` regex in full and holds none of
-   ``; & | ` $( < >`` or a newline runs without asking.
+   ``; & | ` $ < >`` or a newline runs without asking.
 4. **policy ``ask``** — runs when the command line granted it (``--allow NAME|KIND``,
    ``--allow-all``) or the user answered ``always`` earlier in this run; otherwise the interactive
    path asks (``yes`` / ``no`` / ``always`` for the rest of this run) and the batch path refuses
@@ -48,7 +48,7 @@ KINDS: tuple[ToolKind, ...] = ("read", "write", "exec", "network")
 DEFAULT_KINDS: dict[ToolKind, Policy] = {"read": "allow", "write": "ask", "exec": "ask", "network": "ask"}
 FILE_ARGS: dict[str, tuple[str, ...]] = {"read_file": ("path",), "write_file": ("path",), "list_dir": ("path",)}
 SHELL_TOOL, SHELL_ARG = "shell", "command"
-SHELL_CHAINING = re.compile(r"[;&|`<>\n]|\$\(")  # an allow pattern never lets these through unasked
+SHELL_CHAINING = re.compile(r"[;&|`<>\n$]")  # an allow pattern never lets these (or any $ expansion) through
 ARGUMENTS_KEPT = 500  # characters of a call's arguments kept in a permission record
 
 
