@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from clihelp import call, ctxagent, records, script, tool_messages
 
 
