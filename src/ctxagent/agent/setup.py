@@ -61,7 +61,7 @@ def _profile_ref(spec: str) -> str:
 
 def open_runner(session: Session, *, profile_spec: str | None, model_spec: str | None,
                 api_base: str | None, path: Path_, workdir: Path,
-                profile_overrides: dict[str, Any] | None = None, tools: Sequence[str] = ()) -> Runner:
+                tools: Sequence[str] = ()) -> Runner:
     """A runner for ``session``, creating its header when the session is new.
 
     A resumed session keeps its profile, model, context window and user tools (``tools``: the
@@ -74,8 +74,6 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     header = next((r for r in items if isinstance(r, records.SessionHeader)), None)
     spec = profile_spec or (header.profile if header else "default")
     profile = load_profile(spec)
-    if profile_overrides:
-        profile = profile.model_copy(update=profile_overrides)
     model_name = absolute_model(model_spec or (header.model if header else profile.model))
     new = header is None
     if header is None:  # written only once everything below has been checked: no half-made sessions

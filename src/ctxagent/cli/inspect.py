@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 import typer
@@ -71,10 +70,6 @@ def transcript(session: SessionOpt = None, json_out: JsonOpt = False) -> None:
     for rec in items:
         console.print(_line(rec))
 
-
-def dump(obj: Any) -> str:
-    """Compact JSON text."""
-    return json.dumps(obj, ensure_ascii=False)
 
 
 app.command("outputs")(outputs_cmd.outputs)
