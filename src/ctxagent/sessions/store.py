@@ -104,14 +104,20 @@ class OutputStore:
         os.replace(spooled, final)
         return final
 
-    def put_bytes(self, handle: str, data: bytes, suffix: str = ".out") -> Path:
-        """Write ``data`` under ``handle`` (fsynced) in a ``suffix`` file; returns the path."""
+    def put_bytes(self, handle: str, data: bytes, suffix: str = ".out", *, durable: bool = True) -> Path:
+        """Write ``data`` under ``handle`` in a ``suffix`` file; returns the path.
+
+        ``durable``: fsync before returning. A copy of text the transcript already holds (a masked
+        tool result) may skip it: a killed process loses nothing the kernel has, and after a power
+        loss the text is still in the (fsynced) transcript.
+        """
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.path_of(handle, suffix)
         with open(final, "wb") as fh:
             fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         return final
 
     def put_file(self, handle: str, source: Path) -> Path:

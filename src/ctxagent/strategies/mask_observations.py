@@ -61,26 +61,27 @@ class MaskObservations:
         calls = calls_of_results(view)
         out = list(view)
         offloads: list[Entry] = []
+        changed = False
         for index in old:
             entry = view[index]
             if entry.kind != "message":
                 continue
-            stored = stored_handle(entry)
-            if stored is None and entry.tokens <= min_tokens:
-                continue
             call = calls.get(index)
-            new = MEMO.get(entry, (self.name, id(call), ctx.pins, ctx.model),
-                           lambda e=entry, c=call: self._masked(e, c, ctx))
+            new, stored = MEMO.get(entry, (self.name, id(call), min_tokens, ctx.pins, ctx.model),
+                                   lambda e=entry, c=call: self._masked(e, c, ctx, min_tokens))
             if new is None:
                 continue
-            out[index] = new
-            if stored is None:
+            out[index], changed = new, True
+            if not stored:
                 offloads.append(entry)
-        if out == view:
-            return Outcome(view)
-        return Outcome(out, [], offloads)
+        return Outcome(out, [], offloads) if changed else Outcome(view)
 
-    def _masked(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> Entry | None:
-        """The stub entry of ``entry``, or None when the stub would not be smaller."""
+    def _masked(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext,
+                min_tokens: int) -> tuple[Entry | None, bool]:
+        """``(stub entry or None, already stored)``: None when ``entry`` is too small to mask or
+        its stub would not be smaller. One call per entry: the memo keeps the answer."""
+        stored = stored_handle(entry) is not None
+        if not stored and entry.tokens <= min_tokens:
+            return None, stored
         new = replaced(entry, {**entry.message, "content": stub(entry, call, ctx.pins)}, ctx, self.name)
-        return new if new.tokens < entry.tokens else None
+        return (new if new.tokens < entry.tokens else None), stored

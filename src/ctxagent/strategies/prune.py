@@ -88,11 +88,10 @@ class Prune:
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
         min_age = int(ctx.params.get("min_age_turns", self.params["min_age_turns"]))
         max_tokens = int(ctx.params.get("max_tokens", self.params["max_tokens"]))
-        dead = self._pruned(view, ctx, min_age, max_tokens)
+        calls, units = calls_of_results(view), groups(view)
+        dead = self._pruned(view, ctx, min_age, max_tokens, calls, units)
         if not dead:
             return Outcome(view)
-        calls = calls_of_results(view)
-        units = groups(view)
         whole = [u for u in units if len(u) > 1 and all(i in dead for i in u[1:])]
         out: list[Entry | None] = list(view)
         offloads: list[Entry] = []
@@ -132,10 +131,9 @@ class Prune:
         new = replaced(entry, {**entry.message, "content": content}, ctx, self.name)
         return new if new.tokens < entry.tokens else None
 
-    def _pruned(self, view: Sequence[Entry], ctx: StrategyContext, min_age: int, max_tokens: int) -> set[int]:
-        """Indexes of the original tool results to prune."""
-        calls = calls_of_results(view)
-        units = groups(view)
+    def _pruned(self, view: Sequence[Entry], ctx: StrategyContext, min_age: int, max_tokens: int,
+                calls: dict[int, dict[str, Any]], units: list[list[int]]) -> set[int]:
+        """Indexes of the original tool results to prune (``calls`` and ``units`` of ``view``)."""
         unit_of = {i: u for u, unit in enumerate(units) for i in unit}
         last_success: dict[str, int] = {}
         for index, entry in enumerate(view):

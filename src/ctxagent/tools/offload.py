@@ -152,7 +152,7 @@ def store_text(store: OutputStore, handle: str, call_id: str, text: str, *, tool
     result): the original is kept in the store so its handle can be read back. ``model`` picks
     the tokenizer. Raises ``OSError`` when the store cannot be written.
     """
-    path = store.put_bytes(handle, text.encode("utf-8", "surrogatepass"))
+    path = store.put_bytes(handle, text.encode("utf-8", "surrogatepass"), durable=False)  # the transcript has it
     return _record(path, handle, store, call_id=call_id, tool_name=tool_name, arguments="", model=model)
 
 
