@@ -135,3 +135,16 @@ def test_data_dir_that_is_a_file_gives_one_line_not_a_traceback(tmp_path):
     model = script(tmp_path / "s.yaml", [{"content": "never"}])
     out = ctxagent("run", "--batch", "--model", model, "x", env={"CTXAGENT_DATA_DIR": str(afile)})
     assert out.returncode == 1 and "Traceback" not in out.stderr and out.stderr.startswith("ctxagent: error:")
+
+
+def test_a_deleted_profile_file_resumes_from_the_copy_in_the_header(tmp_path):
+    profile = tmp_path / "mine.yaml"
+    profile.write_text("max_turns: 5\ncontext_window: 50000\n", encoding="utf-8")
+    model = script(tmp_path / "s.yaml", [{"content": "one"}, {"content": "two"}])
+    assert ctxagent("run", "--batch", "--session", "gone", "--profile", str(profile), "--model", model,
+                    "x").returncode == 0
+    profile.unlink()
+    out = ctxagent("resume", "--batch", "--session", "gone", "again")
+    assert (out.returncode, out.stdout) == (0, "two\n"), out.stderr
+    assert "copy kept in the session header" in out.stderr
+    assert ctxagent("inspect", "context", "--session", "gone").returncode == 0

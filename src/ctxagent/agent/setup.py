@@ -5,6 +5,7 @@ Call :func:`open_runner` while holding the session's writer lock.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,8 +14,8 @@ from typing import Any
 from ctxagent.agent.context import ContextState
 from ctxagent.agent.model import Model, make_model
 from ctxagent.agent.runner import INTERRUPTED, Runner, make_budget, scan
-from ctxagent.errors import UsageError
-from ctxagent.profile import Path_, Profile, bundled_names, load_profile
+from ctxagent.errors import ProfileError, UsageError
+from ctxagent.profile import Path_, Profile, bundled_names, load_profile, parse_profile
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.strategies.base import Budget, Compaction, Entry
@@ -48,6 +49,19 @@ def resolve_window(profile: Profile, model: str) -> int:
     return window
 
 
+def session_profile(spec: str, header: records.SessionHeader | None) -> Profile:
+    """The profile ``spec`` names; for a resumed session whose profile file is gone, the copy its
+    header kept (with a warning). Raises ``ProfileError`` when neither can be read."""
+    try:
+        return load_profile(spec)
+    except ProfileError:
+        text = (header.model_extra or {}).get("profile_text") if header is not None else None
+        if not isinstance(text, str):
+            raise
+    warnings.warn(f"profile {spec} cannot be read; using the copy kept in the session header", stacklevel=2)
+    return parse_profile(text, source=f"{spec} (copy kept in the session)", default_name=Path(spec).stem)
+
+
 def absolute_model(spec: str) -> str:
     """``scripted:PATH`` with PATH made absolute (a resume may run from another directory)."""
     if spec.startswith("scripted:"):
@@ -73,13 +87,15 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     items = session.transcript.load(repair=True)
     header = next((r for r in items if isinstance(r, records.SessionHeader)), None)
     spec = profile_spec or (header.profile if header else "default")
-    profile = load_profile(spec)
+    profile = session_profile(spec, None if profile_spec else header)
     model_name = absolute_model(model_spec or (header.model if header else profile.model))
     new = header is None
     if header is None:  # written only once everything below has been checked: no half-made sessions
         header = records.SessionHeader(name=session.name, model=model_name, profile=_profile_ref(spec),
                                        context_window=resolve_window(profile, model_name), path=path,
-                                       **({"tools": [absolute_spec(t) for t in tools]} if tools else {}))
+                                       **({"tools": [absolute_spec(t) for t in tools]} if tools else {}),
+                                       **({"profile_text": Path(spec).read_text(encoding="utf-8")}
+                                          if spec not in bundled_names() else {}))
         items = [header]
     replies = sum(1 for r in items if isinstance(r, records.MessageRecord)
                   and r.message.get("role") == "assistant")
@@ -137,7 +153,7 @@ def next_request(session: Session, path: Path_ | None = None) -> NextRequest:
     header = next((r for r in items if isinstance(r, records.SessionHeader)), None)
     if header is None:
         raise UsageError(f"session {session.name!r} has no header record")
-    profile = load_profile(header.profile)
+    profile = session_profile(header.profile, header)
     path = path or header.path
     toolset = toolset_for(session, profile, header, Path.cwd())
     state = scan(items, header)

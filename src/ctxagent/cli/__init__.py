@@ -5,6 +5,7 @@ Start-up stays fast: nothing imported here imports litellm (FIELD-NOTES: ~3.7 s)
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import warnings
@@ -44,6 +45,9 @@ def main() -> None:
     except CtxagentError as err:
         print(f"ctxagent: error: {err}", file=sys.stderr)
         sys.exit(err.exit_code)
+    except BrokenPipeError:  # `ctxagent ... | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
     except OSError as err:  # e.g. CTXAGENT_DATA_DIR names a file, or a disk is full
         print(f"ctxagent: error: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
         sys.exit(1)
