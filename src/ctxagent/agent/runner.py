@@ -148,9 +148,7 @@ class Runner:
     def _close_open_calls(self) -> None:
         """Give every call left without a result (a crash mid-turn) a synthetic result, and
         delete the spool files a killed tool left in the output store."""
-        clean = getattr(self.session.store, "clean_spools", None)
-        if clean is not None:
-            clean()
+        self.session.store.clean_spools()
         if self.state.open_calls:
             results = [self._message({"role": "tool", "tool_call_id": cid, "content": INTERRUPTED})
                        for cid in self.state.open_calls]

@@ -381,16 +381,6 @@ class RedactingStore(OutputStore):
         finally:
             spooled.unlink(missing_ok=True)
 
-    def clean_spools(self) -> int:
-        """Delete the spool files a killed process left behind (call with the writer lock held);
-        returns how many there were."""
-        if not self.root.is_dir():
-            return 0
-        stale = [p for p in self.root.iterdir() if p.name.startswith(".spool-") or p.name.endswith(".redacting")]
-        for path in stale:
-            path.unlink(missing_ok=True)
-        return len(stale)
-
 
 def _suffix(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
     """The ``suffix`` argument of a store call (``.out`` when not given)."""

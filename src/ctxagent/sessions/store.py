@@ -98,6 +98,16 @@ class OutputStore:
         fd, name = tempfile.mkstemp(prefix=".spool-", dir=self.root)
         return fd, Path(name)
 
+    def clean_spools(self) -> int:
+        """Delete the spool files a killed process left behind (call with the writer lock held);
+        returns how many there were."""
+        if not self.root.is_dir():
+            return 0
+        stale = [p for p in self.root.iterdir() if p.name.startswith(".spool-") or p.name.endswith(".redacting")]
+        for path in stale:
+            path.unlink(missing_ok=True)
+        return len(stale)
+
     def adopt(self, spooled: Path, handle: str, suffix: str = ".out") -> Path:
         """Move a spooled file (same filesystem) under ``handle``; returns the final path."""
         final = self.path_of(handle, suffix)
