@@ -85,3 +85,14 @@ def text_of(message: Message) -> str:
         fn = call.get("function", {})
         parts.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")
     return "\n".join(p for p in parts if p)
+
+
+def one_line(value: str, limit: int) -> str:
+    """``value`` with whitespace collapsed to single spaces, cut to ``limit`` characters with "…"
+    (at a space when there is one in the second half, so a path or handle is not cut in two)."""
+    flat = " ".join(value.split())
+    if len(flat) <= limit:
+        return flat
+    cut = flat[: max(0, limit - 1)]
+    space = cut.rfind(" ")
+    return (cut[:space] if space >= limit // 2 else cut) + "…"

@@ -5,7 +5,7 @@ cannot download them, so we point ``TIKTOKEN_CACHE_DIR`` at the copies that ship
 installed litellm wheel (found with ``importlib.util.find_spec``, without importing litellm, which
 costs seconds; FIELD-NOTES.md). ``o200k_base`` is used for GPT-4o-era and unknown models,
 ``cl100k_base`` for GPT-4/3.5-era ones. For non-OpenAI models the count is an estimate; the
-runner calibrates it with the provider's reported prompt tokens (see :func:`calibrated`).
+runner calibrates it with the provider's reported prompt tokens (see :func:`calibration`).
 
 Per-message framing follows OpenAI's published counting recipe (cookbook "How to count tokens with
 tiktoken"): 3 tokens per message, 3 to prime the reply, plus the text.
@@ -87,10 +87,7 @@ def count_tools(tool_specs: Sequence[dict[str, Any]], model: str = "") -> int:
     return count_text(json.dumps(list(tool_specs), separators=(",", ":")), model)
 
 
-def calibrated(estimate: int, ratio: float) -> int:
-    """``estimate`` scaled by ``ratio`` = provider-reported prompt tokens / our estimate.
-
-    The ratio is clamped to [0.5, 2.0] so one odd usage report cannot wreck the budget, and is never
-    allowed to make the count smaller than the raw estimate by more than that clamp.
-    """
-    return int(estimate * min(2.0, max(0.5, ratio)) + 0.5)
+def calibration(reported: int, estimate: int) -> float:
+    """The factor that turns our estimate into the provider's count: ``reported / estimate``
+    (prompt tokens), clamped to [0.5, 2.0] so one odd usage report cannot wreck the budget."""
+    return min(2.0, max(0.5, reported / estimate)) if reported > 0 and estimate > 0 else 1.0

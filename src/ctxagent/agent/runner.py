@@ -32,7 +32,7 @@ from ctxagent.sessions.session import Session, sessions_root
 from ctxagent.sessions.store import handle_for
 from ctxagent.strategies import registry
 from ctxagent.strategies.base import Budget, Entry, groups
-from ctxagent.tokens import count_message, count_tools
+from ctxagent.tokens import calibration, count_message, count_tools
 from ctxagent.tools.offload import store_text
 from ctxagent.tools.permissions import Gate
 from ctxagent.tools.toolset import ERROR_PREFIX, ToolOutcome, Toolset
@@ -81,7 +81,7 @@ def scan(items: list[Any], header: records.SessionHeader) -> SessionState:
             elif msg.get("role") == "tool" and msg.get("tool_call_id") in state.open_calls:
                 state.open_calls.remove(msg["tool_call_id"])
         elif isinstance(item, records.UsageRecord) and item.estimated_prompt_tokens > 0:
-            state.scale = min(2.0, max(0.5, item.prompt_tokens / item.estimated_prompt_tokens))
+            state.scale = calibration(item.prompt_tokens, item.estimated_prompt_tokens)
         elif isinstance(item, records.EndRecord):
             state.last_end = item.reason
         elif isinstance(item, records.OutputRecord):
@@ -294,13 +294,13 @@ class Runner:
         items: list[Any] = [self._message(reply.message())]
         if reply.usage is not None:
             self._count_usage(reply)
-            estimate = budget_estimate(view, self.tool_tokens)
+            estimate = self.budget().estimate(view)
             items.append(records.UsageRecord(
                 turn=self.state.turn, model=self.model.name, prompt_tokens=reply.usage.prompt_tokens,
                 completion_tokens=reply.usage.completion_tokens, estimated_prompt_tokens=estimate,
                 cost_usd=reply.usage.cost_usd))
             if estimate and reply.usage.prompt_tokens:
-                self.state.scale = min(2.0, max(0.5, reply.usage.prompt_tokens / estimate))
+                self.state.scale = calibration(reply.usage.prompt_tokens, estimate)
         self._append(*items)
 
     def _count_usage(self, reply: Reply) -> None:
@@ -361,8 +361,3 @@ def emergency_steps(view: list[Any], budget: Budget, attempt: int) -> list[Strat
     return steps
 
 
-def budget_estimate(view: list[Any], tool_tokens: int) -> int:
-    """Our uncalibrated prompt-token estimate of a request (view + tool schemas), tokens."""
-    from ctxagent.tokens import PER_REQUEST
-
-    return PER_REQUEST + sum(e.tokens for e in view) + tool_tokens

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ctxagent.cli.render import short
+from ctxagent.messages import one_line
 
 if TYPE_CHECKING:
     from ctxagent.agent.setup import NextRequest
@@ -59,7 +59,7 @@ def _render(nxt: NextRequest, budget: dict[str, int | float]) -> None:
     table = Table("#", "seq", "role", "kind", "tokens", "content")
     for i, e in enumerate(nxt.view):
         seq = str(e.start) if e.start == e.end else f"{e.start}-{e.end}"
-        table.add_row(str(i), seq, e.role, e.kind, str(e.tokens), escape(short(str(e.message.get("content") or
+        table.add_row(str(i), seq, e.role, e.kind, str(e.tokens), escape(one_line(str(e.message.get("content") or
                       [c["function"]["name"] for c in e.message.get("tool_calls") or []]), 90)))
     console.print(table)
     b = budget

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ctxagent.cli import outputs_cmd
-from ctxagent.cli.render import short
+from ctxagent.messages import one_line
 from ctxagent.sessions.session import Session, latest_session
 
 app = typer.Typer(help="Look inside a session without changing it.", no_args_is_help=True)
@@ -32,9 +32,9 @@ def _line(rec: Any) -> str:
     if isinstance(rec, records.MessageRecord):
         msg = rec.message
         text = msg.get("content") or ""
-        calls = ", ".join(f"{c['function']['name']}({short(c['function']['arguments'], 60)})"
+        calls = ", ".join(f"{c['function']['name']}({one_line(c['function']['arguments'], 60)})"
                           for c in msg.get("tool_calls") or [])
-        body = short(str(text), 160) + (f" [calls: {calls}]" if calls else "")
+        body = one_line(str(text), 160) + (f" [calls: {calls}]" if calls else "")
         who = msg.get("role", "?") + (f" {msg['tool_call_id']}" if msg.get("tool_call_id") else "")
         return f"#{rec.seq:<4} t{rec.turn:<3} [cyan]{who}[/cyan] ({rec.tokens} tok) {escape(body)}"
     if isinstance(rec, records.OutputRecord):
@@ -47,10 +47,10 @@ def _line(rec: Any) -> str:
         return (f"      [dim]usage t{rec.turn}: prompt {rec.prompt_tokens} (estimated "
                 f"{rec.estimated_prompt_tokens}), completion {rec.completion_tokens}[/dim]")
     if isinstance(rec, records.EndRecord):
-        return f"      [bold]end[/bold] {rec.reason} at turn {rec.turn} {escape(short(rec.detail, 120))}"
+        return f"      [bold]end[/bold] {rec.reason} at turn {rec.turn} {escape(one_line(rec.detail, 120))}"
     if isinstance(rec, records.PermissionRecord):
         return (f"      [yellow]permission[/yellow] {escape(rec.tool)} {escape(rec.call_id)}: "
-                f"{rec.decision} ({escape(rec.policy)}) {escape(short(rec.arguments, 80))}")
+                f"{rec.decision} ({escape(rec.policy)}) {escape(one_line(rec.arguments, 80))}")
     return escape(repr(rec))
 
 

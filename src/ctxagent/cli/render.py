@@ -16,13 +16,8 @@ from rich.status import Status
 
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone
 from ctxagent.errors import CtxagentError
+from ctxagent.messages import one_line
 from ctxagent.sessions.session import Session
-
-
-def short(text: str, limit: int = 100) -> str:
-    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def describe(event: Event) -> str | None:
@@ -37,7 +32,7 @@ def describe(event: Event) -> str | None:
         status = "error" if event.is_error else "timed out" if event.content.startswith("timed out") else "ok"
         from ctxagent.sessions.redact import default as redactor  # progress ends up in CI logs
 
-        return f"  tool {event.call.name}({short(redactor().text(event.call.arguments), 80)}) {status}{where}"
+        return f"  tool {event.call.name}({one_line(redactor().text(event.call.arguments), 80)}) {status}{where}"
     return None
 
 
@@ -112,7 +107,7 @@ class InteractiveRenderer:
             return
         self._stop_spinner()
         if isinstance(event, Replied) and event.reply.tool_calls and event.reply.content:
-            self.out.print(f"[italic]{escape(short(event.reply.content, 200))}[/italic]")
+            self.out.print(f"[italic]{escape(one_line(event.reply.content, 200))}[/italic]")
         elif isinstance(event, Finished) and event.status == "answered":
             from rich.markdown import Markdown  # 25 ms of imports: only when an answer is rendered
 

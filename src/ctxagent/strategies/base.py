@@ -84,10 +84,13 @@ class Budget:
     trigger: float
     scale: float = 1.0
 
+    def estimate(self, view: Sequence[Entry]) -> int:
+        """Our uncalibrated prompt tokens of the request: the view and the tool schemas."""
+        return PER_REQUEST + sum(e.tokens for e in view) + self.tools
+
     def total(self, view: Sequence[Entry]) -> int:
-        """Tokens the request would cost: the view and tool schemas (calibrated), the reserve."""
-        estimate = PER_REQUEST + sum(e.tokens for e in view) + self.tools
-        return int(estimate * self.scale + 0.5) + self.reserved
+        """Tokens the request would cost: the estimate (calibrated) and the reserve."""
+        return int(self.estimate(view) * self.scale + 0.5) + self.reserved
 
     def over(self, view: Sequence[Entry], fraction: float) -> bool:
         """Whether the request would cost more than ``fraction`` of the window."""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ctxagent.messages import Message, text_of
+from ctxagent.messages import Message, one_line, text_of
 from ctxagent.sessions.store import handle_for
 from ctxagent.strategies.base import MEMO, Compaction, Entry, Outcome, StrategyContext, groups, protected
 from ctxagent.tokens import count_message, count_text
@@ -45,17 +45,6 @@ def content_of(message: Message) -> str:
     if isinstance(content, list):
         return "".join(p.get("text", "") for p in content if isinstance(p, dict))
     return content or ""
-
-
-def one_line(value: str, limit: int) -> str:
-    """``value`` with whitespace collapsed to single spaces, cut to ``limit`` characters with "…"
-    (at a space when there is one in the second half, so a path or handle is not cut in two)."""
-    flat = " ".join(value.split())
-    if len(flat) <= limit:
-        return flat
-    cut = flat[: max(0, limit - 1)]
-    space = cut.rfind(" ")
-    return (cut[:space] if space >= limit // 2 else cut) + "…"
 
 
 def pins_in(texts: Iterable[str], pins: Sequence[str]) -> list[str]:
