@@ -2,7 +2,8 @@
 
 Workloads (deterministic, seeded; model turns scripted, tool outputs synthetic): 1 long coding
 session, 2 grid pipeline and 3 extraction (from benchmarks/handles.py when it exists), 4 repeated
-calls, 5 fact retention (planted in workload 1), 6 scale (benchmarks/spine.py). Prints rich tables,
+calls, 5 fact retention (planted in workload 1), 6 scale (benchmarks/spine.py), 7 and 8 shell-1500
+and logs-2300 (issue 9: raw and cache-billed input in a 32K window). Prints rich tables,
 writes ``<out>/latest.json`` and PNG plots; ``--readme`` rewrites the results section of
 benchmarks/README.md. ``--quick`` runs small sizes (under a minute); ``--live --model M`` adds the
 retention questions against a real model when its key is in the environment.
@@ -30,9 +31,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes: 150 turns, a 32K window, 50 MB offload")
     parser.add_argument("--out", type=Path, help="where to write latest.json and the PNGs "
                         "(default benchmarks/results, benchmarks/results/quick with --quick)")
-    parser.add_argument("--only", help="regex: run only the long-session configurations whose name matches")
+    parser.add_argument("--only", help="regex: run only the configurations whose name matches (workloads 1 and "
+                        "7-8; 7-8 always run 'no management', their denominator)")
     parser.add_argument("--skip", action="append", default=[],
-                        choices=["long", "repeated", "handles", "scale", "peers", "plots"], help="leave a part out")
+                        choices=["long", "sized", "repeated", "handles", "scale", "peers", "plots"],
+                        help="leave a part out (sized: workloads 7 and 8)")
+    parser.add_argument("--cache-ratio", type=float, default=None, metavar="R",
+                        help="cache-read price / input price for the cache-billed columns (default 0.1, issue 9's; "
+                        "the model's own ratio from litellm's price map is reported beside it)")
     parser.add_argument("--readme", action="store_true", help="rewrite the results section of benchmarks/README.md")
     parser.add_argument("--live", action="store_true", help="also ask a real model (needs --model and its key)")
     parser.add_argument("--model", help="litellm model string for --live, e.g. openai/gpt-4o-mini")
@@ -59,6 +65,33 @@ def handles_results(quick: bool) -> dict[str, Any]:
                                                                        {"result": data})}
     return {"todo": "TODO: benchmarks/handles.py has no run(quick=...) returning a dict; workloads 2 and 3 not "
                     "reported"}
+
+
+def sized_results(runs: list[tuple[str, Any, Any]], ratio: float, model_ratio: float | None) -> dict[str, Any]:
+    """The JSON of workloads 7 and 8: per workload its sizes, checkpoints (80 and the last turn), rows
+    and per-request series (input tokens, cached tokens), and the run directories removed."""
+    import statistics
+
+    from benchmarks import harness
+
+    out: dict[str, Any] = {}
+    for name, runner, base in runs:
+        trace = runner.prep.trace
+        baseline = next((r for r in runner.results if r.name == "no management"), None)
+        marks = [80, len(trace.turns)]
+        sizes = trace.notes["output_tokens"]
+        out[name] = {
+            "turns": len(trace.turns), "window": base.window, "tool_schema_tokens": base.tool_tokens,
+            "reserved": base.reserved, "marks": marks, "facts": len(trace.facts), "probes": len(trace.probes()),
+            "output_tokens": {"target": trace.notes["size"], "min": min(sizes), "median": statistics.median(sizes),
+                              "max": max(sizes), "outputs": len(sizes)},
+            "seconds": runner.settle_seconds.get("_total_run_s"),
+            "rows": [harness.summary(r, baseline, marks, ratio, model_ratio) for r in runner.results],
+            "series": {r.name: {"tokens": r.tokens, "cached": r.cached, "compaction_turns": r.compaction_turns}
+                       for r in runner.results},
+        }
+        shutil.rmtree(runner.root, ignore_errors=True)
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -90,6 +123,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             err.print(f"live: {live_problem}", style="yellow", markup=False)
             results["live"] = {"skipped": live_problem}
     capture = args.live and live_problem is None
+    ratio = harness.DEFAULT_CACHE_RATIO if args.cache_ratio is None else args.cache_ratio
+    model_ratio = harness.model_cache_ratio(harness.MODEL)
+    results.update(cache_ratio=ratio, model_cache_ratio=model_ratio, model=harness.MODEL)
     series: dict[str, dict[str, Any]] = {}
     runner = None
     if "long" not in args.skip:
@@ -98,17 +134,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                             log=err.print, capture=capture)
         baseline = next((r for r in runner.results if r.name == "no management"), None)
         marks = [100, 150] if args.quick else [250, 500]
-        rows = [harness.summary(r, baseline, marks) for r in runner.results]
+        cache_marks = [80, len(runner.prep.trace.turns)]
+        rows = [harness.summary(r, baseline, sorted({*marks, *cache_marks}), ratio, model_ratio)
+                for r in runner.results]
         for r in runner.results:
-            series[r.name] = {"tokens": r.tokens, "compaction_turns": r.compaction_turns}
+            series[r.name] = {"tokens": r.tokens, "cached": r.cached, "compaction_turns": r.compaction_turns}
         base = setups["default"]
         results["long_session"] = {
             "turns": len(runner.prep.trace.turns), "window": base.window, "tool_schema_tokens": base.tool_tokens,
-            "reserved": base.reserved, "marks": marks, "facts": len(runner.prep.trace.facts),
+            "reserved": base.reserved, "marks": marks, "cache_marks": cache_marks,
+            "facts": len(runner.prep.trace.facts),
             "probes": len(runner.prep.trace.probes()), "settle_seconds": runner.settle_seconds,
             "peer_versions": __import__("benchmarks.peers").peers.available(),
             "rows": rows, "series": series,
         }
+    if "sized" not in args.skip:
+        err.print("[bold]workloads 7 + 8 (issue 9): shell-1500 and logs-2300 in a 32K window[/bold]")
+        results["sized_sessions"] = sized_results(suite.sized_sessions(
+            args.quick, peers_on="peers" not in args.skip, only=args.only, log=err.print), ratio, model_ratio)
     if "repeated" not in args.skip:
         err.print("[bold]workload 4: repeated calls[/bold]")
         results["repeated_calls"] = suite.repeated(args.quick, log=err.print)
@@ -134,6 +177,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if runner is not None:
         shutil.rmtree(runner.root, ignore_errors=True)  # the runs' output stores (copies of offloaded outputs)
     results["targets"] = report.targets(results)
+    results["cache_targets"] = report.cache_targets(results)
     results["seconds"] = time.perf_counter() - started
     tables = render(results)
     for title, header, cells in tables:
@@ -162,6 +206,7 @@ def rerender(args: argparse.Namespace, console: Any) -> dict[str, Any]:
 
     results = json.loads(args.render.read_text())
     results["targets"] = report.targets(results)
+    results["cache_targets"] = report.cache_targets(results)
     tables = render(results)
     for title, header, cells in tables:
         console.print(report.rich_table(title, header, cells))
@@ -179,13 +224,22 @@ def render(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
     from benchmarks import live, report
 
     tables = []
+    ratio, model_ratio = results.get("cache_ratio"), results.get("model_cache_ratio")
+    billing = report.billing_note(ratio, model_ratio, results.get("model"))
     if "long_session" in results:
         long = results["long_session"]
         title = (f"Workloads 1+5: long coding session, {long['turns']} turns, window {long['window']:,} tokens "
-                 f"(tool schemas {long['tool_schema_tokens']:,}, reserve {long['reserved']:,})")
+                 f"(tool schemas {long['tool_schema_tokens']:,}, reserve {long['reserved']:,}); {billing}")
         tables.append((title, *report.long_rows(long["rows"], long["marks"])))
         tables.append((f"Workload 5: fact retention, {long['facts']} facts, {long['probes']} probes "
                        "(% retrievable by probe distance)", *report.retention_rows(long["rows"])))
+    for name, data in results.get("sized_sessions", {}).items():
+        size = data["output_tokens"]
+        title = (f"Workload {report.SIZED_NUMBER.get(name, '?')} (issue 9): {name}, {data['turns']} turns, window "
+                 f"{data['window']:,} tokens, {size['outputs']} tool outputs of {size['min']:,}-{size['max']:,} "
+                 f"tokens (median {size['median']:,.0f}), {data['facts']} facts planted to the end, "
+                 f"{data['probes']} probes; {billing}")
+        tables.append((title, *report.sized_rows(data["rows"], data["marks"], model_ratio)))
     if "repeated_calls" in results:
         rc = results["repeated_calls"]
         tables.append((f"Workload 4: repeated calls, {rc['turns']} turns ({rc['calls_repeating_earlier']} calls repeat "
@@ -198,6 +252,9 @@ def render(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
     if results.get("live", {}).get("configs"):
         tables.append((f"Live: {results['live']['model']}", *live.rows(results["live"])))
     tables.append(("Targets (issue 5)", *report.targets_rows(results["targets"])))
+    if results.get("cache_targets"):
+        tables.append((f"Targets (issue 9): profiles default, batch and long-horizon (both paths), cache-billed at "
+                       f"cache-read ratio {ratio}", *report.cache_targets_rows(results["cache_targets"])))
     return tables
 
 

@@ -236,8 +236,8 @@ class Chain:
         return bool(messages) and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls")
 
     def _check_session(self) -> None:
-        from ctxagent.agent.context import ContextState
         from ctxagent.agent.runner import INTERRUPTED
+        from ctxagent.agent.state import fold
         from ctxagent.sessions import records
 
         items = [records.loads(json.dumps(r)) for r in self._records()]
@@ -247,7 +247,7 @@ class Chain:
             self.tally.records_lost += 1
             self.tally.failures.append(f"{self.name}: message seq numbers have gaps or repeats: {seqs}")
         plain = [m.message for m in messages]
-        view = [e.message for e in ContextState.from_records(items).view]
+        view = [e.message for e in fold(items).context.view]
         problems = pair_violations(plain) + pair_violations(view)
         if problems:
             self.tally.pair_violations += len(problems)

@@ -15,18 +15,27 @@ tool-result limit and preview settings, into a real output store (computed once 
 and copied into each run's own store; settle's time is tool time, not management overhead). Not
 done: the JSONL transcript appends (they cost the same with or without management) and the model
 call (scripted). Token counts are ctxagent's tiktoken counts (o200k_base for gpt-4o-mini).
+
+Cache billing (:func:`cached_prefix`): each request's input is split into the part a provider's prompt
+cache would serve (the leading whole messages identical to the previous request's, plus the tool
+schemas in front of them) and the rest; billed input = uncached + ratio x cached, with ratio = the
+cache-read price / the input price (:data:`DEFAULT_CACHE_RATIO` for the headline numbers,
+:func:`model_cache_ratio` for the model's own price).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import re
 import shutil
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from benchmarks.workloads import Trace
 from ctxagent.agent.model import ToolCall
@@ -35,6 +44,7 @@ from ctxagent.tokens import PER_REQUEST, count_message, count_text
 
 MODEL = "openai/gpt-4o-mini"
 HANDLE = re.compile(r"@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?")
+DEFAULT_CACHE_RATIO = 0.1  # cache-read price / input price when none is given (issue 9; Anthropic's reads)
 
 
 class Overflow(Exception):
@@ -331,6 +341,60 @@ def _forget(outputs: Path) -> None:
             del _TEXT_CACHE[path]
 
 
+# --- prompt caching -------------------------------------------------------------------------------
+
+
+class Prefix(NamedTuple):
+    """What a prompt cache serves of one request: leading messages and their tokens (schemas included)."""
+
+    messages: int
+    tokens: int
+
+
+def cached_prefix(previous: Sequence[Message] | None, messages: Sequence[Message], tokens: Sequence[int],
+                  schema_tokens: int) -> Prefix:
+    """The part of a request a provider's prompt cache would serve, given the request before it.
+
+    ``messages`` and ``tokens`` (per message) are the request; ``previous`` is the previous request's
+    messages (None for the first request: nothing is cached). The cached part is the longest run of
+    leading whole messages equal (``==``) to ``previous``'s, plus ``schema_tokens`` (the tool schemas,
+    which a provider puts before the messages) when that run is not empty. A simple model: only the
+    previous request is cached, with no minimum length (OpenAI's 1,024 tokens), no 128-token steps, no
+    cache-write surcharge, no expiry. Units: tokens.
+    """
+    if not previous:
+        return Prefix(0, 0)
+    same = 0
+    for old, new in zip(previous, messages, strict=False):  # the shorter one bounds the prefix
+        if old is not new and old != new:
+            break
+        same += 1
+    return Prefix(same, sum(tokens[:same]) + schema_tokens if same else 0)
+
+
+def billed(tokens: Sequence[int], cached: Sequence[int], ratio: float) -> float:
+    """Input tokens as billed: uncached tokens at full price plus cached ones at ``ratio`` (tokens)."""
+    return sum(tokens) - (1 - ratio) * sum(cached)
+
+
+@cache
+def model_cache_ratio(model: str = MODEL) -> float | None:
+    """``cache_read_input_token_cost / input_cost_per_token`` of ``model`` from litellm's price map
+    (the JSON file litellm ships and loads as ``litellm.model_cost`` offline; read without importing
+    litellm, which takes seconds), or None when the model or its cache price is not in it."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.origin:
+        return None
+    path = Path(spec.origin).parent / "model_prices_and_context_window_backup.json"
+    try:
+        prices = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    entry = prices.get(model) or prices.get(model.split("/", 1)[-1]) or {}
+    read, full = entry.get("cache_read_input_token_cost"), entry.get("input_cost_per_token")
+    return read / full if read is not None and full else None
+
+
 # --- the loop ------------------------------------------------------------------------------------
 
 
@@ -340,6 +404,10 @@ class RunResult:
     group: str
     turns: int = 0
     tokens: list[int] = field(default_factory=list)  # input tokens per request (messages + schemas)
+    cached: list[int] = field(default_factory=list)  # of those, tokens a prompt cache serves (cached_prefix)
+    prefix_breaks: list[int] = field(default_factory=list)  # turns whose request changed an earlier message
+    over_budget_turns: list[int] = field(default_factory=list)
+    pair_violation_turns: list[int] = field(default_factory=list)
     overhead_ms: list[float] = field(default_factory=list)
     compaction_turns: list[int] = field(default_factory=list)
     pair_violation_requests: int = 0
@@ -357,7 +425,13 @@ class RunResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def total(self, upto: int | None = None) -> int:
+        """Input tokens of the first ``upto`` requests (all by default)."""
         return sum(self.tokens[:upto] if upto else self.tokens)
+
+    def billed(self, ratio: float, upto: int | None = None) -> float:
+        """Cache-billed input tokens of the first ``upto`` requests at cache-read ``ratio``."""
+        end = upto or len(self.tokens)
+        return billed(self.tokens[:end], self.cached[:end], ratio)
 
 
 def check_head(messages: Sequence[Message], system: Message, task: Message, current: Message | None) -> str | None:
@@ -382,6 +456,7 @@ def drive(prep: Prepared, manager: Manager, *, group: str, window: int, tool_tok
     task: Message | None = None
     current: Message | None = None
     wanted: dict[int, list[tuple[Any, int]]] = {}
+    previous: list[Message] | None = None  # the last request's messages, copied (a manager may reuse its list)
     if probes:
         for at, fact, distance in trace.probes():
             wanted.setdefault(at, []).append((fact, distance))
@@ -411,14 +486,21 @@ def drive(prep: Prepared, manager: Manager, *, group: str, window: int, tool_tok
         result.overhead_ms.append(elapsed * 1000)
         request = PER_REQUEST + sum(view.tokens) + tool_tokens
         result.tokens.append(request)
+        prefix = cached_prefix(previous, view.messages, view.tokens, tool_tokens)
+        result.cached.append(prefix.tokens)
+        if previous is not None and prefix.messages < len(previous):
+            result.prefix_breaks.append(number)
+        previous = [dict(m) for m in view.messages]
         result.turns = number
         if view.compactions:
             result.compaction_turns.append(number)
         if request + reserved > window:
             result.over_budget_requests += 1
+            result.over_budget_turns.append(number)
         problems = pair_violations(view.messages)
         if problems:
             result.pair_violation_requests += 1
+            result.pair_violation_turns.append(number)
             if len(result.pair_examples) < 3:
                 result.pair_examples.append(f"turn {number}: {problems[0]}")
         assert task is not None
@@ -476,8 +558,11 @@ def pct(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def summary(result: RunResult, baseline: RunResult | None, checkpoints: Sequence[int]) -> dict[str, Any]:
-    """The numbers of one run for the table and the JSON (tokens, ms)."""
+def summary(result: RunResult, baseline: RunResult | None, checkpoints: Sequence[int],
+            cache_ratio: float = DEFAULT_CACHE_RATIO, model_ratio: float | None = None) -> dict[str, Any]:
+    """The numbers of one run for the table and the JSON (tokens, ms). Ratios to ``baseline`` (raw and
+    cache-billed input at ``cache_ratio``, and at ``model_ratio`` when given) and the per-checkpoint
+    counts (over budget, PAIR, facts) cover the first ``checkpoint`` requests."""
     over = result.overhead_ms
     first, last = over[:100], over[-100:]
     out: dict[str, Any] = {
@@ -488,6 +573,11 @@ def summary(result: RunResult, baseline: RunResult | None, checkpoints: Sequence
         "error": result.error,
         "peak_tokens": max(result.tokens, default=0),
         "total_input_tokens": result.total(),
+        "cached_input_tokens": sum(result.cached),
+        "cache_ratio": cache_ratio,
+        "billed_input_tokens": result.billed(cache_ratio),
+        "cache_hit_pct": 100.0 * sum(result.cached) / result.total() if result.total() else 0.0,
+        "prefix_breaks": len(result.prefix_breaks),
         "pair_violation_requests": result.pair_violation_requests,
         "pair_examples": result.pair_examples,
         "head_violation_requests": result.head_violation_requests,
@@ -504,30 +594,64 @@ def summary(result: RunResult, baseline: RunResult | None, checkpoints: Sequence
         "summarizer_tokens_out": result.summarizer_tokens_out,
         **result.extra,
     }
+    for at in checkpoints:
+        out.update(_at_checkpoint(result, at))
     if baseline is not None and baseline.tokens:
-        for at in checkpoints:
-            complete = result.turns >= at and (result.stopped_at is None or result.stopped_at > at)
-            if complete and baseline.turns >= at:
-                out[f"ratio_at_{at}"] = result.total(at) / baseline.total(at)
-            else:
-                out[f"ratio_at_{at}"] = None
-        out["ratio"] = result.total() / baseline.total(result.turns) if result.turns else None
-        spent = result.summarizer_tokens_in + result.summarizer_tokens_out
-        saved = baseline.total(result.turns) - result.total()
-        out["compression_tokens_spent"] = spent
-        out["tokens_saved_vs_none"] = saved
-        out["saved_per_spent"] = (saved / spent) if spent else None
-    statuses = [p["status"] for p in result.probes]
-    if statuses:
-        out["retention"] = {s: statuses.count(s) for s in ("in_view", "handle", "stale", "lost")}
-        out["retrievable_pct"] = 100.0 * sum(s in ("in_view", "handle") for s in statuses) / len(statuses)
-        by: dict[str, list[bool]] = {}
-        for p in result.probes:
-            by.setdefault(str(p["distance"]), []).append(p["status"] in ("in_view", "handle"))
-        out["retention_by_distance"] = {d: 100.0 * sum(v) / len(v) for d, v in by.items()}
-        lost: dict[str, int] = {}
-        for p in result.probes:
-            if p["status"] in ("lost", "stale"):
-                lost[f"{p['kind']}:{p['fact']}"] = lost.get(f"{p['kind']}:{p['fact']}", 0) + 1
-        out["lost_facts"] = lost
+        out.update(_versus(result, baseline, checkpoints, cache_ratio, model_ratio))
+    out.update(_retention(result.probes))
+    return out
+
+
+def _complete(result: RunResult, at: int) -> bool:
+    """Whether ``result`` sent its first ``at`` requests (it did not stop before)."""
+    return result.turns >= at and (result.stopped_at is None or result.stopped_at > at)
+
+
+def _at_checkpoint(result: RunResult, at: int) -> dict[str, Any]:
+    """Counts over the first ``at`` requests: over budget, PAIR violations, facts retrievable (%)."""
+    probes = [p["status"] in ("in_view", "handle") for p in result.probes if p["turn"] <= at]
+    return {f"over_budget_at_{at}": sum(t <= at for t in result.over_budget_turns),
+            f"pair_bad_at_{at}": sum(t <= at for t in result.pair_violation_turns),
+            f"retrievable_pct_at_{at}": 100.0 * sum(probes) / len(probes) if probes else None}
+
+
+def _versus(result: RunResult, baseline: RunResult, checkpoints: Sequence[int], cache_ratio: float,
+            model_ratio: float | None) -> dict[str, Any]:
+    """Raw and cache-billed input as fractions of ``baseline``'s over the same requests."""
+    out: dict[str, Any] = {}
+    for at in checkpoints:
+        ok = _complete(result, at) and baseline.turns >= at
+        out[f"ratio_at_{at}"] = result.total(at) / baseline.total(at) if ok else None
+        out[f"billed_ratio_at_{at}"] = result.billed(cache_ratio, at) / baseline.billed(cache_ratio, at) if ok else None
+        if model_ratio is not None:
+            out[f"billed_model_ratio_at_{at}"] = (result.billed(model_ratio, at) / baseline.billed(model_ratio, at)
+                                                  if ok else None)
+    out["model_cache_ratio"] = model_ratio
+    n = result.turns
+    out["ratio"] = result.total() / baseline.total(n) if n else None
+    out["billed_ratio"] = result.billed(cache_ratio) / baseline.billed(cache_ratio, n) if n else None
+    spent = result.summarizer_tokens_in + result.summarizer_tokens_out
+    saved = baseline.total(n) - result.total()
+    out["compression_tokens_spent"] = spent
+    out["tokens_saved_vs_none"] = saved
+    out["saved_per_spent"] = (saved / spent) if spent else None
+    return out
+
+
+def _retention(probes: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Where the probed facts were: counts by status, % retrievable overall and by probe distance."""
+    statuses = [p["status"] for p in probes]
+    if not statuses:
+        return {}
+    out: dict[str, Any] = {"retention": {s: statuses.count(s) for s in ("in_view", "handle", "stale", "lost")},
+                           "retrievable_pct": 100.0 * sum(s in ("in_view", "handle") for s in statuses) / len(statuses)}
+    by: dict[str, list[bool]] = {}
+    for p in probes:
+        by.setdefault(str(p["distance"]), []).append(p["status"] in ("in_view", "handle"))
+    out["retention_by_distance"] = {d: 100.0 * sum(v) / len(v) for d, v in by.items()}
+    lost: dict[str, int] = {}
+    for p in probes:
+        if p["status"] in ("lost", "stale"):
+            lost[f"{p['kind']}:{p['fact']}"] = lost.get(f"{p['kind']}:{p['fact']}", 0) + 1
+    out["lost_facts"] = lost
     return out

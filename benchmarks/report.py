@@ -12,6 +12,8 @@ from typing import Any
 
 from benchmarks.workloads import PROBE_DISTANCES
 
+SIZED_NUMBER = {"shell-1500": 7, "logs-2300": 8}  # workload numbers in the README
+ISSUE9_PROFILES = re.compile(r"^profile (default|batch|long-horizon) \(")  # whose numbers issue 9's targets bind
 PACKAGES = ("ctxagent", "litellm", "tiktoken", "pydantic", "typer", "rich", "langchain-core", "langchain", "deepagents",
             "matplotlib", "openhands-sdk")
 
@@ -46,12 +48,26 @@ def _n(value: float | None, digits: int = 0) -> str:
 
 
 def _pct(value: float | None) -> str:
+    """A fraction as a percentage."""
     return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def _percent(value: float | None) -> str:
+    """A value already in percent."""
+    return "–" if value is None else f"{value:.0f}%"
+
+
+def billing_note(ratio: float | None, model_ratio: float | None, model: str | None) -> str:
+    """What the cache-billed columns assume, for a table's title."""
+    own = f"{model or 'the model'}'s own ratio {model_ratio:g}" if model_ratio is not None else "no model ratio known"
+    return (f"cache-billed = uncached + {ratio:g} x cached input (cache-read ratio {ratio:g}; {own}; cached = the "
+            "leading messages identical to the previous request's, plus the tool schemas)")
 
 
 def long_rows(rows: Sequence[dict[str, Any]], marks: Sequence[int]) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the long-session table (workloads 1 and 5)."""
-    header = ["configuration", "peak ctx", "total input", *(f"% of none @{m}" for m in marks), "over budget",
+    header = ["configuration", "peak ctx", "total input", *(f"% of none @{m}" for m in marks), "cache-billed input",
+              *(f"billed % of none @{m}" for m in marks), "prefix breaks", "over budget",
               "PAIR bad", "HEAD bad", "stopped at", "overhead ms p50 / p99", "p50 first / last 100",
               "compactions", "LLM calls (tok in/out), saved vs none ÷ spent", "retrievable"]
     cells = []
@@ -63,13 +79,38 @@ def long_rows(rows: Sequence[dict[str, Any]], marks: Sequence[int]) -> tuple[lis
                 llm += f", saved {r['saved_per_spent']:,.0f}× spent"
         cells.append([
             r["name"], _n(r["peak_tokens"]), _n(r["total_input_tokens"]),
-            *(_pct(r.get(f"ratio_at_{m}")) for m in marks),
+            *(_pct(r.get(f"ratio_at_{m}")) for m in marks), _n(r.get("billed_input_tokens")),
+            *(_pct(r.get(f"billed_ratio_at_{m}")) for m in marks), str(r.get("prefix_breaks", "–")),
             str(r["over_budget_requests"]), str(r["pair_violation_requests"]), str(r["head_violation_requests"]),
             "–" if r["stopped_at"] is None else str(r["stopped_at"]),
             f"{r['overhead_ms_p50']:.2f} / {r['overhead_ms_p99']:.2f}",
             f"{r['overhead_ms_p50_first100']:.2f} / {r['overhead_ms_p50_last100']:.2f}",
             str(r["compactions"]), llm,
             "–" if r.get("retrievable_pct") is None else f"{r['retrievable_pct']:.0f}%",
+        ])
+    return header, cells
+
+
+def sized_rows(rows: Sequence[dict[str, Any]], marks: Sequence[int],
+               model_ratio: float | None) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of a workload 7/8 table (issue 9): raw and cache-billed input against no
+    management, the laws and the facts, at each checkpoint (first ``m`` requests)."""
+    last = marks[-1]
+    own = [f"billed % of none @{last}, ratio {model_ratio:g}"] if model_ratio is not None else []
+    header = ["configuration", *(f"raw % of none @{m}" for m in marks), *(f"billed % of none @{m}" for m in marks),
+              *own, "cache hits", "prefix breaks", "compactions", *(f"over budget @{m}" for m in marks),
+              *(f"PAIR bad @{m}" for m in marks), *(f"retrievable @{m}" for m in marks), "stopped at"]
+    cells = []
+    for r in rows:
+        cells.append([
+            r["name"], *(_pct(r.get(f"ratio_at_{m}")) for m in marks),
+            *(_pct(r.get(f"billed_ratio_at_{m}")) for m in marks),
+            *([_pct(r.get(f"billed_model_ratio_at_{last}"))] if own else []),
+            f"{r['cache_hit_pct']:.0f}%", str(r["prefix_breaks"]), str(r["compactions"]),
+            *(str(r.get(f"over_budget_at_{m}", "–")) for m in marks),
+            *(str(r.get(f"pair_bad_at_{m}", "–")) for m in marks),
+            *(_percent(r.get(f"retrievable_pct_at_{m}")) for m in marks),
+            "–" if r["stopped_at"] is None else str(r["stopped_at"]),
         ])
     return header, cells
 
@@ -254,6 +295,57 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         add("offload peak memory < 100 MB", o["redact_rss_peak_mb"] < 100,
             f"peak RSS {o['redact_rss_peak_mb']:.0f} MB (process before the call: {o['redact_rss_before_mb']:.0f} MB)")
     return out
+
+
+CACHE_TARGETS: list[tuple[str, str, Any, str]] = [  # (target, value key at checkpoint m, ok, format)
+    ("cache-billed input ≤ 50% of no management's", "billed_ratio_at_{m}", lambda v: v <= 0.5, "{:.1%}"),
+    ("raw input ≤ 30% of no management's", "ratio_at_{m}", lambda v: v <= 0.3, "{:.1%}"),
+    ("never over budget", "over_budget_at_{m}", lambda v: v == 0, "{:d}"),
+    ("0 PAIR violations", "pair_bad_at_{m}", lambda v: v == 0, "{:d}"),
+    ("every planted fact in view or through a handle the view names", "retrievable_pct_at_{m}",
+     lambda v: v >= 100, "{:.0f}%"),
+]
+
+
+def cache_workloads(results: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]], list[int]]]:
+    """(workload label, rows, checkpoints) of every workload issue 9's targets apply to."""
+    out = []
+    long = results.get("long_session")
+    if long and long.get("cache_marks"):
+        out.append((f"coding session ({long['window'] // 1000}K)", long["rows"], long["cache_marks"]))
+    for name, data in results.get("sized_sessions", {}).items():
+        out.append((f"{name} ({data['window'] // 1000}K)", data["rows"], data["marks"]))
+    return out
+
+
+def cache_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 9's targets on every workload at each checkpoint (80 and the last turn), for the profiles
+    default, batch and long-horizon on both paths: met (True/False) or not measured (None)."""
+    out = []
+    for workload, rows, marks in cache_workloads(results):
+        chosen = [r for r in rows if r["group"] == "profile" and ISSUE9_PROFILES.match(r["name"])]
+        for target, key, ok, fmt in CACHE_TARGETS:
+            item: dict[str, Any] = {"target": target, "workload": workload, "met_at": {}, "details": []}
+            for m in marks:
+                values = [(r.get(key.format(m=m)), r["name"]) for r in chosen]
+                if not values or all(v is None for v, _ in values):
+                    item["met_at"][str(m)] = None
+                    continue
+                missing = [name for v, name in values if v is None]  # stopped before m, or no baseline
+                have = [(v, name) for v, name in values if v is not None]
+                item["met_at"][str(m)] = not missing and all(ok(v) for v, _ in have)
+                detail = _split(have, ok, fmt) + (f"; not measured: {', '.join(missing)}" if missing else "")
+                item["details"].append(f"@{m}: {detail}")
+            out.append(item)
+    return out
+
+
+def cache_targets_rows(items: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    mark = {True: "met", False: "NOT met", None: "–"}
+    marks = sorted({m for t in items for m in t["met_at"]}, key=int)
+    header = ["target", "workload", *(f"@{m}" for m in marks), "where it stands"]
+    return header, [[t["target"], t["workload"], *(mark[t["met_at"].get(m)] for m in marks), "; ".join(t["details"])]
+                    for t in items]
 
 
 def _split(values: Sequence[tuple[float, str]], ok: Any, fmt: str) -> str:

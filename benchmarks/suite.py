@@ -5,6 +5,9 @@ Sizes: the full run uses gpt-4o-mini's 128,000-token window (what litellm's mode
 bundled profiles' model; hard-coded here so the benchmark never imports litellm) and the profiles as
 they are. ``quick`` scales the window to 32,000 tokens and the tool-result limit to 4,000 tokens, so
 that 150 turns exercise the same compactions that 500 do at full size.
+
+Workloads 7 and 8 (issue 9, :func:`sized_sessions`) always use a 32,000-token window (the profile's
+``context_window`` set to it, as a user would; everything else as bundled), 500 turns (150 quick).
 """
 
 from __future__ import annotations
@@ -32,13 +35,14 @@ from benchmarks.harness import (
     offload_all,
     prepare,
 )
-from benchmarks.workloads import coding_session, repeated_calls
+from benchmarks.workloads import SIZED, coding_session, repeated_calls, sized_session
 from ctxagent.profile import Profile, StrategyConfig, bundled_names, load_profile
 from ctxagent.tokens import PER_REQUEST
 
 FULL_WINDOW = 128_000  # gpt-4o-mini, litellm model info (FIELD-NOTES.md)
 QUICK_WINDOW = 32_000
 QUICK_TOOL_LIMIT = 4_000
+SIZED_WINDOW = 32_000  # workloads 7 and 8 (issue 9), full and quick alike
 VIEW_ONLY = ("mask_observations", "prune", "dedupe", "role_selective")  # recomputed every request: trigger 0
 EVERY_TURNS = {"distill": 5}  # distill's docstring: "Run it with every_turns: 5"
 
@@ -85,7 +89,9 @@ def _check(profile: Profile, source: str) -> str | None:
     return None
 
 
-def setup(label: str, profile: Profile, quick: bool, root: Path, problem: str | None = None) -> Setup:
+def setup(label: str, profile: Profile, quick: bool, root: Path, problem: str | None = None,
+          window: int | None = None) -> Setup:
+    """``profile`` at the benchmark's size: the quick sizes, or only ``window`` (tokens) when given."""
     from ctxagent.agent.runner import make_budget
     from ctxagent.agent.setup import offload_policy
     from ctxagent.sessions.store import OutputStore
@@ -94,7 +100,9 @@ def setup(label: str, profile: Profile, quick: bool, root: Path, problem: str | 
     from ctxagent.tools.toolset import make_toolset
 
     update: dict[str, Any] = {"context_window": QUICK_WINDOW if quick else profile.context_window or FULL_WINDOW}
-    if quick:
+    if window is not None:
+        update = {"context_window": window}
+    elif quick:
         update["tool_result_limit"] = min(profile.tool_result_limit, QUICK_TOOL_LIMIT)
     profile = profile.model_copy(update=update)
     window = int(profile.context_window or FULL_WINDOW)
@@ -207,6 +215,15 @@ def long_session(quick: bool, peers_on: bool = True, only: str | None = None, lo
         label = f"{name} alone"
         if step(label):
             runner.ctxagent(label, "strategy", base, steps_of(name), summarizer=True)
+    run_profiles(runner, setups, step)
+    if peers_on:
+        run_peers(runner, base, wanted, step)
+    runner.settle_seconds["_total_run_s"] = time.perf_counter() - started
+    return runner, {"default": base, **setups}
+
+
+def run_profiles(runner: Runner, setups: dict[str, Setup], step: Any) -> None:
+    """Every bundled profile's pipelines, both paths (one row when they are the same)."""
     for label, s in setups.items():
         paths = s.profile.pipelines
         inter, batch = paths.get("interactive", []), paths.get("batch", [])
@@ -218,10 +235,41 @@ def long_session(quick: bool, peers_on: bool = True, only: str | None = None, lo
             if step(name):
                 llm = path == "interactive" or s.profile.allow_llm_in_batch
                 runner.ctxagent(name, "profile", s, list(steps), summarizer=llm)
-    if peers_on:
-        run_peers(runner, base, wanted, step)
-    runner.settle_seconds["_total_run_s"] = time.perf_counter() - started
-    return runner, {"default": base, **setups}
+
+
+def sized_sessions(quick: bool, peers_on: bool = True, only: str | None = None,
+                   log: Any = print) -> list[tuple[str, Runner, Setup]]:
+    """Workloads 7 and 8 (issue 9): every output ~1,500 (shell) or ~2,300 (logs) tokens, facts planted to
+    the end, in a 32,000-token window; no management, every bundled profile (both paths), the peers."""
+    turns = 150 if quick else 500
+    out = []
+    for name in SIZED:
+        log(f" {name}")
+        root = Path(tempfile.mkdtemp(prefix=f"ctxagent-bench-{name}-"))
+        base_profile = load_profile("default")
+        prep = prepare(sized_session(name, turns), base_profile.system_prompt)
+        runner = Runner(prep, quick, root)
+        base = setup("default", base_profile, quick, root, window=SIZED_WINDOW)
+        setups = {label: setup(label, profile, quick, root, problem, window=SIZED_WINDOW)
+                  for label, profile, problem in profiles()}
+
+        def wanted(config: str) -> bool:
+            return only is None or config == "no management" or re.search(only, config) is not None
+
+        def step(config: str) -> bool:
+            if wanted(config):
+                log(f"  {config}")
+            return wanted(config)
+
+        started = time.perf_counter()
+        if step("no management"):
+            runner.run(PlainManager("no management", prep.raw), "baseline", base)
+        run_profiles(runner, setups, step)
+        if peers_on:
+            run_peers(runner, base, wanted, step)
+        runner.settle_seconds["_total_run_s"] = time.perf_counter() - started
+        out.append((name, runner, base))
+    return out
 
 
 def run_peers(runner: Runner, s: Setup, wanted: Any, step: Any) -> None:

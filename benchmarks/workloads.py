@@ -17,6 +17,7 @@ import json
 import math
 import random
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 CHARS_PER_TOKEN = 3.6  # rough ratio for code-like text under o200k; only used to aim sizes
@@ -466,3 +467,153 @@ def repeated_calls(turns: int = 150, seed: int = 4, loop_at: int | None = None, 
     trace = Trace("repeated", TASK, out)
     trace.notes = {"changed": changed, "same": same, "loop": [loop_at, loop_at + loop_length - 1]}
     return trace
+
+
+# --- workloads 7 + 8 (issue 9): tool outputs of one size in a small window, facts to the end -------
+
+SIZED = {"shell-1500": ("shell", 1_500), "logs-2300": ("logs", 2_300)}  # name -> (kind of output, tokens)
+SIZE_SPREAD = 0.05  # every output within about ±5% of its workload's size
+TOKEN_MODEL = "openai/gpt-4o-mini"  # whose tokenizer aims the sizes (the harness's MODEL)
+SIZED_TASK = ("The nightly pipeline of this service fails intermittently: find out why from the test runs, "
+              "diffs and logs, fix it, and report the root cause with the evidence.")
+
+
+def count_tokens(text: str) -> int:
+    """Tokens of ``text`` with ctxagent's tokenizer for :data:`TOKEN_MODEL`."""
+    from ctxagent.tokens import count_text
+
+    return count_text(text, TOKEN_MODEL)
+
+
+def fit(make: Callable[[int], str], tokens: int) -> str:
+    """Text from ``make(size)`` cut at a line boundary to about ``tokens`` tokens, within 1% or a line
+    (its last line, e.g. pytest's summary, kept). ``make`` is asked for more until its text is long enough."""
+    aim = tokens * 2
+    text = make(aim)
+    while count_tokens(text) < tokens:
+        aim *= 2
+        text = make(aim)
+    *lines, last = text.split("\n")
+    costs = [count_tokens(line) + 1 for line in lines]  # per line: a close, not exact, estimate
+    budget = tokens
+    for _ in range(3):  # correct the estimate by what the cut text really counts
+        used, kept = count_tokens(last) + 1, 0
+        while kept < len(lines) and used + costs[kept] <= budget:
+            used += costs[kept]
+            kept += 1
+        cut = "\n".join([*lines[:kept], last])
+        real = count_tokens(cut)
+        if abs(real - tokens) <= tokens // 100:
+            break
+        budget += tokens - real
+    return cut
+
+
+def _shell_output(rng: random.Random, tokens: int) -> tuple[str, str]:
+    """A shell command of a coding session and its output of about ``tokens`` tokens (one generator per kind)."""
+    kind = rng.random()
+    module = rng.choice(MODULES)
+    if kind < 0.35:
+        failed = rng.randint(1, 4)
+        return (f"python -m pytest -q tests/test_{module}.py",
+                "exit code: 1\n" + fit(lambda n: pytest_output(rng, n, failed), tokens))
+    if kind < 0.55:
+        pattern = ident(rng)
+        return f"rg -n {pattern} src", "exit code: 0\n" + fit(lambda n: grep_hits(rng, pattern, n), tokens)
+    if kind < 0.75:
+        return "git diff", "exit code: 0\n" + fit(lambda n: diff_output(rng, n), tokens)
+    if kind < 0.85:
+        return f"ls -la src/app/{module}", "exit code: 0\n" + fit(lambda n: listing(rng, n), tokens)
+    return f"make build SERVICE={module}", "exit code: 2\n" + fit(lambda n: log_output(rng, n), tokens)
+
+
+def _log_output(rng: random.Random, tokens: int) -> tuple[str, str]:
+    """A log-reading command and its output of about ``tokens`` tokens."""
+    module = rng.choice(MODULES)
+    command = rng.choice([f"tail -n 400 logs/{module}.log", f"journalctl -u {module} --since -1h",
+                          f"kubectl logs deploy/{module} --tail=400"])
+    return command, "exit code: 0\n" + fit(lambda n: log_output(rng, n), tokens)
+
+
+def _rolling_fact(rng: random.Random, index: int, seen: set[str]) -> dict[str, object]:
+    """The ``index``-th fact of a sized session: a unique value in a tool output or a user message;
+    every 9th is corrected by the user 12 turns later."""
+    hexid = lambda n: "".join(rng.choice("0123456789abcdef") for _ in range(n))  # noqa: E731
+    alnum = lambda n: "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(n))  # noqa: E731
+    makers: list[tuple[str, str, str, Callable[[], str]]] = [
+        ("path", "tool", "CONFIG_FILE = '{v}'", lambda: f"/srv/app/conf/{rng.choice(MODULES)}-{hexid(8)}.toml"),
+        ("number", "tool", "memory limit of the worker pool: {v}", lambda: f"{rng.randint(10_000, 99_999)} MiB"),
+        ("id", "tool", "2025-03-07T10:11:12.345Z ERROR gateway failed request id={v} status=502",
+         lambda: f"req_{alnum(14)}"),
+        ("error", "tool", "E       {v}", lambda: f"psycopg.OperationalError: connection to 10.{rng.randint(1, 250)}."
+                                                  f"{rng.randint(1, 250)}.{rng.randint(1, 250)}:6432 refused"),
+        ("decision", "user", "Decision for the rest of the work: {v}.",
+         lambda: f"pin the {rng.choice(MODULES)} client to v{rng.randint(2, 9)}.{rng.randint(10, 99)}.{hexid(3)}"),
+        ("id", "tool", "HEAD is now at {v} fix the flaky retry in the scheduler", lambda: hexid(12)),
+        ("path", "user", "FYI the staging host is {v}; use it for the smoke test.",
+         lambda: f"staging-{rng.choice(MODULES)}-{rng.randint(100, 999)}.internal"),
+    ]
+    kind, where, line, make = makers[index % len(makers)]
+    value = make()
+    while value in seen:
+        value = make()
+    seen.add(value)
+    spec: dict[str, object] = {"key": f"{kind} #{index}", "kind": kind, "where": where, "value": value, "line": line}
+    if index % 9 == 8:
+        new = make()
+        while new in seen:
+            new = make()
+        seen.add(new)
+        spec.update(corrected=new, delay=12, correction=f"Correction: {kind} #{index} is now {{v}}, not the old value.")
+    return spec
+
+
+def sized_session(name: str, turns: int = 500, seed: int = 7, plant_every: int = 6) -> Trace:
+    """Workloads 7 and 8 (issue 9): one ``shell`` call a turn (two in ~10% of turns), every output
+    about ``SIZED[name]`` tokens (±:data:`SIZE_SPREAD`), a fact planted every ``plant_every`` turns to
+    the end (in the middle of an output, or in a user message). ``notes['output_tokens']`` holds the
+    measured size of every output (tokens)."""
+    kind, size = SIZED[name]
+    rng = random.Random(f"{seed}:{name}")
+    output = _shell_output if kind == "shell" else _log_output
+    seen: set[str] = set()
+    facts: list[Fact] = []
+    corrections: dict[int, str] = {}
+    sizes: list[int] = []
+    out: list[Turn] = []
+    for number in range(1, turns + 1):
+        user = SIZED_TASK if number == 1 else None
+        if number > 1 and number % 97 == 0:
+            user = "Keep going; keep the diff small and rerun the failing tests."
+        fact_line = ""
+        if number % plant_every == 3 % plant_every:
+            spec = _rolling_fact(rng, len(facts), seen)
+            facts.append(_fact_of(spec, number))
+            line = str(spec["line"]).format(v=spec["value"])
+            if spec["where"] == "user":
+                user = (user + "\n" if user else "") + line
+            else:
+                fact_line = line
+            if "corrected" in spec:
+                corrections[number + int(spec["delay"])] = str(spec["correction"]).format(v=spec["corrected"])
+        if number in corrections:
+            user = (user + "\n" if user else "") + corrections.pop(number)
+        calls = []
+        for index in range(1 if rng.random() < 0.9 else 2):
+            target = round(size * rng.uniform(1 - SIZE_SPREAD, 1 + SIZE_SPREAD))
+            extra = fact_line if index == 0 else ""
+            command, text = output(rng, target - (count_tokens(extra) + 1 if extra else 0))
+            if extra:
+                lines = text.split("\n")
+                lines.insert(len(lines) // 2, extra)
+                text = "\n".join(lines)
+            sizes.append(count_tokens(text))
+            calls.append(Call(call_id(rng), "shell", json.dumps({"command": command}), text))
+        out.append(Turn(number, user, reasoning(rng), calls))
+    return Trace(name, SIZED_TASK, out, facts, {"output_tokens": sizes, "size": size})
+
+
+def _fact_of(spec: dict[str, object], turn: int) -> Fact:
+    corrected = spec.get("corrected")
+    return Fact(str(spec["key"]), str(spec["kind"]), str(spec["value"]), turn, str(spec["where"]),
+                str(corrected) if corrected else None, turn + int(spec["delay"]) if corrected else None)  # type: ignore[call-overload]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from ctxagent.profile import load_profile
+from ctxagent.tokens import PER_REQUEST
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `benchmarks` is a top-level folder of the repository, not installed
@@ -81,6 +82,37 @@ def test_dedupe_never_replaces_a_changed_result(quick: tuple[dict, Path]) -> Non
     assert any(c["results_replaced_by_reference"] > 0 for c in configs)
 
 
+def test_every_configuration_reports_cache_billed_input(quick: tuple[dict, Path]) -> None:
+    """Issue 9: raw and cache-billed input for every configuration, peers included, on the long session
+    and on both sized workloads, checked against the prefix model on the no-management baseline."""
+    results, _ = quick
+    assert results["cache_ratio"] == harness.DEFAULT_CACHE_RATIO
+    sized = results["sized_sessions"]
+    assert set(sized) == set(workloads.SIZED)
+    for rows in [results["long_session"]["rows"], *(d["rows"] for d in sized.values())]:
+        for r in rows:
+            assert r["cached_input_tokens"] <= r["total_input_tokens"], r["name"]
+            expected = r["total_input_tokens"] - (1 - r["cache_ratio"]) * r["cached_input_tokens"]
+            assert r["billed_input_tokens"] == pytest.approx(expected), r["name"]
+    for name, data in sized.items():
+        assert data["marks"] == [80, 150] and data["facts"] > 15
+        low, high = (workloads.SIZED[name][1] * f for f in (0.9, 1.1))
+        assert low <= data["output_tokens"]["min"] and data["output_tokens"]["max"] <= high
+        none = next(r for r in data["rows"] if r["name"] == "no management")
+        assert none["billed_ratio_at_80"] == 1.0 and none["prefix_breaks"] == 0
+        series = data["series"]["no management"]
+        # append-only: request n caches all of request n-1 but its PER_REQUEST priming tokens
+        assert series["cached"][0] == 0
+        assert all(c == t - PER_REQUEST for c, t in zip(series["cached"][1:], series["tokens"], strict=False))
+        profiles = [r for r in data["rows"] if r["group"] == "profile"]
+        assert profiles
+        assert not [r["name"] for r in profiles if r["over_budget_requests"] or r["pair_violation_requests"]]
+        if importlib.util.find_spec("langchain_core") is not None:
+            assert any(r["group"] == "peer" for r in data["rows"])
+    kinds = {(t["target"], t["workload"]) for t in results["cache_targets"]}
+    assert len(kinds) == 5 * 3 and all(set(t["met_at"]) == {"80", "150"} for t in results["cache_targets"])
+
+
 def test_json_and_plots_are_written(quick: tuple[dict, Path]) -> None:
     _, out = quick
     data = json.loads((out / "latest.json").read_text())
@@ -94,7 +126,8 @@ def test_json_and_plots_are_written(quick: tuple[dict, Path]) -> None:
 
 def test_live_without_a_key_is_skipped_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     results = bench.main(["--quick", "--out", str(tmp_path), "--live", "--model", "openai/gpt-4o-mini",
-                          "--skip", "long", "--skip", "repeated", "--skip", "handles", "--skip", "scale"])
+                          "--skip", "long", "--skip", "sized", "--skip", "repeated", "--skip", "handles",
+                          "--skip", "scale"])
     assert results["live"]["skipped"].startswith("skipped: no key for openai/gpt-4o-mini (missing OPENAI_API_KEY")
     assert "skipped: no key for openai/gpt-4o-mini" in capsys.readouterr().out
 
@@ -147,3 +180,31 @@ def test_fake_summarizer_counts_and_keeps_pins_and_json() -> None:
     reply = fake(prompt, 200)
     assert "PIN-1" in reply and "/srv/a.toml" in reply and fake.calls == 1 and fake.tokens_in > fake.tokens_out > 0
     assert json.loads(fake("Reply with one JSON object and nothing else; state document\n\nx 1", 100))
+
+
+def _msgs(*texts: str) -> list[dict]:
+    return [{"role": "system", "content": "sys"}, *({"role": "user", "content": t} for t in texts)]
+
+
+def test_cached_prefix_first_request_caches_nothing() -> None:
+    assert harness.cached_prefix(None, _msgs("a"), [5, 7], 100) == (0, 0)
+
+
+def test_cached_prefix_identical_request_caches_everything_with_the_schemas() -> None:
+    assert harness.cached_prefix(_msgs("a", "b"), _msgs("a", "b"), [5, 7, 11], 100) == (3, 123)
+
+
+def test_cached_prefix_append_only_caches_the_previous_request() -> None:
+    assert harness.cached_prefix(_msgs("a"), _msgs("a", "b", "c"), [5, 7, 11, 13], 100) == (2, 112)
+
+
+def test_cached_prefix_stops_at_an_early_change() -> None:
+    """A rewritten early message (a masked tool result) ends the cached prefix there for the rest."""
+    assert harness.cached_prefix(_msgs("a", "b", "c"), _msgs("A", "b", "c", "d"), [5, 7, 11, 13, 17], 100) == (1, 105)
+    changed_system = [{"role": "system", "content": "other"}, {"role": "user", "content": "a"}]
+    assert harness.cached_prefix(_msgs("a"), changed_system, [5, 7], 100) == (0, 0)  # no prefix: no schemas
+
+
+def test_billed_counts_cached_tokens_at_the_ratio() -> None:
+    assert harness.billed([1000, 2000], [0, 1000], 0.1) == pytest.approx(1000 + 1000 + 100)
+    assert harness.model_cache_ratio("openai/gpt-4o-mini") in (None, pytest.approx(0.5))

@@ -224,6 +224,7 @@ def test_model_window_and_cost():
     assert model_window("gpt-4o") == 128_000
     assert model_window("openai/whatever") is None
     assert completion_cost("gpt-4o", 1000, 100) > 0
+    assert completion_cost("gpt-4o", 1000, 100, cached_tokens=1000) < completion_cost("gpt-4o", 1000, 100)
     assert completion_cost("openai/whatever", 1000, 100) is None
 
 

@@ -92,6 +92,9 @@ class Profile(_Strict):
     pins: list[str] = Field(default_factory=list, description="facts kept verbatim in every view")
     permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)  # tools/permissions.py
     redact: Literal["persist", "always"] = "persist"  # sessions/redact.py; README "Secrets"
+    # explicit prompt-cache breakpoints for providers that need them (Anthropic, Bedrock, Gemini);
+    # OpenAI-style automatic caching needs none. README "Prompt caching".
+    prompt_cache: Literal["auto", "off"] = "auto"
 
     @model_validator(mode="after")
     def _target_below_trigger(self) -> Profile:

@@ -12,17 +12,28 @@ keep-alive. It serves ``POST /v1/chat/completions`` (and ``GET /v1/models``). Ea
 consumes the next *item* of the script, in order:
 
 - a **reply**: ``{"content": str | None, "tool_calls": [{"id": str, "name": str,
-  "arguments": dict | str}], "usage": {"prompt_tokens": int, "completion_tokens": int},
-  "finish_reason": str, "delay_s": float}``; every key is optional. Mapping arguments are sent as
-  JSON text, string arguments byte for byte (they may be invalid JSON on purpose). Without
-  ``usage``, prompt tokens are :func:`ctxagent.tokens.count_messages` of the request's messages
-  and completion tokens those of the reply's text (content plus tool-call names and arguments).
+  "arguments": dict | str}], "usage": {"prompt_tokens": int, "completion_tokens": int,
+  "prompt_tokens_details": {"cached_tokens": int}, ...}, "finish_reason": str, "delay_s": float}``;
+  every key is optional. Mapping arguments are sent as JSON text, string arguments byte for byte
+  (they may be invalid JSON on purpose). Usage fields the item gives are sent as given (extra ones,
+  such as ``cache_read_input_tokens``, too); the others are counted: prompt tokens are
+  :func:`ctxagent.tokens.count_messages` of the request's messages, completion tokens those of the
+  reply's text (content plus tool-call names and arguments), and cached tokens
+  (``prompt_tokens_details.cached_tokens``) follow the prompt cache below.
   ``delay_s`` (seconds) sleeps before answering, to provoke client timeouts.
 - an **error**: ``{"error": {"status": int, "message": str, "code": ..., "type": str},
   "headers": {str: str}, "delay_s": float}``, answered with that HTTP status, those extra headers
   (``retry-after``, say) and an OpenAI-style error body
   ``{"error": {"message", "type", "param", "code"}}``. Build them with :func:`error` and
   :func:`context_error`.
+
+Prompt cache, modelled on OpenAI's automatic one (prefixes of 1,024+ tokens, in 128-token
+increments): a reply's cached tokens are the tokens (:func:`ctxagent.tokens.count_tools` of the
+tools plus :func:`~ctxagent.tokens.count_message` of each message) of the longest prefix of whole
+messages that, with the same model and tools, began an earlier request answered with a reply; 0 when
+that is under :data:`CACHE_MIN_TOKENS`, else rounded down to a multiple of :data:`CACHE_STEP_TOKENS`
+and never more than the prompt tokens. :attr:`FakeOpenAI.cached` holds, per request, the cached
+tokens reported (0 for errors and rejections).
 
 When the script runs out the server answers HTTP 500 saying so. Every parsed request body is
 appended to :attr:`FakeOpenAI.requests`. Like strict providers (OpenAI, Anthropic), the server
@@ -39,6 +50,7 @@ Content-Length. Errors are plain HTTP errors in both modes.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import socket
 import sys
@@ -49,11 +61,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
 from ctxagent.messages import Message, pair_violations, text_of, tool_call
-from ctxagent.tokens import count_messages, count_text
+from ctxagent.tokens import count_message, count_messages, count_text, count_tools
 
 Item = dict[str, Any]
 
 CONTEXT_STYLES = ("openai", "openai-request-too-large", "anthropic", "vllm", "ollama")
+CACHE_MIN_TOKENS = 1024  # OpenAI caches a prompt prefix from this many tokens on...
+CACHE_STEP_TOKENS = 128  # ...in increments of this many
 
 
 # ---------------------------------------------------------------- script items
@@ -117,6 +131,37 @@ def _checked(item: Item) -> Item:
     return item
 
 
+# ---------------------------------------------------------------- the prompt cache
+
+
+def _prefix_keys(request: dict[str, Any]) -> list[str]:
+    """Digests of the request's cacheable prefixes: model and tools, then each message added in turn."""
+    digest = hashlib.sha256(json.dumps([request.get("model"), request.get("tools") or []], sort_keys=True).encode())
+    keys = [digest.hexdigest()]
+    for message in request.get("messages") or []:
+        digest.update(b"\n" + json.dumps(message, sort_keys=True).encode())  # JSON text has no raw newline
+        keys.append(digest.hexdigest())
+    return keys
+
+
+def _cached_tokens(request: dict[str, Any], matched: int, prompt: int) -> int:
+    """Tokens served from the cache when the first ``matched`` prefix keys were seen before (see module doc)."""
+    if matched <= 0:
+        return 0
+    model = str(request.get("model", ""))
+    messages = (request.get("messages") or [])[: matched - 1]
+    prefix = count_tools(request.get("tools") or [], model) + sum(count_message(m, model) for m in messages)
+    tokens = min(prompt, prefix)
+    return 0 if tokens < CACHE_MIN_TOKENS else tokens // CACHE_STEP_TOKENS * CACHE_STEP_TOKENS
+
+
+def _reported_cached(usage: dict[str, Any]) -> int:
+    """``prompt_tokens_details.cached_tokens`` of a usage object (0 when a scripted one has none)."""
+    details = usage.get("prompt_tokens_details")
+    value = details.get("cached_tokens") if isinstance(details, dict) else None
+    return int(value) if isinstance(value, int | float) else 0
+
+
 # ---------------------------------------------------------------- response bodies
 
 
@@ -137,15 +182,19 @@ def _assistant_message(item: Item, number: int) -> Message:
     return message
 
 
-def _usage(item: Item, request: dict[str, Any], message: Message) -> dict[str, int]:
+def _usage(item: Item, request: dict[str, Any], message: Message, matched: int) -> dict[str, Any]:
+    """The usage object: fields the item gives, the rest counted (tokens; see module doc)."""
     model = str(request.get("model", ""))
     given = item.get("usage") or {}
     prompt = int(given.get("prompt_tokens", count_messages(request.get("messages") or [], model)))
     completion = int(given.get("completion_tokens", count_text(text_of(message), model)))
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    details = {"cached_tokens": _cached_tokens(request, matched, prompt)}
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": details} | given
 
 
-def _completion(item: Item, request: dict[str, Any], number: int) -> dict[str, Any]:
+def _completion(item: Item, request: dict[str, Any], number: int, matched: int = 0) -> dict[str, Any]:
+    """The chat.completion body of reply ``item``; ``matched`` prefix keys of ``request`` were cached."""
     message = _assistant_message(item, number)
     finish = item.get("finish_reason") or ("tool_calls" if message.get("tool_calls") else "stop")
     return {
@@ -154,7 +203,7 @@ def _completion(item: Item, request: dict[str, Any], number: int) -> dict[str, A
         "created": int(time.time()),
         "model": str(request.get("model", "fake")),
         "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
-        "usage": _usage(item, request, message),
+        "usage": _usage(item, request, message, matched),
     }
 
 
@@ -256,6 +305,8 @@ class FakeOpenAI:
     - ``requests``: every parsed request body received, oldest first (rejected ones included).
     - ``rejected``: the request bodies rejected for breaking the PAIR law.
     - ``served``: how many script items have been played.
+    - ``cached``: per request (same order as ``requests``), the cached prompt tokens reported in its
+      usage (``prompt_tokens_details.cached_tokens``; 0 for errors and rejections).
 
     ``check_pairs=False`` accepts PAIR-breaking requests (a lax provider).
     """
@@ -266,6 +317,8 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.rejected: list[dict[str, Any]] = []
         self.served = 0
+        self.cached: list[int] = []
+        self._prefixes: set[str] = set()  # prefix keys of requests answered with a reply (the prompt cache)
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         self._server: _Server | None = None
@@ -337,8 +390,11 @@ class FakeOpenAI:
     def _answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
         """The HTTP status, JSON body and extra headers for one chat-completions request."""
         problems = pair_violations(request.get("messages") or []) if self.check_pairs else []
+        keys = _prefix_keys(request)
         with self._lock:
             self.requests.append(request)
+            self.cached.append(0)
+            index = len(self.cached) - 1
             if problems:
                 self.rejected.append(request)
                 item, number = None, 0
@@ -359,4 +415,11 @@ class FakeOpenAI:
             kind = spec.get("type", "invalid_request_error")
             body = _error_body(str(spec.get("message", "error")), type=kind, code=spec.get("code"))
             return int(spec.get("status", 400)), body, dict(item.get("headers") or {})
-        return 200, _completion(item, request, number), {}
+        with self._lock:
+            matched = next((i for i, key in enumerate(keys) if key not in self._prefixes), len(keys))
+            self._prefixes.update(keys)
+        completion = _completion(item, request, number, matched)
+        cached = _reported_cached(completion["usage"])
+        with self._lock:
+            self.cached[index] = cached
+        return 200, completion, {}

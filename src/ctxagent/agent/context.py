@@ -1,17 +1,18 @@
 """From transcript records to the context (view) of the next request, under the BUDGET law.
 
 ``ContextState`` holds the *base view*: the transcript's messages with its recorded compactions
-applied. It is built once when a session is opened and then kept up to date incrementally (one
-entry per appended message, recorded compactions replayed as they are made), so the per-turn cost
-does not grow with the transcript. :meth:`ContextState.build` runs the profile's pipeline on it and
-checks the budget before anything is sent.
+applied. It is the view part of the session state (:mod:`ctxagent.agent.state`, which feeds it every
+message and compaction record, on open and live alike), so the per-turn cost does not grow with the
+transcript. Every change a strategy makes is a recorded compaction, so the next request is always
+the base view plus the pinned facts: between compactions it extends the previous request (PREFIX).
+:meth:`ContextState.build` runs the profile's pipeline on it and checks the budget before anything
+is sent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ctxagent.errors import ContextOverflowError
 from ctxagent.profile import StrategyConfig
@@ -45,47 +46,50 @@ def record_of(comp: Compaction) -> records.CompactionRecord:
 
 
 def entry_of(record: records.MessageRecord) -> Entry:
-    """A message record as a view entry (tokens from the record: never re-tokenized)."""
-    return Entry(record.message, record.tokens, record.seq, record.seq, record.turn)
+    """A message record as a view entry (tokens and handle from the record: never re-derived)."""
+    return Entry(record.message, record.tokens, record.seq, record.seq, record.turn,
+                 handle=record.handle, offloaded=record.offloaded)
 
 
 @dataclass
 class ContextState:
-    """The base view of a session plus what building a request needs."""
+    """The base view of a session plus what building a request needs.
+
+    ``sent_upto`` is the highest seq the last request held (-1 before any): messages after it were
+    never sent, so no provider has cached them and strategies may edit them freely.
+    """
 
     view: list[Entry] = field(default_factory=list)
     transcript_path: str = "transcript.jsonl"
     model: str = ""
-
-    @classmethod
-    def from_records(cls, items: Iterable[Any], **kwargs: Any) -> ContextState:
-        """Replay messages and compactions in transcript order."""
-        state = cls(**kwargs)
-        pending: list[Entry] = []
-        for item in items:
-            if isinstance(item, records.MessageRecord):
-                pending.append(entry_of(item))
-            elif isinstance(item, records.CompactionRecord):
-                state.view.extend(pending)
-                pending = []
-                state.view = pipeline.replay(state.view, [compaction_of(item)])
-        state.view.extend(pending)
-        return state
+    sent_upto: int = -1
+    _last: tuple[list[Entry], int] = field(default_factory=lambda: ([], 0), repr=False)
 
     def add(self, record: records.MessageRecord) -> None:
-        """Append one newly written message."""
+        """Append one message record. An assistant message is the reply to a request that held
+        the whole view before it: that view is remembered as the last request."""
+        if record.message.get("role") == "assistant":
+            self.sent_upto = record.seq - 1
+            self._last = (self.view, len(self.view))  # the list is only appended to, or replaced
         self.view.append(entry_of(record))
 
     def record(self, compactions: Sequence[Compaction]) -> None:
-        """Apply compactions that were just written to the transcript."""
+        """Apply compactions that were just written to the transcript (a new list: see ``add``)."""
         self.view = pipeline.replay(self.view, compactions)
 
+    def last_request(self) -> list[Entry]:
+        """The base-view entries of the last request sent (pinned facts not included)."""
+        entries, length = self._last
+        return entries[:length]
+
     def build(self, steps: Sequence[StrategyConfig], budget: Budget, *, turn: int,
-              summarizer: Summarizer | None = None, pins: Sequence[str] = ()) -> Outcome:
+              summarizer: Summarizer | None = None, pins: Sequence[str] = (),
+              shown_pins: Sequence[str] | None = None) -> Outcome:
         """The view of the next request and the new compactions to record.
 
-        Pinned facts, when there are any, are sent as a second system message right after the
-        first one; no strategy drops it.
+        ``pins``: every pinned fact (strategies keep each verbatim in what they write);
+        ``shown_pins``: those in the pins message, sent as a second system message right after the
+        first one (default: ``pins``); no strategy drops it.
 
         Raises:
             ContextOverflowError: the protected part alone (system, pins, task, current user
@@ -93,10 +97,11 @@ class ContextState:
                 thrash — or the result still breaks the BUDGET law. The message gives the tokens
                 needed, the window, and the largest parts of the context.
         """
-        view = with_pins(self.view, pins, self.model)
+        view = with_pins(self.view, pins if shown_pins is None else shown_pins, self.model)
         check_protected(view, budget)
         ctx = StrategyContext(budget=budget, turn=turn, transcript_path=self.transcript_path,
-                              model=self.model, summarizer=summarizer, pins=tuple(pins))
+                              model=self.model, summarizer=summarizer, pins=tuple(pins),
+                              free_from=self.sent_upto + 1)
         outcome = pipeline.run(view, steps, ctx)
         check_budget(outcome.view, budget)
         return outcome

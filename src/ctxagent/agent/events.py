@@ -20,12 +20,15 @@ class Compacted:
 
 @dataclass(frozen=True)
 class Requesting:
-    """A model request is about to be sent: ``tokens`` is the budgeted total, ``window`` the max."""
+    """A model request is about to be sent: ``tokens`` is the budgeted total, ``window`` the max,
+    ``messages`` the messages it holds, of which the first ``same`` are identical to the last
+    request's (a provider's prompt cache can serve them; PREFIX)."""
 
     turn: int
     tokens: int
     window: int
     messages: int
+    same: int = 0
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,13 @@ leaves this module:
 We own the retry policy (litellm and the openai SDK are told not to retry): rate limits (not context
 ones), timeouts, connection errors and HTTP 5xx are retried ``retries`` times with exponential
 backoff; other 4xx never are.
+
+Prompt caching (FIELD-NOTES.md "Prompt caching"): OpenAI-style providers cache request prefixes of
+1,024+ tokens by themselves; Anthropic (also on Bedrock and Vertex AI) caches only up to explicit
+``cache_control`` breakpoints. With ``prompt_cache="auto"`` the backend asks litellm to place them
+(its ``cache_control_injection_points`` request option) on the system messages and on the last
+message, so the next request, which extends this one, reads the whole prefix from the cache. Usage
+reports the cached and cache-written tokens, and the cost prices them as the provider bills them.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -54,6 +62,14 @@ CONTEXT_WORDINGS = (  # lowercase substrings of provider messages that mean "con
 RETRY_AFTER_CAP_S = 30.0  # seconds; a provider's Retry-After is honoured up to this
 MESSAGE_CAP = 600  # characters of provider message kept in our error message
 DUMMY_API_KEY = "sk-local-no-key"  # for openai/... models on a local server that needs none
+PROMPT_CACHE_MODES = ("auto", "off")  # Profile.prompt_cache
+MAX_CACHE_BREAKPOINTS = 4  # Anthropic rejects a request with more cache_control blocks
+CACHE_READ_FALLBACK = 0.1  # share of the input price a cache read costs when the model has no cache price
+# litellm providers that cache only at explicit breakpoints: all their models, or only their Claude models.
+# Gemini is not here: it caches implicitly, and litellm turns its breakpoints into a separately created,
+# stored and billed cachedContents resource (extra API calls per request), not a per-request breakpoint.
+BREAKPOINT_PROVIDERS = frozenset({"anthropic"})
+BREAKPOINT_CLAUDE_HOSTS = frozenset({"bedrock", "vertex_ai"})
 _KEY_PATTERN = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,}|\bAIza[0-9A-Za-z_\-]{20,}|(?i:bearer)\s+\S+")
 _VENDOR_PREFIX = re.compile(r"^.*?\b\w*Exception - |^(?:litellm\.\w+:\s*)+", re.DOTALL)
 _LITELLM_HINT = re.compile(r"\s*Handle with `litellm\.\w+`\.?|\s*Received Model Group=.*$", re.DOTALL)
@@ -131,18 +147,80 @@ def model_window(model: str) -> int | None:
     return int(value) if isinstance(value, int | float) and value > 0 else None
 
 
-def completion_cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+def completion_cost(model: str, prompt_tokens: int, completion_tokens: int, *, cached_tokens: int = 0,
+                    cache_creation_tokens: int = 0) -> float | None:
     """Price in US dollars of a call of ``model`` with these token counts, or None if not mapped.
 
+    All counts are tokens. ``prompt_tokens`` is every input token, cached or not; ``cached_tokens`` and
+    ``cache_creation_tokens`` are the parts of it read from and written to the provider's prompt cache
+    (:class:`~ctxagent.agent.model.Usage` counts them the same way). They are priced at the model's
+    ``cache_read_input_token_cost`` and ``cache_creation_input_token_cost`` (litellm's price map, USD
+    per token); a model without a cache-read price is billed :data:`CACHE_READ_FALLBACK` (10%) of its
+    input price per cached token, one without a cache-write price its input price per written token.
     Never raises (litellm raises ``ModelNotMappedError`` for models without prices).
     """
+    lib = _litellm()
     try:
-        prompt_usd, completion_usd = _litellm().cost_per_token(
-            model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
+        prompt_usd, completion_usd = lib.cost_per_token(
+            model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+            cache_read_input_tokens=cached_tokens, cache_creation_input_tokens=cache_creation_tokens,
         )
     except Exception:  # unmapped model: no price
         return None
-    return float(prompt_usd) + float(completion_usd)
+    return float(prompt_usd) + float(completion_usd) - _cache_read_discount(lib, model, cached_tokens)
+
+
+def _cache_read_discount(lib: Any, model: str, cached_tokens: int) -> float:
+    """US dollars to take off litellm's price of ``cached_tokens`` when ``model`` has no cache-read price.
+
+    litellm then bills cache reads at the full input price; we bill :data:`CACHE_READ_FALLBACK` of it.
+    """
+    if cached_tokens <= 0:
+        return 0.0
+    try:
+        info = lib.get_model_info(model)
+    except Exception:  # priced by litellm but not in its model map: keep litellm's price
+        return 0.0
+    input_usd = info.get("input_cost_per_token")
+    if info.get("cache_read_input_token_cost") is not None or not isinstance(input_usd, int | float):
+        return 0.0
+    return cached_tokens * float(input_usd) * (1.0 - CACHE_READ_FALLBACK)
+
+
+# ---------------------------------------------------------------- prompt-cache breakpoints
+
+
+@functools.cache
+def needs_cache_breakpoints(model: str) -> bool:
+    """Whether ``model`` (a litellm model string) is cached only at explicit ``cache_control`` breakpoints.
+
+    Decided by litellm's provider resolution: True for ``anthropic`` models and for Claude models on
+    ``bedrock`` and ``vertex_ai``; False for OpenAI-style providers (openai, azure, deepseek,
+    hosted_vllm, ``openai/...`` with an api_base), which cache prefixes by themselves, for Gemini (see
+    :data:`BREAKPOINT_PROVIDERS`) and for model strings litellm cannot place.
+    """
+    try:
+        name, provider = _litellm().get_llm_provider(model)[:2]
+    except Exception:  # an unknown provider: send nothing extra
+        return False
+    if provider in BREAKPOINT_PROVIDERS:
+        return True
+    return provider in BREAKPOINT_CLAUDE_HOSTS and "claude" in str(name).lower()
+
+
+def cache_points(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """litellm ``cache_control_injection_points`` marking the stable prefix of ``messages``.
+
+    One breakpoint on the last message (the next request extends this one and so reads all of it from
+    the cache), then the system messages, earliest (most stable) first: at most
+    :data:`MAX_CACHE_BREAKPOINTS` in all. litellm puts ``cache_control: {"type": "ephemeral"}`` on
+    those messages in its own copy of the request; the caller's messages are left alone.
+    """
+    if not messages:
+        return []
+    last = len(messages) - 1
+    systems = [i for i, m in enumerate(messages) if m.get("role") == "system" and i != last]
+    return [{"location": "message", "index": i} for i in [last, *systems][:MAX_CACHE_BREAKPOINTS]]
 
 
 # ---------------------------------------------------------------- parsing replies
@@ -157,16 +235,49 @@ def _tool_calls(message: Any) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
+def _field(obj: Any, name: str) -> Any:
+    """``obj.name`` or ``obj[name]`` (litellm objects and plain dicts alike), or None."""
+    if obj is None:
+        return None
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def _tokens(*values: Any) -> int:
+    """The largest of ``values`` that is a positive token count (a finite number, not a bool), else 0."""
+    counts = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
+    return max((int(v) for v in counts if v > 0), default=0)
+
+
+def _cache_tokens(usage: Any) -> tuple[int, int]:
+    """(cached, cache-written) prompt tokens: OpenAI's ``prompt_tokens_details`` or Anthropic's fields.
+
+    litellm copies Anthropic's ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` (and
+    DeepSeek's ``prompt_cache_hit_tokens``) into ``prompt_tokens_details`` too; whichever is present wins.
+    """
+    details = _field(usage, "prompt_tokens_details")
+    cached = _tokens(_field(details, "cached_tokens"), _field(usage, "cache_read_input_tokens"),
+                     _field(usage, "prompt_cache_hit_tokens"))
+    written = _tokens(_field(usage, "cache_creation_input_tokens"), _field(details, "cache_creation_tokens"),
+                      _field(details, "cache_write_tokens"))
+    return cached, written
+
+
 def _usage(response: Any, lib: Any) -> Usage | None:
-    usage = getattr(response, "usage", None)
+    """Our :class:`Usage` (tokens, US dollars) of a litellm response, or None when it reports none.
+
+    The cost is litellm's ``completion_cost``, which prices cached and cache-written tokens at the
+    model's cache prices (litellm 1.110.2: missing cache prices fall back to the input price).
+    """
+    usage = _field(response, "usage")
     if usage is None:
         return None
     try:
         cost = float(lib.completion_cost(completion_response=response))
     except Exception:  # ModelNotMappedError and friends: the price is unknown
         cost = None
-    prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-    return Usage(prompt, int(getattr(usage, "completion_tokens", 0) or 0), cost)
+    cached, written = _cache_tokens(usage)
+    return Usage(_tokens(_field(usage, "prompt_tokens")), _tokens(_field(usage, "completion_tokens")), cost,
+                 cached_tokens=cached, cache_creation_tokens=written)
 
 
 def _reply(response: Any, lib: Any) -> Reply:
@@ -346,11 +457,19 @@ class LiteLLMModel:
         max_output_tokens: tokens the reply may use (sent as ``max_tokens``), or None for the default.
         backoff_s: seconds before the first retry; doubled for each further one. A provider's
             Retry-After header is honoured up to :data:`RETRY_AFTER_CAP_S`.
+        prompt_cache: ``"auto"`` places prompt-cache breakpoints (:func:`cache_points`) when the
+            provider needs them (:func:`needs_cache_breakpoints`); ``"off"`` never does. Providers that
+            cache by themselves (OpenAI-style) get nothing extra either way.
+
+    Raises ``ValueError`` for a ``prompt_cache`` not in :data:`PROMPT_CACHE_MODES`.
     """
 
     def __init__(self, model: str, *, api_base: str | None = None, timeout_s: float = 120.0, retries: int = 2,
-                 max_output_tokens: int | None = None, backoff_s: float = 0.5):
+                 max_output_tokens: int | None = None, backoff_s: float = 0.5, prompt_cache: str = "auto"):
+        if prompt_cache not in PROMPT_CACHE_MODES:
+            raise ValueError(f"prompt_cache must be one of {', '.join(PROMPT_CACHE_MODES)}, not {prompt_cache!r}")
         self.name = model
+        self.prompt_cache = prompt_cache
         self.api_base = api_base
         self.timeout_s = timeout_s
         self.retries = max(0, retries)
@@ -360,10 +479,10 @@ class LiteLLMModel:
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> Reply:
         """One model call: ``messages`` (OpenAI format) and ``tools`` (OpenAI tool schemas, may be empty).
 
-        Returns the first choice as a :class:`Reply` with usage in tokens and cost in US dollars
-        (None when litellm has no price for the model). Raises ``ProviderContextError`` when the
-        provider says the context is too long, ``ProviderError`` for every other failure, after
-        the retries the policy allows.
+        Returns the first choice as a :class:`Reply` with usage in tokens (cached and cache-written
+        ones included) and cost in US dollars (None when litellm has no price for the model).
+        Raises ``ProviderContextError`` when the provider says the context is too long,
+        ``ProviderError`` for every other failure, after the retries the policy allows.
         """
         lib = _litellm()
         request = self._request(messages, tools)
@@ -390,6 +509,8 @@ class LiteLLMModel:
                 request["api_key"] = DUMMY_API_KEY
         if self.max_output_tokens is not None:
             request["max_tokens"] = self.max_output_tokens
+        if self.prompt_cache == "auto" and needs_cache_breakpoints(self.name) and messages:
+            request["cache_control_injection_points"] = cache_points(messages)
         return request
 
     def _delay(self, attempt: int, failure: _Failure) -> float:

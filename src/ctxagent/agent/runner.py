@@ -10,14 +10,14 @@ by a crash gets a synthetic "interrupted" result when the session is opened agai
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
-from ctxagent.agent.context import ContextState, check_protected, largest_parts, record_of, with_pins
+from ctxagent.agent.context import check_budget, check_protected, compaction_of, largest_parts, record_of, with_pins
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone
-from ctxagent.agent.model import Model, Reply
+from ctxagent.agent.model import Model, Reply, Usage
+from ctxagent.agent.state import SessionState
 from ctxagent.errors import (
     ContextOverflowError,
     CtxagentError,
@@ -25,14 +25,13 @@ from ctxagent.errors import (
     ProviderContextError,
     ProviderError,
 )
-from ctxagent.messages import Message, call_ids
+from ctxagent.messages import Message
 from ctxagent.profile import Path_, Profile, StrategyConfig
 from ctxagent.sessions import records, redact
 from ctxagent.sessions.session import Session, sessions_root
-from ctxagent.sessions.store import handle_for
 from ctxagent.strategies import registry
-from ctxagent.strategies.base import Budget, Entry, groups
-from ctxagent.tokens import calibration, count_message, count_tools
+from ctxagent.strategies.base import Budget, Compaction, Entry, groups
+from ctxagent.tokens import count_message, count_tools
 from ctxagent.tools.offload import store_text
 from ctxagent.tools.permissions import Gate
 from ctxagent.tools.toolset import ERROR_PREFIX, ToolOutcome, Toolset
@@ -42,127 +41,110 @@ SUMMARIZER_SYSTEM = "You compress an agent's working transcript. Follow the inst
 INTERRUPTED = "[ctxagent] interrupted: this tool call did not finish (the process stopped); run it again if needed"
 
 
+class Sink(Protocol):
+    """Where the runner's records go before the state applies them."""
+
+    writes_files: bool
+
+    def write(self, items: Sequence[Any]) -> None: ...
+
+
 @dataclass
-class SessionState:
-    """What the runner tracks about a session besides its view (all derived from the transcript)."""
+class TranscriptSink:
+    """The live sink: the session's transcript (flushed and fsynced before ``write`` returns)."""
 
-    header: records.SessionHeader
-    next_seq: int = 0
-    turn: int = 0
-    replies: int = 0
-    scale: float = 1.0
-    last_end: str | None = None
-    open_calls: list[str] = field(default_factory=list)
-    pins: list[str] = field(default_factory=list)
-    stored: set[str] = field(default_factory=set)
-    users: int = 0  # user messages so far
-    answered: bool = False  # the last message is a final answer (no tool calls), end record or not
+    session: Session
+    writes_files: bool = True
 
-    def note(self, message: Message) -> None:
-        """Track what decides whether the session needs a new user message."""
-        self.users += message.get("role") == "user"
-        self.answered = message.get("role") == "assistant" and not message.get("tool_calls")
+    def write(self, items: Sequence[Any]) -> None:
+        self.session.transcript.append(items)
 
 
-def scan(items: list[Any], header: records.SessionHeader) -> SessionState:
-    """Derive counters, calibration and open tool calls from loaded records."""
-    state = SessionState(header)
-    for item in items:
-        if isinstance(item, records.MessageRecord):
-            state.next_seq = item.seq + 1
-            state.turn = max(state.turn, item.turn)
-            state.last_end = None
-            msg = item.message
-            state.note(msg)
-            if msg.get("role") == "assistant":
-                state.replies += 1
-                state.open_calls = call_ids(msg)
-                state.pins.extend(pins_of(msg))
-            elif msg.get("role") == "tool" and msg.get("tool_call_id") in state.open_calls:
-                state.open_calls.remove(msg["tool_call_id"])
-        elif isinstance(item, records.UsageRecord) and item.estimated_prompt_tokens > 0:
-            state.scale = calibration(item.prompt_tokens, item.estimated_prompt_tokens)
-        elif isinstance(item, records.EndRecord):
-            state.last_end = item.reason
-        elif isinstance(item, records.OutputRecord):
-            state.stored.add(item.handle)
-    return state
+@dataclass
+class MemorySink:
+    """A read-only peek's sink: records kept in memory, nothing written anywhere."""
+
+    items: list[Any] = field(default_factory=list)
+    writes_files: bool = False
+
+    def write(self, items: Sequence[Any]) -> None:
+        self.items.extend(items)
 
 
-def pins_of(message: Message) -> list[str]:
-    """Facts pinned by the ``pin`` tool calls of an assistant message (bad arguments ignored)."""
-    found = []
-    for call in message.get("tool_calls") or []:
-        if call["function"]["name"] != "pin":
-            continue
-        try:
-            fact = json.loads(call["function"]["arguments"]).get("fact")
-        except (ValueError, AttributeError):
-            continue
-        if isinstance(fact, str) and fact.strip():
-            found.append(fact.strip())
-    return found
+@dataclass(frozen=True)
+class Peek:
+    """The request a session would send next: its view, budget and the compactions it would record."""
+
+    view: list[Entry]
+    budget: Budget
+    compactions: list[Compaction]
+    same: int  # leading messages identical to the last request sent
 
 
 class Runner:
-    """Runs turns of one session. The caller holds the session's writer lock.
+    """Runs turns of one session from its folded ``state``. The caller holds the writer lock
+    (except for a :meth:`peek`, whose sink writes nothing).
 
-    ``path`` selects the profile's pipeline (``batch`` or ``interactive``).
+    Every record goes through :meth:`_append`: written by the sink, then applied to the state by
+    the same :meth:`SessionState.apply` that folded the transcript on open (ONE STATE). The path
+    (``batch`` or ``interactive``) that selects the profile's pipeline is the state's setting.
     """
 
-    def __init__(self, session: Session, profile: Profile, model: Model, toolset: Toolset,
-                 items: list[Any], header: records.SessionHeader, path: Path_,
-                 summarizer_model: Callable[[], Model] | None = None):
-        self.session, self.profile, self.model, self.toolset = session, profile, model, toolset
-        self.path = path
+    def __init__(self, session: Session, state: SessionState, profile: Profile, model: Model, toolset: Toolset,
+                 *, sink: Sink | None = None, summarizer_model: Callable[[], Model] | None = None):
+        assert state.settings is not None, "a session state without header"
+        self.session, self.state, self.profile, self.model, self.toolset = session, state, profile, model, toolset
+        self.sink: Sink = sink or TranscriptSink(session)
         self._summarizer_model = summarizer_model
-        self.state = scan(items, header)
-        self.context = ContextState.from_records(
-            items, transcript_path=str(session.transcript.path), model=header.model
-        )
-        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "cost_usd": 0.0}
         self.tool_specs = toolset.specs()
-        self.tool_tokens = count_tools(self.tool_specs, header.model)
+        self.tool_tokens = count_tools(self.tool_specs, state.settings.model)
         # permissions (tools/permissions.py): the profile's; the CLI adds --allow grants and a prompt
-        self.gate = Gate(profile.permissions, path, workdir=toolset.ctx.workdir, readable=[session.store.root],
+        self.gate = Gate(profile.permissions, self.path, workdir=toolset.ctx.workdir, readable=[session.store.root],
                          protected=[sessions_root()])
         self._close_open_calls()
 
+    @property
+    def path(self) -> Path_:
+        assert self.state.settings is not None
+        return self.state.settings.path
+
+    @property
+    def model_name(self) -> str:
+        assert self.state.settings is not None
+        return self.state.settings.model
+
     # -- appending ---------------------------------------------------------------------------
-    def _message(self, message: Message, turn: int | None = None) -> records.MessageRecord:
-        turn = self.state.turn if turn is None else turn
+    def _message(self, message: Message, turn: int, **extra: Any) -> records.MessageRecord:
         if self.profile.redact == "always":  # the model never sees a secret either (README "Secrets")
             message = redact.default().value(message)
-        rec = records.MessageRecord(seq=self.state.next_seq, turn=turn, message=message,
-                                    tokens=count_message(message, self.state.header.model))
-        self.state.next_seq += 1
-        return rec
+        return records.MessageRecord(seq=self.state.next_seq, turn=turn, message=message,
+                                     tokens=count_message(message, self.model_name), **extra)
 
     def _append(self, *items: Any) -> None:
-        self.session.transcript.append(items)
+        """Write ``items`` (records), then apply each to the state. Message records are appended
+        one by one so that each gets the next seq number."""
+        self.sink.write(items)
         for item in items:
-            if isinstance(item, records.MessageRecord):
-                self.context.add(item)
-                self.state.note(item.message)
+            self.state.apply(item)
 
     def _close_open_calls(self) -> None:
         """Give every call left without a result (a crash mid-turn) a synthetic result, and
         delete the spool files a killed tool left in the output store."""
-        self.session.store.clean_spools()
-        if self.state.open_calls:
-            results = [self._message({"role": "tool", "tool_call_id": cid, "content": INTERRUPTED})
-                       for cid in self.state.open_calls]
-            self._append(*results)
-            self.state.open_calls = []
+        if self.sink.writes_files:
+            self.session.store.clean_spools()
+        for call_id in list(self.state.open_calls):
+            self._append(self._message({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED},
+                                       self.state.replies, handle=self.state.new_handle(call_id)))
 
     # -- the loop ----------------------------------------------------------------------------
     def budget(self) -> Budget:
-        return make_budget(self.profile, self.state.header.context_window, self.tool_tokens, self.state.scale)
+        assert self.state.settings is not None
+        return make_budget(self.profile, self.state.settings.context_window, self.tool_tokens, self.state.scale)
 
     def needs_input(self) -> bool:
-        """Whether the session cannot continue without a new user message: it was answered (even
-        if a crash lost the end record), or its task was never recorded."""
-        return self.state.last_end == "answered" or self.state.answered or self.state.users == 0
+        """Whether the session cannot continue without a new user message (see SessionState)."""
+        return self.state.needs_input()
 
     def run(self, user_input: str | None = None, *, max_turns: int | None = None) -> Iterator[Event]:
         """Run until an answer or a bound; yields events, ends with :class:`Finished`.
@@ -173,8 +155,8 @@ class Runner:
         if user_input is not None:
             self._check_fits(user_input)
             if self.state.next_seq == 0:
-                self._append(self._message({"role": "system", "content": self.profile.system_prompt}))
-            self._append(self._message({"role": "user", "content": user_input}, self.state.turn + 1))
+                self._append(self._message({"role": "system", "content": self.profile.system_prompt}, 0))
+            self._append(self._message({"role": "user", "content": user_input}, self.state.replies + 1))
         limit = max_turns or self.profile.max_turns
         try:
             for _ in range(limit):
@@ -197,8 +179,23 @@ class Runner:
             raise
 
     def pins(self) -> list[str]:
-        """Pinned facts: the profile's, then the agent's (``pin`` tool), without repeats."""
+        """Every pinned fact: the profile's, then the agent's (``pin`` tool), without repeats.
+        Strategies keep all of them verbatim through every compaction."""
         return list(dict.fromkeys([*self.profile.pins, *self.state.pins]))
+
+    def shown_pins(self) -> list[str]:
+        """The pinned facts in the view's pins message: the profile's, then the agent's as of the
+        last compaction (a new pin changes that message only at a compaction, when the prefix
+        changes anyway; until then the pin call itself is in the view)."""
+        return list(dict.fromkeys([*self.profile.pins, *self.state.shown_pins]))
+
+    def request(self) -> list[Entry]:
+        """The view the next request sends as things stand: the base view with the pins message."""
+        return with_pins(self.state.context.view, self.shown_pins(), self.model_name)
+
+    def last_request(self) -> list[Entry]:
+        """The view of the last request sent (as the state remembers it)."""
+        return with_pins(self.state.context.last_request(), self.shown_pins(), self.model_name)
 
     def summarizer(self) -> Callable[[str, int], str] | None:
         """The LLM summarizer, only on paths where LLM strategies may run."""
@@ -214,34 +211,48 @@ class Runner:
         reply = model.complete([{"role": "system", "content": SUMMARIZER_SYSTEM},
                                 {"role": "user", "content": text}], [])
         if reply.usage is not None:
-            self.session.transcript.append([records.UsageRecord(
-                turn=self.state.turn, model=f"summarizer:{model.name}", prompt_tokens=reply.usage.prompt_tokens,
-                completion_tokens=reply.usage.completion_tokens, estimated_prompt_tokens=0,
-                cost_usd=reply.usage.cost_usd)])
+            self._append(usage_record(reply.usage, self.state.replies + 1, f"summarizer:{model.name}", 0))
         return reply.content or ""
 
+    def peek(self) -> Peek:
+        """The request :meth:`run` would send next, computed by the same code without writing or
+        calling anything (use a runner made with a :class:`MemorySink`). LLM strategies run
+        without a summarizer here, so a step that would call one shows its fallback."""
+        before = self.last_request()
+        self._summarizer_model = None
+        budget = self.budget()
+        view = _value_of(self._build(self.profile.pipeline(self.path), budget))
+        compactions = [compaction_of(r) for r in self.sink.items if isinstance(r, records.CompactionRecord)] \
+            if isinstance(self.sink, MemorySink) else []
+        return Peek(view, budget, compactions, same_prefix(before, view))
+
     def _build(self, steps: list[Any], budget: Budget) -> Iterator[Event]:
-        """Build the view with ``steps``, persist what it made (offloads, compactions)."""
-        built = self.context.build(steps, budget, turn=self.state.turn, summarizer=self.summarizer(),
-                                   pins=self.pins())
+        """Build the view with ``steps``, record what it made (offloads, compactions); returns the
+        request's view: the state's base view with the pins message."""
+        built = self.state.context.build(steps, budget, turn=self.state.replies + 1, summarizer=self.summarizer(),
+                                         pins=self.pins(), shown_pins=self.shown_pins())
         self._materialize(built.offloads)
         if built.compactions:
-            self.session.transcript.append([record_of(c) for c in built.compactions])
-            self.context.record(built.compactions)
+            self._append(*(record_of(c) for c in built.compactions))
             for comp in built.compactions:
                 yield Compacted(comp)
-        return built.view
+        view = self.request()
+        check_budget(view, budget)
+        return view
 
     def _materialize(self, entries: list[Any]) -> None:
         """Write to the output store the originals that the view now points at by handle."""
         for entry in entries:
-            call_id = entry.message.get("tool_call_id") or ""
-            handle = handle_for(call_id)
-            if not call_id or handle in self.state.stored:
+            handle = entry.handle
+            if handle is None or handle in self.state.stored:
                 continue
-            record = store_text(self.session.store, handle, call_id, str(entry.message.get("content") or ""))
-            self.session.transcript.append([record])
-            self.state.stored.add(handle)
+            call_id = str(entry.message.get("tool_call_id") or "")
+            if self.sink.writes_files:
+                record = store_text(self.session.store, handle, call_id, str(entry.message.get("content") or ""))
+            else:
+                record = records.OutputRecord(handle=handle, call_id=call_id, tool="", path="", bytes=0, lines=0,
+                                              tokens=entry.tokens, sha256="")
+            self._append(record)
 
     def _check_fits(self, user_input: str) -> None:
         """Refuse, before writing anything, a user message that alone (with the system prompt, pins,
@@ -249,13 +260,14 @@ class Runner:
         strategy can shrink and no resume can run. Raises ``ContextOverflowError``."""
         message = {"role": "user", "content": user_input}
         system = [] if self.state.next_seq else [{"role": "system", "content": self.profile.system_prompt}]
-        probe = [*self.context.view, *(Entry(m, count_message(m, self.state.header.model), -1, -1, 0)
-                                         for m in (*system, message))]
-        check_protected(with_pins(probe, self.pins(), self.state.header.model), self.budget())
+        probe = [*self.state.context.view, *(Entry(m, count_message(m, self.model_name), -1, -1, 0)
+                                               for m in (*system, message))]
+        check_protected(with_pins(probe, self.pins(), self.model_name), self.budget())
 
     def _step(self) -> Iterator[Event]:
-        self.state.turn += 1
+        turn = self.state.replies + 1
         budget = self.budget()
+        before = self.last_request()
         view = yield from self._build(self.profile.pipeline(self.path), budget)
         sent: list[list[Message]] = []
         for attempt in range(MAX_RECOVERIES + 1):
@@ -264,7 +276,7 @@ class Runner:
                 raise ContextOverflowError("emergency compaction could not shrink the context any "
                                            "further; the identical request is not sent twice")
             sent.append(messages)
-            yield Requesting(self.state.turn, budget.total(view), budget.window, len(messages))
+            yield Requesting(turn, budget.total(view), budget.window, len(messages), same_prefix(before, view))
             try:
                 reply: Reply = self.model.complete(messages, self.tool_specs)
                 if not reply.tool_calls and not (reply.content or "").strip():
@@ -277,48 +289,41 @@ class Runner:
                         f"emergency compactions ({err}); we estimated {budget.total(view)} tokens "
                         f"for a {budget.window}-token window; largest parts: {largest_parts(view)}"
                     ) from err
-                before = sum(e.tokens for e in view)
-                budget = replace(budget, scale=budget.scale * 1.25)
-                self.state.scale = budget.scale
+                before_tokens = sum(e.tokens for e in view)
+                budget = replace(budget, scale=budget.scale * 1.25)  # this turn only: usage recalibrates
                 view = yield from self._build(emergency_steps(view, budget, attempt), budget)
-                if sum(e.tokens for e in view) >= before:
+                if sum(e.tokens for e in view) >= before_tokens:
                     raise ContextOverflowError(
                         f"the provider says the context is too long ({err}) and emergency compaction cannot "
                         f"make it smaller than {budget.total(view)} tokens; largest parts: {largest_parts(view)}"
                     ) from err
-        self._record_reply(reply, view)
-        yield Replied(self.state.turn, reply)
+        reply = with_call_ids(reply, self.state.next_seq)
+        self._record_reply(reply, view, turn)
+        yield Replied(turn, reply)
         return reply
 
-    def _record_reply(self, reply: Reply, view: list[Any]) -> None:
-        items: list[Any] = [self._message(reply.message())]
+    def _record_reply(self, reply: Reply, view: list[Entry], turn: int) -> None:
+        items: list[Any] = [self._message(reply.message(), turn)]
         if reply.usage is not None:
             self._count_usage(reply)
-            estimate = self.budget().estimate(view)
-            items.append(records.UsageRecord(
-                turn=self.state.turn, model=self.model.name, prompt_tokens=reply.usage.prompt_tokens,
-                completion_tokens=reply.usage.completion_tokens, estimated_prompt_tokens=estimate,
-                cost_usd=reply.usage.cost_usd))
-            if estimate and reply.usage.prompt_tokens:
-                self.state.scale = calibration(reply.usage.prompt_tokens, estimate)
+            items.append(usage_record(reply.usage, turn, self.model.name, self.budget().estimate(view)))
         self._append(*items)
 
     def _count_usage(self, reply: Reply) -> None:
         assert reply.usage is not None
         self.usage["prompt_tokens"] += reply.usage.prompt_tokens
         self.usage["completion_tokens"] += reply.usage.completion_tokens
+        self.usage["cached_tokens"] += reply.usage.cached_tokens
         self.usage["cost_usd"] += reply.usage.cost_usd or 0.0
 
     def _run_tools(self, reply: Reply) -> Iterator[Event]:
         for call in reply.tool_calls:
-            outcome = self._refused(call) or self.toolset.call(call)
-            items: list[Any] = [self._message(
-                {"role": "tool", "tool_call_id": call.id, "content": outcome.content})]
-            if outcome.output is not None:
-                items.insert(0, outcome.output)
-            self._append(*items)
-            handle = outcome.output.handle if outcome.output else None
-            yield ToolDone(call, outcome.content, outcome.is_error, handle)
+            handle = self.state.new_handle(call.id)
+            outcome = self._refused(call) or self.toolset.call(call, handle)
+            message = self._message({"role": "tool", "tool_call_id": call.id, "content": outcome.content},
+                                    self.state.replies, handle=handle, offloaded=outcome.output is not None)
+            self._append(*([outcome.output] if outcome.output is not None else []), message)
+            yield ToolDone(call, outcome.content, outcome.is_error, handle if outcome.output else None)
 
     def _refused(self, call: Any) -> ToolOutcome | None:
         """The error outcome of a call the permission gate refuses (None: it may run); the
@@ -327,18 +332,60 @@ class Runner:
         if tool is None:
             return None  # the toolset answers unknown tools
         try:
-            refusal = self.gate.check_call(tool, call.arguments, call_id=call.id, turn=self.state.turn)
+            refusal = self.gate.check_call(tool, call.arguments, call_id=call.id, turn=self.state.replies)
         except (ValueError, OSError) as err:  # e.g. a NUL byte in a path: the model's mistake, not ours
             refusal = f"{call.name} refused: its arguments cannot be checked ({err})"
         decisions = self.gate.take_decisions()
         if decisions:
-            self.session.transcript.append(decisions)
+            self._append(*decisions)
         return None if refusal is None else ToolOutcome(ERROR_PREFIX + refusal, True)
 
     def _end(self, reason: str, detail: str = "") -> None:
-        self.state.last_end = reason
-        self.session.transcript.append([records.EndRecord(reason=reason, turn=self.state.turn,
-                                                          detail=detail[:2000])])
+        self._append(records.EndRecord(reason=reason, turn=self.state.turn, detail=detail[:2000]))
+
+
+def usage_record(usage: Usage, turn: int, model: str, estimate: int) -> records.UsageRecord:
+    """The transcript record of one call's provider-reported usage (``estimate``: our own prompt
+    token estimate, 0 for calls that are not agent requests)."""
+    return records.UsageRecord(turn=turn, model=model, prompt_tokens=usage.prompt_tokens,
+                               completion_tokens=usage.completion_tokens, estimated_prompt_tokens=estimate,
+                               cost_usd=usage.cost_usd, cached_tokens=usage.cached_tokens,
+                               cache_creation_tokens=usage.cache_creation_tokens)
+
+
+def with_call_ids(reply: Reply, seq: int) -> Reply:
+    """``reply`` with a unique id on every tool call: providers that send an empty or missing id,
+    or one id twice in a reply, get ``ctx<seq>_<n>`` (deterministic: the reply's seq number)."""
+    ids = [c.id for c in reply.tool_calls]
+    if all(ids) and len(set(ids)) == len(ids):
+        return reply
+    seen: set[str] = set()
+    calls = []
+    for n, call in enumerate(reply.tool_calls):
+        if not call.id or call.id in seen:
+            call = replace(call, id=f"ctx{seq}_{n}")
+        seen.add(call.id)
+        calls.append(call)
+    return replace(reply, tool_calls=tuple(calls))
+
+
+def same_prefix(before: Sequence[Entry], view: Sequence[Entry]) -> int:
+    """How many leading messages of ``view`` are identical to ``before``'s (0 when ``before`` is empty)."""
+    n = 0
+    for old, new in zip(before, view, strict=False):
+        if old is not new and old.message != new.message:
+            break
+        n += 1
+    return n
+
+
+def _value_of(gen: Iterator[Any]) -> Any:
+    """Run a generator to its end, dropping what it yields; returns what it returns."""
+    try:
+        while True:
+            next(gen)
+    except StopIteration as stop:
+        return stop.value
 
 
 def make_budget(profile: Profile, window: int, tool_tokens: int, scale: float = 1.0) -> Budget:
@@ -357,7 +404,7 @@ def emergency_steps(view: list[Any], budget: Budget, attempt: int) -> list[Strat
     target = min(budget.target, (0.5 if attempt == 0 else 0.25) * budget.total(view) / budget.window)
     steps = [StrategyConfig(strategy="truncate", trigger=0, target=round(target, 4))]
     if "mask_observations" in registry.names():
-        steps.insert(0, StrategyConfig(strategy="mask_observations", trigger=0, keep=keep, min_tokens=0))
+        steps.insert(0, StrategyConfig(strategy="mask_observations", trigger=0, keep=keep, min_tokens=0, batch=1))
     return steps
 
 

@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ctxagent.agent.context import ContextState
 from ctxagent.agent.model import Model, make_model
-from ctxagent.agent.runner import INTERRUPTED, Runner, make_budget, scan
+from ctxagent.agent.runner import MemorySink, Runner
+from ctxagent.agent.state import Settings, fold
 from ctxagent.errors import ProfileError, UsageError
 from ctxagent.profile import Path_, Profile, bundled_names, load_profile, parse_profile
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.strategies.base import Budget, Compaction, Entry
-from ctxagent.tokens import count_tools
 from ctxagent.tools.agent_tools import context_tools
 from ctxagent.tools.base import ToolContext
 from ctxagent.tools.offload import OffloadPolicy
@@ -49,17 +48,17 @@ def resolve_window(profile: Profile, model: str) -> int:
     return window
 
 
-def session_profile(spec: str, header: records.SessionHeader | None) -> Profile:
-    """The profile ``spec`` names; for a resumed session whose profile file is gone, the copy its
-    header kept (with a warning). Raises ``ProfileError`` when neither can be read."""
+def session_profile(settings: Settings) -> Profile:
+    """The profile the settings name; when a profile file is gone, the copy the session kept (with
+    a warning). Raises ``ProfileError`` when neither can be read."""
     try:
-        return load_profile(spec)
+        return load_profile(settings.profile)
     except ProfileError:
-        text = (header.model_extra or {}).get("profile_text") if header is not None else None
-        if not isinstance(text, str):
+        if settings.profile_text is None:
             raise
-    warnings.warn(f"profile {spec} cannot be read; using the copy kept in the session header", stacklevel=2)
-    return parse_profile(text, source=f"{spec} (copy kept in the session)", default_name=Path(spec).stem)
+    warnings.warn(f"profile {settings.profile} cannot be read; using the copy kept in the session header", stacklevel=2)
+    return parse_profile(settings.profile_text, source=f"{settings.profile} (copy kept in the session)",
+                         default_name=Path(settings.profile).stem)
 
 
 def absolute_model(spec: str) -> str:
@@ -73,54 +72,84 @@ def _profile_ref(spec: str) -> str:
     return spec if spec in bundled_names() else str(Path(spec).resolve())
 
 
-def open_runner(session: Session, *, profile_spec: str | None, model_spec: str | None,
-                api_base: str | None, path: Path_, workdir: Path,
-                tools: Sequence[str] = ()) -> Runner:
-    """A runner for ``session``, creating its header when the session is new.
+def _profile_text(spec: str) -> str | None:
+    return None if spec in bundled_names() else Path(spec).read_text(encoding="utf-8")
 
-    A resumed session keeps its profile, model, context window and user tools (``tools``: the
-    ``--tools`` specs, kept in the header) unless new ones are given. Raises
-    ``ProfileError``/``UsageError`` for a bad profile, model, script or tool.
+
+def wanted_settings(current: Settings | None, *, profile_spec: str | None, model_spec: str | None,
+                    api_base: str | None, path: Path_, workdir: Path | None,
+                    tools: Sequence[str]) -> tuple[Settings, Profile]:
+    """The settings a run asks for: the session's (``current``; None for a new session) with what
+    the command line gives instead, and the profile they name. The context window is resolved
+    again only when the profile or model changes (or the profile now sets one).
+
+    Raises ``ProfileError`` / ``UsageError`` for a bad profile or a model whose window is unknown.
     """
-    if not workdir.is_dir():
-        raise UsageError(f"the working directory {workdir} does not exist (or is not a directory)")
+    if current is None:
+        spec = profile_spec or "default"
+        profile = load_profile(spec)
+        model = absolute_model(model_spec or profile.model)
+        settings = Settings(model, _profile_ref(spec), resolve_window(profile, model), path, api_base,
+                            str(workdir or Path.cwd()), tuple(absolute_spec(t) for t in tools), _profile_text(spec))
+        return settings, profile
+    profile = load_profile(profile_spec) if profile_spec else session_profile(current)
+    ref = _profile_ref(profile_spec) if profile_spec else current.profile
+    model = absolute_model(model_spec) if model_spec else current.model
+    window = current.context_window
+    if ref != current.profile or model != current.model or (profile.context_window or window) != window:
+        window = resolve_window(profile, model)
+    return Settings(
+        model, ref, window, path, api_base or current.api_base,
+        str(workdir) if workdir else current.workdir or str(Path.cwd()),
+        tuple(absolute_spec(t) for t in tools) if tools else current.tools,
+        _profile_text(profile_spec) if profile_spec else current.profile_text,
+    ), profile
+
+
+def open_runner(session: Session, *, profile_spec: str | None, model_spec: str | None,
+                api_base: str | None, path: Path_, workdir: Path | None = None,
+                tools: Sequence[str] = ()) -> Runner:
+    """A runner for ``session``: its records folded into a state (ONE STATE), then the header of
+    a new session, or a ``settings`` record of what this run changes, appended and applied.
+
+    A resumed session keeps its model, api_base, profile, context window, working directory and
+    user tools unless new ones are given. Raises ``ProfileError``/``UsageError`` for a bad
+    profile, model, script, working directory or tool; nothing is written then.
+    """
     items = session.transcript.load(repair=True)
-    header = next((r for r in items if isinstance(r, records.SessionHeader)), None)
-    spec = profile_spec or (header.profile if header else "default")
-    profile = session_profile(spec, None if profile_spec else header)
-    model_name = absolute_model(model_spec or (header.model if header else profile.model))
-    new = header is None
-    if header is None:  # written only once everything below has been checked: no half-made sessions
-        header = records.SessionHeader(name=session.name, model=model_name, profile=_profile_ref(spec),
-                                       context_window=resolve_window(profile, model_name), path=path,
-                                       **({"tools": [absolute_spec(t) for t in tools]} if tools else {}),
-                                       **({"profile_text": Path(spec).read_text(encoding="utf-8")}
-                                          if spec not in bundled_names() else {}))
-        items = [header]
-    replies = sum(1 for r in items if isinstance(r, records.MessageRecord)
-                  and r.message.get("role") == "assistant")
-    model = make_model(model_name, api_base=api_base or profile.api_base, replies_done=replies,
+    state = fold(items, transcript_path=str(session.transcript.path))
+    settings, profile = wanted_settings(state.settings, profile_spec=profile_spec, model_spec=model_spec,
+                                        api_base=api_base, path=path, workdir=workdir, tools=tools)
+    assert settings.workdir is not None
+    if not Path(settings.workdir).is_dir():
+        raise UsageError(f"the working directory {settings.workdir} does not exist (or is not a directory)"
+                         + ("; give another with --workdir" if workdir is None else ""))
+    model = make_model(settings.model, api_base=settings.api_base or profile.api_base, replies_done=state.replies,
                        timeout_s=profile.timeout_s, retries=profile.retries,
-                       max_output_tokens=profile.max_output_tokens)
-    toolset = toolset_for(session, profile, header, workdir, tools)
-    summarizer = summarizer_factory(profile, model_name, api_base, items)
-    if new:
+                       max_output_tokens=profile.max_output_tokens, prompt_cache=profile.prompt_cache)
+    toolset = toolset_for(session, profile, settings)
+    if state.settings is None:  # written only once everything above has been checked: no half-made sessions
+        header = records.SessionHeader(name=session.name, model=settings.model, profile=settings.profile,
+                                       context_window=settings.context_window, path=settings.path,
+                                       api_base=settings.api_base, workdir=settings.workdir,
+                                       tools=list(settings.tools), profile_text=settings.profile_text)
         session.transcript.append([header])
-    return Runner(session, profile, model, toolset, items, header, path, summarizer)
+        state.apply(header)
+    elif changes := state.settings.differences(settings):
+        change = records.SettingsRecord(**changes)
+        session.transcript.append([change])
+        state.apply(change)
+    summarizer = summarizer_factory(profile, settings, state.summaries)
+    return Runner(session, state, profile, model, toolset, summarizer_model=summarizer)
 
 
-def user_tools(header: records.SessionHeader, specs: Sequence[str] = ()) -> list[Any]:
-    """The tools of ``--tools`` ``specs``, else of the specs the session header keeps."""
-    return load_tools(list(specs) or list((header.model_extra or {}).get("tools") or []))
-
-
-def toolset_for(session: Session, profile: Profile, header: records.SessionHeader, workdir: Path,
-                tools: Sequence[str] = ()) -> Toolset:
-    """The session's tools: the profile's, the user's (``--tools`` now or in the header), and the
-    context tools its pipelines need (``checkpoint``)."""
+def toolset_for(session: Session, profile: Profile, settings: Settings) -> Toolset:
+    """The session's tools: the profile's, the user's (``settings.tools``), and the context tools
+    its pipelines need (``checkpoint``), working in ``settings.workdir``."""
     steps = {step.strategy for path in profile.pipelines.values() for step in path}
-    extra = [*user_tools(header, tools), *context_tools(sorted(steps))]
-    policy = offload_policy(profile, header.model)
+    extra = [*load_tools(list(settings.tools)), *context_tools(sorted(steps))]
+    policy = offload_policy(profile, settings.model)
+    workdir = Path(settings.workdir) if settings.workdir else Path.cwd()
     return make_toolset(profile.tools, ToolContext(session.store, workdir), policy, extra)
 
 
@@ -133,7 +162,10 @@ def offload_policy(profile: Profile, model_name: str) -> OffloadPolicy:
 
 @dataclass(frozen=True)
 class NextRequest:
-    """What the next request of a session would hold, computed without writing or calling anything."""
+    """What the next request of a session would hold, computed without writing or calling anything.
+
+    ``same``: its leading messages identical to the last request sent (a prompt cache serves them).
+    """
 
     view: list[Entry]
     budget: Budget
@@ -141,50 +173,58 @@ class NextRequest:
     recorded: list[records.CompactionRecord]
     path: Path_
     profile: Profile
+    same: int = 0
+    last: list[Entry] = field(default_factory=list)
+
+
+class _NoModel:
+    """The model of a read-only peek: never called."""
+
+    name = "none"
+
+    def complete(self, messages: Any, tools: Any) -> Any:
+        raise AssertionError("a peek never calls the model")
 
 
 def next_request(session: Session, path: Path_ | None = None) -> NextRequest:
-    """The exact view the next request would send (read-only; no model call, no litellm import).
+    """The exact view the next request would send, computed by the runner's own code on a state
+    folded from the transcript, with a sink that writes nothing (no model call, no litellm import).
 
     LLM strategies run without a summarizer here, so they show their deterministic fallback.
     Raises ``UsageError``/``ProfileError`` for a session without header or a bad profile.
     """
     items = session.transcript.load()
-    header = next((r for r in items if isinstance(r, records.SessionHeader)), None)
-    if header is None:
+    state = fold(items, transcript_path=str(session.transcript.path))
+    if state.settings is None:
         raise UsageError(f"session {session.name!r} has no header record")
-    profile = session_profile(header.profile, header)
-    path = path or header.path
-    toolset = toolset_for(session, profile, header, Path.cwd())
-    state = scan(items, header)
-    context = ContextState.from_records(items, transcript_path=str(session.transcript.path), model=header.model)
-    for call_id in state.open_calls:
-        context.view.append(Entry({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED}, 0,
-                                  state.next_seq, state.next_seq, state.turn, kind="interrupted"))
-    budget = make_budget(profile, header.context_window, count_tools(toolset.specs(), header.model), state.scale)
-    pins = list(dict.fromkeys([*profile.pins, *state.pins]))
-    built = context.build(profile.pipeline(path), budget, turn=state.turn + 1, pins=pins)
+    if path is not None and path != state.settings.path:
+        state.apply(records.SettingsRecord(path=path))
+    profile = session_profile(state.settings)
+    toolset = toolset_for(session, profile, state.settings)
+    runner = Runner(session, state, profile, _NoModel(), toolset, sink=MemorySink())
+    last = runner.last_request()
+    peek = runner.peek()
     recorded = [r for r in items if isinstance(r, records.CompactionRecord)]
-    return NextRequest(built.view, budget, built.compactions, recorded, path, profile)
+    return NextRequest(peek.view, peek.budget, peek.compactions, recorded, runner.path, profile, peek.same, last)
 
 
-def summarizer_factory(profile: Profile, model_name: str, api_base: str | None,
-                       items: list[Any]) -> Callable[[], Model] | None:
+def summarizer_factory(profile: Profile, settings: Settings, done: int) -> Callable[[], Model] | None:
     """Makes (once, on first use) the model LLM strategies call: ``profile.summarizer.model`` or
-    the agent's. A scripted summarizer resumes after the summaries the session already holds.
+    the agent's. A scripted summarizer resumes after the ``done`` summaries the session holds.
     A scripted agent has no summarizer unless the profile names one (its script is its own)."""
     cfg = profile.summarizer
-    if cfg.model is None and model_name.startswith("scripted:"):
+    if cfg.model is None and settings.model.startswith("scripted:"):
         return None
-    name = cfg.model or model_name
-    done = sum(1 for r in items if isinstance(r, records.UsageRecord) and r.model.startswith("summarizer:"))
+    name = cfg.model or settings.model
+    api_base = settings.api_base
     made: list[Model] = []
 
     def make() -> Model:
         if not made:
             made.append(make_model(name, api_base=cfg.api_base or api_base or profile.api_base,
                                    replies_done=done, timeout_s=profile.timeout_s,
-                                   retries=profile.retries, max_output_tokens=cfg.max_tokens))
+                                   retries=profile.retries, max_output_tokens=cfg.max_tokens,
+                                   prompt_cache=profile.prompt_cache))
         return made[0]
 
     return make

@@ -92,7 +92,7 @@ class InteractiveRenderer:
 
     def start(self, session: Session, runner: Any) -> None:
         self.session = session
-        self.out.print(f"[dim]session {session.name} · {runner.state.header.model}[/dim]")
+        self.out.print(f"[dim]session {session.name} · {runner.model_name}[/dim]")
 
     def _stop_spinner(self) -> None:
         if self.status is not None:

@@ -86,7 +86,7 @@ def execute(session: Session, message: str | None, opts: RunOptions) -> None:
         with session.writer():
             runner = open_runner(session, profile_spec=opts.profile, model_spec=opts.model, api_base=opts.api_base,
                                  path="batch" if batch else "interactive",
-                                 workdir=(opts.workdir or Path.cwd()).resolve(), tools=opts.tools)
+                                 workdir=opts.workdir.resolve() if opts.workdir else None, tools=opts.tools)
             grant(runner, opts.allow, opts.allow_all, interactive=not batch)  # --allow, --allow-all, the prompt
             if message is None and runner.needs_input():
                 raise UsageError(f"session {session.name!r} has nothing left to do; give a new message")

@@ -2,11 +2,16 @@
 
 One record is one physical line of ``transcript.jsonl``. Kinds:
 
-- ``session``: the header, first line; schema version, name, creation time, model, profile,
-  resolved context window (tokens), path (``batch`` or ``interactive``).
+- ``session``: the header, first line; schema version, name, creation time, and the settings the
+  session was started with: model, api_base, profile (name or absolute path, plus a copy of a
+  profile file's text), resolved context window (tokens), working directory, user tools, path
+  (``batch`` or ``interactive``).
+- ``settings``: a change of those settings (a resume with ``--model``, ``--profile``, ...): only the
+  fields that changed are set. Header plus settings records fold into the settings in force.
 - ``message``: one OpenAI-format message with its sequence number ``seq`` (0-based, in transcript
-  order), the agent ``turn`` it belongs to (one model call = one turn) and its token count
-  ``tokens`` so that resume never re-tokenizes.
+  order), the agent ``turn`` it belongs to (one model call = one turn), its token count
+  ``tokens`` so that resume never re-tokenizes, and for a tool result its ``handle``
+  (:mod:`ctxagent.handles`, chosen once here) and whether its value was ``offloaded`` when written.
 - ``output``: metadata of one offloaded tool output: handle, call id, tool, file path relative to
   the session directory, sizes (bytes, lines, tokens), sha256, whether it is binary, and what the
   value is (``type``: text, bytes, json, ndarray; ``length``, ``shape``, ``dtype`` when they apply).
@@ -50,6 +55,24 @@ class SessionHeader(_Record):
     profile: str
     context_window: int
     path: Literal["batch", "interactive"] = "batch"
+    api_base: str | None = None
+    workdir: str | None = None  # absolute; None in sessions written before it was recorded
+    tools: list[str] = Field(default_factory=list)  # --tools specs, absolute
+    profile_text: str | None = None  # a profile file's YAML, kept so resume survives its deletion
+
+
+class SettingsRecord(_Record):
+    """A change of the session's settings; a field left None did not change."""
+
+    kind: Literal["settings"] = "settings"
+    model: str | None = None
+    api_base: str | None = None
+    profile: str | None = None
+    profile_text: str | None = None
+    context_window: int | None = None
+    workdir: str | None = None
+    tools: list[str] | None = None
+    path: Literal["batch", "interactive"] | None = None
 
 
 class MessageRecord(_Record):
@@ -58,6 +81,8 @@ class MessageRecord(_Record):
     turn: int
     tokens: int
     message: dict[str, Any]
+    handle: str | None = None  # tool results: the handle of the full value (ctxagent.handles)
+    offloaded: bool = False  # tool results: the full value was stored when the record was written
 
 
 class OutputRecord(_Record):
@@ -88,6 +113,8 @@ class UsageRecord(_Record):
     completion_tokens: int
     estimated_prompt_tokens: int
     cost_usd: float | None = None
+    cached_tokens: int = 0  # of prompt_tokens, served from the provider's prompt cache
+    cache_creation_tokens: int = 0  # of prompt_tokens, written to the cache (Anthropic)
 
 
 class CompactionRecord(_Record):
@@ -118,7 +145,7 @@ class PermissionRecord(_Record):
 
 
 Record = Annotated[
-    SessionHeader | MessageRecord | OutputRecord | UsageRecord | CompactionRecord | EndRecord
+    SessionHeader | SettingsRecord | MessageRecord | OutputRecord | UsageRecord | CompactionRecord | EndRecord
     | PermissionRecord,
     Field(discriminator="kind"),
 ]

@@ -1,35 +1,29 @@
 """The output store: offloaded tool outputs of one session, as files, named by handle.
 
-A *handle* is the short, stable name of an offloaded output: ``@`` followed by the tool call id
-with every character outside ``[A-Za-z0-9_-]`` removed, cut to its last 12 characters
-(``call_9f8XkQ2mZbL0aYv7`` gives ``@kQ2mZbL0aYv7``; a scripted call ``read1`` gives ``@read1``).
-It derives only from the call id, so a scripted turn can name the output of an earlier scripted
-call. Files live at ``<session>/outputs/<handle without @><suffix>``: ``.out`` for text and raw
-bytes, ``.json`` for JSON values, ``.npy`` for numpy arrays (see ``ctxagent.tools.values``), with a
-``<handle without @>.meta.json`` sidecar of metadata. Handles resolve only inside their own
+A *handle* is the short, stable name of an offloaded output; its grammar and how it is chosen are
+in :mod:`ctxagent.handles` (a scripted call ``read1`` gives ``@read1``, so a scripted turn can name
+the output of an earlier scripted call). Files live at ``<session>/outputs/<handle without @><suffix>``:
+``.out`` for text and raw bytes, ``.json`` for JSON values, ``.npy`` for numpy arrays (see
+``ctxagent.tools.values``), with a ``<handle without @>.meta.json`` sidecar of metadata.
+Handles resolve only inside their own
 session's store.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
 
 from ctxagent.errors import UsageError
+from ctxagent.handles import HANDLE_RE, base_handle, new_handle
 
-HANDLE_RE = re.compile(r"^@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?$")
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 SUFFIXES = (".out", ".json", ".npy")  # value files, in lookup order
 META_SUFFIX = ".meta.json"
 
 
-def handle_for(call_id: str) -> str:
-    """The handle of the output of tool call ``call_id`` (deterministic; see module docstring)."""
-    cleaned = _UNSAFE.sub("", call_id)[-12:] or "out"
-    return "@" + cleaned
+handle_for = base_handle  # the name older code and tests know
 
 
 class OutputStore:
@@ -80,14 +74,14 @@ class OutputStore:
                 found[handle] = path.stat().st_mtime
         return sorted(found, key=lambda h: (found[h], h))
 
+    def taken(self, handle: str) -> bool:
+        """Whether ``handle`` has a value file or a sidecar in the store."""
+        return self.find(handle) is not None or self.meta_path(handle).exists()
+
     def unique_handle(self, call_id: str) -> str:
-        """``handle_for(call_id)``, suffixed ``.2``, ``.3``... if that name is already taken."""
-        base = handle_for(call_id)
-        handle, n = base, 1
-        while self.find(handle) is not None or self.meta_path(handle).exists():
-            n += 1
-            handle = f"{base}.{n}"
-        return handle
+        """A handle for ``call_id`` free in this store (:func:`ctxagent.handles.new_handle`); the
+        runner passes the handle it chose instead, this is for callers without a session state."""
+        return new_handle(call_id, _Taken(self))
 
     def spool(self) -> tuple[int, Path]:
         """A new temporary file inside the store, for a tool to stream its output into.
@@ -136,3 +130,13 @@ class OutputStore:
         final = self.path_of(handle)
         shutil.copyfile(source, final)
         return final
+
+
+class _Taken:
+    """The store's handles as a container (``in`` looks at the disk)."""
+
+    def __init__(self, store: OutputStore):
+        self.store = store
+
+    def __contains__(self, handle: object) -> bool:
+        return isinstance(handle, str) and self.store.taken(handle)

@@ -22,7 +22,9 @@ class Entry:
 
     ``start``..``end`` are the transcript seq numbers it stands for (inclusive): equal for an
     original message, a range for a compaction's replacement message. ``kind`` is ``"message"``
-    for a transcript message, else the name of the strategy that made the entry.
+    for a transcript message, else the name of the strategy that made the entry. A tool result
+    (and a replacement of one) carries its ``handle``, chosen once when its record was written
+    (:mod:`ctxagent.handles`), and ``offloaded``: its full value is already in the output store.
     """
 
     message: Message
@@ -31,6 +33,8 @@ class Entry:
     end: int
     turn: int
     kind: str = "message"
+    handle: str | None = None
+    offloaded: bool = False
     role: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +120,7 @@ class StrategyContext:
     model: str = ""
     summarizer: Summarizer | None = None
     pins: tuple[str, ...] = ()
+    free_from: int = 0  # seq from which edits are free: those messages were never sent (PREFIX)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from ctxagent.sessions.store import handle_for
 from ctxagent.strategies.base import MEMO, Compaction, Entry, Outcome, StrategyContext, groups, protected
 from ctxagent.tokens import count_message, count_text
 
-_HANDLE = re.compile(r"@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?")
 _SIZE_BEFORE_HANDLE = re.compile(r"(~?[0-9][0-9,]*) tokens; saved as @")
 _FACT = re.compile(
     r"(?:^|[\s'\"(=:])(?:~|\.{1,2})?/[\w.@-]+"  # an absolute or relative path
@@ -87,7 +86,8 @@ def keep_pins(view: Sequence[Entry], outcome: Outcome, ctx: StrategyContext) -> 
     for entry in outcome.view:
         comp = fixed.get((entry.start, entry.end))
         if comp is not None and entry.kind == comp.strategy:
-            entry = Entry(comp.message, comp.tokens, entry.start, entry.end, entry.turn, entry.kind)
+            entry = Entry(comp.message, comp.tokens, entry.start, entry.end, entry.turn, entry.kind, entry.handle,
+                          entry.offloaded)
         new_view.append(entry)
     return Outcome(new_view, compactions, outcome.offloads)
 
@@ -161,26 +161,15 @@ def canonical_call(call: dict[str, Any] | None) -> tuple[str, str]:
 
 
 def stored_handle(entry: Entry) -> str | None:
-    """The handle under which a tool result is already offloaded, when its content names its own
-    handle (an offloaded preview: ``@id`` or a ``@id.N`` suffix); else None. Memoized per entry."""
-    return MEMO.get(entry, "stored_handle", lambda: _stored_handle(entry))  # type: ignore[no-any-return]
-
-
-def _stored_handle(entry: Entry) -> str | None:
-    call_id = entry.message.get("tool_call_id")
-    if entry.role != "tool" or not call_id:
-        return None
-    own = handle_for(str(call_id))
-    for found in _HANDLE.findall(content_of(entry.message)):
-        if found == own or found.startswith(own + "."):
-            return found
-    return None
+    """The handle under which a tool result's full value is already in the output store (it was
+    offloaded when written), else None. Read from the entry, never from its text."""
+    return entry.handle if entry.offloaded else None
 
 
 def handle_of(entry: Entry) -> str:
-    """The handle that names a tool result's full text: where it is stored, or where the runner
-    stores it from :attr:`Outcome.offloads` (``handle_for(tool_call_id)``)."""
-    return stored_handle(entry) or handle_for(str(entry.message.get("tool_call_id") or ""))
+    """The handle that names a tool result's full text (``Entry.handle``, chosen when its record
+    was written); the runner stores the original under it from :attr:`Outcome.offloads`."""
+    return entry.handle or handle_for(str(entry.message.get("tool_call_id") or ""))
 
 
 def size_of(entry: Entry) -> str:
@@ -191,8 +180,9 @@ def size_of(entry: Entry) -> str:
 
 
 def replaced(entry: Entry, message: Message, ctx: StrategyContext, kind: str) -> Entry:
-    """A view-only replacement of ``entry``: same seq range and turn, new message, ``kind`` set."""
-    return Entry(message, count_message(message, ctx.model), entry.start, entry.end, entry.turn, kind)
+    """A replacement of ``entry``: same seq range, turn and handle, new message, ``kind`` set."""
+    return Entry(message, count_message(message, ctx.model), entry.start, entry.end, entry.turn, kind,
+                 entry.handle, entry.offloaded)
 
 
 def current_turn(view: Sequence[Entry], ctx: StrategyContext) -> int:

@@ -12,8 +12,9 @@ call repeated exactly (same tool name, same canonical JSON arguments) is flagged
 ``[this call was already made at turn T; its result is handle H]``: in front of the reference
 when the result is also the same, else in front of the new result, which stays in full. Only
 original results (not ones another strategy replaced) are compared and referenced; a reference
-is made only when it is smaller than the result. View-only, deterministic, idempotent; a view
-without repeats is returned unchanged.
+is made only when it is smaller than the result. Only results not yet sent (from
+``ctx.free_from`` on) are replaced, so the cached prefix never changes (PREFIX); each replacement is
+recorded as a compaction. Deterministic, idempotent; a view without repeats is returned unchanged.
 
 Parameters:
     min_tokens: tokens a result must exceed to be replaced by a reference; default 20.
@@ -40,6 +41,7 @@ class Dedupe:
 
     name = "dedupe"
     uses_llm = False
+    batched = True
     params: ClassVar[dict[str, Any]] = {"min_tokens": 20}
 
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
@@ -53,6 +55,12 @@ class Dedupe:
             if entry.role != "tool" or entry.kind != "message":
                 continue
             call = calls.get(index)
+            if entry.start < ctx.free_from:  # already sent: only remembered as an earlier result
+                norm, key = MEMO.get(entry, (self.name, id(call)), lambda e=entry, c=call: self._keys(e, c))
+                by_text.setdefault(norm, index)
+                if key is not None:
+                    by_call.setdefault(key, index)
+                continue
             norm, key = MEMO.get(entry, (self.name, id(call)), lambda e=entry, c=call: self._keys(e, c))
             same_text = by_text.get(norm) if entry.tokens > min_tokens else None
             same_call = by_call.get(key) if key is not None else None

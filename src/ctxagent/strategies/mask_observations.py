@@ -10,13 +10,21 @@ The last ``keep`` tool results stay verbatim. Each older result over ``min_token
 (the call in short, looked up in the preceding assistant message, the size, the handle). An
 offloaded preview (its content names its own handle) becomes the stub whatever its size and
 points at the stored file. The original entry of every other masked result goes to
-``Outcome.offloads`` so the runner stores it under ``handle_for(tool_call_id)``. Pinned facts of
-a masked result are kept in its stub. View-only (no compaction): recomputed on every request,
-deterministic and idempotent; a view where nothing qualifies is returned unchanged (IDENTITY).
+``Outcome.offloads`` so the runner stores it under the entry's handle. Pinned facts of a masked
+result are kept in its stub. Deterministic and idempotent; a view where nothing qualifies is
+returned unchanged (IDENTITY).
+
+In steps, for prompt caching (PREFIX; Anthropic's context editing has ``clear_at_least`` for the
+same reason): masking an old result rewrites a message the provider has cached, so results are
+masked only once at least ``batch`` of them qualify (or the request is over the profile's trigger),
+and then all of them at once, down to ``keep``. Each stub is recorded as a compaction, so the next
+requests extend this one and a resume replays it.
 
 Parameters:
     keep: tool results (counted from the newest) kept verbatim; default 10.
     min_tokens: tokens a result must exceed to be masked (offloaded previews always are); default 50.
+    batch: results that must qualify before any already-sent one is masked; default ``keep``
+        (``1`` masks one result per request, the behaviour that breaks the cache every turn).
 """
 
 from __future__ import annotations
@@ -51,17 +59,17 @@ class MaskObservations:
 
     name = "mask_observations"
     uses_llm = False
-    params: ClassVar[dict[str, Any]] = {"keep": 10, "min_tokens": 50}
+    batched = True
+    params: ClassVar[dict[str, Any]] = {"keep": 10, "min_tokens": 50, "batch": None}
 
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
         keep = int(ctx.params.get("keep", self.params["keep"]))
         min_tokens = int(ctx.params.get("min_tokens", self.params["min_tokens"]))
+        batch = max(1, int(ctx.params.get("batch") or keep or 1))
         results = [i for i, e in enumerate(view) if e.role == "tool"]
         old = results[: max(0, len(results) - keep)]
         calls = calls_of_results(view)
-        out = list(view)
-        offloads: list[Entry] = []
-        changed = False
+        masked: list[tuple[int, Entry, bool]] = []
         for index in old:
             entry = view[index]
             if entry.kind != "message":
@@ -69,12 +77,16 @@ class MaskObservations:
             call = calls.get(index)
             new, stored = MEMO.get(entry, (self.name, id(call), min_tokens, ctx.pins, ctx.model),
                                    lambda e=entry, c=call: self._masked(e, c, ctx, min_tokens))
-            if new is None:
-                continue
-            out[index], changed = new, True
-            if not stored:
-                offloads.append(entry)
-        return Outcome(out, [], offloads) if changed else Outcome(view)
+            if new is not None:
+                masked.append((index, new, stored))
+        if len(masked) < batch and not ctx.budget.over(view, ctx.budget.trigger):
+            masked = [m for m in masked if view[m[0]].start >= ctx.free_from]
+        if not masked:
+            return Outcome(view)
+        out = list(view)
+        for index, new, _ in masked:
+            out[index] = new
+        return Outcome(out, [], [view[i] for i, _, stored in masked if not stored])
 
     def _masked(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext,
                 min_tokens: int) -> tuple[Entry | None, bool]:

@@ -1,12 +1,22 @@
-"""Running a pipeline: stored compactions first, then each strategy whose trigger fires.
+"""Running a pipeline: each strategy whose trigger fires, every change it makes recorded.
 
 Pure: no I/O. ``replay`` rebuilds the view the transcript's recorded compactions describe, so a
-resumed session sees what it saw before (SAME CONTEXT ON RESUME); ``run`` applies the profile's
-strategies for one path and returns the new compactions to record.
+resumed session sees what it saw before (SAME CONTEXT ON RESUME). ``run`` applies the profile's
+strategies for one path and returns the new view with **every** change expressed as compactions
+(:func:`changes`): the view a run returns is always ``replay(view, compactions)``, so recording the
+compactions and replaying them (live or on resume) gives the same view, and nothing changes an
+earlier message except a recorded step (PREFIX).
+
+Steps that edit old messages in batches (``mask_observations``, ``prune``, ``dedupe``: a strategy
+with ``batched = True``) edit freely only messages from ``ctx.free_from`` on (those never sent, so
+no provider has cached them); older ones only when their own batch threshold is reached. When any
+step of a build changed the view, the prefix is broken from that point anyway, so the batched steps
+run a second time with ``free_from`` moved back to it: pending edits ride along for free.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
@@ -18,21 +28,41 @@ from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext
 def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
     """Apply recorded compactions in order: each replaces the entries inside its seq range.
 
-    A compaction whose range covers an earlier one's replacement supersedes it. Entries are
-    replaced only when wholly inside the range, so a call is never split from its results.
+    ``view`` is ordered by seq with disjoint ranges (pins entries, seq -1, only in front). A
+    compaction whose range covers an earlier one's replacement supersedes it. Entries are replaced
+    only when wholly inside the range, so a call is never split from its results. A replacement of
+    exactly one tool result keeps that result's handle. Cost: a binary search and a slice per
+    compaction.
     """
     for comp in compactions:
-        inside = [i for i, e in enumerate(view) if comp.start <= e.start and e.end <= comp.end]
-        if not inside:
+        starts = [e.start for e in view] if len(view) < 64 else _Starts(view)
+        lo = bisect_left(starts, comp.start)
+        hi = lo
+        while hi < len(view) and view[hi].end <= comp.end:
+            hi += 1
+        if hi == lo:
             continue
-        turn = view[inside[-1]].turn
-        drop = set(inside)
-        kept = [e for i, e in enumerate(view) if i not in drop]
+        inside = view[lo:hi]
+        new: list[Entry] = []
         if comp.message is not None:
-            note = Entry(comp.message, comp.tokens, comp.start, comp.end, turn, kind=comp.strategy)
-            kept.insert(inside[0], note)
-        view = kept
+            one = inside[0] if len(inside) == 1 and comp.message.get("role") == "tool" else None
+            new = [Entry(comp.message, comp.tokens, comp.start, comp.end, inside[-1].turn, comp.strategy,
+                         one.handle if one else None, one.offloaded if one else False)]
+        view = [*view[:lo], *new, *view[hi:]]
     return view
+
+
+class _Starts:
+    """``view``'s seq starts as a sequence for :func:`bisect_left`, without copying them."""
+
+    def __init__(self, view: Sequence[Entry]):
+        self.view = view
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+    def __getitem__(self, index: int) -> int:
+        return self.view[index].start
 
 
 def fires(step: StrategyConfig, view: Sequence[Entry], ctx: StrategyContext, default_trigger: float) -> bool:
@@ -44,10 +74,25 @@ def fires(step: StrategyConfig, view: Sequence[Entry], ctx: StrategyContext, def
 
 
 def run(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
-    """Run ``steps`` in order over ``view``; returns the final view and every new compaction.
+    """Run ``steps`` in order over ``view``; returns the final view and the compactions that turn
+    ``view`` into it (in order; replaying them on ``view`` gives the final view).
 
     Raises ``UsageError`` for an unknown strategy name.
     """
+    first = _run_steps(view, steps, ctx)
+    if not first.compactions:
+        return first
+    batched = [s for s in steps if getattr(registry.get(s.strategy), "batched", False)]
+    if not batched:
+        return first
+    broken_from = min(c.start for c in first.compactions)
+    if broken_from >= ctx.free_from:
+        return first
+    second = _run_steps(first.view, batched, replace(ctx, free_from=broken_from))
+    return Outcome(second.view, [*first.compactions, *second.compactions], [*first.offloads, *second.offloads])
+
+
+def _run_steps(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
     compactions: list[Compaction] = []
     offloads: list[Entry] = []
     for step in steps:
@@ -55,7 +100,53 @@ def run(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext
         if not fires(step, view, step_ctx, ctx.budget.trigger):
             continue
         outcome = registry.get(step.strategy).apply(view, step_ctx)
-        view = outcome.view
-        compactions.extend(outcome.compactions)
+        if outcome.view is view:
+            continue
+        compactions.extend(changes(view, outcome.view, step.strategy))
         offloads.extend(outcome.offloads)
+        view = outcome.view
     return Outcome(view, compactions, offloads)
+
+
+def changes(old: Sequence[Entry], new: Sequence[Entry], strategy: str) -> list[Compaction]:
+    """The compactions that turn ``old`` into ``new`` (both ordered by seq; pins entries ignored).
+
+    An entry of ``new`` that is not an entry of ``old`` replaces the old entries inside its seq
+    range; a run of old entries that ``new`` lacks and no new entry covers is removed (a compaction
+    without message, named ``strategy``).
+    """
+    olds = [e for e in old if e.start >= 0]
+    news = [e for e in new if e.start >= 0]
+    out: list[Compaction] = []
+    removed: list[Entry] = []
+    i = j = 0
+    while i < len(olds) or j < len(news):
+        o = olds[i] if i < len(olds) else None
+        n = news[j] if j < len(news) else None
+        if o is not None and n is not None and _same(o, n):
+            _flush(removed, out, strategy)
+            i, j = i + 1, j + 1
+        elif n is not None and (o is None or n.start <= o.start):
+            _flush(removed, out, strategy)
+            before = 0
+            while i < len(olds) and olds[i].start >= n.start and olds[i].end <= n.end:
+                before += olds[i].tokens
+                i += 1
+            out.append(Compaction(n.kind, n.start, n.end, n.message, n.tokens, before))
+            j += 1
+        else:
+            assert o is not None
+            removed.append(o)
+            i += 1
+    _flush(removed, out, strategy)
+    return out
+
+
+def _same(a: Entry, b: Entry) -> bool:
+    return a is b or (a.start == b.start and a.end == b.end and a.kind == b.kind and a.message == b.message)
+
+
+def _flush(removed: list[Entry], out: list[Compaction], strategy: str) -> None:
+    if removed:
+        out.append(Compaction(strategy, removed[0].start, removed[-1].end, None, 0, sum(e.tokens for e in removed)))
+        removed.clear()

@@ -20,12 +20,15 @@ one note). Otherwise each pruned result's content becomes a one-line stub
 ``Outcome.offloads`` (their handles resolve); pinned facts are kept in the note or stub. A stub
 is made only when it is smaller than the result; a note always (for a tiny dead end it may cost
 a few tokens more, and it tells the model the attempt was superseded). The newest unit is never
-pruned. View-only,
-deterministic, idempotent; a view without prunable results is returned unchanged.
+pruned. Deterministic, idempotent; a view without prunable results is returned unchanged.
+In steps (PREFIX): already-sent results are pruned only once ``batch`` of them qualify (or the
+request is over the profile's trigger, or another step broke the cached prefix before them), each
+change recorded as a compaction.
 
 Parameters:
     min_age_turns: turns a dead result must be old before it is pruned; default 3.
     max_tokens: tokens under which a result is checked for "not found"-style wordings; default 200.
+    batch: dead results that must qualify before any already-sent one is pruned; default 3.
 """
 
 from __future__ import annotations
@@ -83,13 +86,18 @@ class Prune:
 
     name = "prune"
     uses_llm = False
-    params: ClassVar[dict[str, Any]] = {"min_age_turns": 3, "max_tokens": 200}
+    batched = True
+    params: ClassVar[dict[str, Any]] = {"min_age_turns": 3, "max_tokens": 200, "batch": 3}
 
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
         min_age = int(ctx.params.get("min_age_turns", self.params["min_age_turns"]))
         max_tokens = int(ctx.params.get("max_tokens", self.params["max_tokens"]))
+        batch = max(1, int(ctx.params.get("batch", self.params["batch"])))
         calls, units = calls_of_results(view), groups(view)
         dead = self._pruned(view, ctx, min_age, max_tokens, calls, units)
+        if len(dead) < batch and not ctx.budget.over(view, ctx.budget.trigger):
+            unit_start = {i: view[u[0]].start for u in units for i in u}
+            dead = {i for i in dead if unit_start[i] >= ctx.free_from}
         if not dead:
             return Outcome(view)
         whole = [u for u in units if len(u) > 1 and all(i in dead for i in u[1:])]

@@ -104,6 +104,7 @@ def settle(
     tool_name: str,
     store: OutputStore,
     policy: OffloadPolicy,
+    handle: str | None = None,
 ) -> tuple[str, OutputRecord | None]:
     """The tool message content for ``value``, and its OutputRecord when it was offloaded.
 
@@ -123,7 +124,7 @@ def settle(
     ``ValueError``) for a value JSON or ``numpy.save`` cannot hold, ``TypeError`` for any other
     type.
     """
-    job = _Job(call, tool_name, store, policy, threshold(policy, call.id))
+    job = _Job(call, tool_name, store, policy, threshold(policy, call.id), handle)
     if isinstance(value, Spooled):
         return _settle_spooled(value, job)
     if values.is_structured(value):
@@ -140,7 +141,7 @@ def settle(
     if text is not None and fits(text, job.limit, policy.model):
         return text, None
     data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
-    handle = store.unique_handle(call.id)
+    handle = job.new_handle()
     return _offloaded(store.put_bytes(handle, data), handle, "", job)
 
 
@@ -214,6 +215,11 @@ class _Job:
     store: OutputStore
     policy: OffloadPolicy
     limit: int
+    handle: str | None = None  # chosen by the caller (the runner, from the session state)
+
+    def new_handle(self) -> str:
+        """The handle the value is stored under: the caller's, else one free in the store."""
+        return self.handle or self.store.unique_handle(self.call.id)
 
 
 def _settle_spooled(spooled: Spooled, job: _Job) -> tuple[str, OutputRecord | None]:
@@ -225,7 +231,7 @@ def _settle_spooled(spooled: Spooled, job: _Job) -> tuple[str, OutputRecord | No
             if fits(content, job.limit, job.policy.model):
                 spooled.path.unlink()
                 return content, None
-    handle = job.store.unique_handle(job.call.id)
+    handle = job.new_handle()
     return _offloaded(job.store.adopt(spooled.path, handle), handle, spooled.note, job)
 
 
@@ -278,12 +284,12 @@ def _record(path: Path, handle: str, store: OutputStore, *, call_id: str, tool_n
 def _settle_structured(value: Any, job: _Job) -> tuple[str, OutputRecord]:
     """Store a JSON value or an array under a new handle; content shows or describes it."""
     if values.is_ndarray(value):
-        handle = job.store.unique_handle(job.call.id)
+        handle = job.new_handle()
         path = _save_ndarray(job.store, handle, value)
         record = _job_record(path, handle, job, type="ndarray", shape=list(value.shape), dtype=str(value.dtype))
         return _array_content(value, record, job), record
     data = values.json_bytes(value)
-    handle = job.store.unique_handle(job.call.id)
+    handle = job.new_handle()
     path = job.store.put_bytes(handle, data, ".json")
     record = _job_record(path, handle, job, type="json", length=len(value))
     return _json_content(value, path, record, job), record

@@ -82,8 +82,11 @@ class Toolset:
         """The OpenAI-format schemas of the tools, in order, sent with each request."""
         return [tool.spec() for tool in self.tools.values()]
 
-    def call(self, call: ToolCall) -> ToolOutcome:
-        """Run ``call`` and settle its value; every failure is an error outcome, never raised."""
+    def call(self, call: ToolCall, handle: str | None = None) -> ToolOutcome:
+        """Run ``call`` and settle its value; every failure is an error outcome, never raised.
+
+        ``handle``: the name a stored value gets (the runner chooses it once, from the session
+        state; :mod:`ctxagent.handles`); None picks one free in the store."""
         tool = self.tools.get(call.name)
         if tool is None:
             return _error(f"unknown tool {call.name!r}; the tools are: {', '.join(self.tools)}")
@@ -97,7 +100,7 @@ class Toolset:
             return _error(str(err))
         except Exception as err:
             return _error(f"tool {tool.name} failed: {type(err).__name__}: {err}")
-        return self._settle(tool, call, value)
+        return self._settle(tool, call, value, handle)
 
     def _arguments(self, tool: Tool, raw: str) -> dict[str, Any]:
         """The call's arguments parsed, checked against the schema, handles resolved to values.
@@ -130,14 +133,14 @@ class Toolset:
                                 f"{_type_text(properties[name])}, but {handle} holds {values.describe(value)}")
         return resolved.arguments
 
-    def _settle(self, tool: Tool, call: ToolCall, value: Any) -> ToolOutcome:
+    def _settle(self, tool: Tool, call: ToolCall, value: Any, handle: str | None = None) -> ToolOutcome:
         """The outcome of a successful call: its value inline, offloaded or stored under a handle."""
         if not (isinstance(value, str | bytes | Spooled) or values.is_structured(value) or values.is_scalar(value)):
             return _error(f"tool {tool.name} failed: it returned {type(value).__name__}; a tool returns str, "
                           "bytes, a JSON value (dict, list, number, bool, None) or a numpy array")
         try:
             content, record = settle(value, call=call, tool_name=tool.name, store=self.ctx.store,
-                                     policy=self.policy)
+                                     policy=self.policy, handle=handle)
         except Exception as err:
             if isinstance(value, Spooled):
                 value.path.unlink(missing_ok=True)

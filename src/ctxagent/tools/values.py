@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ctxagent.handles import IN_TEXT_RE, REF_RE
 from ctxagent.sessions.store import META_SUFFIX, OutputStore
 from ctxagent.tools.base import ToolError
 from ctxagent.tools.preview import SNIFF_BYTES, looks_binary
@@ -54,12 +55,12 @@ LISTED = 10  # handles (or keys) listed when none is near
 KEYS_DESCRIBED = 12  # keys of an object named in a one-line description
 
 HANDLE_LIKE = re.compile(r"^@[^\s@]\S*$")  # looks like a handle: it must then parse, or fail loudly
-_REF = re.compile(r"^(@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?)((?:/[^/\s]+)*)$")
+_REF = REF_RE
 _ESCAPED = re.compile(r"^@(@[^\s@]\S*)$")
 _INT = re.compile(r"^-?[0-9]+$")
 # a handle inside free text (an answer): not after a word character, '@', '/' or '.', and parts
 # without trailing punctuation ("see @max/value." names @max/value)
-IN_TEXT = re.compile(r"(?<![\w@/.])@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?(?:/[A-Za-z0-9_~%-]+(?:\.[A-Za-z0-9_~%-]+)*)*")
+IN_TEXT = IN_TEXT_RE
 
 
 @dataclass(frozen=True)

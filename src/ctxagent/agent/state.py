@@ -1,0 +1,199 @@
+"""The state of a session: one fold over its transcript records (ONE STATE, DESIGN.md).
+
+:meth:`SessionState.apply` applies one record; :func:`fold` applies them all when a session is
+opened, and the runner calls ``apply`` on every record it appends. Nothing else derives session
+state, so a resumed session continues from exactly the state the live run had.
+
+What it holds: the settings in force (header, then ``settings`` records), counters (next seq,
+turn, replies, user messages), the calls still waiting for results, the agent's pinned facts and
+the ones shown in the view, the handles taken and the ones stored, the token calibration, the
+session's usage totals, and the base view (:class:`~ctxagent.agent.context.ContextState`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal
+
+from ctxagent.agent.context import ContextState, compaction_of
+from ctxagent.handles import base_handle, new_handle
+from ctxagent.messages import Message, call_ids
+from ctxagent.sessions import records
+from ctxagent.tokens import calibration
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a run was started with (the header), as changed since by ``settings`` records.
+
+    ``context_window`` is in tokens, resolved from the profile and model in force; ``workdir`` is
+    an absolute path (None in sessions older than this field); ``tools`` are ``--tools`` specs.
+    """
+
+    model: str
+    profile: str
+    context_window: int
+    path: Literal["batch", "interactive"] = "batch"
+    api_base: str | None = None
+    workdir: str | None = None
+    tools: tuple[str, ...] = ()
+    profile_text: str | None = None
+
+    @classmethod
+    def of_header(cls, header: records.SessionHeader) -> Settings:
+        extra = header.model_extra or {}
+        text = header.profile_text if header.profile_text is not None else extra.get("profile_text")
+        tools = header.tools or list(extra.get("tools") or [])
+        return cls(header.model, header.profile, header.context_window, header.path, header.api_base,
+                   header.workdir, tuple(tools), text if isinstance(text, str) else None)
+
+    def changed(self, record: records.SettingsRecord) -> Settings:
+        """These settings with ``record``'s fields (those not None) in force."""
+        updates = {f.name: getattr(record, f.name) for f in fields(self) if getattr(record, f.name, None) is not None}
+        if "tools" in updates:
+            updates["tools"] = tuple(updates["tools"])
+        return replace(self, **updates)
+
+    def differences(self, wanted: Settings) -> dict[str, Any]:
+        """The fields of ``wanted`` that differ from these (for a ``settings`` record)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            new = getattr(wanted, f.name)
+            if new != getattr(self, f.name):
+                out[f.name] = list(new) if isinstance(new, tuple) else new
+        return out
+
+
+@dataclass
+class Usage:
+    """Totals of provider-reported usage (tokens; cost in US dollars, when known)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, record: records.UsageRecord) -> None:
+        self.prompt_tokens += record.prompt_tokens
+        self.completion_tokens += record.completion_tokens
+        self.cached_tokens += record.cached_tokens
+        self.cost_usd += record.cost_usd or 0.0
+
+
+@dataclass
+class SessionState:
+    """A session as its records say it is (see the module docstring). Mutated only by :meth:`apply`."""
+
+    name: str = ""
+    settings: Settings | None = None
+    context: ContextState = field(default_factory=ContextState)
+    next_seq: int = 0
+    turn: int = 0  # the highest turn of any message
+    replies: int = 0  # assistant messages (one model call each)
+    users: int = 0  # user messages
+    answered: bool = False  # the last message is a final answer (no tool calls)
+    last_end: str | None = None  # reason of the end record after the last message, if any
+    open_calls: list[str] = field(default_factory=list)
+    pins: list[str] = field(default_factory=list)  # facts the agent pinned (pin tool), in order
+    shown_pins: list[str] = field(default_factory=list)  # the agent's pins in the view: as of the last compaction
+    handles: set[str] = field(default_factory=set)  # every handle taken
+    stored: set[str] = field(default_factory=set)  # handles whose value is in the output store
+    scale: float = 1.0  # calibration: provider prompt tokens / our estimate
+    summaries: int = 0  # summarizer calls made (a scripted summarizer resumes after them)
+    usage: Usage = field(default_factory=Usage)
+    _outputs: dict[str, str] = field(default_factory=dict, repr=False)  # call id -> handle, legacy records
+
+    def apply(self, record: Any) -> None:
+        """Advance the state by one transcript record (any kind; unknown kinds change nothing)."""
+        if isinstance(record, records.MessageRecord):
+            self._message(record)
+        elif isinstance(record, records.CompactionRecord):
+            self.context.record([compaction_of(record)])
+            self.shown_pins = list(self.pins)
+        elif isinstance(record, records.OutputRecord):
+            self.handles.add(record.handle)
+            self.stored.add(record.handle)
+            self._outputs[record.call_id] = record.handle
+        elif isinstance(record, records.UsageRecord):
+            self._usage(record)
+        elif isinstance(record, records.EndRecord):
+            self.last_end = record.reason
+        elif isinstance(record, records.SessionHeader):
+            self.name, self.settings = record.name, Settings.of_header(record)
+            self.context.model = record.model
+        elif isinstance(record, records.SettingsRecord) and self.settings is not None:
+            self.settings = self.settings.changed(record)
+            self.context.model = self.settings.model
+
+    def new_handle(self, call_id: str | None) -> str:
+        """A handle no record of this session has taken yet, for a result of call ``call_id``."""
+        return new_handle(call_id, self.handles)
+
+    def needs_input(self) -> bool:
+        """Whether the session cannot go on without a new user message: it was answered (even if
+        a crash lost the end record), or its task was never recorded."""
+        return self.last_end == "answered" or self.answered or self.users == 0
+
+    def _message(self, record: records.MessageRecord) -> None:
+        msg = record.message
+        role = msg.get("role")
+        if role == "tool":
+            record = self._with_handle(record)
+            if msg.get("tool_call_id") in self.open_calls:
+                self.open_calls.remove(msg["tool_call_id"])
+        elif role == "assistant":
+            self.replies += 1
+            self.open_calls = call_ids(msg)
+            self.pins.extend(p for p in pins_of(msg) if p not in self.pins)
+        self.context.add(record)
+        self.next_seq = record.seq + 1
+        self.turn = max(self.turn, record.turn)
+        self.last_end = None
+        self.users += role == "user"
+        self.answered = role == "assistant" and not msg.get("tool_calls")
+
+    def _with_handle(self, record: records.MessageRecord) -> records.MessageRecord:
+        """The record with its handle: its own, or for records written before handles were kept
+        on them, the stored output of its call, else the handle its call id gives."""
+        if record.handle is None:
+            call_id = str(record.message.get("tool_call_id") or "")
+            stored = self._outputs.get(call_id)
+            record = record.model_copy(update={"handle": stored or base_handle(call_id),
+                                               "offloaded": stored is not None})
+        assert record.handle is not None
+        self.handles.add(record.handle)
+        if record.offloaded:
+            self.stored.add(record.handle)
+        return record
+
+    def _usage(self, record: records.UsageRecord) -> None:
+        self.usage.add(record)
+        if record.model.startswith("summarizer:"):
+            self.summaries += 1
+        elif record.estimated_prompt_tokens > 0:
+            self.scale = calibration(record.prompt_tokens, record.estimated_prompt_tokens)
+
+
+def fold(items: Iterable[Any], *, transcript_path: str = "transcript.jsonl") -> SessionState:
+    """The state of a session whose records are ``items`` (oldest first)."""
+    state = SessionState(context=ContextState(transcript_path=transcript_path))
+    for item in items:
+        state.apply(item)
+    return state
+
+
+def pins_of(message: Message) -> list[str]:
+    """Facts pinned by the ``pin`` tool calls of an assistant message (bad arguments ignored)."""
+    found = []
+    for call in message.get("tool_calls") or []:
+        if call["function"]["name"] != "pin":
+            continue
+        try:
+            fact = json.loads(call["function"]["arguments"]).get("fact")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(fact, str) and fact.strip():
+            found.append(fact.strip())
+    return found
