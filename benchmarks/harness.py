@@ -1,20 +1,19 @@
-"""The per-turn loop every context manager is driven through, and what it measures.
+"""How every configuration is driven over a trace, and what is measured on each request.
 
-One loop for everyone (:func:`drive`): for each turn of a :class:`~benchmarks.workloads.Trace`,
-append the user message (if any), ask the manager for the view of the next request (timed: that is
-the *management overhead*), check the view (PAIR law with :func:`ctxagent.messages.pair_violations`,
-HEAD, BUDGET, fact probes), then append the scripted assistant message and the tool results.
+ctxagent runs as a user runs it (:class:`CtxagentRun`): the real :class:`ctxagent.agent.runner.Runner`
+on a real session (header, JSONL transcript, output store, under a temporary ``CTXAGENT_DATA_DIR``),
+with the profile's pipeline on its path, a toolset built like ``agent.setup.toolset_for`` whose tools
+replay the trace's outputs (so the toolset's real ``settle`` offloads them), a model that plays the
+trace's scripted assistant turns (:class:`TraceModel`) and, where the runner uses one, a fake
+summarizer behind the model interface (:class:`SummarizerModel`). Nothing of the runner's loop is
+copied here: the request checked is the one the runner sends to the model.
 
-What is real for ctxagent (:class:`CtxagentManager`): the view comes from
-:class:`ctxagent.agent.context.ContextState` exactly as the runner uses it (messages added as
-``MessageRecord`` with stored token counts, ``build(steps, budget, turn=..., pins=...)``, recorded
-compactions applied with ``ContextState.record``, the originals a strategy points at written to a
-real :class:`~ctxagent.sessions.store.OutputStore` with ``store_text`` as ``Runner._materialize``
-does). Tool outputs go through the real :func:`ctxagent.tools.offload.settle` with the profile's
-tool-result limit and preview settings, into a real output store (computed once per offload policy
-and copied into each run's own store; settle's time is tool time, not management overhead). Not
-done: the JSONL transcript appends (they cost the same with or without management) and the model
-call (scripted). Token counts are ctxagent's tiktoken counts (o200k_base for gpt-4o-mini).
+Baselines and peers (:class:`PlainManager`, ``benchmarks.peers``) go through :func:`drive`: per turn,
+append the user message, ask for the view (timed), append the scripted reply and the tool results.
+
+Both check every request the same way (:class:`Checks`): input tokens (ctxagent's tiktoken counts,
+o200k_base for gpt-4o-mini), PAIR with :func:`ctxagent.messages.pair_violations`, HEAD, BUDGET, fact
+probes (in the view, or through a handle the view names in that run's real output store).
 
 Cache billing (:func:`cached_prefix`): each request's input is split into the part a provider's prompt
 cache would serve (the leading whole messages identical to the previous request's, plus the tool
@@ -27,11 +26,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
-import shutil
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -41,6 +41,7 @@ from benchmarks.workloads import Trace
 from ctxagent.agent.model import ToolCall
 from ctxagent.messages import Message, pair_violations, text_of, tool_call
 from ctxagent.tokens import PER_REQUEST, count_message, count_text
+from ctxagent.tools.toolset import Toolset
 
 MODEL = "openai/gpt-4o-mini"
 HANDLE = re.compile(r"@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?")
@@ -48,7 +49,7 @@ DEFAULT_CACHE_RATIO = 0.1  # cache-read price / input price when none is given (
 
 
 class Overflow(Exception):
-    """The manager refused to build a request over the budget (ctxagent's ContextOverflowError)."""
+    """A manager (baseline or peer) refused to build a request over the budget."""
 
 
 # --- the fake summarizer -------------------------------------------------------------------------
@@ -271,68 +272,275 @@ def store_texts(outputs: Path, view_text: str) -> list[str]:
     return found
 
 
-class CtxagentManager:
-    """ctxagent's real machinery: ContextState + a profile's pipeline + the output store."""
+# --- ctxagent: the real runner --------------------------------------------------------------------
 
-    def __init__(self, name: str, *, steps: Sequence[Any], budget: Any, offloaded: Offloaded, root: Path,
-                 summarizer: FakeSummarizer | None, pins: Sequence[str] = ()):
-        from ctxagent.agent.context import ContextState
-        from ctxagent.sessions.store import OutputStore
 
-        self.name = name
-        self.steps = list(steps)
-        self.budget = budget
-        self.summarizer = summarizer
-        self.pins = list(pins)
-        self._tools = offloaded.messages
-        root.mkdir(parents=True, exist_ok=True)
-        if offloaded.outputs.is_dir():
-            shutil.copytree(offloaded.outputs, root / "outputs", dirs_exist_ok=True)
-        _forget(root / "outputs")
-        self.store = OutputStore(root / "outputs")
-        self.stored = set(offloaded.handles)
-        self.state = ContextState(transcript_path=str(root / "transcript.jsonl"), model=MODEL)
-        self.materialize_ms: list[float] = []
-        self.compaction_records = 0
+@contextmanager
+def data_dir(path: Path) -> Iterator[None]:
+    """``CTXAGENT_DATA_DIR`` set to ``path`` for the block (the sessions folder of one run)."""
+    old = os.environ.get("CTXAGENT_DATA_DIR")
+    os.environ["CTXAGENT_DATA_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("CTXAGENT_DATA_DIR", None)
+        else:
+            os.environ["CTXAGENT_DATA_DIR"] = old
 
-    def add(self, message: Message, tokens: int, seq: int, turn: int) -> None:
-        from ctxagent.sessions.records import MessageRecord
 
-        self.state.add(MessageRecord(seq=seq, turn=turn, tokens=tokens, message=message))
+class TraceModel:
+    """The model of a run: plays the trace's scripted assistant turns in order and keeps the request it
+    was sent (the messages, and the runner's view entries for their stored token counts). Reports as
+    usage the runner's own estimate of the request (a provider whose tokenizer matches ours exactly:
+    the calibration stays 1). Its time is the model's, not management overhead."""
 
-    def tool_message(self, call_id: str) -> tuple[Message, int]:
-        return self._tools[call_id]
+    name = MODEL
 
-    def view(self, turn: int) -> View:
-        from ctxagent.errors import ContextOverflowError
+    def __init__(self, prep: Prepared):
+        self.prep = prep
+        self.turns = prep.trace.turns
+        self.position = 0  # index of the next turn to play
+        self.runner: Any = None  # set once the runner exists (for the entries of the request)
+        self.seconds = 0.0
+        self.sent: tuple[int, list[Message], list[int]] | None = None  # turn number, messages, tokens per message
 
-        try:
-            built = self.state.build(self.steps, self.budget, turn=turn, summarizer=self.summarizer, pins=self.pins)
-        except ContextOverflowError as err:
-            raise Overflow(str(err)) from err
+    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> Any:
+        from ctxagent.agent.model import Reply, Usage
+
         start = time.perf_counter()
-        self._materialize(built.offloads)
-        self.materialize_ms.append((time.perf_counter() - start) * 1000)
-        if built.compactions:
-            self.state.record(built.compactions)
-            self.compaction_records += len(built.compactions)
-        return View([e.message for e in built.view], [e.tokens for e in built.view], len(built.compactions))
+        turn = self.turns[self.position]
+        self.position += 1
+        entries = self.runner.request()  # the view the runner built for this request
+        if len(entries) == len(messages) and all(e.message is m for e, m in zip(entries, messages, strict=True)):
+            tokens = [e.tokens for e in entries]
+        else:  # not the runner's current view (an emergency rebuild): count the messages themselves
+            tokens = [count_message(m, MODEL) for m in messages]
+        self.sent = (turn.number, list(messages), tokens)
+        usage = Usage(prompt_tokens=PER_REQUEST + sum(tokens) + self.runner.tool_tokens,
+                      completion_tokens=self.prep.assistants[turn.number][1])
+        reply = Reply(turn.content, tuple(ToolCall(c.id, c.name, c.arguments) for c in turn.calls), usage=usage)
+        self.seconds += time.perf_counter() - start
+        return reply
 
-    def _materialize(self, entries: Sequence[Any]) -> None:
-        """What ``Runner._materialize`` does: store the originals the view now points at by handle."""
-        from ctxagent.sessions.store import handle_for
-        from ctxagent.tools.offload import store_text
 
-        for entry in entries:
-            call_id = entry.message.get("tool_call_id") or ""
-            handle = handle_for(call_id)
-            if not call_id or handle in self.stored:
-                continue
-            store_text(self.store, handle, call_id, str(entry.message.get("content") or ""))
-            self.stored.add(handle)
+_AT_MOST = re.compile(r"At most (\d+) tokens")
+
+
+class SummarizerModel:
+    """The summarizer the runner calls (``Runner._summarize``: system + one user message, no tools):
+    :class:`FakeSummarizer` behind the model interface. Like a real LLM it keeps to the prompt's
+    "At most N tokens" and never writes more than ``max_tokens`` (the profile's ``summarizer.max_tokens``,
+    the model's output cap); reports its tokens as usage; its time is the LLM's, not overhead."""
+
+    name = "bench-fake-summarizer"
+
+    def __init__(self, fake: FakeSummarizer, max_tokens: int):
+        self.fake, self.max_tokens = fake, max_tokens
+        self.seconds = 0.0
+
+    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> Any:
+        from ctxagent.agent.model import Reply, Usage
+
+        start = time.perf_counter()
+        text = str(messages[-1].get("content") or "")
+        asked = _AT_MOST.search(text)
+        cap = min(self.max_tokens, int(asked.group(1))) if asked else self.max_tokens
+        before_in, before_out = self.fake.tokens_in, self.fake.tokens_out
+        content = self.fake(text, cap)
+        usage = Usage(prompt_tokens=self.fake.tokens_in - before_in,
+                      completion_tokens=self.fake.tokens_out - before_out)
+        self.seconds += time.perf_counter() - start
+        return Reply(content, usage=usage)
+
+
+def bench_toolset(prep: Prepared, profile: Any, ctx: Any, policy: Any) -> Any:
+    """The run's tools as ``agent.setup.toolset_for`` makes them (the profile's tools, then the context
+    tools its pipelines need), with every tool the trace calls replaced by one that returns the trace's
+    output for that call (the real tool's schema and kind; a trace tool the profile lacks is added).
+    Their values go through the toolset's real ``settle`` (offloading, previews, the output store)."""
+    from dataclasses import replace
+
+    from ctxagent.tools.agent_tools import context_tools
+    from ctxagent.tools.base import Tool, schema
+    from ctxagent.tools.toolset import BUILTIN, make_toolset
+
+    outputs = {c.id: c.output for t in prep.trace.turns for c in t.calls}
+    toolset: Any = None
+
+    def replay(tool_ctx: Any, **arguments: Any) -> str:
+        return outputs[toolset.current]
+
+    called: dict[str, set[str]] = {}
+    for turn in prep.trace.turns:
+        for c in turn.calls:
+            called.setdefault(c.name, set()).update(json.loads(c.arguments))
+
+    def synthetic(name: str) -> Tool:
+        if name in BUILTIN:
+            return replace(BUILTIN[name], fn=replay)
+        return Tool(name, f"benchmark tool {name}", schema({a: {"type": "string"} for a in sorted(called[name])}),
+                    replay)
+
+    steps = sorted({step.strategy for path in profile.pipelines.values() for step in path})
+    tools = [synthetic(n) if n in called else BUILTIN[n] for n in profile.tools]
+    tools += [synthetic(n) for n in called if n not in profile.tools]
+    made = make_toolset([], ctx, policy, [*tools, *context_tools(steps)])
+    toolset = ReplayToolset(list(made.tools.values()), made.ctx, made.policy)
+    return toolset
+
+
+class ReplayToolset(Toolset):
+    """A real :class:`~ctxagent.tools.toolset.Toolset` that tells its replaying tools which call they
+    answer, and times its calls (tool time: the tool and ``settle``, not management overhead)."""
+
+    current = ""
+    seconds = 0.0
+
+    def call(self, call: Any, handle: str | None = None) -> Any:
+        start = time.perf_counter()
+        self.current = call.id
+        try:
+            return super().call(call, handle)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+class CtxagentRun:
+    """ctxagent as a user runs it: the real :class:`ctxagent.agent.runner.Runner` on a real session
+    (header, transcript, output store) with ``profile`` on ``path``, :class:`TraceModel` as its model,
+    :func:`bench_toolset` as its tools and, where the runner uses one, :class:`SummarizerModel`.
+
+    :meth:`drive` feeds it the trace: ``runner.run(user message, max_turns=N)`` for each stretch of
+    turns up to the next user message (the run stops at that bound, with the runner's own "max_turns"
+    end record, and the next ``run`` appends the user message), so the requests are exactly the
+    trace's, as for every other configuration. Every request the model receives is checked
+    (:class:`Checks`). Overhead of a request: the runner's wall time from the end of the previous
+    request's tools to the reply recorded (building the view, strategies, compaction and output
+    records, materialized originals, transcript appends), minus the model's and the summarizer's time.
+    """
+
+    def __init__(self, name: str, prep: Prepared, profile: Any, *, path: str, window: int, root: Path):
+        import yaml
+
+        from ctxagent.agent.runner import Runner
+        from ctxagent.agent.setup import offload_policy
+        from ctxagent.agent.state import fold
+        from ctxagent.sessions import records
+        from ctxagent.sessions.session import Session
+        from ctxagent.tools.base import ToolContext
+
+        self.name, self.prep, self.profile, self.path, self.window = name, prep, profile, path, window
+        self.data = root / "data"
+        workdir = root / "work"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.fake = FakeSummarizer()
+        self.summarizer = SummarizerModel(self.fake, profile.summarizer.max_tokens)
+        self.model = TraceModel(prep)
+        self.policy = offload_policy(profile, MODEL)
+        # the profile as run (window, limits, pipeline changed from the bundled one) is a YAML file the
+        # header names, as `--profile PATH` would, with its text kept in the header
+        profile_file = root / "profile.yaml"
+        profile_text = yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False)
+        profile_file.write_text(profile_text, encoding="utf-8")
+        with data_dir(self.data):
+            self.session = Session.at("bench")
+            self.session.root.mkdir(parents=True)
+            header = records.SessionHeader(name=self.session.name, model=MODEL, profile=str(profile_file),
+                                           context_window=window, path=path, workdir=str(workdir),
+                                           profile_text=profile_text)
+            self.session.transcript.append([header])
+            state = fold([header], transcript_path=str(self.session.transcript.path))
+            self.store = self.session.store
+            self.toolset = bench_toolset(prep, profile, ToolContext(self.store, workdir), self.policy)
+            self.runner = Runner(self.session, state, profile, self.model, self.toolset,
+                                 summarizer_model=lambda: self.summarizer)
+        self.runner.gate.allow_all = True  # as `ctxagent run --allow-all`: the trace's shell and write calls run
+        self.model.runner = self.runner
+        _forget(self.store.root)
 
     def stored_texts(self, view_text: str) -> list[str]:
         return store_texts(self.store.root, view_text)
+
+    def drive(self, *, group: str, probes: bool = True,
+              on_view: Callable[[int, View], None] | None = None) -> RunResult:
+        """Run the whole trace through the runner; see the class docstring. Never raises for ctxagent's
+        error: an overflow (``ContextOverflowError``) or a crash stops the run at that turn."""
+        from ctxagent.agent.events import Compacted, Replied, Requesting, ToolDone
+        from ctxagent.errors import ContextOverflowError, LimitReached
+
+        result = RunResult(self.name, group)
+        budget = self.runner.budget()
+        system = {"role": "system", "content": self.profile.system_prompt}
+        checks = Checks(result, self.prep.trace, system, window=self.window, tool_tokens=self.runner.tool_tokens,
+                        reserved=int(budget.reserved), probes=probes, on_view=on_view)
+        turns, model = self.prep.trace.turns, self.model
+        task: Message | None = None
+        current: Message | None = None
+        users_sent: set[int] = set()
+        with data_dir(self.data):
+            while model.position < len(turns) and result.stopped_at is None:
+                turn = turns[model.position]
+                user = None
+                if turn.user is not None and turn.number not in users_sent:
+                    users_sent.add(turn.number)
+                    user = turn.user
+                    current = {"role": "user", "content": user}
+                    task = task or current
+                upto = next((i for i in range(model.position + 1, len(turns)) if turns[i].user is not None), len(turns))
+                events = self.runner.run(user, max_turns=upto - model.position)
+                step = 0.0  # the runner's own time since the last request's tools ended
+                compactions = 0
+                announced: Any = None
+                in_model, in_llm = model.seconds, self.summarizer.seconds
+                try:
+                    while True:
+                        start = time.perf_counter()
+                        try:
+                            event = next(events)
+                        except StopIteration:
+                            break
+                        finally:
+                            step += time.perf_counter() - start
+                        if isinstance(event, Compacted):
+                            compactions += 1
+                        elif isinstance(event, Requesting):
+                            announced = event
+                        elif isinstance(event, Replied):
+                            assert model.sent is not None and task is not None
+                            number, messages, tokens = model.sent
+                            overhead = step - (model.seconds - in_model) - (self.summarizer.seconds - in_llm)
+                            request, prefix = checks.request(number, View(messages, tokens, compactions), self, task,
+                                                             current, overhead)
+                            # the runner's own account of the request must agree with the harness's
+                            if announced is None or announced.tokens != request + checks.reserved or (
+                                    checks.previous is not None and len(result.tokens) > 1
+                                    and announced.same != prefix.messages):
+                                result.extra["runner_disagreements"] = result.extra.get("runner_disagreements", 0) + 1
+                            announced = None
+                            result.extra["compaction_records"] = result.extra.get("compaction_records", 0) + compactions
+                            step, compactions = 0.0, 0
+                        elif isinstance(event, ToolDone):
+                            step = 0.0
+                            in_model, in_llm = model.seconds, self.summarizer.seconds
+                except LimitReached:
+                    pass  # the end of this stretch: the next user message follows
+                except ContextOverflowError as err:
+                    result.stopped_at = turns[min(model.position, len(turns) - 1)].number
+                    result.error = f"context overflow: {err}"[:400]
+                except Exception as err:  # a crash is a finding, reported, not a benchmark failure
+                    result.stopped_at = turns[min(model.position, len(turns) - 1)].number
+                    result.error = f"crash: {type(err).__name__}: {err}"[:400]
+        result.summarizer_calls = self.fake.calls
+        result.summarizer_tokens_in = self.fake.tokens_in
+        result.summarizer_tokens_out = self.fake.tokens_out
+        result.extra.setdefault("compaction_records", 0)
+        result.extra.setdefault("runner_disagreements", 0)
+        result.extra["tool_schema_tokens"] = self.runner.tool_tokens
+        result.extra.update(model_seconds=model.seconds, tool_seconds=self.toolset.seconds,
+                            summarizer_seconds=self.summarizer.seconds,
+                            transcript_bytes=self.session.transcript.path.stat().st_size)
+        return result
 
 
 def _forget(outputs: Path) -> None:
@@ -421,7 +629,6 @@ class RunResult:
     summarizer_calls: int = 0
     summarizer_tokens_in: int = 0
     summarizer_tokens_out: int = 0
-    materialize_ms: list[float] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def total(self, upto: int | None = None) -> int:
@@ -446,23 +653,74 @@ def check_head(messages: Sequence[Message], system: Message, task: Message, curr
     return None
 
 
+class Checks:
+    """What is checked and counted on every request, whoever built it (:func:`drive` for the peers and
+    the baselines, :class:`CtxagentRun` for ctxagent): input tokens, the prompt-cache prefix, compactions,
+    BUDGET, PAIR, HEAD, fact probes. ``system`` is the system message HEAD wants first."""
+
+    def __init__(self, result: RunResult, trace: Trace, system: Message, *, window: int, tool_tokens: int,
+                 reserved: int, probes: bool = True, on_view: Callable[[int, View], None] | None = None):
+        self.result, self.system = result, system
+        self.window, self.tool_tokens, self.reserved = window, tool_tokens, reserved
+        self.on_view = on_view
+        self.previous: list[Message] | None = None  # the last request's messages, copied (a manager may reuse its list)
+        self.wanted: dict[int, list[tuple[Any, int]]] = {}
+        if probes:
+            for at, fact, distance in trace.probes():
+                self.wanted.setdefault(at, []).append((fact, distance))
+
+    def request(self, number: int, view: View, stored: Any, task: Message, current: Message | None,
+                overhead_s: float) -> tuple[int, Prefix]:
+        """Check and count the request of turn ``number``; ``stored`` has ``stored_texts(view_text)``.
+        Returns the request's input tokens (messages, schemas, priming) and its cached prefix."""
+        result = self.result
+        result.overhead_ms.append(overhead_s * 1000)
+        request = PER_REQUEST + sum(view.tokens) + self.tool_tokens
+        result.tokens.append(request)
+        prefix = cached_prefix(self.previous, view.messages, view.tokens, self.tool_tokens)
+        result.cached.append(prefix.tokens)
+        if self.previous is not None and prefix.messages < len(self.previous):
+            result.prefix_breaks.append(number)
+        self.previous = [dict(m) for m in view.messages]
+        result.turns = number
+        if view.compactions:
+            result.compaction_turns.append(number)
+        if request + self.reserved > self.window:
+            result.over_budget_requests += 1
+            result.over_budget_turns.append(number)
+        problems = pair_violations(view.messages)
+        if problems:
+            result.pair_violation_requests += 1
+            result.pair_violation_turns.append(number)
+            if len(result.pair_examples) < 3:
+                result.pair_examples.append(f"turn {number}: {problems[0]}")
+        head = check_head(view.messages, self.system, task, current)
+        if head:
+            result.head_violation_requests += 1
+            if len(result.head_examples) < 3:
+                result.head_examples.append(f"turn {number}: {head}")
+        if number in self.wanted:
+            result.probes.extend(probe(view, stored, self.wanted[number], number))
+        if self.on_view is not None:
+            self.on_view(number, view)
+        return request, prefix
+
+
 def drive(prep: Prepared, manager: Manager, *, group: str, window: int, tool_tokens: int, reserved: int,
           probes: bool = True, on_view: Callable[[int, View], None] | None = None) -> RunResult:
-    """Run ``manager`` over the trace; see the module docstring. Never raises for a manager's error:
-    a manager that refuses (Overflow) or crashes stops the run and the result says at which turn."""
+    """Run ``manager`` (a baseline or a peer) over the trace: per turn, append the user message, ask
+    for the view (timed), check it (:class:`Checks`), append the scripted reply and the tool results.
+    Never raises for a manager's error: a manager that refuses (Overflow) or crashes stops the run and
+    the result says at which turn. ctxagent itself is driven by :class:`CtxagentRun` (the real runner)."""
     result = RunResult(manager.name, group)
-    trace = prep.trace
+    checks = Checks(result, prep.trace, prep.system, window=window, tool_tokens=tool_tokens, reserved=reserved,
+                    probes=probes, on_view=on_view)
     seq = 0
     task: Message | None = None
     current: Message | None = None
-    wanted: dict[int, list[tuple[Any, int]]] = {}
-    previous: list[Message] | None = None  # the last request's messages, copied (a manager may reuse its list)
-    if probes:
-        for at, fact, distance in trace.probes():
-            wanted.setdefault(at, []).append((fact, distance))
     manager.add(prep.system, prep.system_tokens, seq, 0)
     seq += 1
-    for turn in trace.turns:
+    for turn in prep.trace.turns:
         number = turn.number
         if number in prep.users:
             msg, tokens = prep.users[number]
@@ -483,36 +741,8 @@ def drive(prep: Prepared, manager: Manager, *, group: str, window: int, tool_tok
         elapsed = time.perf_counter() - start
         if manager.summarizer is not None:  # the summarizer stands for an LLM call: its time is not ours
             elapsed -= manager.summarizer.seconds - in_llm
-        result.overhead_ms.append(elapsed * 1000)
-        request = PER_REQUEST + sum(view.tokens) + tool_tokens
-        result.tokens.append(request)
-        prefix = cached_prefix(previous, view.messages, view.tokens, tool_tokens)
-        result.cached.append(prefix.tokens)
-        if previous is not None and prefix.messages < len(previous):
-            result.prefix_breaks.append(number)
-        previous = [dict(m) for m in view.messages]
-        result.turns = number
-        if view.compactions:
-            result.compaction_turns.append(number)
-        if request + reserved > window:
-            result.over_budget_requests += 1
-            result.over_budget_turns.append(number)
-        problems = pair_violations(view.messages)
-        if problems:
-            result.pair_violation_requests += 1
-            result.pair_violation_turns.append(number)
-            if len(result.pair_examples) < 3:
-                result.pair_examples.append(f"turn {number}: {problems[0]}")
         assert task is not None
-        head = check_head(view.messages, prep.system, task, current)
-        if head:
-            result.head_violation_requests += 1
-            if len(result.head_examples) < 3:
-                result.head_examples.append(f"turn {number}: {head}")
-        if number in wanted:
-            result.probes.extend(probe(view, manager, wanted[number], number))
-        if on_view is not None:
-            on_view(number, view)
+        checks.request(number, view, manager, task, current, elapsed)
         msg, tokens = prep.assistants[number]
         manager.add(msg, tokens, seq, number)
         seq += 1
@@ -524,15 +754,14 @@ def drive(prep: Prepared, manager: Manager, *, group: str, window: int, tool_tok
         result.summarizer_calls = manager.summarizer.calls
         result.summarizer_tokens_in = manager.summarizer.tokens_in
         result.summarizer_tokens_out = manager.summarizer.tokens_out
-    result.materialize_ms = list(getattr(manager, "materialize_ms", []))
     return result
 
 
-def probe(view: View, manager: Manager, facts: list[tuple[Any, int]], turn: int) -> list[dict[str, Any]]:
+def probe(view: View, manager: Any, facts: list[tuple[Any, int]], turn: int) -> list[dict[str, Any]]:
     """Where each probed fact's latest value is: in the view, through a handle the view names, or
     lost (``stale`` when only a superseded value is still there)."""
     text = "\n".join(text_of(m) for m in view.messages)
-    stored = manager.stored_texts(text)
+    stored = manager.stored_texts(text)  # anything with stored_texts(view_text)
     out = []
     for fact, distance in facts:
         value = fact.expected(turn)
@@ -588,7 +817,6 @@ def summary(result: RunResult, baseline: RunResult | None, checkpoints: Sequence
         "overhead_ms_p99": pct(over, 0.99),
         "overhead_ms_p50_first100": statistics.median(first) if first else 0.0,
         "overhead_ms_p50_last100": statistics.median(last) if last else 0.0,
-        "materialize_ms_total": sum(result.materialize_ms),
         "summarizer_calls": result.summarizer_calls,
         "summarizer_tokens_in": result.summarizer_tokens_in,
         "summarizer_tokens_out": result.summarizer_tokens_out,

@@ -1,6 +1,6 @@
-"""Peers driven through the same loop as ctxagent: LangChain's ``trim_messages`` and context editing,
-and deepagents' middleware. Each is optional (the ``bench`` extra); a missing one is reported, not
-faked.
+"""Peers driven through ``harness.drive`` and checked like ctxagent's requests (``harness.Checks``):
+LangChain's ``trim_messages`` and context editing, and deepagents' middleware. Each is optional
+(the ``bench`` extra); a missing one is reported, not faked.
 
 Our OpenAI-format messages are converted once with ``langchain_core.messages.convert_to_messages``
 (a LangChain user holds LangChain messages), each tagged with ``id = "m<seq>"`` so the output can be

@@ -24,8 +24,7 @@ import ctxagent
 from benchmarks import peers
 from benchmarks.harness import (
     MODEL,
-    CtxagentManager,
-    FakeSummarizer,
+    CtxagentRun,
     Manager,
     PlainManager,
     Prepared,
@@ -161,17 +160,23 @@ class Runner:
         self.results.append(result)
         return result
 
-    def ctxagent(self, name: str, group: str, s: Setup, steps: list[StrategyConfig], summarizer: bool,
-                 on_view: Any = None) -> RunResult:
-        manager = CtxagentManager(name, steps=steps, budget=s.budget, offloaded=self.offloaded(s),
-                                  root=self.fresh(name), summarizer=FakeSummarizer() if summarizer else None,
-                                  pins=s.profile.pins)
+    def ctxagent_run(self, name: str, s: Setup, path: str, steps: list[StrategyConfig] | None = None) -> CtxagentRun:
+        """The real runner with ``s``'s profile on ``path`` (``steps``: the pipeline on both paths
+        instead of the profile's), in a fresh session of its own."""
+        profile = s.profile
+        if steps is not None:
+            profile = profile.model_copy(update={"pipelines": {"interactive": list(steps), "batch": list(steps)}})
+        return CtxagentRun(name, self.prep, profile, path=path, window=s.window, root=self.fresh(name))
+
+    def ctxagent(self, name: str, group: str, s: Setup, path: str, steps: list[StrategyConfig] | None = None,
+                 on_view: Any = None, probes: bool = True) -> RunResult:
+        run = self.ctxagent_run(name, s, path, steps)
         if name in self.capture and on_view is None:
             from benchmarks.live import capture_hook
 
-            self.captured[name], on_view = capture_hook(manager.store, s.policy, self.prep.trace.probes())
-        result = self.run(manager, group, s, on_view)
-        result.extra["compaction_records"] = manager.compaction_records
+            self.captured[name], on_view = capture_hook(run.store, run.policy, self.prep.trace.probes())
+        result = run.drive(group=group, probes=probes, on_view=on_view)
+        self.results.append(result)
         if s.problem:
             result.extra["profile_check"] = s.problem
         return result
@@ -214,7 +219,7 @@ def long_session(quick: bool, peers_on: bool = True, only: str | None = None, lo
     for name in registry.names():
         label = f"{name} alone"
         if step(label):
-            runner.ctxagent(label, "strategy", base, steps_of(name), summarizer=True)
+            runner.ctxagent(label, "strategy", base, "interactive", steps_of(name))
     run_profiles(runner, setups, step)
     if peers_on:
         run_peers(runner, base, wanted, step)
@@ -228,13 +233,12 @@ def run_profiles(runner: Runner, setups: dict[str, Setup], step: Any) -> None:
         paths = s.profile.pipelines
         inter, batch = paths.get("interactive", []), paths.get("batch", [])
         same = [x.model_dump() for x in inter] == [x.model_dump() for x in batch]
-        for path, steps in (("interactive", inter), ("batch", batch)):
+        for path in ("interactive", "batch"):
             if same and path == "batch":
                 continue
             name = f"profile {label} ({'both paths' if same else path})"
-            if step(name):
-                llm = path == "interactive" or s.profile.allow_llm_in_batch
-                runner.ctxagent(name, "profile", s, list(steps), summarizer=llm)
+            if step(name):  # the runner gives LLM strategies the summarizer where the path allows it
+                runner.ctxagent(name, "profile", s, path)
 
 
 def sized_sessions(quick: bool, peers_on: bool = True, only: str | None = None,
@@ -360,17 +364,16 @@ def repeated(quick: bool, log: Any = print) -> dict[str, Any]:
     off = runner.offloaded(base)
     reference = runner.run(PlainManager("offload only (no strategy)", off.messages, off.outputs), "baseline", base,
                            probes=False)
-    configs: list[tuple[str, Setup, list[StrategyConfig]]] = [("dedupe alone", base, steps_of("dedupe"))]
+    configs: list[tuple[str, Setup, list[StrategyConfig] | None]] = [("dedupe alone", base, steps_of("dedupe"))]
     for label, profile, problem in profiles():
-        steps = profile.pipeline("batch")
-        if any(x.strategy == "dedupe" for x in steps):
-            configs.append((f"profile {label} (batch)", setup(label, profile, quick, root, problem), list(steps)))
+        if any(x.strategy == "dedupe" for x in profile.pipeline("batch")):
+            configs.append((f"profile {label} (batch)", setup(label, profile, quick, root, problem), None))
     for name, s, steps in configs:
         log(f"  {name}")
-        manager = CtxagentManager(name, steps=steps, budget=s.budget, offloaded=runner.offloaded(s),
-                                  root=runner.fresh(name), summarizer=None)
-        check = DedupeCheck(prep, manager, changed)
-        result = runner.run(manager, "strategy", s, on_view=check, probes=False)
+        run = runner.ctxagent_run(name, s, "batch", steps)
+        check = DedupeCheck(prep, run, changed)
+        result = run.drive(group="strategy", probes=False, on_view=check)
+        runner.results.append(result)
         out["configs"].append({
             "name": name,
             "total_input_tokens": result.total(),

@@ -208,3 +208,44 @@ def test_cached_prefix_stops_at_an_early_change() -> None:
 def test_billed_counts_cached_tokens_at_the_ratio() -> None:
     assert harness.billed([1000, 2000], [0, 1000], 0.1) == pytest.approx(1000 + 1000 + 100)
     assert harness.model_cache_ratio("openai/gpt-4o-mini") in (None, pytest.approx(0.5))
+
+
+def test_ctxagent_is_driven_through_the_real_runner(tmp_path: Path) -> None:
+    """ctxagent's rows come from the real Runner on a real session: the transcript holds every request's
+    reply and every compaction the harness counted, the runner's own account of each request (tokens,
+    cached prefix) agrees with the harness's, and offloaded outputs resolve in the session's store."""
+    from ctxagent.sessions import records
+
+    suite = importlib.import_module("benchmarks.suite")
+    profile = load_profile("default")
+    prep = harness.prepare(workloads.sized_session("logs-2300", 60), profile.system_prompt)
+    runner = suite.Runner(prep, True, tmp_path)
+    s = suite.setup("default", profile, True, tmp_path, window=suite.SIZED_WINDOW)
+    run = runner.ctxagent_run("profile default (batch)", s, "batch")
+    result = run.drive(group="profile")
+    assert result.turns == 60 and len(result.tokens) == 60 and result.stopped_at is None
+    assert result.extra["runner_disagreements"] == 0 and result.compaction_turns
+    assert result.over_budget_requests == 0 and result.pair_violation_requests == 0
+    items = run.session.transcript.load()
+    replies = [r for r in items if isinstance(r, records.MessageRecord) and r.message["role"] == "assistant"]
+    assert len(replies) == 60
+    assert sum(isinstance(r, records.CompactionRecord) for r in items) == result.extra["compaction_records"] > 0
+    outputs = [r for r in items if isinstance(r, records.OutputRecord)]
+    assert outputs and all(run.store.path_of(r.handle).is_file() for r in outputs)
+    assert any(p["status"] == "handle" for p in result.probes)  # a fact reached through the real store
+    from ctxagent.agent.setup import next_request
+
+    with harness.data_dir(run.data):  # a real session: ctxagent itself reads back the last request sent
+        last = next_request(run.session).last
+    assert run.model.sent is not None and [e.message for e in last] == run.model.sent[1]
+
+
+def test_a_strategy_that_cannot_bound_the_context_stops_with_the_runners_overflow(tmp_path: Path) -> None:
+    suite = importlib.import_module("benchmarks.suite")
+    profile = load_profile("default")
+    prep = harness.prepare(workloads.sized_session("logs-2300", 40), profile.system_prompt)
+    runner = suite.Runner(prep, True, tmp_path)
+    s = suite.setup("default", profile, True, tmp_path, window=suite.SIZED_WINDOW)
+    result = runner.ctxagent("dedupe alone", "strategy", s, "interactive", suite.steps_of("dedupe"))
+    assert result.stopped_at is not None and result.error.startswith("context overflow")
+    assert result.turns == result.stopped_at - 1 and result.over_budget_requests == 0

@@ -229,8 +229,10 @@ class Runner:
     def _build(self, steps: list[Any], budget: Budget) -> Iterator[Event]:
         """Build the view with ``steps``, record what it made (offloads, compactions); returns the
         request's view: the state's base view with the pins message."""
+        # strategies decide on the view with every pin shown: if they compact, that is the request
+        # (the pins message is refreshed by the compaction), so a rebuild decides the same (IDENTITY)
         built = self.state.context.build(steps, budget, turn=self.state.replies + 1, summarizer=self.summarizer(),
-                                         pins=self.pins(), shown_pins=self.shown_pins())
+                                         pins=self.pins())
         self._materialize(built.offloads)
         if built.compactions:
             self._append(*(record_of(c) for c in built.compactions))

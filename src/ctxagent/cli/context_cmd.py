@@ -49,6 +49,8 @@ def context(
                          for e in nxt.view],
             "compactions": {"recorded": [r.model_dump(mode="json") for r in nxt.recorded],
                             "next": [c.__dict__ for c in nxt.compactions]},
+            "same_as_last": {"messages": nxt.same, "tokens": sum(e.tokens for e in nxt.view[:nxt.same]),
+                             "last_messages": len(nxt.last)},
         }, ensure_ascii=False))
         return
     _render(nxt, budget)
@@ -56,12 +58,16 @@ def context(
 
 def _render(nxt: NextRequest, budget: dict[str, int | float]) -> None:
     console = Console(highlight=False, soft_wrap=True)
-    table = Table("#", "seq", "role", "kind", "tokens", "content")
+    table = Table("#", "seq", "role", "kind", "tokens", "cache", "content")
     for i, e in enumerate(nxt.view):
         seq = str(e.start) if e.start == e.end else f"{e.start}-{e.end}"
-        table.add_row(str(i), seq, e.role, e.kind, str(e.tokens), escape(one_line(str(e.message.get("content") or
-                      [c["function"]["name"] for c in e.message.get("tool_calls") or []]), 90)))
+        same = "same" if i < nxt.same else "new"
+        table.add_row(str(i), seq, e.role, e.kind, str(e.tokens), same, escape(one_line(str(e.message.get("content")
+                      or [c["function"]["name"] for c in e.message.get("tool_calls") or []]), 90)))
     console.print(table)
+    same_tokens = sum(e.tokens for e in nxt.view[:nxt.same])
+    console.print(f"prefix: the first {nxt.same} of {len(nxt.view)} messages ({same_tokens} tokens) are identical to "
+                  f"the last request sent ({len(nxt.last)} messages); a provider's prompt cache can serve them")
     b = budget
     window = int(b["window"])
     bar = budget_bar(int(b["used"]), window, b["target"] / window, b["trigger"] / window)

@@ -125,6 +125,7 @@ class CompactionRecord(_Record):
     message: dict[str, Any] | None = None
     tokens: int = 0
     tokens_before: int = 0
+    refs: list[str] = Field(default_factory=list)  # handles of the tool results in the range
 
 
 class EndRecord(_Record):

@@ -25,6 +25,8 @@ class Entry:
     for a transcript message, else the name of the strategy that made the entry. A tool result
     (and a replacement of one) carries its ``handle``, chosen once when its record was written
     (:mod:`ctxagent.handles`), and ``offloaded``: its full value is already in the output store.
+    A replacement of a range carries ``refs``, the handles of the tool results it stands for, so
+    the model keeps a way back to each of them (NO LOSS).
     """
 
     message: Message
@@ -35,6 +37,7 @@ class Entry:
     kind: str = "message"
     handle: str | None = None
     offloaded: bool = False
+    refs: tuple[str, ...] = ()  # a replacement of a range: the handles of the tool results inside it
     role: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -133,6 +136,7 @@ class Compaction:
     message: Message | None
     tokens: int
     tokens_before: int
+    refs: tuple[str, ...] = ()  # handles of the tool results inside the range (named in the message)
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def keep_pins(view: Sequence[Entry], outcome: Outcome, ctx: StrategyContext) -> 
         comp = fixed.get((entry.start, entry.end))
         if comp is not None and entry.kind == comp.strategy:
             entry = Entry(comp.message, comp.tokens, entry.start, entry.end, entry.turn, entry.kind, entry.handle,
-                          entry.offloaded)
+                          entry.offloaded, entry.refs)
         new_view.append(entry)
     return Outcome(new_view, compactions, outcome.offloads)
 
@@ -172,6 +172,31 @@ def handle_of(entry: Entry) -> str:
     return entry.handle or handle_for(str(entry.message.get("tool_call_id") or ""))
 
 
+def refs_of(entries: Iterable[Entry]) -> tuple[str, ...]:
+    """The handles of the tool results ``entries`` stand for (their own, or those a replacement
+    carries in ``refs``), oldest first, once each."""
+    found: dict[str, None] = {}
+    for entry in entries:
+        if entry.role == "tool":
+            found.setdefault(handle_of(entry), None)
+        for ref in entry.refs:
+            found.setdefault(ref, None)
+    return tuple(found)
+
+
+def unstored(entries: Iterable[Entry]) -> list[Entry]:
+    """The original tool results among ``entries`` whose full text is not in the output store yet
+    (for :attr:`Outcome.offloads`, so that the handles a note names resolve)."""
+    return [e for e in entries if e.role == "tool" and e.kind == "message" and not e.offloaded]
+
+
+def handles_line(refs: Sequence[str]) -> str:
+    """The line a replacement of a range ends with: the handles of the tool results it removed."""
+    if not refs:
+        return ""
+    return "\n[full tool results of these messages, by handle (read_output, grep_output): " + " ".join(refs) + "]"
+
+
 def size_of(entry: Entry) -> str:
     """The size of a tool result's full text in tokens, as shown: from an offloaded preview's own
     ``[full output: ... N tokens; saved as @...]`` line when there is one, else the entry's tokens."""
@@ -240,6 +265,7 @@ def replace_runs(
     compaction (seq range of the run) so replay rebuilds the same view."""
     out: list[Entry] = []
     compactions: list[Compaction] = []
+    offloads: list[Entry] = []
     starts = {run[0]: list(run) for run in runs}
     skip: set[int] = set()
     for index, entry in enumerate(view):
@@ -250,12 +276,15 @@ def replace_runs(
             continue
         run = [view[i] for i in starts[index]]
         skip.update(starts[index])
+        refs = refs_of(run)
         message = make(run)
+        message = {**message, "content": content_of(message) + handles_line(refs)}
         tokens = count_message(message, ctx.model)
         start, end = run[0].start, run[-1].end
-        compactions.append(Compaction(name, start, end, message, tokens, sum(e.tokens for e in run)))
-        out.append(Entry(message, tokens, start, end, run[-1].turn, kind=name))
-    return Outcome(out, compactions)
+        compactions.append(Compaction(name, start, end, message, tokens, sum(e.tokens for e in run), refs))
+        out.append(Entry(message, tokens, start, end, run[-1].turn, kind=name, refs=refs))
+        offloads.extend(unstored(run))
+    return Outcome(out, compactions, offloads)
 
 
 def nothing_new(view: Sequence[Entry], run: Sequence[int]) -> bool:

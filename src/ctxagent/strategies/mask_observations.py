@@ -5,7 +5,8 @@ observation masking as good as LLM summarization at about half the cost, with a 
 turns; the tool-result lifecycle is "full while referenced, then findings only, then removed";
 pointer memory lets the model see a key (a handle) instead of the value.
 
-The last ``keep`` tool results stay verbatim. Each older result over ``min_tokens`` becomes
+The newest tool results stay verbatim: at most ``keep`` of them and, past the newest one, at
+most ``keep_tokens`` (a fraction of the context window) in all. Each older result over ``min_tokens`` becomes
 ``[ctxagent masked an old tool result: shell(command=ls -la), 1,234 tokens; full result: @c12 ...]``
 (the call in short, looked up in the preceding assistant message, the size, the handle). An
 offloaded preview (its content names its own handle) becomes the stub whatever its size and
@@ -22,6 +23,8 @@ requests extend this one and a resume replays it.
 
 Parameters:
     keep: tool results (counted from the newest) kept verbatim; default 10.
+    keep_tokens: fraction of the context window those verbatim results may take; default 0.15
+        (in a 32K window two or three 1,500-token outputs, in a 128K one ~19K tokens).
     min_tokens: tokens a result must exceed to be masked (offloaded previews always are); default 50.
     batch: results that must qualify before any already-sent one is masked; default ``keep``
         (``1`` masks one result per request, the behaviour that breaks the cache every turn).
@@ -54,20 +57,34 @@ def stub(entry: Entry, call: dict | None, pins: tuple[str, ...]) -> str:
     return with_pins(line, [content_of(entry.message)], pins)
 
 
+def _kept(view: list[Entry], recent: list[int], max_tokens: float) -> int:
+    """How many of the ``recent`` results (indexes, oldest first) stay verbatim: the newest always,
+    then older ones while their tokens add up to at most ``max_tokens``."""
+    total, kept = 0, 0
+    for index in reversed(recent):
+        total += view[index].tokens
+        if kept and total > max_tokens:
+            break
+        kept += 1
+    return kept
+
+
 class MaskObservations:
     """Mask old tool results; see the module docstring."""
 
     name = "mask_observations"
     uses_llm = False
     batched = True
-    params: ClassVar[dict[str, Any]] = {"keep": 10, "min_tokens": 50, "batch": None}
+    params: ClassVar[dict[str, Any]] = {"keep": 10, "keep_tokens": 0.15, "min_tokens": 50, "batch": None}
 
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
         keep = int(ctx.params.get("keep", self.params["keep"]))
         min_tokens = int(ctx.params.get("min_tokens", self.params["min_tokens"]))
         batch = max(1, int(ctx.params.get("batch") or keep or 1))
         results = [i for i, e in enumerate(view) if e.role == "tool"]
-        old = results[: max(0, len(results) - keep)]
+        kept = _kept(view, results[max(0, len(results) - keep):] if keep else [],
+                     float(ctx.params.get("keep_tokens", self.params["keep_tokens"])) * ctx.budget.window)
+        old = results[: len(results) - kept]
         calls = calls_of_results(view)
         masked: list[tuple[int, Entry, bool]] = []
         for index in old:

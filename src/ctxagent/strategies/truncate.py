@@ -4,7 +4,9 @@ Free, fast, deterministic, never hallucinates: the default wherever nobody is wa
 paths). Target: half the context window by default, leaving room for the current turn's input and
 output. Keeps HEAD (system message, task, the user message of the current turn), never splits a
 tool call from its results (units from :func:`~ctxagent.strategies.base.groups`), always keeps the
-most recent unit, and leaves a one-line note naming the transcript where messages were dropped.
+most recent unit, and leaves a note naming the transcript where messages were dropped and the
+handle of every tool result they held (NO LOSS: the originals go to the output store, so each
+handle resolves; a later truncation that drops the note carries its handles over).
 The drop is recorded as a compaction so the next views start from it (and resume sees the same).
 
 Parameters: ``target`` (fraction of the window; default the profile's ``target``).
@@ -14,11 +16,13 @@ from __future__ import annotations
 
 from ctxagent.messages import Message
 from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, groups, protected
+from ctxagent.strategies.common import handles_line, refs_of, unstored
 from ctxagent.tokens import count_message
 
 
 def note_message(dropped: list[Entry], ctx: StrategyContext) -> Message:
-    """The one-line user-role note that stands where ``dropped`` entries were (oldest first)."""
+    """The user-role note that stands where ``dropped`` entries were (oldest first): what was
+    dropped, where the transcript is, and the handles of the tool results it held."""
     tokens = sum(e.tokens for e in dropped)
     turns = f"turns {dropped[0].turn}-{dropped[-1].turn}"
     return {
@@ -26,7 +30,7 @@ def note_message(dropped: list[Entry], ctx: StrategyContext) -> Message:
         "content": (
             f"[ctxagent] {sum(e.end - e.start + 1 for e in dropped)} earlier messages ({turns}, "
             f"{tokens} tokens) were dropped from this view to fit the context window; "
-            f"the full transcript is at {ctx.transcript_path}"
+            f"the full transcript is at {ctx.transcript_path}" + handles_line(refs_of(dropped))
         ),
     }
 
@@ -57,6 +61,7 @@ class Truncate:
     def _rebuild(self, view: list[Entry], dropped: set[int], ctx: StrategyContext) -> Outcome:
         out: list[Entry] = []
         compactions: list[Compaction] = []
+        offloads: list[Entry] = []
         run: list[Entry] = []
         for index, entry in enumerate([*view, None]):
             if entry is not None and index in dropped:
@@ -68,10 +73,11 @@ class Truncate:
                 if tokens >= before:  # a note as long as what it replaces would only grow the view
                     out.extend(run)
                 else:
-                    start, end = run[0].start, run[-1].end
-                    compactions.append(Compaction(self.name, start, end, note, tokens, before))
-                    out.append(Entry(note, tokens, start, end, run[-1].turn, kind=self.name))
+                    start, end, refs = run[0].start, run[-1].end, refs_of(run)
+                    compactions.append(Compaction(self.name, start, end, note, tokens, before, refs))
+                    out.append(Entry(note, tokens, start, end, run[-1].turn, kind=self.name, refs=refs))
+                    offloads.extend(unstored(run))
                 run = []
             if entry is not None:
                 out.append(entry)
-        return Outcome(out, compactions) if compactions else Outcome(view)
+        return Outcome(out, compactions, offloads) if compactions else Outcome(view)
