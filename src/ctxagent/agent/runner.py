@@ -11,12 +11,13 @@ by a crash gets a synthetic "interrupted" result when the session is opened agai
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import Any
 
 from ctxagent.agent.context import check_budget, check_protected, compaction_of, largest_parts, record_of, with_pins
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone
 from ctxagent.agent.model import Model, Reply, Usage
+from ctxagent.agent.sinks import MemorySink, Sink, TranscriptSink
 from ctxagent.agent.state import SessionState
 from ctxagent.errors import (
     ContextOverflowError,
@@ -39,36 +40,6 @@ from ctxagent.tools.toolset import ERROR_PREFIX, ToolOutcome, Toolset
 MAX_RECOVERIES = 2  # emergency compactions per turn after a provider "context too long"
 SUMMARIZER_SYSTEM = "You compress an agent's working transcript. Follow the instructions in the user message exactly."
 INTERRUPTED = "[ctxagent] interrupted: this tool call did not finish (the process stopped); run it again if needed"
-
-
-class Sink(Protocol):
-    """Where the runner's records go before the state applies them."""
-
-    writes_files: bool
-
-    def write(self, items: Sequence[Any]) -> None: ...
-
-
-@dataclass
-class TranscriptSink:
-    """The live sink: the session's transcript (flushed and fsynced before ``write`` returns)."""
-
-    session: Session
-    writes_files: bool = True
-
-    def write(self, items: Sequence[Any]) -> None:
-        self.session.transcript.append(items)
-
-
-@dataclass
-class MemorySink:
-    """A read-only peek's sink: records kept in memory, nothing written anywhere."""
-
-    items: list[Any] = field(default_factory=list)
-    writes_files: bool = False
-
-    def write(self, items: Sequence[Any]) -> None:
-        self.items.extend(items)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ctxagent.agent.model import Model, make_model
-from ctxagent.agent.runner import MemorySink, Runner
+from ctxagent.agent.runner import Runner
+from ctxagent.agent.sinks import MemorySink
 from ctxagent.agent.state import Settings, fold
 from ctxagent.errors import ProfileError, UsageError
 from ctxagent.profile import Path_, Profile, bundled_names, load_profile, parse_profile
