@@ -495,8 +495,7 @@ def test_llm_in_batch_only_when_allowed_or_turned_off():
 def test_every_strategy_declares_its_parameters():
     for name in registry.names():
         strategy = registry.get(name)
-        if name != "truncate":
-            assert isinstance(strategy.params, dict) and strategy.params
+        assert isinstance(strategy.params, dict) and strategy.params
         assert isinstance(strategy.uses_llm, bool)
 
 

@@ -35,14 +35,15 @@ PINS_LABEL = "[ctxagent pinned facts: kept verbatim through every compaction]"
 def compaction_of(record: records.CompactionRecord) -> Compaction:
     """The strategy-side value of a stored compaction record."""
     return Compaction(record.strategy, record.start, record.end, record.message, record.tokens,
-                      record.tokens_before, tuple(record.refs))
+                      record.tokens_before, tuple(record.refs), tuple(record.quotes))
 
 
 def record_of(comp: Compaction) -> records.CompactionRecord:
     """The transcript record of a compaction a strategy made."""
     return records.CompactionRecord(strategy=comp.strategy, start=comp.start, end=comp.end,
                                     message=comp.message, tokens=comp.tokens,
-                                    tokens_before=comp.tokens_before, refs=list(comp.refs))
+                                    tokens_before=comp.tokens_before, refs=list(comp.refs),
+                                    quotes=list(comp.quotes))
 
 
 def entry_of(record: records.MessageRecord) -> Entry:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ctxagent.sessions.session import Session
+from ctxagent.sessions.transcript import Transcript
 
 
 class Sink(Protocol):
@@ -23,13 +24,24 @@ class Sink(Protocol):
 
 @dataclass
 class TranscriptSink:
-    """The live sink: the session's transcript (flushed and fsynced before ``write`` returns)."""
+    """The live sink: the session's transcript (flushed and fsynced before ``write`` returns).
+
+    Records are redacted with the secrets of the environment as the run started (read once, not
+    on every record: reading the environment cost ~0.17 ms a record).
+    """
 
     session: Session
     writes_files: bool = True
+    _transcript: Transcript = field(init=False, repr=False)
+    _redactor: Any = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        from ctxagent.sessions import redact
+
+        self._transcript, self._redactor = self.session.transcript, redact.default()
 
     def write(self, items: Sequence[Any]) -> None:
-        self.session.transcript.append(items)
+        self._transcript.append(items, self._redactor)
 
 
 @dataclass

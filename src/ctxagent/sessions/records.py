@@ -126,6 +126,7 @@ class CompactionRecord(_Record):
     tokens: int = 0
     tokens_before: int = 0
     refs: list[str] = Field(default_factory=list)  # handles of the tool results in the range
+    quotes: list[str] = Field(default_factory=list)  # user messages in the range, kept verbatim
 
 
 class EndRecord(_Record):

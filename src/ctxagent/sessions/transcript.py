@@ -78,15 +78,17 @@ class Transcript:
             stacklevel=3,
         )
 
-    def append(self, items: Iterable[Any]) -> None:
+    def append(self, items: Iterable[Any], redactor: Any = None) -> None:
         """Append ``items`` (records), one line each, then flush and fsync once.
 
-        Every string of every record is redacted first (``ctxagent.sessions.redact``); the file
-        is created owner-only (0600).
+        Every string of every record is redacted first with ``redactor`` (default: the process's,
+        ``ctxagent.sessions.redact.default()``, which reads the environment); the file is created
+        owner-only (0600).
         """
         from ctxagent.sessions import redact  # secrets become [REDACTED:kind] before they are written
 
-        text = "".join(redact.dumps(r) + "\n" for r in items)
+        redactor = redactor or redact.default()
+        text = "".join(redact.dumps(r, redactor) + "\n" for r in items)
         if not text:
             return
         with open(self.path, "a", encoding="utf-8", opener=_private) as fh:

@@ -26,7 +26,8 @@ class Entry:
     (and a replacement of one) carries its ``handle``, chosen once when its record was written
     (:mod:`ctxagent.handles`), and ``offloaded``: its full value is already in the output store.
     A replacement of a range carries ``refs``, the handles of the tool results it stands for, so
-    the model keeps a way back to each of them (NO LOSS).
+    the model keeps a way back to each of them (NO LOSS), and ``quotes``, the user messages it
+    replaced, kept verbatim in it (compaction by role keeps user messages).
     """
 
     message: Message
@@ -38,6 +39,7 @@ class Entry:
     handle: str | None = None
     offloaded: bool = False
     refs: tuple[str, ...] = ()  # a replacement of a range: the handles of the tool results inside it
+    quotes: tuple[str, ...] = ()  # a replacement of a range: the user messages inside it, verbatim
     role: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -137,6 +139,7 @@ class Compaction:
     tokens: int
     tokens_before: int
     refs: tuple[str, ...] = ()  # handles of the tool results inside the range (named in the message)
+    quotes: tuple[str, ...] = ()  # user messages inside the range, quoted verbatim in the message
 
 
 @dataclass(frozen=True)

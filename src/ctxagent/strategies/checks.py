@@ -19,16 +19,11 @@ from ctxagent.profile import Profile
 from ctxagent.strategies import registry
 from ctxagent.strategies.base import Strategy
 
-FALLBACK_PARAMS: dict[str, dict[str, Any]] = {"truncate": {"target": None, "target_scale": 1.0}}
-"""Accepted parameters of strategies that do not declare ``params`` themselves."""
-
 
 def accepted_params(strategy: Strategy) -> dict[str, Any] | None:
     """The parameters ``strategy`` accepts with their defaults; None when unknown (not checked)."""
     declared = getattr(strategy, "params", None)
-    if isinstance(declared, dict):
-        return declared
-    return FALLBACK_PARAMS.get(strategy.name)
+    return declared if isinstance(declared, dict) else None
 
 
 def llm_needed(strategy: Strategy, params: dict[str, Any]) -> bool:

@@ -87,7 +87,7 @@ def keep_pins(view: Sequence[Entry], outcome: Outcome, ctx: StrategyContext) -> 
         comp = fixed.get((entry.start, entry.end))
         if comp is not None and entry.kind == comp.strategy:
             entry = Entry(comp.message, comp.tokens, entry.start, entry.end, entry.turn, entry.kind, entry.handle,
-                          entry.offloaded, entry.refs)
+                          entry.offloaded, entry.refs, entry.quotes)
         new_view.append(entry)
     return Outcome(new_view, compactions, outcome.offloads)
 
@@ -190,6 +190,34 @@ def unstored(entries: Iterable[Entry]) -> list[Entry]:
     return [e for e in entries if e.role == "tool" and e.kind == "message" and not e.offloaded]
 
 
+QUOTES_FRACTION = 0.1  # of the window: the user messages one replacement keeps verbatim, at most
+
+
+def quotes_of(entries: Sequence[Entry], max_tokens: float, model: str = "") -> tuple[str, ...]:
+    """The user messages ``entries`` hold (original ones, and those earlier replacements quoted),
+    oldest first, the newest kept while they add up to at most ``max_tokens``."""
+    found: list[str] = []
+    for entry in entries:
+        if entry.role == "user" and entry.kind == "message":
+            found.append(content_of(entry.message))
+        found.extend(entry.quotes)
+    picked: list[str] = []
+    total = 0
+    for text_ in reversed(list(dict.fromkeys(found))):
+        total += count_text(text_, model) + 2
+        if total > max_tokens:
+            break
+        picked.append(text_)
+    return tuple(reversed(picked))
+
+
+def quotes_block(quotes: Sequence[str]) -> str:
+    """The lines a replacement of a range ends with: the user messages it removed, verbatim."""
+    if not quotes:
+        return ""
+    return "\n[user messages of these turns, verbatim]\n" + "\n".join(f"> {q}" for q in quotes)
+
+
 def handles_line(refs: Sequence[str]) -> str:
     """The line a replacement of a range ends with: the handles of the tool results it removed."""
     if not refs:
@@ -277,12 +305,13 @@ def replace_runs(
         run = [view[i] for i in starts[index]]
         skip.update(starts[index])
         refs = refs_of(run)
+        quotes = quotes_of(run, QUOTES_FRACTION * ctx.budget.window, ctx.model)
         message = make(run)
-        message = {**message, "content": content_of(message) + handles_line(refs)}
+        message = {**message, "content": content_of(message) + quotes_block(quotes) + handles_line(refs)}
         tokens = count_message(message, ctx.model)
         start, end = run[0].start, run[-1].end
-        compactions.append(Compaction(name, start, end, message, tokens, sum(e.tokens for e in run), refs))
-        out.append(Entry(message, tokens, start, end, run[-1].turn, kind=name, refs=refs))
+        compactions.append(Compaction(name, start, end, message, tokens, sum(e.tokens for e in run), refs, quotes))
+        out.append(Entry(message, tokens, start, end, run[-1].turn, kind=name, refs=refs, quotes=quotes))
         offloads.extend(unstored(run))
     return Outcome(out, compactions, offloads)
 

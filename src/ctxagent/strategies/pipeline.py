@@ -47,7 +47,8 @@ def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
         if comp.message is not None:
             one = inside[0] if len(inside) == 1 and comp.message.get("role") == "tool" else None
             new = [Entry(comp.message, comp.tokens, comp.start, comp.end, inside[-1].turn, comp.strategy,
-                         one.handle if one else None, one.offloaded if one else False, tuple(comp.refs))]
+                         one.handle if one else None, one.offloaded if one else False, tuple(comp.refs),
+                         tuple(comp.quotes))]
         view = [*view[:lo], *new, *view[hi:]]
     return view
 
@@ -132,7 +133,7 @@ def changes(old: Sequence[Entry], new: Sequence[Entry], strategy: str) -> list[C
             while i < len(olds) and olds[i].start >= n.start and olds[i].end <= n.end:
                 before += olds[i].tokens
                 i += 1
-            out.append(Compaction(n.kind, n.start, n.end, n.message, n.tokens, before, n.refs))
+            out.append(Compaction(n.kind, n.start, n.end, n.message, n.tokens, before, n.refs, n.quotes))
             j += 1
         else:
             assert o is not None

@@ -9,14 +9,21 @@ handle of every tool result they held (NO LOSS: the originals go to the output s
 handle resolves; a later truncation that drops the note carries its handles over).
 The drop is recorded as a compaction so the next views start from it (and resume sees the same).
 
-Parameters: ``target`` (fraction of the window; default the profile's ``target``).
+User messages between the task and the current one are kept too (system and user messages are
+kept in compaction by role; they hold instructions, corrections and decisions, and are short),
+while they add up to at most ``keep_user_tokens`` of the window; past that the oldest are dropped.
+
+Parameters: ``target`` (fraction of the window; default the profile's ``target``),
+``keep_user_tokens`` (fraction of the window; default 0.1; 0 drops user messages like the rest).
 """
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from ctxagent.messages import Message
 from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, groups, protected
-from ctxagent.strategies.common import handles_line, refs_of, unstored
+from ctxagent.strategies.common import QUOTES_FRACTION, handles_line, quotes_block, quotes_of, refs_of, unstored
 from ctxagent.tokens import count_message
 
 
@@ -30,9 +37,25 @@ def note_message(dropped: list[Entry], ctx: StrategyContext) -> Message:
         "content": (
             f"[ctxagent] {sum(e.end - e.start + 1 for e in dropped)} earlier messages ({turns}, "
             f"{tokens} tokens) were dropped from this view to fit the context window; "
-            f"the full transcript is at {ctx.transcript_path}" + handles_line(refs_of(dropped))
+            f"the full transcript is at {ctx.transcript_path}"
+            + quotes_block(quotes_of(dropped, QUOTES_FRACTION * ctx.budget.window, ctx.model))
+            + handles_line(refs_of(dropped))
         ),
     }
+
+
+def _users_kept(view: list[Entry], max_tokens: float) -> set[int]:
+    """Indexes of the newest user messages (original ones) whose tokens add up to ``max_tokens``."""
+    kept: set[int] = set()
+    total = 0
+    for index in range(len(view) - 1, -1, -1):
+        entry = view[index]
+        if entry.role == "user" and entry.kind == "message":
+            total += entry.tokens
+            if total > max_tokens:
+                break
+            kept.add(index)
+    return kept
 
 
 class Truncate:
@@ -40,12 +63,13 @@ class Truncate:
 
     name = "truncate"
     uses_llm = False
+    params: ClassVar[dict[str, Any]] = {"target": None, "keep_user_tokens": 0.1}
 
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        target = float(ctx.params.get("target", ctx.budget.target))
+        target = float(ctx.params.get("target") or ctx.budget.target)
         limit = ctx.budget.window * target
         units = groups(view)
-        keep = protected(view)
+        keep = protected(view) | _users_kept(view, float(ctx.params.get("keep_user_tokens", 0.1)) * ctx.budget.window)
         droppable = [u for u in units[:-1] if not keep.intersection(u)]
         total = ctx.budget.total(view)
         dropped: set[int] = set()
@@ -74,8 +98,10 @@ class Truncate:
                     out.extend(run)
                 else:
                     start, end, refs = run[0].start, run[-1].end, refs_of(run)
-                    compactions.append(Compaction(self.name, start, end, note, tokens, before, refs))
-                    out.append(Entry(note, tokens, start, end, run[-1].turn, kind=self.name, refs=refs))
+                    quotes = quotes_of(run, QUOTES_FRACTION * ctx.budget.window, ctx.model)
+                    compactions.append(Compaction(self.name, start, end, note, tokens, before, refs, quotes))
+                    out.append(Entry(note, tokens, start, end, run[-1].turn, kind=self.name, refs=refs,
+                                     quotes=quotes))
                     offloads.extend(unstored(run))
                 run = []
             if entry is not None:
