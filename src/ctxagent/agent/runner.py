@@ -29,6 +29,7 @@ from ctxagent.errors import (
 from ctxagent.messages import Message
 from ctxagent.profile import Path_, Profile, StrategyConfig
 from ctxagent.sessions import records, redact
+from ctxagent.sessions.redact import RedactingStore
 from ctxagent.sessions.session import Session, sessions_root
 from ctxagent.strategies import registry
 from ctxagent.strategies.base import Budget, Compaction, Entry, groups
@@ -66,6 +67,7 @@ class Runner:
         assert state.settings is not None, "a session state without header"
         self.session, self.state, self.profile, self.model, self.toolset = session, state, profile, model, toolset
         self.sink: Sink = sink or TranscriptSink(session)
+        self.store = RedactingStore(session.store.root, redact.default())  # secrets of the run's environment
         self._summarizer_model = summarizer_model
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "cost_usd": 0.0}
         self.tool_specs = toolset.specs()
@@ -103,7 +105,7 @@ class Runner:
         """Give every call left without a result (a crash mid-turn) a synthetic result, and
         delete the spool files a killed tool left in the output store."""
         if self.sink.writes_files:
-            self.session.store.clean_spools()
+            self.store.clean_spools()
         for call_id in list(self.state.open_calls):
             self._append(self._message({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED},
                                        self.state.replies, handle=self.state.new_handle(call_id)))
@@ -221,7 +223,7 @@ class Runner:
                 continue
             call_id = str(entry.message.get("tool_call_id") or "")
             if self.sink.writes_files:
-                record = store_text(self.session.store, handle, call_id, str(entry.message.get("content") or ""))
+                record = store_text(self.store, handle, call_id, str(entry.message.get("content") or ""))
             else:
                 record = records.OutputRecord(handle=handle, call_id=call_id, tool="", path="", bytes=0, lines=0,
                                               tokens=entry.tokens, sha256="")

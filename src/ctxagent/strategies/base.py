@@ -77,6 +77,61 @@ class EntryMemo:
 MEMO = EntryMemo()
 
 
+class ViewMemo:
+    """Results of pure whole-view computations (calls of results, units, token totals), remembered
+    while the view list object lives: the steps of one pipeline run share one view object until one
+    of them changes it, so each is computed once per request instead of once per step. Holds the
+    list (its ``id`` cannot be reused while remembered); a view list is never mutated once built.
+    """
+
+    def __init__(self, limit: int = 64):
+        self.limit = limit
+        self._items: dict[tuple[int, Any], tuple[Sequence[Any], int, Any]] = {}
+
+    def get(self, view: Sequence[Any], key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()`` for (``view``, ``key``), from memory when it was computed before."""
+        slot = (id(view), key)
+        hit = self._items.get(slot)
+        if hit is not None and hit[0] is view and hit[1] == len(view):
+            return hit[2]
+        value = compute()
+        if len(self._items) >= self.limit:
+            self._items.clear()
+        self._items[slot] = (view, len(view), value)
+        return value
+
+
+VIEW_MEMO = ViewMemo()
+
+
+class Fold:
+    """A left fold over the entries of a view, carried over from one request to the next.
+
+    Between compactions a request's view is the previous one plus new entries at its end (the same
+    entry objects in front: PREFIX), so a strategy that folds the view entry by entry only needs to
+    fold the new ones: per-request work stays flat however long the session grows. ``run`` checks
+    that the view extends the one folded last (identity of the entries, a C-level list compare)
+    and starts over when it does not (a compaction, another session, other parameters). The state
+    is mutated in place; ``init(key)`` makes a fresh one, ``step(state, index, entry)`` folds one entry.
+    """
+
+    def __init__(self, init: Callable[[Any], Any], step: Callable[[Any, int, Entry], None]):
+        self.init, self.step = init, step
+        self._seen: list[Entry] = []
+        self._key: Any = None
+        self._state: Any = None
+
+    def run(self, view: Sequence[Entry], key: Any = None) -> Any:
+        """The state after folding every entry of ``view``; ``key``: what else the fold depends on."""
+        done = len(self._seen)
+        if self._state is None or key != self._key or len(view) < done or list(view[:done]) != self._seen:
+            self._state, self._key, done = self.init(key), key, 0
+        for index in range(done, len(view)):
+            self.step(self._state, index, view[index])
+        self._seen = list(view)
+        return self._state
+
+
 @dataclass(frozen=True)
 class Budget:
     """The token budget of one request (all numbers in tokens, fractions of ``window``).
@@ -95,7 +150,7 @@ class Budget:
 
     def estimate(self, view: Sequence[Entry]) -> int:
         """Our uncalibrated prompt tokens of the request: the view and the tool schemas."""
-        return PER_REQUEST + sum(e.tokens for e in view) + self.tools
+        return PER_REQUEST + VIEW_MEMO.get(view, "tokens", lambda: sum(e.tokens for e in view)) + self.tools
 
     def total(self, view: Sequence[Entry]) -> int:
         """Tokens the request would cost: the estimate (calibrated) and the reserve."""
@@ -166,8 +221,13 @@ def groups(view: Sequence[Entry]) -> list[list[int]]:
     """Indexes of ``view`` cut into units that are kept or dropped whole.
 
     An assistant message with tool calls forms one unit with the tool messages that follow it;
-    every other message is a unit alone. Returned oldest first.
+    every other message is a unit alone. Returned oldest first (remembered per view: do not
+    change the lists).
     """
+    return VIEW_MEMO.get(view, "groups", lambda: _groups(view))  # type: ignore[no-any-return]
+
+
+def _groups(view: Sequence[Entry]) -> list[list[int]]:
     units: list[list[int]] = []
     for index, entry in enumerate(view):
         if entry.role == "tool" and units and view[units[-1][0]].message.get("tool_calls"):

@@ -14,7 +14,7 @@ from typing import Any
 
 from ctxagent.messages import Message, one_line, text_of
 from ctxagent.sessions.store import handle_for
-from ctxagent.strategies.base import MEMO, Compaction, Entry, Outcome, StrategyContext, groups, protected
+from ctxagent.strategies.base import MEMO, VIEW_MEMO, Compaction, Entry, Outcome, StrategyContext, groups, protected
 from ctxagent.tokens import count_message, count_text
 
 _SIZE_BEFORE_HANDLE = re.compile(r"(~?[0-9][0-9,]*) tokens; saved as @")
@@ -101,12 +101,17 @@ def pins_present(view: Sequence[Entry], pins: Sequence[str]) -> set[str]:
 
 
 def calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
-    """For each tool-result index of ``view``, its call, looked up in the preceding assistant message."""
+    """For each tool-result index of ``view``, its call, looked up in the preceding assistant message
+    (remembered per view: do not change the dict)."""
+    return VIEW_MEMO.get(view, "calls", lambda: _calls_of_results(view))  # type: ignore[no-any-return]
+
+
+def _calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
     found: dict[int, dict[str, Any]] = {}
     calls: dict[str, dict[str, Any]] = {}
     for index, entry in enumerate(view):
         if entry.role == "assistant":
-            calls = MEMO.get(entry, "calls", lambda e=entry: {c.get("id"): c for c in e.message.get("tool_calls", ())})
+            calls = calls_by_id(entry)
         elif entry.role == "tool":
             call = calls.get(entry.message.get("tool_call_id"))
             if call is not None:
@@ -114,6 +119,11 @@ def calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
         else:
             calls = {}
     return found
+
+
+def calls_by_id(entry: Entry) -> dict[Any, dict[str, Any]]:
+    """The tool calls of an assistant message entry by call id (remembered per entry)."""
+    return MEMO.get(entry, "calls", lambda: {c.get("id"): c for c in entry.message.get("tool_calls", ())})  # type: ignore[no-any-return]
 
 
 def call_name(call: dict[str, Any] | None) -> str:

@@ -22,11 +22,12 @@ Parameters:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ctxagent.strategies.base import MEMO, Entry, Outcome, StrategyContext
+from ctxagent.strategies.base import MEMO, Entry, Fold, Outcome, StrategyContext
 from ctxagent.strategies.common import (
-    calls_of_results,
+    calls_by_id,
     canonical_call,
     content_of,
     handle_of,
@@ -44,63 +45,68 @@ class Dedupe:
     batched = True
     params: ClassVar[dict[str, Any]] = {"min_tokens": 20}
 
+    def __init__(self) -> None:
+        self._fold = Fold(lambda key: _Scan(), self._step)
+        self._ctx: StrategyContext | None = None  # of the apply call folding (pins, model, free_from: the key)
+        self._min_tokens = 20
+
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        min_tokens = int(ctx.params.get("min_tokens", self.params["min_tokens"]))
-        calls = calls_of_results(view)
-        by_text: dict[str, int] = {}
-        by_call: dict[tuple[str, str], int] = {}
-        out = list(view)
-        referenced: list[Entry] = []
-        for index, entry in enumerate(view):
-            if entry.role != "tool" or entry.kind != "message":
-                continue
-            call = calls.get(index)
-            if entry.start < ctx.free_from:  # already sent: only remembered as an earlier result
-                norm, key = MEMO.get(entry, (self.name, id(call)), lambda e=entry, c=call: self._keys(e, c))
-                by_text.setdefault(norm, index)
-                if key is not None:
-                    by_call.setdefault(key, index)
-                continue
-            norm, key = MEMO.get(entry, (self.name, id(call)), lambda e=entry, c=call: self._keys(e, c))
-            same_text = by_text.get(norm) if entry.tokens > min_tokens else None
-            same_call = by_call.get(key) if key is not None else None
-            new, used = None, []
-            if same_text is not None or same_call is not None:
-                earlier = tuple(view[i] if i is not None else None for i in (same_text, same_call))
-                new, flags = MEMO.get(entry, (self.name, *map(id, earlier), ctx.pins, ctx.model),
-                                      lambda i=index, t=same_text, c=same_call: self._replacement(view, i, t, c, ctx))
-                used = [i for i, flag in zip((same_text, same_call), flags, strict=True) if flag]
-            if new is None:
-                by_text.setdefault(norm, index)
-                if key is not None:
-                    by_call.setdefault(key, index)
-                continue
-            out[index] = new
-            referenced.extend(view[i] for i in used)
-        if out == view:
+        self._ctx, self._min_tokens = ctx, int(ctx.params.get("min_tokens", self.params["min_tokens"]))
+        scan: _Scan = self._fold.run(view, (self._min_tokens, ctx.pins, ctx.model))
+        found = [r for r in scan.replaced if view[r[0]].start >= ctx.free_from]
+        if not found:
             return Outcome(view)
-        offloads = {(e.start, e.end): e for e in referenced if stored_handle(e) is None}
-        return Outcome(out, [], list(offloads.values()))
+        out = list(view)
+        referenced: dict[tuple[int, int], Entry] = {}
+        for index, new, used in found:
+            out[index] = new
+            referenced.update(((e.start, e.end), e) for e in used if stored_handle(e) is None)
+        return Outcome(out, [], list(referenced.values()))
+
+    def _step(self, scan: _Scan, index: int, entry: Entry) -> None:
+        """Fold one entry: remember each original result's text and call; a result not yet sent that
+        repeats an earlier one gets its replacement (a result already sent is only remembered)."""
+        if entry.role == "assistant":
+            scan.calls = calls_by_id(entry)
+            return
+        if entry.role != "tool":
+            scan.calls = {}
+            return
+        if entry.kind != "message":
+            return
+        assert self._ctx is not None
+        ctx, call = self._ctx, scan.calls.get(entry.message.get("tool_call_id"))
+        norm, key = MEMO.get(entry, (self.name, id(call)), lambda: self._keys(entry, call))
+        if entry.start >= ctx.free_from:
+            same_text = scan.by_text.get(norm) if entry.tokens > self._min_tokens else None
+            same_call = scan.by_call.get(key) if key is not None else None
+            if same_text is not None or same_call is not None:
+                new, flags = MEMO.get(entry, (self.name, id(same_text), id(same_call), ctx.pins, ctx.model),
+                                      lambda: self._replacement(entry, same_text, same_call, ctx))
+                if new is not None:
+                    used = [e for e, flag in zip((same_text, same_call), flags, strict=True) if flag and e is not None]
+                    scan.replaced.append((index, new, used))
+                    return
+        scan.by_text.setdefault(norm, entry)
+        if key is not None:
+            scan.by_call.setdefault(key, entry)
 
     @staticmethod
     def _keys(entry: Entry, call: dict[str, Any] | None) -> tuple[str, tuple[str, str] | None]:
         """The normalized text of a result (white space collapsed) and its call's canonical key."""
         return " ".join(content_of(entry.message).split()), canonical_call(call) if call is not None else None
 
-    def _replacement(self, view: list[Entry], index: int, same_text: int | None, same_call: int | None,
+    def _replacement(self, entry: Entry, same_text: Entry | None, same_call: Entry | None,
                      ctx: StrategyContext) -> tuple[Entry | None, tuple[bool, bool]]:
-        """The entry that replaces result ``index`` (None: keep it) and which of the earlier results
-        (same text, same call) it names. Index-free, so it can be remembered per entry."""
-        entry = view[index]
+        """The entry that replaces result ``entry`` (None: keep it) and which of the earlier results
+        (same text, same call) it names."""
         flag = ""
         if same_call is not None:
-            earlier = view[same_call]
-            flag = (f"[this call was already made at turn {earlier.turn}; its result is handle "
-                    f"{handle_of(earlier)}]")
+            flag = (f"[this call was already made at turn {same_call.turn}; its result is handle "
+                    f"{handle_of(same_call)}]")
         content = content_of(entry.message)
         if same_text is not None:
-            earlier = view[same_text]
-            reference = f"[same result as turn {earlier.turn}, handle {handle_of(earlier)}]"
+            reference = f"[same result as turn {same_text.turn}, handle {handle_of(same_text)}]"
             shorter = with_pins(f"{flag} {reference}".strip(), [content], ctx.pins)
             new = replaced(entry, {**entry.message, "content": shorter}, ctx, self.name)
             if new.tokens < entry.tokens:
@@ -109,3 +115,14 @@ class Dedupe:
             message = {**entry.message, "content": f"{flag}\n{content}"}
             return replaced(entry, message, ctx, self.name), (False, True)
         return None, (False, False)
+
+
+@dataclass
+class _Scan:
+    """What dedupe folds over a view: the first original result of each text and of each call, and
+    the replacements of the results not yet sent that repeat one of them (index, entry, named)."""
+
+    by_text: dict[str, Entry] = field(default_factory=dict)
+    by_call: dict[tuple[str, str], Entry] = field(default_factory=dict)
+    replaced: list[tuple[int, Entry, list[Entry]]] = field(default_factory=list)
+    calls: dict[Any, dict[str, Any]] = field(default_factory=dict)  # the current assistant's calls by id

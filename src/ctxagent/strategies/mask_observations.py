@@ -32,11 +32,13 @@ Parameters:
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from ctxagent.strategies.base import MEMO, Entry, Outcome, StrategyContext
+from ctxagent.strategies.base import MEMO, Entry, Fold, Outcome, StrategyContext
 from ctxagent.strategies.common import (
-    calls_of_results,
+    calls_by_id,
     content_of,
     handle_of,
     replaced,
@@ -55,6 +57,16 @@ def stub(entry: Entry, call: dict | None, pins: tuple[str, ...]) -> str:
         f"full result: {handle} (read_output or grep_output)]"
     )
     return with_pins(line, [content_of(entry.message)], pins)
+
+
+@dataclass
+class _Scan:
+    """What masking folds over a view: the indexes of its tool results, and of the original ones a
+    stub would shrink, with the stub and whether the result is already stored (oldest first)."""
+
+    results: list[int] = field(default_factory=list)
+    maskable: list[tuple[int, Entry, bool]] = field(default_factory=list)
+    calls: dict[Any, dict[str, Any]] = field(default_factory=dict)  # the current assistant's calls by id
 
 
 def _kept(view: list[Entry], recent: list[int], max_tokens: float) -> int:
@@ -77,25 +89,21 @@ class MaskObservations:
     batched = True
     params: ClassVar[dict[str, Any]] = {"keep": 10, "keep_tokens": 0.15, "min_tokens": 50, "batch": None}
 
+    def __init__(self) -> None:
+        self._fold = Fold(lambda key: _Scan(), self._step)
+        self._ctx: StrategyContext | None = None  # of the apply call folding (its pins and model are the key)
+        self._min_tokens = 50
+
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
         keep = int(ctx.params.get("keep", self.params["keep"]))
-        min_tokens = int(ctx.params.get("min_tokens", self.params["min_tokens"]))
+        self._ctx, self._min_tokens = ctx, int(ctx.params.get("min_tokens", self.params["min_tokens"]))
         batch = max(1, int(ctx.params.get("batch") or keep or 1))
-        results = [i for i, e in enumerate(view) if e.role == "tool"]
+        scan: _Scan = self._fold.run(view, (self._min_tokens, ctx.pins, ctx.model))
+        results = scan.results
         kept = _kept(view, results[max(0, len(results) - keep):] if keep else [],
                      float(ctx.params.get("keep_tokens", self.params["keep_tokens"])) * ctx.budget.window)
-        old = results[: len(results) - kept]
-        calls = calls_of_results(view)
-        masked: list[tuple[int, Entry, bool]] = []
-        for index in old:
-            entry = view[index]
-            if entry.kind != "message":
-                continue
-            call = calls.get(index)
-            new, stored = MEMO.get(entry, (self.name, id(call), min_tokens, ctx.pins, ctx.model),
-                                   lambda e=entry, c=call: self._masked(e, c, ctx, min_tokens))
-            if new is not None:
-                masked.append((index, new, stored))
+        boundary = results[len(results) - kept] if kept else len(view)
+        masked = scan.maskable[:bisect_left(scan.maskable, boundary, key=lambda m: m[0])]
         if len(masked) < batch and not ctx.budget.over(view, ctx.budget.trigger):
             masked = [m for m in masked if view[m[0]].start >= ctx.free_from]
         if not masked:
@@ -104,6 +112,24 @@ class MaskObservations:
         for index, new, _ in masked:
             out[index] = new
         return Outcome(out, [], [view[i] for i, _, stored in masked if not stored])
+
+    def _step(self, scan: _Scan, index: int, entry: Entry) -> None:
+        """Fold one entry: tool results in order, and the original ones a stub would shrink."""
+        if entry.role == "assistant":
+            scan.calls = calls_by_id(entry)
+            return
+        if entry.role != "tool":
+            scan.calls = {}
+            return
+        scan.results.append(index)
+        if entry.kind != "message":
+            return
+        assert self._ctx is not None
+        ctx, min_tokens, call = self._ctx, self._min_tokens, scan.calls.get(entry.message.get("tool_call_id"))
+        new, stored = MEMO.get(entry, (self.name, id(call), min_tokens, ctx.pins, ctx.model),
+                               lambda: self._masked(entry, call, ctx, min_tokens))
+        if new is not None:
+            scan.maskable.append((index, new, stored))
 
     def _masked(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext,
                 min_tokens: int) -> tuple[Entry | None, bool]:

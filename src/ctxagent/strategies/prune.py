@@ -35,15 +35,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ctxagent.messages import Message
-from ctxagent.strategies.base import MEMO, Entry, Outcome, StrategyContext, groups
+from ctxagent.strategies.base import MEMO, Entry, Fold, Outcome, StrategyContext, groups
 from ctxagent.strategies.common import (
     call_name,
+    calls_by_id,
     calls_of_results,
     content_of,
-    current_turn,
     handle_of,
     one_line,
     refs_of,
@@ -82,6 +83,41 @@ def first_line(entry: Entry) -> str:
     return one_line(shown, 100)
 
 
+@dataclass
+class _Scan:
+    """What ``prune`` folds over a view (see :class:`~ctxagent.strategies.base.Fold`): the unit
+    each entry belongs to (the index that opened it, as :func:`groups` cuts them), the newest unit
+    holding a successful result of each tool, and the dead original results with their unit, tool
+    and turn. ``max_tokens`` is the fold's key (it decides what is dead)."""
+
+    max_tokens: int = 200
+    unit: int = -1  # index of the entry that opened the current unit
+    unit_calls: bool = False  # the current unit was opened by an assistant message with tool calls
+    calls: dict[Any, dict[str, Any]] = field(default_factory=dict)  # the current assistant's calls by id
+    success: dict[str, int] = field(default_factory=dict)
+    dead: list[tuple[int, int, str, int]] = field(default_factory=list)  # (index, unit, tool, turn)
+    turn: int = 0
+
+    @staticmethod
+    def step(state: _Scan, index: int, entry: Entry) -> None:
+        state.turn = max(state.turn, entry.turn)
+        if not (entry.role == "tool" and state.unit_calls):
+            state.unit, state.unit_calls = index, bool(entry.message.get("tool_calls"))
+        if entry.role == "assistant":
+            state.calls = calls_by_id(entry)
+            return
+        if entry.role != "tool":
+            state.calls = {}
+            return
+        call = state.calls.get(entry.message.get("tool_call_id"))
+        name = call_name(call)
+        dead = is_dead(entry, state.max_tokens)
+        if not dead and entry.kind != Prune.name:
+            state.success[name] = max(state.success.get(name, -1), state.unit)
+        elif dead and entry.kind == "message" and call is not None:
+            state.dead.append((index, state.unit, name, entry.turn))
+
+
 class Prune:
     """Drop superseded dead ends; see the module docstring."""
 
@@ -90,17 +126,23 @@ class Prune:
     batched = True
     params: ClassVar[dict[str, Any]] = {"min_age_turns": 3, "max_tokens": 200, "batch": 3}
 
+    def __init__(self) -> None:
+        self._fold = Fold(lambda max_tokens: _Scan(max_tokens), _Scan.step)
+
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
         min_age = int(ctx.params.get("min_age_turns", self.params["min_age_turns"]))
         max_tokens = int(ctx.params.get("max_tokens", self.params["max_tokens"]))
         batch = max(1, int(ctx.params.get("batch", self.params["batch"])))
-        calls, units = calls_of_results(view), groups(view)
-        dead = self._pruned(view, ctx, min_age, max_tokens, calls, units)
-        if len(dead) < batch and not ctx.budget.over(view, ctx.budget.trigger):
-            unit_start = {i: view[u[0]].start for u in units for i in u}
-            dead = {i for i in dead if unit_start[i] >= ctx.free_from}
+        scan: _Scan = self._fold.run(view, max_tokens)
+        now = max(ctx.turn, scan.turn)
+        found = [(i, unit) for i, unit, name, turn in scan.dead
+                 if unit != scan.unit and now - turn >= min_age and scan.success.get(name, -1) > unit]
+        if len(found) < batch and not ctx.budget.over(view, ctx.budget.trigger):
+            found = [(i, unit) for i, unit in found if view[unit].start >= ctx.free_from]
+        dead = {i for i, _ in found}
         if not dead:
             return Outcome(view)
+        calls, units = calls_of_results(view), groups(view)
         whole = [u for u in units if len(u) > 1 and all(i in dead for i in u[1:])]
         out: list[Entry | None] = list(view)
         offloads: list[Entry] = []
@@ -139,26 +181,6 @@ class Prune:
         content = with_pins(line, [content_of(entry.message)], ctx.pins)
         new = replaced(entry, {**entry.message, "content": content}, ctx, self.name)
         return new if new.tokens < entry.tokens else None
-
-    def _pruned(self, view: Sequence[Entry], ctx: StrategyContext, min_age: int, max_tokens: int,
-                calls: dict[int, dict[str, Any]], units: list[list[int]]) -> set[int]:
-        """Indexes of the original tool results to prune (``calls`` and ``units`` of ``view``)."""
-        unit_of = {i: u for u, unit in enumerate(units) for i in unit}
-        last_success: dict[str, int] = {}
-        for index, entry in enumerate(view):
-            if entry.role == "tool" and entry.kind != self.name and not is_dead(entry, max_tokens):
-                name = call_name(calls.get(index))
-                last_success[name] = max(last_success.get(name, -1), unit_of[index])
-        now = current_turn(view, ctx)
-        newest = len(units) - 1
-        return {
-            index
-            for index, entry in enumerate(view)
-            if entry.role == "tool" and entry.kind == "message" and index in calls
-            and unit_of[index] < newest and now - entry.turn >= min_age
-            and is_dead(entry, max_tokens)
-            and last_success.get(call_name(calls.get(index)), -1) > unit_of[index]
-        }
 
     @staticmethod
     def _consecutive(units: list[list[int]]) -> list[list[int]]:
