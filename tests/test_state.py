@@ -69,7 +69,12 @@ class PlanModel:
 def make_plan(draw_ids: list[str], sizes: list[int], pins: list[bool]) -> list[Reply]:
     replies = []
     for n, (cid, size, pin) in enumerate(zip(draw_ids, sizes, pins, strict=True)):
-        calls = [ToolCall(cid, "emit", json.dumps({"n": size, "fact": f"FACT-{n}=v{n * 13}"}))]
+        args = {"n": size, "fact": f"FACT-{n}=v{n * 13}"}
+        if size % 4 == 0:
+            args = {"n": 30, "fact": "FACT-same"}  # the same call and output again: dedupe
+        elif size % 7 == 0:
+            args = {"n": 0}  # an empty result, superseded later: prune
+        calls = [ToolCall(cid, "emit", json.dumps(args))]
         if pin:
             calls.append(ToolCall(cid, "pin", json.dumps({"fact": f"PINNED-{n}"})))  # same id twice in one reply
         replies.append(Reply(f"step {n}", tuple(calls)))
@@ -93,13 +98,15 @@ def drive(tmp: Path, plan: list[Reply], stops: list[int], windows: list[int]) ->
     """Run the plan, stopping after each of ``stops`` model calls and resuming with the next window."""
     (tmp / "tools.py").write_text(TOOL_FILE, encoding="utf-8")
     (tmp / "none.yaml").write_text("[]", encoding="utf-8")
+    (tmp / "other.yaml").write_text("[]", encoding="utf-8")
     session = Session.at("prop")
     sent: list[Any] = []
     message: str | None = "Collect the facts the emit tool prints."
     for leg, window in enumerate(windows):
         profile = write_profile(tmp, window, f"p{leg}")
         with session.writer():
-            runner = open_runner(session, profile_spec=profile, model_spec=f"scripted:{tmp / 'none.yaml'}",
+            model_file = tmp / ("none.yaml" if leg % 2 == 0 else "other.yaml")  # a model change on resume
+            runner = open_runner(session, profile_spec=profile, model_spec=f"scripted:{model_file}",
                                  api_base=None, path="batch", workdir=tmp, tools=[f"{tmp / 'tools.py'}:emit"])
             if message is None and runner.needs_input():
                 break  # answered before this leg
@@ -147,7 +154,7 @@ ids = st.sampled_from(["", "call_1", "x", "call_9f8XkQ2mZbL0aYv7", "call-1", "du
 @example(data=None)  # a fixed session: stops after 3 and 6 calls, window shrinks then grows
 def test_live_and_resumed_requests_are_the_same_and_extend_each_other(tmp_path_factory, data):
     if data is None:
-        turns, call_ids, sizes = 16, ["call_1"] * 16, [40, 5, 40, 40, 3, 120, 40] + [40] * 9
+        turns, call_ids, sizes = 16, ["call_1"] * 16, [41, 5, 7, 41, 3, 120, 41, 8, 8, 41, 8, 7, 41, 8, 8, 41]
         pins = [n in (1, 5) for n in range(16)]
         stops, windows = [3, 3], [1_600, 1_400, 1_800]
     else:
@@ -169,8 +176,9 @@ def test_live_and_resumed_requests_are_the_same_and_extend_each_other(tmp_path_f
     kinds = {r.strategy for r in items if isinstance(r, records.CompactionRecord)}
     event(f"compactions: {sorted(kinds)}")
     if data is None:  # the fixed session exercises what the laws are about
-        assert {"mask_observations", "truncate"} <= kinds, kinds
+        assert {"mask_observations", "truncate", "dedupe"} <= kinds, kinds
         assert any(isinstance(r, records.SettingsRecord) and r.context_window for r in items)
+        assert any(isinstance(r, records.SettingsRecord) and r.model for r in items)
 
 
 # --- regressions -------------------------------------------------------------------------------
