@@ -149,14 +149,24 @@ def toolset_for(session: Session, profile: Profile, settings: Settings) -> Tools
     its pipelines need (``checkpoint``), working in ``settings.workdir``."""
     steps = {step.strategy for path in profile.pipelines.values() for step in path}
     extra = [*load_tools(list(settings.tools)), *context_tools(sorted(steps))]
-    policy = offload_policy(profile, settings.model)
+    policy = offload_policy(profile, settings.model, window=settings.context_window)
     workdir = Path(settings.workdir) if settings.workdir else Path.cwd()
     return make_toolset(profile.tools, ToolContext(session.store, workdir), policy, extra)
 
 
-def offload_policy(profile: Profile, model_name: str) -> OffloadPolicy:
-    """The profile's offload settings (tool-result limit in tokens, preview lines and characters)."""
-    return OffloadPolicy(limit_tokens=profile.tool_result_limit, head_lines=profile.preview.head_lines,
+def offload_policy(profile: Profile, model_name: str, *, window: int | None = None) -> OffloadPolicy:
+    """The profile's offload settings (tool-result limit in tokens, preview lines and characters).
+
+    The limit (tokens) is the smaller of ``tool_result_limit`` and ``tool_result_fraction`` of the
+    context window, so a result that would crowd a small window out is offloaded to a preview; the
+    offloader then subtracts the envelope overhead. ``window``: the session's context window in
+    tokens; None takes the profile's ``context_window`` (and no window cap when it sets none).
+    """
+    window = window or profile.context_window
+    limit = profile.tool_result_limit
+    if window:
+        limit = min(limit, int(window * profile.tool_result_fraction))
+    return OffloadPolicy(limit_tokens=limit, head_lines=profile.preview.head_lines,
                          tail_lines=profile.preview.tail_lines, max_chars=profile.preview.max_chars,
                          model=model_name)
 

@@ -3,9 +3,12 @@
 :func:`settle` takes whatever a tool returned and returns the content of the tool message plus,
 when the value was stored, the :class:`OutputRecord` of the file it now lives in. The rule:
 
-- text (``str``, UTF-8 ``bytes``, :class:`Spooled`): inline when it fits the threshold; otherwise
-  stored exactly and the model sees a middle-out preview (:mod:`ctxagent.tools.preview`) and a
-  line naming the handle, the path and the tools that read it;
+- text (``str``, UTF-8 ``bytes``, :class:`Spooled`): cleaned of terminal control first
+  (:func:`ctxagent.tools.clean.clean`: escape sequences, ``\\r`` frames, backspaces), then inline
+  when the cleaned text fits the threshold; otherwise stored exactly (raw bytes) and the model sees a
+  middle-out preview of the cleaned text (:mod:`ctxagent.tools.preview`) and a line naming the
+  handle, the path and the tools that read it. Text over 4 MiB is neither cleaned whole nor
+  tokenized: it is offloaded, and only the head and tail its preview shows are cleaned;
 - binary or non-UTF-8 ``bytes``: always stored exactly, described, never dumped;
 - structured values (``dict``, ``list``, ``tuple``, a numpy array): *always* stored, with a handle,
   so that another tool can take them by pointer (:mod:`ctxagent.tools.values`). A JSON value
@@ -35,13 +38,16 @@ from ctxagent.sessions.records import OutputRecord
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools import values
 from ctxagent.tools.base import Spooled, ToolValue
+from ctxagent.tools.clean import clean
 from ctxagent.tools.preview import (
     CHUNK_BYTES,
     EXACT_TOKENS_MAX_BYTES,
     SNIFF_BYTES,
+    Preview,
     estimate_tokens,
     looks_binary,
     plural,
+    preview_bytes,
     preview_file,
 )
 
@@ -108,11 +114,12 @@ def settle(
 ) -> tuple[str, OutputRecord | None]:
     """The tool message content for ``value``, and its OutputRecord when it was offloaded.
 
-    - ``str``: inline when its tokens are at most :func:`threshold`, else offloaded.
+    - ``str``: cleaned (:func:`ctxagent.tools.clean.clean`); inline when the cleaned text's tokens
+      are at most :func:`threshold`, else offloaded (the raw text stored, the cleaned one previewed).
     - ``bytes``: valid UTF-8 text is treated as a ``str``; binary or non-UTF-8 bytes are always
       offloaded, exactly.
     - :class:`Spooled`: inline (and the spool file deleted) when it is text of at most 4 MiB
-      whose note and text fit the threshold; else the file is moved under a handle (no copy).
+      whose note and cleaned text fit the threshold; else the file is moved under a handle (no copy).
 
     - ``dict``, ``list``, ``tuple``, numpy array: always stored (``.json`` or ``.npy``) under a
       handle; shown in full when the compact JSON fits the threshold, else described and previewed.
@@ -135,11 +142,12 @@ def settle(
         raise TypeError(f"it returned {type(value).__name__}; a tool returns str, bytes, a JSON value "
                         "(dict, list, number, bool, None) or a numpy array")
     if isinstance(value, str):
-        text: str | None = value
+        text: str | None = value if len(value) <= INLINE_MAX_BYTES else None
     else:
         text = as_text(value) if len(value) <= INLINE_MAX_BYTES else None
-    if text is not None and fits(text, job.limit, policy.model):
-        return text, None
+    shown = None if text is None else clean(text)
+    if shown is not None and fits(shown, job.limit, policy.model):
+        return shown, None
     data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
     handle = job.new_handle()
     return _offloaded(store.put_bytes(handle, data), handle, "", job)
@@ -223,11 +231,15 @@ class _Job:
 
 
 def _settle_spooled(spooled: Spooled, job: _Job) -> tuple[str, OutputRecord | None]:
-    """Inline a small text spool file (then delete it), or adopt it under a new handle."""
+    """Inline a small text spool file, cleaned (then delete it), or adopt it raw under a new handle.
+
+    Only a file of at most 4 MiB is read into memory (and cleaned); a larger one is adopted
+    unread, and its preview cleans just the head and tail it shows."""
     if spooled.path.stat().st_size <= INLINE_MAX_BYTES:
         text = as_text(spooled.path.read_bytes())
         if text is not None:
-            content = _with_note(spooled.note, text)
+            shown = clean(text)
+            content = _with_note(spooled.note, shown)
             if fits(content, job.limit, job.policy.model):
                 spooled.path.unlink()
                 return content, None
@@ -359,13 +371,13 @@ def _array_content(array: Any, record: OutputRecord, job: _Job) -> str:
 
 
 def _file_tokens(path: Path, size: int, model: str) -> tuple[bool, int, bool]:
-    """``(binary, tokens, exact)`` of a stored output: text under 4 MiB is counted; the rest is
-    estimated at 4 bytes a token."""
+    """``(binary, tokens, exact)`` of a stored output: text under 4 MiB is counted once cleaned of
+    terminal control (what reading it costs the model); the rest is estimated at 4 bytes a token."""
     with open(path, "rb") as fh:
         binary = looks_binary(fh.read(SNIFF_BYTES))
     if binary or size >= EXACT_TOKENS_MAX_BYTES:
         return binary, estimate_tokens(size), False
-    return binary, tokens.count_text(path.read_bytes().decode("utf-8", "replace"), model), True
+    return binary, tokens.count_text(clean(path.read_bytes().decode("utf-8", "replace")), model), True
 
 
 def _where_line(path: Path, record: OutputRecord) -> str:
@@ -382,16 +394,41 @@ def _where_line(path: Path, record: OutputRecord) -> str:
             "pattern)]")
 
 
+def _cleaned_file(path: Path) -> bytes | None:
+    """The stored output at ``path`` cleaned of terminal control, when it is text of at most 4 MiB
+    that cleaning changes; else None (its preview then reads the file and cleans only the head and
+    tail it shows). Read from the store, not from the tool's value: a redacting store's file has
+    no secret, so neither has the preview. Undecodable bytes are kept as they are."""
+    if path.stat().st_size > INLINE_MAX_BYTES:
+        return None
+    raw = path.read_bytes()
+    if looks_binary(raw[:SNIFF_BYTES]):
+        return None
+    text = raw.decode("utf-8", "surrogateescape")
+    shown = clean(text)
+    return None if shown is text else shown.encode("utf-8", "surrogateescape")
+
+
 def _preview_content(path: Path, lines: int, note: str, where: str, job: _Job) -> str:
     """Note, preview and ``where`` line; the preview is halved until it all fits the threshold
-    (down to no head and tail at all, which is returned even if it does not fit)."""
+    (down to no head and tail at all, which is returned even if it does not fit). The preview is
+    of the stored file cleaned of terminal control (same line numbers: :mod:`ctxagent.tools.clean`)."""
     policy = job.policy
     max_chars = policy.max_chars
+    data = _cleaned_file(path)
     while True:
-        preview = preview_file(path, head_lines=policy.head_lines, tail_lines=policy.tail_lines,
-                               max_chars=max_chars, model=policy.model, lines=lines)
+        preview = _preview(path, data, lines, max_chars, policy)
         body = preview.text if preview.text.endswith("\n") or not preview.text else preview.text + "\n"
         content = _with_note(note, body + where)
         if max_chars <= 0 or tokens.count_text(content, policy.model) <= job.limit:
             return content
         max_chars //= 2
+
+
+def _preview(path: Path, data: bytes | None, lines: int, max_chars: int, policy: OffloadPolicy) -> Preview:
+    """The preview of ``data`` (the cleaned output) when given, else of the file at ``path``."""
+    if data is None:
+        return preview_file(path, head_lines=policy.head_lines, tail_lines=policy.tail_lines,
+                            max_chars=max_chars, model=policy.model, lines=lines)
+    return preview_bytes(data, head_lines=policy.head_lines, tail_lines=policy.tail_lines, max_chars=max_chars,
+                         model=policy.model)

@@ -9,12 +9,14 @@ model tokens (:mod:`ctxagent.tokens`), exact when the file is under 4 MiB, else 
 
 Bytes are decoded as UTF-8 with ``surrogateescape`` so that every undecodable byte maps to one
 character and back; those characters are shown as U+FFFD. Cut points never split a multibyte
-character, so the preview is always valid UTF-8.
+character, so the preview is always valid UTF-8. What is shown and the omitted tokens counted are
+cleaned of terminal control (:func:`ctxagent.tools.clean.clean`); the file is never changed.
 """
 
 from __future__ import annotations
 
 import codecs
+import io
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ctxagent import tokens
+from ctxagent.tools.clean import clean
 
 CHUNK_BYTES = 1024 * 1024  # streaming reads
 SNIFF_BYTES = 8 * 1024  # bytes looked at to tell binary from text
@@ -158,16 +161,31 @@ def preview_file(
     if lines is None:
         lines = count_lines(path)
     with open(path, "rb") as fh:
-        sample = fh.read(SNIFF_BYTES)
-        if looks_binary(sample):
-            return _binary_preview(sample, size, lines)
-        head = _read_head(fh, size, head_lines, int(max_chars * HEAD_SHARE))
-        tail = _read_tail(fh, size, head, tail_lines, max(0, max_chars - len(head.text)))
-        ends_with_newline = _ends_with_newline(fh, size)
-        gap_start, gap_end = head.nbytes, size - tail.nbytes
-        if gap_start == gap_end:
-            return Preview(_shown(head.text + tail.text), lines, size, 0, 0, binary=False)
-        omitted_tokens, exact = _gap_tokens(fh, gap_start, gap_end, size, model)
+        return _preview(fh, size, lines, head_lines=head_lines, tail_lines=tail_lines, max_chars=max_chars,
+                        model=model)
+
+
+def preview_bytes(data: bytes, *, head_lines: int, tail_lines: int, max_chars: int, model: str = "") -> Preview:
+    """The middle-out preview of ``data`` held in memory (e.g. an output's cleaned text, UTF-8), as
+    :func:`preview_file` makes it of a file; sizes and lines are those of ``data``."""
+    lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+    return _preview(io.BytesIO(data), len(data), lines, head_lines=head_lines, tail_lines=tail_lines,
+                    max_chars=max_chars, model=model)
+
+
+def _preview(fh: BinaryIO, size: int, lines: int, *, head_lines: int, tail_lines: int, max_chars: int,
+             model: str) -> Preview:
+    """The preview of the ``size`` bytes (``lines`` lines) readable and seekable from ``fh``."""
+    sample = fh.read(SNIFF_BYTES)
+    if looks_binary(sample):
+        return _binary_preview(sample, size, lines)
+    head = _read_head(fh, size, head_lines, int(max_chars * HEAD_SHARE))
+    tail = _read_tail(fh, size, head, tail_lines, max(0, max_chars - len(head.text)))
+    ends_with_newline = _ends_with_newline(fh, size)
+    gap_start, gap_end = head.nbytes, size - tail.nbytes
+    if gap_start == gap_end:
+        return Preview(_shown(head.text + tail.text), lines, size, 0, 0, binary=False)
+    omitted_tokens, exact = _gap_tokens(fh, gap_start, gap_end, size, model)
     first, last = _gap_line_span(head, tail, lines, ends_with_newline)
     gap = _Gap(first, last, head.cut, tail.cut, gap_end - gap_start, omitted_tokens, exact)
     marker = ("" if head.text.endswith("\n") or not head.text else "\n") + gap.describe() + "\n"
@@ -182,8 +200,9 @@ def _decode(data: bytes, *, final: bool) -> str:
 
 
 def _shown(text: str) -> str:
-    """Surrogate-escaped text made valid: each undecodable byte becomes U+FFFD."""
-    return text.translate(_TO_REPLACEMENT)
+    """Surrogate-escaped text made valid (each undecodable byte becomes U+FFFD) and cleaned of
+    terminal control: never longer (characters) than ``text``."""
+    return clean(text.translate(_TO_REPLACEMENT))
 
 
 def _split_lines(text: str) -> list[str]:
@@ -270,7 +289,7 @@ def _gap_tokens(fh: BinaryIO, start: int, end: int, size: int, model: str) -> tu
     if size >= EXACT_TOKENS_MAX_BYTES:
         return estimate_tokens(end - start), False
     fh.seek(start)
-    return tokens.count_text(fh.read(end - start).decode("utf-8", "replace"), model), True
+    return tokens.count_text(clean(fh.read(end - start).decode("utf-8", "replace")), model), True
 
 
 def _gap_line_span(head: _Part, tail: _Part, lines: int, ends_with_newline: bool) -> tuple[int, int]:
