@@ -26,6 +26,16 @@ DEFAULT_SYSTEM_PROMPT = (
     "(like @abc123): read or search them with read_output and grep_output. When you are done, "
     "reply with the final answer and no tool call."
 )
+MIN_GAP = 0.15
+"""Smallest ``trigger - target`` (fractions of the window) a profile or a pipeline step may have.
+
+A compaction cuts the request to the target; the next one comes when it has grown back to the
+trigger, so the gap is the room the agent works in between two compactions. An agent turn adds
+roughly 400-1,200 tokens and a tool result 2-8K in bursts (DESIGN.md, "Knowledge"): a gap of 0.05
+(``target: 0.75``, ``trigger: 0.8``) is one search result on a 128K window, and gave 7 compactions
+in 8 steps, each paying its cost (a summary call, a broken prompt cache) for nothing. 0.15 is 4.8K
+tokens on a 32K window (4-12 ordinary turns) and 19K on 128K; every bundled profile keeps 0.25 or more.
+"""
 
 
 class _Strict(BaseModel):
@@ -76,6 +86,9 @@ class Profile(_Strict):
     max_output_tokens: int = Field(4096, ge=1, description="tokens reserved for the reply")
     margin_tokens: int = Field(256, ge=0, description="safety margin, tokens")
     tool_result_limit: int = Field(20_000, ge=100, description="largest tool result, tokens")
+    # a tool result also gets at most this fraction of the context window (tokens), so that one
+    # output can never fill a small window; the smaller limit wins (agent/setup.py offload_policy)
+    tool_result_fraction: float = Field(0.25, gt=0, le=0.9, description="largest tool result, fraction of window")
     preview: PreviewConfig = PreviewConfig()
     target: float = Field(0.5, gt=0, lt=1, description="compaction target, fraction of window")
     trigger: float = Field(0.8, gt=0, le=1, description="compaction trigger, fraction of window")
@@ -105,6 +118,15 @@ class Profile(_Strict):
     def pipeline(self, path: Path_) -> list[StrategyConfig]:
         """The ordered strategies of ``path`` (``interactive`` or ``batch``)."""
         return self.pipelines.get(path, [])
+
+
+def thrash_problem(target: float, trigger: float) -> str | None:
+    """Why compacting at ``trigger`` down to ``target`` would thrash (see :data:`MIN_GAP`), or None."""
+    if trigger - target >= MIN_GAP - 1e-9:
+        return None
+    fix = f"target at most {trigger - MIN_GAP:.2f}" if trigger - MIN_GAP > 0 else "a higher trigger"
+    return (f"target {target:g} is too close to trigger {trigger:g}: each compaction would be followed by another "
+            f"within a step or two (thrashing); keep trigger - target >= {MIN_GAP:g} ({fix})")
 
 
 def bundled_names() -> list[str]:
@@ -157,9 +179,10 @@ def parse_profile(text: str, *, source: str, default_name: str = "custom") -> Pr
         raise ProfileError(
             first["msg"], path=source, line=_line_of(node, loc), key=".".join(loc) or None
         ) from err
-    from ctxagent.strategies.checks import check_pipelines  # the strategies import this module
+    from ctxagent.strategies.checks import check_gaps, check_pipelines  # the strategies import this module
 
     try:
+        check_gaps(profile, source=source)
         check_pipelines(profile, source=source)
     except ProfileError as err:
         message = str(err).split(": ", 1)[-1]

@@ -27,7 +27,7 @@ the new one's input). When HEAD splits the range in two (the current user messag
 the older part becomes a one-line pointer to the checkpoint. Pinned facts of the range are kept.
 
 Parameters:
-    keep_turns: units kept verbatim after the checkpoint; default 4.
+    keep_turns: units kept verbatim after the checkpoint; default 4, at least 1 (the turn in flight).
     at: fraction of the window the request must be over for a non-agent checkpoint; default
         unset (the step's trigger decides).
     llm: write non-agent checkpoints with the summarizer when one is given; default true.

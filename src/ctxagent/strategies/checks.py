@@ -8,6 +8,13 @@ unless the profile sets ``allow_llm_in_batch: true``.
 A strategy declares the parameters it accepts as ``params: dict[name, default]``; one whose use
 of the LLM depends on them (``llm: false``, ``rolling: false``) has ``needs_llm(params) -> bool``,
 else its ``uses_llm`` attribute decides.
+
+Parameters named in :data:`MINIMUMS` have a floor whatever the strategy: ``keep_turns`` is at
+least 1, because the newest unit is the turn in flight (the call the model just made and its
+results); a range strategy that replaced it would answer the model with a summary of its own call.
+
+Thrash guard (:func:`check_gaps`): the profile's ``target`` and every step that compacts to a
+target at a trigger keep ``trigger - target >= MIN_GAP`` (see :data:`ctxagent.profile.MIN_GAP`).
 """
 
 from __future__ import annotations
@@ -15,9 +22,13 @@ from __future__ import annotations
 from typing import Any
 
 from ctxagent.errors import ProfileError
-from ctxagent.profile import Profile
+from ctxagent.profile import Profile, StrategyConfig, thrash_problem
 from ctxagent.strategies import registry
 from ctxagent.strategies.base import Strategy
+
+MINIMUMS: dict[str, tuple[int, str]] = {
+    "keep_turns": (1, "the newest unit is the turn in flight, the call the model just made: it is always kept"),
+}
 
 
 def accepted_params(strategy: Strategy) -> dict[str, Any] | None:
@@ -47,6 +58,47 @@ def _type_problem(value: Any, default: Any) -> str | None:
     return None
 
 
+def _minimum_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is under the floor :data:`MINIMUMS` sets for parameter ``name``; None when it is not."""
+    floor = MINIMUMS.get(name)
+    if floor is None or not isinstance(value, int | float) or value >= floor[0]:
+        return None
+    return f"must be at least {floor[0]} ({floor[1]})"
+
+
+def check_gaps(profile: Profile, source: str | None = None) -> None:
+    """The thrash guard: ``ProfileError`` (key ``target``, ``trigger`` or the step's) when the profile's
+    target, or a step's target (its ``target`` parameter, else the profile's) at its trigger (its
+    ``at``, else its ``trigger``, else the profile's), is closer than ``MIN_GAP`` below it. Steps that
+    run on every request (``trigger: 0``) or on a turn count (``every_turns``) have no trigger to keep."""
+    where = source or f"<profile:{profile.name}>"
+    problem = thrash_problem(profile.target, profile.trigger)
+    if problem:
+        key = "target" if "target" in profile.model_fields_set or "trigger" not in profile.model_fields_set \
+            else "trigger"
+        raise ProfileError(problem, path=where, key=key)
+    for path, steps in profile.pipelines.items():
+        for index, step in enumerate(steps):
+            _check_step_gap(profile, step, f"pipelines.{path}.{index}", where)
+
+
+def _check_step_gap(profile: Profile, step: StrategyConfig, key: str, where: str) -> None:
+    """:func:`check_gaps` for one step of a strategy that has a ``target`` parameter."""
+    accepted = accepted_params(registry.get(step.strategy)) if step.strategy in registry.names() else None
+    if accepted is None or "target" not in accepted or step.every_turns:
+        return
+    params = step.params()
+    at, target = params.get("at"), params.get("target")
+    trigger = at if isinstance(at, int | float) and at > 0 else step.trigger
+    trigger = profile.trigger if trigger is None else trigger
+    if not trigger or not isinstance(target, int | float | None):
+        return
+    problem = thrash_problem(profile.target if target is None else float(target), float(trigger))
+    if problem:
+        name = "target" if target is not None else "at" if "at" in params else "trigger"
+        raise ProfileError(f"{step.strategy!r}: {problem}", path=where, key=f"{key}.{name}")
+
+
 def check_pipelines(profile: Profile, source: str | None = None) -> None:
     """Check every step of ``profile``'s pipelines.
 
@@ -72,7 +124,7 @@ def check_pipelines(profile: Profile, source: str | None = None) -> None:
                         names = ", ".join(sorted(accepted)) or "none"
                         raise ProfileError(f"strategy {step.strategy!r} has no parameter {name!r} "
                                            f"(it accepts: {names})", path=where, key=f"{key}.{name}")
-                    problem = _type_problem(value, accepted[name])
+                    problem = _type_problem(value, accepted[name]) or _minimum_problem(name, value)
                     if problem:
                         raise ProfileError(f"parameter {name!r} of {step.strategy!r} {problem}, not "
                                            f"{value!r}", path=where, key=f"{key}.{name}")

@@ -23,7 +23,7 @@ dropped first when the document is over ``max_tokens``. A range of at most ``min
 or holding nothing but the previous document, is left unchanged (IDENTITY).
 
 Parameters:
-    keep_turns: units kept verbatim at the end; default 4.
+    keep_turns: units kept verbatim at the end; default 4, at least 1 (the turn in flight).
     llm: write the document with the summarizer when one is given; default true.
     max_tokens: tokens of the document; default 1000.
     chunk_tokens: tokens of rendered text per summarizer call; default 8000.

@@ -4,10 +4,14 @@ Source of the rule (DESIGN.md, "Knowledge"): pruning removes dead-end searches o
 found; a state of verified facts beats a verbatim record of failures; the session shape table
 applies light pruning from 5-15 turns under 70% of the budget.
 
-A tool result is *dead* when it found nothing or failed: empty content; a toolset error
-(``ERROR: ...``); a shell result whose first line is a non-zero ``exit code: N``, a timeout or a
-kill; or a short result (at most ``max_tokens``) that says "No such file", "not found",
-"no matches", "does not exist". (``exit code: 0`` with no output is a success, e.g. ``mkdir``.)
+A tool result is *dead* when it found nothing or failed, judged first by what the tool reported:
+a toolset error (``ERROR: ...``), a timeout or a kill is dead; a status line (:func:`status_of`:
+our shell's ``exit code: N``, and other agents' ``Exit code: N``, ``exit status N``, ``[exit N]``,
+``returncode=N``, ``[Command finished with exit code N]``), as the first non-empty line or else the
+last, decides alone: non-zero is dead, zero is alive whatever the output says (a successful
+``grep -r 'No such file'`` is no dead end; ``exit code: 0`` with no output is a success, e.g.
+``mkdir``). Only a result with no status is judged by its words: empty, or short (at most
+``max_tokens``) and saying "No such file", "not found", "no matches", "does not exist".
 A dead result is pruned when it is at least ``min_age_turns`` turns old and a later unit holds a
 successful (not dead) result of a call to the same tool: a later attempt superseded it. Run it
 before ``mask_observations`` in a pipeline (a masked stub no longer shows that it failed).
@@ -55,9 +59,26 @@ from ctxagent.strategies.common import (
 )
 from ctxagent.tokens import count_message
 
-_FAILED = re.compile(r"\A\s*(?:ERROR\b|exit code: (?:-|[1-9])|timed out after|killed by signal)")
+_FAILED = re.compile(r"\A\s*(?:ERROR\b|timed out after|killed by signal)")
+_WORDS = r"(?:exit[ _-]?(?:code|status)|return[ _-]?code)\s*(?:[:=]|\bis\b)?\s*(-?\d+)"
+_BRACKET = (r"\[\s*(?:(?:command|process)\s+(?:finished|exited)\s+with\s+)?"
+            r"(?:exit[ _-]?(?:code|status)|return[ _-]?code|exit)\s*[:=]?\s*(-?\d+)\s*\]")
+_STATUS = re.compile(rf"\s*(?:{_WORDS}|{_BRACKET})\s*(?:[;,.(].*)?", re.IGNORECASE)  # as a first line
+_STATUS_LAST = re.compile(rf"\s*{_BRACKET}\s*", re.IGNORECASE)  # as a last line: bracketed only
 _NOTHING = re.compile(r"no such file|not found|no matches|0 matches|nothing found|does not exist",
                       re.IGNORECASE)
+
+
+def status_of(content: str) -> int | None:
+    """The exit status a tool result reports: from its first non-empty line when that is a status
+    line (``exit code: 0``, ``Exit code: 1``, ``exit status 2``, ``returncode=0``, ``[exit 1]``, ...),
+    else from its last when that is a bracketed one (``[Command finished with exit code 0]``: a
+    bare ``exit 1`` ending a script that was read is no status); None when neither is."""
+    lines = [line for line in content.splitlines() if line.strip()]
+    match = (_STATUS.fullmatch(lines[0]) or _STATUS_LAST.fullmatch(lines[-1])) if lines else None
+    if match is None:
+        return None
+    return int(next(group for group in match.groups() if group is not None))
 
 
 def is_dead(entry: Entry, max_tokens: int = 200) -> bool:
@@ -66,19 +87,25 @@ def is_dead(entry: Entry, max_tokens: int = 200) -> bool:
 
 
 def _is_dead(entry: Entry, max_tokens: int) -> bool:
+    """The rule of :func:`is_dead`: what the tool reported first, words only when it reported no status."""
     content = content_of(entry.message)
-    if not content.strip() or _FAILED.match(content):
+    if _FAILED.match(content):
+        return True
+    status = status_of(content)
+    if status is not None:
+        return status != 0
+    if not content.strip():
         return True
     return entry.tokens <= max_tokens and bool(_NOTHING.search(content))
 
 
 def first_line(entry: Entry) -> str:
-    """The first non-empty line of a result (with the next one after a shell ``exit code`` line),
-    cut to 100 characters, or ``(empty)``."""
+    """The first non-empty line of a result (with the next one after a status line such as
+    ``exit code: 0``), cut to 100 characters, or ``(empty)``."""
     lines = [line for line in content_of(entry.message).splitlines() if line.strip()]
     if not lines:
         return "(empty)"
-    exit_line = len(lines) > 1 and lines[0].startswith("exit code")
+    exit_line = len(lines) > 1 and bool(_STATUS.fullmatch(lines[0]))
     shown = f"{lines[0]} | {lines[1]}" if exit_line else lines[0]
     return one_line(shown, 100)
 

@@ -23,7 +23,7 @@ holds, and resume never recomputes it). A failed or unchecked LLM reduction (emp
 Parameters:
     tool_tokens: tokens over which a tool result is reduced; default 300.
     assistant_tokens: tokens of text over which assistant text is reduced; default 400.
-    keep_turns: newest units left untouched; default 2.
+    keep_turns: newest units left untouched; default 2, at least 1 (the turn in flight).
     head_lines, tail_lines: lines kept at the head and tail of a reduced tool result; 8 and 4.
     llm: reduce tool results with the summarizer when one is given; default false.
     findings_tokens: tokens an LLM reduction may have; default 200.

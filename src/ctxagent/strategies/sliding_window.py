@@ -18,7 +18,7 @@ carries the text of earlier summaries in the range verbatim (cut middle-out to `
 and every pinned fact of the range. A view at or under the target is returned unchanged.
 
 Parameters:
-    keep_turns: units kept verbatim at the end; default 10.
+    keep_turns: units kept verbatim at the end; default 10, at least 1 (the turn in flight).
     keep_first: units after the task kept verbatim (task setup); default 0.
     rolling: make an LLM rolling summary when a summarizer is given; default true (false: the
         deterministic note only, allowed on batch paths).

@@ -20,7 +20,8 @@ summarizer at all falls back to :class:`~ctxagent.strategies.truncate.Truncate` 
 A view at or under the target is returned unchanged (IDENTITY).
 
 Parameters:
-    keep_turns: units (a call with its results, or one message) kept verbatim at the end; default 6.
+    keep_turns: units (a call with its results, or one message) kept verbatim at the end; default 6,
+        at least 1 (the turn in flight is always kept; checked at profile load).
     max_tokens: tokens the summary may have (the summarizer's reply cap); default 1000.
     chunk_tokens: tokens of rendered text per summarizer call (its own window); default 8000.
     target: fraction of the window under which nothing is done (and the truncation fallback's

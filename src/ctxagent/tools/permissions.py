@@ -12,10 +12,23 @@ call before the tool runs, in this order:
    pointing out are refused. Read tools may also read the session's own output store (previews
    name those files); nothing may write inside ctxagent's data folder. ``confine: false`` lifts it.
 2. **policy ``deny``** — refused, whatever the command line grants.
-3. **shell patterns** (``shell`` only) — a command matching a ``permissions.shell.deny`` regex
+3. **exec paths** (write tools only) — a write to a file that runs later is exec, not write
+   (:func:`exec_reason`): git runs commands named in a repository's ``config`` (``core.fsmonitor``,
+   ``core.pager``, aliases, filter drivers) and the scripts in its ``hooks`` folder on the user's
+   next ``git status``, and a ``.git`` file or folder decides which repository that is. So a write to
+   any ``.git`` entry, to ``config`` / ``config.worktree`` under a ``.git`` folder, or to anything
+   under its ``hooks`` folders (nested repositories, submodules' ``.git/modules/*`` and worktrees
+   included), or to a path matching a ``permissions.exec_paths`` glob, needs the exec permission as
+   well: ``permissions.kinds.exec: allow``, ``--allow exec`` or ``--allow-all`` (a grant of the
+   tool's own name or of ``write`` is not enough); otherwise the interactive path asks (saying why)
+   and the batch path refuses, naming the reason. ``permissions.kinds.exec: deny`` refuses it.
+   Not exec: ``.gitattributes`` / ``.git/info/attributes`` (they name drivers; only config defines
+   their commands) and ``.gitmodules`` (git refuses ``update = !command`` from it since 2.24.1);
+   list them in ``exec_paths`` to guard them too.
+4. **shell patterns** (``shell`` only) — a command matching a ``permissions.shell.deny`` regex
    (searched anywhere) is refused; one that matches an ``allow`` regex in full and holds none of
    ``; & | ` $ < >`` or a newline runs without asking.
-4. **policy ``ask``** — runs when the command line granted it (``--allow NAME|KIND``,
+5. **policy ``ask``** — runs when the command line granted it (``--allow NAME|KIND``,
    ``--allow-all``) or the user answered ``always`` earlier in this run; otherwise the interactive
    path asks (``yes`` / ``no`` / ``always`` for the rest of this run) and the batch path refuses
    (a batch run never prompts).
@@ -28,14 +41,16 @@ transcript.
 
 from __future__ import annotations
 
+import fnmatch
+import glob
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from ctxagent.tools.base import Tool, ToolKind
 
@@ -50,6 +65,24 @@ FILE_ARGS: dict[str, tuple[str, ...]] = {"read_file": ("path",), "write_file": (
 SHELL_TOOL, SHELL_ARG = "shell", "command"
 SHELL_CHAINING = re.compile(r"[;&|`<>\n$]")  # an allow pattern never lets these (or any $ expansion) through
 ARGUMENTS_KEPT = 500  # characters of a call's arguments kept in a permission record
+WHY_KEY = "(ctxagent) why ask"  # shown with the arguments at the prompt when a write is exec
+GIT_DIR = ".git"
+GIT_CONFIGS = ("config", "config.worktree")
+
+
+def _check_glob(pattern: str) -> str:
+    """An ``exec_paths`` glob, checked: not empty, ``**`` only as a whole name, no ``..``."""
+    if not pattern.strip():
+        raise ValueError("an exec path glob cannot be empty")
+    for part in pattern.split("/"):
+        if "**" in part and part != "**":
+            raise ValueError(f"{pattern!r}: '**' stands alone between slashes (e.g. 'deploy/**/*.sh')")
+        if part == "..":
+            raise ValueError(f"{pattern!r}: '..' never matches (paths are matched resolved)")
+    return pattern
+
+
+ExecGlob = Annotated[str, AfterValidator(_check_glob)]
 
 
 class ShellPatterns(BaseModel):
@@ -77,6 +110,8 @@ class PermissionsConfig(BaseModel):
     ``kinds`` and ``tools`` map a kind or a tool name to ``allow``, ``ask`` or ``deny``; kinds not
     given keep :data:`DEFAULT_KINDS`. ``workdir``: the folder file tools are confined to (relative
     to the run's working directory; default: that directory); ``confine: false`` turns it off.
+    ``exec_paths``: globs of files whose writes are exec (besides the built-in git rule, which
+    always holds; see :func:`exec_reason`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -85,6 +120,7 @@ class PermissionsConfig(BaseModel):
     workdir: str | None = None
     confine: bool = True
     shell: ShellPatterns = Field(default_factory=ShellPatterns)
+    exec_paths: list[ExecGlob] = Field(default_factory=list)
 
     def policy(self, tool: Tool) -> tuple[Policy, str]:
         """``(policy, where it comes from)`` for ``tool``, e.g. ``("ask", "permissions.kinds.exec")``."""
@@ -93,6 +129,12 @@ class PermissionsConfig(BaseModel):
         if tool.kind in self.kinds:
             return self.kinds[tool.kind], f"permissions.kinds.{tool.kind}"
         return DEFAULT_KINDS.get(tool.kind, "ask"), f"the default for {tool.kind} tools"
+
+    def exec_policy(self) -> tuple[Policy, str]:
+        """``(policy, where it comes from)`` of the exec kind (writes to exec paths need it)."""
+        if "exec" in self.kinds:
+            return self.kinds["exec"], "permissions.kinds.exec"
+        return DEFAULT_KINDS["exec"], "the default for exec tools"
 
 
 class Gate:
@@ -137,6 +179,9 @@ class Gate:
         policy, where = self.config.policy(tool)
         if policy == "deny":
             return f"denied by profile permissions: {tool.name} is 'deny' ({where})"
+        found = self._exec_path(tool, arguments)
+        if found:
+            return self._exec_write(tool, arguments, found, policy == "allow", call_id, turn)
         if tool.name == SHELL_TOOL:
             command = arguments.get(SHELL_ARG)
             if isinstance(command, str):
@@ -170,24 +215,66 @@ class Gate:
         return (self.allow_all or tool.name in self.granted or tool.kind in self.granted
                 or tool.name in self.always)
 
-    def _asked(self, tool: Tool, arguments: Mapping[str, Any], where: str, call_id: str, turn: int) -> str | None:
+    def _asked(self, tool: Tool, arguments: Mapping[str, Any], where: str, call_id: str, turn: int, *,
+               why: str = "", always: str = "") -> str | None:
+        """Ask the user, or the refusal when this run cannot ask. ``why``: shown with the arguments
+        (under :data:`WHY_KEY`) and recorded as an exec path; ``always``: what an ``always``
+        answer grants for the rest of the run (default: the tool)."""
         if self.path == "batch" or self.ask is None:
-            why = "batch runs never prompt" if self.path == "batch" else "this run cannot prompt"
-            return (f"denied by profile permissions: {tool.name} is 'ask' ({where}) and {why}; "
+            return (f"denied by profile permissions: {tool.name} is 'ask' ({where}) and {self._cannot()}; "
                     f"rerun with --allow {tool.name} (or --allow {tool.kind}, or --allow-all), "
                     "or allow it in the profile")
+        shown = {**arguments, WHY_KEY: why} if why else dict(arguments)
         try:
-            answer = self.ask(tool.name, dict(arguments), self.workdir)
+            answer = self.ask(tool.name, shown, self.workdir)
         except (EOFError, OSError, ValueError):
             answer = "no"
         if answer not in ("yes", "no", "always"):
             answer = "no"
-        self._record(tool, arguments, where, answer, call_id, turn)
+        self._record(tool, arguments, f"{where} (exec path)" if why else where, answer, call_id, turn)
         if answer == "always":
-            self.always.add(tool.name)
+            self.always.add(always or tool.name)
         if answer == "no":
             return f"denied by the user: {tool.name} was refused at the permission prompt ({where}: ask)"
         return None
+
+    def _cannot(self) -> str:
+        return "batch runs never prompt" if self.path == "batch" else "this run cannot prompt"
+
+    def _exec_path(self, tool: Tool, arguments: Mapping[str, Any]) -> str | None:
+        """Why a write tool's call writes a file that runs later (``<tool> path '...' ...``), or None."""
+        if tool.kind != "write":
+            return None
+        for name in FILE_ARGS.get(tool.name, ()):
+            value = arguments.get(name)
+            if not isinstance(value, str):
+                continue
+            target = Path(os.path.realpath(self.workdir / Path(value).expanduser()))
+            reason = exec_reason(target, self.config.exec_paths, self.workdir)
+            if reason:
+                return f"{tool.name} {name} {value!r} resolves to {target}: {reason}"
+        return None
+
+    def _exec_write(self, tool: Tool, arguments: Mapping[str, Any], why: str, write_allowed: bool,
+                    call_id: str, turn: int) -> str | None:
+        """The decision on a write to an exec path: it needs the exec permission and the write's;
+        one question (saying ``why``) asks for both."""
+        policy, where = self.config.exec_policy()
+        if policy == "deny":
+            return f"denied by profile permissions: {why}; it needs the exec permission, which is 'deny' ({where})"
+        key = f"{tool.name}:exec"
+        write_ok = write_allowed or self._granted(tool)
+        if policy == "allow" or self.allow_all or "exec" in self.granted or key in self.always:
+            return None if write_ok else self._asked(tool, arguments, self.config.policy(tool)[1], call_id, turn)
+        if self.path == "batch" or self.ask is None:
+            grants = "exec" if write_ok else f"exec,{tool.name}"
+            return (f"denied by profile permissions: {why}; it needs the exec permission, which is 'ask' ({where}), "
+                    f"and {self._cannot()}; rerun with --allow {grants} (or --allow-all), or set "
+                    "permissions.kinds.exec: allow in the profile")
+        refusal = self._asked(tool, arguments, where, call_id, turn, why=why, always=key)
+        if refusal is None and key in self.always:
+            self.always.add(tool.name)  # 'always' to writing a hook covers this tool's ordinary writes too
+        return refusal
 
     def _record(self, tool: Tool, arguments: Mapping[str, Any], where: str, answer: str, call_id: str,
                 turn: int) -> None:
@@ -230,6 +317,62 @@ class Gate:
 
 def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
+
+
+def exec_reason(path: Path, globs: Sequence[str] = (), workdir: Path | None = None) -> str | None:
+    """Why writing the resolved ``path`` is exec (a file something runs later), or None.
+
+    Built in (always): git's own files under any ``.git`` folder, at any depth (nested
+    repositories, submodules, worktrees): the ``.git`` entry itself, ``config``,
+    ``config.worktree`` and everything under a ``hooks`` folder. Then each glob of ``globs``
+    (``permissions.exec_paths``): one without a slash matches a name at any depth (``.envrc``); one
+    with a slash is relative to ``workdir`` (``deploy/*.sh``) unless it starts with ``/`` or ``~``;
+    ``**`` matches any number of folders, ``*`` and ``?`` stay within one name.
+    """
+    reason = _git_reason(path.parts)
+    if reason:
+        return reason
+    for pattern in globs:
+        if _glob_match(path.parts, _segments(pattern, workdir)):
+            return f"it matches {pattern!r} (permissions.exec_paths: writes there are exec)"
+    return None
+
+
+def _git_reason(parts: Sequence[str]) -> str | None:
+    """The built-in git rule of :func:`exec_reason` on a resolved path's parts."""
+    if GIT_DIR not in parts:
+        return None
+    tail = parts[len(parts) - list(reversed(parts)).index(GIT_DIR):]
+    if not tail:
+        return ("a .git entry decides which repository (and so which config and hooks) git uses there: "
+                "writing it is exec, not write")
+    if "hooks" in tail:
+        return "git runs the scripts of a repository's hooks folder (commit, checkout, merge...): writing one is exec"
+    if tail[-1] in GIT_CONFIGS:
+        return ("git runs commands a repository's config names (core.fsmonitor on the next git status, core.pager, "
+                "aliases, filter drivers): writing it is exec, not write")
+    return None
+
+
+def _segments(pattern: str, workdir: Path | None) -> list[str]:
+    """The names of an ``exec_paths`` glob, made absolute (see :func:`exec_reason`)."""
+    if "/" not in pattern:
+        return ["**", pattern]
+    if pattern.startswith("~"):
+        pattern = os.path.expanduser(pattern)
+    if pattern.startswith("/"):
+        return ["/", *[p for p in pattern.split("/") if p]]
+    base = [glob.escape(part) for part in (workdir or Path.cwd()).parts]
+    return [*base, *[p for p in pattern.split("/") if p and p != "."]]
+
+
+def _glob_match(parts: Sequence[str], segments: Sequence[str]) -> bool:
+    """Whether path ``parts`` match glob ``segments`` (``**``: any number of names)."""
+    if not segments:
+        return not parts
+    if segments[0] == "**":
+        return any(_glob_match(parts[i:], segments[1:]) for i in range(len(parts) + 1))
+    return bool(parts) and fnmatch.fnmatchcase(parts[0], segments[0]) and _glob_match(parts[1:], segments[1:])
 
 
 def parse_grants(text: str | None, known: Iterable[str]) -> set[str]:
