@@ -84,13 +84,12 @@ class ContextState:
         return entries[:length]
 
     def build(self, steps: Sequence[StrategyConfig], budget: Budget, *, turn: int,
-              summarizer: Summarizer | None = None, pins: Sequence[str] = (),
-              shown_pins: Sequence[str] | None = None) -> Outcome:
+              summarizer: Summarizer | None = None, pins: Sequence[str] = ()) -> Outcome:
         """The view of the next request and the new compactions to record.
 
-        ``pins``: every pinned fact (strategies keep each verbatim in what they write);
-        ``shown_pins``: those in the pins message, sent as a second system message right after the
-        first one (default: ``pins``); no strategy drops it.
+        ``pins``: every pinned fact; strategies keep each verbatim in what they write, and decide on
+        the view with all of them in the pins message (a second system message right after the
+        first one, which no strategy drops).
 
         Raises:
             ContextOverflowError: the protected part alone (system, pins, task, current user
@@ -98,7 +97,7 @@ class ContextState:
                 thrash — or the result still breaks the BUDGET law. The message gives the tokens
                 needed, the window, and the largest parts of the context.
         """
-        view = with_pins(self.view, pins if shown_pins is None else shown_pins, self.model)
+        view = with_pins(self.view, pins, self.model)
         check_protected(view, budget)
         ctx = StrategyContext(budget=budget, turn=turn, transcript_path=self.transcript_path,
                               model=self.model, summarizer=summarizer, pins=tuple(pins),

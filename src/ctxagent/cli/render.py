@@ -26,7 +26,9 @@ def describe(event: Event) -> str | None:
         c = event.compaction
         return f"compacted: {c.strategy} replaced messages {c.start}-{c.end} ({c.tokens_before} -> {c.tokens} tokens)"
     if isinstance(event, Requesting):
-        return f"turn {event.turn}: asking the model ({event.tokens}/{event.window} tokens, {event.messages} messages)"
+        same = f", {event.same} as last time" if event.same else ""
+        return (f"turn {event.turn}: asking the model ({event.tokens}/{event.window} tokens, "
+                f"{event.messages} messages{same})")
     if isinstance(event, ToolDone):
         where = f" -> stored as {event.handle}" if event.handle else ""
         status = "error" if event.is_error else "timed out" if event.content.startswith("timed out") else "ok"
