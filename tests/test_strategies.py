@@ -208,7 +208,24 @@ def test_dedupe_references_the_earlier_handle_and_flags_repeated_calls():
                           f"[same result as turn 1, handle {h}]"
     assert contents[7] == f"[same result as turn 1, handle {h}]"
     assert contents[9].startswith(f"[this call was already made at turn 1; its result is handle {h}]\n")
-    assert out.offloads == [view[3]]
+    # the earlier result it names, and each replaced original (its own handle resolves when dropped later)
+    assert sorted(e.start for e in out.offloads) == [3, 5, 7, 9]
+
+
+@FAST
+@given(view=rich_views())
+def test_every_handle_a_later_compaction_names_resolves(view):
+    """Regression: truncation dropped a result dedupe had replaced and named its handle, whose
+    original had never been stored. Run the batch pipeline, then a truncation to a tiny target:
+    every handle the final view names is one whose original some step stored (or was stored)."""
+    ctx = ctx_for(view, window=10 * sum(e.tokens for e in view) + 10_000)
+    first = run(view, BUNDLED["batch"].pipeline("batch"), ctx)
+    second = Truncate().apply(first.view, replace(ctx, params={"target": 0.01}))
+    stored = {e.handle or handle_for(e.message["tool_call_id"]) for e in [*first.offloads, *second.offloads]}
+    stored |= {handle_for(e.message["tool_call_id"]) for e in view if e.role == "tool" and e.offloaded}
+    before = set(HANDLE.findall("\n".join(texts(view))))
+    for handle in set(HANDLE.findall("\n".join(texts(second.view)))) - before:
+        assert handle in stored, handle
 
 
 def test_role_selective_reduces_tool_results_and_reasoning_not_users():

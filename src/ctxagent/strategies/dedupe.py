@@ -7,7 +7,8 @@ judged, and an agent that repeats a call is asking again.
 
 A tool result whose text is identical to an earlier result's in the view, or the same once
 whitespace is collapsed (case kept), becomes ``[same result as turn T, handle H]`` (H: the earlier
-result's handle; the earlier original goes to ``Outcome.offloads`` so H resolves). A result of a
+result's handle; the earlier original and the replaced one go to ``Outcome.offloads`` so H, and the
+replaced result's own handle, resolve). A result of a
 call repeated exactly (same tool name, same canonical JSON arguments) is flagged
 ``[this call was already made at turn T; its result is handle H]``: in front of the reference
 when the result is also the same, else in front of the new result, which stays in full. Only
@@ -60,7 +61,8 @@ class Dedupe:
         referenced: dict[tuple[int, int], Entry] = {}
         for index, new, used in found:
             out[index] = new
-            referenced.update(((e.start, e.end), e) for e in used if stored_handle(e) is None)
+            # the replaced original is stored too: its own handle, named wherever it is later dropped, resolves
+            referenced.update(((e.start, e.end), e) for e in (*used, view[index]) if stored_handle(e) is None)
         return Outcome(out, [], list(referenced.values()))
 
     def _step(self, scan: _Scan, index: int, entry: Entry) -> None:
