@@ -53,3 +53,26 @@ def test_truncating_twice_is_stable(view, window):
     again = Truncate().apply(first, ctx)
     if ctx.budget.total(first) <= window * 0.5:
         assert again.view == first and again.compactions == []
+
+
+def test_a_truncation_note_of_thousands_of_results_stays_small():
+    """Regression: the note named every dropped result's handle, so a 100,000-message session got a
+    64,033-token note and could no longer fit its 128K window. The handles it names are capped
+    (the newest kept) at a small share of the window."""
+    from ctxagent.messages import tool_call
+    from ctxagent.strategies.base import Entry
+
+    entries = [Entry({"role": "system", "content": "sys"}, 3, 0, 0, 0),
+               Entry({"role": "user", "content": "task"}, 3, 1, 1, 1)]
+    for n in range(5_000):
+        seq = 2 + 2 * n
+        call = tool_call(f"c{n}", "shell", '{"command": "ls"}')
+        entries.append(Entry({"role": "assistant", "content": None, "tool_calls": [call]}, 20, seq, seq, n + 1))
+        entries.append(Entry({"role": "tool", "tool_call_id": f"c{n}", "content": "x" * 40}, 40, seq + 1, seq + 1,
+                             n + 1, handle=f"@c{n}"))
+    ctx = ctx_for(32_000)
+    out = Truncate().apply(entries, ctx)
+    note = next(e for e in out.view if e.kind == "truncate")
+    assert note.tokens < 0.06 * 32_000 and len(note.refs) < 300
+    dropped = [e.handle for e in entries if e.role == "tool" and e not in out.view]
+    assert note.refs[-1] == dropped[-1] and dropped[0] not in note.refs  # the newest dropped are named

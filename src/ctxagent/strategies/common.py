@@ -182,16 +182,21 @@ def handle_of(entry: Entry) -> str:
     return entry.handle or handle_for(str(entry.message.get("tool_call_id") or ""))
 
 
-def refs_of(entries: Iterable[Entry]) -> tuple[str, ...]:
+REFS_FRACTION = 0.05  # of the window: the handles one replacement names, at most (~6 tokens each)
+
+
+def refs_of(entries: Iterable[Entry], window: int) -> tuple[str, ...]:
     """The handles of the tool results ``entries`` stand for (their own, or those a replacement
-    carries in ``refs``), oldest first, once each."""
+    carries in ``refs``), oldest first, once each; the newest kept when there are more than fit in
+    :data:`REFS_FRACTION` of the ``window`` (tokens), so a note never grows with the session."""
     found: dict[str, None] = {}
     for entry in entries:
         if entry.role == "tool":
             found.setdefault(handle_of(entry), None)
         for ref in entry.refs:
             found.setdefault(ref, None)
-    return tuple(found)
+    limit = max(20, int(REFS_FRACTION * window / 6))
+    return tuple(list(found)[-limit:])
 
 
 def unstored(entries: Iterable[Entry]) -> list[Entry]:
@@ -314,7 +319,7 @@ def replace_runs(
             continue
         run = [view[i] for i in starts[index]]
         skip.update(starts[index])
-        refs = refs_of(run)
+        refs = refs_of(run, ctx.budget.window)
         quotes = quotes_of(run, QUOTES_FRACTION * ctx.budget.window, ctx.model)
         message = make(run)
         message = {**message, "content": content_of(message) + quotes_block(quotes) + handles_line(refs)}

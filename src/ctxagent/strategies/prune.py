@@ -199,7 +199,7 @@ class Prune:
         """The one note entry that stands for a run of wholly dead units."""
         message = self._note(view, run, calls, ctx)
         return Entry(message, count_message(message, ctx.model), entries[0].start, entries[-1].end,
-                     entries[-1].turn, kind=self.name, refs=refs_of(entries))
+                     entries[-1].turn, kind=self.name, refs=refs_of(entries, ctx.budget.window))
 
     def _stub(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> Entry | None:
         """The one-line stub of a dead result, or None when it would not be smaller."""

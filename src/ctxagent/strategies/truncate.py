@@ -39,7 +39,7 @@ def note_message(dropped: list[Entry], ctx: StrategyContext) -> Message:
             f"{tokens} tokens) were dropped from this view to fit the context window; "
             f"the full transcript is at {ctx.transcript_path}"
             + quotes_block(quotes_of(dropped, QUOTES_FRACTION * ctx.budget.window, ctx.model))
-            + handles_line(refs_of(dropped))
+            + handles_line(refs_of(dropped, ctx.budget.window))
         ),
     }
 
@@ -97,7 +97,7 @@ class Truncate:
                 if tokens >= before:  # a note as long as what it replaces would only grow the view
                     out.extend(run)
                 else:
-                    start, end, refs = run[0].start, run[-1].end, refs_of(run)
+                    start, end, refs = run[0].start, run[-1].end, refs_of(run, ctx.budget.window)
                     quotes = quotes_of(run, QUOTES_FRACTION * ctx.budget.window, ctx.model)
                     compactions.append(Compaction(self.name, start, end, note, tokens, before, refs, quotes))
                     out.append(Entry(note, tokens, start, end, run[-1].turn, kind=self.name, refs=refs,
