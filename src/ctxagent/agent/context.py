@@ -46,10 +46,11 @@ def record_of(comp: Compaction) -> records.CompactionRecord:
                                     quotes=list(comp.quotes))
 
 
-def entry_of(record: records.MessageRecord) -> Entry:
-    """A message record as a view entry (tokens and handle from the record: never re-derived)."""
+def entry_of(record: records.MessageRecord, handle: str | None = None, offloaded: bool | None = None) -> Entry:
+    """A message record as a view entry (tokens and handle from the record: never re-derived;
+    ``handle``/``offloaded`` stand in for a record written before it kept them)."""
     return Entry(record.message, record.tokens, record.seq, record.seq, record.turn,
-                 handle=record.handle, offloaded=record.offloaded)
+                 handle=record.handle or handle, offloaded=record.offloaded if offloaded is None else offloaded)
 
 
 @dataclass
@@ -66,13 +67,14 @@ class ContextState:
     sent_upto: int = -1
     _last: tuple[list[Entry], int] = field(default_factory=lambda: ([], 0), repr=False)
 
-    def add(self, record: records.MessageRecord) -> None:
-        """Append one message record. An assistant message is the reply to a request that held
-        the whole view before it: that view is remembered as the last request."""
+    def add(self, record: records.MessageRecord, handle: str | None = None, offloaded: bool | None = None) -> None:
+        """Append one message record (``handle``, ``offloaded``: see :func:`entry_of`). An assistant
+        message is the reply to a request that held the whole view before it: that view is
+        remembered as the last request."""
         if record.message.get("role") == "assistant":
             self.sent_upto = record.seq - 1
             self._last = (self.view, len(self.view))  # the list is only appended to, or replaced
-        self.view.append(entry_of(record))
+        self.view.append(entry_of(record, handle, offloaded))
 
     def record(self, compactions: Sequence[Compaction]) -> None:
         """Apply compactions that were just written to the transcript (a new list: see ``add``)."""

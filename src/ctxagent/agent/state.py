@@ -139,34 +139,35 @@ class SessionState:
     def _message(self, record: records.MessageRecord) -> None:
         msg = record.message
         role = msg.get("role")
+        handle, offloaded = None, None
         if role == "tool":
-            record = self._with_handle(record)
+            handle, offloaded = self._handle_of(record)
             if msg.get("tool_call_id") in self.open_calls:
                 self.open_calls.remove(msg["tool_call_id"])
         elif role == "assistant":
             self.replies += 1
             self.open_calls = call_ids(msg)
             self.pins.extend(p for p in pins_of(msg) if p not in self.pins)
-        self.context.add(record)
+        self.context.add(record, handle, offloaded)
         self.next_seq = record.seq + 1
         self.turn = max(self.turn, record.turn)
         self.last_end = None
         self.users += role == "user"
         self.answered = role == "assistant" and not msg.get("tool_calls")
 
-    def _with_handle(self, record: records.MessageRecord) -> records.MessageRecord:
-        """The record with its handle: its own, or for records written before handles were kept
-        on them, the stored output of its call, else the handle its call id gives."""
-        if record.handle is None:
+    def _handle_of(self, record: records.MessageRecord) -> tuple[str, bool]:
+        """A tool result's handle and whether it was offloaded: the record's own, or for records
+        written before handles were kept on them, the stored output of its call, else the handle
+        its call id gives. Taken (and stored) in the state."""
+        handle, offloaded = record.handle, record.offloaded
+        if handle is None:
             call_id = str(record.message.get("tool_call_id") or "")
             stored = self._outputs.get(call_id)
-            record = record.model_copy(update={"handle": stored or base_handle(call_id),
-                                               "offloaded": stored is not None})
-        assert record.handle is not None
-        self.handles.add(record.handle)
-        if record.offloaded:
-            self.stored.add(record.handle)
-        return record
+            handle, offloaded = stored or base_handle(call_id), stored is not None
+        self.handles.add(handle)
+        if offloaded:
+            self.stored.add(handle)
+        return handle, offloaded
 
     def _usage(self, record: records.UsageRecord) -> None:
         self.usage.add(record)
