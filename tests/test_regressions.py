@@ -148,3 +148,50 @@ def test_a_deleted_profile_file_resumes_from_the_copy_in_the_header(tmp_path):
     assert (out.returncode, out.stdout) == (0, "two\n"), out.stderr
     assert "copy kept in the session header" in out.stderr
     assert ctxagent("inspect", "context", "--session", "gone").returncode == 0
+
+
+def test_sessions_list_showed_the_profile_a_session_started_with_after_resume_changed_it(tmp_path):
+    first = tmp_path / "p1.yaml"
+    first.write_text("context_window: 50000\n", encoding="utf-8")
+    second = tmp_path / "p2.yaml"
+    second.write_text("context_window: 40000\n", encoding="utf-8")
+    model = script(tmp_path / "s.yaml", [{"content": "one"}, {"content": "two"}])
+    started = ctxagent("run", "--batch", "--session", "chg", "--profile", str(first), "--model", model, "x")
+    assert started.returncode == 0
+    assert ctxagent("resume", "--batch", "--session", "chg", "--profile", str(second), "y").returncode == 0
+    listed = [json.loads(line) for line in ctxagent("sessions", "list", "--json").stdout.splitlines()]
+    assert [s["profile"] for s in listed if s["name"] == "chg"] == [str(second)]
+
+
+def test_resume_json_of_an_unknown_session_printed_no_json():
+    out = ctxagent("resume", "--session", "nosuch", "--json")
+    assert out.returncode == 2
+    assert json.loads(out.stdout)["status"] == "usage_error"
+
+
+def test_json_usage_said_zero_dollars_when_the_price_was_unknown(tmp_path, fake_openai):
+    server = fake_openai([{"content": "one"}])
+    profile = tmp_path / "p.yaml"
+    profile.write_text("context_window: 16000\n", encoding="utf-8")
+    out = ctxagent("run", "--json", "--session", "cost", "--model", "openai/not-in-the-price-map", "--api-base",
+                   server.base_url, "--profile", str(profile), "x", env={"OPENAI_API_KEY": "sk-local-test"})
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["usage"]["cost_usd"] is None
+
+
+def test_a_later_truncation_note_named_the_turns_of_the_note_it_replaced(tmp_path):
+    from ctxagent.messages import tool_call
+    from ctxagent.strategies.base import Budget, Entry, StrategyContext
+    from ctxagent.strategies.truncate import Truncate
+
+    view = [Entry({"role": "system", "content": "s"}, 2, 0, 0, 0), Entry({"role": "user", "content": "t"}, 2, 1, 1, 1),
+            Entry({"role": "user", "content": "[ctxagent] earlier note"}, 30, 2, 9, 5, kind="truncate")]
+    for n in range(6, 12):
+        seq = 10 + 2 * (n - 6)
+        view.append(Entry({"role": "assistant", "content": None, "tool_calls": [tool_call(f"c{n}", "shell", "{}")]},
+                          20, seq, seq, n))
+        view.append(Entry({"role": "tool", "tool_call_id": f"c{n}", "content": "x" * 900}, 300, seq + 1, seq + 1, n))
+    ctx = StrategyContext(budget=Budget(window=2_000, tools=10, reserved=10, target=0.3, trigger=0.8))
+    note = next(e for e in Truncate().apply(view, ctx).view if e.kind == "truncate")
+    assert note.message["content"].startswith("[ctxagent] ") and "#2-#" in note.message["content"]
+    assert "turns 5-" not in note.message["content"]

@@ -268,4 +268,6 @@ def test_empty_or_repeated_call_ids_get_unique_ids_and_handles(tmp_path, fake_op
     tools = [r for r in session.transcript.load() if isinstance(r, records.MessageRecord)
              and r.message["role"] == "tool"]
     assert len(tools) == 4 and len({r.handle for r in tools}) == 4
+    sent = [c["id"] for m in server.requests[-1]["messages"] for c in m.get("tool_calls") or []]
+    assert len(sent) == 4 and len(set(sent)) == 4  # unique across replies too (Anthropic rejects repeats)
     assert pair_violations([m for m in server.requests[-1]["messages"]]) == []

@@ -17,7 +17,8 @@ consumes the next *item* of the script, in order:
   every key is optional. Mapping arguments are sent as JSON text, string arguments byte for byte
   (they may be invalid JSON on purpose). Usage fields the item gives are sent as given (extra ones,
   such as ``cache_read_input_tokens``, too); the others are counted: prompt tokens are
-  :func:`ctxagent.tokens.count_messages` of the request's messages, completion tokens those of the
+  :func:`ctxagent.tokens.count_messages` of the request's messages plus
+  :func:`ctxagent.tokens.count_tools` of its tool schemas (as a provider counts them), completion tokens those of the
   reply's text (content plus tool-call names and arguments), and cached tokens
   (``prompt_tokens_details.cached_tokens``) follow the prompt cache below.
   ``delay_s`` (seconds) sleeps before answering, to provoke client timeouts.
@@ -186,7 +187,8 @@ def _usage(item: Item, request: dict[str, Any], message: Message, matched: int) 
     """The usage object: fields the item gives, the rest counted (tokens; see module doc)."""
     model = str(request.get("model", ""))
     given = item.get("usage") or {}
-    prompt = int(given.get("prompt_tokens", count_messages(request.get("messages") or [], model)))
+    counted = count_messages(request.get("messages") or [], model) + count_tools(request.get("tools") or [], model)
+    prompt = int(given.get("prompt_tokens", counted))
     completion = int(given.get("completion_tokens", count_text(text_of(message), model)))
     details = {"cached_tokens": _cached_tokens(request, matched, prompt)}
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,

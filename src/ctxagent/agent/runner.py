@@ -10,7 +10,7 @@ by a crash gets a synthetic "interrupted" result when the session is opened agai
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -69,7 +69,8 @@ class Runner:
         self.sink: Sink = sink or TranscriptSink(session)
         self.store = RedactingStore(session.store.root, redact.default())  # secrets of the run's environment
         self._summarizer_model = summarizer_model
-        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "cost_usd": 0.0}
+        # this run's usage (tokens); cost in US dollars, None while no call had a known price
+        self.usage: dict[str, Any] = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "cost_usd": None}
         self.tool_specs = toolset.specs()
         self.tool_tokens = count_tools(self.tool_specs, state.settings.model)
         # permissions (tools/permissions.py): the profile's; the CLI adds --allow grants and a prompt
@@ -272,7 +273,7 @@ class Runner:
                         f"the provider says the context is too long ({err}) and emergency compaction cannot "
                         f"make it smaller than {budget.total(view)} tokens; largest parts: {largest_parts(view)}"
                     ) from err
-        reply = with_call_ids(reply, self.state.next_seq)
+        reply = with_call_ids(reply, self.state.next_seq, self.state.call_ids)
         self._record_reply(reply, view, turn)
         yield Replied(turn, reply)
         return reply
@@ -289,7 +290,8 @@ class Runner:
         self.usage["prompt_tokens"] += reply.usage.prompt_tokens
         self.usage["completion_tokens"] += reply.usage.completion_tokens
         self.usage["cached_tokens"] += reply.usage.cached_tokens
-        self.usage["cost_usd"] += reply.usage.cost_usd or 0.0
+        if reply.usage.cost_usd is not None:
+            self.usage["cost_usd"] = (self.usage["cost_usd"] or 0.0) + reply.usage.cost_usd
 
     def _run_tools(self, reply: Reply) -> Iterator[Event]:
         for call in reply.tool_calls:
@@ -328,16 +330,18 @@ def usage_record(usage: Usage, turn: int, model: str, estimate: int) -> records.
                                cache_creation_tokens=usage.cache_creation_tokens)
 
 
-def with_call_ids(reply: Reply, seq: int) -> Reply:
-    """``reply`` with a unique id on every tool call: providers that send an empty or missing id,
-    or one id twice in a reply, get ``ctx<seq>_<n>`` (deterministic: the reply's seq number)."""
+def with_call_ids(reply: Reply, seq: int, used: Container[str] = ()) -> Reply:
+    """``reply`` with an id on every tool call unique in the session: a call whose id is empty,
+    missing, repeated in the reply or already ``used`` by an earlier reply (some providers send
+    ``call_1`` every turn; Anthropic rejects repeated tool-use ids) gets ``ctx<seq>_<n>``
+    (deterministic: the reply's seq number)."""
     ids = [c.id for c in reply.tool_calls]
-    if all(ids) and len(set(ids)) == len(ids):
+    if all(ids) and len(set(ids)) == len(ids) and not any(i in used for i in ids):
         return reply
     seen: set[str] = set()
     calls = []
     for n, call in enumerate(reply.tool_calls):
-        if not call.id or call.id in seen:
+        if not call.id or call.id in seen or call.id in used:
             call = replace(call, id=f"ctx{seq}_{n}")
         seen.add(call.id)
         calls.append(call)

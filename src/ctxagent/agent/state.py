@@ -99,6 +99,7 @@ class SessionState:
     pins: list[str] = field(default_factory=list)  # facts the agent pinned (pin tool), in order
     shown_pins: list[str] = field(default_factory=list)  # the agent's pins in the view: as of the last compaction
     handles: set[str] = field(default_factory=set)  # every handle taken
+    call_ids: set[str] = field(default_factory=set)  # every tool call id of every reply
     stored: set[str] = field(default_factory=set)  # handles whose value is in the output store
     scale: float = 1.0  # calibration: provider prompt tokens / our estimate
     summaries: int = 0  # summarizer calls made (a scripted summarizer resumes after them)
@@ -147,6 +148,7 @@ class SessionState:
         elif role == "assistant":
             self.replies += 1
             self.open_calls = call_ids(msg)
+            self.call_ids.update(self.open_calls)
             self.pins.extend(p for p in pins_of(msg) if p not in self.pins)
         self.context.add(record, handle, offloaded)
         self.next_seq = record.seq + 1

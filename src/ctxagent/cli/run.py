@@ -175,6 +175,14 @@ def resume(
     allow: AllowOpt = None, allow_all: AllowAllOpt = False,
 ) -> None:
     """Continue a session (the most recent one by default) where it stopped."""
-    target = (Session.at(session) if session is not None else latest_session()).require()
+    try:
+        target = (Session.at(session) if session is not None else latest_session()).require()
+    except CtxagentError as err:  # --json prints its object for these too
+        if json_out:
+            renderer = BatchRenderer(True)
+            renderer.error(err)
+            renderer.finish({"session": session, "status": err.status, "answer": None, "turns": 0, "error": str(err)})
+            raise typer.Exit(err.exit_code) from None
+        raise
     execute(target, _read_task(message), RunOptions(model, profile, api_base, max_turns, _is_batch(batch, json_out),
                                                     json_out, workdir, tuple(tools or ()), output, allow, allow_all))

@@ -150,6 +150,9 @@ def summarize(records_: list[Any]) -> dict[str, Any]:
     from ctxagent.sessions import records
 
     head = next((r for r in records_ if isinstance(r, records.SessionHeader)), None)
+    changes = [r for r in records_ if isinstance(r, records.SettingsRecord)]  # resumes that changed them
+    model = next((c.model for c in reversed(changes) if c.model), head.model if head else None)
+    profile = next((c.profile for c in reversed(changes) if c.profile), head.profile if head else None)
     messages = [r for r in records_ if isinstance(r, records.MessageRecord)]
     usage = [r for r in records_ if isinstance(r, records.UsageRecord)]
     last_end = max((i for i, r in enumerate(records_) if isinstance(r, records.EndRecord)), default=-1)
@@ -157,8 +160,8 @@ def summarize(records_: list[Any]) -> dict[str, Any]:
     status = records_[last_end].reason if last_end > last_msg else ("interrupted" if last_msg >= 0 else "new")
     return {
         "created": head.ts if head else None,
-        "model": head.model if head else None,
-        "profile": head.profile if head else None,
+        "model": model,
+        "profile": profile,
         "turns": max((m.turn for m in messages), default=0),
         "messages": len(messages),
         "tokens": sum(u.prompt_tokens + u.completion_tokens for u in usage),

@@ -31,11 +31,11 @@ def note_message(dropped: list[Entry], ctx: StrategyContext) -> Message:
     """The user-role note that stands where ``dropped`` entries were (oldest first): what was
     dropped, where the transcript is, and the handles of the tool results it held."""
     tokens = sum(e.tokens for e in dropped)
-    turns = f"turns {dropped[0].turn}-{dropped[-1].turn}"
+    where = f"#{dropped[0].start}-#{dropped[-1].end}, up to turn {dropped[-1].turn}"
     return {
         "role": "user",
         "content": (
-            f"[ctxagent] {sum(e.end - e.start + 1 for e in dropped)} earlier messages ({turns}, "
+            f"[ctxagent] {sum(e.end - e.start + 1 for e in dropped)} earlier messages ({where}, "
             f"{tokens} tokens) were dropped from this view to fit the context window; "
             f"the full transcript is at {ctx.transcript_path}"
             + quotes_block(quotes_of(dropped, QUOTES_FRACTION * ctx.budget.window, ctx.model))
