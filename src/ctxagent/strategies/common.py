@@ -108,17 +108,24 @@ def calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
 
 def _calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
     found: dict[int, dict[str, Any]] = {}
-    calls: dict[str, dict[str, Any]] = {}
+    calls: dict[Any, dict[str, Any]] = {}
     for index, entry in enumerate(view):
-        if entry.role == "assistant":
-            calls = calls_by_id(entry)
-        elif entry.role == "tool":
-            call = calls.get(entry.message.get("tool_call_id"))
-            if call is not None:
-                found[index] = call
-        else:
-            calls = {}
+        calls, call = follow_calls(calls, entry)
+        if call is not None:
+            found[index] = call
     return found
+
+
+def follow_calls(calls: dict[Any, dict[str, Any]], entry: Entry) -> tuple[dict[Any, dict[str, Any]],
+                                                                         dict[str, Any] | None]:
+    """One step of a walk over a view: ``(calls in force after entry, entry's call)``. An assistant
+    message puts its calls (by id) in force, a tool result looks its call up there, any other
+    message ends them; the call is None except for a tool result whose call was found."""
+    if entry.role == "assistant":
+        return calls_by_id(entry), None
+    if entry.role != "tool":
+        return {}, None
+    return calls, calls.get(entry.message.get("tool_call_id"))
 
 
 def calls_by_id(entry: Entry) -> dict[Any, dict[str, Any]]:

@@ -28,9 +28,9 @@ from typing import Any, ClassVar
 
 from ctxagent.strategies.base import MEMO, Entry, Fold, Outcome, StrategyContext
 from ctxagent.strategies.common import (
-    calls_by_id,
     canonical_call,
     content_of,
+    follow_calls,
     handle_of,
     replaced,
     stored_handle,
@@ -68,16 +68,11 @@ class Dedupe:
     def _step(self, scan: _Scan, index: int, entry: Entry) -> None:
         """Fold one entry: remember each original result's text and call; a result not yet sent that
         repeats an earlier one gets its replacement (a result already sent is only remembered)."""
-        if entry.role == "assistant":
-            scan.calls = calls_by_id(entry)
-            return
-        if entry.role != "tool":
-            scan.calls = {}
-            return
-        if entry.kind != "message":
+        scan.calls, call = follow_calls(scan.calls, entry)
+        if entry.role != "tool" or entry.kind != "message":
             return
         assert self._ctx is not None
-        ctx, call = self._ctx, scan.calls.get(entry.message.get("tool_call_id"))
+        ctx = self._ctx
         norm, key = MEMO.get(entry, (self.name, id(call)), lambda: self._keys(entry, call))
         if entry.start >= ctx.free_from:
             same_text = scan.by_text.get(norm) if entry.tokens > self._min_tokens else None

@@ -38,8 +38,8 @@ from typing import Any, ClassVar
 
 from ctxagent.strategies.base import MEMO, Entry, Fold, Outcome, StrategyContext
 from ctxagent.strategies.common import (
-    calls_by_id,
     content_of,
+    follow_calls,
     handle_of,
     replaced,
     short_call,
@@ -115,17 +115,14 @@ class MaskObservations:
 
     def _step(self, scan: _Scan, index: int, entry: Entry) -> None:
         """Fold one entry: tool results in order, and the original ones a stub would shrink."""
-        if entry.role == "assistant":
-            scan.calls = calls_by_id(entry)
-            return
+        scan.calls, call = follow_calls(scan.calls, entry)
         if entry.role != "tool":
-            scan.calls = {}
             return
         scan.results.append(index)
         if entry.kind != "message":
             return
         assert self._ctx is not None
-        ctx, min_tokens, call = self._ctx, self._min_tokens, scan.calls.get(entry.message.get("tool_call_id"))
+        ctx, min_tokens = self._ctx, self._min_tokens
         new, stored = MEMO.get(entry, (self.name, id(call), min_tokens, ctx.pins, ctx.model),
                                lambda: self._masked(entry, call, ctx, min_tokens))
         if new is not None:

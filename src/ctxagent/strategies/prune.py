@@ -46,9 +46,9 @@ from ctxagent.messages import Message
 from ctxagent.strategies.base import MEMO, Entry, Fold, Outcome, StrategyContext, groups
 from ctxagent.strategies.common import (
     call_name,
-    calls_by_id,
     calls_of_results,
     content_of,
+    follow_calls,
     handle_of,
     one_line,
     refs_of,
@@ -130,13 +130,9 @@ class _Scan:
         state.turn = max(state.turn, entry.turn)
         if not (entry.role == "tool" and state.unit_calls):
             state.unit, state.unit_calls = index, bool(entry.message.get("tool_calls"))
-        if entry.role == "assistant":
-            state.calls = calls_by_id(entry)
-            return
+        state.calls, call = follow_calls(state.calls, entry)
         if entry.role != "tool":
-            state.calls = {}
             return
-        call = state.calls.get(entry.message.get("tool_call_id"))
         name = call_name(call)
         dead = is_dead(entry, state.max_tokens)
         if not dead and entry.kind != Prune.name:
