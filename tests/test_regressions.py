@@ -195,3 +195,16 @@ def test_a_later_truncation_note_named_the_turns_of_the_note_it_replaced(tmp_pat
     note = next(e for e in Truncate().apply(view, ctx).view if e.kind == "truncate")
     assert note.message["content"].startswith("[ctxagent] ") and "#2-#" in note.message["content"]
     assert "turns 5-" not in note.message["content"]
+
+
+def test_a_task_refused_before_the_first_request_left_no_end_record(tmp_path):
+    """The task is not written (it could only brick the session), but the run's end is: status
+    context_overflow, not 'new'."""
+    profile = tmp_path / "tiny.yaml"
+    profile.write_text("context_window: 3000\nmax_output_tokens: 2000\n", encoding="utf-8")
+    model = script(tmp_path / "s.yaml", [{"content": "one"}])
+    out = ctxagent("run", "--batch", "--session", "tiny", "--profile", str(profile), "--model", model, "x")
+    assert out.returncode == 5, out.stderr
+    assert [r["kind"] for r in records("tiny")] == ["session", "end"]
+    listed = [json.loads(line) for line in ctxagent("sessions", "list", "--json").stdout.splitlines()]
+    assert [s["status"] for s in listed if s["name"] == "tiny"] == ["context_overflow"]

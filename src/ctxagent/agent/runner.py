@@ -126,13 +126,13 @@ class Runner:
         Raises the ``CtxagentError`` that ended the run (``LimitReached``, ``ProviderError``,
         ``ContextOverflowError``...) *after* writing an end record that names it.
         """
-        if user_input is not None:
-            self._check_fits(user_input)
-            if self.state.next_seq == 0:
-                self._append(self._message({"role": "system", "content": self.profile.system_prompt}, 0))
-            self._append(self._message({"role": "user", "content": user_input}, self.state.replies + 1))
         limit = max_turns or self.profile.max_turns
         try:
+            if user_input is not None:  # refused before it is written: an end record says why
+                self._check_fits(user_input)
+                if self.state.next_seq == 0:
+                    self._append(self._message({"role": "system", "content": self.profile.system_prompt}, 0))
+                self._append(self._message({"role": "user", "content": user_input}, self.state.replies + 1))
             for _ in range(limit):
                 reply = yield from self._step()
                 if not reply.tool_calls:
