@@ -49,7 +49,3 @@ def new_handle(call_id: str | None, taken: Container[str]) -> str:
         handle = f"{base}.{n}"
     return handle
 
-
-def is_handle(text: str) -> bool:
-    """Whether ``text`` is exactly one handle."""
-    return bool(HANDLE_RE.match(text))

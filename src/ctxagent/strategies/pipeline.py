@@ -35,8 +35,7 @@ def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
     compaction.
     """
     for comp in compactions:
-        starts = [e.start for e in view] if len(view) < 64 else _Starts(view)
-        lo = bisect_left(starts, comp.start)
+        lo = bisect_left(view, comp.start, key=lambda e: e.start)
         hi = lo
         while hi < len(view) and view[hi].end <= comp.end:
             hi += 1
@@ -51,19 +50,6 @@ def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
                          tuple(comp.quotes))]
         view = [*view[:lo], *new, *view[hi:]]
     return view
-
-
-class _Starts:
-    """``view``'s seq starts as a sequence for :func:`bisect_left`, without copying them."""
-
-    def __init__(self, view: Sequence[Entry]):
-        self.view = view
-
-    def __len__(self) -> int:
-        return len(self.view)
-
-    def __getitem__(self, index: int) -> int:
-        return self.view[index].start
 
 
 def fires(step: StrategyConfig, view: Sequence[Entry], ctx: StrategyContext, default_trigger: float) -> bool:
