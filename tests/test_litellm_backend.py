@@ -122,7 +122,7 @@ def test_context_errors_in_every_wording(fake_openai, style):
     server = fake_openai([context_error(style, tokens=9000, limit=8192), {"content": "not reached"}])
     with pytest.raises(ProviderContextError) as info:
         model(server).complete(USER, [])
-    expected_status = 429 if style == "openai-request-too-large" else 400
+    expected_status = {"openai-request-too-large": 429, "llama.cpp-500": 500}.get(style, 400)
     assert info.value.http_status == expected_status
     assert len(server.requests) == 1  # never retried
     assert "context too long" in str(info.value)
@@ -145,7 +145,8 @@ def test_server_error_is_retried_then_reported(fake_openai):
     assert type(info.value) is ProviderError
     assert info.value.http_status == 500
     assert len(server.requests) == 3
-    assert str(info.value) == "model openai/fake: server error (HTTP 500, 3 attempts): boom"
+    url = f"{server.base_url}/chat/completions"
+    assert str(info.value) == f"model openai/fake: server error (HTTP 500 from {url}; 3 requests sent): boom"
 
 
 def test_rate_limits_and_unavailable_are_retried_until_success(fake_openai):
@@ -182,13 +183,14 @@ def test_timeout_is_retried_then_reported(fake_openai):
         model(server, retries=1, timeout_s=0.2).complete(USER, [])
     assert time.monotonic() - started < 3
     assert info.value.http_status is None
-    assert str(info.value) == "model openai/fake: timed out after 0.2 s (2 attempts)"
+    url = f"{server.base_url}/chat/completions"
+    assert str(info.value) == f"model openai/fake: timed out (no reply within 0.2 s from {url}; 2 requests sent)"
     assert len(server.requests) == 2
 
 
 def test_connection_refused_fails_fast(fake_openai):
     server = fake_openai([{"content": "warm"}])
-    backend = model(server, retries=2)
+    backend, server_url = model(server, retries=2), server.base_url
     backend.complete(USER, [])  # leaves a pooled keep-alive connection behind
     server.stop()
     started = time.monotonic()
@@ -196,7 +198,7 @@ def test_connection_refused_fails_fast(fake_openai):
         backend.complete(USER, [])
     assert time.monotonic() - started < 3
     assert info.value.http_status is None
-    assert "cannot connect to http://127.0.0.1:" in str(info.value)
+    assert f"cannot connect (to {server_url}/chat/completions; 3 attempts, no request delivered)" in str(info.value)
     assert "\n" not in str(info.value)
 
 

@@ -11,6 +11,7 @@ Hierarchy (the exit code the CLI maps each branch to is in brackets)::
     ├── LimitReached                   [3]  a bound (max_turns, ...) ended the run; resumable
     ├── ProviderError                  [4]  the model or its provider failed (HTTP, auth,
     │   │                                   rate limit, timeout, scripted model exhausted)
+    │   ├── ProviderQuotaError         [4]  out of quota, credit or budget (not retried)
     │   └── ProviderContextError       [5]  the provider said the context is too long
     └── ContextOverflowError           [5]  the context cannot be made to fit the window
 
@@ -84,6 +85,11 @@ class ProviderError(CtxagentError):
     def __init__(self, message: str, *, status: int | None = None):
         super().__init__(message)
         self.http_status = status
+
+
+class ProviderQuotaError(ProviderError):
+    """The provider refused for quota, credit or billing reasons (OpenAI ``insufficient_quota``,
+    Anthropic "credit balance is too low", ...): retrying cannot help until the account changes."""
 
 
 class ProviderContextError(ProviderError):

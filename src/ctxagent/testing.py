@@ -23,9 +23,13 @@ consumes the next *item* of the script, in order:
   (``prompt_tokens_details.cached_tokens``) follow the prompt cache below.
   ``delay_s`` (seconds) sleeps before answering, to provoke client timeouts.
 - an **error**: ``{"error": {"status": int, "message": str, "code": ..., "type": str},
-  "headers": {str: str}, "delay_s": float}``, answered with that HTTP status, those extra headers
-  (``retry-after``, say) and an OpenAI-style error body
-  ``{"error": {"message", "type", "param", "code"}}``. Build them with :func:`error` and
+  "headers": {str: str}, "body": dict | str, "mid_stream": bool, "delay_s": float}``, answered
+  with that HTTP status, those extra headers (``retry-after``, say) and an OpenAI-style error body
+  ``{"error": {"message", "type", "param", "code"}}``, or ``body`` as given when the item has one
+  (a dict is sent as JSON, a string as plain text: the shapes of Gemini, TGI, llama.cpp...). With
+  ``mid_stream`` a streaming request gets HTTP 200 and a server-sent ``data: {"error": ...}`` event
+  after a first content chunk, as servers do when a stream fails after it started; a
+  non-streaming request gets the plain HTTP error. Build them with :func:`error` and
   :func:`context_error`.
 
 Prompt cache, modelled on OpenAI's automatic one (prefixes of 1,024+ tokens, in 128-token
@@ -66,20 +70,30 @@ from ctxagent.tokens import count_message, count_messages, count_text, count_too
 
 Item = dict[str, Any]
 
-CONTEXT_STYLES = ("openai", "openai-request-too-large", "anthropic", "vllm", "ollama")
+CONTEXT_STYLES = ("openai", "openai-request-too-large", "anthropic", "vllm", "ollama", "llama.cpp", "llama.cpp-500")
 CACHE_MIN_TOKENS = 1024  # OpenAI caches a prompt prefix from this many tokens on...
 CACHE_STEP_TOKENS = 128  # ...in increments of this many
+_MID_STREAM = "x-fake-mid-stream"  # internal marker from _answer to the handler; never sent
 
 
 # ---------------------------------------------------------------- script items
 
 
 def error(status: int, message: str, *, code: Any = None, type: str = "invalid_request_error",
-          headers: dict[str, str] | None = None) -> Item:
-    """A script item that answers with HTTP ``status``, an OpenAI-style error body and ``headers``."""
+          headers: dict[str, str] | None = None, body: dict[str, Any] | str | None = None,
+          mid_stream: bool = False) -> Item:
+    """A script item that answers with HTTP ``status``, an OpenAI-style error body and ``headers``.
+
+    ``body`` replaces the OpenAI-style body (dict: JSON, str: plain text); ``mid_stream`` makes a
+    streaming request fail after its first chunk (see the module doc).
+    """
     item: Item = {"error": {"status": status, "message": message, "code": code, "type": type}}
     if headers:
         item["headers"] = dict(headers)
+    if body is not None:
+        item["body"] = body
+    if mid_stream:
+        item["mid_stream"] = True
     return item
 
 
@@ -96,6 +110,10 @@ def context_error(style: str = "openai", *, tokens: int = 130_000, limit: int = 
     - ``vllm``: 400, "This model's maximum context length is M tokens. However, you requested
       N tokens ..." -> ``ContextWindowExceededError``.
     - ``ollama``: 400, "the input length exceeds the context length" -> plain ``BadRequestError``.
+    - ``llama.cpp``: 400, type ``exceed_context_size_error``, "the request exceeds the available context
+      size, try increasing it" -> ``ContextWindowExceededError``.
+    - ``llama.cpp-500``: 500, "Context size has been exceeded." (older llama.cpp servers) ->
+      ``InternalServerError`` (ctxagent's table, ``agent/provider_errors.py``, knows it).
 
     Raises ``ValueError`` for an unknown style.
     """
@@ -115,6 +133,11 @@ def context_error(style: str = "openai", *, tokens: int = 130_000, limit: int = 
                      "reduce the length of the messages or completion.", code=400, type="BadRequestError")
     if style == "ollama":
         return error(400, "the input length exceeds the context length")
+    if style == "llama.cpp":
+        return error(400, "the request exceeds the available context size, try increasing it",
+                     type="exceed_context_size_error")
+    if style == "llama.cpp-500":
+        return error(500, "Context size has been exceeded.", type="server_error")
     raise ValueError(f"unknown context error style {style!r}; known: {', '.join(CONTEXT_STYLES)}")
 
 
@@ -280,12 +303,26 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, _error_body(f"request body is not JSON: {err}"))
             return
         status, payload, headers = self.server.fake._answer(request)
-        if status == 200 and request.get("stream"):
+        streaming = bool(request.get("stream"))
+        if status == 200 and streaming:
             include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
             events = [f"data: {json.dumps(c)}\n\n" for c in _sse_chunks(payload, include_usage)]
             self._send(200, ("".join(events) + "data: [DONE]\n\n").encode(), "text/event-stream")
+        elif streaming and headers.pop(_MID_STREAM, None):
+            self._send(200, _failed_stream(request, payload), "text/event-stream", headers)
+        elif isinstance(payload, str):
+            self._send(status, payload.encode(), "text/plain; charset=utf-8", headers)
         else:
             self._send_json(status, payload, headers)
+
+
+def _failed_stream(request: dict[str, Any], payload: dict[str, Any] | str) -> bytes:
+    """A stream that starts (one content chunk) and then carries the error ``payload`` as an event."""
+    head = {"id": "chatcmpl-fake-err", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": str(request.get("model", "fake"))}
+    first = head | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+    event = payload if isinstance(payload, dict) else {"error": {"message": payload}}
+    return f"data: {json.dumps(first)}\n\ndata: {json.dumps(event)}\n\n".encode()
 
 
 class _Server(ThreadingHTTPServer):
@@ -375,6 +412,20 @@ class FakeOpenAI:
         with self._lock:
             self.script.extend(checked)
 
+    def reset(self, *items: Item) -> None:
+        """Forget every request and script item, then queue ``items``: one server for many tests.
+
+        (litellm keeps one pooled client per ``api_base``; hundreds of short-lived servers in one
+        process leave it evicting clients whose sockets were never closed.)
+        """
+        checked = [_checked(item) for item in items]
+        with self._lock:
+            self.script, self.served = checked, 0
+            self.requests.clear()
+            self.rejected.clear()
+            self.cached.clear()
+            self._prefixes.clear()
+
     @property
     def remaining(self) -> int:
         """Script items not played yet."""
@@ -389,8 +440,11 @@ class FakeOpenAI:
             else:
                 self._connections.discard(conn)
 
-    def _answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
-        """The HTTP status, JSON body and extra headers for one chat-completions request."""
+    def _answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any] | str, dict[str, str]]:
+        """The HTTP status, body (JSON object or text) and extra headers for one chat-completions request.
+
+        An error item played mid-stream adds the internal :data:`_MID_STREAM` header (never sent).
+        """
         problems = pair_violations(request.get("messages") or []) if self.check_pairs else []
         keys = _prefix_keys(request)
         with self._lock:
@@ -415,8 +469,9 @@ class FakeOpenAI:
         if "error" in item:
             spec = item["error"]
             kind = spec.get("type", "invalid_request_error")
-            body = _error_body(str(spec.get("message", "error")), type=kind, code=spec.get("code"))
-            return int(spec.get("status", 400)), body, dict(item.get("headers") or {})
+            body = item.get("body") or _error_body(str(spec.get("message", "error")), type=kind, code=spec.get("code"))
+            headers = dict(item.get("headers") or {}) | ({_MID_STREAM: "1"} if item.get("mid_stream") else {})
+            return int(spec.get("status", 400)), body, headers
         with self._lock:
             matched = next((i for i, key in enumerate(keys) if key not in self._prefixes), len(keys))
             self._prefixes.update(keys)

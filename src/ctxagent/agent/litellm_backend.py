@@ -7,19 +7,16 @@ call (``import litellm`` costs ~4 s and ~200 MB; FIELD-NOTES.md). Before that im
 keep quiet: no debug banners, its loggers at WARNING on stderr (stdout belongs to the answer).
 
 Errors are translated once, here, with ``raise ... from err``; no litellm or openai exception type
-leaves this module:
+leaves this module. :mod:`ctxagent.agent.provider_errors` reads the failure (the real HTTP status,
+the provider's words, the URL, whether a request went out) and classifies it with its one table of
+provider wordings: context overflow -> :class:`~ctxagent.errors.ProviderContextError` (never retried),
+quota or billing -> :class:`~ctxagent.errors.ProviderQuotaError` (never retried), anything else ->
+:class:`~ctxagent.errors.ProviderError`.
 
-- the provider says the context is too long -> :class:`~ctxagent.errors.ProviderContextError`
-  (litellm's ``ContextWindowExceededError``, or the code ``context_length_exceeded``, or wordings such
-  as "maximum context length", "prompt is too long", "Request too large" in any other litellm error:
-  litellm 1.110.2 turns OpenAI's "Request too large" into a ``RateLimitError`` and leaves Ollama's
-  "the input length exceeds the context length" a plain ``BadRequestError``);
-- anything else -> :class:`~ctxagent.errors.ProviderError`, one line naming the model, the HTTP status
-  when there was one, and the provider's own message.
-
-We own the retry policy (litellm and the openai SDK are told not to retry): rate limits (not context
-ones), timeouts, connection errors and HTTP 5xx are retried ``retries`` times with exponential
-backoff; other 4xx never are.
+We own the retry policy (litellm and the openai SDK are told not to retry, FIELD-NOTES.md), so each
+failure is classified before any retry: rate limits, timeouts, connection errors, HTTP 5xx and error
+events in a stream are retried ``retries`` times with exponential backoff, or after the wait the
+server asks for (bounded by ``max_retry_wait_s``), each retry announced through ``on_retry``.
 
 Prompt caching (FIELD-NOTES.md "Prompt caching"): OpenAI-style providers cache request prefixes of
 1,024+ tokens by themselves; Anthropic (also on Bedrock and Vertex AI) caches only up to explicit
@@ -35,32 +32,19 @@ import contextlib
 import functools
 import json
 import logging
-import math
 import os
-import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ctxagent.agent.model import Reply, ToolCall, Usage
-from ctxagent.errors import ProviderContextError, ProviderError
+from ctxagent.agent.model import Reply, ToolCall, Usage, read_usage
+from ctxagent.agent.provider_errors import Failure, classify, describe, read_error, retry_note
+from ctxagent.errors import ProviderContextError, ProviderError, ProviderQuotaError
 from ctxagent.messages import Message
 from ctxagent.sessions import redact
 
 LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
-CONTEXT_CODES = frozenset({"context_length_exceeded"})
-CONTEXT_WORDINGS = (  # lowercase substrings of provider messages that mean "context too long"
-    "maximum context length",
-    "context length",
-    "context window",
-    "prompt is too long",
-    "too many tokens",
-    "request too large",
-)
-RETRY_AFTER_CAP_S = 30.0  # seconds; a provider's Retry-After is honoured up to this
-MESSAGE_CAP = 600  # characters of provider message kept in our error message
 DUMMY_API_KEY = "sk-local-no-key"  # for openai/... models on a local server that needs none
 PROMPT_CACHE_MODES = ("auto", "off")  # Profile.prompt_cache
 MAX_CACHE_BREAKPOINTS = 4  # Anthropic rejects a request with more cache_control blocks
@@ -70,9 +54,9 @@ CACHE_READ_FALLBACK = 0.1  # share of the input price a cache read costs when th
 # stored and billed cachedContents resource (extra API calls per request), not a per-request breakpoint.
 BREAKPOINT_PROVIDERS = frozenset({"anthropic"})
 BREAKPOINT_CLAUDE_HOSTS = frozenset({"bedrock", "vertex_ai"})
-_KEY_PATTERN = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,}|\bAIza[0-9A-Za-z_\-]{20,}|(?i:bearer)\s+\S+")
-_VENDOR_PREFIX = re.compile(r"^.*?\b\w*Exception - |^(?:litellm\.\w+:\s*)+", re.DOTALL)
-_LITELLM_HINT = re.compile(r"\s*Handle with `litellm\.\w+`\.?|\s*Received Model Group=.*$", re.DOTALL)
+# litellm providers whose messages litellm translates into the provider's own format (not OpenAI's)
+NATIVE_PROVIDERS = frozenset({"anthropic", "bedrock", "bedrock_converse", "vertex_ai", "vertex_ai_beta", "gemini",
+                              "cohere", "cohere_chat"})
 
 
 # ---------------------------------------------------------------- importing litellm
@@ -191,6 +175,15 @@ def _cache_read_discount(lib: Any, model: str, cached_tokens: int) -> float:
 
 
 @functools.cache
+def _provider(model: str) -> tuple[str, str] | None:
+    """(model name, litellm provider) of a litellm model string, or None when litellm cannot place it."""
+    try:
+        name, provider = _litellm().get_llm_provider(model)[:2]
+    except Exception:  # an unknown provider
+        return None
+    return str(name), str(provider)
+
+
 def needs_cache_breakpoints(model: str) -> bool:
     """Whether ``model`` (a litellm model string) is cached only at explicit ``cache_control`` breakpoints.
 
@@ -199,13 +192,10 @@ def needs_cache_breakpoints(model: str) -> bool:
     hosted_vllm, ``openai/...`` with an api_base), which cache prefixes by themselves, for Gemini (see
     :data:`BREAKPOINT_PROVIDERS`) and for model strings litellm cannot place.
     """
-    try:
-        name, provider = _litellm().get_llm_provider(model)[:2]
-    except Exception:  # an unknown provider: send nothing extra
-        return False
+    name, provider = _provider(model) or ("", "")
     if provider in BREAKPOINT_PROVIDERS:
         return True
-    return provider in BREAKPOINT_CLAUDE_HOSTS and "claude" in str(name).lower()
+    return provider in BREAKPOINT_CLAUDE_HOSTS and "claude" in name.lower()
 
 
 def cache_points(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -235,49 +225,20 @@ def _tool_calls(message: Any) -> tuple[ToolCall, ...]:
     return tuple(calls)
 
 
-def _field(obj: Any, name: str) -> Any:
-    """``obj.name`` or ``obj[name]`` (litellm objects and plain dicts alike), or None."""
-    if obj is None:
-        return None
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-
-
-def _tokens(*values: Any) -> int:
-    """The largest of ``values`` that is a positive token count (a finite number, not a bool), else 0."""
-    counts = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
-    return max((int(v) for v in counts if v > 0), default=0)
-
-
-def _cache_tokens(usage: Any) -> tuple[int, int]:
-    """(cached, cache-written) prompt tokens: OpenAI's ``prompt_tokens_details`` or Anthropic's fields.
-
-    litellm copies Anthropic's ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` (and
-    DeepSeek's ``prompt_cache_hit_tokens``) into ``prompt_tokens_details`` too; whichever is present wins.
-    """
-    details = _field(usage, "prompt_tokens_details")
-    cached = _tokens(_field(details, "cached_tokens"), _field(usage, "cache_read_input_tokens"),
-                     _field(usage, "prompt_cache_hit_tokens"))
-    written = _tokens(_field(usage, "cache_creation_input_tokens"), _field(details, "cache_creation_tokens"),
-                      _field(details, "cache_write_tokens"))
-    return cached, written
-
-
 def _usage(response: Any, lib: Any) -> Usage | None:
     """Our :class:`Usage` (tokens, US dollars) of a litellm response, or None when it reports none.
 
     The cost is litellm's ``completion_cost``, which prices cached and cache-written tokens at the
     model's cache prices (litellm 1.110.2: missing cache prices fall back to the input price).
     """
-    usage = _field(response, "usage")
+    usage = getattr(response, "usage", None)
     if usage is None:
         return None
     try:
         cost = float(lib.completion_cost(completion_response=response))
     except Exception:  # ModelNotMappedError and friends: the price is unknown
         cost = None
-    cached, written = _cache_tokens(usage)
-    return Usage(_tokens(_field(usage, "prompt_tokens")), _tokens(_field(usage, "completion_tokens")), cost,
-                 cached_tokens=cached, cache_creation_tokens=written)
+    return read_usage(usage, cost)
 
 
 def _reply(response: Any, lib: Any) -> Reply:
@@ -292,161 +253,32 @@ def _reply(response: Any, lib: Any) -> Reply:
                  finish_reason=choice.finish_reason, extra=extra)
 
 
-# ---------------------------------------------------------------- classifying errors
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """What went wrong with one call, in our terms.
-
-    ``kind`` is one of: context, rate_limit, timeout, connection, auth, client, server, other.
-    ``status`` is the HTTP status the server sent (None for timeouts, connection and local errors).
-    """
-
-    kind: str
-    status: int | None
-    message: str
-    retry_after_s: float | None = None
-
-    @property
-    def retryable(self) -> bool:
-        return self.kind in ("rate_limit", "timeout", "connection", "server")
-
-
-def _chain(err: BaseException) -> list[BaseException]:
-    """``err`` and the exceptions it was raised from, outermost first."""
-    seen: list[BaseException] = []
-    current: BaseException | None = err
-    while current is not None and all(current is not s for s in seen) and len(seen) < 20:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    return seen
-
-
-def _vendor(exc: BaseException) -> str:
-    return type(exc).__module__.split(".")[0]
-
-
-def _wire_status(err: BaseException, chain: list[BaseException]) -> int | None:
-    """The HTTP status the server really sent (litellm relabels some, e.g. a 400 as 429)."""
-    for exc in chain:
-        response = getattr(exc, "response", None)
-        if _vendor(exc) == "httpx" and isinstance(getattr(response, "status_code", None), int):
-            return int(response.status_code)  # type: ignore[union-attr]
-        if _vendor(exc) == "openai":
-            status = getattr(exc, "status_code", None)
-            return status if isinstance(status, int) else None  # an SDK-side error: no HTTP at all
-    status = getattr(err, "status_code", None)
-    return status if isinstance(status, int) else None
-
-
-def _body(chain: list[BaseException]) -> dict[str, Any]:
-    """The provider's error object (``{"message", "code", ...}``) when one was parsed, else {}."""
-    for exc in chain:
-        body = getattr(exc, "body", None)
-        if isinstance(body, dict):
-            inner = body.get("error")
-            return inner if isinstance(inner, dict) else body
-    return {}
-
-
-def _one_line(text: str) -> str:
-    text = _KEY_PATTERN.sub("[redacted]", redact.default().text(" ".join(text.split())))
-    return text if len(text) <= MESSAGE_CAP else text[: MESSAGE_CAP - 1] + "…"
-
-
-def _provider_message(err: BaseException, body: dict[str, Any]) -> str:
-    """The provider's own words, without litellm's class-name prefixes and hints."""
-    if isinstance(body.get("message"), str) and body["message"]:
-        return _one_line(body["message"])
-    text = getattr(err, "message", None) or str(err) or type(err).__name__
-    text = _LITELLM_HINT.sub("", _VENDOR_PREFIX.sub("", str(text)))
-    return _one_line(text)
-
-
-def _retry_after_s(chain: list[BaseException]) -> float | None:
-    for exc in chain:
-        headers = getattr(getattr(exc, "response", None), "headers", None)
-        value = headers.get("retry-after") if headers is not None else None
-        if value:
-            try:
-                return min(RETRY_AFTER_CAP_S, max(0.0, float(value)))
-            except ValueError:
-                return None
-    return None
-
-
-def _is_context(err: BaseException, lib: Any, body: dict[str, Any], message: str) -> bool:
-    """Whether the provider said the context is too long: litellm's class, the code, or the wording.
-
-    Wordings are matched in the provider's message only (not the whole exception text), so a
-    validation error that echoes a prompt about "context windows" is not mistaken for one.
-    """
-    if isinstance(err, lib.ContextWindowExceededError) or body.get("code") in CONTEXT_CODES:
-        return True
-    lowered = message.lower()
-    return any(code in str(err) for code in CONTEXT_CODES) or any(w in lowered for w in CONTEXT_WORDINGS)
-
-
-def _network_kind(err: BaseException, chain: list[BaseException], lib: Any) -> str | None:
-    """"timeout", "connection", "local" (a bad URL or request), or None when not a network failure."""
-    import httpx
-
-    timeouts = (TimeoutError, httpx.TimeoutException)
-    if isinstance(err, lib.Timeout) or any(isinstance(e, timeouts) for e in chain):
-        return "timeout"
-    if any(isinstance(e, httpx.UnsupportedProtocol | httpx.LocalProtocolError) for e in chain):
-        return "local"  # a malformed api_base or request: retrying cannot help
-    if any(isinstance(e, ConnectionError | httpx.TransportError) for e in chain):
-        return "connection"
-    if any(_vendor(e) == "openai" and type(e).__name__ == "APIConnectionError" for e in chain):
-        return "connection"
-    return None
-
-
-def _classify(err: BaseException, lib: Any) -> _Failure:
-    """Our reading of a litellm exception: kind, real HTTP status, provider message."""
-    chain = _chain(err)
-    network = _network_kind(err, chain, lib)
-    body = _body(chain)
-    message = _provider_message(err, body)
-    if network == "timeout":
-        return _Failure(network, None, "")  # the provider said nothing; our message gives the limit
-    if network == "local":
-        return _Failure("other", None, _one_line(str(chain[-1]) or message))
-    if network:
-        return _Failure(network, None, _one_line(str(chain[-1]) or message))
-    status = None if isinstance(err, lib.APIConnectionError) else _wire_status(err, chain)
-    if _is_context(err, lib, body, message):
-        return _Failure("context", status, message)
-    if status == 429 or isinstance(err, lib.RateLimitError):
-        return _Failure("rate_limit", status, message, _retry_after_s(chain))
-    if status in (401, 403):
-        return _Failure("auth", status, message)
-    if status is not None and status >= 500:
-        return _Failure("server", status, message, _retry_after_s(chain))
-    if status is not None and status >= 400:
-        return _Failure("client", status, message)
-    return _Failure("other", status, message)
-
-
-_KIND_WORDS = {
-    "context": "context too long",
-    "rate_limit": "rate limited",
-    "timeout": "timed out",
-    "connection": "cannot connect",
-    "auth": "authentication failed",
-    "client": "request rejected",
-    "server": "server error",
-    "other": "call failed",
-}
-
-
 # ---------------------------------------------------------------- the backend
 
 
+def openai_wire(model: str) -> bool:
+    """Whether litellm sends ``model``'s messages in OpenAI's format, as given (not translated).
+
+    False for the providers litellm translates into their own format (:data:`NATIVE_PROVIDERS`) and
+    for model strings litellm cannot place.
+    """
+    found = _provider(model)
+    return found is not None and found[1] not in NATIVE_PROVIDERS
+
+
+def _with_content(message: Message) -> Message:
+    """``message`` with ``content: ""`` when it is an assistant tool call without text.
+
+    litellm drops ``content: None``, and some OpenAI-compatible servers (llama.cpp builds, LM Studio)
+    reject an assistant message without a ``content`` key with HTTP 500.
+    """
+    if message.get("role") == "assistant" and message.get("tool_calls") and message.get("content") is None:
+        return {**message, "content": ""}
+    return message
+
+
 class LiteLLMModel:
-    """A :class:`~ctxagent.agent.model.Model` that calls ``litellm.completion`` (non-streaming).
+    """A :class:`~ctxagent.agent.model.Model` that calls ``litellm.completion``.
 
     Args:
         model: a litellm model string (``gpt-4o``, ``anthropic/claude-sonnet-4-5``, ``openai/NAME``
@@ -455,17 +287,26 @@ class LiteLLMModel:
         timeout_s: seconds one HTTP attempt may take.
         retries: extra attempts after a retryable failure (so at most ``retries + 1`` calls).
         max_output_tokens: tokens the reply may use (sent as ``max_tokens``), or None for the default.
-        backoff_s: seconds before the first retry; doubled for each further one. A provider's
-            Retry-After header is honoured up to :data:`RETRY_AFTER_CAP_S`.
+        backoff_s: seconds before the first retry; doubled for each further one (at most
+            ``max_retry_wait_s``). A server's own wait (Retry-After and friends,
+            :func:`~ctxagent.agent.provider_errors.retry_after_s`) is honoured when longer; when it is
+            over ``max_retry_wait_s`` the call is not retried and the error says so.
         prompt_cache: ``"auto"`` places prompt-cache breakpoints (:func:`cache_points`) when the
             provider needs them (:func:`needs_cache_breakpoints`); ``"off"`` never does. Providers that
             cache by themselves (OpenAI-style) get nothing extra either way.
+        send_tool_choice: send ``tool_choice: "auto"`` with the tools (some OpenAI-compatible
+            servers ignore ``tools`` without it).
+        stream: ask for a server-sent-event stream and assemble it (``stream_chunk_builder``).
+        on_retry: called with one line ("retrying in 3.0 s after HTTP 429 from URL: attempt 2 of 3")
+            before each retry; the CLI prints it on stderr.
 
     Raises ``ValueError`` for a ``prompt_cache`` not in :data:`PROMPT_CACHE_MODES`.
     """
 
     def __init__(self, model: str, *, api_base: str | None = None, timeout_s: float = 120.0, retries: int = 2,
-                 max_output_tokens: int | None = None, backoff_s: float = 0.5, prompt_cache: str = "auto"):
+                 max_output_tokens: int | None = None, backoff_s: float = 0.5, prompt_cache: str = "auto",
+                 max_retry_wait_s: float = 60.0, send_tool_choice: bool = True, stream: bool = False,
+                 on_retry: Callable[[str], None] | None = None):
         if prompt_cache not in PROMPT_CACHE_MODES:
             raise ValueError(f"prompt_cache must be one of {', '.join(PROMPT_CACHE_MODES)}, not {prompt_cache!r}")
         self.name = model
@@ -475,34 +316,59 @@ class LiteLLMModel:
         self.retries = max(0, retries)
         self.max_output_tokens = max_output_tokens
         self.backoff_s = backoff_s
+        self.max_retry_wait_s = max_retry_wait_s
+        self.send_tool_choice = send_tool_choice
+        self.stream = stream
+        self.on_retry = on_retry
 
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> Reply:
         """One model call: ``messages`` (OpenAI format) and ``tools`` (OpenAI tool schemas, may be empty).
 
         Returns the first choice as a :class:`Reply` with usage in tokens (cached and cache-written
         ones included) and cost in US dollars (None when litellm has no price for the model).
-        Raises ``ProviderContextError`` when the provider says the context is too long,
-        ``ProviderError`` for every other failure, after the retries the policy allows.
+        Raises ``ProviderContextError`` when the provider says the context is too long (never
+        retried: the same payload would fail again), ``ProviderQuotaError`` when the account is out
+        of quota or credit (never retried), ``ProviderError`` for every other failure, after the
+        retries the policy allows (:data:`~ctxagent.agent.provider_errors.RETRYABLE` kinds only).
         """
         lib = _litellm()
         request = self._request(messages, tools)
-        for attempt in range(self.retries + 1):
+        attempts, sent = self.retries + 1, 0
+        for attempt in range(1, attempts + 1):
             try:
                 with _keep_tiktoken_dir():
-                    return _reply(lib.completion(**request), lib)
-            except Exception as err:  # litellm raises many unrelated types; mapped below
-                failure = _classify(err, lib)
-                if not failure.retryable or attempt == self.retries:
-                    raise self._error(failure, attempt + 1) from err
-            time.sleep(self._delay(attempt, failure))
+                    return self._call(lib, request)
+            except Exception as err:  # litellm raises many unrelated types; classified below
+                failure = classify(read_error(err, api_base=self.api_base, timeout=isinstance(err, lib.Timeout),
+                                              context=isinstance(err, lib.ContextWindowExceededError)))
+                sent += failure.evidence.sent and failure.kind != "connection"
+                wait = self._wait(attempt, failure)
+                if not failure.retryable or attempt == attempts or wait is None:
+                    refused = failure.retryable and attempt < attempts and wait is None
+                    raise self._error(failure, sent, attempt, refused_wait=refused) from err
+            if self.on_retry is not None:
+                self.on_retry(retry_note(failure, wait, attempt + 1, attempts, self.timeout_s))
+            time.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _call(self, lib: Any, request: dict[str, Any]) -> Reply:
+        """One HTTP attempt; a stream is read to its end and assembled into one response."""
+        response = lib.completion(**request)
+        if self.stream:
+            with contextlib.closing(response):  # a stream that failed midway still holds its connection
+                response = lib.stream_chunk_builder(list(response), messages=request["messages"])
+        return _reply(response, lib)
 
     def _request(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Keyword arguments of ``litellm.completion`` for one call."""
-        request: dict[str, Any] = {"model": self.name, "messages": list(messages), "timeout": self.timeout_s,
-                                   "max_retries": 0}
+        wire = [_with_content(m) for m in messages] if openai_wire(self.name) else list(messages)
+        request: dict[str, Any] = {"model": self.name, "messages": wire, "timeout": self.timeout_s, "max_retries": 0}
         if tools:
             request["tools"] = list(tools)
+            if self.send_tool_choice:
+                request["tool_choice"] = "auto"
+        if self.stream:
+            request |= {"stream": True, "stream_options": {"include_usage": True}}
         if self.api_base:
             request["api_base"] = self.api_base
             if self.name.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
@@ -513,21 +379,17 @@ class LiteLLMModel:
             request["cache_control_injection_points"] = cache_points(messages)
         return request
 
-    def _delay(self, attempt: int, failure: _Failure) -> float:
-        """Seconds to wait before retry number ``attempt + 1``."""
-        return max(self.backoff_s * 2**attempt, failure.retry_after_s or 0.0)
+    def _wait(self, attempt: int, failure: Failure) -> float | None:
+        """Seconds to wait before attempt ``attempt + 1``; None when the server asks for more than the bound."""
+        asked = failure.retry_after_s
+        if asked is not None and asked > self.max_retry_wait_s:
+            return None
+        return max(min(self.backoff_s * 2 ** (attempt - 1), self.max_retry_wait_s), asked or 0.0)
 
-    def _error(self, failure: _Failure, attempts: int) -> ProviderError:
-        """Our exception for ``failure``: one readable line, no stack trace, no key."""
-        what = _KIND_WORDS[failure.kind]
-        if failure.kind == "timeout":
-            what += f" after {self.timeout_s:g} s"
-        elif failure.kind == "connection":
-            what += f" to {self.api_base or 'the provider'}"
-        details = [f"HTTP {failure.status}"] if failure.status is not None else []
-        details += [f"{attempts} attempts"] if attempts > 1 else []
-        if details:
-            what += f" ({', '.join(details)})"
-        text = f"model {self.name}: {what}" + (f": {failure.message}" if failure.message else "")
-        cls = ProviderContextError if failure.kind == "context" else ProviderError
-        return cls(text, status=failure.status)
+    def _error(self, failure: Failure, sent: int, attempts: int, *, refused_wait: bool = False) -> ProviderError:
+        """Our exception for ``failure``: one readable line naming the URL and the requests sent, no key."""
+        extra = (f"the server asks to wait {failure.retry_after_s:g} s, more than max_retry_wait_s "
+                 f"({self.max_retry_wait_s:g} s)") if refused_wait else ""
+        text = describe(self.name, failure, sent=sent, attempts=attempts, timeout_s=self.timeout_s, extra=extra)
+        cls = {"context": ProviderContextError, "quota": ProviderQuotaError}.get(failure.kind, ProviderError)
+        return cls(text, status=failure.evidence.status)

@@ -8,13 +8,15 @@ A backend turns a request (messages, tool schemas) into one :class:`Reply`. Back
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ctxagent.messages import Message, ToolCall, tool_call
 
-__all__ = ["Model", "Reply", "ToolCall", "Usage", "make_model"]
+__all__ = ["Model", "Reply", "ToolCall", "Usage", "make_model", "read_usage"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,40 @@ class Usage:
     cost_usd: float | None = None
     cached_tokens: int = 0
     cache_creation_tokens: int = 0
+
+
+def _field(obj: Any, name: str) -> Any:
+    """``obj.name`` or ``obj[name]`` (litellm objects and plain dicts alike), or None."""
+    if obj is None:
+        return None
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def _tokens(*values: Any) -> int:
+    """The largest of ``values`` that is a positive token count (a finite number, not a bool), else 0."""
+    counts = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
+    return max((int(v) for v in counts if v > 0), default=0)
+
+
+def read_usage(usage: Any, cost_usd: float | None = None) -> Usage:
+    """Our :class:`Usage` from a provider's usage object or dict (OpenAI format, as litellm returns it).
+
+    Cached and cache-written prompt tokens come from OpenAI's ``prompt_tokens_details`` or Anthropic's
+    fields; litellm copies Anthropic's ``cache_read_input_tokens`` / ``cache_creation_input_tokens``
+    (and DeepSeek's ``prompt_cache_hit_tokens``) into ``prompt_tokens_details`` too: the largest wins.
+    """
+    details = _field(usage, "prompt_tokens_details")
+    cached = _tokens(_field(details, "cached_tokens"), _field(usage, "cache_read_input_tokens"),
+                     _field(usage, "prompt_cache_hit_tokens"))
+    written = _tokens(_field(usage, "cache_creation_input_tokens"), _field(details, "cache_creation_tokens"),
+                      _field(details, "cache_write_tokens"))
+    return Usage(_tokens(_field(usage, "prompt_tokens")), _tokens(_field(usage, "completion_tokens")), cost_usd,
+                 cached_tokens=cached, cache_creation_tokens=written)
+
+
+def to_stderr(line: str) -> None:
+    """Print a backend's notice (a retry announcement) on stderr, prefixed like every ctxagent note."""
+    print(f"ctxagent: {line}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -64,13 +100,17 @@ class Model(Protocol):
 
 def make_model(spec: str, *, api_base: str | None = None, replies_done: int = 0,
                timeout_s: float = 120.0, retries: int = 2, max_output_tokens: int | None = None,
-               prompt_cache: str = "auto") -> Model:
+               prompt_cache: str = "auto", max_retry_wait_s: float = 60.0, send_tool_choice: bool = True,
+               on_retry: Callable[[str], None] | None = to_stderr) -> Model:
     """The backend for ``spec``: ``scripted:PATH`` or a litellm model string.
 
     ``replies_done`` is how many assistant replies the session already holds (a scripted model
     resumes from there). ``prompt_cache`` (``"auto"`` or ``"off"``, the profile's ``prompt_cache``)
     says whether a litellm model places prompt-cache breakpoints for providers that need them
-    (Anthropic); a scripted model ignores it. ``timeout_s`` is seconds per HTTP attempt.
+    (Anthropic); a scripted model ignores it. ``timeout_s`` is seconds per HTTP attempt;
+    ``max_retry_wait_s`` the longest wait before a retry (a server asking for more is not retried);
+    ``send_tool_choice`` sends ``tool_choice: "auto"`` with the tools; ``on_retry`` gets each retry
+    announcement (default: :func:`to_stderr`, so retries and timeouts are never silent).
     Raises ``UsageError`` for an unreadable script, ``ValueError`` for an unknown ``prompt_cache``.
     """
     if spec.startswith("scripted:"):
@@ -80,4 +120,5 @@ def make_model(spec: str, *, api_base: str | None = None, replies_done: int = 0,
     from ctxagent.agent.litellm_backend import LiteLLMModel
 
     return LiteLLMModel(spec, api_base=api_base, timeout_s=timeout_s, retries=retries,
-                        max_output_tokens=max_output_tokens, prompt_cache=prompt_cache)
+                        max_output_tokens=max_output_tokens, prompt_cache=prompt_cache,
+                        max_retry_wait_s=max_retry_wait_s, send_tool_choice=send_tool_choice, on_retry=on_retry)
