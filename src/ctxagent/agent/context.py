@@ -86,8 +86,14 @@ class ContextState:
         return entries[:length]
 
     def build(self, steps: Sequence[StrategyConfig], budget: Budget, *, turn: int,
-              summarizer: Summarizer | None = None, pins: Sequence[str] = ()) -> Outcome:
-        """The view of the next request and the new compactions to record.
+              summarizer: Summarizer | None = None, pins: Sequence[str] = (),
+              summarizer_window: int | None = None) -> Outcome:
+        """The view of the next request, the new compactions to record, the original tool results
+        to store (``offloads``) and ``warnings``: one readable line per LLM step that failed and fell
+        back (which step, why, what it did instead), for the transcript and stderr.
+
+        ``summarizer_window``: the summarizer's context window (tokens; None: unknown): every
+        summarizer request is cut to fit it with its reply and margin.
 
         ``pins``: every pinned fact; strategies keep each verbatim in what they write, and decide on
         the view with all of them in the pins message (a second system message right after the
@@ -103,7 +109,7 @@ class ContextState:
         check_protected(view, budget)
         ctx = StrategyContext(budget=budget, turn=turn, transcript_path=self.transcript_path,
                               model=self.model, summarizer=summarizer, pins=tuple(pins),
-                              free_from=self.sent_upto + 1)
+                              free_from=self.sent_upto + 1, summarizer_window=summarizer_window)
         outcome = pipeline.run(view, steps, ctx)
         check_budget(outcome.view, budget)
         return outcome

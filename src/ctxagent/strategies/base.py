@@ -181,6 +181,7 @@ class StrategyContext:
     summarizer: Summarizer | None = None
     pins: tuple[str, ...] = ()
     free_from: int = 0  # seq from which edits are free: those messages were never sent (PREFIX)
+    summarizer_window: int | None = None  # the summarizer's context window, tokens (None: unknown, no clamp)
 
 
 @dataclass(frozen=True)
@@ -201,11 +202,14 @@ class Compaction:
 class Outcome:
     """What a strategy returns: the new view, the compactions to record (maybe none), and the
     original tool-result entries whose full text must be in the output store because the new view
-    only points at them by handle (the runner writes those; strategies do no I/O)."""
+    only points at them by handle (the runner writes those; strategies do no I/O). ``warnings``:
+    readable lines for the user (a summary that failed and what was done instead); diagnostics
+    only, so two outcomes that differ in them alone are equal."""
 
     view: list[Entry]
     compactions: list[Compaction] = field(default_factory=list)
     offloads: list[Entry] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list, compare=False)
 
 
 class Strategy(Protocol):

@@ -13,8 +13,10 @@ Triggers:
 - otherwise, when the step runs (its ``trigger`` fraction, e.g. 0.75, or ``every_turns``), and
   the request is over ``at`` (a fraction of the window; unset: no extra condition) and over the
   target (IDENTITY): the summarizer writes the checkpoint as JSON (``llm: true`` and a summarizer
-  given), checked like a summary (not empty, at most ``max_tokens``, every pinned fact present);
-  without a summarizer, with ``llm: false``, or when the LLM checkpoint fails, a deterministic
+  given), checked like a summary (not empty, at most ``max_tokens``, every pinned fact present)
+  and followed by the exact values of the range it does not hold (a block copied by code, at most
+  ``facts_tokens``); without a summarizer, with ``llm: false``, or when the LLM checkpoint fails
+  (reported in ``Outcome.warnings``), a deterministic
   checkpoint is made: the task as goal, fact-like lines of the range verbatim (paths, numbers,
   handles, errors), the calls made, the files named in call arguments.
 To catch the agent's checkpoint at the next request, give the step ``trigger: 0`` and ``at: 0.75``.
@@ -32,7 +34,9 @@ Parameters:
         unset (the step's trigger decides).
     llm: write non-agent checkpoints with the summarizer when one is given; default true.
     max_tokens: tokens of an LLM checkpoint, and about the size of a deterministic one; default 1200.
-    chunk_tokens: tokens of rendered text per summarizer call; default 8000.
+    chunk_tokens: tokens of rendered text per summarizer call; default 8000 (lowered to fit the
+        summarizer's window).
+    facts_tokens: tokens of the block of exact values appended to an LLM checkpoint; default 400.
     target: fraction of the window at or under which no non-agent checkpoint is made; default the
         profile's.
 """
@@ -42,6 +46,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from ctxagent.messages import Message
@@ -62,8 +67,9 @@ from ctxagent.strategies.common import (
     text,
     with_pins,
 )
+from ctxagent.strategies.facts import FACTS_TOKENS, with_facts
 from ctxagent.strategies.prune import is_dead
-from ctxagent.strategies.summarize import under_target
+from ctxagent.strategies.summarize import facts_tokens, failure, under_target
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 
 FIELDS: dict[str, str] = {
@@ -232,6 +238,7 @@ class Checkpoint:
         "llm": True,
         "max_tokens": 1200,
         "chunk_tokens": 8000,
+        "facts_tokens": FACTS_TOKENS,
         "target": None,
     }
 
@@ -255,14 +262,16 @@ class Checkpoint:
         entries = [view[i] for r in runs for i in r]
         max_tokens = int(p["max_tokens"])
         body = None
+        warnings: list[str] = []
         if self.needs_llm(p) and ctx.summarizer is not None:
             try:
                 body = self._llm(view, entries, ctx, max_tokens, int(p["chunk_tokens"]))
-            except SummaryFailed:
-                body = None
+            except SummaryFailed as err:
+                warnings.append(failure(self.name, "the LLM checkpoint", entries, err,
+                                        "made a deterministic checkpoint instead"))
         if body is None:
             body = render_checkpoint(deterministic_checkpoint(view, entries, max_tokens, ctx.model))
-        return place(view, runs, body, "checkpoint", ctx, self.name)
+        return replace(place(view, runs, body, "checkpoint", ctx, self.name), warnings=warnings)
 
     @staticmethod
     def _applied(view: Sequence[Entry], call_id: str) -> bool:
@@ -273,11 +282,14 @@ class Checkpoint:
     @staticmethod
     def _llm(view: Sequence[Entry], entries: Sequence[Entry], ctx: StrategyContext, max_tokens: int,
              chunk_tokens: int) -> str:
-        """The checked body of an LLM checkpoint. Raises ``SummaryFailed``."""
+        """The checked body of an LLM checkpoint, then the exact values of ``entries`` it does not
+        hold (:func:`~ctxagent.strategies.facts.with_facts`). Raises ``SummaryFailed``."""
         assert ctx.summarizer is not None
         prompt = CHECKPOINT_PROMPT.replace("{task}", one_line(task_text(view), 500)).replace(
             "{max_tokens}", str(max_tokens))
-        return condense(render(entries), summarizer=ctx.summarizer, final_prompt=prompt,
+        body = condense(render(entries), summarizer=ctx.summarizer, final_prompt=prompt,
                         max_tokens=max_tokens, chunk_tokens=chunk_tokens,
                         pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model,
-                        finish=lambda reply: render_checkpoint(parse_json_object(reply)))
+                        finish=lambda reply: render_checkpoint(parse_json_object(reply)),
+                        window=ctx.summarizer_window)
+        return with_facts(body, entries, facts_tokens(ctx), ctx.model)

@@ -13,20 +13,22 @@ new one supersedes it and is made from it.
 
 With a summarizer (``llm: true``) the document is written by the LLM and checked (valid JSON
 object, at most ``max_tokens``, every pinned fact of the range present). Without one, with
-``llm: false``, or when that fails, the *deterministic distillation* updates the previous
-document: goal kept (else the task's first line); verified facts = the previous ones plus the
-fact-like lines of the new messages, copied verbatim (lines naming paths, numbers, handles, URLs
-or errors; these are observations, not checked truths); discarded hypotheses = the previous ones
-plus every dead-end call (a failed or empty result, as ``prune`` defines it) with its first line;
-pending actions kept from the previous document; the oldest facts and discarded entries are
-dropped first when the document is over ``max_tokens``. A range of at most ``min_tokens`` tokens,
-or holding nothing but the previous document, is left unchanged (IDENTITY).
+``llm: false``, or when that fails (reported in ``Outcome.warnings``), the *deterministic
+distillation* updates the previous document: goal kept (else the task's first line); verified
+facts = the previous ones plus the fact-like lines of the new messages, copied verbatim (lines
+naming paths, numbers, handles, URLs or errors; these are observations, not checked truths);
+discarded hypotheses = the previous ones plus every dead-end call (a failed or empty result, as
+``prune`` defines it) with its first line; pending actions kept from the previous document; the
+oldest facts and discarded entries are dropped first when the document is over ``max_tokens``. A
+range of at most ``min_tokens`` tokens, or holding nothing but the previous document, is left
+unchanged (IDENTITY).
 
 Parameters:
     keep_turns: units kept verbatim at the end; default 4, at least 1 (the turn in flight).
     llm: write the document with the summarizer when one is given; default true.
     max_tokens: tokens of the document; default 1000.
-    chunk_tokens: tokens of rendered text per summarizer call; default 8000.
+    chunk_tokens: tokens of rendered text per summarizer call; default 8000 (lowered to fit the
+        summarizer's window).
     min_tokens: tokens the range must exceed to be distilled; default 1000.
 """
 
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from ctxagent.strategies.base import Entry, Outcome, StrategyContext
@@ -52,6 +55,7 @@ from ctxagent.strategies.common import (
     text,
 )
 from ctxagent.strategies.prune import first_line, is_dead
+from ctxagent.strategies.summarize import failure
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 from ctxagent.tokens import count_text
 
@@ -155,15 +159,17 @@ class Distill:
             return Outcome(view)
         max_tokens = int(p["max_tokens"])
         body = None
+        warnings: list[str] = []
         if self.needs_llm(p) and ctx.summarizer is not None:
             try:
                 body = condense(render(entries), summarizer=ctx.summarizer,
                                 final_prompt=DISTILL_PROMPT.replace("{max_tokens}", str(max_tokens)),
                                 max_tokens=max_tokens, chunk_tokens=int(p["chunk_tokens"]),
                                 pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model,
-                                finish=_finish)
-            except SummaryFailed:
-                body = None
+                                finish=_finish, window=ctx.summarizer_window)
+            except SummaryFailed as err:
+                warnings.append(failure(self.name, "the LLM state document", entries, err,
+                                        "distilled the state deterministically instead"))
         if body is None:
             body = dumps(deterministic_state(view, entries, ctx.pins, max_tokens, ctx.model))
-        return place(view, runs, body, "state", ctx, self.name)
+        return replace(place(view, runs, body, "state", ctx, self.name), warnings=warnings)

@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from ctxagent.profile import StrategyConfig
 from ctxagent.strategies import registry
-from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext
+from ctxagent.strategies.base import Budget, Compaction, Entry, Outcome, StrategyContext
 
 
 def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
@@ -54,15 +54,27 @@ def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
 
 def fires(step: StrategyConfig, view: Sequence[Entry], ctx: StrategyContext, default_trigger: float) -> bool:
     """Whether a pipeline step runs: every N turns, or when the request is over its trigger
-    (a fraction of the window; ``0`` runs it on every request)."""
+    (a fraction of the window; ``0`` runs it on every request); never before turn ``min_turns``."""
+    if step.min_turns and ctx.turn < step.min_turns:
+        return False
     if step.every_turns:
         return ctx.turn > 0 and ctx.turn % step.every_turns == 0
     return ctx.budget.over(view, default_trigger if step.trigger is None else step.trigger)
 
 
+def rule_in_force(steps: Sequence[StrategyConfig], view: Sequence[Entry], budget: Budget, turn: int) -> str:
+    """The ``rule`` label of the last step that fires for ``view`` at ``turn`` (a profile's selection
+    rule in force, e.g. ``adaptive``'s); "no management" when no labelled step fires (only an
+    unlabelled safety net may)."""
+    ctx = StrategyContext(budget=budget, turn=turn)
+    fired = [s.rule for s in steps if s.rule and fires(s, view, ctx, budget.trigger)]
+    return fired[-1] if fired else "no management"
+
+
 def run(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
     """Run ``steps`` in order over ``view``; returns the final view and the compactions that turn
-    ``view`` into it (in order; replaying them on ``view`` gives the final view).
+    ``view`` into it (in order; replaying them on ``view`` gives the final view), with the warnings
+    of every step that ran (both passes), in order.
 
     Raises ``UsageError`` for an unknown strategy name.
     """
@@ -76,23 +88,26 @@ def run(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext
     if broken_from >= ctx.free_from:
         return first
     second = _run_steps(first.view, batched, replace(ctx, free_from=broken_from))
-    return Outcome(second.view, [*first.compactions, *second.compactions], [*first.offloads, *second.offloads])
+    return Outcome(second.view, [*first.compactions, *second.compactions], [*first.offloads, *second.offloads],
+                   [*first.warnings, *second.warnings])
 
 
 def _run_steps(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
     compactions: list[Compaction] = []
     offloads: list[Entry] = []
+    warnings: list[str] = []
     for step in steps:
         step_ctx = replace(ctx, params=step.params())
         if not fires(step, view, step_ctx, ctx.budget.trigger):
             continue
         outcome = registry.get(step.strategy).apply(view, step_ctx)
+        warnings.extend(outcome.warnings)
         if outcome.view is view:
             continue
         compactions.extend(changes(view, outcome.view, step.strategy))
         offloads.extend(outcome.offloads)
         view = outcome.view
-    return Outcome(view, compactions, offloads)
+    return Outcome(view, compactions, offloads, warnings)
 
 
 def changes(old: Sequence[Entry], new: Sequence[Entry], strategy: str) -> list[Compaction]:

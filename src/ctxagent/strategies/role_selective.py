@@ -18,7 +18,8 @@ With ``llm: true`` and a summarizer (interactive path), up to ``max_calls`` tool
 request are reduced by the LLM to their key findings instead; each such result is recorded as a
 compaction of that one message, replaced by a tool message with the same ``tool_call_id`` (PAIR
 holds, and resume never recomputes it). A failed or unchecked LLM reduction (empty, over
-``findings_tokens``, a pinned fact dropped, an exception) falls back to the deterministic one.
+``findings_tokens``, a pinned fact dropped, an exception, a request the summarizer's window cannot
+hold) falls back to the deterministic one and is reported in ``Outcome.warnings``.
 
 Parameters:
     tool_tokens: tokens over which a tool result is reduced; default 300.
@@ -109,6 +110,7 @@ class RoleSelective:
         out = list(view)
         compactions: list[Compaction] = []
         offloads: list[Entry] = []
+        warnings: list[str] = []
         for index, entry in enumerate(view):
             if index in recent or entry.kind != "message":
                 continue
@@ -116,7 +118,7 @@ class RoleSelective:
             if entry.role == "tool" and entry.tokens > int(p["tool_tokens"]):
                 if llm_calls > 0:
                     llm_calls -= 1
-                    new = self._findings(entry, calls.get(index), ctx, int(p["findings_tokens"]))
+                    new = self._findings(entry, calls.get(index), ctx, int(p["findings_tokens"]), warnings)
                     by_llm = new is not None and new.tokens < entry.tokens
                 if not by_llm:
                     new = self._head_tail(entry, calls.get(index), ctx, int(p["head_lines"]),
@@ -132,20 +134,24 @@ class RoleSelective:
             if entry.role == "tool" and stored_handle(entry) is None:
                 offloads.append(entry)
         if out == view:
-            return Outcome(view)
-        return Outcome(out, compactions, offloads)
+            return Outcome(view, warnings=warnings)
+        return Outcome(out, compactions, offloads, warnings)
 
     def _findings(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext,
-                  max_tokens: int) -> Entry | None:
-        """The LLM reduction of one tool result, or None when it failed."""
+                  max_tokens: int, warnings: list[str]) -> Entry | None:
+        """The LLM reduction of one tool result, or None when it failed (its warning added to
+        ``warnings``)."""
         assert ctx.summarizer is not None
         content = content_of(entry.message)
         try:
             findings = condense(f"result of {short_call(call, 200)}:\n{content}", summarizer=ctx.summarizer,
                                 final_prompt=FINDINGS_PROMPT.format(max_tokens=max_tokens),
                                 max_tokens=max_tokens, chunk_tokens=8000,
-                                pins=pins_in([content], ctx.pins), model=ctx.model)
-        except SummaryFailed:
+                                pins=pins_in([content], ctx.pins), model=ctx.model,
+                                window=ctx.summarizer_window)
+        except SummaryFailed as err:
+            warnings.append(f"{self.name}: the LLM findings of {short_call(call, 60)} (message #{entry.start}) "
+                            f"failed ({err}); cut it to its head and tail instead")
             return None
         label = (f"[ctxagent findings of {short_call(call, 80)}, a {size_of(entry)}-token result; "
                  f"full result: {handle_of(entry)} (read_output or grep_output)]")

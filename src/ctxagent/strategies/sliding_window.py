@@ -10,9 +10,11 @@ HEAD, the first ``keep_first`` units after the task and the last ``keep_turns`` 
 verbatim; everything between becomes one user-role message, recorded as a compaction. With a
 summarizer (and ``rolling: true``), that message is an LLM summary
 ``[ctxagent summary of messages #a-#b]`` whose input includes the previous rolling summary (the
-new range covers it, so it supersedes it and nothing is lost), checked like ``summarize``'s. With
+new range covers it, so it supersedes it and nothing is lost), checked like ``summarize``'s and
+followed, like it, by the exact values of the range it does not hold (a block copied by code). With
 no summarizer, ``rolling: false``, or a failed summary (empty, too long, a pinned fact dropped,
-an exception), it degrades to a deterministic note like truncation's,
+an exception, a request the summarizer's window cannot hold; reported in ``Outcome.warnings``),
+it degrades to a deterministic note like truncation's,
 ``[ctxagent window: messages #a-#b (...) are not shown; the full transcript is at ...]``, that
 carries the text of earlier summaries in the range verbatim (cut middle-out to ``max_tokens``)
 and every pinned fact of the range. A view at or under the target is returned unchanged.
@@ -23,13 +25,16 @@ Parameters:
     rolling: make an LLM rolling summary when a summarizer is given; default true (false: the
         deterministic note only, allowed on batch paths).
     max_tokens: tokens of the summary, or of the carried text of the note; default 1000.
-    chunk_tokens: tokens of rendered text per summarizer call; default 8000.
+    chunk_tokens: tokens of rendered text per summarizer call; default 8000 (lowered to fit the
+        summarizer's window).
+    facts_tokens: tokens of the block of exact values appended to the summary; default 400.
     target: fraction of the window at or under which nothing is done; default the profile's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 from ctxagent.messages import Message
@@ -44,7 +49,8 @@ from ctxagent.strategies.common import (
     text,
     with_pins,
 )
-from ctxagent.strategies.summarize import summarize_run, summary_message, under_target
+from ctxagent.strategies.facts import FACTS_TOKENS
+from ctxagent.strategies.summarize import failure, summarize_run, summary_message, under_target
 from ctxagent.strategies.summarizing import SummaryFailed
 
 CARRIED_KINDS = ("summarize", "sliding_window", "checkpoint", "distill")
@@ -85,6 +91,7 @@ class SlidingWindow:
         "rolling": True,
         "max_tokens": 1000,
         "chunk_tokens": 8000,
+        "facts_tokens": FACTS_TOKENS,
         "target": None,
     }
 
@@ -100,18 +107,28 @@ class SlidingWindow:
                 if not nothing_new(view, r)]
         if not runs:
             return Outcome(view)
-        max_tokens, chunk_tokens = int(p["max_tokens"]), int(p["chunk_tokens"])
+        max_tokens = int(p["max_tokens"])
         summaries: dict[int, str] = {}
+        warnings: list[str] = []
         if self.needs_llm(p) and ctx.summarizer is not None:
-            try:
-                summaries = {view[r[0]].start: summarize_run([view[i] for i in r], ctx, max_tokens,
-                                                             chunk_tokens) for r in runs}
-            except SummaryFailed:
-                summaries = {}
+            summaries, warnings = self._summaries(view, runs, ctx, max_tokens, int(p["chunk_tokens"]))
 
         def make(run: list[Entry]) -> Message:
             if run[0].start in summaries:
                 return summary_message(run, summaries[run[0].start])
             return window_note(run, ctx, max_tokens)
 
-        return replace_runs(view, runs, make, ctx, self.name)
+        return replace(replace_runs(view, runs, make, ctx, self.name), warnings=warnings)
+
+    def _summaries(self, view: list[Entry], runs: list[list[int]], ctx: StrategyContext, max_tokens: int,
+                   chunk_tokens: int) -> tuple[dict[int, str], list[str]]:
+        """The rolling summary of each run by its first seq, or none and the warning of the failure."""
+        summaries: dict[int, str] = {}
+        for r in runs:
+            run = [view[i] for i in r]
+            try:
+                summaries[run[0].start] = summarize_run(run, ctx, max_tokens, chunk_tokens)
+            except SummaryFailed as err:
+                return {}, [failure(self.name, "the rolling summary", run, err,
+                                    "wrote a deterministic window note instead")]
+        return summaries, []

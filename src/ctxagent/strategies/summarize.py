@@ -15,15 +15,23 @@ compaction, so resume never recomputes it; a later summary whose range covers an
 supersedes it, and the earlier summary's text is part of the later one's input (nothing is lost).
 
 The output is checked: not empty, at most ``max_tokens`` tokens, and every pinned fact found in
-the summarized messages present verbatim. A failed check, a summarizer that raises, or no
-summarizer at all falls back to :class:`~ctxagent.strategies.truncate.Truncate` (deterministic).
-A view at or under the target is returned unchanged (IDENTITY).
+the summarized messages present verbatim. Then the exact values of the range that the summary does
+not hold verbatim (paths, ports, ids, hashes, URLs, commands, numbers with units, error lines) are
+appended by code, as a labelled block of at most ``facts_tokens`` (:mod:`ctxagent.strategies.facts`).
+A failed check, a summarizer that raises, or no summarizer at all falls back to
+:class:`~ctxagent.strategies.truncate.Truncate` (deterministic); a failure (not a missing
+summarizer) is reported in ``Outcome.warnings``. Every summarizer request fits the summarizer's
+window when it is known (``ctx.summarizer_window``). A view at or under the target is returned
+unchanged (IDENTITY).
 
 Parameters:
     keep_turns: units (a call with its results, or one message) kept verbatim at the end; default 6,
         at least 1 (the turn in flight is always kept; checked at profile load).
     max_tokens: tokens the summary may have (the summarizer's reply cap); default 1000.
-    chunk_tokens: tokens of rendered text per summarizer call (its own window); default 8000.
+    chunk_tokens: tokens of rendered text per summarizer call; default 8000 (lowered to fit the
+        summarizer's window).
+    facts_tokens: tokens of the block of exact values appended to the summary; default 400
+        (0: no block).
     target: fraction of the window under which nothing is done (and the truncation fallback's
         target); default the profile's ``target``.
 """
@@ -46,6 +54,7 @@ from ctxagent.strategies.common import (
     runs_to_compact,
     text,
 )
+from ctxagent.strategies.facts import FACTS_TOKENS, with_facts
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 from ctxagent.strategies.truncate import Truncate
 
@@ -66,22 +75,36 @@ def under_target(view: Sequence[Entry], ctx: StrategyContext) -> bool:
     return ctx.budget.total(view) <= ctx.budget.window * fraction
 
 
+def facts_tokens(ctx: StrategyContext) -> int:
+    """The step's ``facts_tokens`` parameter: tokens of the block of exact values of a summary."""
+    return int(ctx.params.get("facts_tokens", FACTS_TOKENS))
+
+
 def summarize_run(run: Sequence[Entry], ctx: StrategyContext, max_tokens: int, chunk_tokens: int) -> str:
-    """The checked LLM summary of ``run``. Raises ``SummaryFailed`` (also when no summarizer)."""
+    """The checked LLM summary of ``run`` followed by the exact values of ``run`` it does not hold
+    (:func:`~ctxagent.strategies.facts.with_facts`, at most ``facts_tokens`` more tokens). Raises
+    ``SummaryFailed`` (also when there is no summarizer, or its window cannot hold a request)."""
     if ctx.summarizer is None:
         raise SummaryFailed("no summarizer on this path")
     pins = pins_in((text(e) for e in run), ctx.pins)
-    return condense(render(run), summarizer=ctx.summarizer,
-                    final_prompt=SUMMARY_PROMPT.format(max_tokens=max_tokens), max_tokens=max_tokens,
-                    chunk_tokens=chunk_tokens, pins=pins, model=ctx.model)
+    summary = condense(render(run), summarizer=ctx.summarizer,
+                       final_prompt=SUMMARY_PROMPT.format(max_tokens=max_tokens), max_tokens=max_tokens,
+                       chunk_tokens=chunk_tokens, pins=pins, model=ctx.model, window=ctx.summarizer_window)
+    return with_facts(summary, run, facts_tokens(ctx), ctx.model)
 
 
-def truncate_fallback(view: list[Entry], ctx: StrategyContext) -> Outcome:
+def failure(strategy: str, what: str, run: Sequence[Entry], err: SummaryFailed, instead: str) -> str:
+    """The warning an LLM strategy reports when its summarizer failed: strategy, what failed, for
+    which messages, why, and what was done instead."""
+    return f"{strategy}: {what} of messages {label_range(run)} failed ({err}); {instead}"
+
+
+def truncate_fallback(view: list[Entry], ctx: StrategyContext, warnings: Sequence[str] = ()) -> Outcome:
     """What an LLM strategy does when its summarizer fails: plain truncation to the target, its
-    notes given the pinned facts of what they replace."""
+    notes given the pinned facts of what they replace; ``warnings`` (why) ride along."""
     target = ctx.params.get("target")
     outcome = Truncate().apply(view, replace(ctx, params={} if target is None else {"target": target}))
-    return keep_pins(view, outcome, ctx)
+    return replace(keep_pins(view, outcome, ctx), warnings=list(warnings))
 
 
 def summary_message(run: Sequence[Entry], summary: str) -> Message:
@@ -98,6 +121,7 @@ class Summarize:
         "keep_turns": 6,
         "max_tokens": 1000,
         "chunk_tokens": 8000,
+        "facts_tokens": FACTS_TOKENS,
         "target": None,
     }
 
@@ -110,11 +134,16 @@ class Summarize:
         runs = [r for r in runs_to_compact(view, 0, keep_turns) if not nothing_new(view, r)]
         if not runs:
             return Outcome(view)
-        try:
-            summaries = {r[0]: summarize_run([view[i] for i in r], ctx, max_tokens, chunk_tokens)
-                         for r in runs}
-        except SummaryFailed:
+        if ctx.summarizer is None:  # no LLM on this path: truncation is the plan, not a failure
             return truncate_fallback(view, ctx)
+        summaries: dict[int, str] = {}
+        for r in runs:
+            run = [view[i] for i in r]
+            try:
+                summaries[r[0]] = summarize_run(run, ctx, max_tokens, chunk_tokens)
+            except SummaryFailed as err:
+                return truncate_fallback(view, ctx, [failure(self.name, "the summary", run, err,
+                                                             "fell back to truncation")])
         by_start = {view[i].start: s for i, s in summaries.items()}
         return replace_runs(view, runs, lambda run: summary_message(run, by_start[run[0].start]),
                             ctx, self.name)

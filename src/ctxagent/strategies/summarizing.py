@@ -2,11 +2,16 @@
 
 The summarizer (``ctx.summarizer(text, max_tokens) -> str``) is an LLM call the runner gives to
 strategies on paths that allow it. It receives the whole prompt as ``text`` and ``max_tokens`` as
-the cap of its reply (tokens). Its output is checked (not empty, at most ``max_tokens`` tokens,
-every pinned fact of its input present verbatim); a failed check or any exception raises
-:class:`SummaryFailed`, and the calling strategy falls back to a deterministic path. Summarization
-can invent tool results the tool never returned (DESIGN.md, "Knowledge"): the prompts ask for
-exact values and forbid inventions; the pin check catches dropped facts.
+the cap of its reply (tokens). When its own context window is known (``ctx.summarizer_window``,
+tokens), every request fits it: prompt + ``max_tokens`` + :data:`MARGIN_TOKENS` ≤ window (chunks
+are cut small enough; a request that still would not fit is never sent). Its output is checked
+(not empty, at most ``max_tokens`` tokens, every pinned fact of its input present verbatim); a
+failed check, a request the window cannot hold, or any exception raises :class:`SummaryFailed`,
+and the calling strategy falls back to a deterministic path and reports why in
+``Outcome.warnings``. Summarization can invent tool results the tool never returned (DESIGN.md,
+"Knowledge"): the prompts ask for exact values and forbid inventions; the pin check catches
+dropped facts, and the strategies append the exact values of the range by code
+(:mod:`ctxagent.strategies.facts`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from ctxagent.strategies.base import Summarizer
 from ctxagent.tokens import count_text
 
 MAX_COMBINE_ROUNDS = 4  # bound on summaries of summaries when the chunks' summaries are still long
+MARGIN_TOKENS = 256  # of every summarizer request, tokens: its framing (system message, roles) and slack
+ESTIMATE_SLACK = 0.98  # chunk sizes are estimated line by line: keep 2% below the room left
 
 CHUNK_PROMPT = (
     "You are compressing part {part} of {parts} of an AI agent's working session so the agent can "
@@ -92,6 +99,35 @@ def check(output: str, max_tokens: int, pins: Sequence[str], model: str = "") ->
     return output
 
 
+def fits(prompt: str, max_tokens: int, window: int | None, model: str = "") -> None:
+    """Raise :class:`SummaryFailed` unless ``prompt`` + ``max_tokens`` + :data:`MARGIN_TOKENS`
+    tokens fit the summarizer's ``window`` (tokens; None: unknown, anything fits)."""
+    if window is None:
+        return
+    tokens = count_text(prompt, model)
+    if tokens + max_tokens + MARGIN_TOKENS > window:
+        raise SummaryFailed(
+            f"a summarizer request of {tokens} prompt tokens + {max_tokens} reply tokens + "
+            f"{MARGIN_TOKENS} margin does not fit the summarizer's {window}-token window"
+        )
+
+
+def room(window: int | None, max_tokens: int, prompts: Sequence[str], chunk_tokens: int, model: str = "") -> int:
+    """Tokens of material one summarizer request may carry: ``chunk_tokens``, lowered so that the
+    longest of ``prompts`` + the material + ``max_tokens`` + :data:`MARGIN_TOKENS` fit ``window``
+    (tokens; None: no clamp). Raises :class:`SummaryFailed` when no material fits at all."""
+    if window is None:
+        return chunk_tokens
+    overhead = max(count_text(p, model) for p in prompts) + 2  # the prompt, then a blank line
+    left = int((window - overhead - max_tokens - MARGIN_TOKENS) * ESTIMATE_SLACK)
+    if left <= 0:
+        raise SummaryFailed(
+            f"the summarizer's {window}-token window cannot hold a request: prompt {overhead} + reply "
+            f"{max_tokens} + margin {MARGIN_TOKENS} tokens leave {max(left, 0)} for the material"
+        )
+    return min(chunk_tokens, left)
+
+
 def condense(
     material: str,
     *,
@@ -102,29 +138,40 @@ def condense(
     pins: Sequence[str] = (),
     model: str = "",
     finish: Callable[[str], str] = lambda reply: reply,
+    window: int | None = None,
 ) -> str:
     """The checked result of asking ``final_prompt`` about ``material``.
 
     ``material`` over ``chunk_tokens`` tokens is first cut into chunks, each summarized with
     :data:`CHUNK_PROMPT`; their summaries are joined (and condensed again, at most
     :data:`MAX_COMBINE_ROUNDS` times, while still over ``chunk_tokens``) and given to
-    ``final_prompt``. ``finish`` turns the final reply into the text to check (it may raise
-    ``ValueError``, e.g. for invalid JSON). Raises :class:`SummaryFailed`.
+    ``final_prompt``. ``window``: the summarizer's context window (tokens; None: unknown): chunks
+    are cut so that every request (chunk prompts, combine rounds, the final prompt) fits it with
+    its reply (``max_tokens``) and :data:`MARGIN_TOKENS`. ``finish`` turns the final reply into the
+    text to check (it may raise ``ValueError``, e.g. for invalid JSON). Raises
+    :class:`SummaryFailed` (also when the window cannot hold the requests).
     """
-    chunk_tokens = max(chunk_tokens, 4 * max_tokens)
+    widest_chunk_prompt = CHUNK_PROMPT.format(part=999, parts=999, max_tokens=max_tokens) + pins_block(pins)
+    chunk_tokens = room(window, max_tokens, [widest_chunk_prompt, final_prompt + pins_block(pins)],
+                        max(chunk_tokens, 4 * max_tokens), model)
     rounds = 0
     while len(pieces := chunks(material, chunk_tokens, model)) > 1:
         if rounds == MAX_COMBINE_ROUNDS:
             raise SummaryFailed(f"still over {chunk_tokens} tokens after {rounds} rounds of summaries")
+        if chunk_tokens <= max_tokens:
+            raise SummaryFailed(f"chunks of {chunk_tokens} tokens (the most the summarizer's {window}-token "
+                                f"window leaves) cannot be condensed into replies of {max_tokens} tokens")
         rounds += 1
         partials = []
         for number, piece in enumerate(pieces, 1):
             prompt = CHUNK_PROMPT.format(part=number, parts=len(pieces), max_tokens=max_tokens)
-            reply = call(summarizer, f"{prompt}{pins_block([p for p in pins if p in piece])}\n\n{piece}",
-                         max_tokens)
-            partials.append(check(reply, max_tokens, [], model))
+            request = f"{prompt}{pins_block([p for p in pins if p in piece])}\n\n{piece}"
+            fits(request, max_tokens, window, model)
+            partials.append(check(call(summarizer, request, max_tokens), max_tokens, [], model))
         material = "\n\n".join(f"[part {n}] {p}" for n, p in enumerate(partials, 1))
-    reply = call(summarizer, f"{final_prompt}{pins_block(pins)}\n\n{material}", max_tokens)
+    request = f"{final_prompt}{pins_block(pins)}\n\n{material}"
+    fits(request, max_tokens, window, model)
+    reply = call(summarizer, request, max_tokens)
     try:
         output = finish(reply)
     except ValueError as err:

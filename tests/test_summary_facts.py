@@ -1,0 +1,245 @@
+"""Issue 11, compaction that keeps what matters: exact values survive a loose LLM summary (a facts
+block copied by code), every summarizer request fits the summarizer's own window, and a failed
+summary is reported instead of falling back silently."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxagent.agent.context import ContextState
+from ctxagent.profile import StrategyConfig
+from ctxagent.strategies.base import Budget, Entry
+from ctxagent.strategies.checkpoint import Checkpoint
+from ctxagent.strategies.common import render
+from ctxagent.strategies.distill import Distill
+from ctxagent.strategies.facts import LABEL, carried, extract, facts_block, values_in, with_facts
+from ctxagent.strategies.pipeline import replay, run
+from ctxagent.strategies.role_selective import RoleSelective
+from ctxagent.strategies.sliding_window import SlidingWindow
+from ctxagent.strategies.summarize import Summarize
+from ctxagent.strategies.summarizing import MARGIN_TOKENS, SummaryFailed, condense
+from ctxagent.tokens import count_text
+from test_strategies import _calls_view, _with, assert_laws, ctx_for, good, raises
+
+PORT, CONFIG, COMMAND = "port 8443", "/etc/payments/config.yaml", "pytest -x tests/test_io.py -k slow"
+COMMIT, LATENCY = "9f3c2ab41d7e", "412 ms"
+LITERALS = (PORT, CONFIG, COMMAND, COMMIT, LATENCY)
+FILLER = "\n".join(f"filler line {i}: nothing to see" for i in range(40))
+
+
+def planted_view(filler_units: int = 12) -> list[Entry]:
+    """Four units holding the five literals, then ``filler_units`` units of filler."""
+    calls = [
+        ("read_file", json.dumps({"path": CONFIG}), f"server:\n  listen: 0.0.0.0\n  tls: on {PORT}\n{FILLER}"),
+        ("shell", json.dumps({"command": COMMAND}), f"FAILED tests/test_io.py::test_slow\n{FILLER}"),
+        ("shell", json.dumps({"command": "git log -1 --oneline"}), f"{COMMIT} Retry the payment webhook\n{FILLER}"),
+        ("shell", json.dumps({"command": "bench --p99"}), f"p99 latency {LATENCY} over 1000 requests\n{FILLER}"),
+    ]
+    calls += [("shell", json.dumps({"command": f"cat notes{n}.txt"}), FILLER) for n in range(filler_units)]
+    return _calls_view(calls, task="Find why the payment service is slow.")
+
+
+def loose(text: str, max_tokens: int) -> str:
+    """A summarizer that paraphrases loosely: every exact value gone."""
+    if "checkpoint of an AI agent" in text:
+        return json.dumps({"goal": "speed up the payment service",
+                           "key_facts": ["the service listens on its usual TLS port", "latency is high"],
+                           "pending": ["fix the slow test"]})
+    return ("The agent read the payment service's configuration, ran the slow tests, looked at the "
+            "latest commit and measured a high tail latency.")
+
+
+# --- 1. summaries keep exact values -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", [Summarize(), SlidingWindow(), Checkpoint()], ids=lambda s: s.name)
+def test_loose_paraphrase_keeps_planted_literals(strategy):
+    view = planted_view()
+    ctx = ctx_for(view, window=3_000, summarizer=loose, pins=())
+    out = strategy.apply(view, ctx)
+    assert out.warnings == [] and len(out.compactions) == 1
+    comp = out.compactions[0]
+    assert comp.strategy == strategy.name
+    content = comp.message["content"]
+    assert "[exact values from messages #" in content and ", copied by ctxagent]" in content
+    block = content.split("[exact values from messages ", 1)[1]
+    for literal in LITERALS:
+        assert f"\n- {literal}" in block or any(literal in line for line in block.splitlines()), literal
+    assert all(literal in content for literal in LITERALS)
+    assert replay(list(view), out.compactions) == out.view  # recorded once, replayed as is
+    assert_laws(view, out, ctx)
+
+
+def test_values_already_in_the_summary_are_not_repeated():
+    view = planted_view(filler_units=0)
+    summary = f"Listens on {PORT}; config at {CONFIG}."
+    block = facts_block(view[2:], summary)
+    assert block.startswith(LABEL.format(range=f"#{view[2].start}-#{view[-1].end}"))
+    lines = block.splitlines()[1:]
+    assert f"- {PORT}" not in lines and f"- {CONFIG}" not in lines
+    assert {f"- {COMMAND}", f"- {COMMIT}", f"- {LATENCY}"} <= set(lines)
+    assert with_facts(summary, view[2:]) == f"{summary}\n{block}"
+
+
+def test_the_summary_checks_still_apply_to_the_llm_text():
+    view = planted_view()
+    overlong = lambda t, n: "word " * (3 * n)  # noqa: E731
+    out = Summarize().apply(view, ctx_for(view, window=3_000, summarizer=overlong, pins=()))
+    assert {c.strategy for c in out.compactions} == {"truncate"}
+    assert "over its limit" in out.warnings[0]
+
+
+def test_a_rolling_summary_carries_the_values_of_the_one_it_supersedes():
+    view = planted_view()
+    ctx = ctx_for(view, window=3_000, summarizer=loose, pins=(), params={"keep_turns": 4})
+    first = SlidingWindow().apply(view, ctx)
+    grown = _with(first.view, [{"role": "assistant", "content": f"more {i} " * 200} for i in range(6)])
+    second = SlidingWindow().apply(grown, ctx)
+    content = second.compactions[0].message["content"]
+    assert second.compactions[0].start <= first.compactions[0].start
+    assert all(literal in content for literal in LITERALS)
+    assert set(carried(first.compactions[0].message["content"])) <= set(carried(content))
+
+
+def test_the_facts_cap_keeps_the_most_specific_values():
+    view = planted_view(filler_units=0)
+    block = facts_block(view[2:], "", max_tokens=40)
+    assert count_text(block) <= 40
+    assert COMMIT in block  # an id outranks a latency figure
+    assert facts_block(view[2:], "", max_tokens=0) == ""
+    big = Summarize().apply(planted_view(), ctx_for(planted_view(), window=3_000, summarizer=loose, pins=(),
+                                                    params={"facts_tokens": 0}))
+    assert "[exact values" not in big.compactions[0].message["content"]
+
+
+def test_own_handles_are_left_to_the_handles_line():
+    view = planted_view(filler_units=0)
+    values = [v for _, v in extract(view[2:])]
+    assert COMMAND in values and CONFIG in values
+    assert not any(v.startswith("@c") for v in values)
+
+
+TEXT_PARTS = st.one_of(
+    st.sampled_from([*LITERALS, "https://pay.example.com/v2/charge?id=7", "db.internal:5432", "17%", "3.2s",
+                     "64 MB", "@abc123", "123e4567-e89b-12d3-a456-426614174000", "ValueError: bad value\n",
+                     "Traceback (most recent call last):\n", "src/app/main.py:42", "v1.2.3", "exit code 2",
+                     " ", "\n", ", ", ".", "port=", "/", ":"]),
+    st.text(max_size=30),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(parts=st.lists(TEXT_PARTS, max_size=30), cap=st.integers(0, 120), summary=st.text(max_size=40))
+def test_extractor_properties(parts, cap, summary):
+    text = "".join(parts)
+    values = values_in(text)
+    assert all(v and v in text for _, v in values)  # verbatim
+    assert values == values_in(text)  # deterministic
+    assert len({v for _, v in values}) == len(values)  # once each
+    entries = [Entry({"role": "user", "content": "task"}, 3, 1, 1, 0),
+               Entry({"role": "assistant", "content": text}, 10, 2, 2, 1)]
+    block = facts_block(entries, summary, max_tokens=cap)
+    assert block == facts_block(entries, summary, max_tokens=cap)
+    assert count_text(block) <= cap
+    if block:
+        listed = [line[2:] for line in block.splitlines()[1:]]
+        assert all(v in text and v not in summary for v in listed)
+        assert carried(block) == listed
+
+
+# --- 2. summarizer requests fit the summarizer's own window -----------------------------------
+
+
+def big_view(units: int = 13, lines: int = 44) -> list[Entry]:
+    calls = [("shell", json.dumps({"command": f"cat part{n}.log"}),
+              "\n".join(f"part {n} line {i}: request {i * 13} served in {i % 97} ms" for i in range(lines)))
+             for n in range(units)]
+    return _calls_view(calls, task="Why are requests slow?")
+
+
+def test_summarizer_request_fits_its_window():
+    view = big_view()
+    window, max_tokens = 8_000, 800
+    material = render(view[2:-2])  # what summarize with keep_turns 1 compacts
+    assert 8_400 < count_text(material) < 9_200  # ~8.7K tokens: over the window on its own
+    seen: list[int] = []
+
+    def summarizer(prompt: str, n: int) -> str:
+        seen.append(count_text(prompt) + n + MARGIN_TOKENS)
+        return "Requests were slow in every part; see the logs by handle."
+
+    ctx = replace(ctx_for(view, window=16_000, summarizer=summarizer, pins=(),
+                          params={"keep_turns": 1, "max_tokens": max_tokens}), summarizer_window=window)
+    out = Summarize().apply(view, ctx)
+    assert out.warnings == [] and [c.strategy for c in out.compactions] == ["summarize"]
+    assert len(seen) > 1 and max(seen) <= window, seen
+
+
+def test_condense_clamps_chunks_below_the_default():
+    material = "\n".join(f"line {i}: value {i}" for i in range(3_000))
+    seen: list[int] = []
+    reply = lambda p, n: seen.append(count_text(p) + n + MARGIN_TOKENS) or "short"  # noqa: E731
+    assert condense(material, summarizer=reply, final_prompt="Sum up.", max_tokens=300, chunk_tokens=50_000,
+                    window=4_000) == "short"
+    assert len(seen) > 2 and max(seen) <= 4_000
+
+
+def test_a_window_too_small_for_any_request_is_a_failure_naming_the_sizes():
+    with pytest.raises(SummaryFailed, match=r"1000-token window .*reply 800 \+ margin 256"):
+        condense("some text", summarizer=good, final_prompt="Sum up.", max_tokens=800, chunk_tokens=8_000,
+                 window=1_000)
+
+
+# --- 3. a failed or rejected summary is reported ----------------------------------------------
+
+
+@pytest.mark.parametrize(("strategy", "params", "instead"), [
+    (Summarize(), {}, "fell back to truncation"),
+    (SlidingWindow(), {}, "deterministic window note"),
+    (Checkpoint(), {}, "deterministic checkpoint"),
+    (Distill(), {}, "deterministically"),
+    (RoleSelective(), {"llm": True}, "head and tail"),
+], ids=lambda v: getattr(v, "name", ""))
+def test_failed_summary_is_reported(strategy, params, instead):
+    view = planted_view()
+    out = strategy.apply(view, ctx_for(view, window=3_000, summarizer=raises, params=params, pins=()))
+    assert out.warnings, strategy.name
+    warning = out.warnings[0]
+    assert warning.startswith(f"{strategy.name}: ") and "provider down" in warning and instead in warning
+
+
+def test_a_rejected_request_is_reported_with_the_window():
+    view = planted_view()
+    ctx = replace(ctx_for(view, window=3_000, summarizer=good, pins=(), params={"max_tokens": 800}),
+                  summarizer_window=1_000)
+    out = Summarize().apply(view, ctx)
+    assert {c.strategy for c in out.compactions} == {"truncate"}
+    assert "1000-token window" in out.warnings[0] and "fell back to truncation" in out.warnings[0]
+
+
+def test_no_summarizer_is_no_failure():
+    view = planted_view()
+    for strategy in (Summarize(), SlidingWindow(), Checkpoint(), Distill()):
+        assert strategy.apply(view, ctx_for(view, window=3_000, pins=())).warnings == []
+
+
+def test_pipeline_and_build_return_the_warnings():
+    view = planted_view()
+    steps = [StrategyConfig(strategy="summarize", trigger=0.5, keep_turns=2),
+             StrategyConfig(strategy="prune", trigger=0.5)]
+    ctx = ctx_for(view, window=3_000, summarizer=raises, pins=())
+    assert "provider down" in run(view, steps, ctx).warnings[0]
+    state = ContextState(view=list(view))
+    budget = Budget(window=3_000, tools=100, reserved=500, target=0.5, trigger=0.8)
+    built = state.build(steps, budget, turn=20, summarizer=raises)
+    assert len(built.warnings) == 1 and built.warnings[0].startswith("summarize: the summary of messages #")
+    seen: list[int] = []
+    spy = lambda p, n: seen.append(count_text(p) + n + MARGIN_TOKENS) or good(p, n)  # noqa: E731
+    built = ContextState(view=list(view)).build(steps, budget, turn=20, summarizer=spy, summarizer_window=2_500)
+    assert built.warnings == [] and seen and max(seen) <= 2_500
+    assert [c.strategy for c in built.compactions][:1] == ["summarize"]
