@@ -39,10 +39,19 @@ class ToolError(Exception):
 
 @dataclass(frozen=True)
 class ToolContext:
-    """What a tool may use: the session's output store and the working directory."""
+    """What a tool may use: the session's output store and the working directory.
+
+    ``transcript``: the session's JSONL transcript (read by ``recall``; None when there is none).
+    ``recall_model``/``recall_api_base``: the embedding model ``recall`` also ranks with (litellm
+    model string; None: BM25 only); ``recall_top_k``: the hits it returns by default.
+    """
 
     store: OutputStore
     workdir: Path
+    transcript: Path | None = None
+    recall_model: str | None = None
+    recall_api_base: str | None = None
+    recall_top_k: int = 8
 
 
 @dataclass(frozen=True)

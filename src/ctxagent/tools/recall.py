@@ -1,0 +1,308 @@
+"""recall: search everything the session has seen, as Letta's recall memory does.
+
+Documents: the text of every message record of the transcript (tool-call arguments and tool results
+included) and every stored text output, cut into chunks of 35 lines (and at most 6,000 characters)
+with their line range. Binary outputs (``.npy`` arrays, bytes that are not text) are skipped; text
+that is not valid UTF-8 is decoded with U+FFFD for each bad byte; only the first 16 MiB of an
+output, and 256 MiB of outputs in all, are searched (the result names the outputs cut). A message
+whose handle has a stored output is searched through that output; recall's own calls and results
+are not searched (they would echo every query back).
+
+Ranking: BM25 (the ``bm25s`` library, imported on the first call) over lowercase words; with
+``regex`` the documents are scanned for a Python regular expression (the ``regex`` package, ``re``
+syntax, 10 s budget), newest first. When the profile names an embedding model (``recall:
+embedding_model``), documents and query are also embedded through litellm and the two rankings are
+fused by reciprocal rank fusion; any embedding failure falls back to BM25 with a note.
+
+The index is cached per session (per output store) and refreshed on each call: new transcript
+lines are read from where the last call stopped, new outputs are chunked, and the BM25 matrix is
+rebuilt from cached token ids only when something was added.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import regex as regex_lib
+
+from ctxagent.tokens import count_text
+from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
+from ctxagent.tools.recall_index import CONTROL, Doc, Index, index_for, words
+
+MAX_TOP_K = 50
+RESULT_MAX_TOKENS = 2500  # tokens of the whole result, at most
+SNIPPET_CHARS = 300  # characters of one hit's snippet, at most
+REGEX_SECONDS = 10.0  # time budget of one regex scan
+RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.)
+EMBED_BATCH = 64  # documents per embedding request
+EMBED_CHARS = 4000  # characters of a document sent to the embedding model
+
+def bm25_ranking(index: Index, terms: Sequence[str]) -> list[int]:
+    """Documents holding any of ``terms``, best BM25 score first."""
+    ids = sorted({index.vocab[t] for t in terms if t in index.vocab})
+    if not ids or not index.docs:
+        return []
+    import numpy as np
+
+    if index.bm25 is None:
+        import bm25s
+
+        index.bm25 = bm25s.BM25()
+        index.bm25.index((index.ids, dict(index.vocab)), create_empty_token=False, show_progress=False)
+    scores = index.bm25.get_scores_from_ids(ids)
+    found = np.flatnonzero(scores > 0)
+    return [int(i) for i in found[np.argsort(-scores[found], kind="stable")]]
+
+
+def regex_ranking(index: Index, pattern: str) -> list[int]:
+    """Documents ``pattern`` matches, newest first. Raises ``ToolError`` for an invalid or too
+    slow pattern."""
+    compiled = compile_pattern(pattern)
+    end = time.monotonic() + REGEX_SECONDS
+    found = []
+    try:
+        for i in range(len(index.docs) - 1, -1, -1):
+            if compiled.search(index.docs[i].text, timeout=max(end - time.monotonic(), 0.001)):
+                found.append(i)
+    except TimeoutError:
+        raise ToolError(f"recall gave up after {REGEX_SECONDS:g} s: the pattern {pattern!r} is too slow "
+                        "(nested repetition like (a+)+ backtracks without end); simplify it") from None
+    return found
+
+
+def compile_pattern(pattern: str) -> Any:
+    """``pattern`` compiled (Python ``re`` syntax). Raises ``ToolError`` naming the problem."""
+    try:
+        return regex_lib.compile(pattern)
+    except (regex_lib.error, OverflowError, RecursionError) as err:
+        raise ToolError(f"invalid regex {pattern!r}: {err}") from err
+
+
+def fuse(rankings: Sequence[Sequence[int]]) -> list[int]:
+    """Reciprocal rank fusion: ``sum 1 / (60 + rank)`` over the rankings, best first."""
+    score: dict[int, float] = {}
+    for ranking in rankings:
+        for rank, doc in enumerate(ranking, 1):
+            score[doc] = score.get(doc, 0.0) + 1.0 / (RRF_K + rank)
+    return sorted(score, key=lambda d: -score[d])
+
+
+Embed = Callable[[list[str]], list[list[float]]]
+
+
+def embedding_ranking(index: Index, query: str, model: str, embed: Embed, limit: int) -> list[int]:
+    """The ``limit`` documents nearest to ``query`` (positive cosine similarity of ``embed``'s vectors)
+    (documents embedded once and cached). Raises whatever ``embed`` raises."""
+    import numpy as np
+
+    if index.vector_model != model:
+        index.vectors, index.vector_model = {}, model
+    missing = [i for i in range(len(index.docs)) if i not in index.vectors]
+    for start in range(0, len(missing), EMBED_BATCH):
+        batch = missing[start:start + EMBED_BATCH]
+        vectors = embed([index.docs[i].text[:EMBED_CHARS] for i in batch])
+        if len(vectors) != len(batch):
+            raise ValueError(f"{len(vectors)} embeddings for {len(batch)} inputs")
+        index.vectors.update(zip(batch, (_unit(v) for v in vectors), strict=True))
+    if not index.docs:
+        return []
+    scores = np.stack([index.vectors[i] for i in range(len(index.docs))]) @ _unit(embed([query])[0])
+    found = np.flatnonzero(scores > 0)
+    return [int(i) for i in found[np.argsort(-scores[found], kind="stable")][:limit]]
+
+
+def _unit(values: Sequence[float]) -> Any:
+    import numpy as np
+
+    vector = np.asarray(values, dtype=np.float32)
+    return vector / (np.linalg.norm(vector) or 1.0)
+
+
+def litellm_embedder(model: str, api_base: str | None) -> Embed:
+    """Embeds texts with ``litellm.embedding`` (imported on first use, through the backend's
+    offline-safe import). Raises what litellm raises."""
+
+    def embed(texts: list[str]) -> list[list[float]]:
+        from ctxagent.agent.litellm_backend import DUMMY_API_KEY, _litellm
+
+        extra: dict[str, Any] = {}
+        if api_base:
+            extra["api_base"] = api_base
+            if model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
+                extra["api_key"] = DUMMY_API_KEY
+        response = _litellm().embedding(model=model, input=texts, timeout=60, max_retries=0, **extra)
+        data = sorted(response.data, key=lambda d: d["index"])
+        return [d["embedding"] for d in data]
+
+    return embed
+
+
+# ---------------------------------------------------------------- the result
+
+
+def snippet(text: str, terms: Sequence[str], weight: Callable[[str], float], pattern: Any = None) -> str:
+    """At most 300 characters of ``text``, whitespace collapsed, centred on the best match: the
+    regex ``pattern``'s first match, else the rarest of the query ``terms`` (``weight``: IDF)."""
+    centre = 0
+    if pattern is not None:
+        with contextlib.suppress(TimeoutError):
+            match = pattern.search(text, timeout=1.0)
+            centre = match.start() if match else 0
+    elif terms:
+        centre = _best_centre(text, terms, weight)
+    return _window(text, centre)
+
+
+def _window(text: str, centre: int) -> str:
+    """The text around ``centre``: whitespace collapsed, control characters dropped, at most 300
+    characters with ``…`` where it was cut."""
+    half, reach = SNIPPET_CHARS // 2, 2 * SNIPPET_CHARS
+    raw_left, raw_right = text[max(0, centre - reach):centre], text[centre:centre + reach]
+    left = " ".join(raw_left.split()) + (" " if raw_left[-1:].isspace() and raw_left.strip() else "")
+    right = " ".join(raw_right.split())
+    shown_left = left[-(half - 1):].lstrip()
+    shown_right = right[:SNIPPET_CHARS - 2 - len(shown_left)].rstrip()
+    cut_left = len(shown_left) < len(left.strip()) or bool(text[:max(0, centre - reach)].strip())
+    cut_right = len(shown_right) < len(right) or bool(text[centre + reach:].strip())
+    shown = ("…" if cut_left else "") + shown_left + shown_right + ("…" if cut_right else "")
+    return CONTROL.sub("", shown)
+
+
+def _best_centre(text: str, terms: Sequence[str], weight: Callable[[str], float]) -> int:
+    """Where the query term of most ``weight`` (IDF) that ``text`` holds first occurs (0: none)."""
+    found = [(weight(term), -m.start()) for term in set(terms)
+             if (m := re.search(rf"(?<![^\W_]){re.escape(term)}(?![^\W_])", text, re.IGNORECASE))]
+    return -max(found)[1] if found else 0
+
+
+def describe(index: Index, doc: Doc) -> str:
+    """``@h lines 1-35 (stored output, turn 4)``, ``@h (seq 12, tool, turn 5)`` or ``seq 3 (user, turn 0)``."""
+    turn = doc.turn if doc.turn is not None else index.turns.get(doc.handle or "")
+    when = f", turn {turn}" if turn is not None else ""
+    if doc.lines is not None:
+        first, last = doc.lines
+        where = f"line {first}" if first == last else f"lines {first}-{last}"
+        return f"{doc.handle} {where} (stored output{when})"
+    if doc.handle:
+        return f"{doc.handle} (seq {doc.seq}, {doc.role}{when})"
+    return f"seq {doc.seq} ({doc.role}{when})"
+
+
+def render(head: str, lines: list[str], notes: list[str]) -> str:
+    """``head``, then as many hit lines as fit in 2,500 tokens, then ``notes``."""
+    budget = RESULT_MAX_TOKENS - count_text(head + "\n".join(notes)) - 40  # 40: the "more hits" note
+    shown: list[str] = []
+    for line in lines:
+        cost = count_text(line) + 1
+        if cost > budget:
+            break
+        shown.append(line)
+        budget -= cost
+    if len(shown) < len(lines):
+        notes = [f"[{len(lines) - len(shown)} more hits not shown (result kept under {RESULT_MAX_TOKENS:,} "
+                 "tokens); narrow the query]", *notes]
+    return "\n".join([head, *shown, *notes])
+
+
+def recall(ctx: ToolContext, query: str, regex: bool = False, top_k: int | None = None) -> str:
+    """Search the session's transcript and stored outputs for ``query``.
+
+    BM25 keyword ranking (fused with embeddings when ``ctx.recall_model`` names a model); with
+    ``regex``, a Python regular expression, newest match first. Returns at most ``top_k`` (default
+    ``ctx.recall_top_k``, at most 50) hit lines, each naming a handle and line range (stored
+    outputs) or a message's seq and turn, with a snippet of at most 300 characters; the whole
+    result is at most 2,500 tokens. Raises ``ToolError`` for an empty query, a ``top_k`` out of
+    1..50, an invalid regex or one too slow (10 s).
+    """
+    if not query.strip():
+        raise ToolError("query is empty: give words to look for (or a regex with regex: true)")
+    top_k = ctx.recall_top_k if top_k is None else top_k
+    if not 1 <= top_k <= MAX_TOP_K:
+        raise ToolError(f"top_k must be between 1 and {MAX_TOP_K}, not {top_k}")
+    index = index_for(ctx)
+    notes: list[str] = []
+    pattern, terms = None, words(query)
+    if regex:
+        pattern, mode = compile_pattern(query), "regex"
+        ranking = regex_ranking(index, query)
+    else:
+        ranking, mode = _ranked(index, query, terms, ctx, notes)
+    ranking = [i for i in ranking if index.docs[i].lines is not None or index.docs[i].handle not in index.stored]
+    n = len(index.docs)
+
+    def weight(term: str) -> float:
+        df = index.df.get(index.vocab.get(term, -1), 0)
+        return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+    hits = [f"{k}. {describe(index, index.docs[i])}: {snippet(index.docs[i].text, terms, weight, pattern)}"
+            for k, i in enumerate(ranking[:top_k], 1)]
+    notes += _coverage_notes(index)
+    if not hits:
+        return "\n".join([f"recall {query!r} ({mode}): no match in {n:,} documents (messages, output chunks)",
+                          *notes])
+    head = (f"recall {query!r} ({mode}): {len(hits)} of {len(ranking):,} matching documents, best first; "
+            "read more with read_output/grep_output on a handle")
+    return render(head, hits, notes)
+
+
+def _coverage_notes(index: Index) -> list[str]:
+    """What was not searched (binary outputs) or searched only in part (over 16 MiB)."""
+    notes = []
+    if index.skipped:
+        notes.append(f"[binary outputs not searched: {_names(index.skipped)}]")
+    if index.partial:
+        notes.append(f"[outputs searched only in their first bytes (16 MiB each, 256 MiB a session): "
+                     f"{_names(index.partial)}; grep_output searches them whole]")
+    return notes
+
+
+def _names(handles: set[str], shown: int = 10) -> str:
+    """Up to ``shown`` of ``handles``, sorted, then how many more."""
+    names = sorted(handles)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return " ".join(names[:shown]) + more
+
+
+def _ranked(index: Index, query: str, terms: list[str], ctx: ToolContext, notes: list[str]) -> tuple[list[int], str]:
+    """The BM25 ranking, fused with the embedding ranking when a model is set (errors noted)."""
+    ranking = bm25_ranking(index, terms)
+    if not ctx.recall_model:
+        return ranking, "bm25"
+    embed = litellm_embedder(ctx.recall_model, ctx.recall_api_base)
+    try:
+        semantic = embedding_ranking(index, query, ctx.recall_model, embed, MAX_TOP_K)
+    except Exception as err:
+        notes.append(f"[embedding with {ctx.recall_model} failed ({type(err).__name__}: {str(err)[:200]}); "
+                     "ranked by BM25 only]")
+        return ranking, "bm25"
+    return fuse([ranking[:100], semantic]), "bm25+embeddings"
+
+
+RECALL = Tool(
+    name="recall",
+    description=(
+        "Search everything this session has seen: all earlier messages (yours, the user's, tool calls and "
+        "results) and every stored output, even those no longer in your context. Use it when a fact you saw "
+        "earlier is not in your context any more (compaction notes say messages were dropped and name "
+        "their handles). Keyword search ranked by BM25, or regex: true for a Python regular expression. "
+        "Each hit names a handle with a line range (read it with read_output/grep_output) or a message's "
+        "seq and turn, with a snippet. At most top_k hits (default 8, max 50), 2,500 tokens in all."
+    ),
+    parameters=schema(
+        {
+            "query": {"type": "string", "description": "words to look for (or a regex when regex is true)"},
+            "regex": {"type": "boolean", "description": "treat query as a Python regular expression"},
+            "top_k": {"type": "integer", "description": "hits to return, 1-50 (default 8)"},
+        },
+        required=("query",),
+    ),
+    fn=recall,
+    kind="read",
+    resolve_handles=False,
+)
