@@ -84,7 +84,7 @@ def make_plan(draw_ids: list[str], sizes: list[int], pins: list[bool]) -> list[R
 
 def write_profile(path: Path, window: int, name: str) -> str:
     data = {"context_window": window, "max_output_tokens": 200, "margin_tokens": 50, "tool_result_limit": 600,
-            "max_turns": 100, "tools": ["read_output", "grep_output", "pin"],
+            "max_turns": 100, "tools": ["read_output", "grep_output", "pin"], "loop_guard": 0, "thrash_turns": 0,
             "permissions": {"kinds": {"exec": "allow", "write": "allow"}},
             "pipelines": {"batch": [{"strategy": "prune", "trigger": 0}, {"strategy": "mask_observations",
                                     "trigger": 0, "keep": 3, "keep_tokens": 0.2},

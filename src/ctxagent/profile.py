@@ -19,7 +19,7 @@ from ctxagent.errors import ProfileError
 from ctxagent.tools.permissions import PermissionsConfig
 
 Path_ = Literal["interactive", "batch"]
-DEFAULT_TOOLS = ["shell", "read_file", "write_file", "list_dir", "read_output", "grep_output"]
+DEFAULT_TOOLS = ["shell", "read_file", "write_file", "list_dir", "read_output", "grep_output", "recall"]
 DEFAULT_SYSTEM_PROMPT = (
     "You are a careful agent working from a command line. Use the tools to find facts; do not "
     "guess values. Large tool outputs are saved to files and shown as a preview with a handle "
@@ -58,21 +58,36 @@ class SummarizerConfig(_Strict):
     max_tokens: int = Field(1000, ge=50, description="tokens of one summary at most")
 
 
+class RecallConfig(_Strict):
+    """The ``recall`` tool: an embedding model (litellm model string) whose ranking is fused with
+    BM25's (``None``: BM25 only), its ``api_base``, and the hits returned by default."""
+
+    embedding_model: str | None = None
+    api_base: str | None = None
+    top_k: int = Field(8, ge=1, le=50, description="hits recall returns by default")
+
+
 class StrategyConfig(BaseModel):
     """One step of a pipeline: the strategy's registered name, its trigger, its parameters.
 
     ``trigger`` is a fraction of the context window; the step runs only when the request is over
     it (``None``: the profile's ``trigger``; ``0``: on every request). ``every_turns`` runs it on a turn count instead.
-    Other keys are the strategy's own parameters, checked by the strategy.
+    ``min_turns``: the step never runs before that turn (seed 003: no management under 5 turns).
+    ``rule``: a label ``inspect context`` shows for the step when it is the last one that fires
+    (the selection rule in force, e.g. the ``adaptive`` profile's). Other keys are the strategy's
+    own parameters, checked by the strategy.
     """
 
     model_config = ConfigDict(extra="allow")
     strategy: str
     trigger: float | None = Field(None, ge=0, le=1)
     every_turns: int | None = Field(None, ge=1)
+    min_turns: int | None = Field(None, ge=1)
+    rule: str | None = None
 
     def params(self) -> dict[str, Any]:
-        """The strategy's own parameters (every key but ``strategy``, ``trigger``, ``every_turns``)."""
+        """The strategy's own parameters (every key but ``strategy``, ``trigger``, ``every_turns``,
+        ``min_turns``, ``rule``)."""
         return dict(self.model_extra or {})
 
 
@@ -95,6 +110,10 @@ class Profile(_Strict):
     max_turns: int = Field(30, ge=1)
     timeout_s: float = Field(120.0, gt=0)
     retries: int = Field(2, ge=0, le=10)
+    # longest wait before a retry, seconds; a server asking (Retry-After) for more is not retried
+    max_retry_wait_s: float = Field(60.0, ge=0, le=3600)
+    # send tool_choice: "auto" with the tools (some OpenAI-compatible servers ignore tools without it)
+    send_tool_choice: bool = True
     tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLS))
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     pipelines: dict[Path_, list[StrategyConfig]] = Field(
@@ -102,12 +121,22 @@ class Profile(_Strict):
     )
     allow_llm_in_batch: bool = False
     summarizer: SummarizerConfig = SummarizerConfig()
+    recall: RecallConfig = RecallConfig()  # tools/recall.py
     pins: list[str] = Field(default_factory=list, description="facts kept verbatim in every view")
     permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)  # tools/permissions.py
     redact: Literal["persist", "always"] = "persist"  # sessions/redact.py; README "Secrets"
     # explicit prompt-cache breakpoints for providers that need them (Anthropic, Bedrock, Gemini);
     # OpenAI-style automatic caching needs none. README "Prompt caching".
     prompt_cache: Literal["auto", "off"] = "auto"
+    # never redo work (agent/activity.py): the K-th identical tool call in a row gets a warning, the
+    # next one stops the run (exit 3, resumable); 0 turns the guard off
+    loop_guard: int = Field(4, ge=0, description="identical calls in a row before a warning")
+    # a repeat read of an unchanged file, or a repeat of an identical read_output/grep_output call,
+    # gets a short note naming the earlier result's handle instead of the content again
+    repeat_notes: bool = True
+    # thrash guard: after this many requests in a row that compacted (more than a view-only step),
+    # the next compaction goes to half the target; after twice as many the run stops (exit 3); 0: off
+    thrash_turns: int = Field(3, ge=0, description="consecutive compacting requests before escalation")
 
     @model_validator(mode="after")
     def _target_below_trigger(self) -> Profile:

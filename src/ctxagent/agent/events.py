@@ -59,4 +59,13 @@ class Finished:
     detail: str = ""
 
 
-Event = Compacted | Requesting | Replied | ToolDone | Finished
+@dataclass(frozen=True)
+class Warned:
+    """Something went worse than planned but the run goes on (also written as a note record):
+    a summary failed and a fallback ran, compaction escalated, the loop guard warned."""
+
+    source: str
+    text: str
+
+
+Event = Compacted | Requesting | Replied | ToolDone | Warned | Finished

@@ -10,15 +10,26 @@ by a crash gets a synthetic "interrupted" result when the session is opened agai
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
+from ctxagent.agent import activity
 from ctxagent.agent.context import check_budget, check_protected, compaction_of, largest_parts, record_of, with_pins
-from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone
-from ctxagent.agent.model import Model, Reply, Usage
+from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, Warned
+from ctxagent.agent.model import Model, Reply
 from ctxagent.agent.sinks import MemorySink, Sink, TranscriptSink
 from ctxagent.agent.state import SessionState
+from ctxagent.agent.turns import (
+    Peek,
+    emergency_steps,
+    make_budget,
+    same_prefix,
+    summarizer_window,
+    usage_record,
+    value_of,
+    with_call_ids,
+)
 from ctxagent.errors import (
     ContextOverflowError,
     CtxagentError,
@@ -31,8 +42,7 @@ from ctxagent.profile import Path_, Profile, StrategyConfig
 from ctxagent.sessions import records, redact
 from ctxagent.sessions.redact import RedactingStore
 from ctxagent.sessions.session import Session, sessions_root
-from ctxagent.strategies import registry
-from ctxagent.strategies.base import Budget, Compaction, Entry, groups
+from ctxagent.strategies.base import Budget, Entry
 from ctxagent.tokens import count_message, count_tools
 from ctxagent.tools.offload import store_text
 from ctxagent.tools.permissions import Gate
@@ -41,16 +51,6 @@ from ctxagent.tools.toolset import ERROR_PREFIX, ToolOutcome, Toolset
 MAX_RECOVERIES = 2  # emergency compactions per turn after a provider "context too long"
 SUMMARIZER_SYSTEM = "You compress an agent's working transcript. Follow the instructions in the user message exactly."
 INTERRUPTED = "[ctxagent] interrupted: this tool call did not finish (the process stopped); run it again if needed"
-
-
-@dataclass(frozen=True)
-class Peek:
-    """The request a session would send next: its view, budget and the compactions it would record."""
-
-    view: list[Entry]
-    budget: Budget
-    compactions: list[Compaction]
-    same: int  # leading messages identical to the last request sent
 
 
 class Runner:
@@ -153,15 +153,21 @@ class Runner:
             raise
 
     def pins(self) -> list[str]:
-        """Every pinned fact: the profile's, then the agent's (``pin`` tool), without repeats.
-        Strategies keep all of them verbatim through every compaction."""
-        return list(dict.fromkeys([*self.profile.pins, *self.state.pins]))
+        """Every pinned fact: the profile's, then the agent's (``pin`` tool), without repeats, then
+        the file-activity ledger line (agent/activity.py). Strategies keep all of them verbatim
+        through every compaction."""
+        ledger = self.state.ledger.line(self._workdir())
+        return list(dict.fromkeys([*self.profile.pins, *self.state.pins, *([ledger] if ledger else [])]))
 
     def shown_pins(self) -> list[str]:
-        """The pinned facts in the view's pins message: the profile's, then the agent's as of the
-        last compaction (a new pin changes that message only at a compaction, when the prefix
-        changes anyway; until then the pin call itself is in the view)."""
-        return list(dict.fromkeys([*self.profile.pins, *self.state.shown_pins]))
+        """The pinned facts in the view's pins message: the profile's, then the agent's and the
+        ledger as of the last compaction (a new pin changes that message only at a compaction, when
+        the prefix changes anyway; until then the pin call itself is in the view)."""
+        ledger = self.state.ledger.line(self._workdir(), self.state.shown_files)
+        return list(dict.fromkeys([*self.profile.pins, *self.state.shown_pins, *([ledger] if ledger else [])]))
+
+    def _workdir(self) -> str:
+        return str(self.toolset.ctx.workdir)
 
     def request(self) -> list[Entry]:
         """The view the next request sends as things stand: the base view with the pins message."""
@@ -195,7 +201,7 @@ class Runner:
         before = self.last_request()
         self._summarizer_model = None
         budget = self.budget()
-        view = _value_of(self._build(self.profile.pipeline(self.path), budget))
+        view = value_of(self._build(self.profile.pipeline(self.path), budget))
         compactions = [compaction_of(r) for r in self.sink.items if isinstance(r, records.CompactionRecord)] \
             if isinstance(self.sink, MemorySink) else []
         return Peek(view, budget, compactions, same_prefix(before, view))
@@ -205,8 +211,12 @@ class Runner:
         request's view: the state's base view with the pins message."""
         # strategies decide on the view with every pin shown: if they compact, that is the request
         # (the pins message is refreshed by the compaction), so a rebuild decides the same (IDENTITY)
-        built = self.state.context.build(steps, budget, turn=self.state.replies + 1, summarizer=self.summarizer(),
-                                         pins=self.pins())
+        summarizer = self.summarizer()
+        window = None if summarizer is None else summarizer_window(self.profile, budget.window)
+        built = self.state.context.build(steps, budget, turn=self.state.replies + 1, summarizer=summarizer,
+                                         pins=self.pins(), summarizer_window=window)
+        for warning in built.warnings:  # a summary failed and a fallback ran: said, never silent
+            yield self._warn("compaction", warning)
         self._materialize(built.offloads)
         if built.compactions:
             self._append(*(record_of(c) for c in built.compactions))
@@ -242,9 +252,9 @@ class Runner:
 
     def _step(self) -> Iterator[Event]:
         turn = self.state.replies + 1
-        budget = self.budget()
+        budget, escalation = yield from self._thrash_guard(self.budget())
         before = self.last_request()
-        view = yield from self._build(self.profile.pipeline(self.path), budget)
+        view = yield from self._build([*self.profile.pipeline(self.path), *escalation], budget)
         sent: list[list[Message]] = []
         for attempt in range(MAX_RECOVERIES + 1):
             messages = [e.message for e in view]
@@ -278,6 +288,26 @@ class Runner:
         yield Replied(turn, reply)
         return reply
 
+    def _thrash_guard(self, budget: Budget) -> Iterator[Event]:
+        """This request's budget and extra steps: the profile's, or after ``thrash_turns`` requests in a
+        row compacted, half the target and a truncation to it over the target (a stronger step: room
+        whatever the pipeline keeps); raises ``LimitReached`` (exit 3) after twice as many."""
+        k, streak = self.profile.thrash_turns, self.state.compaction_streak()
+        if not k or streak < k:
+            return budget, []
+        if streak >= 2 * k:
+            raise LimitReached(f"thrash guard: the context was compacted on {streak} requests in a row, even at "
+                               f"half the target: the window is too small for this work or the profile's target "
+                               f"({self.profile.target}) too close to its trigger ({self.profile.trigger}); "
+                               f"'ctxagent resume --session {self.session.name} --profile P' continues with "
+                               "another profile", bound="thrash")
+        target = round(budget.target / 2, 4)
+        if streak == k:
+            yield self._warn("thrash guard", f"the context was compacted on {k} requests in a row; over "
+                             f"{budget.target:.0%} of the window it is now cut to {target:.0%}, to make room")
+        cut = StrategyConfig(strategy="truncate", trigger=budget.target, target=target)
+        return replace(budget, target=target), [cut]
+
     def _record_reply(self, reply: Reply, view: list[Entry], turn: int) -> None:
         items: list[Any] = [self._message(reply.message(), turn)]
         if reply.usage is not None:
@@ -294,13 +324,55 @@ class Runner:
             self.usage["cost_usd"] = (self.usage["cost_usd"] or 0.0) + reply.usage.cost_usd
 
     def _run_tools(self, reply: Reply) -> Iterator[Event]:
-        for call in reply.tool_calls:
+        calls = reply.tool_calls
+        for index, call in enumerate(calls):
             handle = self.state.new_handle(call.id)
-            outcome = self._refused(call) or self.toolset.call(call, handle)
+            repeats = activity.streak(self.state.signatures, len(self.state.signatures) - len(calls) + index)
+            if 0 < self.profile.loop_guard < repeats:
+                yield from self._stop_loop(calls[index:], repeats)
+            repeat = self._refused(call) or self._repeat(call)
+            outcome = repeat or self.toolset.call(call, handle)
+            if repeats == self.profile.loop_guard > 0:
+                outcome = replace(outcome, content=outcome.content + activity.loop_warning(repeats))
+                yield self._warn("loop guard", f"{call.name}: {repeats} identical calls in a row")
+            touch = None if outcome.is_error or repeat else activity.touch_of(call, self.toolset.ctx.workdir)
             message = self._message({"role": "tool", "tool_call_id": call.id, "content": outcome.content},
-                                    self.state.replies, handle=handle, offloaded=outcome.output is not None)
+                                    self.state.replies, handle=handle, offloaded=outcome.output is not None,
+                                    file=touch)
             self._append(*([outcome.output] if outcome.output is not None else []), message)
             yield ToolDone(call, outcome.content, outcome.is_error, handle if outcome.output else None)
+
+    def _repeat(self, call: Any) -> ToolOutcome | None:
+        """A note instead of a repeat call whose result cannot have changed (agent/activity.py); the
+        earlier result it names is stored first, so its handle resolves."""
+        if not self.profile.repeat_notes:
+            return None
+        verbatim = {e.handle: e for e in self.state.context.view
+                    if e.handle is not None and e.kind == "message" and e.role == "tool"}
+        repeat = activity.repeat_note(self.state.ledger, call, self.toolset.ctx.workdir, verbatim=set(verbatim),
+                                      stored=self.state.stored, pure=self.state.pure)
+        if repeat is None:
+            return None
+        note, handle = repeat
+        self._materialize([verbatim[handle]] if handle in verbatim else [])
+        return ToolOutcome(note, False)
+
+    def _stop_loop(self, calls: Sequence[Any], repeats: int) -> Iterator[Event]:
+        """Answer ``calls`` (the looping one and the rest of its reply) without running them, then
+        stop the run: ``LimitReached`` (exit 3, resumable)."""
+        text = activity.loop_stop(repeats, self.session.name)
+        for call in calls:
+            handle = self.state.new_handle(call.id)
+            self._append(self._message({"role": "tool", "tool_call_id": call.id, "content": ERROR_PREFIX + text},
+                                       self.state.replies, handle=handle))
+            yield ToolDone(call, text, True, None)
+        raise LimitReached(f"loop guard: {calls[0].name} was called {repeats} times in a row with the same "
+                           f"arguments; 'ctxagent resume --session {self.session.name}' continues", bound="loop_guard")
+
+    def _warn(self, source: str, text: str) -> Warned:
+        """Record a note (transcript) and return the event that shows it (stderr)."""
+        self._append(records.NoteRecord(turn=self.state.replies, source=source, text=text))
+        return Warned(source, text)
 
     def _refused(self, call: Any) -> ToolOutcome | None:
         """The error outcome of a call the permission gate refuses (None: it may run); the
@@ -319,71 +391,3 @@ class Runner:
 
     def _end(self, reason: str, detail: str = "") -> None:
         self._append(records.EndRecord(reason=reason, turn=self.state.turn, detail=detail[:2000]))
-
-
-def usage_record(usage: Usage, turn: int, model: str, estimate: int) -> records.UsageRecord:
-    """The transcript record of one call's provider-reported usage (``estimate``: our own prompt
-    token estimate, 0 for calls that are not agent requests)."""
-    return records.UsageRecord(turn=turn, model=model, prompt_tokens=usage.prompt_tokens,
-                               completion_tokens=usage.completion_tokens, estimated_prompt_tokens=estimate,
-                               cost_usd=usage.cost_usd, cached_tokens=usage.cached_tokens,
-                               cache_creation_tokens=usage.cache_creation_tokens)
-
-
-def with_call_ids(reply: Reply, seq: int, used: Container[str] = ()) -> Reply:
-    """``reply`` with an id on every tool call unique in the session: a call whose id is empty,
-    missing, repeated in the reply or already ``used`` by an earlier reply (some providers send
-    ``call_1`` every turn; Anthropic rejects repeated tool-use ids) gets ``ctx<seq>_<n>``
-    (deterministic: the reply's seq number)."""
-    ids = [c.id for c in reply.tool_calls]
-    if all(ids) and len(set(ids)) == len(ids) and not any(i in used for i in ids):
-        return reply
-    seen: set[str] = set()
-    calls = []
-    for n, call in enumerate(reply.tool_calls):
-        if not call.id or call.id in seen or call.id in used:
-            call = replace(call, id=f"ctx{seq}_{n}")
-        seen.add(call.id)
-        calls.append(call)
-    return replace(reply, tool_calls=tuple(calls))
-
-
-def same_prefix(before: Sequence[Entry], view: Sequence[Entry]) -> int:
-    """How many leading messages of ``view`` are identical to ``before``'s (0 when ``before`` is empty)."""
-    n = 0
-    for old, new in zip(before, view, strict=False):
-        if old is not new and old.message != new.message:
-            break
-        n += 1
-    return n
-
-
-def _value_of(gen: Iterator[Any]) -> Any:
-    """Run a generator to its end, dropping what it yields; returns what it returns."""
-    try:
-        while True:
-            next(gen)
-    except StopIteration as stop:
-        return stop.value
-
-
-def make_budget(profile: Profile, window: int, tool_tokens: int, scale: float = 1.0) -> Budget:
-    """The budget of a request: ``window`` and ``tool_tokens`` in tokens, the profile's reserve,
-    target and trigger, and the calibration ``scale``."""
-    return Budget(window=window, tools=tool_tokens, reserved=profile.max_output_tokens + profile.margin_tokens,
-                  target=profile.target, trigger=profile.trigger, scale=scale)
-
-
-def emergency_steps(view: list[Any], budget: Budget, attempt: int) -> list[StrategyConfig]:
-    """Overflow recovery: mask every tool result but the last unit's, then truncate to half the
-    current size (a quarter on the second attempt), or to the target if that is lower. Both steps
-    run whatever the triggers say: the provider has just told us our estimate was wrong."""
-    last = groups(view)[-1] if view else []
-    keep = sum(1 for i in last if view[i].role == "tool")
-    target = min(budget.target, (0.5 if attempt == 0 else 0.25) * budget.total(view) / budget.window)
-    steps = [StrategyConfig(strategy="truncate", trigger=0, target=round(target, 4))]
-    if "mask_observations" in registry.names():
-        steps.insert(0, StrategyConfig(strategy="mask_observations", trigger=0, keep=keep, min_tokens=0, batch=1))
-    return steps
-
-

@@ -127,7 +127,8 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                          + ("; give another with --workdir" if workdir is None else ""))
     model = make_model(settings.model, api_base=settings.api_base or profile.api_base, replies_done=state.replies,
                        timeout_s=profile.timeout_s, retries=profile.retries,
-                       max_output_tokens=profile.max_output_tokens, prompt_cache=profile.prompt_cache)
+                       max_output_tokens=profile.max_output_tokens, prompt_cache=profile.prompt_cache,
+                       max_retry_wait_s=profile.max_retry_wait_s, send_tool_choice=profile.send_tool_choice)
     toolset = toolset_for(session, profile, settings)
     if state.settings is None:  # written only once everything above has been checked: no half-made sessions
         header = records.SessionHeader(name=session.name, model=settings.model, profile=settings.profile,
@@ -151,7 +152,11 @@ def toolset_for(session: Session, profile: Profile, settings: Settings) -> Tools
     extra = [*load_tools(list(settings.tools)), *context_tools(sorted(steps))]
     policy = offload_policy(profile, settings.model, window=settings.context_window)
     workdir = Path(settings.workdir) if settings.workdir else Path.cwd()
-    return make_toolset(profile.tools, ToolContext(session.store, workdir), policy, extra)
+    recall = profile.recall
+    ctx = ToolContext(session.store, workdir, transcript=session.transcript.path,
+                      recall_model=recall.embedding_model, recall_api_base=recall.api_base,
+                      recall_top_k=recall.top_k)
+    return make_toolset(profile.tools, ctx, policy, extra)
 
 
 def offload_policy(profile: Profile, model_name: str, *, window: int | None = None) -> OffloadPolicy:
@@ -186,6 +191,7 @@ class NextRequest:
     profile: Profile
     same: int = 0
     last: list[Entry] = field(default_factory=list)
+    turn: int = 1  # the turn the request would be for
 
 
 class _NoModel:
@@ -216,7 +222,8 @@ def next_request(session: Session, path: Path_ | None = None) -> NextRequest:
     last = runner.last_request()
     peek = runner.peek()
     recorded = [r for r in items if isinstance(r, records.CompactionRecord)]
-    return NextRequest(peek.view, peek.budget, peek.compactions, recorded, runner.path, profile, peek.same, last)
+    return NextRequest(peek.view, peek.budget, peek.compactions, recorded, runner.path, profile, peek.same, last,
+                       state.replies + 1)
 
 
 def summarizer_factory(profile: Profile, settings: Settings, done: int) -> Callable[[], Model] | None:
@@ -235,7 +242,8 @@ def summarizer_factory(profile: Profile, settings: Settings, done: int) -> Calla
             made.append(make_model(name, api_base=cfg.api_base or api_base or profile.api_base,
                                    replies_done=done, timeout_s=profile.timeout_s,
                                    retries=profile.retries, max_output_tokens=cfg.max_tokens,
-                                   prompt_cache=profile.prompt_cache))
+                                   prompt_cache=profile.prompt_cache,
+                                   max_retry_wait_s=profile.max_retry_wait_s))
         return made[0]
 
     return make

@@ -17,11 +17,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
+from ctxagent.agent import activity
 from ctxagent.agent.context import ContextState, compaction_of
 from ctxagent.handles import base_handle, new_handle
-from ctxagent.messages import Message, call_ids
+from ctxagent.messages import Message, ToolCall, call_ids
 from ctxagent.sessions import records
 from ctxagent.tokens import calibration
+
+VIEW_STEPS = frozenset({"mask_observations", "prune", "dedupe"})
+"""Steps that edit old results on every request (batched, cheap): they are not thrashing."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,13 @@ class SessionState:
     scale: float = 1.0  # calibration: provider prompt tokens / our estimate
     summaries: int = 0  # summarizer calls made (a scripted summarizer resumes after them)
     usage: Usage = field(default_factory=Usage)
+    ledger: activity.Ledger = field(default_factory=activity.Ledger)  # files read or written
+    shown_files: list[activity.Touched] = field(default_factory=list)  # the ledger in the view (last compaction)
+    signatures: list[str] = field(default_factory=list)  # of the latest tool calls (loop guard), oldest first
+    pure: dict[str, tuple[str, int]] = field(default_factory=dict)  # signature -> (handle, turn), pure tools
+    compacted_turns: int = 0  # consecutive requests that ran a reducing compaction (thrash guard)
+    _compacted_at: int = field(default=-1, repr=False)  # the request (reply number + 1) of the last one
+    _calls: dict[str, str] = field(default_factory=dict, repr=False)  # open call id -> signature
     _outputs: dict[str, str] = field(default_factory=dict, repr=False)  # call id -> handle, legacy records
 
     def apply(self, record: Any) -> None:
@@ -113,6 +124,8 @@ class SessionState:
         elif isinstance(record, records.CompactionRecord):
             self.context.record([compaction_of(record)])
             self.shown_pins = list(self.pins)
+            self.shown_files = list(self.ledger.files.values())
+            self._compaction(record)
         elif isinstance(record, records.OutputRecord):
             self.handles.add(record.handle)
             self.stored.add(record.handle)
@@ -145,11 +158,13 @@ class SessionState:
             handle, offloaded = self._handle_of(record)
             if msg.get("tool_call_id") in self.open_calls:
                 self.open_calls.remove(msg["tool_call_id"])
+            self._result(record, handle)
         elif role == "assistant":
             self.replies += 1
             self.open_calls = call_ids(msg)
             self.call_ids.update(self.open_calls)
             self.pins.extend(p for p in pins_of(msg) if p not in self.pins)
+            self._signatures(msg)
         self.context.add(record, handle, offloaded)
         self.next_seq = record.seq + 1
         self.turn = max(self.turn, record.turn)
@@ -170,6 +185,37 @@ class SessionState:
         if offloaded:
             self.stored.add(handle)
         return handle, offloaded
+
+    def _signatures(self, message: Message) -> None:
+        """Remember the calls of a reply for the loop guard and the repeat notes."""
+        self._calls = {}
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            sig = activity.signature(ToolCall(call.get("id", ""), function.get("name", ""),
+                                              function.get("arguments", "")))
+            self._calls[call.get("id", "")] = sig
+            self.signatures.append(sig)
+        del self.signatures[:-activity.SIGNATURES_KEPT]
+
+    def _result(self, record: records.MessageRecord, handle: str) -> None:
+        """A tool result: into the file ledger, and remembered when its tool is pure."""
+        self.ledger.apply(record)
+        sig = self._calls.get(str(record.message.get("tool_call_id") or ""))
+        if sig and sig.split("\x00", 1)[0] in activity.PURE_TOOLS and not activity.result_is_error(record.message):
+            self.pure[sig] = (handle, record.turn)
+
+    def _compaction(self, record: records.CompactionRecord) -> None:
+        """Count consecutive requests that compacted by more than a view-only step (thrash guard)."""
+        if record.strategy in VIEW_STEPS:
+            return
+        request = self.replies + 1
+        if request != self._compacted_at:
+            self.compacted_turns = self.compacted_turns + 1 if request == self._compacted_at + 1 else 1
+            self._compacted_at = request
+
+    def compaction_streak(self) -> int:
+        """How many requests in a row, up to the last one sent, made a reducing compaction."""
+        return self.compacted_turns if self._compacted_at >= self.replies else 0
 
     def _usage(self, record: records.UsageRecord) -> None:
         self.usage.add(record)

@@ -38,13 +38,16 @@ def context(
     if path not in (None, "interactive", "batch"):
         raise typer.BadParameter("--path is interactive or batch")
     nxt = next_request(pick(session), path="batch" if path == "batch" else "interactive" if path else None)
+    from ctxagent.strategies.pipeline import rule_in_force
+
     b = nxt.budget
     used = b.total(nxt.view)
+    rule = rule_in_force(nxt.profile.pipeline(nxt.path), nxt.view, b, nxt.turn)
     budget = {"window": b.window, "used": used, "target": int(b.window * b.target),
               "trigger": int(b.window * b.trigger), "tools": b.tools, "reserved": b.reserved, "scale": b.scale}
     if json_out:
         print(json.dumps({
-            "path": nxt.path, "profile": nxt.profile.name, "budget": budget,
+            "path": nxt.path, "profile": nxt.profile.name, "budget": budget, "turn": nxt.turn, "rule": rule,
             "messages": [{"message": e.message, "tokens": e.tokens, "seq": [e.start, e.end], "kind": e.kind}
                          for e in nxt.view],
             "compactions": {"recorded": [r.model_dump(mode="json") for r in nxt.recorded],
@@ -53,10 +56,10 @@ def context(
                              "last_messages": len(nxt.last)},
         }, ensure_ascii=False))
         return
-    _render(nxt, budget)
+    _render(nxt, budget, rule)
 
 
-def _render(nxt: NextRequest, budget: dict[str, int | float]) -> None:
+def _render(nxt: NextRequest, budget: dict[str, int | float], rule: str) -> None:
     console = Console(highlight=False, soft_wrap=True)
     table = Table("#", "seq", "role", "kind", "tokens", "cache", "content")
     for i, e in enumerate(nxt.view):
@@ -74,6 +77,7 @@ def _render(nxt: NextRequest, budget: dict[str, int | float]) -> None:
     console.print(f"budget {escape(bar)}"
                   f" {b['used']}/{b['window']} tokens (target {b['target']}, trigger {b['trigger']}; "
                   f"tool schemas {b['tools']}, reserved {b['reserved']}, calibration x{b['scale']:.2f})")
+    console.print(f"rule in force at turn {nxt.turn} ({nxt.profile.name}, {nxt.path}): {escape(rule)}")
     for r in nxt.recorded:
         console.print(f"recorded compaction: {r.strategy} #{r.start}-#{r.end} ({r.tokens_before} -> {r.tokens} tokens)")
     for c in nxt.compactions:

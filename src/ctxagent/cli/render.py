@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
-from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone
+from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, Warned
 from ctxagent.errors import CtxagentError
 from ctxagent.messages import one_line
 from ctxagent.sessions.session import Session
@@ -29,6 +29,8 @@ def describe(event: Event) -> str | None:
         same = f", {event.same} as last time" if event.same else ""
         return (f"turn {event.turn}: asking the model ({event.tokens}/{event.window} tokens, "
                 f"{event.messages} messages{same})")
+    if isinstance(event, Warned):
+        return f"warning: {event.source}: {event.text}"
     if isinstance(event, ToolDone):
         where = f" -> stored as {event.handle}" if event.handle else ""
         status = "error" if event.is_error else "timed out" if event.content.startswith("timed out") else "ok"
@@ -115,6 +117,8 @@ class InteractiveRenderer:
 
             self.answer = event.answer
             self.out.print(Markdown(event.answer or ""))
+        elif isinstance(event, Warned):  # warnings go to stderr, as in batch mode
+            Console(stderr=True).print(f"[yellow]{escape(describe(event) or '')}[/yellow]", highlight=False)
         elif (line := describe(event)) is not None:
             self.out.print(f"[dim]{escape(line)}[/dim]", highlight=False)
 

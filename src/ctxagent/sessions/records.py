@@ -75,6 +75,21 @@ class SettingsRecord(_Record):
     path: Literal["batch", "interactive"] | None = None
 
 
+class FileTouch(BaseModel):
+    """What a file tool did to one file (the file-activity ledger, agent/activity.py).
+
+    ``path``: absolute; ``op``: ``read`` or ``write``; ``sha256``: hex digest of the file's bytes
+    right after the call ("" when it could not be read); ``args``: the call's other arguments as
+    canonical JSON (a read of lines 1-40 is not a read of the whole file).
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    path: str
+    op: Literal["read", "write"]
+    sha256: str = ""
+    args: str = ""
+
+
 class MessageRecord(_Record):
     kind: Literal["message"] = "message"
     seq: int
@@ -83,6 +98,7 @@ class MessageRecord(_Record):
     message: dict[str, Any]
     handle: str | None = None  # tool results: the handle of the full value (ctxagent.handles)
     offloaded: bool = False  # tool results: the full value was stored when the record was written
+    file: FileTouch | None = None  # tool results of file tools: the file read or written
 
 
 class OutputRecord(_Record):
@@ -146,9 +162,19 @@ class PermissionRecord(_Record):
     turn: int = 0
 
 
+class NoteRecord(_Record):
+    """Something the user should know that changed no state: a failed summary and its fallback,
+    an escalated compaction, a loop-guard warning. ``source`` names what wrote it."""
+
+    kind: Literal["note"] = "note"
+    turn: int
+    source: str
+    text: str
+
+
 Record = Annotated[
     SessionHeader | SettingsRecord | MessageRecord | OutputRecord | UsageRecord | CompactionRecord | EndRecord
-    | PermissionRecord,
+    | PermissionRecord | NoteRecord,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Record)

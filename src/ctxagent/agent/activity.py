@@ -1,0 +1,202 @@
+"""Never redo work: the file-activity ledger, repeat-call notes and the loop guard (issue 11).
+
+Seed anti-pattern: an agent re-runs a tool it already called 15 turns ago, or reads the same
+file again and again, paying its tokens each time; after a compaction it no longer knows which
+files it read or wrote. Three rules, each derived from transcript records only (ONE STATE):
+
+- **Ledger**: every ``read_file``/``write_file`` result records the file it touched (absolute
+  path, sha256 of the file's bytes right after the call, the call's other arguments) on its
+  message record (:class:`~ctxagent.sessions.records.FileTouch`). The ledger is one line among the
+  pinned facts, so it survives every compaction; like the pins it is refreshed at compactions.
+- **Repeat calls**: a ``read_file`` with the same path and arguments as an earlier read, while the
+  file's sha256 is unchanged, gets a short note naming the earlier result's handle instead of the
+  whole content again, when that result is still verbatim in the view or stored. A repeat of an
+  identical call of a tool whose result depends only on stored values (``read_output``,
+  ``grep_output``...) gets the same kind of note. ``shell`` is never short-circuited: its output
+  depends on the world (a test run after a fix must run).
+- **Loop guard**: the K-th identical call in a row (same tool, same arguments) gets a warning in
+  its result; one more stops the run (exit 3, resumable). K is the profile's ``loop_guard``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxagent.messages import ToolCall
+from ctxagent.sessions.records import FileTouch, MessageRecord
+
+FILE_TOOLS = {"read_file": "read", "write_file": "write"}
+PURE_TOOLS = frozenset({"read_output", "grep_output", "query_output", "output_info"})
+"""Tools whose result depends only on stored values: an identical call gives an identical result."""
+LEDGER_FILES = 30  # files named in the ledger line (the latest); older ones are counted
+HASH_SHOWN = 12  # hex digits of a sha256 shown in the ledger and notes
+MAX_HASH_BYTES = 256 * 1024 * 1024  # files larger than this are not hashed (no repeat notes)
+SIGNATURES_KEPT = 64  # recent call signatures the state keeps (the loop guard needs K+1)
+
+
+@dataclass(frozen=True)
+class Touched:
+    """One ledger row: the latest touch of a file, with the handle of the result that did it."""
+
+    path: str
+    op: str
+    sha256: str
+    handle: str
+    turn: int
+    args: str
+
+
+@dataclass
+class Ledger:
+    """Files read or written, latest touch per path, and the latest read per (path, arguments)."""
+
+    files: dict[str, Touched] = field(default_factory=dict)
+    reads: dict[tuple[str, str], Touched] = field(default_factory=dict)
+
+    def apply(self, record: MessageRecord) -> None:
+        """Take the file touch of a tool result record (records without one change nothing)."""
+        touch = record.file
+        if touch is None or record.handle is None:
+            return
+        row = Touched(touch.path, touch.op, touch.sha256, record.handle, record.turn, touch.args)
+        self.files.pop(touch.path, None)  # re-inserted last: dict order is recency
+        self.files[touch.path] = row
+        if touch.op == "read":
+            self.reads[(touch.path, touch.args)] = row
+
+    def line(self, workdir: str | None, rows: Iterable[Touched] | None = None) -> str:
+        """The ledger as one pinned-fact line ("" when no file was touched), latest first."""
+        ordered = list(reversed(list(self.files.values() if rows is None else rows)))
+        if not ordered:
+            return ""
+        shown = [_describe(row, workdir) for row in ordered[:LEDGER_FILES]]
+        more = len(ordered) - len(shown)
+        tail = f"; and {more} older (recall finds them)" if more > 0 else ""
+        return "files this session read or wrote (latest first): " + "; ".join(shown) + tail
+
+
+def _describe(row: Touched, workdir: str | None) -> str:
+    verb = "read" if row.op == "read" else "wrote"
+    digest = f" sha256:{row.sha256[:HASH_SHOWN]}" if row.sha256 else ""
+    return f"{verb} {display_path(row.path, workdir)} as {row.handle} (turn {row.turn}{digest})"
+
+
+def display_path(path: str, workdir: str | None) -> str:
+    """``path`` relative to ``workdir`` when inside it, else as is."""
+    if workdir:
+        try:
+            return str(Path(path).relative_to(workdir))
+        except ValueError:
+            pass
+    return path
+
+
+def signature(call: ToolCall) -> str:
+    """The identity of a call for repeat and loop detection: tool name and canonical arguments
+    (key order and spacing ignored; unparsable arguments compared as text)."""
+    return f"{call.name}\x00{canonical(call.arguments)}"
+
+
+def canonical(arguments: str) -> str:
+    """Arguments JSON with sorted keys and no spaces (the raw text when it is not JSON)."""
+    try:
+        return json.dumps(json.loads(arguments or "{}"), sort_keys=True, separators=(",", ":"))
+    except ValueError:
+        return arguments
+
+
+def file_target(call: ToolCall, workdir: Path) -> tuple[Path, str] | None:
+    """The file a file tool call names (absolute) and its other arguments (canonical JSON), or None."""
+    if call.name not in FILE_TOOLS:
+        return None
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except ValueError:
+        return None
+    if not isinstance(arguments, dict) or not isinstance(arguments.get("path"), str):
+        return None
+    rest = {k: v for k, v in arguments.items() if k not in ("path", "content") and v is not None}
+    try:
+        path = (workdir / arguments["path"]).resolve()
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return path, json.dumps(rest, sort_keys=True, separators=(",", ":"))
+
+
+def digest(path: Path) -> str:
+    """Hex sha256 of the file's bytes ("" when it cannot be read or is over MAX_HASH_BYTES)."""
+    try:
+        if path.stat().st_size > MAX_HASH_BYTES:
+            return ""
+        with path.open("rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except (OSError, ValueError):
+        return ""
+
+
+def touch_of(call: ToolCall, workdir: Path) -> FileTouch | None:
+    """The ledger entry of a successful file tool call (after it ran), or None."""
+    target = file_target(call, workdir)
+    if target is None:
+        return None
+    path, args = target
+    return FileTouch(path=str(path), op=FILE_TOOLS[call.name], sha256=digest(path), args=args)  # type: ignore[arg-type]
+
+
+def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[str], stored: set[str],
+                pure: dict[str, tuple[str, int]]) -> tuple[str, str] | None:
+    """A short note instead of running ``call`` again and the handle it names, or None (run it).
+
+    ``verbatim``: handles whose result is unchanged in the view; ``stored``: handles whose value
+    is in the output store; ``pure``: signature -> (handle, turn) of earlier results of
+    :data:`PURE_TOOLS`.
+    """
+    if call.name in PURE_TOOLS:
+        earlier = pure.get(signature(call))
+        if earlier and (earlier[0] in verbatim or earlier[0] in stored):
+            handle, turn = earlier
+            return (f"[ctxagent] the same {call.name} call ran at turn {turn}; its result is {handle} "
+                    f"({'still in your context above' if handle in verbatim else 'stored'}) and cannot "
+                    f"have changed. read_output('{handle}') shows it again."), handle
+        return None
+    target = file_target(call, workdir)
+    if target is None or FILE_TOOLS[call.name] != "read":
+        return None
+    path, args = target
+    read = ledger.reads.get((str(path), args))
+    if read is None or not read.sha256 or (read.handle not in verbatim and read.handle not in stored):
+        return None
+    if digest(path) != read.sha256:
+        return None
+    where = "is still in your context above" if read.handle in verbatim else "is stored"
+    return (f"[ctxagent] {path.name} is unchanged since you read it at turn {read.turn} "
+            f"(sha256:{read.sha256[:HASH_SHOWN]}); that result, {read.handle}, {where}. "
+            f"read_output('{read.handle}') shows it again."), read.handle
+
+
+def streak(signatures: Sequence[str], at: int) -> int:
+    """How many identical signatures end at index ``at`` (1 when the one before differs)."""
+    n = 1
+    while at - n >= 0 and signatures[at - n] == signatures[at]:
+        n += 1
+    return n
+
+
+def loop_warning(k: int) -> str:
+    return (f"\n[ctxagent loop guard] this is the {k}th identical call in a row (same tool, same arguments): "
+            "its result will not change. Do something different; one more identical call stops the run.")
+
+
+def loop_stop(k: int, session: str) -> str:
+    return (f"[ctxagent loop guard] not run: {k} identical calls in a row (same tool, same arguments). "
+            f"The run stopped; 'ctxagent resume --session {session}' continues.")
+
+
+def result_is_error(message: dict[str, Any]) -> bool:
+    """Whether a tool message reports an error (the toolset's ``ERROR: `` prefix)."""
+    return str(message.get("content") or "").startswith("ERROR: ")

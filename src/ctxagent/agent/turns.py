@@ -1,0 +1,106 @@
+"""Pure helpers of one turn, shared by the runner and the benchmarks: the budget of a request, the
+overflow-recovery steps, unique tool call ids, prefix comparison and usage records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ctxagent.agent.model import Reply, Usage
+from ctxagent.profile import Profile, StrategyConfig
+from ctxagent.sessions import records
+from ctxagent.strategies import registry
+from ctxagent.strategies.base import Budget, Compaction, Entry, groups
+
+
+@dataclass(frozen=True)
+class Peek:
+    """The request a session would send next: its view, budget and the compactions it would record."""
+
+    view: list[Entry]
+    budget: Budget
+    compactions: list[Compaction]
+    same: int  # leading messages identical to the last request sent
+
+
+def usage_record(usage: Usage, turn: int, model: str, estimate: int) -> records.UsageRecord:
+    """The transcript record of one call's provider-reported usage (``estimate``: our own prompt
+    token estimate, 0 for calls that are not agent requests)."""
+    return records.UsageRecord(turn=turn, model=model, prompt_tokens=usage.prompt_tokens,
+                               completion_tokens=usage.completion_tokens, estimated_prompt_tokens=estimate,
+                               cost_usd=usage.cost_usd, cached_tokens=usage.cached_tokens,
+                               cache_creation_tokens=usage.cache_creation_tokens)
+
+
+def with_call_ids(reply: Reply, seq: int, used: Container[str] = ()) -> Reply:
+    """``reply`` with an id on every tool call unique in the session: a call whose id is empty,
+    missing, repeated in the reply or already ``used`` by an earlier reply (some providers send
+    ``call_1`` every turn; Anthropic rejects repeated tool-use ids) gets ``ctx<seq>_<n>``
+    (deterministic: the reply's seq number)."""
+    ids = [c.id for c in reply.tool_calls]
+    if all(ids) and len(set(ids)) == len(ids) and not any(i in used for i in ids):
+        return reply
+    seen: set[str] = set()
+    calls = []
+    for n, call in enumerate(reply.tool_calls):
+        if not call.id or call.id in seen or call.id in used:
+            call = replace(call, id=f"ctx{seq}_{n}")
+        seen.add(call.id)
+        calls.append(call)
+    return replace(reply, tool_calls=tuple(calls))
+
+
+def same_prefix(before: Sequence[Entry], view: Sequence[Entry]) -> int:
+    """How many leading messages of ``view`` are identical to ``before``'s (0 when ``before`` is empty)."""
+    n = 0
+    for old, new in zip(before, view, strict=False):
+        if old is not new and old.message != new.message:
+            break
+        n += 1
+    return n
+
+
+def value_of(gen: Iterator[Any]) -> Any:
+    """Run a generator to its end, dropping what it yields; returns what it returns."""
+    try:
+        while True:
+            next(gen)
+    except StopIteration as stop:
+        return stop.value
+
+
+def make_budget(profile: Profile, window: int, tool_tokens: int, scale: float = 1.0) -> Budget:
+    """The budget of a request: ``window`` and ``tool_tokens`` in tokens, the profile's reserve,
+    target and trigger, and the calibration ``scale``."""
+    return Budget(window=window, tools=tool_tokens, reserved=profile.max_output_tokens + profile.margin_tokens,
+                  target=profile.target, trigger=profile.trigger, scale=scale)
+
+
+def emergency_steps(view: list[Any], budget: Budget, attempt: int) -> list[StrategyConfig]:
+    """Overflow recovery: mask every tool result but the last unit's, then truncate to half the
+    current size (a quarter on the second attempt), or to the target if that is lower. Both steps
+    run whatever the triggers say: the provider has just told us our estimate was wrong."""
+    last = groups(view)[-1] if view else []
+    keep = sum(1 for i in last if view[i].role == "tool")
+    target = min(budget.target, (0.5 if attempt == 0 else 0.25) * budget.total(view) / budget.window)
+    steps = [StrategyConfig(strategy="truncate", trigger=0, target=round(target, 4))]
+    if "mask_observations" in registry.names():
+        steps.insert(0, StrategyConfig(strategy="mask_observations", trigger=0, keep=keep, min_tokens=0, batch=1))
+    return steps
+
+
+
+
+def summarizer_window(profile: Profile, agent_window: int) -> int | None:
+    """The summarizer's context window in tokens: ``agent_window`` when it is the agent's model,
+    litellm's model info for another model, None when unknown (strategies then do not clamp)."""
+    name = profile.summarizer.model
+    if name is None:
+        return agent_window
+    if name.startswith("scripted:"):
+        return None
+    from ctxagent.agent.litellm_backend import model_window  # only when a summary may be made
+
+    return model_window(name)
