@@ -34,7 +34,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", help="regex: run only the configurations whose name matches (workloads 1 and "
                         "7-8; 7-8 always run 'no management', their denominator)")
     parser.add_argument("--skip", action="append", default=[],
-                        choices=["long", "sized", "repeated", "handles", "scale", "peers", "plots"],
+                        choices=["long", "sized", "repeated", "handles", "quality", "scale", "peers", "plots"],
                         help="leave a part out (sized: workloads 7 and 8)")
     parser.add_argument("--cache-ratio", type=float, default=None, metavar="R",
                         help="cache-read price / input price for the cache-billed columns (default 0.1, issue 9's; "
@@ -161,6 +161,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results["handles"] = handles_results(args.quick)
         except Exception as error:  # another engineer's module: report, do not die
             results["handles"] = {"todo": f"benchmarks/handles.py failed: {type(error).__name__}: {error}"}
+    if "quality" not in args.skip:
+        err.print("[bold]issue 11: cleaning, repeated reads, reachability (benchmarks/quality.py)[/bold]")
+        from benchmarks import quality
+
+        results["quality"] = quality.run(args.quick)
     if "scale" not in args.skip:
         err.print("[bold]workload 6: scale (benchmarks/spine.py)[/bold]")
         from benchmarks import scale
@@ -247,6 +252,10 @@ def render(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                        f"loop at turns {rc['loop_turns'][0]}-{rc['loop_turns'][1]})", *report.dedupe_rows(rc)))
     if "handles" in results:
         tables.append(("Workloads 2+3: grid pipeline and extraction", *report.handles_rows(results["handles"])))
+    if "quality" in results:
+        from benchmarks import quality
+
+        tables += quality.tables(results["quality"])
     if "scale" in results:
         tables.append(("Workload 6: scale", *report.scale_rows(results["scale"])))
     if results.get("live", {}).get("configs"):

@@ -227,27 +227,35 @@ def run(quick: bool = False) -> dict[str, Any]:
                 "reachability": reachability(root / "reach")}
 
 
-def render(numbers: dict[str, Any]) -> list[str]:
-    """The two tables as Markdown lines."""
-    lines = ["| workload | raw tokens | tokens in context | plain text | offloaded | last line visible |",
-             "|---|---:|---:|---:|---|---|"]
-    for name, row in numbers["cleaning"].items():
-        lines.append(f"| {name} | {row['raw_tokens']:,} | {row['context_tokens']:,} | {row['plain_tokens']:,} | "
-                     f"{row['offloaded']} | "
-                     f"{row['last_line_visible']} |")
-    lines += ["", "| repeated reads | reads | answered by a note | tokens of read results | prompt tokens (run) |",
-              "|---|---:|---:|---:|---:|"]
-    for name, row in numbers["repeated_reads"].items():
-        lines.append(f"| {name} | {row['reads']} | {row['answered_by_note']} | {row['read_result_tokens']:,} | "
-                     f"{row['prompt_tokens']:,} |")
+def tables(numbers: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The three tables as (title, header, rows of cells)."""
+    clean = [[name, f"{r['raw_tokens']:,}", f"{r['context_tokens']:,}", f"{r['plain_tokens']:,}", str(r["offloaded"]),
+              str(r["last_line_visible"])] for name, r in numbers["cleaning"].items()]
+    reads = [[name, str(r["reads"]), str(r["answered_by_note"]), f"{r['read_result_tokens']:,}",
+              f"{r['prompt_tokens']:,}"] for name, r in numbers["repeated_reads"].items()]
     reach = numbers["reachability"]
-    lines += ["", f"| {reach['turns']} turns of ~2,300-token logs, {reach['window']:,} window, {reach['facts']} facts "
-              "| in view | + by handle | recall (keyword, 8 hits) | recall (regex, 50) | reachable "
-              "| input tokens | recall's cost |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name, row in reach["rows"].items():
-        lines.append(f"| {name} | {row['in_view']} | {row['by_handle']} | {row['recall_keyword']} | "
-                     f"{row['recall_regex']} | {row['reachable']}/{reach['facts']} | {row['input_tokens']:,} | "
-                     f"{row['recall_cost_pct']:+.2f}% |")
+    rows = [[name, str(r["in_view"]), str(r["by_handle"]), str(r["recall_keyword"]), str(r["recall_regex"]),
+             f"{r['reachable']}/{reach['facts']}", f"{r['input_tokens']:,}", f"{r['recall_cost_pct']:+.2f}%"]
+            for name, r in reach["rows"].items()]
+    return [
+        ("Issue 11: terminal output, tokens in the context (real shell tool, default profile, 128K window)",
+         ["workload", "raw tokens", "tokens in context", "plain text", "offloaded", "last line visible"], clean),
+        ("Issue 11: a 36-turn session re-reading 6 files (3 rewritten once), real CLI, scripted model",
+         ["repeated reads", "reads", "answered by a note", "tokens of read results", "prompt tokens (run)"], reads),
+        (f"Issue 11: facts reachable after {reach['turns']} turns of ~2,300-token logs in a {reach['window']:,}-token "
+         f"window ({reach['facts']} facts, one a turn; recall asked without the value)",
+         ["profile (path)", "in view", "+ by handle", "recall (keyword, 8 hits)", "recall (regex, 50 hits)",
+          "reachable", "input tokens", "recall tool's cost"], rows),
+    ]
+
+
+def render(numbers: dict[str, Any]) -> list[str]:
+    """The tables as Markdown lines."""
+    lines: list[str] = []
+    for title, header, rows in tables(numbers):
+        lines += [f"**{title}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        lines.append("")
     return lines
 
 

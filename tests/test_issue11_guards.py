@@ -287,3 +287,16 @@ def test_workdir_realpath_is_used_for_anchored_globs(tmp_path):
     gate = Gate(PermissionsConfig(exec_paths=["deploy/*.sh"]), "batch", granted={"write"}, workdir=link)
     assert "exec_paths" in gate.check(WRITE_FILE, {"path": "deploy/a.sh", "content": "x"})
     assert os.path.realpath(link) == str(real)
+
+
+def test_prompt_shows_the_exec_reason_on_its_own_line_not_as_an_argument(monkeypatch, capsys, repo):
+    """The reason a granted write still asks was printed as a fake argument "(ctxagent) why ask"."""
+    from ctxagent.cli.permissions import prompt
+
+    monkeypatch.setattr("builtins.input", lambda *_: "n")
+    answer = prompt("write_file", {"path": ".git/config", "content": "x",
+                                   WHY_KEY: "writes git's config: git runs commands it names"}, repo)
+    shown = capsys.readouterr().out
+    assert answer == "no"
+    assert "\nwhy: writes git's config: git runs commands it names\n" in shown
+    assert WHY_KEY not in shown and "  path: .git/config" in shown

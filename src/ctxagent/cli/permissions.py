@@ -50,9 +50,15 @@ def prompt(tool: str, arguments: dict[str, Any], workdir: Path) -> str:
     from rich.console import Console
     from rich.markup import escape
 
+    from ctxagent.tools.permissions import WHY_KEY
+
     console = Console(highlight=False)
     console.print(f"[bold yellow]permission:[/bold yellow] the model wants to run [bold]{escape(tool)}[/bold] "
                   f"in {escape(str(workdir))}")
+    arguments = dict(arguments)
+    why = arguments.pop(WHY_KEY, None)
+    if why:  # why a call of this tool asks although its kind was granted (a write that runs code later)
+        console.print(f"[bold]why:[/bold] {escape(str(why))}")
     for name, value in arguments.items():
         text = value if isinstance(value, str) else repr(value)
         if len(text) > PROMPT_ARGUMENT_CHARS:
