@@ -236,3 +236,18 @@ def test_failed_summary_is_reported_on_stderr_and_in_the_transcript(tmp_path):
     assert "warning: compaction: summarize:" in out.stderr and "fell back to truncation" in out.stderr
     notes = [r for r in records("sumfail") if r["kind"] == "note"]
     assert notes and notes[0]["source"] == "compaction" and "the summary is empty" in notes[0]["text"]
+
+
+def test_inspect_context_names_the_rule_in_force(tmp_path):
+    work = _work(tmp_path)
+    turns = [{"tool_calls": [call(f"l{i}", "list_dir", path=f"{'.' if i % 2 else 'src'}")]} for i in range(6)]
+    model = script(tmp_path / "s.yaml", [*turns, {"content": "done"}])
+    out = ctxagent("run", "--batch", "--session", "adapt", "--model", model, "--profile", "adaptive",
+                   "--max-turns", "2", "go", cwd=work)
+    assert out.returncode == 3, out.stderr  # max_turns: resumable
+    shown = ctxagent("inspect", "context", "--session", "adapt", "--json")
+    data = json.loads(shown.stdout)
+    assert (data["turn"], data["rule"], data["profile"]) == (3, "no management", "adaptive")
+    out = ctxagent("resume", "--session", "adapt", "--max-turns", "3", cwd=work)
+    text = ctxagent("inspect", "context", "--session", "adapt").stdout
+    assert "rule in force at turn 6 (adaptive, batch): light pruning (turn 5 on, under 70% of the window)" in text
