@@ -19,7 +19,7 @@ from typing import Any
 from ctxagent.errors import UsageError
 from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import OutputRecord
-from ctxagent.tools import agent_tools, builtin, outputs, permissions, recall, user, values
+from ctxagent.tools import agent_tools, builtin, outputs, permissions, recall, structured, user, values
 from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError
 from ctxagent.tools.offload import OffloadPolicy, settle
 
@@ -64,7 +64,7 @@ def registry(tools: Sequence[Tool]) -> dict[str, Tool]:
     return by_name
 
 
-BUILTIN: dict[str, Tool] = registry([*builtin.TOOLS, *outputs.TOOLS, recall.RECALL, agent_tools.PIN])
+BUILTIN: dict[str, Tool] = registry([*builtin.TOOLS, *outputs.TOOLS, *structured.TOOLS, recall.RECALL, agent_tools.PIN])
 
 
 class Toolset:

@@ -1,0 +1,202 @@
+"""Tools over stored structured values: ``query_output`` (a JSONPath query, jsonpath-ng with its
+filter extensions, on a JSON value or on text that is JSON) and ``output_info`` (a stored value
+described from its metadata sidecar). Handles are taken as text (``resolve_handles=False``); every
+result is bounded (at most 200 values listed, 20,000 characters of one value).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ctxagent.tools import values
+from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
+from ctxagent.tools.offload import file_stats
+from ctxagent.tools.outputs import ref_of
+from ctxagent.tools.preview import plural
+
+MAX_QUERY_MATCHES = 200  # matches query_output lists
+VALUE_MAX_CHARS = 20_000  # characters of one matched value shown by query_output
+
+# --- query_output -------------------------------------------------------------------------------
+
+
+def query_output(ctx: ToolContext, handle: str, path: str) -> str:
+    """The parts of the JSON value ``handle`` (or a sub-handle) that the JSONPath ``path`` selects.
+
+    One line per match, ``NAME = JSON``, where NAME is the match's sub-handle when it has one
+    (pass it to a tool as is), else its JSONPath; at most 200 matches, values over 20,000
+    characters cut. A stored text output that is valid JSON is queried too. No match is a normal
+    result saying so. Raises ``ToolError`` for an unknown or malformed handle, an invalid path, or
+    a value that is not JSON (text that does not parse, bytes, an array).
+    """
+    ref = ref_of(handle)
+    item = values.stored(ctx.store, ref.handle)
+    if item.type in ("ndarray", "bytes"):
+        kind = "a numpy array" if item.type == "ndarray" else "binary data"
+        raise ToolError(f"query_output reads JSON values, and {ref.handle} is {kind}; pass it to a tool as an "
+                        f'argument, or see output_info("{ref.handle}")')
+    expression = _jsonpath(path)
+    value = values.load(ctx.store, ref)
+    if not ref.parts and isinstance(value, str | bytes):
+        try:
+            value = json.loads(value)
+        except ValueError as err:
+            raise ToolError(f"{handle} is text, not JSON ({err}); search it with grep_output or read it "
+                            "with read_output") from None
+    if values.is_ndarray(value):
+        raise ToolError(f"{handle} is {values.describe(value)}, not JSON; pass it to a tool as an argument")
+    try:
+        matches = expression.find(value)
+    except Exception as err:  # a filter comparing a number with a string, ...
+        raise ToolError(f"JSON path {path!r} failed on {handle}: {type(err).__name__}: {err}") from err
+    if not matches:
+        return f"no match for {path} in {handle} ({values.describe(value)})"
+    lines = [f"{len(matches):,} {'match' if len(matches) == 1 else 'matches'} of {path} in {handle}:"]
+    lines += [f"{_match_name(handle, match)} = {_shown_value(match.value)}" for match in matches[:MAX_QUERY_MATCHES]]
+    if len(matches) > MAX_QUERY_MATCHES:
+        lines.append(f"[{len(matches) - MAX_QUERY_MATCHES:,} more matches not listed; narrow the path]")
+    return "\n".join(lines)
+
+
+def _jsonpath(path: str) -> Any:
+    """The parsed JSONPath (jsonpath-ng, extended syntax); ``ToolError`` naming the problem."""
+    from jsonpath_ng.ext import parse
+
+    if not path.strip():
+        raise ToolError("empty JSON path; examples: $.key, $.items[0], $.items[*].name, $..price")
+    try:
+        return parse(path)
+    except Exception as err:  # jsonpath-ng raises plain Exception subclasses (lexer, parser)
+        raise ToolError(f"invalid JSON path {path!r}: {err}; examples: $.key, $.items[0], $.items[*].name, "
+                        "$..price, $.items[?(@.qty > 1)]") from err
+
+
+def _match_name(handle: str, match: Any) -> str:
+    """The sub-handle of a match (``@h/items/0/name``) when every key can be one, else its JSONPath."""
+    parts: list[str] = []
+    node = match
+    while node is not None:
+        kind = type(node.path).__name__
+        if kind == "Fields":
+            parts.extend(reversed([str(f) for f in node.path.fields]))
+        elif kind == "Index":
+            indices = getattr(node.path, "indices", None) or (node.path.index,)
+            parts.extend(str(i) for i in reversed(indices))
+        elif kind not in ("Root", "This"):
+            return "$." + str(match.full_path)
+        node = node.context
+    parts.reverse()
+    sub = str(values.Ref(handle, tuple(parts)))
+    try:
+        if values.parse_ref(sub) is not None:
+            return sub
+    except ToolError:
+        pass
+    return "$" + "".join(f"[{p}]" if p.lstrip("-").isdigit() else f"['{p}']" for p in parts)
+
+
+def _shown_value(value: Any) -> str:
+    text = values.json_text(value)
+    if len(text) <= VALUE_MAX_CHARS:
+        return text
+    return text[:VALUE_MAX_CHARS] + f" [... value cut: {len(text):,} characters; query a narrower path]"
+
+
+# --- output_info --------------------------------------------------------------------------------
+
+
+def output_info(ctx: ToolContext, handle: str) -> str:
+    """What ``handle`` (or a sub-handle) holds: type, size, lines, shape, sha256, the tool and
+    arguments that made it, when, and where the file is. Reads the metadata sidecar written when
+    the value was stored (measures the file when there is none). Raises ``ToolError`` for an
+    unknown or malformed handle or part.
+    """
+    ref = ref_of(handle)
+    item = values.stored(ctx.store, ref.handle)
+    if ref.parts:
+        part = values.load(ctx.store, ref)
+        return (f"{handle}: {values.describe(part)}; a part of {ref.handle} ({item.type}); "
+                f"pass \"{handle}\" to a tool as an argument to use it")
+    meta = item.meta or _measured(item)
+    lines = [f"{ref.handle}: {_summary(item, meta)}"]
+    size = f"{meta.get('bytes', 0):,} bytes"
+    if item.type in ("text", "json"):
+        tokens = meta.get("tokens")
+        size += f", {plural(meta.get('lines', 0), 'line')}" + (f", {'' if meta.get('tokens_exact', True) else '~'}"
+                                                               f"{tokens:,} tokens" if tokens is not None else "")
+    lines.append(f"size: {size}; sha256 {meta.get('sha256', '?')}")
+    if meta.get("tool"):
+        arguments = meta.get("arguments") or ""
+        made = f"made by: {meta['tool']}({arguments})" + (f", call {meta['call_id']}" if meta.get("call_id") else "")
+        if isinstance(meta.get("ts"), int | float):
+            made += ", " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(meta["ts"]))
+        lines.append(made)
+    lines.append(f"file: {item.path.absolute()}")
+    lines.append(_how_to_read(item))
+    return "\n".join(lines)
+
+
+def _measured(item: values.Stored) -> dict[str, Any]:
+    """Metadata measured from the file, for an output stored without a sidecar."""
+    stats = file_stats(item.path)
+    return {"bytes": stats.bytes, "lines": stats.lines, "sha256": stats.sha256, "type": item.type}
+
+
+def _summary(item: values.Stored, meta: dict[str, Any]) -> str:
+    if item.type == "ndarray":
+        return f"ndarray {meta.get('dtype', '?')}, shape {tuple(meta.get('shape') or ())}"
+    if item.type == "json":
+        try:
+            return "JSON " + values.describe(values.load_file(item))
+        except ToolError:
+            return f"JSON value of {meta.get('length', '?')} items"
+    return "binary data" if item.type == "bytes" else "text"
+
+
+def _how_to_read(item: values.Stored) -> str:
+    handle = item.handle
+    use = f'pass "{handle}" to a tool as an argument to use the whole value'
+    if item.type == "json":
+        return f'{use}, "{handle}/KEY" or "{handle}/INDEX" for a part; query_output("{handle}", "$...") reads parts'
+    if item.type == "text":
+        return f"{use}; read_output and grep_output read parts"
+    return use
+
+
+QUERY_OUTPUT = Tool(
+    name="query_output",
+    description=(
+        "Query a stored JSON value by its handle (like @abc123, or a part like @abc123/items) with a "
+        "JSONPath expression: $.key, $.items[0], $.items[*].name, $..price, $.items[?(@.qty > 1)]. "
+        "Returns up to 200 matches as 'NAME = JSON', NAME being a handle you can pass to other tools."
+    ),
+    parameters=schema(
+        {
+            "handle": {"type": "string", "description": "the value's handle, e.g. @abc123"},
+            "path": {"type": "string", "description": "JSONPath expression, starting with $"},
+        },
+        required=("handle", "path"),
+    ),
+    fn=query_output,
+    kind="read",
+    resolve_handles=False,
+)
+
+OUTPUT_INFO = Tool(
+    name="output_info",
+    description=(
+        "Describe a stored output by its handle (like @abc123): type (text, bytes, json, ndarray), "
+        "size, lines, shape, sha256, the tool call that made it, and how to read it."
+    ),
+    parameters=schema(
+        {"handle": {"type": "string", "description": "the output's handle, e.g. @abc123 or @abc123/key"}},
+        required=("handle",),
+    ),
+    fn=output_info,
+    kind="read",
+    resolve_handles=False,
+)
+
+TOOLS: tuple[Tool, ...] = (QUERY_OUTPUT, OUTPUT_INFO)
