@@ -22,6 +22,11 @@ consumes the next *item* of the script, in order:
   reply's text (content plus tool-call names and arguments), and cached tokens
   (``prompt_tokens_details.cached_tokens``) follow the prompt cache below.
   ``delay_s`` (seconds) sleeps before answering, to provoke client timeouts.
+  ``reasoning_content`` (str) and ``thinking_blocks`` (list of dicts) are sent on the message (and in
+  the first chunk of a stream), as DeepSeek and a LiteLLM proxy in front of Anthropic send them; their
+  text counts in the completion tokens. Faults of a reply: ``"no_choices": True`` answers HTTP 200
+  with ``"choices": []``; ``"cut": True`` cuts the reply mid-way: a stream stops after its first chunk,
+  a plain reply after half its body, and the connection closes (Content-Length promised more).
 - an **error**: ``{"error": {"status": int, "message": str, "code": ..., "type": str},
   "headers": {str: str}, "body": dict | str, "mid_stream": bool, "delay_s": float}``, answered
   with that HTTP status, those extra headers (``retry-after``, say) and an OpenAI-style error body
@@ -44,7 +49,10 @@ When the script runs out the server answers HTTP 500 saying so. Every parsed req
 appended to :attr:`FakeOpenAI.requests`. Like strict providers (OpenAI, Anthropic), the server
 rejects with HTTP 400 any request whose messages break the PAIR law
 (:func:`ctxagent.messages.pair_violations`); a rejected request consumes no script item and is also
-appended to :attr:`FakeOpenAI.rejected`.
+appended to :attr:`FakeOpenAI.rejected`. With ``require_reasoning_content=True`` it also rejects, as
+DeepSeek's thinking mode does (api-docs.deepseek.com/guides/thinking_mode, "Tool calls"), a request
+with an assistant tool-call message without ``reasoning_content``: HTTP 400 "Missing
+`reasoning_content` field in the assistant message at message index N. ...".
 
 Streaming: when the request says ``"stream": true`` the reply is sent as server-sent events
 (``chat.completion.chunk`` objects, tool calls as indexed deltas, a usage chunk when
@@ -66,7 +74,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
 from ctxagent.messages import Message, pair_violations, text_of, tool_call
-from ctxagent.tokens import count_message, count_messages, count_text, count_tools
+from ctxagent.tokens import count_message, count_messages, count_text, count_tools, reasoning_text
 
 Item = dict[str, Any]
 
@@ -74,6 +82,11 @@ CONTEXT_STYLES = ("openai", "openai-request-too-large", "anthropic", "vllm", "ol
 CACHE_MIN_TOKENS = 1024  # OpenAI caches a prompt prefix from this many tokens on...
 CACHE_STEP_TOKENS = 128  # ...in increments of this many
 _MID_STREAM = "x-fake-mid-stream"  # internal marker from _answer to the handler; never sent
+_CUT = "x-fake-cut"  # internal marker: cut the reply mid-way (never sent)
+REASONING_KEYS = ("reasoning_content", "thinking_blocks")  # reply-item keys sent on the message as given
+DEEPSEEK_MISSING_REASONING = ("Missing `reasoning_content` field in the assistant message at message index {index}. "
+                              "For more information, please refer to "
+                              "https://api-docs.deepseek.com/guides/thinking_mode#tool-calls")
 
 
 # ---------------------------------------------------------------- script items
@@ -203,6 +216,7 @@ def _assistant_message(item: Item, number: int) -> Message:
     message: Message = {"role": "assistant", "content": item.get("content")}
     if calls:
         message["tool_calls"] = calls
+    message.update({key: item[key] for key in REASONING_KEYS if item.get(key) is not None})
     return message
 
 
@@ -212,7 +226,7 @@ def _usage(item: Item, request: dict[str, Any], message: Message, matched: int) 
     given = item.get("usage") or {}
     counted = count_messages(request.get("messages") or [], model) + count_tools(request.get("tools") or [], model)
     prompt = int(given.get("prompt_tokens", counted))
-    completion = int(given.get("completion_tokens", count_text(text_of(message), model)))
+    completion = int(given.get("completion_tokens", count_text(reasoning_text(message) + text_of(message), model)))
     details = {"cached_tokens": _cached_tokens(request, matched, prompt)}
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": details} | given
@@ -227,7 +241,8 @@ def _completion(item: Item, request: dict[str, Any], number: int, matched: int =
         "object": "chat.completion",
         "created": int(time.time()),
         "model": str(request.get("model", "fake")),
-        "choices": [{"index": 0, "message": message, "finish_reason": finish, "logprobs": None}],
+        "choices": [] if item.get("no_choices") else [{"index": 0, "message": message, "finish_reason": finish,
+                                                       "logprobs": None}],
         "usage": _usage(item, request, message, matched),
     }
 
@@ -235,13 +250,16 @@ def _completion(item: Item, request: dict[str, Any], number: int, matched: int =
 def _sse_chunks(completion: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
     """The chunks of ``completion`` as a stream: role+content, one per tool call, finish, usage."""
     head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-    choice = completion["choices"][0]
+    choice = (completion["choices"] or [{"message": {}, "finish_reason": None}])[0]
     message = choice["message"]
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return head | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
-    chunks = [chunk({"role": "assistant", "content": message.get("content") or ""})]
+    if not completion["choices"]:
+        return [head | {"choices": []}, head | {"choices": [], "usage": completion["usage"]}][: 1 + include_usage]
+    first = {"role": "assistant", "content": message.get("content") or ""}
+    chunks = [chunk(first | {k: message[k] for k in REASONING_KEYS if k in message})]
     for index, call in enumerate(message.get("tool_calls") or []):
         chunks.append(chunk({"tool_calls": [{"index": index} | call]}))
     chunks.append(chunk({}, choice["finish_reason"]))
@@ -304,7 +322,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         status, payload, headers = self.server.fake._answer(request)
         streaming = bool(request.get("stream"))
-        if status == 200 and streaming:
+        if headers.pop(_CUT, None):
+            self._send_cut(request, payload)
+        elif status == 200 and streaming:
             include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
             events = [f"data: {json.dumps(c)}\n\n" for c in _sse_chunks(payload, include_usage)]
             self._send(200, ("".join(events) + "data: [DONE]\n\n").encode(), "text/event-stream")
@@ -316,6 +336,26 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(status, payload, headers)
 
 
+    def _send_cut(self, request: dict[str, Any], payload: Any) -> None:
+        """Half a reply, then the connection closes: a stream's first chunk, or half of a JSON body."""
+        if request.get("stream"):
+            chunks = _sse_chunks(payload, True)
+            whole = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode() + b"data: [DONE]\n\n"
+            part, kind = f"data: {json.dumps(chunks[0])}\n\n".encode(), "text/event-stream"
+        else:
+            whole, kind = json.dumps(payload).encode(), "application/json"
+            part = whole[: len(whole) // 2]
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(whole)))
+        self.end_headers()
+        self.wfile.write(part)
+        self.wfile.flush()
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+
 def _failed_stream(request: dict[str, Any], payload: dict[str, Any] | str) -> bytes:
     """A stream that starts (one content chunk) and then carries the error ``payload`` as an event."""
     head = {"id": "chatcmpl-fake-err", "object": "chat.completion.chunk", "created": int(time.time()),
@@ -323,6 +363,12 @@ def _failed_stream(request: dict[str, Any], payload: dict[str, Any] | str) -> by
     first = head | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
     event = payload if isinstance(payload, dict) else {"error": {"message": payload}}
     return f"data: {json.dumps(first)}\n\ndata: {json.dumps(event)}\n\n".encode()
+
+
+def _missing_reasoning(messages: list[Message]) -> int | None:
+    """The index of the first assistant tool-call message without ``reasoning_content``, or None."""
+    return next((i for i, m in enumerate(messages) if m.get("role") == "assistant" and m.get("tool_calls")
+                 and not isinstance(m.get("reasoning_content"), str)), None)
 
 
 class _Server(ThreadingHTTPServer):
@@ -347,12 +393,15 @@ class FakeOpenAI:
     - ``cached``: per request (same order as ``requests``), the cached prompt tokens reported in its
       usage (``prompt_tokens_details.cached_tokens``; 0 for errors and rejections).
 
-    ``check_pairs=False`` accepts PAIR-breaking requests (a lax provider).
+    ``check_pairs=False`` accepts PAIR-breaking requests (a lax provider); ``require_reasoning_content``
+    rejects assistant tool-call messages sent back without ``reasoning_content``, as DeepSeek does.
     """
 
-    def __init__(self, replies: Iterable[Item] = (), *, check_pairs: bool = True):
+    def __init__(self, replies: Iterable[Item] = (), *, check_pairs: bool = True,
+                 require_reasoning_content: bool = False):
         self.script: list[Item] = [_checked(item) for item in replies]
         self.check_pairs = check_pairs
+        self.require_reasoning_content = require_reasoning_content
         self.requests: list[dict[str, Any]] = []
         self.rejected: list[dict[str, Any]] = []
         self.served = 0
@@ -445,13 +494,15 @@ class FakeOpenAI:
 
         An error item played mid-stream adds the internal :data:`_MID_STREAM` header (never sent).
         """
-        problems = pair_violations(request.get("messages") or []) if self.check_pairs else []
+        messages = request.get("messages") or []
+        problems = pair_violations(messages) if self.check_pairs else []
+        missing = _missing_reasoning(messages) if self.require_reasoning_content else None
         keys = _prefix_keys(request)
         with self._lock:
             self.requests.append(request)
             self.cached.append(0)
             index = len(self.cached) - 1
-            if problems:
+            if problems or missing is not None:
                 self.rejected.append(request)
                 item, number = None, 0
             elif self.served < len(self.script):
@@ -459,6 +510,8 @@ class FakeOpenAI:
                 self.served += 1
             else:
                 item, number = None, self.served + 1
+        if missing is not None:
+            return 400, _error_body(DEEPSEEK_MISSING_REASONING.format(index=missing), code="invalid_request_error"), {}
         if problems:
             message = "Invalid 'messages': tool calls and tool results do not pair: " + "; ".join(problems)
             return 400, _error_body(message, param="messages"), {}
@@ -479,4 +532,4 @@ class FakeOpenAI:
         cached = _reported_cached(completion["usage"])
         with self._lock:
             self.cached[index] = cached
-        return 200, completion, {}
+        return 200, completion, {_CUT: "1"} if item.get("cut") else {}

@@ -67,12 +67,26 @@ def count_text(text: str, model: str = "") -> int:
     )
 
 
+def reasoning_text(message: Message) -> str:
+    """The reasoning an assistant message carries back to the provider, as text ("" when none).
+
+    ``reasoning_content`` (DeepSeek, Kimi, vLLM), or else the ``thinking`` text of Anthropic
+    ``thinking_blocks``: litellm fills ``reasoning_content`` with the same thinking the blocks hold,
+    which counts once. Signatures and ``redacted_thinking`` data are opaque (encrypted), not counted.
+    """
+    reasoning = message.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning:
+        return reasoning
+    blocks = [b.get("thinking") for b in message.get("thinking_blocks") or [] if isinstance(b, dict)]
+    return "\n".join(t for t in blocks if isinstance(t, str) and t)
+
+
 def count_message(message: Message, model: str = "") -> int:
-    """Tokens one message costs in a request: its text plus :data:`PER_MESSAGE` framing tokens."""
+    """Tokens one message costs in a request: its text and reasoning plus :data:`PER_MESSAGE` framing tokens."""
     extra = 1 if message.get("name") else 0
     tool_id = message.get("tool_call_id") or ""
     ids = "".join(c.get("id", "") for c in message.get("tool_calls") or [])
-    return PER_MESSAGE + extra + count_text(text_of(message) + tool_id + ids, model)
+    return PER_MESSAGE + extra + count_text(reasoning_text(message) + text_of(message) + tool_id + ids, model)
 
 
 def count_messages(messages: Iterable[Message], model: str = "") -> int:

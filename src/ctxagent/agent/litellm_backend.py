@@ -30,16 +30,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ctxagent.agent.model import Reply, ToolCall, Usage, read_usage
-from ctxagent.agent.provider_errors import Failure, classify, describe, read_error, retry_note
+from ctxagent.agent.model import Reply, Usage, read_usage
+from ctxagent.agent.provider_errors import RETRY_ONCE, Failure, classify, describe, read_error, retry_note
+from ctxagent.agent.replies import IncompleteReply, err_words, read_reply, read_stream, stream_cut, wire_message
 from ctxagent.errors import ProviderContextError, ProviderError, ProviderQuotaError
 from ctxagent.messages import Message
 from ctxagent.sessions import redact
@@ -75,6 +76,16 @@ def _keep_tiktoken_dir() -> Iterator[None]:
     finally:
         if saved is not None:
             os.environ["TIKTOKEN_CACHE_DIR"] = saved
+
+
+@contextlib.contextmanager
+def _no_typeddict_warning() -> Iterator[None]:
+    """Silence pydantic's "Item 'index' on TypedDict class 'ChatCompletionThinkingBlock' is using the
+    `ReadOnly` qualifier" UserWarning, which litellm 1.110.2 triggers on the stderr of a run when it
+    reads a streamed reply with reasoning (nothing is wrong with the reply)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Item '\w+' on TypedDict class", category=UserWarning)
+        yield
 
 
 class _StderrHandler(logging.Handler):
@@ -216,15 +227,6 @@ def cache_points(messages: Sequence[Message]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- parsing replies
 
 
-def _tool_calls(message: Any) -> tuple[ToolCall, ...]:
-    calls = []
-    for index, call in enumerate(getattr(message, "tool_calls", None) or []):
-        fn = call.function
-        args = fn.arguments if isinstance(fn.arguments, str) else json.dumps(fn.arguments or {})
-        calls.append(ToolCall(str(call.id or f"call_{index + 1}"), str(fn.name or ""), args))
-    return tuple(calls)
-
-
 def _usage(response: Any, lib: Any) -> Usage | None:
     """Our :class:`Usage` (tokens, US dollars) of a litellm response, or None when it reports none.
 
@@ -241,18 +243,6 @@ def _usage(response: Any, lib: Any) -> Usage | None:
     return read_usage(usage, cost)
 
 
-def _reply(response: Any, lib: Any) -> Reply:
-    """Our :class:`Reply` from a litellm ``ModelResponse`` (first choice)."""
-    choice = response.choices[0]
-    message = choice.message
-    extra: dict[str, Any] = {}
-    reasoning = getattr(message, "reasoning_content", None)
-    if isinstance(reasoning, str) and reasoning:
-        extra["reasoning_content"] = reasoning
-    return Reply(content=message.content, tool_calls=_tool_calls(message), usage=_usage(response, lib),
-                 finish_reason=choice.finish_reason, extra=extra)
-
-
 # ---------------------------------------------------------------- the backend
 
 
@@ -264,17 +254,6 @@ def openai_wire(model: str) -> bool:
     """
     found = _provider(model)
     return found is not None and found[1] not in NATIVE_PROVIDERS
-
-
-def _with_content(message: Message) -> Message:
-    """``message`` with ``content: ""`` when it is an assistant tool call without text.
-
-    litellm drops ``content: None``, and some OpenAI-compatible servers (llama.cpp builds, LM Studio)
-    reject an assistant message without a ``content`` key with HTTP 500.
-    """
-    if message.get("role") == "assistant" and message.get("tool_calls") and message.get("content") is None:
-        return {**message, "content": ""}
-    return message
 
 
 class LiteLLMModel:
@@ -329,39 +308,52 @@ class LiteLLMModel:
         Raises ``ProviderContextError`` when the provider says the context is too long (never
         retried: the same payload would fail again), ``ProviderQuotaError`` when the account is out
         of quota or credit (never retried), ``ProviderError`` for every other failure, after the
-        retries the policy allows (:data:`~ctxagent.agent.provider_errors.RETRYABLE` kinds only).
+        retries the policy allows (:data:`~ctxagent.agent.provider_errors.RETRYABLE` kinds only; an
+        incomplete reply, :data:`~ctxagent.agent.provider_errors.RETRY_ONCE`, is retried once at most).
         """
         lib = _litellm()
         request = self._request(messages, tools)
         attempts, sent = self.retries + 1, 0
         for attempt in range(1, attempts + 1):
             try:
-                with _keep_tiktoken_dir():
+                with _keep_tiktoken_dir(), _no_typeddict_warning():
                     return self._call(lib, request)
             except Exception as err:  # litellm raises many unrelated types; classified below
                 failure = classify(read_error(err, api_base=self.api_base, timeout=isinstance(err, lib.Timeout),
                                               context=isinstance(err, lib.ContextWindowExceededError)))
                 sent += failure.evidence.sent and failure.kind != "connection"
                 wait = self._wait(attempt, failure)
-                if not failure.retryable or attempt == attempts or wait is None:
-                    refused = failure.retryable and attempt < attempts and wait is None
+                limit = min(attempts, 2) if failure.kind in RETRY_ONCE else attempts
+                if not failure.retryable or attempt >= limit or wait is None:
+                    refused = failure.retryable and attempt < limit and wait is None
                     raise self._error(failure, sent, attempt, refused_wait=refused) from err
             if self.on_retry is not None:
-                self.on_retry(retry_note(failure, wait, attempt + 1, attempts, self.timeout_s))
+                self.on_retry(retry_note(failure, wait, attempt + 1, limit, self.timeout_s))
             time.sleep(wait)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _call(self, lib: Any, request: dict[str, Any]) -> Reply:
-        """One HTTP attempt; a stream is read to its end and assembled into one response."""
-        response = lib.completion(**request)
+        """One HTTP attempt; a stream is read to its end and assembled into one response.
+
+        Raises :class:`~ctxagent.agent.replies.IncompleteReply` for a cut stream, a reply without
+        choices or an empty one (agent/replies.py says which are retried).
+        """
+        try:
+            response = lib.completion(**request)
+        except Exception as err:  # a reply body cut short is an incomplete reply, not a connection failure
+            if stream_cut(err):
+                raise IncompleteReply(f"the reply was cut before its end: {err_words(err)}") from err
+            raise
         if self.stream:
             with contextlib.closing(response):  # a stream that failed midway still holds its connection
-                response = lib.stream_chunk_builder(list(response), messages=request["messages"])
-        return _reply(response, lib)
+                response = read_stream(response, lambda chunks: lib.stream_chunk_builder(
+                    chunks, messages=request["messages"]))
+        return read_reply(response, _usage(response, lib), self.max_output_tokens)
 
     def _request(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """Keyword arguments of ``litellm.completion`` for one call."""
-        wire = [_with_content(m) for m in messages] if openai_wire(self.name) else list(messages)
+        openai = openai_wire(self.name)
+        wire = [wire_message(m, openai_wire=openai) for m in messages]
         request: dict[str, Any] = {"model": self.name, "messages": wire, "timeout": self.timeout_s, "max_retries": 0}
         if tools:
             request["tools"] = list(tools)

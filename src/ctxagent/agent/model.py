@@ -16,7 +16,11 @@ from typing import Any, Protocol
 
 from ctxagent.messages import Message, ToolCall, tool_call
 
-__all__ = ["Model", "Reply", "ToolCall", "Usage", "make_model", "read_usage"]
+__all__ = ["REASONING_FIELDS", "Model", "Reply", "ToolCall", "Usage", "make_model", "read_usage"]
+
+# Assistant-message fields that carry the model's reasoning, kept and sent back as litellm expects them
+# (DeepSeek/Kimi ``reasoning_content``, Anthropic ``thinking_blocks`` with signatures; agent/replies.py).
+REASONING_FIELDS = ("reasoning_content", "thinking_blocks")
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,11 @@ def to_stderr(line: str) -> None:
 
 @dataclass(frozen=True)
 class Reply:
-    """One assistant reply: text and/or tool calls (in call order), plus usage when reported."""
+    """One assistant reply: text and/or tool calls (in call order), plus usage when reported.
+
+    ``extra`` holds provider fields kept on the assistant message as they came: the reasoning
+    (:data:`REASONING_FIELDS`), which providers require back (NO LOSS; agent/replies.py).
+    """
 
     content: str | None
     tool_calls: tuple[ToolCall, ...] = ()
@@ -81,10 +89,15 @@ class Reply:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def message(self) -> Message:
-        """The reply as an OpenAI-format assistant message, as it is stored and sent back."""
+        """The reply as an OpenAI-format assistant message, as it is stored and sent back.
+
+        The reasoning fields of ``extra`` ride along (``reasoning_content``, ``thinking_blocks``): litellm
+        sends them back in the form each provider requires.
+        """
         msg: Message = {"role": "assistant", "content": self.content}
         if self.tool_calls:
             msg["tool_calls"] = [tool_call(c.id, c.name, c.arguments) for c in self.tool_calls]
+        msg.update({k: self.extra[k] for k in REASONING_FIELDS if self.extra.get(k) is not None})
         return msg
 
 

@@ -17,17 +17,20 @@ per-provider branches) plus the wordings of the servers litellm leaves unmapped.
 - ``soft_quota``: a quota wording some providers also use for per-minute limits (Gemini, Vertex AI):
   retried like a rate limit when the server says when to retry or names a per-minute/second window,
   otherwise treated as ``quota``.
+- ``incomplete`` (retried once) and ``output_limit`` (never): bad replies (agent/replies.py).
 """
 
 from __future__ import annotations
 
 import email.utils
+import math
 import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxagent.agent.replies import IncompleteReply, exception_chain
 from ctxagent.sessions import redact
 
 CONTEXT, QUOTA, SOFT_QUOTA = "context", "quota", "soft_quota"
@@ -96,7 +99,8 @@ RULES: tuple[Rule, ...] = (
 _COMPILED = tuple((rule, re.compile(rule.pattern, re.IGNORECASE | re.DOTALL)) for rule in RULES)
 PER_WINDOW = re.compile(r"per[ _](?:minute|second)|_per_min|\brpm\b|\btpm\b", re.IGNORECASE)
 RETRY_IN = re.compile(r"(?:retry|try again) (?:in|after) (\d+(?:\.\d+)?)\s*(ms|s|sec|seconds?)\b", re.IGNORECASE)
-RETRYABLE = frozenset({"rate_limit", "timeout", "connection", "server"})
+RETRYABLE = frozenset({"rate_limit", "timeout", "connection", "server", "incomplete"})
+RETRY_ONCE = frozenset({"incomplete"})  # a bad reply twice in a row is reported, not retried again
 KIND_WORDS = {
     "context": "context too long",
     "quota": "quota or billing limit reached (not retried; check the account's plan, credit and billing)",
@@ -108,6 +112,8 @@ KIND_WORDS = {
     "server": "server error",
     "local": "cannot make the call",
     "other": "call failed",
+    "incomplete": "incomplete reply",
+    "output_limit": "reply cut at the output limit (not retried)",
 }
 
 
@@ -124,7 +130,8 @@ class Evidence:
     stream that began with HTTP 200); ``body`` its error object (``{"message", "code", "type", ...}``);
     ``message`` the provider's words; ``sent`` whether a request left this process; ``network``
     "timeout" or "connection" for transport failures; ``litellm_context`` whether litellm itself
-    raised ``ContextWindowExceededError`` (its own mapping, the first source of :data:`RULES`).
+    raised ``ContextWindowExceededError`` (its own mapping, the first source of :data:`RULES`); ``fault``
+    the kind of a bad reply the backend found ("incomplete", "output_limit").
     """
 
     status: int | None
@@ -135,6 +142,7 @@ class Evidence:
     sent: bool = True
     network: str | None = None
     litellm_context: bool = False
+    fault: str | None = None
 
 
 @dataclass(frozen=True)
@@ -170,8 +178,8 @@ def classify(evidence: Evidence, now: float | None = None) -> Failure:
     (Payload Too Large: Anthropic's ``request_too_large``, proxies) counts as context: only a smaller
     request can pass.
     """
-    if evidence.network:
-        return Failure(evidence.network, evidence)
+    if evidence.network or evidence.fault:
+        return Failure(evidence.network or evidence.fault or "", evidence)
     if not evidence.sent:
         return Failure("local", evidence)
     rule = match(_searchable(evidence))
@@ -221,10 +229,10 @@ def retry_after_s(headers: Mapping[str, str], body: Mapping[str, Any] | None = N
 
 def _number(text: str | None) -> float | None:
     try:
-        value = float(text) if text is not None else None
+        value = float(text or "")
     except ValueError:
         return None
-    return value if value is not None and value == value and value != float("inf") else None
+    return value if math.isfinite(value) else None
 
 
 def _until(http_date: str, now: float | None) -> float | None:
@@ -237,16 +245,6 @@ def _until(http_date: str, now: float | None) -> float | None:
 
 
 # ---------------------------------------------------------------- reading exceptions
-
-
-def _chain(err: BaseException) -> list[BaseException]:
-    """``err`` and the exceptions it was raised from, outermost first."""
-    seen: list[BaseException] = []
-    current: BaseException | None = err
-    while current is not None and all(current is not s for s in seen) and len(seen) < 20:
-        seen.append(current)
-        current = current.__cause__ or current.__context__
-    return seen
 
 
 def _vendor(exc: BaseException) -> str:
@@ -312,8 +310,7 @@ def _network_kind(chain: list[BaseException], timeout: bool) -> str | None:
     """"timeout", "connection", "local" (a bad URL or request), or None when not a network failure."""
     import httpx
 
-    timeouts = (TimeoutError, httpx.TimeoutException)
-    if timeout or any(isinstance(e, timeouts) for e in chain):
+    if timeout or any(isinstance(e, TimeoutError | httpx.TimeoutException) for e in chain):
         return "timeout"
     if any(isinstance(e, httpx.UnsupportedProtocol | httpx.LocalProtocolError) for e in chain):
         return "local"  # a malformed api_base or request: retrying cannot help
@@ -331,7 +328,10 @@ def read_error(err: BaseException, *, api_base: str | None = None, timeout: bool
     ``timeout`` and ``context`` say whether the caller's library (litellm) classed ``err`` as a timeout
     or a context overflow; ``api_base`` is the URL reported when the exceptions name none.
     """
-    chain = _chain(err)
+    chain = exception_chain(err)
+    if bad := next((e for e in chain if isinstance(e, IncompleteReply)), None):
+        return Evidence(None, _one_line(bad.reason), url=public_url(_wire(chain)[2] or api_base),
+                        fault="incomplete" if bad.retryable else "output_limit")
     network = _network_kind(chain, timeout)
     body, text = _body(chain)
     status, headers, url, sent = _wire(chain)
@@ -361,6 +361,8 @@ def where(failure: Failure, sent: int, attempts: int, timeout_s: float) -> str:
         return f"to {url}; {attempts} attempt{'s' if attempts != 1 else ''}, no request delivered"
     if failure.kind == "timeout":
         return f"no reply within {timeout_s:g} s from {url}; {count}"
+    if evidence.fault:
+        return f"reply from {url}; {count}"
     if evidence.status is None:
         return f"error event in the reply stream from {url}; {count}"
     return f"HTTP {evidence.status} from {url}; {count}"
@@ -384,6 +386,8 @@ def retry_note(failure: Failure, wait_s: float, attempt: int, attempts: int, tim
         cause = f"a timeout ({timeout_s:g} s) from {url}"
     elif failure.kind == "connection":
         cause = f"a connection failure to {url}"
+    elif evidence.fault:
+        cause = f"an incomplete reply from {url} ({evidence.message})"
     elif evidence.status is None:
         cause = f"an error event in the reply stream from {url}"
     else:
