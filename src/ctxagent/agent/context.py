@@ -12,9 +12,10 @@ is sent.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ctxagent.errors import ContextOverflowError
+from ctxagent.errors import ContextOverflowError, CtxagentError
+from ctxagent.messages import Message, pair_violations
 from ctxagent.profile import StrategyConfig
 from ctxagent.sessions import records
 from ctxagent.strategies import pipeline
@@ -76,6 +77,36 @@ class ContextState:
             self._last = (self.view, len(self.view))  # the list is only appended to, or replaced
         self.view.append(entry_of(record, handle, offloaded))
 
+    def add_result(self, record: records.MessageRecord, owner: Message, handle: str | None = None,
+                   offloaded: bool | None = None) -> str:
+        """Append a tool result so that it follows the assistant message ``owner`` (the dict object
+        that holds its call) and that message's other results: results are grouped with their call
+        by id, never by position (PAIR). Returns "" when it was in place, else the repair made, as a
+        sentence: moved up (the entries it passes keep their seq slots in the new order, so the view
+        stays ordered by seq and recorded ranges still apply), or left out of the view because its
+        call is no longer in it."""
+        view = self.view
+        head = len(view)
+        while head and view[head - 1].role == "tool":
+            head -= 1
+        if head and view[head - 1].message is owner:
+            self.add(record, handle, offloaded)
+            return ""
+        at = next((k for k in range(len(view) - 1, -1, -1) if view[k].message is owner), None)
+        what = f"tool result #{record.seq} ({record.message.get('tool_call_id')!r})"
+        if at is None:
+            return f"{what} left out of the view: its call's assistant message is no longer in the view"
+        place = at + 1
+        while place < len(view) and view[place].role == "tool":
+            place += 1
+        moved = [entry_of(record, handle, offloaded), *view[place:]]
+        if any(e.start != e.end for e in moved):
+            return f"{what} left out of the view: a compaction lies between it and its call"
+        slots = sorted(e.start for e in moved)
+        self.view = [*view[:place], *(replace(e, start=s, end=s) for e, s in zip(moved, slots, strict=True))]
+        return (f"{what} placed right after its call's assistant message #{view[at].start} (it came after "
+                f"#{view[-1].start}); the messages between move down one slot in the view")
+
     def record(self, compactions: Sequence[Compaction]) -> None:
         """Apply compactions that were just written to the transcript (a new list: see ``add``)."""
         self.view = pipeline.replay(self.view, compactions)
@@ -104,6 +135,7 @@ class ContextState:
                 message, tool schemas, reserve) is over the trigger — compacting could only
                 thrash — or the result still breaks the BUDGET law. The message gives the tokens
                 needed, the window, and the largest parts of the context.
+            PairError: the result breaks the PAIR law (never sent).
         """
         view = with_pins(self.view, pins, self.model)
         check_protected(view, budget)
@@ -111,6 +143,7 @@ class ContextState:
                               model=self.model, summarizer=summarizer, pins=tuple(pins),
                               free_from=self.sent_upto + 1, summarizer_window=summarizer_window)
         outcome = pipeline.run(view, steps, ctx)
+        check_pair(outcome.view)
         check_budget(outcome.view, budget)
         return outcome
 
@@ -135,6 +168,22 @@ def check_protected(view: Sequence[Entry], budget: Budget) -> None:
             f"over the compaction trigger ({budget.trigger:.0%} of a {budget.window}-token window); "
             "compaction cannot help: shorten the task or pins, or use a model with a larger window"
         )
+
+
+class PairError(CtxagentError):
+    """A request would break the PAIR law (a damaged transcript the fold could not repair)."""
+
+    status = "pair_error"
+
+
+def check_pair(view: Sequence[Entry]) -> None:
+    """Raise :class:`PairError` unless every tool result of ``view`` follows its call (PAIR): a
+    request that breaks it is never sent (strict providers reject it with an HTTP 400)."""
+    problems = pair_violations([e.message for e in view])
+    if problems:
+        raise PairError("the next request would break PAIR, so it is not sent: " + "; ".join(problems[:5])
+                        + " (the transcript is damaged in a way ctxagent cannot repair; 'ctxagent inspect "
+                        "transcript' shows it)")
 
 
 def check_budget(view: Sequence[Entry], budget: Budget) -> None:

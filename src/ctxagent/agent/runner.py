@@ -10,6 +10,7 @@ by a crash gets a synthetic "interrupted" result when the session is opened agai
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -18,6 +19,7 @@ from ctxagent.agent import activity
 from ctxagent.agent.context import check_budget, check_protected, compaction_of, largest_parts, record_of, with_pins
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, Warned
 from ctxagent.agent.model import Model, Reply
+from ctxagent.agent.replies import cut_call_error
 from ctxagent.agent.sinks import MemorySink, Sink, TranscriptSink
 from ctxagent.agent.state import SessionState
 from ctxagent.agent.turns import (
@@ -42,6 +44,7 @@ from ctxagent.profile import Path_, Profile, StrategyConfig
 from ctxagent.sessions import records, redact
 from ctxagent.sessions.redact import RedactingStore
 from ctxagent.sessions.session import Session, sessions_root
+from ctxagent.sessions.transcript import TranscriptWarning
 from ctxagent.strategies.base import Budget, Entry
 from ctxagent.tokens import count_message, count_tools
 from ctxagent.tools.offload import store_text
@@ -110,6 +113,9 @@ class Runner:
         for call_id in list(self.state.open_calls):
             self._append(self._message({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED},
                                        self.state.replies, handle=self.state.new_handle(call_id)))
+        for note in self.state.repair_notes() if self.sink.writes_files else []:  # PAIR repairs, said once
+            warnings.warn(f"session {self.session.name}: {note.text}", TranscriptWarning, stacklevel=2)
+            self._append(note)
 
     # -- the loop ----------------------------------------------------------------------------
     def budget(self) -> Budget:
@@ -289,9 +295,8 @@ class Runner:
         return reply
 
     def _thrash_guard(self, budget: Budget) -> Iterator[Event]:
-        """This request's budget and extra steps: the profile's, or after ``thrash_turns`` requests in a
-        row compacted, half the target and a truncation to it over the target (a stronger step: room
-        whatever the pipeline keeps); raises ``LimitReached`` (exit 3) after twice as many."""
+        """The budget and extra steps: after ``thrash_turns`` compacting requests in a row, half the target and a
+        truncation to it (room whatever the pipeline keeps); ``LimitReached`` (exit 3) after twice as many."""
         k, streak = self.profile.thrash_turns, self.state.compaction_streak()
         if not k or streak < k:
             return budget, []
@@ -331,7 +336,8 @@ class Runner:
             if 0 < self.profile.loop_guard < repeats:
                 yield from self._stop_loop(calls[index:], repeats)
             repeat = self._refused(call) or self._repeat(call)
-            outcome = repeat or self.toolset.call(call, handle)
+            cut = None if repeat else cut_call_error(reply, call)  # arguments cut at the output limit
+            outcome = repeat or (ToolOutcome(cut, True) if cut else self.toolset.call(call, handle))
             if repeats == self.profile.loop_guard > 0:
                 outcome = replace(outcome, content=outcome.content + activity.loop_warning(repeats))
                 yield self._warn("loop guard", f"{call.name}: {repeats} identical calls in a row")

@@ -24,6 +24,9 @@ from ctxagent.messages import Message, ToolCall, call_ids
 from ctxagent.sessions import records
 from ctxagent.tokens import calibration
 
+REPAIR_SOURCE = "transcript repair"
+"""``source`` of the note records that record a repair the fold made to a damaged transcript."""
+
 VIEW_STEPS = frozenset({"mask_observations", "prune", "dedupe"})
 """Steps that edit old results on every request (batched, cheap): they are not thrashing."""
 
@@ -99,7 +102,8 @@ class SessionState:
     users: int = 0  # user messages
     answered: bool = False  # the last message is a final answer (no tool calls)
     last_end: str | None = None  # reason of the end record after the last message, if any
-    open_calls: list[str] = field(default_factory=list)
+    open_calls: list[str] = field(default_factory=list)  # calls of any reply still waiting for a result
+    repairs: list[str] = field(default_factory=list)  # PAIR repairs the fold made that no note records yet
     pins: list[str] = field(default_factory=list)  # facts the agent pinned (pin tool), in order
     shown_pins: list[str] = field(default_factory=list)  # the agent's pins in the view: as of the last compaction
     handles: set[str] = field(default_factory=set)  # every handle taken
@@ -116,6 +120,7 @@ class SessionState:
     _compacted_at: int = field(default=-1, repr=False)  # the request (reply number + 1) of the last one
     _calls: dict[str, str] = field(default_factory=dict, repr=False)  # open call id -> signature
     _outputs: dict[str, str] = field(default_factory=dict, repr=False)  # call id -> handle, legacy records
+    _owners: dict[str, Message] = field(default_factory=dict, repr=False)  # open call id -> its reply's message
 
     def apply(self, record: Any) -> None:
         """Advance the state by one transcript record (any kind; unknown kinds change nothing)."""
@@ -134,6 +139,8 @@ class SessionState:
             self._usage(record)
         elif isinstance(record, records.EndRecord):
             self.last_end = record.reason
+        elif isinstance(record, records.NoteRecord) and record.source == REPAIR_SOURCE and record.text in self.repairs:
+            self.repairs.remove(record.text)
         elif isinstance(record, records.SessionHeader):
             self.name, self.settings = record.name, Settings.of_header(record)
             self.context.model = record.model
@@ -145,6 +152,11 @@ class SessionState:
         """A handle no record of this session has taken yet, for a result of call ``call_id``."""
         return new_handle(call_id, self.handles)
 
+    def repair_notes(self) -> list[records.NoteRecord]:
+        """Note records of the repairs the fold made to this transcript that no note records yet
+        (append them: the fold makes the same repairs on every open, the notes say so once)."""
+        return [records.NoteRecord(turn=self.turn, source=REPAIR_SOURCE, text=text) for text in self.repairs]
+
     def needs_input(self) -> bool:
         """Whether the session cannot go on without a new user message: it was answered (even if
         a crash lost the end record), or its task was never recorded."""
@@ -153,24 +165,48 @@ class SessionState:
     def _message(self, record: records.MessageRecord) -> None:
         msg = record.message
         role = msg.get("role")
-        handle, offloaded = None, None
         if role == "tool":
-            handle, offloaded = self._handle_of(record)
-            if msg.get("tool_call_id") in self.open_calls:
-                self.open_calls.remove(msg["tool_call_id"])
-            self._result(record, handle)
-        elif role == "assistant":
-            self.replies += 1
-            self.open_calls = call_ids(msg)
-            self.call_ids.update(self.open_calls)
-            self.pins.extend(p for p in pins_of(msg) if p not in self.pins)
-            self._signatures(msg)
-        self.context.add(record, handle, offloaded)
+            self._tool_result(record)
+        else:
+            if role == "assistant":
+                self._reply(record)
+            self.context.add(record)
         self.next_seq = record.seq + 1
         self.turn = max(self.turn, record.turn)
         self.last_end = None
         self.users += role == "user"
         self.answered = role == "assistant" and not msg.get("tool_calls")
+
+    def _reply(self, record: records.MessageRecord) -> None:
+        """An assistant message: its calls wait for results (with any still open before it)."""
+        self.replies += 1
+        ids = call_ids(record.message)
+        self.open_calls.extend(ids)
+        self._owners.update(dict.fromkeys(ids, record.message))
+        self.call_ids.update(ids)
+        self.pins.extend(p for p in pins_of(record.message) if p not in self.pins)
+        self._signatures(record.message)
+
+    def _tool_result(self, record: records.MessageRecord) -> None:
+        """A tool result, paired with its call by id (PAIR), repaired when it cannot be: one without
+        id answers the only open call; one that answers no open call stays out of the view; one
+        after another reply moves up behind its call. Each repair is kept in ``repairs``."""
+        call_id = record.message.get("tool_call_id")
+        what = f"tool result #{record.seq}"
+        if not call_id and len(self.open_calls) == 1:
+            call_id = self.open_calls[0]
+            record = record.model_copy(update={"message": {**record.message, "tool_call_id": call_id}})
+            self.repairs.append(f"{what} has no call id: it answers {call_id!r}, the only call waiting for a result")
+        if not call_id or call_id not in self.open_calls:
+            why = f"{len(self.open_calls)} calls are waiting" if not call_id else "it answers no call waiting for one"
+            self.repairs.append(f"{what} ({call_id!r}) left out of the view: {why}")
+            return
+        self.open_calls.remove(call_id)
+        handle, offloaded = self._handle_of(record)
+        repair = self.context.add_result(record, self._owners.pop(call_id), handle, offloaded)
+        if repair:
+            self.repairs.append(repair)
+        self._result(record, handle)
 
     def _handle_of(self, record: records.MessageRecord) -> tuple[str, bool]:
         """A tool result's handle and whether it was offloaded: the record's own, or for records

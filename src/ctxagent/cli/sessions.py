@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ctxagent.sessions.session import list_sessions, summarize
+from ctxagent.sessions.session import list_facts, list_sessions
 
 app = typer.Typer(help="List sessions.", no_args_is_help=True, rich_markup_mode=None)
 
@@ -21,10 +21,11 @@ def _when(ts: float | None) -> str:
 
 @app.command("list")
 def list_(json_out: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False) -> None:
-    """Sessions with their creation time, turns, tokens and status, newest first."""
+    """Sessions with their creation time, turns, tokens and status (running while a process holds
+    the session's lock; interrupted when a run stopped without an end record), newest first."""
     rows = []
     for session in list_sessions():
-        facts = summarize(session.transcript.load())
+        facts = list_facts(session)  # header, tail and cached totals: never the whole transcript
         rows.append({"name": session.name, **facts})
     if json_out:
         for row in rows:

@@ -119,13 +119,25 @@ class Session:
         """The session header record, read from the first line only (cheap)."""
         from ctxagent.sessions import records
 
-        try:
-            with open(self.root / "transcript.jsonl", encoding="utf-8") as fh:
-                first = fh.readline()
-            head = records.loads(first)
-        except (OSError, ValueError):
-            return None
+        head = self.transcript.head()
         return head if isinstance(head, records.SessionHeader) else None
+
+    def running(self) -> bool:
+        """Whether another process holds this session's writer lock now (a run in progress)."""
+        from filelock import FileLock, Timeout
+
+        path = self.root / ".lock"
+        if not path.exists():
+            return False
+        lock = FileLock(str(path))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            return True
+        except OSError:
+            return False
+        lock.release()
+        return False
 
 
 def list_sessions() -> list[Session]:
@@ -145,6 +157,39 @@ def latest_session() -> Session:
     return found[0]
 
 
+def list_facts(session: Session) -> dict[str, Any]:
+    """What ``sessions list`` shows of ``session``, read cheaply whatever the transcript's size:
+    the header (line 1), the last records (:meth:`Transcript.tail`: turns, messages, status) and
+    the totals of the usage and settings records (:func:`totals`: each byte read once, then
+    cached). Same keys as :func:`summarize`; status ``running`` while a process holds the writer
+    lock."""
+    from ctxagent.sessions import records
+
+    head = session.header()
+    tail = session.transcript.tail(want=records.MessageRecord)
+    sums = totals(session.root / "transcript.jsonl")
+    messages = [r for r in tail if isinstance(r, records.MessageRecord)]
+    return {
+        "created": head.ts if head else None,
+        "model": sums.model or (head.model if head else None),
+        "profile": sums.profile or (head.profile if head else None),
+        "turns": max((m.turn for m in messages), default=0),
+        "messages": messages[-1].seq + 1 if messages else 0,
+        "tokens": sums.tokens,
+        "status": "running" if session.running() else status_of(tail),
+    }
+
+
+def status_of(records_: list[Any]) -> str:
+    """How the session stands after ``records_`` (the last ones are enough): the reason of an end
+    record after the last message, else ``interrupted`` (or ``new`` without messages)."""
+    from ctxagent.sessions import records
+
+    last_end = max((i for i, r in enumerate(records_) if isinstance(r, records.EndRecord)), default=-1)
+    last_msg = max((i for i, r in enumerate(records_) if isinstance(r, records.MessageRecord)), default=-1)
+    return records_[last_end].reason if last_end > last_msg else ("interrupted" if last_msg >= 0 else "new")
+
+
 def summarize(records_: list[Any]) -> dict[str, Any]:
     """Name-independent facts of a loaded transcript: created, turns, tokens, status, messages."""
     from ctxagent.sessions import records
@@ -155,9 +200,7 @@ def summarize(records_: list[Any]) -> dict[str, Any]:
     profile = next((c.profile for c in reversed(changes) if c.profile), head.profile if head else None)
     messages = [r for r in records_ if isinstance(r, records.MessageRecord)]
     usage = [r for r in records_ if isinstance(r, records.UsageRecord)]
-    last_end = max((i for i, r in enumerate(records_) if isinstance(r, records.EndRecord)), default=-1)
-    last_msg = max((i for i, r in enumerate(records_) if isinstance(r, records.MessageRecord)), default=-1)
-    status = records_[last_end].reason if last_end > last_msg else ("interrupted" if last_msg >= 0 else "new")
+    status = status_of(records_)
     return {
         "created": head.ts if head else None,
         "model": model,
@@ -167,3 +210,85 @@ def summarize(records_: list[Any]) -> dict[str, Any]:
         "tokens": sum(u.prompt_tokens + u.completion_tokens for u in usage),
         "status": status,
     }
+
+
+CACHE = ".list-cache.json"  # beside the transcript: the totals of its first ``offset`` bytes
+TOTAL_KINDS = (b'"kind":"usage"', b'"kind":"settings"')
+
+
+@dataclass
+class Totals:
+    """Totals over a transcript's usage and settings records: tokens (prompt + completion), and the
+    model and profile in force (None: the header's). ``offset``: bytes of whole lines counted."""
+
+    offset: int = 0
+    tokens: int = 0
+    model: str | None = None
+    profile: str | None = None
+
+
+def totals(path: Path) -> Totals:
+    """The :class:`Totals` of the transcript at ``path``. Only the bytes appended since the last call
+    are read (the totals of the lines before are cached in ``CACHE`` beside it, owner-only), and
+    only usage and settings lines are parsed, one line in memory at a time."""
+    import json
+
+    cache = path.with_name(CACHE)
+    try:
+        found = Totals(**json.loads(cache.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        found = Totals()
+    try:
+        with open(path, "rb") as fh:
+            if found.offset and not _line_end(fh, found.offset):
+                found = Totals()  # rewritten or cut below what was counted: count again
+            fh.seek(found.offset)
+            before = found.offset
+            _count(fh, found)
+    except OSError:
+        return Totals()
+    if found.offset != before:
+        _save(cache, found)
+    return found
+
+
+def _line_end(fh: Any, offset: int) -> bool:
+    """Whether byte ``offset - 1`` of ``fh`` is a newline (a line boundary of the file as it is)."""
+    fh.seek(offset - 1)
+    return fh.read(1) == b"\n"
+
+
+def _count(fh: Any, found: Totals) -> None:
+    """Add the usage and settings records of the whole lines from ``fh``'s position to ``found``."""
+    from ctxagent.sessions import records
+
+    for line in fh:
+        if not line.endswith(b"\n"):
+            break  # a torn last line: not counted, read again next time
+        found.offset += len(line)
+        start = line[:200]
+        if not any(kind in start for kind in TOTAL_KINDS):
+            continue
+        try:
+            record = records.loads(line.strip(b"\x00\r\n"))
+        except ValueError:
+            continue
+        if isinstance(record, records.UsageRecord):
+            found.tokens += record.prompt_tokens + record.completion_tokens
+        elif isinstance(record, records.SettingsRecord):
+            found.model, found.profile = record.model or found.model, record.profile or found.profile
+
+
+def _save(cache: Path, found: Totals) -> None:
+    """Write ``found`` to ``cache`` atomically (a temporary file renamed over it); best effort."""
+    import json
+    from dataclasses import asdict
+
+    temp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(asdict(found), fh)
+        os.replace(temp, cache)
+    except OSError:
+        temp.unlink(missing_ok=True)

@@ -1,20 +1,36 @@
 """The append-only JSONL transcript of one session.
 
-ROUNDTRIP (DESIGN.md): one record per physical line; reading back yields exactly what was written;
-a torn last line (a crash mid-write) is set aside with a warning, never a failed resume.
+ROUNDTRIP (DESIGN.md): one record per physical line; reading back yields exactly what was written.
+A damaged record anywhere in the file is set aside with a warning naming the file and the line,
+and the session continues from the records that remain: a torn last line (a crash mid-write) is
+moved aside by a writer, NUL padding before a record (a crash on a filesystem that extended the
+file before writing it) is stripped, a line that cannot be read in the middle is skipped, and a
+record of a kind this version does not know is skipped with one warning per kind. A session whose
+header (line 1) is unreadable is refused to a writer (:class:`TranscriptError`), never restarted as
+a new session with default settings.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+from ctxagent.errors import UsageError
+
+NUL = b"\x00"
+TAIL_BYTES = 64 * 1024  # what :meth:`Transcript.tail` reads first (bytes); doubled until a record fits
 
 
 class TranscriptWarning(UserWarning):
     """A transcript line could not be read and was set aside."""
+
+
+class TranscriptError(UsageError):
+    """A transcript a writer cannot continue safely (its header is unreadable): exit 2."""
 
 
 class Transcript:
@@ -28,36 +44,66 @@ class Transcript:
         self.path = path
 
     def load(self, *, repair: bool = False) -> list[Any]:
-        """Every readable record, oldest first.
+        """Every readable record, oldest first (read line by line: memory is one line plus the records).
 
-        A line that does not parse is skipped with a :class:`TranscriptWarning`. With
-        ``repair=True`` (writers only), a torn last line — bytes after the last newline — is moved
-        to ``transcript.torn-<n>.jsonl`` beside the transcript and cut off, so the next append starts
-        on a clean line. Missing file: empty list.
+        Damaged lines are set aside with a :class:`TranscriptWarning` naming ``file:line`` (see the
+        module doc). With ``repair=True`` (writers only), a torn last line — bytes after the last
+        newline — is moved to ``transcript.torn-<n>.jsonl`` beside the transcript and cut off, so the
+        next append starts on a clean line. Missing file: empty list.
+
+        Raises:
+            TranscriptError: ``repair=True``, line 1 (the session header) is unreadable and later
+                records exist (a writer would otherwise start a new session in this file).
         """
-        from ctxagent.sessions import records  # pydantic: imported on first use, not at start-up
+        if not self.path.exists():
+            return []
+        reader = _Reader(self.path)
+        with open(self.path, "rb") as fh:
+            out = [rec for rec in (reader.parse(n, line) for n, line in _lines(fh, self, repair)) if rec is not None]
+        reader.report_unknown()
+        if repair:
+            self._check_header(out, reader)
+        return out
+
+    def _check_header(self, items: list[Any], reader: _Reader) -> None:
+        if not items or not reader.first_error:
+            return
+        raise TranscriptError(
+            f"{self.path}:1: the session header is damaged ({reader.first_error}); the session's settings "
+            "(model, profile, context window) are unknown, so it is not continued as a new session. Restore "
+            f"line 1, or move the file aside to start over under this name (mv {self.path} {self.path}.damaged)"
+        )
+
+    def head(self) -> Any | None:
+        """The first record (normally the header), read from the first line only; None if unreadable."""
+        from ctxagent.sessions import records
 
         try:
-            data = self.path.read_bytes()
-        except FileNotFoundError:
+            with open(self.path, "rb") as fh:
+                return records.loads(_clean(fh.readline()))
+        except (OSError, ValueError):
+            return None
+
+    def tail(self, nbytes: int = TAIL_BYTES, want: type = object) -> list[Any]:
+        """The readable records in the last ``nbytes`` of the file (more, doubling, until a record
+        of type ``want`` is among them, or the whole file is read), oldest first. The cut first line
+        and a torn last line are ignored, silently: this is a cheap peek (``sessions list``), not a
+        load. Missing or unreadable file: empty list."""
+        from ctxagent.sessions import records
+
+        try:
+            size = os.path.getsize(self.path)
+            with open(self.path, "rb") as fh:
+                while True:
+                    start = max(0, size - nbytes)
+                    fh.seek(start)
+                    lines = fh.read(size - start).split(b"\n")[1 if start else 0:-1]
+                    found = [r for r in (_quiet(records.loads, line) for line in lines) if r is not None]
+                    if start == 0 or any(isinstance(r, want) for r in found):
+                        return found
+                    nbytes *= 2
+        except OSError:
             return []
-        cut = data.rfind(b"\n") + 1
-        if cut < len(data):
-            self._set_aside(data[cut:], repair=repair)
-            data = data[:cut]
-        out: list[Any] = []
-        for number, line in enumerate(data.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                out.append(records.loads(line))
-            except ValueError as err:
-                warnings.warn(
-                    f"{self.path}:{number}: unreadable record skipped ({str(err)[:120]})",
-                    TranscriptWarning,
-                    stacklevel=2,
-                )
-        return out
 
     def _set_aside(self, torn: bytes, *, repair: bool) -> None:
         where = "left in place (read-only)"
@@ -75,7 +121,7 @@ class Transcript:
         warnings.warn(
             f"{self.path}: torn last line ({len(torn)} bytes) set aside, {where}",
             TranscriptWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
 
     def append(self, items: Iterable[Any], redactor: Any = None) -> None:
@@ -95,6 +141,93 @@ class Transcript:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def _lines(fh: Any, transcript: Transcript, repair: bool) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes without newline)`` of every complete line of ``fh``; a torn last line
+    (no newline) is set aside instead (moved by a writer: ``repair``)."""
+    for number, line in enumerate(fh, start=1):
+        if not line.endswith(b"\n"):
+            break
+        yield number, line[:-1]
+    else:
+        return
+    transcript._set_aside(line, repair=repair)
+
+
+class _Reader:
+    """Parses lines into records, warning about damaged ones (one warning per unknown kind)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.unknown: dict[str, list[int]] = {}  # kind -> line numbers
+        self.first_error = ""  # why line 1 could not be read, if it could not
+
+    def parse(self, number: int, line: bytes) -> Any | None:
+        from ctxagent.sessions import records
+
+        cleaned = _clean(line)
+        if not cleaned.strip():
+            if line.strip():
+                self._warn(number, "only NUL bytes (padding left by a crash)")
+                self.first_error = self.first_error or ("only NUL bytes" if number == 1 else "")
+            return None
+        if b"\x00" in line:
+            self._warn(number, f"{line.count(NUL)} NUL bytes of padding removed around the record")
+        try:
+            return records.loads(cleaned)
+        except ValueError as err:
+            kind = _kind_of(cleaned)
+            if kind is not None and kind not in known_kinds():
+                self.unknown.setdefault(kind, []).append(number)
+                return None
+            if number == 1:
+                self.first_error = str(err)[:120]
+            self._warn(number, f"unreadable record skipped ({str(err)[:120]})")
+            return None
+
+    def _warn(self, number: int, what: str) -> None:
+        warnings.warn(f"{self.path}:{number}: {what}", TranscriptWarning, stacklevel=5)
+
+    def report_unknown(self) -> None:
+        """One warning per record kind this version does not know."""
+        for kind, numbers in self.unknown.items():
+            more = f" and {len(numbers) - 1} more" if len(numbers) > 1 else ""
+            warnings.warn(f"{self.path}: {len(numbers)} record(s) of unknown kind {kind!r} skipped "
+                          f"(line {numbers[0]}{more}); written by a newer ctxagent?", TranscriptWarning,
+                          stacklevel=4)
+
+
+def known_kinds() -> frozenset[str]:
+    """The record kinds this version reads (``kind`` of every record type)."""
+    from typing import get_args
+
+    from ctxagent.sessions import records
+
+    union = get_args(records.Record)[0]
+    return frozenset(cls.model_fields["kind"].default for cls in get_args(union))
+
+
+def _clean(line: bytes) -> bytes:
+    """``line`` without NUL padding (before or after the record) and a stray carriage return."""
+    return line.strip(b"\x00").rstrip(b"\r").strip(b"\x00")
+
+
+def _kind_of(line: bytes) -> str | None:
+    """The ``kind`` of a JSON object line, or None when the line is not one."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    kind = value.get("kind") if isinstance(value, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _quiet(parse: Any, line: bytes) -> Any | None:
+    try:
+        return parse(_clean(line))
+    except ValueError:
+        return None
 
 
 def _private(path: str, flags: int) -> int:
