@@ -15,10 +15,10 @@ from ctxagent.agent.context import ContextState
 from ctxagent.profile import StrategyConfig
 from ctxagent.strategies.base import Budget, Entry
 from ctxagent.strategies.checkpoint import Checkpoint
-from ctxagent.strategies.common import render
 from ctxagent.strategies.distill import Distill
 from ctxagent.strategies.facts import LABEL, carried, extract, facts_block, values_in, with_facts
 from ctxagent.strategies.pipeline import replay, run
+from ctxagent.strategies.rendering import render
 from ctxagent.strategies.role_selective import RoleSelective
 from ctxagent.strategies.sliding_window import SlidingWindow
 from ctxagent.strategies.summarize import Summarize

@@ -54,21 +54,18 @@ from ctxagent.strategies.base import Entry, Outcome, StrategyContext
 from ctxagent.strategies.common import (
     calls_of_results,
     content_of,
-    fact_lines,
-    label_range,
     nothing_new,
     one_line,
     pins_in,
-    render,
     replace_runs,
     runs_to_compact,
     short_call,
-    task_text,
     text,
     with_pins,
 )
 from ctxagent.strategies.facts import FACTS_TOKENS, with_facts
 from ctxagent.strategies.prune import is_dead
+from ctxagent.strategies.rendering import fact_lines, label_range, render, task_text
 from ctxagent.strategies.summarize import facts_tokens, failure, under_target
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 

@@ -44,17 +44,15 @@ from ctxagent.strategies.checkpoint import parse_json_object, place
 from ctxagent.strategies.common import (
     calls_of_results,
     content_of,
-    fact_lines,
     nothing_new,
     one_line,
     pins_in,
-    render,
     runs_to_compact,
     short_call,
-    task_text,
     text,
 )
 from ctxagent.strategies.prune import first_line, is_dead
+from ctxagent.strategies.rendering import fact_lines, render, task_text
 from ctxagent.strategies.summarize import failure
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 from ctxagent.tokens import count_text

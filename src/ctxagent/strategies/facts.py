@@ -27,7 +27,8 @@ import re
 from collections.abc import Iterator, Sequence
 
 from ctxagent.strategies.base import Entry
-from ctxagent.strategies.common import content_of, handle_of, label_range
+from ctxagent.strategies.common import content_of, handle_of
+from ctxagent.strategies.rendering import label_range
 from ctxagent.tokens import count_text
 
 FACTS_TOKENS = 400

@@ -39,7 +39,6 @@ from typing import Any, ClassVar
 from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, groups
 from ctxagent.strategies.common import (
     calls_of_results,
-    clip,
     content_of,
     handle_of,
     pins_in,
@@ -49,6 +48,7 @@ from ctxagent.strategies.common import (
     stored_handle,
     with_pins,
 )
+from ctxagent.strategies.rendering import clip
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 from ctxagent.tokens import count_text
 

@@ -39,17 +39,9 @@ from typing import Any, ClassVar
 
 from ctxagent.messages import Message
 from ctxagent.strategies.base import Entry, Outcome, StrategyContext
-from ctxagent.strategies.common import (
-    clip,
-    content_of,
-    label_range,
-    nothing_new,
-    replace_runs,
-    runs_to_compact,
-    text,
-    with_pins,
-)
+from ctxagent.strategies.common import content_of, nothing_new, replace_runs, runs_to_compact, text, with_pins
 from ctxagent.strategies.facts import FACTS_TOKENS
+from ctxagent.strategies.rendering import clip, label_range
 from ctxagent.strategies.summarize import failure, summarize_run, summary_message, under_target
 from ctxagent.strategies.summarizing import SummaryFailed
 

@@ -44,17 +44,9 @@ from typing import Any, ClassVar
 
 from ctxagent.messages import Message
 from ctxagent.strategies.base import Entry, Outcome, StrategyContext
-from ctxagent.strategies.common import (
-    keep_pins,
-    label_range,
-    nothing_new,
-    pins_in,
-    render,
-    replace_runs,
-    runs_to_compact,
-    text,
-)
+from ctxagent.strategies.common import keep_pins, nothing_new, pins_in, replace_runs, runs_to_compact, text
 from ctxagent.strategies.facts import FACTS_TOKENS, with_facts
+from ctxagent.strategies.rendering import label_range, render
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 from ctxagent.strategies.truncate import Truncate
 
