@@ -168,8 +168,8 @@ def load_profile(spec: str = "default") -> Profile:
     """Load a bundled profile by name, or a YAML file by path.
 
     Raises:
-        ProfileError: file missing or unreadable, invalid YAML, or a key that does not validate
-            (the message names the file, the line and the dotted key).
+        ProfileError: file missing, unreadable or not UTF-8, invalid YAML, or a key that does not
+            validate (the message names the file, the line and the dotted key).
     """
     if spec in bundled_names():
         source = f"<bundled:{spec}>"
@@ -181,6 +181,10 @@ def load_profile(spec: str = "default") -> Profile:
         except OSError as err:
             known = ", ".join(bundled_names())
             raise ProfileError(f"cannot read profile ({err.strerror}); bundled: {known}", path=spec) from err
+        except UnicodeDecodeError as err:
+            line = Path(spec).read_bytes()[: err.start].count(b"\n") + 1
+            raise ProfileError(f"not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); "
+                               "save the profile as UTF-8", path=spec, line=line) from err
     return parse_profile(text, source=source, default_name=Path(spec).stem)
 
 

@@ -5,16 +5,20 @@ Start-up stays fast: nothing imported here imports litellm (FIELD-NOTES: ~3.7 s)
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import signal
 import sys
 import warnings
-from typing import TextIO
+from typing import Any, TextIO
 
 import typer
 
 from ctxagent.cli import context_cmd, inspect, run, sessions
+from ctxagent.cli.run import Interrupted
 from ctxagent.errors import CtxagentError
+from ctxagent.tools.clean import mend
 
 app = typer.Typer(
     name="ctxagent",
@@ -34,29 +38,86 @@ app.add_typer(sessions.app, name="sessions")
 def main() -> None:
     """Console-script entry point: run the app; a ctxagent error prints one line and sets the exit code.
 
-    SIGTERM (CI timeouts, ``timeout``, service managers) ends a run like Ctrl-C: the shell tool kills
-    its process group and the session stays resumable. Warnings print as one ``ctxagent: warning:``
-    line on stderr.
+    SIGTERM (CI timeouts, ``timeout``, service managers) ends a run like Ctrl-C, and so does SIGHUP
+    (the terminal closed; exit 129): the shell tool kills its process group, an interrupted end
+    record is written and the session stays resumable. Warnings print as one ``ctxagent: warning:``
+    line on stderr. With ``--json``, an error that ends the command before it printed its object
+    (a usage error, a bad session name, an unknown session) prints one (:func:`failure_json`).
     """
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
     warnings.showwarning = _warning
+    if isinstance(sys.stdout, io.TextIOWrapper):  # a lone surrogate prints as \udcff, never a traceback
+        sys.stdout.reconfigure(errors="backslashreplace")
+    args = sys.argv[1:]
     try:
-        app()
+        code = app(standalone_mode=False)
+    except typer.TyperException as err:  # click's usage errors: bad option, --max-turns 0, ...
+        _show(err)
+        message = err.format_message() if hasattr(err, "format_message") else str(err)
+        _fail(args, getattr(err, "exit_code", 2), "usage_error", message)
+    except typer.Abort:
+        print("Aborted!", file=sys.stderr)
+        sys.exit(1)
     except CtxagentError as err:
-        print(f"ctxagent: error: {err}", file=sys.stderr)
-        sys.exit(err.exit_code)
+        text = redacted(str(err))
+        print(f"ctxagent: error: {text}", file=sys.stderr)
+        _fail(args, err.exit_code, err.status, text)
     except BrokenPipeError:  # `ctxagent ... | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(141)
     except OSError as err:  # e.g. CTXAGENT_DATA_DIR names a file, or a disk is full
-        print(f"ctxagent: error: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
-        sys.exit(1)
+        text = redacted(f"{err.strerror or err}: {err.filename or ''}".rstrip(": "))
+        print(f"ctxagent: error: {text}", file=sys.stderr)
+        _fail(args, 1, "error", text)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _show(err: Exception) -> None:
+    """A click error as click shows it (usage line, hint), else as one ``ctxagent: error:`` line."""
+    if hasattr(err, "show"):
+        err.show()
+    else:
+        print(f"ctxagent: error: {err}", file=sys.stderr)
+
+
+def _fail(args: list[str], code: int, status: str, message: str) -> None:
+    """Exit with ``code``, after printing the ``--json`` object of the failure when it was asked for."""
+    if wants_json(args):
+        print(json.dumps(failure_json(args, status, message), ensure_ascii=False), flush=True)
+    sys.exit(code)
+
+
+def wants_json(args: list[str]) -> bool:
+    """Whether ``--json`` is among the options of the command line ``args`` (before a ``--``)."""
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def failure_json(args: list[str], status: str, message: str) -> dict[str, Any]:
+    """The object ``--json`` prints for a command that failed before it could print its own: the
+    shape of ``run``'s (session, status, answer, turns, error), the session as the command line
+    names it (None when it names none)."""
+    session = None
+    for i, arg in enumerate(args):
+        if arg in ("--session", "-s") and i + 1 < len(args):
+            session = args[i + 1]
+        elif arg.startswith("--session="):
+            session = arg.split("=", 1)[1]
+    return {"session": mend(session) if session else None, "status": status, "answer": None, "turns": 0,
+            "error": mend(message)}
+
+
+def redacted(text: str) -> str:
+    """``text`` (an error message) with secrets replaced (a URL's password, a key in a header)."""
+    from ctxagent.sessions.redact import default
+
+    return default().text(text)
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    raise Interrupted(signum)
 
 
 def _warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
              file: TextIO | None = None, line: str | None = None) -> None:
-    print(f"ctxagent: warning: {message}", file=sys.stderr)
+    print(f"ctxagent: warning: {redacted(str(message))}", file=sys.stderr)

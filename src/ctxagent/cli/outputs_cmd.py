@@ -61,10 +61,10 @@ def show(store: OutputStore, ref: Ref) -> Shown:
 
 
 def write_value(shown: Shown, target: Path) -> int:
-    """Write a shown value to ``target`` faithfully; returns the bytes written. Raises ``OSError``."""
+    """Write a shown value to ``target`` faithfully; returns the bytes written. Creates no folder.
+    Raises ``OSError`` (a missing folder too)."""
     from ctxagent.tools import values
 
-    target.parent.mkdir(parents=True, exist_ok=True)
     if not shown.ref.parts:
         shutil.copyfile(shown.path, target)  # exactly as stored (JSON is stored pretty-printed)
     elif values.is_ndarray(shown.value):
@@ -138,7 +138,6 @@ def deliver(store: OutputStore, answer: str, output: Path | None = None) -> Deli
     printable = {name: value for name, value in shown.items() if value.text is not None}
     text = values.IN_TEXT.sub(lambda m: _inline(printable[m[0]]) if m[0] in printable else m[0], answer)
     if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
         result.written = output.stat().st_size
     else:
@@ -222,9 +221,11 @@ def output(
 ) -> None:
     """Print one stored value: text as stored, JSON pretty; binary only to a file (--output)."""
     from ctxagent.cli.inspect import pick
+    from ctxagent.cli.run import check_output
     from ctxagent.tools import values
     from ctxagent.tools.base import ToolError
 
+    check_output(output_file)  # a directory or an unwritable path fails before anything is read
     target = pick(session)
     name = handle if handle.startswith("@") else "@" + handle
     try:
@@ -250,7 +251,6 @@ def output(
 def _copy_out(path: Path, output_file: Path | None) -> None:
     """A stored file, bytes as stored, to ``output_file`` or stdout."""
     if output_file is not None:
-        output_file.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, output_file)
         print(f"wrote {output_file.stat().st_size:,} bytes to {output_file}", file=sys.stderr)
         return

@@ -6,9 +6,13 @@ A :class:`Redactor` replaces, in text or bytes, every match of:
   access key ids (``AKIA...``/``ASIA...``), GitHub tokens (``ghp_...``, ``github_pat_...``), Google
   API keys (``AIza...``), Slack tokens (``xox?-...``), JWTs (``eyJ....eyJ....sig``);
 - the token of an ``Authorization: Bearer|Basic|Token ...`` header and of a lone ``Bearer ...``;
+  the value of API-key, token and cookie headers (``x-api-key: ...``, ``Cookie: ...``, any case);
 - PEM private key blocks (``-----BEGIN ... PRIVATE KEY----- ... -----END ... PRIVATE KEY-----``);
+- in URLs, the password or a long user of the userinfo (``https://user:pw@host``) and query
+  parameters named like keys, tokens, secrets, passwords or signatures (``?api_key=...``);
 - the value of an assignment to an upper-case name that says KEY, TOKEN, SECRET, PASSWORD or PASSWD
-  (``DB_PASSWORD=hunter22``, ``"GITHUB_TOKEN": "..."``, ``export API_KEY=...``);
+  (``DB_PASSWORD=hunter22``, ``"GITHUB_TOKEN": "..."``, ``export API_KEY=...``), quotes JSON-escaped
+  or not (``export API_KEY=\\"...\\"`` inside a tool call's arguments);
 - the exact values (8 characters or more) of the environment variables whose names say KEY, TOKEN,
   SECRET, PASSWORD or PASSWD (names ending ``_DIR``, ``_PATH``, ``_FILE`` or ``_HOME`` excepted:
   those hold paths), and any extra exact values given (the keys a run uses).
@@ -40,12 +44,17 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ctxagent.sessions.secret_shapes import ANCHOR_PATTERN, NAMED_NEEDLES
+from ctxagent.sessions.secret_shapes import ANCHORS as _ANCHORS
+from ctxagent.sessions.secret_shapes import LOWER_ANCHORS as _LOWER_ANCHORS
+from ctxagent.sessions.secret_shapes import SHAPES as _SHAPES
 from ctxagent.sessions.store import OutputStore
+from ctxagent.tools.clean import mend
 
 CHUNK_BYTES = 1024 * 1024  # streaming reads of a file being redacted
 OVERLAP_BYTES = 64 * 1024  # kept back from each chunk so a match across two chunks is seen whole
@@ -54,27 +63,6 @@ MIN_SECRET_CHARS = 8  # shorter environment values are not treated as secrets
 ENV_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
 ENV_NAME_EXCLUDED = re.compile(r"_(?:DIR|PATH|FILE|HOME)$")
 MARKER = "[REDACTED:{}]"
-
-# (kind, prefix kept as is, secret) — regex source text, used for both str and bytes.
-_SHAPES: tuple[tuple[str, str, str], ...] = (
-    ("private-key", "",  # a whole block; without its END line, up to 16,000 characters of it
-     r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:[A-Za-z0-9+/=\s\\:,.()_-]{0,16000}?"
-     r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s\\:,.()_-]{0,16000})"),
-    ("anthropic-key", "", r"\bsk-ant-[A-Za-z0-9_-]{20,1000}"),
-    ("openai-key", "", r"\bsk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,1000}"),
-    ("aws-access-key", "", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    ("github-token", "", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{22,255})"),
-    ("google-api-key", "", r"\bAIza[0-9A-Za-z_-]{35}"),
-    ("slack-token", "", r"\bxox[abposre]-[A-Za-z0-9-]{10,250}"),
-    ("jwt", "", r"\beyJ[A-Za-z0-9_-]{8,4000}\.eyJ[A-Za-z0-9_-]{8,4000}\.[A-Za-z0-9_-]{8,4000}"),
-    ("bearer-token", r"(?i:\bauthorization[\"']?\s{0,4}[:=]\s{0,4}[\"']?(?:bearer|basic|token)\s{1,4})",
-     r"(?!\[REDACTED)[A-Za-z0-9._~+/=-]{8,2000}"),
-    ("bearer-token", r"(?i:\bbearer\s{1,4})", r"(?!\[REDACTED)[A-Za-z0-9._~+/-]{16,2000}=*"),
-    ("url-password", r"\b[a-z][a-z0-9+.-]{1,20}://[^/\s:@\"']{1,200}:", r"[^/\s:@\"']{3,200}(?=@)"),
-    ("secret", r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]{0,60}[\"']?\s{0,4}[=:]\s{0,4}[\"']?",
-     r"(?!\[REDACTED)[A-Za-z0-9_+/=.~!@$%^&*-]{8,1000}(?![A-Za-z0-9_+/=.~!@$%^&*(-])"),
-)
-
 
 def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``{value: name}`` of the environment variables that hold secrets (see the module doc)."""
@@ -88,15 +76,6 @@ def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return found
 
 
-# Every match of a shape holds one of these at its start (``back``: or up to that many characters
-# after it), so only positions near an anchor are tried: a few fast ``find`` passes instead of the
-# regex at every position. Exact values are their own anchors. Lower-case anchors are searched in
-# lower-cased text (case-insensitive shapes).
-_ANCHORS: tuple[tuple[str, int], ...] = (
-    ("-----BEGIN", 0), ("sk-", 0), ("AKIA", 0), ("ASIA", 0), ("gh", 0), ("github_pat_", 0), ("AIza", 0),
-    ("xox", 0), ("eyJ", 0), ("://", 21), ("KEY", 0), ("TOKEN", 0), ("SECRET", 0), ("PASSW", 0),
-)
-_LOWER_ANCHORS: tuple[str, ...] = ("bearer", "authorization")
 _LOWER_RE = re.compile("|".join(_LOWER_ANCHORS), re.IGNORECASE)
 
 
@@ -131,6 +110,8 @@ class _Engine:
         self.anchor_re: re.Pattern[Any] = re.compile(self._raw("|").join(re.escape(n) for n in longest_first))
         self.lower = [self._raw(needle) for needle in _LOWER_ANCHORS]
         self.lower_re: re.Pattern[Any] = re.compile(self._raw(_LOWER_RE.pattern), re.IGNORECASE)
+        self.named_re: re.Pattern[Any] = re.compile(self._raw(ANCHOR_PATTERN), re.IGNORECASE)
+        self.named = [(self._raw(needle), backs) for needle, backs in NAMED_NEEDLES]
 
     def _raw(self, text: str) -> Any:
         return text.encode("latin-1") if self.as_bytes else text
@@ -151,9 +132,19 @@ class _Engine:
                 while hit != -1:
                     starts.add(hit)
                     hit = lowered.find(needle, hit + 1)
+            starts.update(self._named(buf, lowered))
         else:
             starts.update(m.start() for m in self.lower_re.finditer(buf))
+            starts.update(m.start() for m in self.named_re.finditer(buf))
         return sorted(starts)
+
+    def _named(self, buf: Any, lowered: Any) -> Iterator[int]:
+        """Positions where a header or URL query shape may start (:data:`NAMED_NEEDLES`)."""
+        for needle, backs in self.named:
+            hit = lowered.find(needle)
+            while hit != -1:
+                yield from (hit - back for back in backs if hit >= back and self.named_re.match(buf, hit - back))
+                hit = lowered.find(needle, hit + 1)
 
     def sub(self, buf: Any, limit: int | None = None) -> tuple[Any, int]:
         """``(buf redacted, len(buf))``; with ``limit``, only matches starting before it are
@@ -225,8 +216,10 @@ class Redactor:
 
     # -- text -------------------------------------------------------------------------------
     def text(self, text: str) -> str:
-        """``text`` with every secret replaced by its marker."""
-        return self._text.sub(text)[0] if text else text
+        """``text`` with every secret replaced by its marker, and every lone surrogate (which UTF-8
+        cannot hold: an undecodable byte of a file name, a task) made visible
+        (:func:`ctxagent.tools.clean.mend`), so that it can be written and sent."""
+        return mend(self._text.sub(text)[0]) if text else text
 
     def data(self, data: bytes) -> bytes:
         """``data`` (any bytes, text or not) with every secret replaced by its marker (UTF-8)."""

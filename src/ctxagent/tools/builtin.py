@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError, schema
+from ctxagent.tools.clean import mend
 from ctxagent.tools.offload import as_text
 
 SHELL_TIMEOUT_MAX_S = 3600
@@ -53,7 +54,7 @@ def shell(ctx: ToolContext, command: str, timeout_s: int = 60) -> Spooled:
         )
     except OSError as err:
         path.unlink(missing_ok=True)
-        raise ToolError(f"cannot run bash in {ctx.workdir}: {err}") from err
+        raise ToolError(mend(f"cannot run bash in {ctx.workdir}: {err}")) from err
     finally:
         os.close(fd)
     try:
@@ -152,7 +153,7 @@ def read_file(ctx: ToolContext, path: str, start_line: int = 1, end_line: int | 
             if end_line is not None and count >= end_line:
                 break
     if start_line > max(count, 1):
-        raise ToolError(f"start_line {start_line} is past the end: {path} has {count} lines")
+        raise ToolError(mend(f"start_line {start_line} is past the end: {path} has {count} lines"))
     data = b"".join(chunks)
     text = as_text(data)
     return data if text is None else text
@@ -162,52 +163,61 @@ def _existing_file(ctx: ToolContext, path: str) -> Path:
     """The resolved regular file ``path``; ``ToolError`` when it is missing or a directory."""
     target = resolve(ctx, path)
     if target.is_dir():
-        raise ToolError(f"{path} is a directory; use list_dir to see what it holds")
+        raise ToolError(mend(f"{path} is a directory; use list_dir to see what it holds"))
     if not target.is_file():
-        raise ToolError(f"no such file: {path} (looked at {target})")
+        raise ToolError(mend(f"no such file: {path} (looked at {target})"))
     return target
 
 
 def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """Write ``content`` as UTF-8 to ``path`` (parents created, file replaced); returns one line
-    with the bytes written. Raises ``ToolError`` when ``path`` is a directory or unwritable."""
+    with the bytes written. Raises ``ToolError`` when ``path`` is a directory or unwritable, or when
+    ``content`` holds a lone surrogate (a ``\\udcff`` escape in the model's JSON)."""
     target = resolve(ctx, path)
     if target.is_dir():
-        raise ToolError(f"{path} is a directory, not a file")
-    data = content.encode("utf-8")
+        raise ToolError(mend(f"{path} is a directory, not a file"))
+    try:
+        data = content.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ToolError(f"content holds U+{ord(err.object[err.start]):04X} at character {err.start}: a lone "
+                        "surrogate, which UTF-8 cannot hold; write text (U+FFFD for a byte that is not UTF-8)") from err
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
     except OSError as err:
-        raise ToolError(f"cannot write {path}: {err.strerror or err}") from err
+        raise ToolError(mend(f"cannot write {path}: {err.strerror or err}")) from err
     return f"wrote {len(data):,} bytes to {path}"
 
 
 def list_dir(ctx: ToolContext, path: str = ".") -> str:
     """The entries of directory ``path``, sorted by name, one a line: ``name/`` for a directory,
-    ``name  N bytes`` for a file. Raises ``ToolError`` when it is missing or not a directory."""
+    ``name  N bytes`` for a file (a name's bytes that are not UTF-8 shown as ``\\xff`` escapes).
+    Raises ``ToolError`` when it is missing or not a directory."""
     target = resolve(ctx, path)
     if not target.exists():
-        raise ToolError(f"no such directory: {path} (looked at {target})")
+        raise ToolError(mend(f"no such directory: {path} (looked at {target})"))
     if not target.is_dir():
-        raise ToolError(f"{path} is a file, not a directory; use read_file to read it")
+        raise ToolError(mend(f"{path} is a file, not a directory; use read_file to read it"))
     try:
         entries = sorted(os.scandir(target), key=lambda entry: entry.name)
     except OSError as err:
-        raise ToolError(f"cannot list {path}: {err.strerror or err}") from err
+        raise ToolError(mend(f"cannot list {path}: {err.strerror or err}")) from err
     if not entries:
-        return f"{path} is empty"
+        return mend(f"{path} is empty")
     return "\n".join(_entry_line(entry) for entry in entries)
 
 
 def _entry_line(entry: os.DirEntry[str]) -> str:
-    """``name/`` for a directory, ``name  1,234 bytes`` for a file, a note for a broken link."""
+    """``name/`` for a directory, ``name  1,234 bytes`` for a file, a note for a broken link.
+
+    A byte of the name that is not UTF-8 is shown as ``\\xff`` (:func:`ctxagent.tools.clean.mend`)."""
+    name = mend(entry.name)
     try:
         if entry.is_dir():
-            return f"{entry.name}/"
-        return f"{entry.name}  {entry.stat().st_size:,} bytes"
+            return f"{name}/"
+        return f"{name}  {entry.stat().st_size:,} bytes"
     except OSError:
-        return f"{entry.name}  (broken link or unreadable)"
+        return f"{name}  (broken link or unreadable)"
 
 
 # --- the tools ---------------------------------------------------------------------------------

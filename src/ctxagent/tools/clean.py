@@ -16,7 +16,10 @@ reader of the terminal would see:
    (the text after the last ``\\r``); a single ``\\r`` right before ``\\n`` is a CRLF line end and
    stays;
 3. backspaces applied: each ``\\b`` erases the character before it on its line (``_\\bX`` -> ``X``);
-4. the remaining C0 controls but tab, newline, vertical tab and form feed, and DEL, removed.
+4. the remaining C0 controls but tab, newline, vertical tab and form feed, DEL and the C1 controls
+   (U+0080-U+009F) removed: a NUL or another control character is never sent inline;
+5. lone surrogates made visible (:func:`mend`): text that ``os.fsdecode`` or a ``surrogateescape``
+   decoding made holds them, and UTF-8 (the transcript, every provider) cannot.
 
 The number of lines (``\\n``) never changes, so line numbers in a preview of cleaned text are line
 numbers of the raw output. Cleaning is idempotent. Units: lengths are characters. Callers clean
@@ -28,27 +31,65 @@ from __future__ import annotations
 import re
 
 # Anything :func:`clean` would change starts with one of these characters (CRLF-only text too).
-_CONTROL = re.compile("[\x00-\x08\x0d-\x1f\x7f\x9b\x9d]")
+_CONTROL = re.compile("[\x00-\x08\x0d-\x1f\x7f-\x9f\ud800-\udfff]")
 _ESCAPES = re.compile(
     "(?:\x1b\\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?"  # CSI (an unfinished one to its end)
     "|(?:\x1b[\\]PX^_]|\x9d)[^\x07\x1b\n]*(?:\x07|\x1b\\\\)?"  # control strings, to BEL or ST
     "|\x1b[\x20-\x2f]*[\x30-\x7e]?"  # other escape sequences, or a lone ESC
 )
-_LEFTOVER = re.compile("[\x00-\x08\x0e-\x1f\x7f]")  # \r and \b are handled before
+_LEFTOVER = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f]")  # \r and \b are handled before
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPED_BYTES = range(0xDC80, 0xDD00)  # surrogateescape: U+DC80 + byte, for bytes 0x80-0xFF
 
 
-def clean(text: str) -> str:
+def clean(text: str, *, keep_escapes: bool = False) -> str:
     """``text`` as a terminal would show it: escape sequences removed, ``\\r`` frames collapsed,
     backspaces applied, other control characters dropped (see the module docstring).
 
-    Returns ``text`` itself when it holds no control character. Time is linear in its length.
+    ``keep_escapes``: leave lone surrogates as they are (for text decoded with ``surrogateescape``
+    that the caller encodes back to its bytes). Returns ``text`` itself when it holds no control
+    character. Time is linear in its length.
     """
     if _CONTROL.search(text) is None:
         return text
-    text = _ESCAPES.sub("", text)
+    text = _ESCAPES.sub("", text if keep_escapes else mend(text))
     if "\r" in text or "\b" in text:
         text = "\n".join(_clean_line(line) for line in text.split("\n"))
     return _LEFTOVER.sub("", text)
+
+
+def mend(text: str) -> str:
+    """``text`` with every lone surrogate made visible, so that it can be written as UTF-8: one that
+    stands for an undecodable byte (``surrogateescape``: U+DC80-U+DCFF, what ``os.fsdecode`` gives
+    for byte 0xFF of a file name) becomes the 4 characters ``\\xff``, any other U+FFFD.
+
+    Returns ``text`` itself when it holds none. Time is linear in its length.
+    """
+    if _SURROGATE.search(text) is None:
+        return text
+    return _SURROGATE.sub(_visible, text)
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xDC00:02x}" if code in _ESCAPED_BYTES else "\ufffd"
+
+
+def plain(text: str) -> str:
+    """Text typed or piped in (a task, a message): lone surrogates made visible (:func:`mend`),
+    NUL and the other control characters but tab, newline, carriage return, vertical tab and form
+    feed removed. Returns ``text`` itself when there is nothing to change."""
+    text = mend(text)
+    return _LEFTOVER.sub("", text) if _LEFTOVER.search(text) else text
+
+
+def encode_exact(text: str) -> bytes:
+    """``text`` as the bytes it came from: UTF-8, with ``surrogateescape`` characters back to the
+    bytes they stand for (a file name's 0xFF stays 0xFF); other lone surrogates as their 3 bytes."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
 
 
 def _clean_line(line: str) -> str:

@@ -25,7 +25,6 @@ Units: ``limit_tokens`` and thresholds are *tokens*; sizes are *bytes*; ``max_ch
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -38,13 +37,13 @@ from ctxagent.sessions.records import OutputRecord
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools import values
 from ctxagent.tools.base import Spooled, ToolValue
-from ctxagent.tools.clean import clean
+from ctxagent.tools.clean import clean, encode_exact
 from ctxagent.tools.preview import (
-    CHUNK_BYTES,
     EXACT_TOKENS_MAX_BYTES,
     SNIFF_BYTES,
     Preview,
     estimate_tokens,
+    file_stats,  # re-exported: tools.outputs and callers take it from here
     looks_binary,
     plural,
     preview_bytes,
@@ -74,15 +73,6 @@ class OffloadPolicy:
     tail_lines: int = 20
     max_chars: int = 4000
     model: str = ""
-
-
-@dataclass(frozen=True)
-class FileStats:
-    """Size (bytes), lines and sha256 (hex) of a stored output, computed in one streaming pass."""
-
-    bytes: int
-    lines: int
-    sha256: str
 
 
 def envelope_overhead(call_id: str, model: str = "") -> int:
@@ -125,8 +115,9 @@ def settle(
       handle; shown in full when the compact JSON fits the threshold, else described and previewed.
     - ``None``, ``bool``, ``int``, ``float``, numpy scalar: its JSON text, inline.
 
-    Values over 4 MiB are offloaded without tokenizing them. A ``str`` is stored as UTF-8 (a lone
-    surrogate, which UTF-8 cannot hold, is kept as its 3 bytes and previewed as U+FFFD). Raises
+    Values over 4 MiB are offloaded without tokenizing them. A ``str`` is stored as the bytes it
+    came from (:func:`ctxagent.tools.clean.encode_exact`); one that is not valid UTF-8 (a lone
+    surrogate) is shown with it made visible; one holding a NUL is offloaded like binary bytes. Raises
     ``OSError`` when the store cannot be written or a spool file read, ``TypeError`` (or
     ``ValueError``) for a value JSON or ``numpy.save`` cannot hold, ``TypeError`` for any other
     type.
@@ -141,14 +132,11 @@ def settle(
     if not isinstance(value, str | bytes):
         raise TypeError(f"it returned {type(value).__name__}; a tool returns str, bytes, a JSON value "
                         "(dict, list, number, bool, None) or a numpy array")
-    if isinstance(value, str):
-        text: str | None = value if len(value) <= INLINE_MAX_BYTES else None
-    else:
-        text = as_text(value) if len(value) <= INLINE_MAX_BYTES else None
-    shown = None if text is None else clean(text)
+    text = _inline_text(value)
+    shown = None if text is None else clean(text)  # lone surrogates made visible: UTF-8 files hold it
     if shown is not None and fits(shown, job.limit, policy.model):
         return shown, None
-    data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+    data = encode_exact(value) if isinstance(value, str) else value
     handle = job.new_handle()
     return _offloaded(store.put_bytes(handle, data), handle, "", job)
 
@@ -161,18 +149,29 @@ def store_text(store: OutputStore, handle: str, call_id: str, text: str, *, tool
     result): the original is kept in the store so its handle can be read back. ``model`` picks
     the tokenizer. Raises ``OSError`` when the store cannot be written.
     """
-    path = store.put_bytes(handle, text.encode("utf-8", "surrogatepass"), durable=False)  # the transcript has it
+    path = store.put_bytes(handle, encode_exact(text), durable=False)  # the transcript has it
     return _record(path, handle, store, call_id=call_id, tool_name=tool_name, arguments="", model=model)
 
 
 def as_text(data: bytes) -> str | None:
-    """``data`` decoded when it is valid UTF-8 and not binary (see ``looks_binary``), else None."""
-    if looks_binary(data[:SNIFF_BYTES]):
+    """``data`` decoded when it is valid UTF-8 and not binary (see ``looks_binary``; a NUL byte
+    anywhere makes it binary: providers reject ``\\u0000``), else None."""
+    if looks_binary(data[:SNIFF_BYTES]) or b"\x00" in data:
         return None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return None
+
+
+def _inline_text(value: str | bytes) -> str | None:
+    """The text of a value small enough to show inline (4 MiB), else None; None too for binary or
+    non-UTF-8 bytes and for text holding a NUL (offloaded like binary bytes: see :func:`as_text`)."""
+    if len(value) > INLINE_MAX_BYTES:
+        return None
+    if isinstance(value, bytes):
+        return as_text(value)
+    return None if "\x00" in value else value
 
 
 def fits(text: str, limit: int, model: str = "") -> bool:
@@ -195,23 +194,6 @@ def fits(text: str, limit: int, model: str = "") -> bool:
         if total > limit:
             return False
     return True
-
-
-def file_stats(path: Path) -> FileStats:
-    """Bytes, lines (``\\n`` count plus an unterminated last line) and sha256 of ``path``.
-
-    Streams 1 MiB chunks: memory does not grow with the file. Raises ``OSError``.
-    """
-    digest = hashlib.sha256()
-    size = newlines = 0
-    last = b""
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            digest.update(chunk)
-            size += len(chunk)
-            newlines += chunk.count(b"\n")
-            last = chunk[-1:]
-    return FileStats(size, newlines + (1 if last not in (b"", b"\n") else 0), digest.hexdigest())
 
 
 @dataclass(frozen=True)
@@ -405,7 +387,7 @@ def _cleaned_file(path: Path) -> bytes | None:
     if looks_binary(raw[:SNIFF_BYTES]):
         return None
     text = raw.decode("utf-8", "surrogateescape")
-    shown = clean(text)
+    shown = clean(text, keep_escapes=True)
     return None if shown is text else shown.encode("utf-8", "surrogateescape")
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from ctxagent.errors import UsageError
 from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import OutputRecord
-from ctxagent.tools import agent_tools, builtin, outputs, permissions, recall, structured, user, values
+from ctxagent.tools import agent_tools, builtin, clean, outputs, permissions, recall, structured, user, values
 from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError
 from ctxagent.tools.offload import OffloadPolicy, settle
 
@@ -176,6 +176,7 @@ def make_toolset(names: Sequence[str], ctx: ToolContext, policy: OffloadPolicy,
 
 
 def _error(message: str) -> ToolOutcome:
+    message = clean.mend(message)  # an error quoting a lone surrogate must still be sendable and writable
     if len(message) > ERROR_MAX_CHARS:
         message = message[:ERROR_MAX_CHARS] + f" [... {len(message) - ERROR_MAX_CHARS:,} characters cut]"
     return ToolOutcome(ERROR_PREFIX + message, True, None)

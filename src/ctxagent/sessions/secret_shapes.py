@@ -1,0 +1,67 @@
+"""The shapes of secrets :mod:`ctxagent.sessions.redact` replaces, and the anchors that find them.
+
+Each shape is ``(kind, prefix kept as is, secret)`` as regex source text (used for both ``str``
+and ``bytes``); every match is at most 16 KiB long (``redact.MAX_MATCH``). Where a value may stand
+in quotes, the quotes may be JSON-escaped (``API_KEY=\\"...\\"`` inside a tool call's arguments,
+which are JSON text), once or twice.
+
+Kinds: provider keys by shape, ``bearer-token`` (``Authorization`` headers), ``private-key`` (PEM
+blocks), ``header`` (API-key, token and cookie headers, any case: ``x-api-key``, ``api-key``,
+``x-goog-api-key``, ``x-auth-token``, ``cookie``...), ``url-password`` and ``url-userinfo`` (the
+userinfo of a URL), ``url-query`` (a query parameter named like a key, token, secret, password or
+signature) and ``secret`` (an assignment to an upper-case name that says KEY, TOKEN, SECRET,
+PASSWORD or PASSWD).
+"""
+
+from __future__ import annotations
+
+_QUOTE = r"(?:\\{0,3}[\"'])?"  # an optional quote, JSON-escaped or not
+# the end of a header's name (``x-goog-api-key``, ``x-amz-security-token``, ``ocp-apim-subscription-key``)
+_HEADER_NAMES = r"(?:api-?key|token|subscription-key|authorization)"
+_QUERY_NAMES = (r"(?:[a-z0-9_.-]{0,40}[_.-])?(?:api[_-]?key|apikey|key|token|secret|password|passwd|pwd|sig|"
+                r"signature|credential|auth)")
+
+SHAPES: tuple[tuple[str, str, str], ...] = (
+    ("private-key", "",  # a whole block; without its END line, up to 16,000 characters of it
+     r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----(?:[A-Za-z0-9+/=\s\\:,.()_-]{0,16000}?"
+     r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----|[A-Za-z0-9+/=\s\\:,.()_-]{0,16000})"),
+    ("anthropic-key", "", r"\bsk-ant-[A-Za-z0-9_-]{20,1000}"),
+    ("openai-key", "", r"\bsk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,1000}"),
+    ("aws-access-key", "", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
+    ("github-token", "", r"\b(?:gh[pousr]_[A-Za-z0-9]{30,255}|github_pat_[A-Za-z0-9_]{22,255})"),
+    ("google-api-key", "", r"\bAIza[0-9A-Za-z_-]{35}"),
+    ("slack-token", "", r"\bxox[abposre]-[A-Za-z0-9-]{10,250}"),
+    ("jwt", "", r"\beyJ[A-Za-z0-9_-]{8,4000}\.eyJ[A-Za-z0-9_-]{8,4000}\.[A-Za-z0-9_-]{8,4000}"),
+    ("bearer-token", r"(?i:\bauthorization\\{0,3}[\"']?\s{0,4}[:=]\s{0,4}" + _QUOTE + r"(?:bearer|basic|token)\s{1,4})",
+     r"(?!\[REDACTED)[A-Za-z0-9._~+/=-]{8,2000}"),
+    ("bearer-token", r"(?i:\bbearer\s{1,4})", r"(?!\[REDACTED)[A-Za-z0-9._~+/-]{16,2000}=*"),
+    ("header", r"(?i:" + _HEADER_NAMES + r"\\{0,3}[\"']?\s{0,4}:\s{0,4}" + _QUOTE + ")",
+     # a credential's characters only (not code: `bad token: {request!r}`), with a digit or 12+ long
+     # (not a word of prose: `the token: expired`)
+     r"(?!\[REDACTED)(?!(?i:bearer|basic|token)\s)(?=[A-Za-z._~+/=-]{0,2000}\d|[A-Za-z0-9._~+/=-]{12})"
+     r"[A-Za-z0-9._~+/=-]{8,2000}"),
+    ("header", r"(?i:cookie\\{0,3}[\"']?\s{0,4}:\s{0,4}" + _QUOTE + ")",
+     r"(?!\[REDACTED)[^\r\n\"'\\]{8,4000}"),
+    ("url-password", r"\b[a-z][a-z0-9+.-]{1,20}://[^/\s:@\"'\[]{1,200}:", r"[^/\s:@\"']{3,200}(?=@)"),
+    ("url-userinfo", r"\b[a-z][a-z0-9+.-]{1,20}://", r"(?!\[REDACTED)[^/\s:@\"'\\]{16,200}(?=@)"),
+    ("url-query", r"(?i:[?&]" + _QUERY_NAMES + "=)", r"(?!\[REDACTED)[^&#\s\"'<>\\]{6,2000}"),
+    ("secret", r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]{0,60}" + _QUOTE + r"\s{0,4}[=:]\s{0,4}" + _QUOTE,
+     r"(?!\[REDACTED)[A-Za-z0-9_+/=.~!@$%^&*-]{8,1000}(?![A-Za-z0-9_+/=.~!@$%^&*(-])"),
+)
+
+# Every match of a shape holds one of these at its start (``back``: or up to that many characters
+# before it), so only positions near an anchor are tried: a few fast passes instead of the regex at
+# every position. Lower-case anchors are searched case-insensitively, a match starting at them.
+ANCHORS: tuple[tuple[str, int], ...] = (
+    ("-----BEGIN", 0), ("sk-", 0), ("AKIA", 0), ("ASIA", 0), ("gh", 0), ("github_pat_", 0), ("AIza", 0),
+    ("xox", 0), ("eyJ", 0), ("://", 21), ("KEY", 0), ("TOKEN", 0), ("SECRET", 0), ("PASSW", 0),
+)
+LOWER_ANCHORS: tuple[str, ...] = ("bearer", "authorization")
+# Where a header or URL query shape may start (case-insensitive; a match starts where this does):
+# the name followed by its separator. Tried only ``back`` characters before each hit of a needle
+# (searched in lower-cased text), so that the word "token" in prose costs one failed match.
+ANCHOR_PATTERN = (_HEADER_NAMES + r"(?=\\{0,3}[\"']?\s{0,4}:)|cookie(?=\\{0,3}[\"']?\s{0,4}:)"
+                  r"|[?&](?=" + _QUERY_NAMES + "=)")
+NAMED_NEEDLES: tuple[tuple[str, tuple[int, ...]], ...] = (
+    ("key", (4, 3, 0)), ("token", (0,)), ("authorization", (0,)), ("cookie", (0,)), ("?", (0,)), ("&", (0,)),
+)
