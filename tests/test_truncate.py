@@ -76,3 +76,25 @@ def test_a_truncation_note_of_thousands_of_results_stays_small():
     assert note.tokens < 0.06 * 32_000 and len(note.refs) < 300
     dropped = [e.handle for e in entries if e.role == "tool" and e not in out.view]
     assert note.refs[-1] == dropped[-1] and dropped[0] not in note.refs  # the newest dropped are named
+
+
+@settings(max_examples=50, deadline=None)
+@given(scale=st.floats(0.2, 3.0))
+def test_truncation_reaches_its_target_in_the_calibrated_size(scale):
+    """Failure pinned: with provider counts below our estimate (scale < 1) truncation subtracted raw
+    tokens from a calibrated total, gave up with 24 droppable units left, and the run exited 5."""
+    from dataclasses import replace
+
+    from ctxagent.messages import tool_call
+    from ctxagent.strategies.base import Entry
+
+    view = [Entry({"role": "system", "content": "s"}, 5, 0, 0, 0), Entry({"role": "user", "content": "t"}, 5, 1, 1, 1)]
+    for n in range(30):
+        seq = 2 + 2 * n
+        call = {"role": "assistant", "content": None, "tool_calls": [tool_call(f"c{n}", "shell", "{}")]}
+        view += [Entry(call, 20, seq, seq, n + 1),
+                 Entry({"role": "tool", "tool_call_id": f"c{n}", "content": "x" * 400}, 400, seq + 1, seq + 1, n + 1)]
+    base = ctx_for(20_000)
+    ctx = replace(base, budget=replace(base.budget, scale=scale))
+    out = Truncate().apply(view, ctx)
+    assert ctx.budget.total(out.view) <= ctx.budget.window * ctx.budget.target

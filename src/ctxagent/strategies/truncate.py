@@ -67,20 +67,32 @@ class Truncate:
 
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
         target = float(ctx.params.get("target") or ctx.budget.target)
-        limit = ctx.budget.window * target
+        limit = aim = ctx.budget.window * target
+        out = Outcome(view)
+        for _ in range(3):  # the notes cost tokens too: aim lower by what the last try was over
+            dropped, estimate = self._choose(view, ctx, aim)
+            if not dropped:
+                return out
+            out = self._rebuild(view, dropped, ctx)
+            over = ctx.budget.total(out.view) - limit
+            if over <= 0:
+                return out
+            aim = estimate - over - 1
+        return out
+
+    def _choose(self, view: list[Entry], ctx: StrategyContext, aim: float) -> tuple[set[int], float]:
+        """Indexes of the oldest droppable units to drop so the calibrated total gets to ``aim`` tokens,
+        and that total (tokens, notes not counted)."""
         units = groups(view)
         keep = protected(view) | _users_kept(view, float(ctx.params.get("keep_user_tokens", 0.1)) * ctx.budget.window)
-        droppable = [u for u in units[:-1] if not keep.intersection(u)]
         total = ctx.budget.total(view)
         dropped: set[int] = set()
-        for unit in droppable:
-            if total <= limit:
+        for unit in (u for u in units[:-1] if not keep.intersection(u)):
+            if total <= aim:
                 break
             dropped.update(unit)
-            total -= sum(view[i].tokens for i in unit)
-        if not dropped:
-            return Outcome(view)
-        return self._rebuild(view, dropped, ctx)
+            total -= sum(view[i].tokens for i in unit) * ctx.budget.scale  # calibrated, like the total
+        return dropped, total
 
     def _rebuild(self, view: list[Entry], dropped: set[int], ctx: StrategyContext) -> Outcome:
         out: list[Entry] = []
