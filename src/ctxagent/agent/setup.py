@@ -6,7 +6,7 @@ Call :func:`open_runner` while holding the session's writer lock.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,8 +117,7 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     user tools unless new ones are given. Raises ``ProfileError``/``UsageError`` for a bad
     profile, model, script, working directory or tool; nothing is written then.
     """
-    items = session.transcript.load(repair=True)
-    state = fold(items, transcript_path=str(session.transcript.path))
+    state = fold(session.transcript.records(repair=True), transcript_path=str(session.transcript.path))
     settings, profile = wanted_settings(state.settings, profile_spec=profile_spec, model_spec=model_spec,
                                         api_base=api_base, path=path, workdir=workdir, tools=tools)
     assert settings.workdir is not None
@@ -210,8 +209,15 @@ def next_request(session: Session, path: Path_ | None = None) -> NextRequest:
     LLM strategies run without a summarizer here, so they show their deterministic fallback.
     Raises ``UsageError``/``ProfileError`` for a session without header or a bad profile.
     """
-    items = session.transcript.load()
-    state = fold(items, transcript_path=str(session.transcript.path))
+    recorded: list[records.CompactionRecord] = []
+
+    def noting(items: Iterable[Any]) -> Iterator[Any]:  # the fold streams; the compactions are kept to show
+        for item in items:
+            if isinstance(item, records.CompactionRecord):
+                recorded.append(item)
+            yield item
+
+    state = fold(noting(session.transcript.records()), transcript_path=str(session.transcript.path))
     if state.settings is None:
         raise UsageError(f"session {session.name!r} has no header record")
     if path is not None and path != state.settings.path:
@@ -221,7 +227,6 @@ def next_request(session: Session, path: Path_ | None = None) -> NextRequest:
     runner = Runner(session, state, profile, _NoModel(), toolset, sink=MemorySink())
     last = runner.last_request()
     peek = runner.peek()
-    recorded = [r for r in items if isinstance(r, records.CompactionRecord)]
     return NextRequest(peek.view, peek.budget, peek.compactions, recorded, runner.path, profile, peek.same, last,
                        state.replies + 1)
 

@@ -36,9 +36,10 @@ SHAPES: tuple[tuple[str, str, str], ...] = (
      r"(?!\[REDACTED)[A-Za-z0-9._~+/=-]{8,2000}"),
     ("bearer-token", r"(?i:\bbearer\s{1,4})", r"(?!\[REDACTED)[A-Za-z0-9._~+/-]{16,2000}=*"),
     ("header", r"(?i:" + _HEADER_NAMES + r"\\{0,3}[\"']?\s{0,4}:\s{0,4}" + _QUOTE + ")",
-     # a credential's characters only (not code: `bad token: {request!r}`), with a digit or 12+ long
-     # (not a word of prose: `the token: expired`)
-     r"(?!\[REDACTED)(?!(?i:bearer|basic|token)\s)(?=[A-Za-z._~+/=-]{0,2000}\d|[A-Za-z0-9._~+/=-]{12})"
+     # a credential's characters only (not code: `bad token: {request!r}`), with a digit, or 12+ long
+     # with a capital and no "_" (not prose, `the token: expired`, nor code, `'token': config_count`)
+     r"(?!\[REDACTED)(?!(?i:bearer|basic|token)\s)"
+     r"(?=[A-Za-z._~+/=-]{0,2000}\d|(?=[a-z.~+/=-]{0,2000}[A-Z])[A-Za-z0-9.~+/=-]{12})"
      r"[A-Za-z0-9._~+/=-]{8,2000}"),
     ("header", r"(?i:cookie\\{0,3}[\"']?\s{0,4}:\s{0,4}" + _QUOTE + ")",
      r"(?!\[REDACTED)[^\r\n\"'\\]{8,4000}"),

@@ -44,29 +44,38 @@ class Transcript:
         self.path = path
 
     def load(self, *, repair: bool = False) -> list[Any]:
-        """Every readable record, oldest first (read line by line: memory is one line plus the records).
+        """Every readable record, oldest first, as a list: :meth:`records` collected."""
+        return list(self.records(repair=repair))
+
+    def records(self, *, repair: bool = False) -> Iterator[Any]:
+        """Every readable record, oldest first, streamed: memory is one line (a fold over it keeps
+        only what the state keeps, so resuming a 100 MB transcript does not hold 100 MB of records).
 
         Damaged lines are set aside with a :class:`TranscriptWarning` naming ``file:line`` (see the
         module doc). With ``repair=True`` (writers only), a torn last line — bytes after the last
         newline — is moved to ``transcript.torn-<n>.jsonl`` beside the transcript and cut off, so the
-        next append starts on a clean line. Missing file: empty list.
+        next append starts on a clean line. Missing file: nothing.
 
         Raises:
             TranscriptError: ``repair=True``, line 1 (the session header) is unreadable and later
                 records exist (a writer would otherwise start a new session in this file).
         """
         if not self.path.exists():
-            return []
+            return
         reader = _Reader(self.path)
         with open(self.path, "rb") as fh:
-            out = [rec for rec in (reader.parse(n, line) for n, line in _lines(fh, self, repair)) if rec is not None]
+            for number, line in _lines(fh, self, repair):
+                record = reader.parse(number, line)
+                if record is None:
+                    continue
+                if repair:
+                    self._check_header(reader)
+                yield record
         reader.report_unknown()
-        if repair:
-            self._check_header(out, reader)
-        return out
 
-    def _check_header(self, items: list[Any], reader: _Reader) -> None:
-        if not items or not reader.first_error:
+    def _check_header(self, reader: _Reader) -> None:
+        """Raise ``TranscriptError`` when line 1 was unreadable (a record after it was just read)."""
+        if not reader.first_error:
             return
         raise TranscriptError(
             f"{self.path}:1: the session header is damaged ({reader.first_error}); the session's settings "
