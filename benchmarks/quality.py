@@ -171,8 +171,9 @@ def _recall_finds(ctx: Any, line: str, value: str) -> dict[str, bool]:
     return {"keyword": value in keyword, "regex": value in recall(ctx, pattern, regex=True, top_k=50)}
 
 
-def reachability(root: Path, turns: int = 80) -> dict[str, Any]:
-    """Workload 3: per bundled profile and path, how many of the planted facts the model can reach."""
+def reachability(root: Path, turns: int = 80, only: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Workload 3: per bundled profile (``only`` those, when given) and path, how many of the planted
+    facts the model can reach."""
     from benchmarks.harness import CtxagentRun, data_dir, prepare
     from benchmarks.suite import SIZED_WINDOW, profiles, setup
     from benchmarks.workloads import sized_session
@@ -186,6 +187,8 @@ def reachability(root: Path, turns: int = 80) -> dict[str, Any]:
     out: dict[str, Any] = {"facts": len(facts), "turns": turns, "window": SIZED_WINDOW, "rows": {}}
     n = 0
     for label, profile, problem in profiles():
+        if only and label not in only:
+            continue
         for path in ("interactive", "batch"):
             row: dict[str, Any] = {}
             for with_recall in (True, False):
@@ -218,13 +221,13 @@ def reachability(root: Path, turns: int = 80) -> dict[str, Any]:
 
 
 def run(quick: bool = False) -> dict[str, Any]:
-    """All three parts in a temporary folder (``quick`` changes nothing)."""
+    """All three parts in a temporary folder; ``quick``: reachability over 40 turns, two profiles."""
     with tempfile.TemporaryDirectory(prefix="ctxagent-bench-quality-") as tmp:
         root = Path(tmp)
         for part in ("clean", "reads", "reach"):
             (root / part).mkdir()
         return {"cleaning": cleaning(root / "clean"), "repeated_reads": repeated_reads(root / "reads"),
-                "reachability": reachability(root / "reach")}
+                "reachability": reachability(root / "reach", *((40, ("default", "minimal")) if quick else ()))}
 
 
 def tables(numbers: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:

@@ -82,6 +82,21 @@ def test_dedupe_never_replaces_a_changed_result(quick: tuple[dict, Path]) -> Non
     assert any(c["results_replaced_by_reference"] > 0 for c in configs)
 
 
+def test_issue11_quality_numbers_hold(quick: tuple[dict, Path]) -> None:
+    """Terminal output costs what its plain text costs; repeat reads are answered by notes; every
+    planted fact is reachable (in view, by a named handle, or one recall) under the quick profiles."""
+    quality = quick[0]["quality"]
+    for row in quality["cleaning"].values():
+        assert row["context_tokens"] == row["plain_tokens"] < row["raw_tokens"] and row["last_line_visible"]
+    reads = quality["repeated_reads"]
+    notes, plain = reads["with ledger notes"], reads["without (repeat_notes: false)"]
+    assert notes["answered_by_note"] > 0 == plain["answered_by_note"]
+    assert notes["prompt_tokens"] < plain["prompt_tokens"]
+    reach = quality["reachability"]
+    assert reach["rows"] and all(r["reachable"] == reach["facts"] for r in reach["rows"].values())
+    assert all(r["recall_cost_pct"] <= 2.0 for r in reach["rows"].values())
+
+
 def test_every_configuration_reports_cache_billed_input(quick: tuple[dict, Path]) -> None:
     """Issue 9: raw and cache-billed input for every configuration, peers included, on the long session
     and on both sized workloads, checked against the prefix model on the no-management baseline."""
@@ -127,7 +142,7 @@ def test_json_and_plots_are_written(quick: tuple[dict, Path]) -> None:
 def test_live_without_a_key_is_skipped_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     results = bench.main(["--quick", "--out", str(tmp_path), "--live", "--model", "openai/gpt-4o-mini",
                           "--skip", "long", "--skip", "sized", "--skip", "repeated", "--skip", "handles",
-                          "--skip", "scale"])
+                          "--skip", "scale", "--skip", "quality"])
     assert results["live"]["skipped"].startswith("skipped: no key for openai/gpt-4o-mini (missing OPENAI_API_KEY")
     assert "skipped: no key for openai/gpt-4o-mini" in capsys.readouterr().out
 
