@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2
 
 demo: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/prices/demo.sh
