@@ -526,8 +526,10 @@ class CtxagentRun:
                         elif isinstance(event, ToolDone):
                             step = 0.0
                             in_model, in_llm = model.seconds, self.summarizer.seconds
-                except LimitReached:
-                    pass  # the end of this stretch: the next user message follows
+                except LimitReached as err:
+                    if err.bound != "max_turns":  # a guard stopped the run (thrash): a finding, not a stretch end
+                        result.stopped_at = turns[min(model.position, len(turns) - 1)].number
+                        result.error = f"stopped: {err}"[:400]
                 except ContextOverflowError as err:
                     result.stopped_at = turns[min(model.position, len(turns) - 1)].number
                     result.error = f"context overflow: {err}"[:400]

@@ -27,8 +27,9 @@ from ctxagent.tokens import calibration
 REPAIR_SOURCE = "transcript repair"
 """``source`` of the note records that record a repair the fold made to a damaged transcript."""
 
-VIEW_STEPS = frozenset({"mask_observations", "prune", "dedupe"})
-"""Steps that edit old results on every request (batched, cheap): they are not thrashing."""
+VIEW_STEPS = frozenset({"mask_observations", "prune", "dedupe", "role_selective"})
+"""Steps that edit single results as they age, typically on every request (``trigger: 0``): their
+compactions are the plan, not thrashing, so the thrash guard does not count them."""
 
 
 @dataclass(frozen=True)
