@@ -167,8 +167,8 @@ class Runner:
 
     def shown_pins(self) -> list[str]:
         """The pinned facts in the view's pins message: the profile's, then the agent's and the
-        ledger as of the last compaction (a new pin changes that message only at a compaction, when
-        the prefix changes anyway; until then the pin call itself is in the view)."""
+        ledger as of the last compaction that cut history (not a mask/prune/dedupe batch): that
+        message changes only when the prefix changes near the top anyway."""
         ledger = self.state.ledger.line(self._workdir(), self.state.shown_files)
         return list(dict.fromkeys([*self.profile.pins, *self.state.shown_pins, *([ledger] if ledger else [])]))
 

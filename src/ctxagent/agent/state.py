@@ -129,8 +129,9 @@ class SessionState:
             self._message(record)
         elif isinstance(record, records.CompactionRecord):
             self.context.record([compaction_of(record)])
-            self.shown_pins = list(self.pins)
-            self.shown_files = list(self.ledger.files.values())
+            if record.strategy not in VIEW_STEPS:  # the pins message (2nd in every request) changes only when
+                self.shown_pins = list(self.pins)  # a step cut old history too: a mask batch must not break the
+                self.shown_files = list(self.ledger.files.values())  # whole cached prefix for a new ledger line
             self._compaction(record)
         elif isinstance(record, records.OutputRecord):
             self.handles.add(record.handle)
