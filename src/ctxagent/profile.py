@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ctxagent.errors import ProfileError
 from ctxagent.tools.permissions import PermissionsConfig
@@ -130,13 +130,20 @@ class Profile(_Strict):
     prompt_cache: Literal["auto", "off"] = "auto"
     # never redo work (agent/activity.py): the K-th identical tool call in a row gets a warning, the
     # next one stops the run (exit 3, resumable); 0 turns the guard off
-    loop_guard: int = Field(4, ge=0, description="identical calls in a row before a warning")
+    loop_guard: int = Field(4, ge=0, description="identical calls in a row before a warning (0: off, else >= 2)")
     # a repeat read of an unchanged file, or a repeat of an identical read_output/grep_output call,
     # gets a short note naming the earlier result's handle instead of the content again
     repeat_notes: bool = True
     # thrash guard: after this many requests in a row that compacted (more than a view-only step),
     # the next compaction goes to half the target; after twice as many the run stops (exit 3); 0: off
     thrash_turns: int = Field(3, ge=0, description="consecutive compacting requests before escalation")
+
+    @field_validator("loop_guard")
+    @classmethod
+    def _loop_guard_counts_repeats(cls, value: int) -> int:
+        if value == 1:  # one call is not a repeat: every first call would be warned about
+            raise ValueError("loop_guard counts identical calls in a row: 0 (off) or at least 2")
+        return value
 
     @model_validator(mode="after")
     def _target_below_trigger(self) -> Profile:

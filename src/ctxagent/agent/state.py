@@ -147,6 +147,7 @@ class SessionState:
             self.name, self.settings = record.name, Settings.of_header(record)
             self.context.model = record.model
         elif isinstance(record, records.SettingsRecord) and self.settings is not None:
+            self.compacted_turns = 0  # new settings (say a profile after a thrash stop): the guard starts over
             self.settings = self.settings.changed(record)
             self.context.model = self.settings.model
 
@@ -167,8 +168,12 @@ class SessionState:
     def _message(self, record: records.MessageRecord) -> None:
         msg = record.message
         role = msg.get("role")
+        ids = call_ids(msg) if role == "assistant" else []
         if role == "tool":
             self._tool_result(record)
+        elif ids and all(i in self.call_ids for i in ids):  # a duplicated line: its calls were made before
+            self.repairs.append(f"assistant message #{record.seq} left out of the view: it repeats the tool calls "
+                                f"{', '.join(ids)} of an earlier reply")
         else:
             if role == "assistant":
                 self._reply(record)

@@ -86,9 +86,14 @@ class Session:
         return (self.root / "transcript.jsonl").exists()
 
     def require(self) -> Session:
-        """``self`` if the session exists, else ``UsageError`` naming the sessions folder."""
+        """``self`` if the session exists and its transcript holds something, else ``UsageError``
+        (an emptied transcript must not be resumed as a new session with default settings)."""
         if not self.exists():
             raise UsageError(f"no session named {self.name!r} under {self.root.parent}")
+        path = self.root / "transcript.jsonl"
+        if path.stat().st_size == 0:
+            raise UsageError(f"{path} is empty: the session's settings and history are gone, so it is not "
+                             f"continued as a new session; 'ctxagent run --session {self.name} TASK' starts over")
         return self
 
     @contextmanager
