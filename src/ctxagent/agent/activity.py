@@ -24,6 +24,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,7 @@ def _describe(row: Touched, workdir: str | None) -> str:
     return f"{verb} {display_path(row.path, workdir)} as {row.handle} (turn {row.turn}{digest})"
 
 
+@lru_cache(maxsize=4096)
 def display_path(path: str, workdir: str | None) -> str:
     """``path`` relative to ``workdir`` when inside it, else as is."""
     if workdir:

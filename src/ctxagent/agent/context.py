@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 from ctxagent.errors import ContextOverflowError, CtxagentError
 from ctxagent.messages import Message, pair_violations
@@ -67,6 +68,7 @@ class ContextState:
     model: str = ""
     sent_upto: int = -1
     _last: tuple[list[Entry], int] = field(default_factory=lambda: ([], 0), repr=False)
+    _pair_checked: bool = field(default=False, repr=False)  # PAIR checked since the view was read
 
     def add(self, record: records.MessageRecord, handle: str | None = None, offloaded: bool | None = None) -> None:
         """Append one message record (``handle``, ``offloaded``: see :func:`entry_of`). An assistant
@@ -143,7 +145,9 @@ class ContextState:
                               model=self.model, summarizer=summarizer, pins=tuple(pins),
                               free_from=self.sent_upto + 1, summarizer_window=summarizer_window)
         outcome = pipeline.run(view, steps, ctx)
-        check_pair(outcome.view)
+        if outcome.compactions or not self._pair_checked:  # appended live, a turn keeps PAIR by construction:
+            check_pair(outcome.view)  # check what was read (maybe damaged) and what a strategy rewrote
+            self._pair_checked = True
         check_budget(outcome.view, budget)
         return outcome
 
@@ -152,10 +156,16 @@ def with_pins(view: Sequence[Entry], pins: Sequence[str], model: str = "") -> li
     """``view`` with the pinned-facts system message after the first message (if any pins)."""
     out = list(view)
     if pins:
-        text = PINS_LABEL + "\n" + "\n".join(f"- {p}" for p in pins)
-        message = {"role": "system", "content": text}
-        out.insert(1 if out else 0, Entry(message, count_message(message, model), -1, -1, 0, kind="pins"))
+        out.insert(1 if out else 0, _pins_entry(tuple(pins), model))
     return out
+
+
+@lru_cache(maxsize=8)
+def _pins_entry(pins: tuple[str, ...], model: str) -> Entry:
+    """The pins message as a view entry, tokenized once per distinct pins (several times a request
+    otherwise: the request, the last request, the strategies' view)."""
+    message = {"role": "system", "content": PINS_LABEL + "\n" + "\n".join(f"- {p}" for p in pins)}
+    return Entry(message, count_message(message, model), -1, -1, 0, kind="pins")
 
 
 def check_protected(view: Sequence[Entry], budget: Budget) -> None:

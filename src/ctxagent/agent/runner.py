@@ -160,9 +160,9 @@ class Runner:
 
     def pins(self) -> list[str]:
         """Every pinned fact: the profile's, then the agent's (``pin`` tool), without repeats, then
-        the file-activity ledger line (agent/activity.py). Strategies keep all of them verbatim
-        through every compaction."""
-        ledger = self.state.ledger.line(self._workdir())
+        the file-activity ledger line as shown (agent/activity.py: a line that changed at every file
+        read would restart the strategies' incremental folds each request). Kept verbatim always."""
+        ledger = self.state.ledger.line(self._workdir(), self.state.shown_files)
         return list(dict.fromkeys([*self.profile.pins, *self.state.pins, *([ledger] if ledger else [])]))
 
     def shown_pins(self) -> list[str]:
