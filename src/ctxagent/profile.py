@@ -1,168 +1,39 @@
 """Profiles: YAML files that configure the model, the budget, the tools and the strategy pipelines.
 
 A profile is named (a bundled one: ``default``, ``batch``, ...) or a path to a YAML file. Every key
-is validated by pydantic; a bad profile raises :class:`~ctxagent.errors.ProfileError` naming the
-file, the line and the key. Units: every size called ``*_tokens`` or ``context_window`` is in
-tokens; ``preview.max_chars`` is in characters; fractions are of the context window.
+is validated by pydantic against :mod:`ctxagent.profile_schema` (whose models are re-exported here),
+then the pipelines by :mod:`ctxagent.strategies.checks`; a bad profile raises
+:class:`~ctxagent.errors.ProfileError` naming the file, the line and the key. Units: every size called
+``*_tokens`` or ``context_window`` is in tokens; ``preview.max_chars`` is in characters; fractions are
+of the context window.
 """
 
 from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ValidationError
 
 from ctxagent.errors import ProfileError
-from ctxagent.tools.permissions import PermissionsConfig
-
-Path_ = Literal["interactive", "batch"]
-DEFAULT_TOOLS = ["shell", "read_file", "write_file", "list_dir", "read_output", "grep_output", "recall"]
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a careful agent working from a command line. Use the tools to find facts; do not "
-    "guess values. Large tool outputs are saved to files and shown as a preview with a handle "
-    "(like @abc123): read or search them with read_output and grep_output. When you are done, "
-    "reply with the final answer and no tool call."
+from ctxagent.profile_schema import (
+    DEFAULT_SYSTEM_PROMPT,
+    DEFAULT_TOOLS,
+    MIN_GAP,
+    Path_,
+    PreviewConfig,
+    Profile,
+    RecallConfig,
+    StrategyConfig,
+    SummarizerConfig,
+    thrash_problem,
 )
-MIN_GAP = 0.15
-"""Smallest ``trigger - target`` (fractions of the window) a profile or a pipeline step may have.
+from ctxagent.strategies.checks import check_gaps, check_pipelines
 
-A compaction cuts the request to the target; the next one comes when it has grown back to the
-trigger, so the gap is the room the agent works in between two compactions. An agent turn adds
-roughly 400-1,200 tokens and a tool result 2-8K in bursts (DESIGN.md, "Knowledge"): a gap of 0.05
-(``target: 0.75``, ``trigger: 0.8``) is one search result on a 128K window, and gave 7 compactions
-in 8 steps, each paying its cost (a summary call, a broken prompt cache) for nothing. 0.15 is 4.8K
-tokens on a 32K window (4-12 ordinary turns) and 19K on 128K; every bundled profile keeps 0.25 or more.
-"""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class PreviewConfig(_Strict):
-    """How much of an offloaded output stays in the context (lines and characters, not tokens)."""
-
-    head_lines: int = Field(40, ge=0)
-    tail_lines: int = Field(20, ge=0)
-    max_chars: int = Field(4000, ge=200)
-
-
-class SummarizerConfig(_Strict):
-    """The model LLM strategies call (may be cheaper than the agent's); ``None``: the agent's model."""
-
-    model: str | None = None
-    api_base: str | None = None
-    max_tokens: int = Field(1000, ge=50, description="tokens of one summary at most")
-
-
-class RecallConfig(_Strict):
-    """The ``recall`` tool: an embedding model (litellm model string) whose ranking is fused with
-    BM25's (``None``: BM25 only), its ``api_base``, and the hits returned by default."""
-
-    embedding_model: str | None = None
-    api_base: str | None = None
-    top_k: int = Field(8, ge=1, le=50, description="hits recall returns by default")
-
-
-class StrategyConfig(BaseModel):
-    """One step of a pipeline: the strategy's registered name, its trigger, its parameters.
-
-    ``trigger`` is a fraction of the context window; the step runs only when the request is over
-    it (``None``: the profile's ``trigger``; ``0``: on every request). ``every_turns`` runs it on a turn count instead.
-    ``min_turns``: the step never runs before that turn (seed 003: no management under 5 turns).
-    ``rule``: a label ``inspect context`` shows for the step when it is the last one that fires
-    (the selection rule in force, e.g. the ``adaptive`` profile's). Other keys are the strategy's
-    own parameters, checked by the strategy.
-    """
-
-    model_config = ConfigDict(extra="allow")
-    strategy: str
-    trigger: float | None = Field(None, ge=0, le=1)
-    every_turns: int | None = Field(None, ge=1)
-    min_turns: int | None = Field(None, ge=1)
-    rule: str | None = None
-
-    def params(self) -> dict[str, Any]:
-        """The strategy's own parameters (every key but ``strategy``, ``trigger``, ``every_turns``,
-        ``min_turns``, ``rule``)."""
-        return dict(self.model_extra or {})
-
-
-class Profile(_Strict):
-    """A validated profile. See README.md for every key and its default."""
-
-    name: str = "custom"
-    model: str = "openai/gpt-4o-mini"
-    api_base: str | None = None
-    context_window: int | None = Field(None, ge=256, description="tokens; None = litellm model info")
-    max_output_tokens: int = Field(4096, ge=1, description="tokens reserved for the reply")
-    margin_tokens: int = Field(256, ge=0, description="safety margin, tokens")
-    tool_result_limit: int = Field(20_000, ge=100, description="largest tool result, tokens")
-    # a tool result also gets at most this fraction of the context window (tokens), so that one
-    # output can never fill a small window; the smaller limit wins (agent/setup.py offload_policy)
-    tool_result_fraction: float = Field(0.25, gt=0, le=0.9, description="largest tool result, fraction of window")
-    preview: PreviewConfig = PreviewConfig()
-    target: float = Field(0.5, gt=0, lt=1, description="compaction target, fraction of window")
-    trigger: float = Field(0.8, gt=0, le=1, description="compaction trigger, fraction of window")
-    max_turns: int = Field(30, ge=1)
-    timeout_s: float = Field(120.0, gt=0)
-    retries: int = Field(2, ge=0, le=10)
-    # longest wait before a retry, seconds; a server asking (Retry-After) for more is not retried
-    max_retry_wait_s: float = Field(60.0, ge=0, le=3600)
-    # send tool_choice: "auto" with the tools (some OpenAI-compatible servers ignore tools without it)
-    send_tool_choice: bool = True
-    tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLS))
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    pipelines: dict[Path_, list[StrategyConfig]] = Field(
-        default_factory=lambda: {p: [StrategyConfig(strategy="truncate")] for p in ("interactive", "batch")}
-    )
-    allow_llm_in_batch: bool = False
-    summarizer: SummarizerConfig = SummarizerConfig()
-    recall: RecallConfig = RecallConfig()  # tools/recall.py
-    pins: list[str] = Field(default_factory=list, description="facts kept verbatim in every view")
-    permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)  # tools/permissions.py
-    redact: Literal["persist", "always"] = "persist"  # sessions/redact.py; README "Secrets"
-    # explicit prompt-cache breakpoints for providers that need them (Anthropic, Bedrock, Gemini);
-    # OpenAI-style automatic caching needs none. README "Prompt caching".
-    prompt_cache: Literal["auto", "off"] = "auto"
-    # never redo work (agent/activity.py): the K-th identical tool call in a row gets a warning, the
-    # next one stops the run (exit 3, resumable); 0 turns the guard off
-    loop_guard: int = Field(4, ge=0, description="identical calls in a row before a warning (0: off, else >= 2)")
-    # a repeat read of an unchanged file, or a repeat of an identical read_output/grep_output call,
-    # gets a short note naming the earlier result's handle instead of the content again
-    repeat_notes: bool = True
-    # thrash guard: after this many requests in a row that compacted (more than a view-only step),
-    # the next compaction goes to half the target; after twice as many the run stops (exit 3); 0: off
-    thrash_turns: int = Field(3, ge=0, description="consecutive compacting requests before escalation")
-
-    @field_validator("loop_guard")
-    @classmethod
-    def _loop_guard_counts_repeats(cls, value: int) -> int:
-        if value == 1:  # one call is not a repeat: every first call would be warned about
-            raise ValueError("loop_guard counts identical calls in a row: 0 (off) or at least 2")
-        return value
-
-    @model_validator(mode="after")
-    def _target_below_trigger(self) -> Profile:
-        if self.target >= self.trigger:
-            raise ValueError(f"target ({self.target}) must be below trigger ({self.trigger})")
-        return self
-
-    def pipeline(self, path: Path_) -> list[StrategyConfig]:
-        """The ordered strategies of ``path`` (``interactive`` or ``batch``)."""
-        return self.pipelines.get(path, [])
-
-
-def thrash_problem(target: float, trigger: float) -> str | None:
-    """Why compacting at ``trigger`` down to ``target`` would thrash (see :data:`MIN_GAP`), or None."""
-    if trigger - target >= MIN_GAP - 1e-9:
-        return None
-    fix = f"target at most {trigger - MIN_GAP:.2f}" if trigger - MIN_GAP > 0 else "a higher trigger"
-    return (f"target {target:g} is too close to trigger {trigger:g}: each compaction would be followed by another "
-            f"within a step or two (thrashing); keep trigger - target >= {MIN_GAP:g} ({fix})")
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "DEFAULT_TOOLS", "MIN_GAP", "Path_", "PreviewConfig", "Profile", "RecallConfig",
+           "StrategyConfig", "SummarizerConfig", "bundled_names", "load_profile", "parse_profile", "thrash_problem"]
 
 
 def bundled_names() -> list[str]:
@@ -219,8 +90,6 @@ def parse_profile(text: str, *, source: str, default_name: str = "custom") -> Pr
         raise ProfileError(
             first["msg"], path=source, line=_line_of(node, loc), key=".".join(loc) or None
         ) from err
-    from ctxagent.strategies.checks import check_gaps, check_pipelines  # the strategies import this module
-
     try:
         check_gaps(profile, source=source)
         check_pipelines(profile, source=source)

@@ -1,4 +1,4 @@
-"""The litellm backend: any litellm model string behind the small :class:`~ctxagent.agent.model.Model` API.
+"""The litellm backend: any litellm model string behind the small :class:`~ctxagent.agent.model_types.Model` API.
 
 This is the only module of ctxagent that imports litellm, and it does so lazily, on the first model
 call (``import litellm`` costs ~4 s and ~200 MB; FIELD-NOTES.md). Before that import it sets
@@ -38,7 +38,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from ctxagent.agent.model import Reply, Usage, read_usage
+from ctxagent.agent.model_types import Reply, Usage, read_usage
 from ctxagent.agent.provider_errors import RETRY_ONCE, Failure, classify, describe, read_error, retry_note
 from ctxagent.agent.replies import IncompleteReply, err_words, read_reply, read_stream, stream_cut, wire_message
 from ctxagent.errors import ProviderContextError, ProviderError, ProviderQuotaError
@@ -148,7 +148,7 @@ def completion_cost(model: str, prompt_tokens: int, completion_tokens: int, *, c
 
     All counts are tokens. ``prompt_tokens`` is every input token, cached or not; ``cached_tokens`` and
     ``cache_creation_tokens`` are the parts of it read from and written to the provider's prompt cache
-    (:class:`~ctxagent.agent.model.Usage` counts them the same way). They are priced at the model's
+    (:class:`~ctxagent.agent.model_types.Usage` counts them the same way). They are priced at the model's
     ``cache_read_input_token_cost`` and ``cache_creation_input_token_cost`` (litellm's price map, USD
     per token); a model without a cache-read price is billed :data:`CACHE_READ_FALLBACK` (10%) of its
     input price per cached token, one without a cache-write price its input price per written token.
@@ -257,7 +257,7 @@ def openai_wire(model: str) -> bool:
 
 
 class LiteLLMModel:
-    """A :class:`~ctxagent.agent.model.Model` that calls ``litellm.completion``.
+    """A :class:`~ctxagent.agent.model_types.Model` that calls ``litellm.completion``.
 
     Args:
         model: a litellm model string (``gpt-4o``, ``anthropic/claude-sonnet-4-5``, ``openai/NAME``

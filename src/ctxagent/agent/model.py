@@ -1,114 +1,21 @@
-"""The small model interface every backend sits behind, and the factory that picks one.
+"""The factory that picks a model backend, and the small interface every backend sits behind.
 
 A backend turns a request (messages, tool schemas) into one :class:`Reply`. Backends:
 
 - ``scripted:PATH`` — :class:`ctxagent.agent.scripted.ScriptedModel`, replies read from a YAML file.
 - anything else — :class:`ctxagent.agent.litellm_backend.LiteLLMModel`, any litellm model string.
+
+The shared types live in :mod:`ctxagent.agent.model_types` (re-exported here), so the backends import
+them without importing this factory: the dependency runs one way, factory -> backends -> types.
 """
 
 from __future__ import annotations
 
-import math
-import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Callable
 
-from ctxagent.messages import Message, ToolCall, tool_call
+from ctxagent.agent.model_types import REASONING_FIELDS, Model, Reply, ToolCall, Usage, read_usage, to_stderr
 
-__all__ = ["REASONING_FIELDS", "Model", "Reply", "ToolCall", "Usage", "make_model", "read_usage"]
-
-# Assistant-message fields that carry the model's reasoning, kept and sent back as litellm expects them
-# (DeepSeek/Kimi ``reasoning_content``, Anthropic ``thinking_blocks`` with signatures; agent/replies.py).
-REASONING_FIELDS = ("reasoning_content", "thinking_blocks")
-
-
-@dataclass(frozen=True)
-class Usage:
-    """Provider-reported token usage of one call (tokens) and its cost (US dollars, if known).
-
-    ``prompt_tokens`` counts every input token, cached or not. ``cached_tokens`` is the part the
-    provider served from its prompt cache (OpenAI ``prompt_tokens_details.cached_tokens``, Anthropic
-    ``cache_read_input_tokens``); ``cache_creation_tokens`` the part written to the cache (Anthropic
-    ``cache_creation_input_tokens``; 0 where the provider does not report it).
-    """
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float | None = None
-    cached_tokens: int = 0
-    cache_creation_tokens: int = 0
-
-
-def _field(obj: Any, name: str) -> Any:
-    """``obj.name`` or ``obj[name]`` (litellm objects and plain dicts alike), or None."""
-    if obj is None:
-        return None
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-
-
-def _tokens(*values: Any) -> int:
-    """The largest of ``values`` that is a positive token count (a finite number, not a bool), else 0."""
-    counts = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
-    return max((int(v) for v in counts if v > 0), default=0)
-
-
-def read_usage(usage: Any, cost_usd: float | None = None) -> Usage:
-    """Our :class:`Usage` from a provider's usage object or dict (OpenAI format, as litellm returns it).
-
-    Cached and cache-written prompt tokens come from OpenAI's ``prompt_tokens_details`` or Anthropic's
-    fields; litellm copies Anthropic's ``cache_read_input_tokens`` / ``cache_creation_input_tokens``
-    (and DeepSeek's ``prompt_cache_hit_tokens``) into ``prompt_tokens_details`` too: the largest wins.
-    """
-    details = _field(usage, "prompt_tokens_details")
-    cached = _tokens(_field(details, "cached_tokens"), _field(usage, "cache_read_input_tokens"),
-                     _field(usage, "prompt_cache_hit_tokens"))
-    written = _tokens(_field(usage, "cache_creation_input_tokens"), _field(details, "cache_creation_tokens"),
-                      _field(details, "cache_write_tokens"))
-    return Usage(_tokens(_field(usage, "prompt_tokens")), _tokens(_field(usage, "completion_tokens")), cost_usd,
-                 cached_tokens=cached, cache_creation_tokens=written)
-
-
-def to_stderr(line: str) -> None:
-    """Print a backend's notice (a retry announcement) on stderr, prefixed like every ctxagent note."""
-    print(f"ctxagent: {line}", file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class Reply:
-    """One assistant reply: text and/or tool calls (in call order), plus usage when reported.
-
-    ``extra`` holds provider fields kept on the assistant message as they came: the reasoning
-    (:data:`REASONING_FIELDS`), which providers require back (NO LOSS; agent/replies.py).
-    """
-
-    content: str | None
-    tool_calls: tuple[ToolCall, ...] = ()
-    usage: Usage | None = None
-    finish_reason: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def message(self) -> Message:
-        """The reply as an OpenAI-format assistant message, as it is stored and sent back.
-
-        The reasoning fields of ``extra`` ride along (``reasoning_content``, ``thinking_blocks``): litellm
-        sends them back in the form each provider requires.
-        """
-        msg: Message = {"role": "assistant", "content": self.content}
-        if self.tool_calls:
-            msg["tool_calls"] = [tool_call(c.id, c.name, c.arguments) for c in self.tool_calls]
-        msg.update({k: self.extra[k] for k in REASONING_FIELDS if self.extra.get(k) is not None})
-        return msg
-
-
-class Model(Protocol):
-    """What the runner needs from a backend."""
-
-    name: str
-
-    def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> Reply:
-        """One model call. Raises ``ProviderError`` (or ``ProviderContextError``) on failure."""
-        ...
+__all__ = ["REASONING_FIELDS", "Model", "Reply", "ToolCall", "Usage", "make_model", "read_usage", "to_stderr"]
 
 
 def make_model(spec: str, *, api_base: str | None = None, replies_done: int = 0,

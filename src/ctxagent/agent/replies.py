@@ -44,7 +44,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ctxagent.agent.model import REASONING_FIELDS, Reply, ToolCall, Usage
+from ctxagent.agent.model_types import REASONING_FIELDS, Reply, ToolCall, Usage
 from ctxagent.messages import Message
 
 INVALID_ARGUMENTS_KEY = "invalid_json_arguments"  # wire-only wrapper of unparsable arguments (native providers)

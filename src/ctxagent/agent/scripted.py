@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from ctxagent.agent.model import Reply, ToolCall, Usage
+from ctxagent.agent.model_types import Reply, ToolCall, Usage
 from ctxagent.errors import ProviderError, UsageError
 from ctxagent.messages import Message
 from ctxagent.tokens import count_messages, count_text, count_tools

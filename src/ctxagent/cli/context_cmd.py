@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ctxagent.cli.options import SessionOpt, pick
 from ctxagent.messages import one_line
 
 if TYPE_CHECKING:
@@ -27,13 +28,12 @@ def budget_bar(used: int, window: int, target: float, trigger: float) -> str:
 
 
 def context(
-    session: Annotated[str | None, typer.Option("--session", "-s", help="Session name (default: most recent).")] = None,
+    session: SessionOpt = None,
     path: Annotated[str | None, typer.Option("--path", help="interactive or batch (default: the session's).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """The messages the next request would send, tokens per message, the budget, the compactions."""
     from ctxagent.agent.setup import next_request
-    from ctxagent.cli.inspect import pick
 
     if path not in (None, "interactive", "batch"):
         raise typer.BadParameter("--path is interactive or batch")

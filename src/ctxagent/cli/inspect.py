@@ -9,18 +9,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from ctxagent.cli import outputs_cmd
+from ctxagent.cli.options import SessionOpt, pick
 from ctxagent.messages import one_line
-from ctxagent.sessions.session import Session, latest_session
 
 app = typer.Typer(help="Look inside a session without changing it.", no_args_is_help=True)
 
-SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Session name (default: most recent).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON record per line, as stored.")]
-
-
-def pick(name: str | None) -> Session:
-    """The named session, or the most recent one; ``UsageError`` if there is none."""
-    return (Session.at(name) if name else latest_session()).require()
 
 
 def _line(rec: Any) -> str:

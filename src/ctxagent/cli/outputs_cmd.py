@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from ctxagent.cli.options import SessionOpt, check_output, pick
 from ctxagent.errors import UsageError
 
 if TYPE_CHECKING:
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
 
 INLINE_JSON_CHARS = 120  # a JSON value named inside an answer's text is shown on one line up to this
 
-SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Session name (default: most recent).")]
 OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write the value to FILE (bytes exactly, "
                                                 "arrays as .npy, JSON pretty-printed).")]
 
@@ -170,7 +170,6 @@ def _inline(shown: Shown) -> str:
 def outputs(session: SessionOpt = None,
             json_out: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False) -> None:
     """The session's stored outputs, oldest first: handle, tool, type, size, created."""
-    from ctxagent.cli.inspect import pick
     from ctxagent.sessions import records
 
     target = pick(session)
@@ -220,8 +219,6 @@ def output(
     session: SessionOpt = None, output_file: OutputOpt = None,
 ) -> None:
     """Print one stored value: text as stored, JSON pretty; binary only to a file (--output)."""
-    from ctxagent.cli.inspect import pick
-    from ctxagent.cli.run import check_output
     from ctxagent.tools import values
     from ctxagent.tools.base import ToolError
 

@@ -6,36 +6,17 @@ import contextlib
 import os
 import shutil
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from ctxagent.cli.permissions import AllowAllOpt, AllowOpt, grant
+from ctxagent.cli.options import RunOptions, with_run_options
+from ctxagent.cli.permissions import grant
 from ctxagent.cli.render import BatchRenderer, InteractiveRenderer, Renderer
 from ctxagent.errors import CtxagentError, UsageError
 from ctxagent.sessions.session import Session, latest_session, new_name
 from ctxagent.tools.clean import mend, plain
-
-SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Session name.")]
-ModelOpt = Annotated[str | None, typer.Option(
-    "--model", "-m", help="litellm model string (openai/gpt-4o-mini, anthropic/..., ollama/...) "
-    "or scripted:PATH for a scripted run.")]
-ProfileOpt = Annotated[str | None, typer.Option("--profile", "-p", help="Bundled profile name or YAML path.")]
-ApiBaseOpt = Annotated[str | None, typer.Option("--api-base", help="Base URL of an OpenAI-compatible server.")]
-MaxTurnsOpt = Annotated[int | None, typer.Option("--max-turns", min=1, help="Model calls allowed in this run.")]
-BatchOpt = Annotated[bool, typer.Option("--batch", help="No prompts; answer alone on stdout (implied when "
-                                        "stdin is not a terminal).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object: session, status, answer, "
-                                       "turns, usage.")]
-WorkdirOpt = Annotated[Path | None, typer.Option("--workdir", help="Working directory of the tools.")]
-ToolsOpt = Annotated[list[str] | None, typer.Option(
-    "--tools", help="Add a tool: module:function, path/to/file.py:function, or the name of a built-in or "
-    "installed (ctxagent.tools entry point) tool. Repeatable; kept for resume.")]
-OutputOpt = Annotated[Path | None, typer.Option(
-    "--output", "-o", help="Write the answer's value to FILE: the value of an answer that is one handle "
-    "(bytes exactly, arrays as .npy, JSON pretty), else the answer with its handles resolved.")]
 
 
 class Interrupted(KeyboardInterrupt):
@@ -62,66 +43,11 @@ def _read_task(task: str | None) -> str | None:
     return text
 
 
-def _check_recordable(**options: str | Path | None) -> None:
-    """``UsageError`` for an option the session header records (model, profile, api_base, workdir,
-    tools) that holds a byte that is not UTF-8: the transcript is UTF-8, and a path changed to make
-    it fit would name another file on resume."""
-    for name, value in options.items():
-        text = os.fspath(value) if value is not None else ""
-        if mend(text) != text:
-            raise UsageError(f"--{name.replace('_', '-')} {mend(text)} holds bytes that are not UTF-8 (shown as "
-                             "\\xNN); the session records it as text: rename it or give another")
-
-
-def check_output(output: Path | None) -> None:
-    """``UsageError`` (before the run) when ``--output`` cannot be written: a directory, a folder
-    that does not exist (ctxagent creates none) or that is not one, or a file or folder that refuses
-    writing. A file created to test it is removed again."""
-    if output is None:
-        return
-    if output.is_dir():
-        raise UsageError(f"--output {output} is a directory; give a file name")
-    if not output.parent.is_dir():
-        raise UsageError(f"--output {output}: the folder {output.parent} does not exist (ctxagent creates "
-                         "no folders)" if not output.parent.exists() else f"--output {output}: {output.parent} "
-                         "is not a folder")
-    try:
-        if output.exists():
-            if not os.access(output, os.W_OK):
-                raise PermissionError(13, "Permission denied")
-        else:
-            os.close(os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            output.unlink()
-    except OSError as err:
-        raise UsageError(f"--output {output} cannot be written: {err.strerror or err}") from err
-
-
 def _session(name: str | None) -> Session:
     """The session ``--session`` names (a new name when it is not given; ``UsageError`` when blank)."""
     if name is None:
         return Session.at(new_name())
     return Session.at(name)
-
-
-def _is_batch(batch: bool, json_out: bool) -> bool:
-    return batch or json_out or not sys.stdin.isatty()
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What ``run`` and ``resume`` share: the command line's choices for one invocation."""
-
-    model: str | None = None
-    profile: str | None = None
-    api_base: str | None = None
-    max_turns: int | None = None
-    batch: bool = True
-    json_out: bool = False
-    workdir: Path | None = None
-    tools: tuple[str, ...] = ()
-    output: Path | None = None
-    allow: str | None = None
-    allow_all: bool = False
 
 
 def execute(session: Session, message: str | None, opts: RunOptions) -> None:
@@ -131,7 +57,7 @@ def execute(session: Session, message: str | None, opts: RunOptions) -> None:
     """
     from ctxagent.agent.setup import open_runner
 
-    batch = opts.batch
+    batch = opts.is_batch()
     renderer: Renderer = BatchRenderer(opts.json_out) if batch else InteractiveRenderer()
     result: dict[str, Any] = {"session": session.name, "status": "error", "answer": None, "turns": 0}
     code = 0
@@ -141,7 +67,7 @@ def execute(session: Session, message: str | None, opts: RunOptions) -> None:
         with session.writer():
             runner = open_runner(session, profile_spec=opts.profile, model_spec=opts.model, api_base=opts.api_base,
                                  path="batch" if batch else "interactive",
-                                 workdir=opts.workdir.resolve() if opts.workdir else None, tools=opts.tools)
+                                 workdir=opts.workdir.resolve() if opts.workdir else None, tools=opts.tool_specs())
             grant(runner, opts.allow, opts.allow_all, interactive=not batch)  # --allow, --allow-all, the prompt
             if message is None and runner.needs_input():
                 raise UsageError(f"session {session.name!r} has nothing left to do; give a new message")
@@ -256,37 +182,23 @@ def _show_answer(session: Session, answer: str | None, output: Path | None) -> N
         print(shown.text)
 
 
-def run(
-    task: Annotated[str | None, typer.Argument(help="The task; '-' reads it from stdin.")] = None,
-    session: SessionOpt = None, model: ModelOpt = None, profile: ProfileOpt = None,
-    api_base: ApiBaseOpt = None, max_turns: MaxTurnsOpt = None, batch: BatchOpt = False,
-    json_out: JsonOpt = False, workdir: WorkdirOpt = None, tools: ToolsOpt = None, output: OutputOpt = None,
-    allow: AllowOpt = None, allow_all: AllowAllOpt = False,
-) -> None:
+@with_run_options
+def run(opts: RunOptions,
+        task: Annotated[str | None, typer.Argument(help="The task; '-' reads it from stdin.")] = None) -> None:
     """Start (or continue) a session with TASK and run the agent until it answers."""
     text = _read_task(task)
-    is_batch = _is_batch(batch, json_out)
-    if text is None and (is_batch or task is not None):
+    if text is None and (opts.is_batch() or task is not None):
         raise UsageError("give a task: ctxagent run \"TASK\" (or '-' to read it from stdin)")
     if text is None:
         text = plain(typer.prompt("task"))
-    _check_recordable(model=model, profile=profile, api_base=api_base, workdir=workdir, tools=" ".join(tools or ()))
-    check_output(output)
-    target = _session(session)
-    execute(target, text, RunOptions(model, profile, api_base, max_turns, is_batch, json_out, workdir,
-                                     tuple(tools or ()), output, allow, allow_all))
+    opts.check()
+    execute(_session(opts.session), text, opts)
 
 
-def resume(
-    message: Annotated[str | None, typer.Argument(help="A new user message; '-' reads stdin.")] = None,
-    session: SessionOpt = None, model: ModelOpt = None, profile: ProfileOpt = None,
-    api_base: ApiBaseOpt = None, max_turns: MaxTurnsOpt = None, batch: BatchOpt = False,
-    json_out: JsonOpt = False, workdir: WorkdirOpt = None, tools: ToolsOpt = None, output: OutputOpt = None,
-    allow: AllowOpt = None, allow_all: AllowAllOpt = False,
-) -> None:
+@with_run_options
+def resume(opts: RunOptions,
+           message: Annotated[str | None, typer.Argument(help="A new user message; '-' reads stdin.")] = None) -> None:
     """Continue a session (the most recent one by default) where it stopped."""
-    _check_recordable(model=model, profile=profile, api_base=api_base, workdir=workdir, tools=" ".join(tools or ()))
-    check_output(output)
-    target = (Session.at(session) if session is not None else latest_session()).require()  # --json: cli.main
-    execute(target, _read_task(message), RunOptions(model, profile, api_base, max_turns, _is_batch(batch, json_out),
-                                                    json_out, workdir, tuple(tools or ()), output, allow, allow_all))
+    opts.check()
+    target = (Session.at(opts.session) if opts.session is not None else latest_session()).require()  # --json: cli.main
+    execute(target, _read_task(message), opts)

@@ -14,7 +14,7 @@ least 1, because the newest unit is the turn in flight (the call the model just 
 results); a range strategy that replaced it would answer the model with a summary of its own call.
 
 Thrash guard (:func:`check_gaps`): the profile's ``target`` and every step that compacts to a
-target at a trigger keep ``trigger - target >= MIN_GAP`` (see :data:`ctxagent.profile.MIN_GAP`).
+target at a trigger keep ``trigger - target >= MIN_GAP`` (see :data:`ctxagent.profile_schema.MIN_GAP`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from ctxagent.errors import ProfileError
-from ctxagent.profile import Profile, StrategyConfig, thrash_problem
+from ctxagent.profile_schema import Profile, StrategyConfig, thrash_problem
 from ctxagent.strategies import registry
 from ctxagent.strategies.base import Strategy
 

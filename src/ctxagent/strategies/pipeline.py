@@ -20,7 +20,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from ctxagent.profile import StrategyConfig
+from ctxagent.profile_schema import StrategyConfig
 from ctxagent.strategies import registry
 from ctxagent.strategies.base import Budget, Compaction, Entry, Outcome, StrategyContext
 

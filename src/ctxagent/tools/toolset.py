@@ -19,8 +19,9 @@ from typing import Any
 from ctxagent.errors import UsageError
 from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import OutputRecord
-from ctxagent.tools import agent_tools, builtin, clean, outputs, permissions, recall, structured, user, values
+from ctxagent.tools import clean, permissions, user, values
 from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError
+from ctxagent.tools.catalog import BUILTIN, registry
 from ctxagent.tools.offload import OffloadPolicy, settle
 
 ERROR_PREFIX = "ERROR: "
@@ -52,19 +53,6 @@ class ToolOutcome:
     content: str
     is_error: bool
     output: OutputRecord | None = None
-
-
-def registry(tools: Sequence[Tool]) -> dict[str, Tool]:
-    """``tools`` by name, in order. Raises ``ValueError`` when two share a name."""
-    by_name: dict[str, Tool] = {}
-    for tool in tools:
-        if tool.name in by_name:
-            raise ValueError(f"two tools are named {tool.name!r}")
-        by_name[tool.name] = tool
-    return by_name
-
-
-BUILTIN: dict[str, Tool] = registry([*builtin.TOOLS, *outputs.TOOLS, *structured.TOOLS, recall.RECALL, agent_tools.PIN])
 
 
 class Toolset:

@@ -43,6 +43,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from ctxagent.errors import UsageError
 from ctxagent.tools.base import Tool, ToolContext, ToolKind
+from ctxagent.tools.catalog import BUILTIN
 
 ENTRY_POINT_GROUP = "ctxagent.tools"
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what providers accept as a function name
@@ -217,8 +218,6 @@ def load_spec(spec: str) -> list[Tool]:
 
     Raises ``UsageError`` when the module, file or attribute cannot be loaded or is not a tool.
     """
-    from ctxagent.tools.toolset import BUILTIN
-
     if ":" not in spec:
         if spec in BUILTIN:
             return [BUILTIN[spec]]

@@ -1,0 +1,142 @@
+"""Command-line options shared by several commands, and the checks of what they name.
+
+- ``run`` and ``resume``: :class:`RunOptions`, the one definition of their twelve shared options
+  (each field's annotation is its typer option); :func:`with_run_options` makes a command take them.
+- ``inspect ...``: :data:`SessionOpt` and :func:`pick` (the named session, else the most recent).
+- ``--output FILE`` (``run``, ``resume``, ``inspect output``): :func:`check_output`.
+
+The bottom of the CLI layer: the command modules import it, it imports none of them. Start-up
+stays fast: it imports only typer and the session paths, as ``ctxagent --help`` does anyway.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ctxagent.cli.permissions import AllowAllOpt, AllowOpt
+from ctxagent.errors import UsageError
+from ctxagent.sessions.session import Session, latest_session
+from ctxagent.tools.clean import mend
+
+SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Session name (default: most recent).")]
+RunSessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Session name.")]
+ModelOpt = Annotated[str | None, typer.Option(
+    "--model", "-m", help="litellm model string (openai/gpt-4o-mini, anthropic/..., ollama/...) "
+    "or scripted:PATH for a scripted run.")]
+ProfileOpt = Annotated[str | None, typer.Option("--profile", "-p", help="Bundled profile name or YAML path.")]
+ApiBaseOpt = Annotated[str | None, typer.Option("--api-base", help="Base URL of an OpenAI-compatible server.")]
+MaxTurnsOpt = Annotated[int | None, typer.Option("--max-turns", min=1, help="Model calls allowed in this run.")]
+BatchOpt = Annotated[bool, typer.Option("--batch", help="No prompts; answer alone on stdout (implied when "
+                                        "stdin is not a terminal).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object: session, status, answer, "
+                                       "turns, usage.")]
+WorkdirOpt = Annotated[Path | None, typer.Option("--workdir", help="Working directory of the tools.")]
+ToolsOpt = Annotated[list[str] | None, typer.Option(
+    "--tools", help="Add a tool: module:function, path/to/file.py:function, or the name of a built-in or "
+    "installed (ctxagent.tools entry point) tool. Repeatable; kept for resume.")]
+AnswerOutputOpt = Annotated[Path | None, typer.Option(
+    "--output", "-o", help="Write the answer's value to FILE: the value of an answer that is one handle "
+    "(bytes exactly, arrays as .npy, JSON pretty), else the answer with its handles resolved.")]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The options ``run`` and ``resume`` share, as the command line gave them (in ``--help`` order)."""
+
+    session: RunSessionOpt = None
+    model: ModelOpt = None
+    profile: ProfileOpt = None
+    api_base: ApiBaseOpt = None
+    max_turns: MaxTurnsOpt = None
+    batch: BatchOpt = False
+    json_out: JsonOpt = False
+    workdir: WorkdirOpt = None
+    tools: ToolsOpt = None
+    output: AnswerOutputOpt = None
+    allow: AllowOpt = None
+    allow_all: AllowAllOpt = False
+
+    def is_batch(self) -> bool:
+        """The batch path: ``--batch``, ``--json``, or stdin not a terminal."""
+        return self.batch or self.json_out or not sys.stdin.isatty()
+
+    def tool_specs(self) -> tuple[str, ...]:
+        """The ``--tools`` specs, in order (empty when none)."""
+        return tuple(self.tools or ())
+
+    def check(self) -> None:
+        """``UsageError`` (before the run) for an option the session cannot record or ``--output``
+        cannot be written (see :func:`check_recordable`, :func:`check_output`)."""
+        check_recordable(model=self.model, profile=self.profile, api_base=self.api_base, workdir=self.workdir,
+                         tools=" ".join(self.tool_specs()))
+        check_output(self.output)
+
+
+def with_run_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``command(opts, ...)`` as a typer command: its own parameters but the first, then every
+    :class:`RunOptions` field as a keyword option (annotation and default as declared there).
+
+    Typer reads the returned function's signature; a call gathers the fields into ``opts``.
+    """
+    own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
+    hints = typing.get_type_hints(RunOptions, include_extras=True)
+    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
+              for f in fields(RunOptions)]
+
+    @functools.wraps(command)
+    def wrapper(**kwargs: Any) -> None:
+        opts = RunOptions(**{p.name: kwargs.pop(p.name) for p in shared})
+        command(opts, **kwargs)
+
+    wrapper.__signature__ = inspect.Signature([*own, *shared])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in (*own, *shared)}
+    return wrapper
+
+
+def pick(name: str | None) -> Session:
+    """The named session, or the most recent one; ``UsageError`` if there is none."""
+    return (Session.at(name) if name else latest_session()).require()
+
+
+def check_recordable(**options: str | Path | None) -> None:
+    """``UsageError`` for an option the session header records (model, profile, api_base, workdir,
+    tools) that holds a byte that is not UTF-8: the transcript is UTF-8, and a path changed to make
+    it fit would name another file on resume."""
+    for name, value in options.items():
+        text = os.fspath(value) if value is not None else ""
+        if mend(text) != text:
+            raise UsageError(f"--{name.replace('_', '-')} {mend(text)} holds bytes that are not UTF-8 (shown as "
+                             "\\xNN); the session records it as text: rename it or give another")
+
+
+def check_output(output: Path | None) -> None:
+    """``UsageError`` (before the run) when ``--output`` cannot be written: a directory, a folder
+    that does not exist (ctxagent creates none) or that is not one, or a file or folder that refuses
+    writing. A file created to test it is removed again."""
+    if output is None:
+        return
+    if output.is_dir():
+        raise UsageError(f"--output {output} is a directory; give a file name")
+    if not output.parent.is_dir():
+        raise UsageError(f"--output {output}: the folder {output.parent} does not exist (ctxagent creates "
+                         "no folders)" if not output.parent.exists() else f"--output {output}: {output.parent} "
+                         "is not a folder")
+    try:
+        if output.exists():
+            if not os.access(output, os.W_OK):
+                raise PermissionError(13, "Permission denied")
+        else:
+            os.close(os.open(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            output.unlink()
+    except OSError as err:
+        raise UsageError(f"--output {output} cannot be written: {err.strerror or err}") from err

@@ -1,0 +1,84 @@
+"""The package's import graph has no cycle, function-level and TYPE_CHECKING imports included (issue 17)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of ctxagent by dotted name (a package by its own name)."""
+    found = {}
+    for path in (SRC / "ctxagent").rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom, is_package: bool, known: set[str]) -> list[str]:
+    """The ctxagent modules one import statement imports (a submodule, not its package, when named)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = module if is_package else module.rpartition(".")[0]
+    for _ in range(max(node.level - 1, 0)):
+        base = base.rpartition(".")[0]
+    target = (f"{base}.{node.module}" if node.module else base) if node.level else (node.module or "")
+    subs = [f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in known]
+    return subs if len(subs) == len(node.names) else [*subs, target]
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for target in _targets(name, node, path.name == "__init__.py", set(modules)):
+                    while target and target not in modules:
+                        target = target.rpartition(".")[0]
+                    if target and target != name:
+                        deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (a path that comes back to its start), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in sorted(graph[node]):
+            if state.get(dep) == 1:
+                return [*path[path.index(dep):], dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        state[node] = 2
+        path.pop()
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def test_the_graph_sees_function_level_imports():
+    graph = _graph()
+    assert "ctxagent.agent.litellm_backend" in graph["ctxagent.agent.model"]  # imported inside make_model
+    assert "ctxagent.cli" not in graph["ctxagent.cli.inspect"]  # `from ctxagent.cli import outputs_cmd`
+
+
+def test_no_import_cycles():
+    cycle = _cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_a_cycle_is_found():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
