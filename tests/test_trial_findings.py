@@ -66,3 +66,27 @@ def test_loop_guard_1_would_warn_on_every_first_call_and_is_refused(value):
     with pytest.raises(ProfileError, match="loop_guard"):
         parse_profile(f"loop_guard: {value}\n", source="p.yaml")
     assert parse_profile("loop_guard: 0\n", source="p.yaml").loop_guard == 0
+
+
+def test_a_file_name_with_byte_ff_as_list_dir_shows_it_reaches_the_real_file(tmp_path):
+    """list_dir shows byte 0xFF as \\xff; read_file of that name said 'no such file' and write_file
+    created a second file literally named with a backslash."""
+    import os
+
+    work = tmp_path / "work"
+    work.mkdir()
+    real = os.path.join(os.fsencode(work), b"f\xffe.txt")
+    with open(real, "wb") as fh:
+        fh.write(b"old text\n")
+    replies = [{"tool_calls": [call("l", "list_dir", path=".")]},
+               {"tool_calls": [call("r", "read_file", path="f\\xffe.txt")]},
+               {"tool_calls": [call("w", "write_file", path="f\\xffe.txt", content="new text\n")]},
+               {"content": "done"}]
+    _, out = _session(tmp_path, "ffname", replies, "--allow", "write_file")
+    assert out.returncode == 0, out.stderr
+    results = {r["message"]["tool_call_id"]: r["message"]["content"] for r in records("ffname")
+               if r["kind"] == "message" and r["message"]["role"] == "tool"}
+    assert "f\\xffe.txt" in results["l"] and results["r"] == "old text\n"
+    with open(real, "rb") as fh:
+        assert fh.read() == b"new text\n"
+    assert sorted(os.listdir(os.fsencode(work))) == [b"f\xffe.txt"]  # no literal backslash name

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -23,9 +24,20 @@ KILL_GRACE_S = 2.0  # between SIGTERM and SIGKILL of a timed-out process group
 _POLL_S = 0.05
 
 
+_SHOWN_BYTE = re.compile(r"\\x([89a-f][0-9a-f])", re.IGNORECASE)  # how list_dir shows a byte of a name
+
+
 def resolve(ctx: ToolContext, path: str) -> Path:
-    """``path`` (``~`` expanded) made absolute against ``ctx.workdir``."""
-    return (ctx.workdir / Path(path).expanduser()).absolute()
+    """``path`` (``~`` expanded) made absolute against ``ctx.workdir``. A name as ``list_dir`` shows
+    it, with ``\\xff`` standing for an undecodable byte, names the file that has that byte when no
+    file is literally named so (the model copies names from listings)."""
+    target = (ctx.workdir / Path(path).expanduser()).absolute()
+    if "\\x" in path and not os.path.lexists(target):
+        raw = _SHOWN_BYTE.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), path)
+        candidate = (ctx.workdir / Path(raw).expanduser()).absolute()
+        if os.path.lexists(candidate):
+            return candidate
+    return target
 
 
 # --- shell -------------------------------------------------------------------------------------
