@@ -313,7 +313,12 @@ def test_sighup_kills_the_shell_process_group_and_writes_an_interrupted_end_reco
         time.sleep(0.05)
     child = int(pidfile.read_text())
     proc.send_signal(signal.SIGHUP)
-    _, err = proc.communicate(timeout=30)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # say what ctxagent was doing, rather than leak the process
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"ctxagent did not end within 30 s of SIGHUP; its stderr: {err[-2000:]}")
     assert proc.returncode == 129, err
     deadline = time.monotonic() + 5
     while _alive(child) and time.monotonic() < deadline:
