@@ -30,6 +30,7 @@ from typing import Any
 
 from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import FileTouch, MessageRecord
+from ctxagent.tools.base import ERROR_PREFIX
 
 FILE_TOOLS = {"read_file": "read", "write_file": "write"}
 PURE_TOOLS = frozenset({"read_output", "grep_output", "query_output", "output_info"})
@@ -150,6 +151,11 @@ def touch_of(call: ToolCall, workdir: Path) -> FileTouch | None:
     return FileTouch(path=str(path), op=FILE_TOOLS[call.name], sha256=digest(path), args=args)  # type: ignore[arg-type]
 
 
+def may_repeat(name: str) -> bool:
+    """Whether a call of tool ``name`` can be answered by a repeat note (pure tools, file reads)."""
+    return name in PURE_TOOLS or FILE_TOOLS.get(name) == "read"
+
+
 def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[str], stored: set[str],
                 pure: dict[str, tuple[str, int]]) -> tuple[str, str] | None:
     """A short note instead of running ``call`` again and the handle it names, or None (run it).
@@ -166,8 +172,8 @@ def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[
                     f"({'still in your context above' if handle in verbatim else 'stored'}) and cannot "
                     f"have changed. read_output('{handle}') shows it again."), handle
         return None
-    target = file_target(call, workdir)
-    if target is None or FILE_TOOLS[call.name] != "read":
+    target = file_target(call, workdir) if may_repeat(call.name) else None
+    if target is None:
         return None
     path, args = target
     read = ledger.reads.get((str(path), args))
@@ -200,5 +206,5 @@ def loop_stop(k: int, session: str) -> str:
 
 
 def result_is_error(message: dict[str, Any]) -> bool:
-    """Whether a tool message reports an error (the toolset's ``ERROR: `` prefix)."""
-    return str(message.get("content") or "").startswith("ERROR: ")
+    """Whether a tool message reports an error (the toolset's :data:`ERROR_PREFIX`)."""
+    return str(message.get("content") or "").startswith(ERROR_PREFIX)

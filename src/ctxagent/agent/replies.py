@@ -46,6 +46,7 @@ from typing import Any
 
 from ctxagent.agent.model_types import REASONING_FIELDS, Reply, ToolCall, Usage
 from ctxagent.messages import Message
+from ctxagent.tools.base import ERROR_PREFIX
 
 INVALID_ARGUMENTS_KEY = "invalid_json_arguments"  # wire-only wrapper of unparsable arguments (native providers)
 STREAM_ENDED = "stream ended before a finish_reason"  # litellm 1.110.2's words for a stream without its end
@@ -240,6 +241,6 @@ def cut_call_error(reply: Reply, call: ToolCall) -> str | None:
         return None
     except ValueError:
         pass
-    return (f"ERROR: the reply was cut at the output limit (finish_reason \"length\") inside the arguments of "
+    return (f"{ERROR_PREFIX}the reply was cut at the output limit (finish_reason \"length\") inside the arguments of "
             f"{call.name}, so they are incomplete JSON ({len(call.arguments):,} characters arrived) and the call "
             "was not run. Make the call again with shorter arguments (write a large file in several parts).")

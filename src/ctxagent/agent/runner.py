@@ -162,18 +162,18 @@ class Runner:
         """Every pinned fact: the profile's, then the agent's (``pin`` tool), without repeats, then
         the file-activity ledger line as shown (agent/activity.py: a line that changed at every file
         read would restart the strategies' incremental folds each request). Kept verbatim always."""
-        ledger = self.state.ledger.line(self._workdir(), self.state.shown_files)
-        return list(dict.fromkeys([*self.profile.pins, *self.state.pins, *([ledger] if ledger else [])]))
+        return list(dict.fromkeys([*self.profile.pins, *self.state.pins, *self._ledger()]))
 
     def shown_pins(self) -> list[str]:
         """The pinned facts in the view's pins message: the profile's, then the agent's and the
         ledger as of the last compaction that cut history (not a mask/prune/dedupe batch): that
         message changes only when the prefix changes near the top anyway."""
-        ledger = self.state.ledger.line(self._workdir(), self.state.shown_files)
-        return list(dict.fromkeys([*self.profile.pins, *self.state.shown_pins, *([ledger] if ledger else [])]))
+        return list(dict.fromkeys([*self.profile.pins, *self.state.shown_pins, *self._ledger()]))
 
-    def _workdir(self) -> str:
-        return str(self.toolset.ctx.workdir)
+    def _ledger(self) -> list[str]:
+        """The ledger line as shown (none when no file was touched)."""
+        line = self.state.ledger.line(str(self.toolset.ctx.workdir), self.state.shown_files)
+        return [line] if line else []
 
     def request(self) -> list[Entry]:
         """The view the next request sends as things stand: the base view with the pins message."""
@@ -351,7 +351,7 @@ class Runner:
     def _repeat(self, call: Any) -> ToolOutcome | None:
         """A note instead of a repeat call whose result cannot have changed (agent/activity.py); the
         earlier result it names is stored first, so its handle resolves."""
-        if not self.profile.repeat_notes:
+        if not (self.profile.repeat_notes and activity.may_repeat(call.name)):  # no view scan for others
             return None
         verbatim = {e.handle: e for e in self.state.context.view
                     if e.handle is not None and e.kind == "message" and e.role == "tool"}

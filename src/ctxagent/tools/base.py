@@ -31,6 +31,7 @@ from typing import Any, Literal
 from ctxagent.sessions.store import OutputStore
 
 ToolKind = Literal["read", "write", "exec", "network"]
+ERROR_PREFIX = "ERROR: "  # starts every error tool result (the model reads it; strategies and notes test it)
 
 
 class ToolError(Exception):

@@ -20,11 +20,10 @@ from ctxagent.errors import UsageError
 from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import OutputRecord
 from ctxagent.tools import clean, permissions, user, values
-from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError
+from ctxagent.tools.base import ERROR_PREFIX, Spooled, Tool, ToolContext, ToolError
 from ctxagent.tools.catalog import BUILTIN, registry
 from ctxagent.tools.offload import OffloadPolicy, settle
 
-ERROR_PREFIX = "ERROR: "
 ERROR_MAX_CHARS = 2000  # of an error message kept in the tool message
 RAW_ARGUMENTS_SHOWN = 200  # characters of invalid JSON quoted back to the model
 
