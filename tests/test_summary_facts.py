@@ -243,3 +243,13 @@ def test_pipeline_and_build_return_the_warnings():
     built = ContextState(view=list(view)).build(steps, budget, turn=20, summarizer=spy, summarizer_window=2_500)
     assert built.warnings == [] and seen and max(seen) <= 2_500
     assert [c.strategy for c in built.compactions][:1] == ["summarize"]
+
+
+def test_an_error_line_cut_at_its_length_never_cuts_a_handle_in_two():
+    """Found by the law test: an error line cut at 200 characters ended in '(@call_' + '3', a
+    handle naming another output than '@call_3_0'."""
+    from ctxagent.strategies.facts import LINE_CHARS, values_in
+
+    line = "ERROR: " + "x" * (LINE_CHARS - 12) + " (@call_3_0) more"
+    cut = [value for _, value in values_in(line) if value.startswith("ERROR")][0]
+    assert len(cut) <= LINE_CHARS and "@call" not in cut

@@ -68,6 +68,7 @@ _ERROR = re.compile(
 _USELESS_ERROR = re.compile(r"^Traceback \(most recent call last\):?$")
 _TRAILING = ".,;:!?'\""
 RANK_COMMAND, RANK_CARRIED, RANK_ERROR = 2, 2, 5
+_PARTIAL_HANDLE = re.compile(r"@[A-Za-z0-9_./~%-]*$")
 
 
 def _matches(text: str) -> Iterator[tuple[int, int, str]]:
@@ -81,8 +82,16 @@ def _matches(text: str) -> Iterator[tuple[int, int, str]]:
     for line in text.splitlines(keepends=True):
         stripped = line.strip()
         if stripped and _ERROR.search(stripped) and not _USELESS_ERROR.match(stripped):
-            yield position + line.index(stripped[0]), RANK_ERROR, stripped[:LINE_CHARS].rstrip()
+            yield position + line.index(stripped[0]), RANK_ERROR, _cut(stripped)
         position += len(line)
+
+
+def _cut(line: str) -> str:
+    """``line`` cut to :data:`LINE_CHARS`, never inside a handle: a cut one would name another output
+    (``@call_3_0`` cut to ``@call_3``), so a handle the cut reaches is left out whole."""
+    if len(line) <= LINE_CHARS:
+        return line.rstrip()
+    return _PARTIAL_HANDLE.sub("", line[:LINE_CHARS]).rstrip()
 
 
 def values_in(text: str) -> list[tuple[int, str]]:
