@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,8 +43,8 @@ def fake_openai() -> Iterator[Callable[[Iterable[Item]], FakeOpenAI]]:
     """A factory: ``start(replies)`` runs a :class:`FakeOpenAI` playing ``replies``; all stop at teardown."""
     servers: list[FakeOpenAI] = []
 
-    def start(replies: Iterable[Item] = ()) -> FakeOpenAI:
-        server = FakeOpenAI(replies).start()
+    def start(replies: Iterable[Item] = (), **options: Any) -> FakeOpenAI:
+        server = FakeOpenAI(replies, **options).start()
         servers.append(server)
         return server
 

@@ -318,7 +318,7 @@ def test_grep_output_shows_a_window_of_a_long_line(ctx: ToolContext) -> None:
 
 def test_registry_and_specs(ctx: ToolContext) -> None:
     assert list(BUILTIN) == ["shell", "read_file", "write_file", "list_dir", "read_output", "grep_output",
-                             "query_output", "output_info", "recall", "pin"]
+                             "query_output", "output_info", "recall", "pin", "delegate"]
     specs = make_toolset(["shell", "read_output"], ctx, OffloadPolicy(1000)).specs()
     assert [spec["function"]["name"] for spec in specs] == ["shell", "read_output"]
     assert specs[0]["function"]["parameters"]["required"] == ["command"]

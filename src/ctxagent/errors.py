@@ -67,13 +67,15 @@ class SessionBusyError(CtxagentError):
 
 
 class LimitReached(CtxagentError):
-    """A bound ended the run. The session stays resumable. ``bound`` names it (``"max_turns"``)."""
+    """A bound ended the run. The session stays resumable. ``bound`` names it (``"max_turns"``,
+    ``"budget"``); ``fields`` are extra fields for the end record (a budget stop's limit, spent, left)."""
 
     exit_code = 3
 
-    def __init__(self, message: str, *, bound: str):
+    def __init__(self, message: str, *, bound: str, fields: dict[str, object] | None = None):
         super().__init__(message)
         self.bound = self.status = bound
+        self.fields = dict(fields or {})
 
 
 class ProviderError(CtxagentError):

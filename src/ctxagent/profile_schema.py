@@ -64,6 +64,45 @@ class RecallConfig(_Strict):
     top_k: int = Field(8, ge=1, le=50, description="hits recall returns by default")
 
 
+class Limits(_Strict):
+    """Spend limits of a run or of a session (None: no limit). Tokens are provider-reported (input
+    counts cached tokens too), cost in US dollars at litellm's per-model prices (cache prices
+    included), wall time in seconds. README "Budgets"."""
+
+    max_input_tokens: int | None = Field(None, ge=1, description="prompt tokens, summed over calls")
+    max_output_tokens_total: int | None = Field(None, ge=1, description="completion tokens, summed over calls")
+    max_cost_usd: float | None = Field(None, gt=0, description="US dollars")
+    max_wall_s: float | None = Field(None, gt=0, description="seconds of wall time")
+
+    def set(self) -> dict[str, float]:
+        """The limits that are set, by key."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class LimitsConfig(_Strict):
+    """The circuit breaker (agent/budgets.py): limits per run and per session (a session's spend
+    sums all its runs, survives resume), and the fraction of a limit at which a warning is given."""
+
+    run: Limits = Limits()
+    session: Limits = Limits()
+    warn_at: float = Field(0.8, gt=0, lt=1, description="fraction of a limit that warns once")
+
+
+class DelegateConfig(_Strict):
+    """The ``delegate`` tool (agent/delegate.py): message-size contracts between agents (tokens),
+    children run at once, nesting depth, the children's profile and model (None: the parent's) and the share
+    of the parent's remaining run budget a child gets when the call names no budget."""
+
+    assignment_max_tokens: int = Field(500, ge=10, description="largest assignment, tokens")
+    result_max_tokens: int = Field(1000, ge=10, description="largest result kept inline, tokens")
+    max_concurrent: int = Field(3, ge=1, le=16, description="children running at once")
+    max_depth: int = Field(1, ge=1, le=4, description="levels of children below the top agent")
+    profile: str | None = None
+    model: str | None = Field(None, description="the children's model (litellm string or scripted:PATH)")
+    max_turns: int = Field(15, ge=1, description="model calls of one child")
+    budget_share: float = Field(0.25, gt=0, le=1, description="of the parent's remaining run budget")
+
+
 class StrategyConfig(BaseModel):
     """One step of a pipeline: the strategy's registered name, its trigger, its parameters.
 
@@ -134,6 +173,8 @@ class Profile(_Strict):
     # thrash guard: after this many requests in a row that compacted (more than a view-only step),
     # the next compaction goes to half the target; after twice as many the run stops (exit 3); 0: off
     thrash_turns: int = Field(3, ge=0, description="consecutive compacting requests before escalation")
+    limits: LimitsConfig = LimitsConfig()  # budgets: a circuit breaker on tokens, money and time
+    delegate: DelegateConfig = DelegateConfig()  # sub-agents (the delegate tool)
 
     @field_validator("loop_guard")
     @classmethod

@@ -204,11 +204,16 @@ class FakeOpenAI:
 
     ``check_pairs=False`` accepts PAIR-breaking requests (a lax provider); ``require_reasoning_content``
     rejects assistant tool-call messages sent back without ``reasoning_content``, as DeepSeek does.
+    ``routes`` maps a text to its own script: a request whose first user message contains the text
+    is answered from that script (in order) instead of the main one, so agents that run at the same
+    time (sub-agents) each get their own replies whatever order their requests arrive in.
     """
 
     def __init__(self, replies: Iterable[Item] = (), *, check_pairs: bool = True,
-                 require_reasoning_content: bool = False):
+                 require_reasoning_content: bool = False, routes: dict[str, list[Item]] | None = None):
         self.script: list[Item] = [checked_item(item) for item in replies]
+        self.routes = {key: [checked_item(item) for item in items] for key, items in (routes or {}).items()}
+        self._routed = dict.fromkeys(self.routes, 0)
         self.check_pairs = check_pairs
         self.require_reasoning_content = require_reasoning_content
         self.requests: list[dict[str, Any]] = []
@@ -311,9 +316,14 @@ class FakeOpenAI:
             self.requests.append(request)
             self.cached.append(0)
             index = len(self.cached) - 1
+            route = _route_of(messages, self.routes)
             if problems or missing is not None:
                 self.rejected.append(request)
                 item, number = None, 0
+            elif route is not None:
+                played = self._routed[route]
+                item, number = (self.routes[route] + [None])[played], self.served + 1
+                self._routed[route] += item is not None
             elif self.served < len(self.script):
                 item, number = self.script[self.served], self.served + 1
                 self.served += 1
@@ -342,3 +352,12 @@ class FakeOpenAI:
         with self._lock:
             self.cached[index] = cached
         return 200, answer, {CUT: "1"} if item.get("cut") else {}
+
+
+def _route_of(messages: list[dict[str, Any]], routes: dict[str, list[Item]]) -> str | None:
+    """The first route key found in the first user message of ``messages`` (None: the main script)."""
+    if not routes:
+        return None
+    first = next((m for m in messages if m.get("role") == "user"), {})
+    text = first.get("content") if isinstance(first.get("content"), str) else json.dumps(first.get("content"))
+    return next((key for key in routes if key in (text or "")), None)

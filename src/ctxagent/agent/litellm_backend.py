@@ -300,6 +300,10 @@ class LiteLLMModel:
         self.stream = stream
         self.on_retry = on_retry
 
+    def price(self, prompt_tokens: int, completion_tokens: int) -> float | None:
+        """US dollars a call with these token counts costs uncached (:func:`completion_cost`; None: no price)."""
+        return completion_cost(self.name, prompt_tokens, completion_tokens)
+
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> Reply:
         """One model call: ``messages`` (OpenAI format) and ``tools`` (OpenAI tool schemas, may be empty).
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from ctxagent.messages import Message, ToolCall, tool_call
 
-__all__ = ["REASONING_FIELDS", "Model", "Reply", "ToolCall", "Usage", "read_usage", "to_stderr"]
+__all__ = ["REASONING_FIELDS", "Model", "Reply", "ToolCall", "Usage", "price_of", "read_usage", "to_stderr"]
 
 # Assistant-message fields that carry the model's reasoning, kept and sent back as litellm expects them
 # (DeepSeek/Kimi ``reasoning_content``, Anthropic ``thinking_blocks`` with signatures; agent/replies.py).
@@ -108,3 +108,10 @@ class Model(Protocol):
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> Reply:
         """One model call. Raises ``ProviderError`` (or ``ProviderContextError``) on failure."""
         ...
+
+
+def price_of(model: Any, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """US dollars ``model`` charges for a call with these token counts, uncached (its ``price``
+    method; None when it has none or no price is known)."""
+    price = getattr(model, "price", None)
+    return None if price is None else price(prompt_tokens, completion_tokens)

@@ -10,37 +10,35 @@ by a crash gets a synthetic "interrupted" result when the session is opened agai
 
 from __future__ import annotations
 
+import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from ctxagent.agent import activity
+from ctxagent.agent.budgets import Breaker, session_limits
 from ctxagent.agent.context import check_budget, check_protected, compaction_of, largest_parts, record_of, with_pins
-from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, Warned
+from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, Warned
 from ctxagent.agent.model import Model, Reply
-from ctxagent.agent.replies import cut_call_error
+from ctxagent.agent.model_types import price_of
 from ctxagent.agent.sinks import MemorySink, Sink, TranscriptSink
 from ctxagent.agent.state import SessionState
+from ctxagent.agent.tool_calls import INTERRUPTED, Delegates, ToolCalls
 from ctxagent.agent.turns import (
     Peek,
     emergency_steps,
     make_budget,
     same_prefix,
     summarizer_window,
+    thrash_plan,
     usage_record,
     value_of,
     with_call_ids,
 )
-from ctxagent.errors import (
-    ContextOverflowError,
-    CtxagentError,
-    LimitReached,
-    ProviderContextError,
-    ProviderError,
-)
+from ctxagent.errors import ContextOverflowError, CtxagentError, LimitReached, ProviderContextError, ProviderError
 from ctxagent.messages import Message
 from ctxagent.profile import Path_, Profile, StrategyConfig
+from ctxagent.profile_schema import Limits
 from ctxagent.sessions import records, redact
 from ctxagent.sessions.redact import RedactingStore
 from ctxagent.sessions.session import Session, sessions_root
@@ -49,15 +47,17 @@ from ctxagent.strategies.base import Budget, Entry
 from ctxagent.tokens import count_message, count_tools
 from ctxagent.tools.offload import store_text
 from ctxagent.tools.permissions import Gate
-from ctxagent.tools.toolset import ERROR_PREFIX, ToolOutcome, Toolset
+from ctxagent.tools.toolset import Toolset
 
 MAX_RECOVERIES = 2  # emergency compactions per turn after a provider "context too long"
 SUMMARIZER_SYSTEM = "You compress an agent's working transcript. Follow the instructions in the user message exactly."
-INTERRUPTED = "[ctxagent] interrupted: this tool call did not finish (the process stopped); run it again if needed"
+CHECKPOINT_ON_STOP = StrategyConfig(strategy="checkpoint", trigger=0, target=0.01, llm=False, keep_turns=1)
+"""The checkpoint a budget stop writes: the history before the last unit, deterministic (no LLM call)."""
 
 
-class Runner:
-    """Runs turns of one session from its folded ``state``. The caller holds the writer lock
+class Runner(ToolCalls):
+    """Runs turns of one session from its folded ``state``, within the run ``limits`` (None: the
+    profile's ``limits.run``) and the session's. The caller holds the writer lock
     (except for a :meth:`peek`, whose sink writes nothing).
 
     Every record goes through :meth:`_append`: written by the sink, then applied to the state by
@@ -66,19 +66,23 @@ class Runner:
     """
 
     def __init__(self, session: Session, state: SessionState, profile: Profile, model: Model, toolset: Toolset,
-                 *, sink: Sink | None = None, summarizer_model: Callable[[], Model] | None = None):
+                 *, sink: Sink | None = None, summarizer_model: Callable[[], Model] | None = None,
+                 limits: Limits | None = None):
         assert state.settings is not None, "a session state without header"
         self.session, self.state, self.profile, self.model, self.toolset = session, state, profile, model, toolset
         self.sink: Sink = sink or TranscriptSink(session)
         self.store = RedactingStore(session.store.root, redact.default())  # secrets of the run's environment
         self._summarizer_model = summarizer_model
-        # this run's usage (tokens); cost in US dollars, None while no call had a known price
-        self.usage: dict[str, Any] = {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "cost_usd": None}
         self.tool_specs = toolset.specs()
         self.tool_tokens = count_tools(self.tool_specs, state.settings.model)
         # permissions (tools/permissions.py): the profile's; the CLI adds --allow grants and a prompt
         self.gate = Gate(profile.permissions, self.path, workdir=toolset.ctx.workdir, readable=[session.store.root],
                          protected=[sessions_root()])
+        self.breaker = Breaker(limits or profile.limits.run,
+                               session_limits(profile.limits.session, state.settings.limits), state,
+                               warn_at=profile.limits.warn_at)
+        self.delegator: Delegates | None = None  # set by agent/setup.py when the toolset has ``delegate``
+        self.stop = threading.Event()  # set: stop at the next step (shared with sub-agents)
         self._close_open_calls()
 
     @property
@@ -110,9 +114,11 @@ class Runner:
         delete the spool files a killed tool left in the output store."""
         if self.sink.writes_files:
             self.store.clean_spools()
-        for call_id in list(self.state.open_calls):
-            self._append(self._message({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED},
-                                       self.state.replies, handle=self.state.new_handle(call_id)))
+        delegated = any(self.state.open_call(i).name == "delegate" for i in self.state.open_calls)
+        if not (self.sink.writes_files and "delegate" in self.toolset.tools and delegated):
+            for call_id in list(self.state.open_calls):  # else run() resumes the sub-agents first
+                self._append(self._message({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED},
+                                           self.state.replies, handle=self.state.new_handle(call_id)))
         for note in self.state.repair_notes() if self.sink.writes_files else []:  # PAIR repairs, said once
             warnings.warn(f"session {self.session.name}: {note.text}", TranscriptWarning, stacklevel=2)
             self._append(note)
@@ -121,6 +127,11 @@ class Runner:
     def budget(self) -> Budget:
         assert self.state.settings is not None
         return make_budget(self.profile, self.state.settings.context_window, self.tool_tokens, self.state.scale)
+
+    def spend(self) -> dict[str, Any]:
+        """``{"run": usage, "session": usage}`` (:meth:`Spend.as_json` shape) of the spend so far."""
+        return {"run": self.breaker.run_spend(self.state).as_json(),
+                "session": self.breaker.session_spend(self.state).as_json()}
 
     def needs_input(self) -> bool:
         """Whether the session cannot continue without a new user message (see SessionState)."""
@@ -134,6 +145,7 @@ class Runner:
         """
         limit = max_turns or self.profile.max_turns
         try:
+            yield from self._finish_open_calls()
             if user_input is not None:  # refused before it is written: an end record says why
                 self._check_fits(user_input)
                 if self.state.next_seq == 0:
@@ -151,10 +163,13 @@ class Runner:
                                f"'ctxagent resume --session {self.session.name}' continues",
                                bound="max_turns")
         except KeyboardInterrupt:
+            self.stop.set()  # sub-agents stop at their next step and write their end records
+            if self.delegator is not None:
+                self.delegator.stop()
             self._end("interrupted", "Ctrl-C")
             raise
         except CtxagentError as err:
-            self._end(err.status, str(err))
+            self._end(err.status, str(err), **getattr(err, "fields", {}))
             yield Finished(err.status, None, self.state.turn, str(err))
             raise
 
@@ -257,6 +272,8 @@ class Runner:
         check_protected(with_pins(probe, self.pins(), self.model_name), self.budget())
 
     def _step(self) -> Iterator[Event]:
+        if self.stop.is_set():  # the parent of this sub-agent was stopped
+            raise KeyboardInterrupt
         turn = self.state.replies + 1
         budget, escalation = yield from self._thrash_guard(self.budget())
         before = self.last_request()
@@ -268,6 +285,7 @@ class Runner:
                 raise ContextOverflowError("emergency compaction could not shrink the context any "
                                            "further; the identical request is not sent twice")
             sent.append(messages)
+            yield from self._spend_check(view, budget)
             yield Requesting(turn, budget.total(view), budget.window, len(messages), same_prefix(before, view))
             try:
                 reply: Reply = self.model.complete(messages, self.tool_specs)
@@ -291,109 +309,51 @@ class Runner:
                     ) from err
         reply = with_call_ids(reply, self.state.next_seq, self.state.call_ids)
         self._record_reply(reply, view, turn)
+        yield from self._spend_warnings()
         yield Replied(turn, reply)
         return reply
 
     def _thrash_guard(self, budget: Budget) -> Iterator[Event]:
-        """The budget and extra steps: after ``thrash_turns`` compacting requests in a row, half the target and a
-        truncation to it (room whatever the pipeline keeps); ``LimitReached`` (exit 3) after twice as many."""
-        k, streak = self.profile.thrash_turns, self.state.compaction_streak()
-        if not k or streak < k:
-            return budget, []
-        if streak >= 2 * k:
-            raise LimitReached(f"thrash guard: the context was compacted on {streak} requests in a row, even at "
-                               f"half the target: the window is too small for this work or the profile's target "
-                               f"({self.profile.target}) too close to its trigger ({self.profile.trigger}); "
-                               f"'ctxagent resume --session {self.session.name} --profile P' continues with "
-                               "another profile", bound="thrash")
-        target = round(budget.target / 2, 4)
-        if streak == k:
-            yield self._warn("thrash guard", f"the context was compacted on {k} requests in a row; over "
-                             f"{budget.target:.0%} of the window it is now cut to {target:.0%}, to make room")
-        cut = StrategyConfig(strategy="truncate", trigger=budget.target, target=target)
-        return replace(budget, target=target), [cut]
+        """The budget and extra steps of this request under the thrash guard (turns.thrash_plan)."""
+        budget, steps, warning = thrash_plan(self.profile, self.state.compaction_streak(), budget, self.session.name)
+        if warning:
+            yield self._warn("thrash guard", warning)
+        return budget, steps
+
+    def _spend_check(self, view: list[Entry], budget: Budget) -> Iterator[Event]:
+        """Warn at 80% of a limit; before a request that would cross one, write a checkpoint (the
+        ``checkpoint`` strategy, deterministic: a breaker that trips must not spend) and stop:
+        ``LimitReached`` (status ``budget``, exit 3; agent/budgets.py)."""
+        yield from self._spend_warnings()
+        tokens, output = int(budget.estimate(view) * budget.scale + 0.5), self.profile.max_output_tokens
+        crossing = self.breaker.check(self.state, tokens, output, price_of(self.model, tokens, output))
+        if crossing is not None:
+            yield from self._build([CHECKPOINT_ON_STOP], budget)
+            raise crossing.error(self.session.name)
+
+    def _spend_warnings(self) -> Iterator[Event]:
+        for text in self.breaker.due(self.state):  # at 80% of a limit, once per run
+            yield self._warn("budget", text)
 
     def _record_reply(self, reply: Reply, view: list[Entry], turn: int) -> None:
         items: list[Any] = [self._message(reply.message(), turn)]
         if reply.usage is not None:
-            self._count_usage(reply)
             items.append(usage_record(reply.usage, turn, self.model.name, self.budget().estimate(view)))
         self._append(*items)
 
-    def _count_usage(self, reply: Reply) -> None:
-        assert reply.usage is not None
-        self.usage["prompt_tokens"] += reply.usage.prompt_tokens
-        self.usage["completion_tokens"] += reply.usage.completion_tokens
-        self.usage["cached_tokens"] += reply.usage.cached_tokens
-        if reply.usage.cost_usd is not None:
-            self.usage["cost_usd"] = (self.usage["cost_usd"] or 0.0) + reply.usage.cost_usd
+    def record_usage(self, record: records.UsageRecord) -> None:
+        """Append a usage record made elsewhere (a sub-agent's spend, agent/delegate.py)."""
+        self._append(record)
 
-    def _run_tools(self, reply: Reply) -> Iterator[Event]:
-        calls = reply.tool_calls
-        for index, call in enumerate(calls):
-            handle = self.state.new_handle(call.id)
-            repeats = activity.streak(self.state.signatures, len(self.state.signatures) - len(calls) + index)
-            if 0 < self.profile.loop_guard < repeats:
-                yield from self._stop_loop(calls[index:], repeats)
-            repeat = self._refused(call) or self._repeat(call)
-            cut = None if repeat else cut_call_error(reply, call)  # arguments cut at the output limit
-            outcome = repeat or (ToolOutcome(cut, True) if cut else self.toolset.call(call, handle))
-            if repeats == self.profile.loop_guard > 0:
-                outcome = replace(outcome, content=outcome.content + activity.loop_warning(repeats))
-                yield self._warn("loop guard", f"{call.name}: {repeats} identical calls in a row")
-            touch = None if outcome.is_error or repeat else activity.touch_of(call, self.toolset.ctx.workdir)
-            message = self._message({"role": "tool", "tool_call_id": call.id, "content": outcome.content},
-                                    self.state.replies, handle=handle, offloaded=outcome.output is not None,
-                                    file=touch)
-            self._append(*([outcome.output] if outcome.output is not None else []), message)
-            yield ToolDone(call, outcome.content, outcome.is_error, handle if outcome.output else None)
-
-    def _repeat(self, call: Any) -> ToolOutcome | None:
-        """A note instead of a repeat call whose result cannot have changed (agent/activity.py); the
-        earlier result it names is stored first, so its handle resolves."""
-        if not (self.profile.repeat_notes and activity.may_repeat(call.name)):  # no view scan for others
-            return None
-        verbatim = {e.handle: e for e in self.state.context.view
-                    if e.handle is not None and e.kind == "message" and e.role == "tool"}
-        repeat = activity.repeat_note(self.state.ledger, call, self.toolset.ctx.workdir, verbatim=set(verbatim),
-                                      stored=self.state.stored, pure=self.state.pure)
-        if repeat is None:
-            return None
-        note, handle = repeat
-        self._materialize([verbatim[handle]] if handle in verbatim else [])
-        return ToolOutcome(note, False)
-
-    def _stop_loop(self, calls: Sequence[Any], repeats: int) -> Iterator[Event]:
-        """Answer ``calls`` (the looping one and the rest of its reply) without running them, then
-        stop the run: ``LimitReached`` (exit 3, resumable)."""
-        text = activity.loop_stop(repeats, self.session.name)
-        for call in calls:
-            handle = self.state.new_handle(call.id)
-            self._append(self._message({"role": "tool", "tool_call_id": call.id, "content": ERROR_PREFIX + text},
-                                       self.state.replies, handle=handle))
-            yield ToolDone(call, text, True, None)
-        raise LimitReached(f"loop guard: {calls[0].name} was called {repeats} times in a row with the same "
-                           f"arguments; 'ctxagent resume --session {self.session.name}' continues", bound="loop_guard")
+    def gate_refuses(self, call: Any) -> bool:
+        """Whether the permission gate refuses ``call``."""
+        return self._refused(call) is not None
 
     def _warn(self, source: str, text: str) -> Warned:
         """Record a note (transcript) and return the event that shows it (stderr)."""
         self._append(records.NoteRecord(turn=self.state.replies, source=source, text=text))
         return Warned(source, text)
 
-    def _refused(self, call: Any) -> ToolOutcome | None:
-        """The error outcome of a call the permission gate refuses (None: it may run); the
-        decisions that involved asking the user are written to the transcript first."""
-        tool = self.toolset.tools.get(call.name)
-        if tool is None:
-            return None  # the toolset answers unknown tools
-        try:
-            refusal = self.gate.check_call(tool, call.arguments, call_id=call.id, turn=self.state.replies)
-        except (ValueError, OSError) as err:  # e.g. a NUL byte in a path: the model's mistake, not ours
-            refusal = f"{call.name} refused: its arguments cannot be checked ({err})"
-        decisions = self.gate.take_decisions()
-        if decisions:
-            self._append(*decisions)
-        return None if refusal is None else ToolOutcome(ERROR_PREFIX + refusal, True)
-
-    def _end(self, reason: str, detail: str = "") -> None:
-        self._append(records.EndRecord(reason=reason, turn=self.state.turn, detail=detail[:2000]))
+    def _end(self, reason: str, detail: str = "", **fields: Any) -> None:
+        self._append(records.EndRecord(reason=reason, turn=self.state.turn, detail=detail[:2000],
+                                       wall_s=self.breaker.lap(), **fields))

@@ -69,6 +69,10 @@ class ScriptedModel:
             raise UsageError(f"{path}: a script is a YAML list of replies")
         return cls([_reply(item, i, path) for i, item in enumerate(data)], name=f"scripted:{path}", start=start)
 
+    def price(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """A scripted reply costs nothing (US dollars)."""
+        return 0.0
+
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> Reply:
         if self.position >= len(self.replies):
             raise ProviderError(

@@ -6,17 +6,19 @@ Call :func:`open_runner` while holding the session's writer lock.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxagent.agent.delegate import Delegator, Opener
 from ctxagent.agent.model import Model, make_model
 from ctxagent.agent.runner import Runner
 from ctxagent.agent.sinks import MemorySink
 from ctxagent.agent.state import Settings, fold
 from ctxagent.errors import ProfileError, UsageError
 from ctxagent.profile import Path_, Profile, bundled_names, load_profile, parse_profile
+from ctxagent.profile_schema import Limits
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.strategies.base import Budget, Compaction, Entry
@@ -79,10 +81,11 @@ def _profile_text(spec: str) -> str | None:
 
 def wanted_settings(current: Settings | None, *, profile_spec: str | None, model_spec: str | None,
                     api_base: str | None, path: Path_, workdir: Path | None,
-                    tools: Sequence[str]) -> tuple[Settings, Profile]:
+                    tools: Sequence[str], limits: Mapping[str, float] | None = None) -> tuple[Settings, Profile]:
     """The settings a run asks for: the session's (``current``; None for a new session) with what
     the command line gives instead, and the profile they name. The context window is resolved
-    again only when the profile or model changes (or the profile now sets one).
+    again only when the profile or model changes (or the profile now sets one). ``limits``: session
+    limits the command line gives, merged over the ones it gave before.
 
     Raises ``ProfileError`` / ``UsageError`` for a bad profile or a model whose window is unknown.
     """
@@ -91,7 +94,8 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
         profile = load_profile(spec)
         model = absolute_model(model_spec or profile.model)
         settings = Settings(model, _profile_ref(spec), resolve_window(profile, model), path, api_base,
-                            str(workdir or Path.cwd()), tuple(absolute_spec(t) for t in tools), _profile_text(spec))
+                            str(workdir or Path.cwd()), tuple(absolute_spec(t) for t in tools), _profile_text(spec),
+                            tuple(sorted((limits or {}).items())))
         return settings, profile
     profile = load_profile(profile_spec) if profile_spec else session_profile(current)
     ref = _profile_ref(profile_spec) if profile_spec else current.profile
@@ -104,22 +108,27 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
         str(workdir) if workdir else current.workdir or str(Path.cwd()),
         tuple(absolute_spec(t) for t in tools) if tools else current.tools,
         _profile_text(profile_spec) if profile_spec else current.profile_text,
+        tuple(sorted({**dict(current.limits), **(limits or {})}.items())),
     ), profile
 
 
 def open_runner(session: Session, *, profile_spec: str | None, model_spec: str | None,
                 api_base: str | None, path: Path_, workdir: Path | None = None,
-                tools: Sequence[str] = ()) -> Runner:
+                tools: Sequence[str] = (), run_limits: Mapping[str, float] | None = None,
+                session_limits: Mapping[str, float] | None = None) -> Runner:
     """A runner for ``session``: its records folded into a state (ONE STATE), then the header of
     a new session, or a ``settings`` record of what this run changes, appended and applied.
 
     A resumed session keeps its model, api_base, profile, context window, working directory and
-    user tools unless new ones are given. Raises ``ProfileError``/``UsageError`` for a bad
-    profile, model, script, working directory or tool; nothing is written then.
+    user tools unless new ones are given. ``run_limits`` (over the profile's ``limits.run``) bound
+    this run; ``session_limits`` are recorded in the session (agent/budgets.py). Raises
+    ``ProfileError``/``UsageError`` for a bad profile, model, script, working directory or tool;
+    nothing is written then.
     """
     state = fold(session.transcript.records(repair=True), transcript_path=str(session.transcript.path))
     settings, profile = wanted_settings(state.settings, profile_spec=profile_spec, model_spec=model_spec,
-                                        api_base=api_base, path=path, workdir=workdir, tools=tools)
+                                        api_base=api_base, path=path, workdir=workdir, tools=tools,
+                                        limits=session_limits)
     assert settings.workdir is not None
     if not Path(settings.workdir).is_dir():
         raise UsageError(f"the working directory {settings.workdir} does not exist (or is not a directory)"
@@ -133,7 +142,8 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
         header = records.SessionHeader(name=session.name, model=settings.model, profile=settings.profile,
                                        context_window=settings.context_window, path=settings.path,
                                        api_base=settings.api_base, workdir=settings.workdir,
-                                       tools=list(settings.tools), profile_text=settings.profile_text)
+                                       tools=list(settings.tools), profile_text=settings.profile_text,
+                                       limits=dict(settings.limits) or None)
         session.transcript.append([header])
         state.apply(header)
     elif changes := state.settings.differences(settings):
@@ -141,7 +151,25 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
         session.transcript.append([change])
         state.apply(change)
     summarizer = summarizer_factory(profile, settings, state.summaries)
-    return Runner(session, state, profile, model, toolset, summarizer_model=summarizer)
+    limits = Limits.model_validate({**profile.limits.run.set(), **(run_limits or {})})
+    runner = Runner(session, state, profile, model, toolset, summarizer_model=summarizer, limits=limits)
+    if "delegate" in toolset.tools:
+        runner.delegator = Delegator(runner, _child_opener(settings, profile), profile.delegate)
+    return runner
+
+
+def _child_opener(parent: Settings, profile: Profile) -> Opener:
+    """How a sub-agent of a session with ``parent`` settings is opened (agent/delegate.py): the
+    parent's model (or ``delegate.model``), server, path, working directory and user tools; the
+    profile the call names, else ``delegate.profile``, else the parent's; the budget carved for it
+    recorded as its session limits (so its resume keeps them)."""
+    def open_child(session: Session, profile_spec: str | None, limits: dict[str, float]) -> Runner:
+        return open_runner(session, profile_spec=profile_spec or parent.profile,
+                           model_spec=profile.delegate.model or parent.model, api_base=parent.api_base,
+                           path=parent.path,
+                           workdir=Path(parent.workdir) if parent.workdir else None, tools=parent.tools,
+                           session_limits=limits)
+    return open_child
 
 
 def toolset_for(session: Session, profile: Profile, settings: Settings) -> Toolset:

@@ -48,6 +48,7 @@ class Settings:
     workdir: str | None = None
     tools: tuple[str, ...] = ()
     profile_text: str | None = None
+    limits: tuple[tuple[str, float], ...] = ()  # session limits from the command line, sorted by key
 
     @classmethod
     def of_header(cls, header: records.SessionHeader) -> Settings:
@@ -55,13 +56,16 @@ class Settings:
         text = header.profile_text if header.profile_text is not None else extra.get("profile_text")
         tools = header.tools or list(extra.get("tools") or [])
         return cls(header.model, header.profile, header.context_window, header.path, header.api_base,
-                   header.workdir, tuple(tools), text if isinstance(text, str) else None)
+                   header.workdir, tuple(tools), text if isinstance(text, str) else None,
+                   tuple(sorted((header.limits or {}).items())))
 
     def changed(self, record: records.SettingsRecord) -> Settings:
         """These settings with ``record``'s fields (those not None) in force."""
         updates = {f.name: getattr(record, f.name) for f in fields(self) if getattr(record, f.name, None) is not None}
         if "tools" in updates:
             updates["tools"] = tuple(updates["tools"])
+        if "limits" in updates:
+            updates["limits"] = tuple(sorted(updates["limits"].items()))
         return replace(self, **updates)
 
     def differences(self, wanted: Settings) -> dict[str, Any]:
@@ -70,7 +74,7 @@ class Settings:
         for f in fields(self):
             new = getattr(wanted, f.name)
             if new != getattr(self, f.name):
-                out[f.name] = list(new) if isinstance(new, tuple) else new
+                out[f.name] = dict(new) if f.name == "limits" else list(new) if isinstance(new, tuple) else new
         return out
 
 
@@ -82,8 +86,12 @@ class Usage:
     completion_tokens: int = 0
     cached_tokens: int = 0
     cost_usd: float = 0.0
+    calls: int = 0
+    priced: int = 0  # calls whose cost was known
 
     def add(self, record: records.UsageRecord) -> None:
+        self.calls += 1
+        self.priced += record.cost_usd is not None
         self.prompt_tokens += record.prompt_tokens
         self.completion_tokens += record.completion_tokens
         self.cached_tokens += record.cached_tokens
@@ -112,7 +120,8 @@ class SessionState:
     stored: set[str] = field(default_factory=set)  # handles whose value is in the output store
     scale: float = 1.0  # calibration: provider prompt tokens / our estimate
     summaries: int = 0  # summarizer calls made (a scripted summarizer resumes after them)
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = field(default_factory=Usage)  # every call of the session (summaries, sub-agents too)
+    wall_s: float = 0.0  # seconds the session's runs took, as their end records say
     ledger: activity.Ledger = field(default_factory=activity.Ledger)  # files read or written
     shown_files: list[activity.Touched] = field(default_factory=list)  # the ledger in the view (last compaction)
     signatures: list[str] = field(default_factory=list)  # of the latest tool calls (loop guard), oldest first
@@ -141,6 +150,7 @@ class SessionState:
             self._usage(record)
         elif isinstance(record, records.EndRecord):
             self.last_end = record.reason
+            self.wall_s += record.wall_s or 0.0
         elif isinstance(record, records.NoteRecord) and record.source == REPAIR_SOURCE and record.text in self.repairs:
             self.repairs.remove(record.text)
         elif isinstance(record, records.SessionHeader):
@@ -150,6 +160,14 @@ class SessionState:
             self.compacted_turns = 0  # new settings (say a profile after a thrash stop): the guard starts over
             self.settings = self.settings.changed(record)
             self.context.model = self.settings.model
+
+    def open_call(self, call_id: str) -> ToolCall:
+        """The tool call ``call_id`` of a reply still waiting for its result (``open_calls``)."""
+        for call in self._owners[call_id].get("tool_calls") or []:
+            if call.get("id") == call_id:
+                function = call.get("function") or {}
+                return ToolCall(call_id, str(function.get("name") or ""), str(function.get("arguments") or ""))
+        return ToolCall(call_id, "", "")
 
     def new_handle(self, call_id: str | None) -> str:
         """A handle no record of this session has taken yet, for a result of call ``call_id``."""

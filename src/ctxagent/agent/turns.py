@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ctxagent.agent.model import Reply, Usage
+from ctxagent.errors import LimitReached
 from ctxagent.profile import Profile, StrategyConfig
 from ctxagent.sessions import records
 from ctxagent.strategies import registry
@@ -104,3 +105,24 @@ def summarizer_window(profile: Profile, agent_window: int) -> int | None:
     from ctxagent.agent.litellm_backend import model_window  # only when a summary may be made
 
     return model_window(name)
+
+
+def thrash_plan(profile: Profile, streak: int, budget: Budget, session: str) -> tuple[Budget, list[StrategyConfig],
+                                                                                    str | None]:
+    """The thrash guard: after ``thrash_turns`` compacting requests in a row (``streak``), half the
+    target and a truncation to it (room whatever the pipeline keeps), with a warning the first time;
+    ``LimitReached`` (exit 3) after twice as many. Returns ``(budget, extra steps, warning)``."""
+    k = profile.thrash_turns
+    if not k or streak < k:
+        return budget, [], None
+    if streak >= 2 * k:
+        raise LimitReached(f"thrash guard: the context was compacted on {streak} requests in a row, even at "
+                           f"half the target: the window is too small for this work or the profile's target "
+                           f"({profile.target}) too close to its trigger ({profile.trigger}); "
+                           f"'ctxagent resume --session {session} --profile P' continues with "
+                           "another profile", bound="thrash")
+    target = round(budget.target / 2, 4)
+    warning = None if streak != k else (f"the context was compacted on {k} requests in a row; over {budget.target:.0%} "
+                                        f"of the window it is now cut to {target:.0%}, to make room")
+    cut = StrategyConfig(strategy="truncate", trigger=budget.target, target=target)
+    return replace(budget, target=target), [cut], warning

@@ -1,6 +1,6 @@
 """Command-line options shared by several commands, and the checks of what they name.
 
-- ``run`` and ``resume``: :class:`RunOptions`, the one definition of their twelve shared options
+- ``run`` and ``resume``: :class:`RunOptions`, the one definition of their shared options
   (each field's annotation is its typer option); :func:`with_run_options` makes a command take them.
 - ``inspect ...``: :data:`SessionOpt` and :func:`pick` (the named session, else the most recent).
 - ``--output FILE`` (``run``, ``resume``, ``inspect output``): :func:`check_output`.
@@ -44,6 +44,17 @@ WorkdirOpt = Annotated[Path | None, typer.Option("--workdir", help="Working dire
 ToolsOpt = Annotated[list[str] | None, typer.Option(
     "--tools", help="Add a tool: module:function, path/to/file.py:function, or the name of a built-in or "
     "installed (ctxagent.tools entry point) tool. Repeatable; kept for resume.")]
+MaxInputOpt = Annotated[int | None, typer.Option(
+    "--max-input-tokens", min=1, help="Budget: prompt tokens this run may use (summed over calls).")]
+MaxOutputOpt = Annotated[int | None, typer.Option(
+    "--max-output-tokens-total", min=1, help="Budget: reply tokens this run may use (summed over calls).")]
+MaxCostOpt = Annotated[float | None, typer.Option(
+    "--max-cost-usd", min=0.000001, help="Budget: US dollars this run may spend (litellm's prices).")]
+MaxWallOpt = Annotated[float | None, typer.Option(
+    "--max-wall-s", min=0.001, help="Budget: seconds of wall time this run may take.")]
+SessionLimitOpt = Annotated[list[str] | None, typer.Option(
+    "--session-limit", help="Budget of the whole session, KEY=VALUE (max_input_tokens, max_output_tokens_total, "
+    "max_cost_usd, max_wall_s); kept in the session. Repeatable.")]
 AnswerOutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", help="Write the answer's value to FILE: the value of an answer that is one handle "
     "(bytes exactly, arrays as .npy, JSON pretty), else the answer with its handles resolved.")]
@@ -65,10 +76,27 @@ class RunOptions:
     output: AnswerOutputOpt = None
     allow: AllowOpt = None
     allow_all: AllowAllOpt = False
+    max_input_tokens: MaxInputOpt = None
+    max_output_tokens_total: MaxOutputOpt = None
+    max_cost_usd: MaxCostOpt = None
+    max_wall_s: MaxWallOpt = None
+    session_limit: SessionLimitOpt = None
 
     def is_batch(self) -> bool:
         """The batch path: ``--batch``, ``--json``, or stdin not a terminal."""
         return self.batch or self.json_out or not sys.stdin.isatty()
+
+    def run_limits(self) -> dict[str, float]:
+        """The run limits the command line sets (``--max-*``), by profile key."""
+        given = {"max_input_tokens": self.max_input_tokens, "max_output_tokens_total": self.max_output_tokens_total,
+                 "max_cost_usd": self.max_cost_usd, "max_wall_s": self.max_wall_s}
+        return {k: v for k, v in given.items() if v is not None}
+
+    def session_limits(self) -> dict[str, float]:
+        """The session limits ``--session-limit`` sets. Raises ``UsageError`` for a bad item."""
+        from ctxagent.agent.budgets import parse_limits  # imports no litellm
+
+        return parse_limits(self.session_limit)
 
     def tool_specs(self) -> tuple[str, ...]:
         """The ``--tools`` specs, in order (empty when none)."""
@@ -80,6 +108,7 @@ class RunOptions:
         check_recordable(model=self.model, profile=self.profile, api_base=self.api_base, workdir=self.workdir,
                          tools=" ".join(self.tool_specs()))
         check_output(self.output)
+        self.session_limits()
 
 
 def with_run_options(command: Callable[..., None]) -> Callable[..., None]:

@@ -57,6 +57,7 @@ class BatchRenderer:
     def __init__(self, json_out: bool):
         self.json_out = json_out
         self.answer: str | None = None
+        self.warnings: list[str] = []  # said on stderr as they come, and in the --json object
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
 
     def start(self, session: Session, runner: Any) -> None:
@@ -65,6 +66,8 @@ class BatchRenderer:
     def event(self, event: Event) -> None:
         if isinstance(event, Finished):
             self.answer = event.answer
+        elif isinstance(event, Warned):
+            self.warnings.append(f"{event.source}: {event.text}")
         line = describe(event)
         if line:
             self.err.print(line, markup=False)
@@ -80,7 +83,7 @@ class BatchRenderer:
 
     def finish(self, result: dict[str, Any]) -> None:
         if self.json_out:
-            print(json.dumps(result, ensure_ascii=False), flush=True)
+            print(json.dumps({**result, "warnings": self.warnings}, ensure_ascii=False), flush=True)
         elif result.get("answer") is not None:
             print(result["answer"], flush=True)
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,12 +63,14 @@ def execute(session: Session, message: str | None, opts: RunOptions) -> None:
     result: dict[str, Any] = {"session": session.name, "status": "error", "answer": None, "turns": 0}
     code = 0
     runner = None
+    started = time.monotonic()
     existed = session.root.exists()
     try:
         with session.writer():
             runner = open_runner(session, profile_spec=opts.profile, model_spec=opts.model, api_base=opts.api_base,
                                  path="batch" if batch else "interactive",
-                                 workdir=opts.workdir.resolve() if opts.workdir else None, tools=opts.tool_specs())
+                                 workdir=opts.workdir.resolve() if opts.workdir else None, tools=opts.tool_specs(),
+                                 run_limits=opts.run_limits(), session_limits=opts.session_limits())
             grant(runner, opts.allow, opts.allow_all, interactive=not batch)  # --allow, --allow-all, the prompt
             if message is None and runner.needs_input():
                 raise UsageError(f"session {session.name!r} has nothing left to do; give a new message")
@@ -93,15 +96,28 @@ def execute(session: Session, message: str | None, opts: RunOptions) -> None:
     if not existed:
         _discard_if_unstarted(session)
     if runner is not None:
-        result.update(turns=runner.state.turn, usage=runner.usage)
+        result.update(_spend(runner, started))
     if code == 0 and batch and renderer.answer is not None:
         code = _deliver(session, renderer.answer, opts.output, result, opts.json_out)
     result.update({key: mend(result[key]) for key in ("answer", "error") if isinstance(result.get(key), str)})
+    result["is_error"] = code != 0
     if code == 129:  # the terminal is gone: what cannot be shown is dropped, the exit code stays
         _quietly(renderer.finish, result)
     else:
         renderer.finish(result)
     raise typer.Exit(code)
+
+
+def _spend(runner: Any, started: float) -> dict[str, Any]:
+    """The ``--json`` fields of what was spent: ``turns`` (the session's turns), ``run_turns`` (model
+    calls of this run), ``usage`` (this run's) and ``session_usage`` (every run's; both with tokens,
+    ``cost_usd``, ``calls``, ``wall_s``), the ``limits`` in force, ``model``, ``duration_s`` and
+    ``cost_usd`` (this run's)."""
+    spend = runner.spend()
+    return {"turns": runner.state.turn, "run_turns": spend["run"]["calls"], "usage": spend["run"],
+            "session_usage": spend["session"], "model": runner.model_name,
+            "duration_s": round(time.monotonic() - started, 3), "cost_usd": spend["run"]["cost_usd"],
+            "limits": runner.breaker.limits()}
 
 
 def _quietly(show: Any, *args: Any) -> None:

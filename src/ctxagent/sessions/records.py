@@ -59,6 +59,7 @@ class SessionHeader(_Record):
     workdir: str | None = None  # absolute; None in sessions written before it was recorded
     tools: list[str] = Field(default_factory=list)  # --tools specs, absolute
     profile_text: str | None = None  # a profile file's YAML, kept so resume survives its deletion
+    limits: dict[str, float] | None = None  # session limits the command line set (--session-limit)
 
 
 class SettingsRecord(_Record):
@@ -73,6 +74,7 @@ class SettingsRecord(_Record):
     workdir: str | None = None
     tools: list[str] | None = None
     path: Literal["batch", "interactive"] | None = None
+    limits: dict[str, float] | None = None  # all the session limits the command line set, as now in force
 
 
 class FileTouch(BaseModel):
@@ -146,10 +148,19 @@ class CompactionRecord(_Record):
 
 
 class EndRecord(_Record):
+    """The end of a run (or of one answer of an interactive run). ``wall_s``: seconds the run took
+    since it started or since its previous end record (a session's wall time is their sum). A stop
+    by a budget names the ``limit`` (``run.max_cost_usd``), the amount ``spent`` and the amount ``left``
+    (in the limit's unit: tokens, US dollars or seconds)."""
+
     kind: Literal["end"] = "end"
     reason: str
     turn: int
     detail: str = ""
+    wall_s: float | None = None
+    limit: str | None = None
+    spent: float | None = None
+    left: float | None = None
 
 
 class PermissionRecord(_Record):

@@ -339,8 +339,8 @@ class RedactingStore(OutputStore):
     :meth:`clean_spools` removes the ones a killed process left behind.
     """
 
-    def __init__(self, root: Path, redactor: Redactor | None = None):
-        super().__init__(root)
+    def __init__(self, root: Path, redactor: Redactor | None = None, linked: Any = None):
+        super().__init__(root, linked)
         self._redactor = redactor
 
     @property

@@ -23,6 +23,7 @@ from ctxagent.sessions.transcript import Transcript
 if TYPE_CHECKING:
     from ctxagent.sessions.records import SessionHeader
 
+AGENTS = "agents"  # the folder of a session's sub-agent sessions
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -69,8 +70,36 @@ class Session:
 
     @classmethod
     def at(cls, name: str) -> Session:
-        """The session called ``name`` (it may not exist yet). Raises ``UsageError`` on a bad name."""
-        return cls(check_name(name), sessions_root() / name)
+        """The session called ``name`` (it may not exist yet): ``NAME``, or ``NAME/CHILD[/...]`` for a
+        sub-agent's session (``<parent>/agents/<child>``). Raises ``UsageError`` on a bad name."""
+        first, *children = name.split("/") if "/" in name and "" not in name.split("/") else [name]
+        root = sessions_root() / check_name(first)
+        for child in children:
+            if not (root / "transcript.jsonl").is_file():  # a/b names a sub-agent of an existing a only
+                check_name(name)
+            root = root / AGENTS / check_name(child)
+        return cls(name, root)
+
+    def child(self, name: str) -> Session:
+        """The session of this session's sub-agent ``name`` (it may not exist yet)."""
+        return Session(f"{self.name}/{check_name(name)}", self.root / AGENTS / name)
+
+    def children(self) -> list[Session]:
+        """The sessions of this session's sub-agents, oldest first."""
+        folder = self.root / AGENTS
+        found = [p for p in folder.iterdir() if (p / "transcript.jsonl").is_file()] if folder.is_dir() else []
+        found.sort(key=lambda p: ((p / "transcript.jsonl").stat().st_mtime, p.name))
+        return [self.child(p.name) for p in found]
+
+    def linked_outputs(self) -> list[Path]:
+        """The output folders this session's handles may also name (read only): its ancestors',
+        nearest first, then its descendants' (agent/delegate.py)."""
+        ups, root = [], self.root
+        while root.parent.name == AGENTS:
+            root = root.parent.parent
+            ups.append(root / "outputs")
+        downs = sorted(self.root.glob(f"{AGENTS}/**/outputs")) if (self.root / AGENTS).is_dir() else []
+        return ups + downs
 
     @property
     def transcript(self) -> Transcript:
@@ -80,7 +109,7 @@ class Session:
     def store(self) -> OutputStore:
         from ctxagent.sessions.redact import RedactingStore  # no secret reaches an output file
 
-        return RedactingStore(self.root / "outputs")
+        return RedactingStore(self.root / "outputs", linked=self.linked_outputs)
 
     def exists(self) -> bool:
         return (self.root / "transcript.jsonl").exists()

@@ -5,8 +5,9 @@ in :mod:`ctxagent.handles` (a scripted call ``read1`` gives ``@read1``, so a scr
 the output of an earlier scripted call). Files live at ``<session>/outputs/<handle without @><suffix>``:
 ``.out`` for text and raw bytes, ``.json`` for JSON values, ``.npy`` for numpy arrays (see
 ``ctxagent.tools.values``), with a ``<handle without @>.meta.json`` sidecar of metadata.
-Handles resolve only inside their own
-session's store.
+Handles resolve inside their own session's store first, then in the *linked* stores (read only):
+a sub-agent's store links its parent's, and a parent's its children's (agent/delegate.py), so a
+pipeline of agents passes handles, never values.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ctxagent.errors import UsageError
@@ -32,8 +34,9 @@ class OutputStore:
     Sizes are bytes. Files are written whole, bytes exactly as the tool produced them.
     """
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, linked: Callable[[], Sequence[Path]] | None = None):
         self.root = root
+        self.linked = linked  # more output folders read (never written) when a handle is not here
 
     def path_of(self, handle: str, suffix: str = ".out") -> Path:
         """The file that holds (or will hold) ``handle``'s output in the format of ``suffix``.
@@ -49,15 +52,21 @@ class OutputStore:
 
         Raises ``UsageError`` for a malformed handle.
         """
-        for suffix in SUFFIXES:
-            path = self.path_of(handle, suffix)
-            if path.is_file():
-                return path
+        for root in (self.root, *(self.linked() if self.linked else ())):
+            for suffix in SUFFIXES:
+                path = root / self.path_of(handle, suffix).name
+                if path.is_file():
+                    return path
         return None
 
     def meta_path(self, handle: str) -> Path:
-        """The metadata sidecar of ``handle`` (JSON). Raises ``UsageError`` for a malformed handle."""
-        return self.path_of(handle, META_SUFFIX)
+        """The metadata sidecar of ``handle`` (JSON): beside its value file when that is in a linked
+        store, else in this one. Raises ``UsageError`` for a malformed handle."""
+        own = self.path_of(handle, META_SUFFIX)
+        if self.linked is None or own.exists():
+            return own
+        found = self.find(handle)
+        return own if found is None else found.with_name(own.name)
 
     def handles(self) -> list[str]:
         """Every handle with a value file in the store, oldest first."""
@@ -75,8 +84,8 @@ class OutputStore:
         return sorted(found, key=lambda h: (found[h], h))
 
     def taken(self, handle: str) -> bool:
-        """Whether ``handle`` has a value file or a sidecar in the store."""
-        return self.find(handle) is not None or self.meta_path(handle).exists()
+        """Whether ``handle`` has a value file or a sidecar in this store (linked ones not counted)."""
+        return any(self.path_of(handle, s).exists() for s in (*SUFFIXES, META_SUFFIX))
 
     def unique_handle(self, call_id: str) -> str:
         """A handle for ``call_id`` free in this store (:func:`ctxagent.handles.new_handle`); the

@@ -1,4 +1,7 @@
-"""Tools whose effect is on the context, not the world: ``pin`` and ``checkpoint``.
+"""Tools whose effect is on the context, not the world: ``pin``, ``checkpoint`` and ``delegate``.
+
+``delegate`` is declared here (its schema, so a profile lists it like any tool) but run by the
+runner (agent/delegate.py): it starts a sub-agent, which the tools layer cannot do.
 
 Both only acknowledge: the runner reads their calls from the transcript. ``pin`` adds a fact to the
 pinned facts every view carries verbatim (DESIGN.md, HEAD); a ``checkpoint`` call's arguments
@@ -29,6 +32,27 @@ PIN = Tool(
                  "it stays verbatim in your context for the rest of the session, whatever is compacted."),
     parameters=schema({"fact": {"type": "string", "description": "the fact, with its exact values"}}, ("fact",)),
     fn=_pin,
+)
+
+
+def _delegate(ctx: ToolContext, **arguments: Any) -> str:
+    raise ToolError("delegate runs only inside a ctxagent run (the runner starts the sub-agent)")
+
+
+DELEGATE = Tool(
+    name="delegate",
+    description=("Hand a self-contained task to a sub-agent, which works in its own context with the same tools "
+                 "and returns its answer. Keep the task short (a few hundred tokens at most): pass large inputs "
+                 "as handles (@abc), which the sub-agent can read. A long answer comes back as a preview and "
+                 "a handle. Several delegate calls in one reply run at the same time."),
+    parameters=schema({
+        "task": {"type": "string", "description": "the assignment: what to do and what to return"},
+        "profile": {"type": "string", "description": "a bundled profile for the sub-agent (default: yours)"},
+        "max_cost_usd": {"type": "number", "description": "the sub-agent's budget in US dollars (from yours)"},
+        "max_input_tokens": {"type": "integer", "description": "the sub-agent's budget in prompt tokens"},
+    }, ("task",)),
+    fn=_delegate,
+    resolve_handles=False,  # handles in the task are pointers the sub-agent reads, not values to paste
 )
 
 

@@ -25,4 +25,5 @@ def registry(tools: Sequence[Tool]) -> dict[str, Tool]:
     return by_name
 
 
-BUILTIN: dict[str, Tool] = registry([*builtin.TOOLS, *outputs.TOOLS, *structured.TOOLS, recall.RECALL, agent_tools.PIN])
+BUILTIN: dict[str, Tool] = registry([*builtin.TOOLS, *outputs.TOOLS, *structured.TOOLS, recall.RECALL, agent_tools.PIN,
+                                    agent_tools.DELEGATE])

@@ -1,0 +1,207 @@
+"""Budgets: a circuit breaker on tokens, money and wall time (law BOUNDED, DESIGN.md).
+
+Limits come from the profile (``limits.run``, ``limits.session``) and the command line (``--max-*``
+for the run; ``--session-limit KEY=VALUE`` for the session, recorded in it so a resume keeps it). A
+run's spend counts the calls this process made; a session's counts every usage record of its
+transcript (summaries and sub-agents included) and the wall time its end records name.
+
+Before every model request, :meth:`Breaker.check` adds the request's own worst case to the spend:
+
+- input tokens: our calibrated estimate of the request's prompt;
+- output tokens: the whole reply reserve (``max_output_tokens``), since the reply may be that long;
+- cost: both priced at the model's *uncached* input and output prices (litellm's price map); a
+  prompt-cache hit can only make the request cheaper than that;
+- wall time: the time already spent (a request's duration cannot be known before it is sent).
+
+A request that would cross a limit is never sent (:class:`Crossing`); the runner then writes a
+checkpoint and an end record naming the limit, the amount spent and the amount left, and stops
+with ``LimitReached`` (exit 3, status ``budget``). At ``warn_at`` (default 80%) of a limit, one
+warning per limit and run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ctxagent.agent.state import SessionState, Usage
+from ctxagent.errors import LimitReached, UsageError
+from ctxagent.profile_schema import Limits
+
+UNITS = {"max_input_tokens": "input_tokens", "max_output_tokens_total": "output_tokens",
+         "max_cost_usd": "cost_usd", "max_wall_s": "wall_s"}
+"""Each limit key and the :class:`Spend` field it bounds."""
+
+FLAGS = {"max_input_tokens": "--max-input-tokens", "max_output_tokens_total": "--max-output-tokens-total",
+         "max_cost_usd": "--max-cost-usd", "max_wall_s": "--max-wall-s"}
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What was spent (or what one request may spend): tokens, US dollars, seconds, model calls."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+    wall_s: float = 0.0
+    calls: int = 0
+    priced: int = 0  # calls whose cost was known
+
+    @classmethod
+    def of(cls, usage: Usage, wall_s: float) -> Spend:
+        """The spend of a session state's usage totals and ``wall_s`` seconds."""
+        return cls(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.cost_usd, wall_s,
+                   usage.calls, usage.priced)
+
+    def amount(self, key: str) -> float:
+        """The amount limit ``key`` (``max_cost_usd``...) bounds."""
+        return float(getattr(self, UNITS[key]))
+
+    def minus(self, other: Spend) -> Spend:
+        """This spend less ``other`` (wall time kept: it is measured, not summed)."""
+        return Spend(self.input_tokens - other.input_tokens, self.output_tokens - other.output_tokens,
+                     self.cached_tokens - other.cached_tokens, round(self.cost_usd - other.cost_usd, 9),
+                     self.wall_s, self.calls - other.calls, self.priced - other.priced)
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``--json`` usage object: ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``
+        (tokens), ``cost_usd`` (None when no call had a known price), ``calls``, ``wall_s``."""
+        return {"prompt_tokens": self.input_tokens, "completion_tokens": self.output_tokens,
+                "cached_tokens": self.cached_tokens, "cost_usd": round(self.cost_usd, 6) if self.priced else None,
+                "calls": self.calls, "wall_s": round(self.wall_s, 3)}
+
+
+def shown(key: str, amount: float) -> str:
+    """``amount`` in the unit of limit ``key``: ``1,234 tokens``, ``$0.0123``, ``12.5 s``."""
+    if key == "max_cost_usd":
+        return f"${amount:.4f}"
+    if key == "max_wall_s":
+        return f"{amount:.1f} s"
+    return f"{amount:,.0f} tokens"
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """The limit the next request would cross: ``scope`` (``run`` or ``session``), the limit's
+    ``key`` and value, what was ``spent`` and what the request ``needs`` (its worst case)."""
+
+    scope: str
+    key: str
+    limit: float
+    spent: float
+    needs: float
+
+    @property
+    def left(self) -> float:
+        return max(0.0, self.limit - self.spent)
+
+    def error(self, session: str) -> LimitReached:
+        """The ``LimitReached`` (status ``budget``) that ends the run, its message saying how to go on."""
+        raise_it = (f"{FLAGS[self.key]} N" if self.scope == "run" else f"--session-limit {self.key}=N")
+        need = "" if self.key == "max_wall_s" else \
+            f", and the next request could need up to {shown(self.key, self.needs)}"
+        return LimitReached(
+            f"budget: the {self.scope}'s {self.key} is {shown(self.key, self.limit)}; spent "
+            f"{shown(self.key, self.spent)}, {shown(self.key, self.left)} left{need}; the request was not sent. "
+            f"'ctxagent resume --session {session}' continues ({raise_it} raises the limit)",
+            bound="budget", fields=self.fields())
+
+    def fields(self) -> dict[str, Any]:
+        """The end record's fields naming this crossing."""
+        return {"limit": f"{self.scope}.{self.key}", "spent": round(self.spent, 6), "left": round(self.left, 6)}
+
+
+class Breaker:
+    """The limits of one run of a session, and the clock of the run.
+
+    ``run`` and ``session`` are the limits in force; ``state`` the session state at the run's start
+    (its spend so far is the base the run's spend is counted from).
+    """
+
+    def __init__(self, run: Limits, session: Limits, state: SessionState, *, warn_at: float = 0.8,
+                 clock: Callable[[], float] = time.monotonic):
+        self.run, self.session, self.warn_at, self.clock = run.set(), session.set(), warn_at, clock
+        self.started = self._lap = clock()
+        self.base = Spend.of(state.usage, state.wall_s)
+        self.warned: set[str] = set()
+
+    def lap(self) -> float:
+        """Seconds since the run started or since the last lap (an end record's ``wall_s``)."""
+        now = self.clock()
+        seconds, self._lap = now - self._lap, now
+        return round(seconds, 3)
+
+    def session_spend(self, state: SessionState) -> Spend:
+        """The session's spend so far, this run's time included."""
+        return Spend.of(state.usage, state.wall_s + self.clock() - self._lap)
+
+    def run_spend(self, state: SessionState) -> Spend:
+        """This run's spend so far."""
+        return replace(self.session_spend(state).minus(self.base), wall_s=self.clock() - self.started)
+
+    def left(self, state: SessionState) -> dict[str, float]:
+        """What is left of each limited amount, the smaller of the run's and the session's, by key."""
+        left: dict[str, float] = {}
+        for _, limits, spent in self._scopes(state):
+            for key, limit in limits.items():
+                left[key] = min(left.get(key, limit), max(0.0, limit - spent.amount(key)))
+        return left
+
+    def limits(self) -> dict[str, dict[str, float]]:
+        """The limits in force by scope: ``{"run": {...}, "session": {...}}``."""
+        return {"run": dict(self.run), "session": dict(self.session)}
+
+    def check(self, state: SessionState, tokens: int, output: int, price: float | None) -> Crossing | None:
+        """The first limit a request of ``tokens`` prompt tokens, ``output`` reply tokens at most and
+        ``price`` US dollars (None: unknown) would cross, or None. Raises ``UsageError`` when a cost
+        limit is set but the price is unknown: the limit could not be kept."""
+        request = Spend(tokens, output, cost_usd=-1.0 if price is None else price)
+        for scope, limits, spent in self._scopes(state):
+            for key, limit in limits.items():
+                if key == "max_cost_usd" and request.cost_usd < 0:
+                    raise UsageError(f"{scope} limit {key} is set, but litellm has no price for this model, so "
+                                     "the cost cannot be counted; remove the limit or use a model with a known price")
+                if spent.amount(key) + request.amount(key) > limit:
+                    return Crossing(scope, key, limit, spent.amount(key), request.amount(key))
+        return None
+
+    def due(self, state: SessionState) -> list[str]:
+        """Warnings of limits now spent to ``warn_at`` or more, each said once per run."""
+        warnings: list[str] = []
+        for scope, limits, spent in self._scopes(state):
+            for key, limit in limits.items():
+                if spent.amount(key) >= self.warn_at * limit and f"{scope}.{key}" not in self.warned:
+                    self.warned.add(f"{scope}.{key}")
+                    warnings.append(f"the {scope} has spent {spent.amount(key) / limit:.0%} of its {key} "
+                                    f"({shown(key, spent.amount(key))} of {shown(key, limit)})")
+        return warnings
+
+    def _scopes(self, state: SessionState) -> list[tuple[str, dict[str, float], Spend]]:
+        return [("run", self.run, self.run_spend(state)), ("session", self.session, self.session_spend(state))]
+
+
+def session_limits(profile: Limits, recorded: tuple[tuple[str, float], ...]) -> Limits:
+    """The session limits in force: the profile's, with the ones the command line recorded instead."""
+    return Limits.model_validate({**profile.set(), **dict(recorded)})
+
+
+def parse_limits(items: list[str] | None, flag: str = "--session-limit") -> dict[str, float]:
+    """``KEY=VALUE`` items (``max_cost_usd=2``) as limits, checked like the profile's keys.
+    Raises ``UsageError`` naming the bad item."""
+    out: dict[str, float] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in UNITS:
+            raise UsageError(f"{flag} {item!r}: give KEY=VALUE with KEY one of {', '.join(UNITS)}")
+        try:
+            number = float(value)
+        except ValueError:
+            raise UsageError(f"{flag} {item!r}: {value!r} is not a number") from None
+        if not number > 0:
+            raise UsageError(f"{flag} {item!r}: a limit must be above 0")
+        out[key] = int(number) if key in ("max_input_tokens", "max_output_tokens_total") else number
+    return out

@@ -1,0 +1,250 @@
+"""Sub-agents: the ``delegate`` tool runs a child agent as a session of its own.
+
+Sources: seed "003" (token budgets for messages between agents, compression before transmission,
+budget headers) and the pointer paper's meta-harness (pass pointers, not values, between steps).
+
+- **Sessions.** A delegate call starts a child session ``<parent>/<child>`` (folder
+  ``<parent>/agents/<child>/``), the child named after the call's handle, with the parent's model,
+  server, working directory and path, and the profile the call names (a bundled one), else
+  ``delegate.profile``, else the parent's. Children never prompt: a tool that asks is refused
+  unless the parent's ``--allow`` grants it.
+- **Contracts, enforced by code.** An assignment over ``delegate.assignment_max_tokens`` tokens is
+  refused back to the model with its size (nothing starts). A result over
+  ``delegate.result_max_tokens`` is stored in the parent's output store under the call's handle
+  and reaches the parent as a preview and the handle (the offloading of ``tools/offload.py``
+  with the contract as the limit). Every message between agents starts with a budget header:
+  its size in tokens and the receiver's remaining budget.
+- **Budgets.** A child's run limits are carved out of what the parent has left (run and session
+  limits both): the call's own numbers, else ``delegate.budget_share`` of what is left, never more
+  than what is left once the children already started are counted. The child's spend is added to
+  the parent's transcript as a usage record of model ``agent:<child session>``.
+- **Concurrency.** The delegate calls of one reply start together in threads (at most
+  ``delegate.max_concurrent`` at once); their results are appended in call order. A child's
+  failure or budget stop is an error result the parent can act on. Ctrl-C or SIGTERM of the
+  parent stops the children at their next step; a parent killed outright leaves its calls open,
+  and its resume resumes the unfinished children (or reads the answer of a finished one) first.
+- **Handles cross agents.** A child reads its ancestors' outputs and a parent its descendants'
+  by handle (linked output stores, ``sessions/session.py``), read only.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ctxagent.agent.budgets import UNITS, Spend, shown
+from ctxagent.agent.runner import Runner
+from ctxagent.errors import CtxagentError
+from ctxagent.messages import ToolCall
+from ctxagent.profile import bundled_names
+from ctxagent.profile_schema import DelegateConfig
+from ctxagent.sessions import records
+from ctxagent.sessions.session import Session
+from ctxagent.tokens import count_text
+from ctxagent.tools.offload import OffloadPolicy, envelope_overhead, settle
+from ctxagent.tools.toolset import ERROR_PREFIX, ToolOutcome
+
+Opener = Callable[[Session, str | None, dict[str, float]], Runner]
+"""``opener(child_session, profile_spec, run_limits)``: the child's runner (the caller holds its lock)."""
+
+
+@dataclass
+class _Child:
+    """One delegate call being run: its call, handle, session, assignment and outcome."""
+
+    call: ToolCall
+    handle: str
+    session: Session
+    task: str = ""
+    profile: str | None = None
+    limits: dict[str, float] = field(default_factory=dict)
+    outcome: ToolOutcome | None = None
+    spend: Spend = field(default_factory=Spend)
+    thread: threading.Thread | None = None
+
+
+class Delegator:
+    """Runs the delegate calls of ``parent`` (a runner), opening children with ``opener``."""
+
+    def __init__(self, parent: Runner, opener: Opener, config: DelegateConfig):
+        self.parent, self.opener, self.config = parent, opener, config
+        self.depth = parent.session.name.count("/")
+        self._slots = threading.BoundedSemaphore(config.max_concurrent)
+        self._running: list[_Child] = []
+
+    # -- the parent's side --------------------------------------------------------------------
+    def start(self, calls: Sequence[ToolCall], handles: Sequence[str]) -> dict[str, Callable[[], ToolOutcome]]:
+        """Start the delegate calls among ``calls`` (``handles``: theirs, same order); returns, by
+        call id, a function that waits for the child and returns the call's outcome (call it in
+        call order, from the parent's thread)."""
+        waits: dict[str, Callable[[], ToolOutcome]] = {}
+        carved: dict[str, float] = {}
+        for call, handle in zip(calls, handles, strict=True):
+            if call.name != "delegate" or self.parent.gate_refuses(call):
+                continue
+            child = self._prepare(call, handle, carved)
+            if child.outcome is None:
+                child.thread = threading.Thread(target=self._run, args=(child,), daemon=True,
+                                                name=f"ctxagent-{child.session.name}")
+                self._running.append(child)
+                child.thread.start()
+            waits[call.id] = lambda child=child: self._collect(child)
+        return waits
+
+    def resume(self, call: ToolCall, handle: str) -> ToolOutcome:
+        """The outcome of a delegate call left open by a parent that was killed: its child resumed
+        (or its answer read when it had finished)."""
+        child = self._prepare(call, handle, {}, resuming=True)
+        if child.outcome is None:
+            self._run(child)
+        return self._collect(child)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Wait (up to ``timeout_s`` in all) for running children to stop after the parent's stop
+        event was set: each writes its end record at its next step."""
+        for child in list(self._running):
+            if child.thread is not None:
+                child.thread.join(timeout_s)
+
+    def _prepare(self, call: ToolCall, handle: str, carved: dict[str, float], *, resuming: bool = False) -> _Child:
+        """A child for ``call``, with its outcome already set when the call is refused."""
+        child = _Child(call, handle, self.parent.session.child(handle.lstrip("@").replace(".", "-")))
+        refusal = self._refusal(child, carved, resuming)
+        if refusal is not None:
+            child.outcome = ToolOutcome(ERROR_PREFIX + f"delegate refused: {refusal}", True)
+        return child
+
+    def _refusal(self, child: _Child, carved: dict[str, float], resuming: bool) -> str | None:
+        """Why the call cannot start (bad arguments, depth, contract, budget), or None; fills in
+        the child's task, profile and limits."""
+        try:
+            arguments = json.loads(child.call.arguments or "{}")
+        except ValueError as err:
+            return f"the arguments are not valid JSON ({err})"
+        task = arguments.get("task") if isinstance(arguments, dict) else None
+        if not isinstance(task, str) or not task.strip():
+            return "give the sub-agent a 'task' (a non-empty string)"
+        if self.depth >= self.config.max_depth:
+            return (f"a sub-agent at depth {self.depth} may not delegate further (delegate.max_depth "
+                    f"{self.config.max_depth}); do the task yourself")
+        size = count_text(task, self.parent.model_name)
+        if size > self.config.assignment_max_tokens:
+            return (f"the assignment is {size:,} tokens, over the contract of {self.config.assignment_max_tokens:,} "
+                    "(delegate.assignment_max_tokens); shorten it and pass large inputs as handles (@abc), "
+                    "which the sub-agent can read")
+        child.task, child.profile = task.strip(), arguments.get("profile") or self.config.profile
+        if child.profile is not None and child.profile not in (*bundled_names(), self.config.profile):
+            return f"profile {child.profile!r} is not one of the bundled profiles ({', '.join(bundled_names())})"
+        if resuming and child.session.exists():
+            return None  # the child keeps the limits it was given: its own header has them
+        limits, short = self._carve(arguments, carved)
+        child.limits = limits
+        return short
+
+    def _carve(self, arguments: dict[str, Any], carved: dict[str, float]) -> tuple[dict[str, float], str | None]:
+        """The child's run limits out of the parent's remaining budget, and why none is left (or None)."""
+        left = self.parent.breaker.left(self.parent.state)
+        limits: dict[str, float] = {}
+        for key in UNITS:
+            asked = arguments.get(key)
+            room = left.get(key)
+            if room is not None:
+                room -= carved.get(key, 0.0)
+                if room <= 0:
+                    return {}, f"your budget has no {key} left to give ({shown(key, left[key])} left in all)"
+                share = room if key == "max_wall_s" else room * self.config.budget_share
+                value = min(float(asked), room) if isinstance(asked, int | float) and asked > 0 else share
+            elif isinstance(asked, int | float) and asked > 0:
+                value = float(asked)
+            else:
+                continue
+            limits[key] = int(value) if key in ("max_input_tokens", "max_output_tokens_total") else value
+            if key != "max_wall_s":
+                carved[key] = carved.get(key, 0.0) + limits[key]
+        return limits, None
+
+    def _collect(self, child: _Child) -> ToolOutcome:
+        """Wait for ``child``, add its spend to the parent's transcript, return its outcome."""
+        if child.thread is not None:
+            child.thread.join()
+            self._running.remove(child)
+        if child.spend.calls:
+            s = child.spend
+            self.parent.record_usage(records.UsageRecord(
+                turn=self.parent.state.replies, model=f"agent:{child.session.name}", prompt_tokens=s.input_tokens,
+                completion_tokens=s.output_tokens, estimated_prompt_tokens=0, cost_usd=s.cost_usd if s.priced else None,
+                cached_tokens=s.cached_tokens))
+        assert child.outcome is not None
+        return child.outcome
+
+    # -- the child's side (a thread, or the parent's thread on resume) ------------------------
+    def _run(self, child: _Child) -> None:
+        """Run ``child`` to its answer; set its outcome (an error outcome on any failure)."""
+        with self._slots:
+            runner: Runner | None = None
+            try:
+                with child.session.writer():
+                    runner = self.opener(child.session, child.profile, child.limits)
+                    runner.stop = self.parent.stop
+                    runner.gate.granted |= self.parent.gate.granted
+                    runner.gate.allow_all = self.parent.gate.allow_all
+                    answer = self._answer(child, runner)
+                child.outcome = self._result(child, answer, runner)
+            except CtxagentError as err:
+                child.outcome = ToolOutcome(ERROR_PREFIX + self._failure(child, err.status, str(err)), True)
+            except KeyboardInterrupt:
+                child.outcome = ToolOutcome(ERROR_PREFIX + self._failure(child, "interrupted", "the run was stopped"),
+                                            True)
+            except Exception as err:  # a bug in a child must not take the parent down
+                child.outcome = ToolOutcome(ERROR_PREFIX + self._failure(child, "error", f"{type(err).__name__}: "
+                                                                         f"{err}"), True)
+            finally:
+                if runner is not None:
+                    child.spend = runner.breaker.run_spend(runner.state)
+
+    def _answer(self, child: _Child, runner: Runner) -> str:
+        """The child's answer: read when it had already answered, else run for it."""
+        if runner.state.users and runner.needs_input():  # answered before the parent was killed
+            return str(runner.state.context.view[-1].message.get("content") or "")
+        message = None if runner.state.users else self._assignment(child, runner)
+        answer = ""
+        for event in runner.run(message, max_turns=self.config.max_turns):
+            answer = getattr(event, "answer", None) or answer
+        return answer
+
+    def _assignment(self, child: _Child, runner: Runner) -> str:
+        """The child's first message: the budget header, then the task."""
+        size = count_text(child.task, self.parent.model_name)
+        budget = ", ".join(f"{k} {shown(k, v)}" for k, v in runner.breaker.limits()["run"].items()) or "no limit"
+        return (f"[ctxagent assignment from {self.parent.session.name}: {size:,} tokens (contract "
+                f"{self.config.assignment_max_tokens:,}); your budget: {budget}; an answer over "
+                f"{self.config.result_max_tokens:,} tokens reaches it as a preview and a handle, so put the "
+                f"essentials first; handles (@abc) in the task are readable with read_output]\n\n{child.task}")
+
+    def _result(self, child: _Child, answer: str, runner: Runner) -> ToolOutcome:
+        """The parent's tool result: the budget header, then the answer inline or, over the result
+        contract, stored under the call's handle with a preview."""
+        size = count_text(answer, self.parent.model_name)
+        limit = self.config.result_max_tokens + envelope_overhead(child.call.id, self.parent.model_name)
+        policy = replace(self.parent.toolset.policy, limit_tokens=limit) if isinstance(
+            self.parent.toolset.policy, OffloadPolicy) else OffloadPolicy(limit, model=self.parent.model_name)
+        content, record = settle(answer, call=child.call, tool_name="delegate", store=self.parent.toolset.ctx.store,
+                                 policy=policy, handle=child.handle)
+        spent = runner.breaker.run_spend(runner.state)
+        stored = f", stored as {child.handle} (over the contract of {self.config.result_max_tokens:,})" \
+            if record is not None else ""
+        header = (f"[ctxagent result of sub-agent {child.session.name}: {size:,} tokens{stored}; it spent "
+                  f"{spent.input_tokens + spent.output_tokens:,} tokens, {shown('max_cost_usd', spent.cost_usd)}; "
+                  f"{self._left_text()}]")
+        return ToolOutcome(f"{header}\n{content}", False, record)
+
+    def _left_text(self) -> str:
+        left = self.parent.breaker.left(self.parent.state)
+        return "your budget left: " + (", ".join(f"{k} {shown(k, v)}" for k, v in left.items()) or "no limit")
+
+    def _failure(self, child: _Child, status: str, detail: str) -> str:
+        return (f"sub-agent {child.session.name} stopped ({status}): {detail[:600]}; its work is kept: "
+                f"'ctxagent inspect transcript --session {child.session.name}'; {self._left_text()}")

@@ -1,0 +1,138 @@
+"""Running the tool calls of a reply: permissions, repeat notes, the loop guard, sub-agents.
+
+:class:`ToolCalls` is the part of :class:`~ctxagent.agent.runner.Runner` that turns a reply's tool
+calls into tool result records, appended in call order (PAIR, DESIGN.md). It is a mixin: the runner
+provides the attributes declared below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any, Protocol
+
+from ctxagent.agent import activity
+from ctxagent.agent.events import Event, ToolDone, Warned
+from ctxagent.agent.model import Reply
+from ctxagent.agent.replies import cut_call_error
+from ctxagent.agent.state import SessionState
+from ctxagent.errors import LimitReached
+from ctxagent.messages import Message, ToolCall
+from ctxagent.profile import Profile
+from ctxagent.sessions import records
+from ctxagent.sessions.session import Session
+from ctxagent.tools.permissions import Gate
+from ctxagent.tools.toolset import ERROR_PREFIX, ToolOutcome, Toolset
+
+INTERRUPTED = "[ctxagent] interrupted: this tool call did not finish (the process stopped); run it again if needed"
+
+
+class Delegates(Protocol):
+    """What the runner needs of the sub-agent runner (agent/delegate.py, which imports the runner)."""
+
+    def start(self, calls: Sequence[ToolCall], handles: Sequence[str]) -> dict[str, Callable[[], ToolOutcome]]: ...
+    def resume(self, call: ToolCall, handle: str) -> ToolOutcome: ...
+    def stop(self, timeout_s: float = 5.0) -> None: ...
+
+
+class ToolCalls:
+    """Tool execution for the runner (see the module docstring)."""
+
+    session: Session
+    state: SessionState
+    profile: Profile
+    toolset: Toolset
+    gate: Gate
+    delegator: Delegates | None
+
+    def _message(self, message: Message, turn: int, **extra: Any) -> records.MessageRecord:
+        raise NotImplementedError
+
+    def _append(self, *items: Any) -> None:
+        raise NotImplementedError
+
+    def _warn(self, source: str, text: str) -> Warned:
+        raise NotImplementedError
+
+    def _materialize(self, entries: list[Any]) -> None:
+        raise NotImplementedError
+
+    def _run_tools(self, reply: Reply) -> Iterator[Event]:
+        """Run the calls of ``reply`` and append their results in call order (PAIR); delegate calls
+        start together first (agent/delegate.py) and are collected in their turn."""
+        calls = reply.tool_calls
+        handles = [self.state.new_handle(call.id) for call in calls]
+        children = self.delegator.start(calls, handles) if self.delegator is not None else {}
+        for index, call in enumerate(calls):
+            handle = handles[index]
+            repeats = activity.streak(self.state.signatures, len(self.state.signatures) - len(calls) + index)
+            if 0 < self.profile.loop_guard < repeats:
+                yield from self._stop_loop(calls[index:], repeats, handles[index:])
+            repeat = self._refused(call) or self._repeat(call)
+            cut = None if repeat else cut_call_error(reply, call)  # arguments cut at the output limit
+            outcome = repeat or (ToolOutcome(cut, True) if cut else children[call.id]() if call.id in children
+                                 else self.toolset.call(call, handle))
+            if repeats == self.profile.loop_guard > 0:
+                outcome = replace(outcome, content=outcome.content + activity.loop_warning(repeats))
+                yield self._warn("loop guard", f"{call.name}: {repeats} identical calls in a row")
+            touch = None if outcome.is_error or repeat else activity.touch_of(call, self.toolset.ctx.workdir)
+            message = self._message({"role": "tool", "tool_call_id": call.id, "content": outcome.content},
+                                    self.state.replies, handle=handle, offloaded=outcome.output is not None,
+                                    file=touch)
+            self._append(*([outcome.output] if outcome.output is not None else []), message)
+            yield ToolDone(call, outcome.content, outcome.is_error, handle if outcome.output else None)
+
+    def _repeat(self, call: Any) -> ToolOutcome | None:
+        """A note instead of a repeat call whose result cannot have changed (agent/activity.py); the
+        earlier result it names is stored first, so its handle resolves."""
+        if not (self.profile.repeat_notes and activity.may_repeat(call.name)):  # no view scan for others
+            return None
+        verbatim = {e.handle: e for e in self.state.context.view
+                    if e.handle is not None and e.kind == "message" and e.role == "tool"}
+        repeat = activity.repeat_note(self.state.ledger, call, self.toolset.ctx.workdir, verbatim=set(verbatim),
+                                      stored=self.state.stored, pure=self.state.pure)
+        if repeat is None:
+            return None
+        note, handle = repeat
+        self._materialize([verbatim[handle]] if handle in verbatim else [])
+        return ToolOutcome(note, False)
+
+    def _stop_loop(self, calls: Sequence[Any], repeats: int, handles: Sequence[str]) -> Iterator[Event]:
+        """Answer ``calls`` (the looping one and the rest of its reply) without running them, then
+        stop the run: ``LimitReached`` (exit 3, resumable)."""
+        text = activity.loop_stop(repeats, self.session.name)
+        for call, handle in zip(calls, handles, strict=True):
+            self._append(self._message({"role": "tool", "tool_call_id": call.id, "content": ERROR_PREFIX + text},
+                                       self.state.replies, handle=handle))
+            yield ToolDone(call, text, True, None)
+        raise LimitReached(f"loop guard: {calls[0].name} was called {repeats} times in a row with the same "
+                           f"arguments; 'ctxagent resume --session {self.session.name}' continues", bound="loop_guard")
+
+    def _finish_open_calls(self) -> Iterator[Event]:
+        """Results, in call order, for the calls a killed run left open when one of them was a
+        delegate call (the runner defers those): its sub-agent is resumed, the others get the
+        interrupted note."""
+        for call_id in list(self.state.open_calls):
+            call = self.state.open_call(call_id)
+            handle = self.state.new_handle(call_id)
+            outcome = self.delegator.resume(call, handle) if self.delegator is not None and call.name == "delegate" \
+                else ToolOutcome(INTERRUPTED, False)
+            message = self._message({"role": "tool", "tool_call_id": call_id, "content": outcome.content},
+                                    self.state.replies, handle=handle, offloaded=outcome.output is not None)
+            self._append(*([outcome.output] if outcome.output is not None else []), message)
+            yield ToolDone(call, outcome.content, outcome.is_error, handle if outcome.output else None)
+
+    def _refused(self, call: Any) -> ToolOutcome | None:
+        """The error outcome of a call the permission gate refuses (None: it may run); the
+        decisions that involved asking the user are written to the transcript first."""
+        tool = self.toolset.tools.get(call.name)
+        if tool is None:
+            return None  # the toolset answers unknown tools
+        try:
+            refusal = self.gate.check_call(tool, call.arguments, call_id=call.id, turn=self.state.replies)
+        except (ValueError, OSError) as err:  # e.g. a NUL byte in a path: the model's mistake, not ours
+            refusal = f"{call.name} refused: its arguments cannot be checked ({err})"
+        decisions = self.gate.take_decisions()
+        if decisions:
+            self._append(*decisions)
+        return None if refusal is None else ToolOutcome(ERROR_PREFIX + refusal, True)

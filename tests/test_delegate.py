@@ -1,0 +1,157 @@
+"""Sub-agents (agent/delegate.py): concurrent children, message-size contracts, handles across
+agents, budgets carved from the parent's, and a kill -9 of the parent during delegation.
+
+Parent and children talk to one local OpenAI-compatible server through real litellm calls; each
+child's replies are routed by a marker in its task (``FakeOpenAI(routes=...)``), since children
+run at the same time and their requests arrive in any order.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from clihelp import call, script
+from ctxagent.cli import app
+from ctxagent.messages import pair_violations
+from ctxagent.sessions import records
+from ctxagent.sessions.session import Session
+
+MODEL = "openai/gpt-4o-mini"
+
+
+def run_cli(*args: str):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def result_of(out) -> dict:
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def profile(tmp_path: Path, extra: str = "") -> str:
+    path = tmp_path / "p.yaml"
+    path.write_text("context_window: 60000\nmax_output_tokens: 300\nretries: 0\n"
+                    "tools: [shell, read_output, grep_output, delegate]\n"
+                    "permissions: {kinds: {exec: allow}}\n" + extra, encoding="utf-8")
+    return str(path)
+
+
+def transcript(name: str) -> list:
+    return list(Session.at(name).transcript.records())
+
+
+def messages(name: str) -> list[dict]:
+    return [r.message for r in transcript(name) if isinstance(r, records.MessageRecord)]
+
+
+def delegate(call_id: str, task: str) -> dict:
+    return {"id": call_id, "name": "delegate", "arguments": {"task": task}}
+
+
+LONG_ANSWER = "finding " + " ".join(f"row{i}=value{i}" for i in range(900))  # ~5,000 tokens
+
+
+def test_three_children_run_at_once_read_a_parent_handle_and_return_handles(tmp_path, fake_openai):
+    markers = ["child-A", "child-B", "child-C"]
+    routes = {m: [{"tool_calls": [{"id": f"r{m[-1]}", "name": "read_output",
+                                   "arguments": {"handle": "@big", "start_line": 2, "end_line": 3}}],
+                   "delay_s": 1.0},
+                  {"content": f"{m} {LONG_ANSWER}"}] for m in markers}
+    server = fake_openai([
+        {"tool_calls": [{"id": "big", "name": "shell", "arguments": {"command": "seq 100000 250000"}}]},
+        {"tool_calls": [delegate(f"d{m[-1]}", f"{m}: look at @big and report") for m in markers]},
+        {"tool_calls": [{"id": "rd", "name": "read_output", "arguments": {"handle": "@dB", "start_line": 1}}]},
+        {"content": "all three reported"},
+    ], routes=routes)
+    out = run_cli("run", "--json", "--session", "par", "--model", MODEL, "--api-base", server.base_url,
+                  "--profile", profile(tmp_path), "split the work")
+    assert (out.exit_code, result_of(out)["answer"]) == (0, "all three reported"), out.stdout
+    assert server.rejected == [] and all(not pair_violations(r["messages"]) for r in server.requests)
+    results = {m["tool_call_id"]: m["content"] for m in messages("par") if m["role"] == "tool"}
+    for m in markers:
+        content = results[f"d{m[-1]}"]
+        assert content.startswith(f"[ctxagent result of sub-agent par/d{m[-1]}:")
+        assert f"stored as @d{m[-1]}" in content and "over the contract of 1,000" in content
+        assert len(content) < len(LONG_ANSWER) / 2  # a preview, not the answer
+        child = messages(f"par/d{m[-1]}")
+        assert child[1]["content"].startswith("[ctxagent assignment from par:")  # the budget header
+        read = next(x["content"] for x in child if x["role"] == "tool")
+        assert "100001" in read and not read.startswith("ERROR")  # the parent's output, by handle
+        assert pair_violations(child) == []
+    stored = Session.at("par").store.find("@dB")
+    assert stored is not None and stored.read_text(encoding="utf-8") == f"child-B {LONG_ANSWER}"
+    assert "child-B finding row0=value0" in results["rd"]  # the parent read the child's result
+    spans = [(transcript(f"par/d{m[-1]}")[0].ts, transcript(f"par/d{m[-1]}")[-1].ts) for m in markers]
+    assert max(start for start, _ in spans) < min(end for _, end in spans)  # all three overlapped
+    usage = [r for r in transcript("par") if isinstance(r, records.UsageRecord) and r.model.startswith("agent:")]
+    assert sorted(u.model for u in usage) == ["agent:par/dA", "agent:par/dB", "agent:par/dC"]
+    assert result_of(out)["session_usage"]["prompt_tokens"] == sum(
+        r.prompt_tokens for r in transcript("par") if isinstance(r, records.UsageRecord))
+
+
+def test_an_assignment_over_the_contract_is_refused_with_its_size(tmp_path):
+    model = script(tmp_path / "s.yaml", [{"tool_calls": [call("d1", "delegate", task="word " * 700)]},
+                                         {"content": "did it myself"}])
+    out = run_cli("run", "--json", "--session", "big", "--model", model, "--profile", profile(tmp_path), "go")
+    assert (out.exit_code, result_of(out)["answer"]) == (0, "did it myself"), out.stdout
+    result = next(m["content"] for m in messages("big") if m["role"] == "tool")
+    assert result.startswith("ERROR: delegate refused: the assignment is 70") and "contract of 500" in result
+    assert Session.at("big").children() == []  # nothing started
+
+
+def test_a_child_gets_a_share_of_the_parent_budget_and_its_budget_stop_is_a_result(tmp_path):
+    child = script(tmp_path / "child.yaml", [{"tool_calls": [call(f"s{i}", "shell", command=f"seq {i}")]}
+                                             for i in range(1, 30)])
+    parent = script(tmp_path / "parent.yaml", [{"tool_calls": [call("d1", "delegate", task="keep counting")]},
+                                               {"content": "the child ran out of budget"}])
+    prof = profile(tmp_path, f"delegate: {{model: '{child}'}}\n")
+    out = run_cli("run", "--json", "--session", "bud", "--model", parent, "--profile", prof,
+                  "--max-input-tokens", "40000", "go")
+    assert (out.exit_code, result_of(out)["answer"]) == (0, "the child ran out of budget"), out.stdout
+    header = transcript("bud/d1")[0]
+    spent_before = next(r.prompt_tokens for r in transcript("bud") if isinstance(r, records.UsageRecord))
+    assert header.limits == {"max_input_tokens": int((40000 - spent_before) * 0.25)}
+    assert [r.reason for r in transcript("bud/d1") if isinstance(r, records.EndRecord)] == ["budget"]
+    result = next(m["content"] for m in messages("bud") if m["role"] == "tool")
+    assert result.startswith("ERROR: sub-agent bud/d1 stopped (budget)") and "your budget left" in result
+    assert result_of(out)["usage"]["prompt_tokens"] <= 40000
+
+
+def test_kill_9_of_the_parent_during_delegation_then_resume_keeps_pair(tmp_path, fake_openai):
+    server = fake_openai([{"tool_calls": [delegate("dk", "child-K: slow work"), delegate("dl", "child-L: fast")]},
+                          {"content": "parent done"}],
+                         routes={"child-K": [{"content": "never delivered", "delay_s": 30},
+                                             {"content": "K finished after resume"}],
+                                 "child-L": [{"content": "L finished"}]})
+    args = ["run", "--json", "--session", "kp", "--model", MODEL, "--api-base", server.base_url,
+            "--profile", profile(tmp_path), "delegate and wait"]
+    proc = subprocess.Popen([sys.executable, "-m", "ctxagent", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, "OPENAI_API_KEY": "sk-local"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+            isinstance(r, records.EndRecord) for r in _safe(lambda: transcript("kp/dl"))):
+        time.sleep(0.1)  # child L has answered; child K is waiting on its slow reply
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    assert not any(isinstance(r, records.EndRecord) for r in transcript("kp"))  # killed mid-delegation
+    out = run_cli("resume", "--json", "--session", "kp")
+    assert (out.exit_code, result_of(out)["answer"]) == (0, "parent done"), out.stdout
+    for name in ("kp", "kp/dk", "kp/dl"):
+        assert pair_violations(messages(name)) == [], name
+    results = {m["tool_call_id"]: m["content"] for m in messages("kp") if m["role"] == "tool"}
+    assert "K finished after resume" in results["dk"] and "L finished" in results["dl"]
+    assert server.rejected == []
+
+
+def _safe(read):
+    try:
+        return read()
+    except Exception:
+        return []
