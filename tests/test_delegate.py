@@ -94,6 +94,12 @@ def test_three_children_run_at_once_read_a_parent_handle_and_return_handles(tmp_
     assert sorted(u.model for u in usage) == ["agent:par/dA", "agent:par/dB", "agent:par/dC"]
     assert result_of(out)["session_usage"]["prompt_tokens"] == sum(
         r.prompt_tokens for r in transcript("par") if isinstance(r, records.UsageRecord))
+    assert result_of(out)["run_turns"] == 4  # the parent's own model calls
+    shown = run_cli("inspect", "transcript", "--session", "par").stdout
+    tree = [line.strip() for line in shown.splitlines() if line.strip().startswith("sub-agent par/d")]
+    assert [line.split(":")[0] for line in tree] == ["sub-agent par/dA", "sub-agent par/dB", "sub-agent par/dC"]
+    assert all("2 calls" in line and "ended answered" in line for line in tree)
+    assert "spend session: 7 calls" in shown  # the parent's 4 and one usage record per child
 
 
 def test_an_assignment_over_the_contract_is_refused_with_its_size(tmp_path):

@@ -83,6 +83,7 @@ class Runner(ToolCalls):
                                warn_at=profile.limits.warn_at)
         self.delegator: Delegates | None = None  # set by agent/setup.py when the toolset has ``delegate``
         self.stop = threading.Event()  # set: stop at the next step (shared with sub-agents)
+        self.replies_at_start = state.replies  # this run's model calls = state.replies - this
         self._close_open_calls()
 
     @property

@@ -38,10 +38,14 @@ def _line(rec: Any) -> str:
         return (f"      [yellow]compaction[/yellow] {rec.strategy}: messages #{rec.start}-#{rec.end} "
                 f"({rec.tokens_before} -> {rec.tokens} tokens, view only; originals kept)")
     if isinstance(rec, records.UsageRecord):
-        return (f"      [dim]usage t{rec.turn}: prompt {rec.prompt_tokens} (estimated "
-                f"{rec.estimated_prompt_tokens}), completion {rec.completion_tokens}[/dim]")
+        who = f" {escape(rec.model)}" if rec.model.startswith(("agent:", "summarizer:")) else ""
+        return (f"      [dim]usage t{rec.turn}{who}: prompt {rec.prompt_tokens} ({rec.cached_tokens} cached, estimated "
+                f"{rec.estimated_prompt_tokens}), completion {rec.completion_tokens}{_usd(rec.cost_usd)}[/dim]")
     if isinstance(rec, records.EndRecord):
-        return f"      [bold]end[/bold] {rec.reason} at turn {rec.turn} {escape(one_line(rec.detail, 120))}"
+        limit = f" ({rec.limit}: spent {rec.spent:g}, left {rec.left:g})" if rec.limit else ""
+        wall = f" after {rec.wall_s:.1f} s" if rec.wall_s is not None else ""
+        return (f"      [bold]end[/bold] {rec.reason}{limit} at turn {rec.turn}{wall} "
+                f"{escape(one_line(rec.detail, 120))}")
     if isinstance(rec, records.PermissionRecord):
         return (f"      [yellow]permission[/yellow] {escape(rec.tool)} {escape(rec.call_id)}: "
                 f"{rec.decision} ({escape(rec.policy)}) {escape(one_line(rec.arguments, 80))}")
@@ -63,6 +67,55 @@ def transcript(session: SessionOpt = None, json_out: JsonOpt = False) -> None:
     console.print(f"[dim]{target.transcript.path}[/dim]")
     for rec in items:
         console.print(_line(rec))
+    for line in _spend_lines(items):
+        console.print(line)
+    for line in _tree(target):
+        console.print(line)
+
+
+def _usd(cost: float | None) -> str:
+    return "" if cost is None else f", ${cost:.4f}"
+
+
+def _spend_lines(items: list[Any]) -> list[str]:
+    """Spend per run (the records up to each end record) and for the session: model calls, input
+    tokens (cached), output tokens, US dollars, seconds."""
+    from ctxagent.sessions import records
+
+    runs: list[list[Any]] = [[]]
+    for rec in items:
+        if isinstance(rec, records.UsageRecord | records.EndRecord):
+            runs[-1].append(rec)
+        if isinstance(rec, records.EndRecord):
+            runs.append([])
+    runs = [r for r in runs if r]
+    lines = [f"[bold]spend[/bold] run {n}: {_spent(run)}" for n, run in enumerate(runs, 1)]
+    return [*lines, f"[bold]spend[/bold] session: {_spent([r for run in runs for r in run])}"] if runs else []
+
+
+def _spent(recs: list[Any]) -> str:
+    from ctxagent.sessions import records
+
+    usage = [r for r in recs if isinstance(r, records.UsageRecord)]
+    ends = [r for r in recs if isinstance(r, records.EndRecord)]
+    cost = [u.cost_usd for u in usage if u.cost_usd is not None]
+    return (f"{len(usage)} calls, {sum(u.prompt_tokens for u in usage):,} input tokens "
+            f"({sum(u.cached_tokens for u in usage):,} cached), {sum(u.completion_tokens for u in usage):,} output "
+            f"tokens{_usd(sum(cost)) if cost else ''}, {sum(e.wall_s or 0 for e in ends):.1f} s"
+            + (f", ended {ends[-1].reason}" if ends else ", running or stopped without an end record"))
+
+
+def _tree(session: Any, depth: int = 1) -> list[str]:
+    """The sub-agent sessions under ``session``, indented by depth, each with its status and spend."""
+    from ctxagent.sessions import records
+
+    lines = []
+    for child in session.children():
+        recs = child.transcript.load()
+        lines.append(f"{'  ' * depth}[bold]sub-agent[/bold] {escape(child.name)}: "
+                     f"{_spent([r for r in recs if isinstance(r, records.UsageRecord | records.EndRecord)])}")
+        lines.extend(_tree(child, depth + 1))
+    return lines
 
 
 

@@ -114,7 +114,8 @@ def _spend(runner: Any, started: float) -> dict[str, Any]:
     ``cost_usd``, ``calls``, ``wall_s``), the ``limits`` in force, ``model``, ``duration_s`` and
     ``cost_usd`` (this run's)."""
     spend = runner.spend()
-    return {"turns": runner.state.turn, "run_turns": spend["run"]["calls"], "usage": spend["run"],
+    return {"turns": runner.state.turn, "run_turns": runner.state.replies - runner.replies_at_start,
+            "usage": spend["run"],
             "session_usage": spend["session"], "model": runner.model_name,
             "duration_s": round(time.monotonic() - started, 3), "cost_usd": spend["run"]["cost_usd"],
             "limits": runner.breaker.limits()}

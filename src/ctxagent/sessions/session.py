@@ -85,11 +85,10 @@ class Session:
         return Session(f"{self.name}/{check_name(name)}", self.root / AGENTS / name)
 
     def children(self) -> list[Session]:
-        """The sessions of this session's sub-agents, oldest first."""
+        """The sessions of this session's sub-agents, by name."""
         folder = self.root / AGENTS
         found = [p for p in folder.iterdir() if (p / "transcript.jsonl").is_file()] if folder.is_dir() else []
-        found.sort(key=lambda p: ((p / "transcript.jsonl").stat().st_mtime, p.name))
-        return [self.child(p.name) for p in found]
+        return [self.child(p.name) for p in sorted(found)]
 
     def linked_outputs(self) -> list[Path]:
         """The output folders this session's handles may also name (read only): its ancestors',
