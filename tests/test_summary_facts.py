@@ -251,5 +251,5 @@ def test_an_error_line_cut_at_its_length_never_cuts_a_handle_in_two():
     from ctxagent.strategies.facts import LINE_CHARS, values_in
 
     line = "ERROR: " + "x" * (LINE_CHARS - 12) + " (@call_3_0) more"
-    cut = [value for _, value in values_in(line) if value.startswith("ERROR")][0]
+    cut = next(value for _, value in values_in(line) if value.startswith("ERROR"))
     assert len(cut) <= LINE_CHARS and "@call" not in cut

@@ -4,7 +4,9 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export CTXAGENT_DATA_DIR="${CTXAGENT_DATA_DIR:-$(mktemp -d)}"
-session="prices-demo"
+# a fresh session each run: with CTXAGENT_DATA_DIR set, a second run must not resume the first one
+# (its scripted replies are all used: it would end with "script exhausted")
+session="prices-demo-$(date +%Y%m%d-%H%M%S)-$$"
 
 echo "== ctxagent run (batch, scripted model) =="
 # --allow shell: the bundled profiles ask before running commands, and a batch run never asks

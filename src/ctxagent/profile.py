@@ -6,10 +6,15 @@ then the pipelines by :mod:`ctxagent.strategies.checks`; a bad profile raises
 :class:`~ctxagent.errors.ProfileError` naming the file, the line and the key. Units: every size called
 ``*_tokens`` or ``context_window`` is in tokens; ``preview.max_chars`` is in characters; fractions are
 of the context window.
+
+``extends: BASE`` (a bundled name, or a path relative to the file that says it) starts from BASE's
+YAML and applies this file over it: mappings merge key by key, at every depth; any other value (a
+list, a number, a string, null) replaces BASE's. A base may extend another; a cycle is an error.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -33,7 +38,10 @@ from ctxagent.profile_schema import (
 from ctxagent.strategies.checks import check_gaps, check_pipelines
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "DEFAULT_TOOLS", "MIN_GAP", "Path_", "PreviewConfig", "Profile", "RecallConfig",
-           "StrategyConfig", "SummarizerConfig", "bundled_names", "load_profile", "parse_profile", "thrash_problem"]
+           "StrategyConfig", "SummarizerConfig", "bundled_names", "bundled_text", "load_profile", "merge",
+           "parse_profile", "thrash_problem"]
+
+EXTENDS = "extends"
 
 
 def bundled_names() -> list[str]:
@@ -42,32 +50,92 @@ def bundled_names() -> list[str]:
     return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
+def bundled_text(name: str) -> str:
+    """The YAML text of the bundled profile ``name`` (one of :func:`bundled_names`)."""
+    return (resources.files("ctxagent") / "profiles" / f"{name}.yaml").read_text(encoding="utf-8")
+
+
 def load_profile(spec: str = "default") -> Profile:
-    """Load a bundled profile by name, or a YAML file by path.
+    """Load a bundled profile by name, or a YAML file by path (its ``extends:`` chain merged in).
 
     Raises:
-        ProfileError: file missing, unreadable or not UTF-8, invalid YAML, or a key that does not
-            validate (the message names the file, the line and the dotted key).
+        ProfileError: file missing, unreadable or not UTF-8, invalid YAML, an ``extends`` that cannot
+            be read or that comes back to a file of its chain, or a key that does not validate (the
+            message names the file, the line and the dotted key).
     """
     if spec in bundled_names():
-        source = f"<bundled:{spec}>"
-        text = (resources.files("ctxagent") / "profiles" / f"{spec}.yaml").read_text(encoding="utf-8")
+        source, text = f"<bundled:{spec}>", bundled_text(spec)
     else:
-        source = spec
-        try:
-            text = Path(spec).read_text(encoding="utf-8")
-        except OSError as err:
-            known = ", ".join(bundled_names())
-            raise ProfileError(f"cannot read profile ({err.strerror}); bundled: {known}", path=spec) from err
-        except UnicodeDecodeError as err:
-            line = Path(spec).read_bytes()[: err.start].count(b"\n") + 1
-            raise ProfileError(f"not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); "
-                               "save the profile as UTF-8", path=spec, line=line) from err
+        source, text = spec, _read_file(Path(spec), spec)
     return parse_profile(text, source=source, default_name=Path(spec).stem)
 
 
+def _read_file(path: Path, source: str, *, line: int | None = None, key: str | None = None) -> str:
+    """The UTF-8 text of the profile file ``path``; ``ProfileError`` naming ``source`` (and the
+    ``line``/``key`` that asked for it) when it cannot be read."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as err:
+        known = ", ".join(bundled_names())
+        where = f"{path}: " if line is not None else ""
+        raise ProfileError(f"cannot read profile {where}({err.strerror}); bundled: {known}",
+                           path=source, line=line, key=key) from err
+    except UnicodeDecodeError as err:
+        bad = path.read_bytes()[: err.start].count(b"\n") + 1
+        raise ProfileError(f"not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); "
+                           "save the profile as UTF-8", path=str(path), line=bad) from err
+
+
+@dataclass
+class _Layer:
+    """One file of an ``extends`` chain: where it came from, its YAML node (for lines), its keys."""
+
+    source: str
+    node: Any
+    data: dict[str, Any]
+
+
 def parse_profile(text: str, *, source: str, default_name: str = "custom") -> Profile:
-    """Validate profile YAML ``text``; ``source`` names it in errors. Raises ``ProfileError``."""
+    """Validate profile YAML ``text`` (with its ``extends`` chain merged in); ``source`` names it in
+    errors, and a relative ``extends`` path is taken from ``source``'s folder. Raises ``ProfileError``
+    naming the file of the chain that holds the offending key, its line and the dotted key."""
+    layers = _chain(text, source, ())
+    data: dict[str, Any] = {}
+    for layer in reversed(layers):  # the farthest base first, this file last
+        data = merge(data, layer.data)
+    data.setdefault("name", default_name)
+    try:
+        profile = Profile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = [str(p) for p in first["loc"]]
+        layer = _owner(layers, loc)
+        raise ProfileError(
+            first["msg"], path=layer.source, line=_line_of(layer.node, loc), key=".".join(loc) or None
+        ) from err
+    try:
+        check_gaps(profile, source=source)
+        check_pipelines(profile, source=source)
+    except ProfileError as err:
+        message = str(err).split(": ", 1)[-1]
+        loc = (err.key or "").split(".")
+        layer = _owner(layers, loc)
+        raise ProfileError(message, path=layer.source, line=_line_of(layer.node, loc), key=err.key) from None
+    return profile
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` applied: mappings merged key by key at every depth, any other value of
+    ``over`` (list, scalar, None) replacing ``base``'s. Returns a new dict; neither input changes."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        out[key] = merge(old, value) if isinstance(old, dict) and isinstance(value, dict) else value
+    return out
+
+
+def _parse(text: str, source: str) -> tuple[Any, dict[str, Any]]:
+    """The YAML node and data of one profile file; ``ProfileError`` for bad YAML or a non-mapping."""
     try:
         node = yaml.compose(text)
         data = yaml.safe_load(text)
@@ -81,23 +149,61 @@ def parse_profile(text: str, *, source: str, default_name: str = "custom") -> Pr
         data = {}
     if not isinstance(data, dict):
         raise ProfileError("a profile is a YAML mapping of keys to values", path=source, line=1)
-    data.setdefault("name", default_name)
-    try:
-        profile = Profile.model_validate(data)
-    except ValidationError as err:
-        first = err.errors()[0]
-        loc = [str(p) for p in first["loc"]]
-        raise ProfileError(
-            first["msg"], path=source, line=_line_of(node, loc), key=".".join(loc) or None
-        ) from err
-    try:
-        check_gaps(profile, source=source)
-        check_pipelines(profile, source=source)
-    except ProfileError as err:
-        message = str(err).split(": ", 1)[-1]
-        line = _line_of(node, (err.key or "").split("."))
-        raise ProfileError(message, path=source, line=line, key=err.key) from None
-    return profile
+    return node, data
+
+
+def _chain(text: str, source: str, seen: tuple[str, ...]) -> list[_Layer]:
+    """The layers of ``text`` and of its ``extends`` bases, this file first. ``seen``: the sources
+    of the files that extend this one (a cycle comes back to one of them)."""
+    node, data = _parse(text, source)
+    layer = _Layer(source, node, data)
+    if EXTENDS not in data:
+        return [layer]
+    spec = data.pop(EXTENDS)
+    line = _line_of(node, [EXTENDS])
+    if not isinstance(spec, str) or not spec.strip():
+        raise ProfileError("extends names one profile: a bundled name or a path relative to this file",
+                           path=source, line=line, key=EXTENDS)
+    if spec in bundled_names():
+        base_source = f"<bundled:{spec}>"
+    else:
+        folder = Path.cwd() if source.startswith("<") else Path(source).parent
+        base_source = str((folder / Path(spec).expanduser()).resolve())
+    chain = (*seen, _identity(source))
+    if base_source in chain:
+        raise ProfileError(f"extends cycle: {' -> '.join([*chain, base_source])}", path=source, line=line,
+                           key=EXTENDS)
+    if base_source.startswith("<"):
+        base_text = bundled_text(spec)
+    else:
+        base_text = _read_file(Path(base_source), source, line=line, key=EXTENDS)
+    bases = _chain(base_text, base_source, chain)
+    for base in bases:
+        base.data.pop("name", None)  # the profile is named after the file that extends, not its base
+    return [layer, *bases]
+
+
+def _identity(source: str) -> str:
+    """What names one file of a chain in a cycle check: a bundled source as is, a path resolved."""
+    return source if source.startswith("<") else str(Path(source).resolve())
+
+
+def _owner(layers: list[_Layer], loc: list[str]) -> _Layer:
+    """The layer whose keys hold most of the path ``loc`` (this file on a tie): the file to blame."""
+    def depth(data: Any) -> int:
+        n = 0
+        for part in loc:
+            if isinstance(data, dict) and part in data:
+                data = data[part]
+            elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
+                data = data[int(part)]
+            else:
+                break
+            n += 1
+        return n
+
+    best = max(depth(layer.data) for layer in layers)
+    return next(layer for layer in layers if depth(layer.data) == best)
 
 
 def _line_of(node: Any, loc: list[str]) -> int | None:
@@ -115,3 +221,27 @@ def _line_of(node: Any, loc: list[str]) -> int | None:
         else:
             break
     return line
+
+
+SCHEMA_FILE = "profile.schema.json"  # beside the bundled profiles; `ctxagent profiles schema` prints it
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a profile YAML file, for editors: pydantic's schema of
+    :class:`Profile` plus the ``extends`` key the loader reads before validation."""
+    schema = Profile.model_json_schema()
+    schema["properties"] = {
+        EXTENDS: {"type": "string", "title": "Extends",
+                  "description": "A bundled profile name or a path relative to this file: this file's keys "
+                                 "are applied over it (mappings merged, lists and values replaced)."},
+        **schema["properties"],
+    }
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+
+
+def json_schema_text() -> str:
+    """:func:`json_schema` as the text shipped in ``profiles/profile.schema.json`` (indented, sorted
+    keys, final newline)."""
+    import json
+
+    return json.dumps(json_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"

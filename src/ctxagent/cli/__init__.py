@@ -11,11 +11,11 @@ import os
 import signal
 import sys
 import warnings
-from typing import Any, TextIO
+from typing import Annotated, Any, TextIO
 
 import typer
 
-from ctxagent.cli import context_cmd, inspect, run, sessions
+from ctxagent.cli import context_cmd, inspect, profiles_cmd, run, sessions
 from ctxagent.cli.run import Interrupted
 from ctxagent.errors import CtxagentError
 from ctxagent.tools.clean import mend
@@ -24,7 +24,7 @@ app = typer.Typer(
     name="ctxagent",
     help="An agent runner that keeps its context: transcripts, compaction strategies, tool output offloading.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (typer's, for bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: typer's rich help formatter alone costs ~50 ms of imports
 )
@@ -33,6 +33,27 @@ app.command("resume")(run.resume)
 context_cmd.register(inspect.app)
 app.add_typer(inspect.app, name="inspect")
 app.add_typer(sessions.app, name="sessions")
+app.add_typer(profiles_cmd.app, name="profiles")
+
+
+def _version(value: bool) -> None:
+    """``--version``: print the installed distribution's version and stop."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"ctxagent {version('ctxagent')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            print("ctxagent (version unknown: not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.", callback=_version,
+                                          is_eager=True)] = False,
+) -> None:
+    """An agent runner that keeps its context: transcripts, compaction strategies, tool output offloading."""
 
 
 def main() -> None:

@@ -1,38 +1,194 @@
-"""``ctxagent sessions list``: every session, newest first."""
+"""``ctxagent sessions list|show|delete|rename|export``: manage the sessions on disk.
+
+``list`` reads each transcript's head, tail and cached totals (milliseconds whatever its size);
+``show`` and ``export`` stream one transcript whole; ``delete`` and ``rename`` take the session's
+writer lock, so they refuse while a run holds it. Never imports litellm (``export --format openai``
+computes the view without a model call).
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 import time
+from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from ctxagent.sessions.session import list_facts, list_sessions
+from ctxagent.cli import sessions_export
+from ctxagent.cli.options import pick
+from ctxagent.errors import UsageError
+from ctxagent.sessions.session import Session, check_name, data_dir, list_facts, list_sessions
 
-app = typer.Typer(help="List sessions.", no_args_is_help=True, rich_markup_mode=None)
+app = typer.Typer(help="List, show, delete, rename and export sessions.", no_args_is_help=True,
+                  rich_markup_mode=None)
+
+NameArg = Annotated[str, typer.Argument(help="Session name.", metavar="NAME", show_default=False)]
+OptNameArg = Annotated[str | None, typer.Argument(help="Session name (default: most recent).", metavar="NAME",
+                                                  show_default=False)]
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object (per line for list).")]
+
+
+class Format(StrEnum):
+    """What ``sessions export`` writes."""
+
+    jsonl = "jsonl"
+    markdown = "markdown"
+    openai = "openai"
 
 
 def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
 
 
+def _cost(cost: float | None) -> str:
+    return "-" if cost is None else f"${cost:.4f}"
+
+
+def on_terminal() -> bool:
+    """Whether stdin and stdout are both a terminal (someone can answer a question)."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _existing(name: str) -> Session:
+    """The top-level session ``name`` whose folder exists (even with an empty transcript);
+    ``UsageError`` for a bad name, a sub-agent's session (``PARENT/CHILD``: it belongs to its
+    parent's folder, and goes with it), or no such session."""
+    if "/" in name:
+        raise UsageError(f"{name!r} is a sub-agent's session, part of its parent's; delete or rename "
+                         f"{name.split('/', 1)[0]!r} instead")
+    session = Session.at(name)
+    if not session.root.is_dir():
+        raise UsageError(f"no session named {name!r} under {session.root.parent}")
+    return session
+
+
 @app.command("list")
-def list_(json_out: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False) -> None:
-    """Sessions with their creation time, turns, tokens and status (running while a process holds
-    the session's lock; interrupted when a run stopped without an end record), newest first."""
-    rows = []
-    for session in list_sessions():
-        facts = list_facts(session)  # header, tail and cached totals: never the whole transcript
-        rows.append({"name": session.name, **facts})
+def list_(json_out: JsonOpt = False) -> None:
+    """Sessions with their creation and last-used times, turns, tokens, cost and status (running
+    while a process holds the session's lock; interrupted when a run stopped without an end record),
+    most recently written first. Piped, names are never cut."""
+    rows = [row for session in list_sessions() for row in _rows(session)]
     if json_out:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
         return
-    table = Table("session", "created", "turns", "tokens", "status", "model")
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("session", "created", "last used", "turns", "tokens", "cost", "status", "model")
     for row in rows:
-        table.add_row(row["name"], _when(row["created"]), str(row["turns"]), str(row["tokens"]),
-                      row["status"], row["model"] or "-")
-    Console().print(table)
+        name = row["name"] if row["parent"] is None else "  " * row["name"].count("/") + "└ " + row["name"]
+        table.add_row(name, _when(row["created"]), _when(row["last_used"]), str(row["turns"]),
+                      str(row["tokens"]), _cost(row["cost_usd"]), row["status"], row["model"] or "-")
+    # not a terminal: a width no row reaches, so rich never cuts a name or a model string
+    Console(highlight=False, width=None if sys.stdout.isatty() else 100_000).print(table)
+
+
+def _rows(session: Session, parent: str | None = None) -> list[dict[str, object]]:
+    """The ``list`` rows of ``session`` then of its sub-agents' sessions (``parent`` names theirs)."""
+    facts = list_facts(session)  # header, tail and cached totals: never the whole transcript
+    row = {"name": session.name, **facts, "last_used": sessions_export.last_used(session), "parent": parent}
+    return [row, *(r for child in session.children() for r in _rows(child, session.name))]
+
+
+@app.command("show")
+def show(name: OptNameArg = None, json_out: JsonOpt = False) -> None:
+    """One session: the settings in force (model, profile, window, workdir, tools, limits), status,
+    turns, messages, tokens, cost, created and last-used times, offloaded outputs, compactions."""
+    session = pick(name)
+    facts = sessions_export.facts(session)
+    if json_out:
+        print(json.dumps(facts, ensure_ascii=False))
+        return
+    for line in sessions_export.show_lines(facts):
+        print(line)
+
+
+@app.command("delete")
+def delete(
+    name: NameArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed when not on a terminal).")] = False,
+) -> None:
+    """Delete the session's folder: its transcript and offloaded outputs. Asks first on a terminal;
+    elsewhere needs ``--yes``. Refuses while another process holds the session (exit 1)."""
+    session = _existing(name)
+    if not yes:
+        if not on_terminal():
+            raise UsageError(f"not deleting session {name!r} without --yes (no terminal to ask on)")
+        what = f"{session.root} ({_size(session.root)})"
+        if not typer.confirm(f"Delete session {name!r}: {what}?", default=False):
+            raise typer.Abort()
+    trash = data_dir() / f".deleting-{name}-{os.getpid()}"
+    with session.writer():  # SessionBusyError (exit 1) while a run holds it
+        try:
+            os.rename(session.root, trash)  # one step: no half-deleted session is ever listed or resumed
+        except OSError:
+            trash = session.root  # another filesystem: delete in place
+            (session.root / "transcript.jsonl").unlink(missing_ok=True)
+    shutil.rmtree(trash, ignore_errors=True)
+    print(f"deleted session {name} ({session.root})", file=sys.stderr)
+
+
+@app.command("rename")
+def rename(
+    old: NameArg,
+    new: Annotated[str, typer.Argument(help="The new name.", metavar="NEW", show_default=False)],
+) -> None:
+    """Rename a session: its folder moves, nothing in it is rewritten (the header keeps the name
+    it was started with; ``resume --session NEW`` continues it). Refuses while another process
+    holds the session (exit 1), and when NEW is taken (exit 2)."""
+    source = _existing(old)
+    target = Session.at(check_name(new))
+    if target.root.exists():
+        raise UsageError(f"a session named {new!r} exists already ({target.root})")
+    with source.writer():
+        try:
+            target.root.mkdir(mode=0o700)  # claims the name: a second rename to it fails here
+            os.rename(source.root, target.root)  # onto the empty folder just made
+        except FileExistsError:
+            raise UsageError(f"a session named {new!r} exists already ({target.root})") from None
+    print(f"renamed session {old} to {new} ({target.root})", file=sys.stderr)
+
+
+@app.command("export")
+def export(
+    name: OptNameArg = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="jsonl: the transcript's records as stored; "
+                                        "markdown: a readable transcript; openai: the messages of the next "
+                                        "request (the current view) as an OpenAI messages JSON array.")]
+    = Format.jsonl,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here instead of stdout.",
+                                                dir_okay=False)] = None,
+) -> None:
+    """Export a session's transcript (jsonl, markdown) or its current view (openai)."""
+    session = pick(name)
+    if fmt is Format.jsonl:
+        chunks = sessions_export.jsonl(session)
+    elif fmt is Format.markdown:
+        chunks = sessions_export.markdown(session)
+    else:
+        chunks = iter([sessions_export.openai_messages(session)])
+    if output is None:
+        for chunk in chunks:
+            sys.stdout.write(chunk)
+        sys.stdout.flush()
+        return
+    temp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
+    try:
+        with open(temp, "w", encoding="utf-8") as fh:
+            fh.writelines(chunks)
+        os.replace(temp, output)
+    finally:
+        temp.unlink(missing_ok=True)
+    print(f"exported session {session.name} as {fmt.value} to {output}", file=sys.stderr)
+
+
+def _size(root: Path) -> str:
+    """``N files, M bytes`` under ``root``."""
+    files = [p for p in root.rglob("*") if p.is_file()]
+    return f"{len(files)} files, {sum(p.stat().st_size for p in files):,} bytes"

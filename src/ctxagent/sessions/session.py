@@ -209,6 +209,7 @@ def list_facts(session: Session) -> dict[str, Any]:
         "turns": max((m.turn for m in messages), default=0),
         "messages": messages[-1].seq + 1 if messages else 0,
         "tokens": sums.tokens,
+        "cost_usd": sums.cost_usd,
         "status": "running" if session.running() else status_of(tail),
     }
 
@@ -241,6 +242,8 @@ def summarize(records_: list[Any]) -> dict[str, Any]:
         "turns": max((m.turn for m in messages), default=0),
         "messages": len(messages),
         "tokens": sum(u.prompt_tokens + u.completion_tokens for u in usage),
+        "cost_usd": round(sum(u.cost_usd for u in priced), 6)
+        if (priced := [u for u in usage if u.cost_usd is not None]) else None,
         "status": status,
     }
 
@@ -252,10 +255,12 @@ TOTAL_KINDS = (b'"kind":"usage"', b'"kind":"settings"')
 @dataclass
 class Totals:
     """Totals over a transcript's usage and settings records: tokens (prompt + completion), and the
-    model and profile in force (None: the header's). ``offset``: bytes of whole lines counted."""
+    model and profile in force (None: the header's), cost in US dollars (None: no call had a price).
+    ``offset``: bytes of whole lines counted."""
 
     offset: int = 0
     tokens: int = 0
+    cost_usd: float | None = None
     model: str | None = None
     profile: str | None = None
 
@@ -268,7 +273,8 @@ def totals(path: Path) -> Totals:
 
     cache = path.with_name(CACHE)
     try:
-        found = Totals(**json.loads(cache.read_text(encoding="utf-8")))
+        cached = json.loads(cache.read_text(encoding="utf-8"))
+        found = Totals(**cached) if "cost_usd" in cached else Totals()  # a cache from before cost_usd: count again
     except (OSError, ValueError, TypeError):
         found = Totals()
     try:
@@ -308,6 +314,8 @@ def _count(fh: Any, found: Totals) -> None:
             continue
         if isinstance(record, records.UsageRecord):
             found.tokens += record.prompt_tokens + record.completion_tokens
+            if record.cost_usd is not None:
+                found.cost_usd = round((found.cost_usd or 0.0) + record.cost_usd, 6)
         elif isinstance(record, records.SettingsRecord):
             found.model, found.profile = record.model or found.model, record.profile or found.profile
 
