@@ -264,3 +264,18 @@ def test_a_strategy_that_cannot_bound_the_context_stops_with_the_runners_overflo
     result = runner.ctxagent("dedupe alone", "strategy", s, "interactive", suite.steps_of("dedupe"))
     assert result.stopped_at is not None and result.error.startswith("context overflow")
     assert result.turns == result.stopped_at - 1 and result.over_budget_requests == 0
+
+
+def test_delegation_benchmark_contracts_keep_the_orchestrator_small():
+    """Issue 12's workload: with contracts the orchestrator answers, small, every fact reachable;
+    inline results (five 55K-token results at once) cannot even be sent in a 128K window."""
+    from benchmarks import delegation
+
+    data = delegation.run()
+    rows = {r["config"]: r for r in data["rows"]}
+    assert data["rows"][0]["raw_result_tokens_total"] > 1_000_000
+    contracts, inline = rows["contracts"], rows["inline, one at a time"]
+    assert contracts["status"] == "answered" and contracts["facts_reachable"] == 20
+    assert contracts["peak_context_tokens"] * 5 < inline["peak_context_tokens"]
+    assert contracts["total_input_tokens"] * 10 < inline["total_input_tokens"]
+    assert rows["inline"]["status"].startswith("context_overflow")

@@ -12,8 +12,8 @@ budget headers) and the pointer paper's meta-harness (pass pointers, not values,
   refused back to the model with its size (nothing starts). A result over
   ``delegate.result_max_tokens`` is stored in the parent's output store under the call's handle
   and reaches the parent as a preview and the handle (the offloading of ``tools/offload.py``
-  with the contract as the limit). Every message between agents starts with a budget header:
-  its size in tokens and the receiver's remaining budget.
+  with the contract as the limit; never above the profile's tool-result limit). Every message
+  between agents starts with a budget header: its size in tokens and the receiver's remaining budget.
 - **Budgets.** A child's run limits are carved out of what the parent has left (run and session
   limits both): the call's own numbers, else ``delegate.budget_share`` of what is left, never more
   than what is left once the children already started are counted. The child's spend is added to
@@ -44,7 +44,7 @@ from ctxagent.profile_schema import DelegateConfig
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_text
-from ctxagent.tools.offload import OffloadPolicy, envelope_overhead, settle
+from ctxagent.tools.offload import envelope_overhead, settle
 from ctxagent.tools.toolset import ERROR_PREFIX, ToolOutcome
 
 Opener = Callable[[Session, str | None, dict[str, float]], Runner]
@@ -228,9 +228,9 @@ class Delegator:
         """The parent's tool result: the budget header, then the answer inline or, over the result
         contract, stored under the call's handle with a preview."""
         size = count_text(answer, self.parent.model_name)
-        limit = self.config.result_max_tokens + envelope_overhead(child.call.id, self.parent.model_name)
-        policy = replace(self.parent.toolset.policy, limit_tokens=limit) if isinstance(
-            self.parent.toolset.policy, OffloadPolicy) else OffloadPolicy(limit, model=self.parent.model_name)
+        policy = self.parent.toolset.policy  # never over the tool-result limit, whatever the contract says
+        limit = min(self.config.result_max_tokens + envelope_overhead(child.call.id, policy.model), policy.limit_tokens)
+        policy = replace(policy, limit_tokens=limit)
         content, record = settle(answer, call=child.call, tool_name="delegate", store=self.parent.toolset.ctx.store,
                                  policy=policy, handle=child.handle)
         spent = runner.breaker.run_spend(runner.state)
