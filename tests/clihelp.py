@@ -44,3 +44,17 @@ def tool_messages(session: str) -> dict[str, str]:
     """Tool result content by call id."""
     return {r["message"]["tool_call_id"]: r["message"]["content"] for r in records(session)
             if r["kind"] == "message" and r["message"]["role"] == "tool"}
+
+
+def run_cli(*args: str) -> Any:
+    """The real CLI in this process (Typer's runner): its ``exit_code``, ``stdout`` and ``stderr``."""
+    from typer.testing import CliRunner
+
+    from ctxagent.cli import app
+
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def result_of(out: Any) -> dict[str, Any]:
+    """The ``--json`` object a run printed (its last stdout line)."""
+    return json.loads(out.stdout.strip().splitlines()[-1])

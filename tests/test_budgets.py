@@ -6,18 +6,15 @@ test, through real litellm HTTP calls: the server's request log proves a request
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from clihelp import call, script
+from clihelp import call, result_of, run_cli, script
 from ctxagent.agent.budgets import Breaker, Spend, parse_limits
 from ctxagent.agent.state import SessionState
-from ctxagent.cli import app
 from ctxagent.errors import UsageError
 from ctxagent.messages import pair_violations
 from ctxagent.profile_schema import Limits
@@ -27,12 +24,6 @@ from ctxagent.sessions.session import Session
 MODEL = "openai/gpt-4o-mini"  # litellm has its prices: the cost limit can be kept
 
 
-def run_cli(*args: str):
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
-
-
-def result_of(out) -> dict:
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def profile(tmp_path: Path, extra: str = "") -> str:

@@ -16,10 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from typer.testing import CliRunner
-
-from clihelp import call, script
-from ctxagent.cli import app
+from clihelp import call, result_of, run_cli, script
 from ctxagent.messages import pair_violations
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
@@ -27,12 +24,6 @@ from ctxagent.sessions.session import Session
 MODEL = "openai/gpt-4o-mini"
 
 
-def run_cli(*args: str):
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
-
-
-def result_of(out) -> dict:
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def profile(tmp_path: Path, extra: str = "") -> str:

@@ -15,11 +15,10 @@ import time
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
+from clihelp import run_cli
 from ctxagent.agent.litellm_backend import LiteLLMModel
 from ctxagent.agent.provider_errors import RULES, Evidence, classify, match, public_url, retry_after_s
-from ctxagent.cli import app
 from ctxagent.errors import ProviderContextError, ProviderError, ProviderQuotaError
 from ctxagent.profile import parse_profile
 from ctxagent.testing import FakeOpenAI, Item, error
@@ -415,9 +414,6 @@ def test_urls_in_messages_lose_keys():
 
 # ---------------------------------------------------------------- through the CLI
 
-
-def run_cli(*args: str):
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 
 def cli_profile(tmp_path, retries: int = 2) -> str:

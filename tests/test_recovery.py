@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
 
-from ctxagent.cli import app
+from clihelp import run_cli
 from ctxagent.messages import pair_violations
 from ctxagent.testing import CONTEXT_STYLES, context_error
 
@@ -16,9 +15,6 @@ def turns_with_output(n: int) -> list[dict]:
     return [{"content": None, "tool_calls": [{"id": f"c{i}", "name": "shell",
                                               "arguments": {"command": f"seq 1 {300 + i}"}}]} for i in range(n)]
 
-
-def run_cli(*args: str):
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
 
 
 def profile(tmp_path, window: int = 50_000) -> str:
