@@ -36,7 +36,7 @@ from ctxagent.agent.turns import (
     with_call_ids,
 )
 from ctxagent.errors import ContextOverflowError, CtxagentError, LimitReached, ProviderContextError, ProviderError
-from ctxagent.messages import Message
+from ctxagent.messages import Message, ToolCall
 from ctxagent.profile import Path_, Profile, StrategyConfig
 from ctxagent.profile_schema import Limits
 from ctxagent.sessions import records, redact
@@ -45,7 +45,7 @@ from ctxagent.sessions.session import Session, sessions_root
 from ctxagent.sessions.transcript import TranscriptWarning
 from ctxagent.strategies.base import Budget, Entry
 from ctxagent.tokens import count_message, count_tools
-from ctxagent.tools.offload import store_text
+from ctxagent.tools.offload import settle, store_text
 from ctxagent.tools.permissions import Gate
 from ctxagent.tools.toolset import Toolset
 
@@ -341,6 +341,17 @@ class Runner(ToolCalls):
         if reply.usage is not None:
             items.append(usage_record(reply.usage, turn, self.model.name, self.budget().estimate(view)))
         self._append(*items)
+
+    def attach(self, text: str, name: str) -> str:
+        """``text`` (piped into the run) as it goes into a user message: ``[name]`` then the text, or,
+        over the tool-result threshold, its preview naming the handle it is stored under (offloaded
+        like a tool output; the output record is appended)."""
+        call = ToolCall(name, name, "")
+        content, record = settle(text, call=call, tool_name=name, store=self.toolset.ctx.store,
+                                 policy=self.toolset.policy, handle=self.state.new_handle(name))
+        if record is not None:
+            self._append(record)
+        return f"[{name}]\n{content}"
 
     def record_usage(self, record: records.UsageRecord) -> None:
         """Append a usage record made elsewhere (a sub-agent's spend, agent/delegate.py)."""

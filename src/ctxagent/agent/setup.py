@@ -46,7 +46,7 @@ def resolve_window(profile: Profile, model: str) -> int:
     if not window:
         raise UsageError(
             f"litellm does not know the context window of {model!r}; "
-            "set context_window (tokens) in the profile"
+            "pass --context-window N (tokens) or set context_window in the profile"
         )
     return window
 
@@ -81,11 +81,13 @@ def _profile_text(spec: str) -> str | None:
 
 def wanted_settings(current: Settings | None, *, profile_spec: str | None, model_spec: str | None,
                     api_base: str | None, path: Path_, workdir: Path | None,
-                    tools: Sequence[str], limits: Mapping[str, float] | None = None) -> tuple[Settings, Profile]:
+                    tools: Sequence[str], limits: Mapping[str, float] | None = None,
+                    context_window: int | None = None) -> tuple[Settings, Profile]:
     """The settings a run asks for: the session's (``current``; None for a new session) with what
     the command line gives instead, and the profile they name. The context window is resolved
     again only when the profile or model changes (or the profile now sets one). ``limits``: session
-    limits the command line gives, merged over the ones it gave before.
+    limits the command line gives, merged over the ones it gave before. ``context_window``
+    (``--context-window``, tokens) wins over the profile and litellm, and is recorded.
 
     Raises ``ProfileError`` / ``UsageError`` for a bad profile or a model whose window is unknown.
     """
@@ -93,7 +95,7 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
         spec = profile_spec or "default"
         profile = load_profile(spec)
         model = absolute_model(model_spec or profile.model)
-        settings = Settings(model, _profile_ref(spec), resolve_window(profile, model), path, api_base,
+        settings = Settings(model, _profile_ref(spec), context_window or resolve_window(profile, model), path, api_base,
                             str(workdir or Path.cwd()), tuple(absolute_spec(t) for t in tools), _profile_text(spec),
                             tuple(sorted((limits or {}).items())))
         return settings, profile
@@ -101,7 +103,9 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
     ref = _profile_ref(profile_spec) if profile_spec else current.profile
     model = absolute_model(model_spec) if model_spec else current.model
     window = current.context_window
-    if ref != current.profile or model != current.model or (profile.context_window or window) != window:
+    if context_window:
+        window = context_window
+    elif ref != current.profile or model != current.model or (profile.context_window or window) != window:
         window = resolve_window(profile, model)
     return Settings(
         model, ref, window, path, api_base or current.api_base,
@@ -115,26 +119,28 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
 def open_runner(session: Session, *, profile_spec: str | None, model_spec: str | None,
                 api_base: str | None, path: Path_, workdir: Path | None = None,
                 tools: Sequence[str] = (), run_limits: Mapping[str, float] | None = None,
-                session_limits: Mapping[str, float] | None = None) -> Runner:
+                session_limits: Mapping[str, float] | None = None, context_window: int | None = None,
+                timeout_s: float | None = None) -> Runner:
     """A runner for ``session``: its records folded into a state (ONE STATE), then the header of
     a new session, or a ``settings`` record of what this run changes, appended and applied.
 
     A resumed session keeps its model, api_base, profile, context window, working directory and
     user tools unless new ones are given. ``run_limits`` (over the profile's ``limits.run``) bound
-    this run; ``session_limits`` are recorded in the session (agent/budgets.py). Raises
+    this run; ``session_limits`` are recorded in the session (agent/budgets.py); ``context_window``
+    (tokens) is recorded too; ``timeout_s`` (seconds per model request) is this run's. Raises
     ``ProfileError``/``UsageError`` for a bad profile, model, script, working directory or tool;
     nothing is written then.
     """
     state = fold(session.transcript.records(repair=True), transcript_path=str(session.transcript.path))
     settings, profile = wanted_settings(state.settings, profile_spec=profile_spec, model_spec=model_spec,
                                         api_base=api_base, path=path, workdir=workdir, tools=tools,
-                                        limits=session_limits)
+                                        limits=session_limits, context_window=context_window)
     assert settings.workdir is not None
     if not Path(settings.workdir).is_dir():
         raise UsageError(f"the working directory {settings.workdir} does not exist (or is not a directory)"
                          + ("; give another with --workdir" if workdir is None else ""))
     model = make_model(settings.model, api_base=settings.api_base or profile.api_base, replies_done=state.replies,
-                       timeout_s=profile.timeout_s, retries=profile.retries,
+                       timeout_s=timeout_s or profile.timeout_s, retries=profile.retries,
                        max_output_tokens=profile.max_output_tokens, prompt_cache=profile.prompt_cache,
                        max_retry_wait_s=profile.max_retry_wait_s, send_tool_choice=profile.send_tool_choice)
     toolset = toolset_for(session, profile, settings)

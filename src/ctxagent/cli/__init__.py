@@ -104,20 +104,32 @@ def _show(err: Exception) -> None:
 
 def _fail(args: list[str], code: int, status: str, message: str) -> None:
     """Exit with ``code``, after printing the ``--json`` object of the failure when it was asked for."""
-    if wants_json(args):
-        print(json.dumps(failure_json(args, status, message), ensure_ascii=False), flush=True)
+    wanted = wants_json(args)
+    if wanted:
+        failure = failure_json(args, status, message)
+        if wanted == "stream-json":  # the stream still ends with its error and result events
+            print(json.dumps({"type": "error", "status": status, "message": failure["error"]}), flush=True)
+            failure = {"type": "result", **failure}
+        print(json.dumps(failure, ensure_ascii=False), flush=True)
     sys.exit(code)
 
 
-def wants_json(args: list[str]) -> bool:
-    """Whether ``--json`` is among the options of the command line ``args`` (before a ``--``)."""
-    return "--json" in (args[: args.index("--")] if "--" in args else args)
+def wants_json(args: list[str]) -> str | None:
+    """``json`` when ``--json`` or ``--output-format json`` is among the options of the command line
+    ``args`` (before a ``--``), ``stream-json`` for that format, else None."""
+    options = args[: args.index("--")] if "--" in args else args
+    for i, arg in enumerate(options):
+        value = arg.split("=", 1)[1] if arg.startswith("--output-format=") else \
+            options[i + 1] if arg == "--output-format" and i + 1 < len(options) else None
+        if value in ("json", "stream-json"):
+            return value
+    return "json" if "--json" in options else None
 
 
 def failure_json(args: list[str], status: str, message: str) -> dict[str, Any]:
     """The object ``--json`` prints for a command that failed before it could print its own: the
     shape of ``run``'s (session, status, answer, turns, error), the session as the command line
-    names it (None when it names none)."""
+    names it (None when it names none), ``is_error`` true."""
     session = None
     for i, arg in enumerate(args):
         if arg in ("--session", "-s") and i + 1 < len(args):
@@ -125,7 +137,7 @@ def failure_json(args: list[str], status: str, message: str) -> dict[str, Any]:
         elif arg.startswith("--session="):
             session = arg.split("=", 1)[1]
     return {"session": mend(session) if session else None, "status": status, "answer": None, "turns": 0,
-            "error": mend(message)}
+            "error": mend(message), "is_error": True}
 
 
 def redacted(text: str) -> str:

@@ -55,6 +55,14 @@ MaxWallOpt = Annotated[float | None, typer.Option(
 SessionLimitOpt = Annotated[list[str] | None, typer.Option(
     "--session-limit", help="Budget of the whole session, KEY=VALUE (max_input_tokens, max_output_tokens_total, "
     "max_cost_usd, max_wall_s); kept in the session. Repeatable.")]
+WindowOpt = Annotated[int | None, typer.Option(
+    "--context-window", min=256, help="The model's context window in tokens (when litellm does not know it, "
+    "e.g. a local server); kept in the session.")]
+TimeoutOpt = Annotated[float | None, typer.Option(
+    "--timeout", min=0.1, help="Seconds one model request may take (default: the profile's timeout_s).")]
+OutputFormatOpt = Annotated[str | None, typer.Option(
+    "--output-format", help="text (the answer), json (one object, as --json) or stream-json (one JSON event "
+    "per line as the run goes; schema: src/ctxagent/cli/events.schema.json).")]
 AnswerOutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", help="Write the answer's value to FILE: the value of an answer that is one handle "
     "(bytes exactly, arrays as .npy, JSON pretty), else the answer with its handles resolved.")]
@@ -81,10 +89,22 @@ class RunOptions:
     max_cost_usd: MaxCostOpt = None
     max_wall_s: MaxWallOpt = None
     session_limit: SessionLimitOpt = None
+    context_window: WindowOpt = None
+    timeout: TimeoutOpt = None
+    output_format: OutputFormatOpt = None
 
     def is_batch(self) -> bool:
-        """The batch path: ``--batch``, ``--json``, or stdin not a terminal."""
-        return self.batch or self.json_out or not sys.stdin.isatty()
+        """The batch path: ``--batch``, a machine-readable output format, or stdin not a terminal."""
+        return self.batch or self.format() != "text" or not sys.stdin.isatty()
+
+    def format(self) -> str:
+        """``text``, ``json`` (also ``--json``) or ``stream-json``. Raises ``UsageError`` for another."""
+        chosen = self.output_format or ("json" if self.json_out else "text")
+        if chosen not in ("text", "json", "stream-json"):
+            raise UsageError(f"--output-format {chosen}: give text, json or stream-json")
+        if self.json_out and chosen != "json":
+            raise UsageError(f"--json means --output-format json; it cannot go with --output-format {chosen}")
+        return chosen
 
     def run_limits(self) -> dict[str, float]:
         """The run limits the command line sets (``--max-*``), by profile key."""
@@ -109,6 +129,7 @@ class RunOptions:
                          tools=" ".join(self.tool_specs()))
         check_output(self.output)
         self.session_limits()
+        self.format()
 
 
 def with_run_options(command: Callable[..., None]) -> Callable[..., None]:

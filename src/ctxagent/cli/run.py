@@ -44,6 +44,21 @@ def _read_task(task: str | None) -> str | None:
     return text
 
 
+def _piped() -> str | None:
+    """What is piped into stdin (a pipe or a redirected file, never a terminal or an open socket),
+    as text (:func:`plain`); None when nothing is (``cat log | ctxagent run "task"``, as ``llm`` does)."""
+    import stat
+
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError):
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    text = plain(sys.stdin.buffer.read().decode("utf-8", "surrogateescape")).rstrip("\n")
+    return text if text.strip() else None
+
+
 def _session(name: str | None) -> Session:
     """The session ``--session`` names (a new name when it is not given; ``UsageError`` when blank)."""
     if name is None:
@@ -51,15 +66,16 @@ def _session(name: str | None) -> Session:
     return Session.at(name)
 
 
-def execute(session: Session, message: str | None, opts: RunOptions) -> None:
+def execute(session: Session, message: str | None, opts: RunOptions, stdin: str | None = None) -> None:
     """Open ``session``, run it (and, interactively, keep prompting), exit with the right code.
+    ``stdin``: piped text attached to the first message (offloaded under ``@stdin`` when large).
 
     An answer that is or contains handles is printed with their values (see ``outputs_cmd.deliver``).
     """
     from ctxagent.agent.setup import open_runner
 
     batch = opts.is_batch()
-    renderer: Renderer = BatchRenderer(opts.json_out) if batch else InteractiveRenderer()
+    renderer = _renderer(opts.format(), batch)
     result: dict[str, Any] = {"session": session.name, "status": "error", "answer": None, "turns": 0}
     code = 0
     runner = None
@@ -70,8 +86,11 @@ def execute(session: Session, message: str | None, opts: RunOptions) -> None:
             runner = open_runner(session, profile_spec=opts.profile, model_spec=opts.model, api_base=opts.api_base,
                                  path="batch" if batch else "interactive",
                                  workdir=opts.workdir.resolve() if opts.workdir else None, tools=opts.tool_specs(),
-                                 run_limits=opts.run_limits(), session_limits=opts.session_limits())
+                                 run_limits=opts.run_limits(), session_limits=opts.session_limits(),
+                                 context_window=opts.context_window, timeout_s=opts.timeout)
             grant(runner, opts.allow, opts.allow_all, interactive=not batch)  # --allow, --allow-all, the prompt
+            if stdin is not None and message is not None:
+                message = f"{message}\n\n{runner.attach(stdin, 'stdin')}"
             if message is None and runner.needs_input():
                 raise UsageError(f"session {session.name!r} has nothing left to do; give a new message")
             renderer.start(session, runner)
@@ -98,7 +117,7 @@ def execute(session: Session, message: str | None, opts: RunOptions) -> None:
     if runner is not None:
         result.update(_spend(runner, started))
     if code == 0 and batch and renderer.answer is not None:
-        code = _deliver(session, renderer.answer, opts.output, result, opts.json_out)
+        code = _deliver(session, renderer.answer, opts.output, result, opts.format() != "text")
     result.update({key: mend(result[key]) for key in ("answer", "error") if isinstance(result.get(key), str)})
     result["is_error"] = code != 0
     if code == 129:  # the terminal is gone: what cannot be shown is dropped, the exit code stays
@@ -106,6 +125,15 @@ def execute(session: Session, message: str | None, opts: RunOptions) -> None:
     else:
         renderer.finish(result)
     raise typer.Exit(code)
+
+
+def _renderer(output_format: str, batch: bool) -> Renderer:
+    """The renderer of ``--output-format`` (``stream-json``: cli/stream.py) on the batch or interactive path."""
+    if output_format == "stream-json":
+        from ctxagent.cli.stream import StreamRenderer
+
+        return StreamRenderer()
+    return BatchRenderer(output_format == "json") if batch else InteractiveRenderer()
 
 
 def _spend(runner: Any, started: float) -> dict[str, Any]:
@@ -209,7 +237,7 @@ def run(opts: RunOptions,
     if text is None:
         text = plain(typer.prompt("task"))
     opts.check()
-    execute(_session(opts.session), text, opts)
+    execute(_session(opts.session), text, opts, stdin=_piped() if task != "-" else None)
 
 
 @with_run_options
@@ -218,4 +246,4 @@ def resume(opts: RunOptions,
     """Continue a session (the most recent one by default) where it stopped."""
     opts.check()
     target = (Session.at(opts.session) if opts.session is not None else latest_session()).require()  # --json: cli.main
-    execute(target, _read_task(message), opts)
+    execute(target, _read_task(message), opts, stdin=_piped() if message not in (None, "-") else None)

@@ -1,0 +1,87 @@
+"""``--output-format stream-json``: one JSON event per line on stdout as the run goes.
+
+The shape follows what users of Codex (``exec --json``) and Claude Code (``--output-format
+stream-json``) already parse: a ``type`` on every event, ``item.*`` events for messages, tool
+calls and tool results, ``turn.*`` events with usage, and a final ``result`` event holding the
+``--json`` object. The schema of every event is ``src/ctxagent/cli/events.schema.json`` (tested
+against real runs). Progress lines still go to stderr. An offloaded value never appears: a tool
+result event carries what the model saw (its preview, cut to :data:`CONTENT_CHARS`) with its
+handle and size.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, Warned
+from ctxagent.cli.render import BatchRenderer
+from ctxagent.sessions.session import Session
+
+CONTENT_CHARS = 2000  # characters of a message or tool result shown in an event at most
+
+
+def _cut(text: str) -> dict[str, Any]:
+    return {"text": text[:CONTENT_CHARS], "chars": len(text), "truncated": len(text) > CONTENT_CHARS}
+
+
+def event_of(event: Event) -> list[dict[str, Any]]:
+    """The stream events of one runner event (a reply gives its message and one ``item.started``
+    per tool call)."""
+    if isinstance(event, Requesting):
+        return [{"type": "turn.started", "turn": event.turn, "context_tokens": event.tokens,
+                 "context_window": event.window, "messages": event.messages, "same_prefix": event.same}]
+    if isinstance(event, Replied):
+        reply, usage = event.reply, event.reply.usage
+        out: list[dict[str, Any]] = [{"type": "item.completed", "item": {
+            "type": "assistant_message", "turn": event.turn, **_cut(reply.content or ""),
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments[:CONTENT_CHARS]}
+                           for c in reply.tool_calls]}}]
+        out.append({"type": "turn.completed", "turn": event.turn, "finish_reason": reply.finish_reason,
+                    "usage": None if usage is None else {
+                        "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                        "cached_tokens": usage.cached_tokens, "cost_usd": usage.cost_usd}})
+        out += [{"type": "item.started", "item": {"type": "tool_call", "id": c.id, "name": c.name}}
+                for c in reply.tool_calls]
+        return out
+    if isinstance(event, ToolDone):
+        return [{"type": "item.completed", "item": {
+            "type": "tool_result", "call_id": event.call.id, "name": event.call.name, "is_error": event.is_error,
+            "handle": event.handle, **_cut(event.content)}}]
+    if isinstance(event, Compacted):
+        c = event.compaction
+        return [{"type": "compaction", "strategy": c.strategy, "start": c.start, "end": c.end,
+                 "tokens_before": c.tokens_before, "tokens_after": c.tokens}]
+    if isinstance(event, Warned):
+        return [{"type": "warning", "source": event.source, "text": event.text}]
+    if isinstance(event, Finished):
+        return [{"type": "run.finished", "status": event.status, "turn": event.turns}]
+    return []
+
+
+class StreamRenderer(BatchRenderer):
+    """Scripts reading events: JSON lines on stdout, progress on stderr, never a prompt."""
+
+    def __init__(self) -> None:
+        super().__init__(json_out=True)
+
+    def _emit(self, data: dict[str, Any]) -> None:
+        print(json.dumps(data, ensure_ascii=False), flush=True)
+
+    def start(self, session: Session, runner: Any) -> None:
+        super().start(session, runner)
+        assert runner.state.settings is not None
+        settings = runner.state.settings
+        self._emit({"type": "session.started", "session": session.name, "model": settings.model,
+                    "profile": settings.profile, "path": settings.path, "context_window": settings.context_window,
+                    "tools": list(runner.toolset.tools), "resumed": runner.replies_at_start > 0})
+
+    def event(self, event: Event) -> None:
+        super().event(event)
+        for data in event_of(event):
+            self._emit(data)
+
+    def finish(self, result: dict[str, Any]) -> None:
+        if result.get("error"):
+            self._emit({"type": "error", "status": result["status"], "message": result["error"]})
+        self._emit({"type": "result", **result, "warnings": self.warnings})
