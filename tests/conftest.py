@@ -36,6 +36,9 @@ def _no_real_model_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Non
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "ctxagent-data"))
+    monkeypatch.setenv("CTXAGENT_CONFIG_DIR", str(tmp_path / "ctxagent-config"))  # never the user's own
+    for key in ("MODEL", "PROFILE", "API_BASE", "CONTEXT_WINDOW", "ALLOW"):
+        monkeypatch.delenv(f"CTXAGENT_{key}", raising=False)
 
 
 @pytest.fixture

@@ -111,7 +111,7 @@ def parse_profile(text: str, *, source: str, default_name: str = "custom") -> Pr
         loc = [str(p) for p in first["loc"]]
         layer = _owner(layers, loc)
         raise ProfileError(
-            first["msg"], path=layer.source, line=_line_of(layer.node, loc), key=".".join(loc) or None
+            first["msg"], path=layer.source, line=line_of(layer.node, loc), key=".".join(loc) or None
         ) from err
     try:
         check_gaps(profile, source=source)
@@ -120,7 +120,7 @@ def parse_profile(text: str, *, source: str, default_name: str = "custom") -> Pr
         message = str(err).split(": ", 1)[-1]
         loc = (err.key or "").split(".")
         layer = _owner(layers, loc)
-        raise ProfileError(message, path=layer.source, line=_line_of(layer.node, loc), key=err.key) from None
+        raise ProfileError(message, path=layer.source, line=line_of(layer.node, loc), key=err.key) from None
     return profile
 
 
@@ -134,7 +134,7 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _parse(text: str, source: str) -> tuple[Any, dict[str, Any]]:
+def parse_yaml(text: str, source: str) -> tuple[Any, dict[str, Any]]:
     """The YAML node and data of one profile file; ``ProfileError`` for bad YAML or a non-mapping."""
     try:
         node = yaml.compose(text)
@@ -155,12 +155,12 @@ def _parse(text: str, source: str) -> tuple[Any, dict[str, Any]]:
 def _chain(text: str, source: str, seen: tuple[str, ...]) -> list[_Layer]:
     """The layers of ``text`` and of its ``extends`` bases, this file first. ``seen``: the sources
     of the files that extend this one (a cycle comes back to one of them)."""
-    node, data = _parse(text, source)
+    node, data = parse_yaml(text, source)
     layer = _Layer(source, node, data)
     if EXTENDS not in data:
         return [layer]
     spec = data.pop(EXTENDS)
-    line = _line_of(node, [EXTENDS])
+    line = line_of(node, [EXTENDS])
     if not isinstance(spec, str) or not spec.strip():
         raise ProfileError("extends names one profile: a bundled name or a path relative to this file",
                            path=source, line=line, key=EXTENDS)
@@ -206,7 +206,7 @@ def _owner(layers: list[_Layer], loc: list[str]) -> _Layer:
     return next(layer for layer in layers if depth(layer.data) == best)
 
 
-def _line_of(node: Any, loc: list[str]) -> int | None:
+def line_of(node: Any, loc: list[str]) -> int | None:
     """1-based line of the deepest YAML node on the path ``loc`` (keys and list indexes)."""
     line = node.start_mark.line + 1 if node is not None else None
     for part in loc:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
-from ctxagent.cli import context_cmd, inspect, profiles_cmd, run, sessions
+from ctxagent.cli import config, context_cmd, inspect, profiles_cmd, run, sessions
 from ctxagent.cli.run import Interrupted
 from ctxagent.errors import CtxagentError
 from ctxagent.tools.clean import mend
@@ -34,6 +34,7 @@ context_cmd.register(inspect.app)
 app.add_typer(inspect.app, name="inspect")
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(profiles_cmd.app, name="profiles")
+app.add_typer(config.app, name="config")
 
 
 def _version(value: bool) -> None:

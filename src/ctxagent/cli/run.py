@@ -82,6 +82,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
     started = time.monotonic()
     existed = session.root.exists()
     try:
+        opts = _with_defaults(opts, existed)
         with session.writer():
             runner = open_runner(session, profile_spec=opts.profile, model_spec=opts.model, api_base=opts.api_base,
                                  path="batch" if batch else "interactive",
@@ -125,6 +126,25 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
     else:
         renderer.finish(result)
     raise typer.Exit(code)
+
+
+def _with_defaults(opts: RunOptions, existed: bool) -> RunOptions:
+    """``opts`` with what the command line left unset taken from configuration (cli/config.py): all
+    of model, profile, api_base, context_window and allow for a new session; only allow for one that
+    exists (it keeps what it recorded). Says on stderr when a project file is there but not trusted."""
+    from dataclasses import replace
+
+    from ctxagent.cli import config
+
+    start = opts.workdir.resolve() if opts.workdir else None
+    given = {"model": opts.model, "profile": opts.profile, "api_base": opts.api_base,
+             "context_window": opts.context_window, "allow": opts.allow}
+    values = config.effective(given, start=start)
+    note = config.untrusted_note(start)
+    if note and any(v is None for v in given.values()):
+        print(f"ctxagent: note: {note}", file=sys.stderr)
+    keys = ("allow",) if existed else config.KEYS
+    return replace(opts, **{key: values[key].value for key in keys if given[key] is None})
 
 
 def _renderer(output_format: str, batch: bool) -> Renderer:

@@ -1,0 +1,195 @@
+"""Defaults for ``run`` and ``resume`` from configuration: ``ctxagent config show|trust|path``.
+
+Sources, the first that sets a key wins (README "Configuration"):
+
+1. the command line;
+2. environment variables ``CTXAGENT_MODEL``, ``CTXAGENT_PROFILE``, ``CTXAGENT_API_BASE``,
+   ``CTXAGENT_CONTEXT_WINDOW``, ``CTXAGENT_ALLOW``;
+3. the project file ``.ctxagent.yaml``, found upward from the working directory, used only once the
+   user trusted it (``ctxagent config trust``: its path and SHA-256 are recorded; an edited file must
+   be trusted again): a repository must not choose the model, server or grants of whoever runs in it;
+4. the user file ``config.yaml`` in platformdirs' user config dir for ``ctxagent`` (or
+   ``$CTXAGENT_CONFIG_DIR``);
+5. the bundled defaults (the ``default`` profile).
+
+Keys: ``model``, ``profile``, ``api_base``, ``context_window`` (tokens), ``allow`` (a tool name,
+kind or comma list, as ``--allow``). They fill only what the command line leaves unset, and for a
+session that already exists only ``allow``: a resumed session keeps what it recorded. Never imports
+litellm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ctxagent.errors import ProfileError, UsageError
+
+KEYS = ("model", "profile", "api_base", "context_window", "allow")
+PROJECT_FILE = ".ctxagent.yaml"
+app = typer.Typer(help="Show where defaults come from; trust a project file.", no_args_is_help=True,
+                  rich_markup_mode=None)
+
+
+class ConfigFile(BaseModel):
+    """The keys a user or project configuration file may set."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    profile: str | None = None
+    api_base: str | None = None
+    context_window: int | None = Field(None, ge=256)
+    allow: str | list[str] | None = None
+
+
+@dataclass(frozen=True)
+class Value:
+    """One effective setting and where it came from (``cli``, ``env CTXAGENT_X``, a file path, ``default``)."""
+
+    value: Any
+    source: str
+
+
+def config_dir() -> Path:
+    """``$CTXAGENT_CONFIG_DIR``, else platformdirs' user config dir for ``ctxagent``."""
+    env = os.environ.get("CTXAGENT_CONFIG_DIR")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("ctxagent", appauthor=False))
+
+
+def user_file() -> Path:
+    return config_dir() / "config.yaml"
+
+
+def project_file(start: Path | None = None) -> Path | None:
+    """The nearest ``.ctxagent.yaml`` from ``start`` (the working directory) upward, or None."""
+    folder = (start or Path.cwd()).resolve()
+    for candidate in (folder, *folder.parents):
+        if (candidate / PROJECT_FILE).is_file():
+            return candidate / PROJECT_FILE
+    return None
+
+
+def _trust_file() -> Path:
+    return config_dir() / "trusted.json"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def trusted(path: Path) -> bool:
+    """Whether the user trusted ``path`` as it is now (same SHA-256 as when trusted)."""
+    try:
+        known = json.loads(_trust_file().read_text(encoding="utf-8"))
+        return known.get(str(path.resolve())) == _digest(path)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def read_file(path: Path) -> ConfigFile:
+    """Parse and validate one configuration file. Raises ``ProfileError`` naming file, line and key."""
+    from ctxagent.profile import line_of, parse_yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ProfileError(f"cannot read configuration ({err})", path=str(path)) from err
+    node, data = parse_yaml(text, str(path))
+    try:
+        return ConfigFile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = [str(p) for p in first["loc"]]
+        raise ProfileError(first["msg"], path=str(path), line=line_of(node, loc[:1]), key=".".join(loc)) from err
+
+
+def effective(cli: dict[str, Any] | None = None, *, start: Path | None = None) -> dict[str, Value]:
+    """Every key of :data:`KEYS` with its effective value and source (see the module docstring);
+    ``cli``: what the command line gave (None values: not given). Raises ``ProfileError`` for a bad
+    file, ``UsageError`` for a bad ``CTXAGENT_CONTEXT_WINDOW``."""
+    layers: list[tuple[str, dict[str, Any]]] = [("cli", dict(cli or {}))]
+    env = {key: os.environ[f"CTXAGENT_{key.upper()}"] for key in KEYS if os.environ.get(f"CTXAGENT_{key.upper()}")}
+    if "context_window" in env:
+        try:
+            env["context_window"] = int(env["context_window"])
+        except ValueError:
+            raise UsageError(f"CTXAGENT_CONTEXT_WINDOW={env['context_window']!r} is not a number of tokens") from None
+    layers.append(("env", env))
+    project = project_file(start)
+    if project is not None and trusted(project):
+        layers.append((str(project), read_file(project).model_dump(exclude_none=True)))
+    if user_file().is_file():
+        layers.append((str(user_file()), read_file(user_file()).model_dump(exclude_none=True)))
+    out: dict[str, Value] = {}
+    for key in KEYS:
+        found = next(((source, data[key]) for source, data in layers if data.get(key) is not None), None)
+        if found is None:
+            out[key] = Value(None, "default")
+        else:
+            source, value = found
+            out[key] = Value(", ".join(value) if isinstance(value, list) else value,
+                             f"env CTXAGENT_{key.upper()}" if source == "env" else source)
+    return out
+
+
+def untrusted_note(start: Path | None = None) -> str | None:
+    """A note when a project file is there but not trusted (it is then not used), else None."""
+    project = project_file(start)
+    if project is None or trusted(project):
+        return None
+    return f"{project} is not used: it is not trusted ('ctxagent config trust' uses it, after you read it)"
+
+
+@app.command("show")
+def show(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False) -> None:
+    """The defaults ``run`` would use here, each with where it came from."""
+    values = effective()
+    if json_out:
+        print(json.dumps({k: {"value": v.value, "source": v.source} for k, v in values.items()}))
+        return
+    for key, value in values.items():
+        shown = "-" if value.value is None else value.value
+        print(f"{key:15} {shown}  ({value.source})")
+    note = untrusted_note()
+    if note:
+        print(f"note: {note}")
+
+
+@app.command("trust")
+def trust() -> None:
+    """Trust the project file (``.ctxagent.yaml``) found from here upward, as it is now."""
+    project = project_file()
+    if project is None:
+        raise UsageError(f"no {PROJECT_FILE} in {Path.cwd()} or above")
+    read_file(project)  # a broken file is not trusted
+    from ctxagent.sessions.redact import private_dir
+
+    private_dir(config_dir())
+    path = _trust_file()
+    try:
+        known = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    known[str(project.resolve())] = _digest(project)
+    path.write_text(json.dumps(known, indent=1) + "\n", encoding="utf-8")
+    print(f"trusted {project}")
+
+
+@app.command("path")
+def path() -> None:
+    """Where the user configuration file is (it may not exist yet) and the project file in use."""
+    print(f"user file: {user_file()}{'' if user_file().is_file() else ' (none)'}")
+    project = project_file()
+    print(f"project file: {project or '(none)'}" + ("" if project is None else
+                                                     " (trusted)" if trusted(project) else " (not trusted)"))
