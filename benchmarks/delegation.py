@@ -19,8 +19,9 @@ Two configurations, same workload:
 Reported per configuration: the orchestrator's own requests, their peak and total prompt tokens
 (provider-reported, children excluded), its compactions, and of the 20 children's facts how many
 are in its last request and how many are reachable (in the last request, or in a stored output
-whose handle it names). The deepagents peer (its ``task`` tool, same sizes) comes from
-``benchmarks/delegation_peers.py`` when present.
+whose handle it names). The deepagents peer (its ``task`` tool, same sizes, its defaults: the
+``FilesystemMiddleware`` evicts a tool result over 80,000 characters to a file and leaves a preview)
+comes from ``benchmarks/delegation_peers.py``; its prompt tokens count the tool schemas as ours do.
 """
 
 from __future__ import annotations
@@ -146,10 +147,13 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
              f"{r['peak_context_tokens']:,}", f"{r['total_input_tokens']:,}", str(r["compactions"]),
              f"{r['facts_in_last_request']}/{n}", f"{r['facts_reachable']}/{n}"] for r in data["rows"]]
     peer = data.get("peer") or {}
-    if "peak_context_tokens" in peer:
-        rows.append([f"deepagents {peer.get('version', '')} task tool", "-", str(peer["orchestrator_requests"]),
-                     f"{peer['peak_context_tokens']:,}", f"{peer['total_input_tokens']:,}", "-",
-                     f"{peer.get('facts_in_last_request', '-')}/{n}", "-"])
+    if "peak_context_tokens" in peer:  # prompt tokens with the tool schemas, as the provider counts ours
+        rows.append([f"deepagents {peer.get('version', '')} task tool (defaults)", "answered",
+                     str(peer["orchestrator_requests"]),
+                     f"{peer.get('peak_prompt_tokens_with_tools', peer['peak_context_tokens']):,}",
+                     f"{peer.get('total_prompt_tokens_with_tools', peer['total_input_tokens']):,}",
+                     str(peer.get("summarizer_calls", "-")), f"{peer.get('facts_in_last_request', '-')}/{n}",
+                     f"{peer.get('facts_reachable', '-')}/{n}"])
     elif peer:
         rows.append(["deepagents", f"skipped: {peer.get('skipped')}", *["-"] * 6])
     raw = data["rows"][0]["raw_result_tokens_total"]

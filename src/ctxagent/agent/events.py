@@ -40,6 +40,13 @@ class Replied:
 
 
 @dataclass(frozen=True)
+class ToolStarted:
+    """A tool call is about to run (not sent for calls refused or answered by a note)."""
+
+    call: ToolCall
+
+
+@dataclass(frozen=True)
 class ToolDone:
     """A tool call finished; ``content`` is what the model will see, ``handle`` set if offloaded."""
 
@@ -68,4 +75,4 @@ class Warned:
     text: str
 
 
-Event = Compacted | Requesting | Replied | ToolDone | Warned | Finished
+Event = Compacted | Requesting | Replied | ToolStarted | ToolDone | Warned | Finished

@@ -342,6 +342,17 @@ class Runner(ToolCalls):
             items.append(usage_record(reply.usage, turn, self.model.name, self.budget().estimate(view)))
         self._append(*items)
 
+    def pin(self, fact: str) -> None:
+        """Pin ``fact`` for the rest of the session (a user's ``/pin``): recorded, shown at once."""
+        self._append(records.PinRecord(turn=self.state.replies, fact=fact))
+
+    def compact(self) -> Iterator[Event]:
+        """Run the path's pipeline now, every step as if over its trigger (a user's ``/compact``);
+        yields the compactions it recorded."""
+        forced = {"trigger": 0, "every_turns": None, "min_turns": None}
+        steps = [step.model_copy(update=forced) for step in self.profile.pipeline(self.path)]
+        yield from self._build(steps, self.budget())
+
     def attach(self, text: str, name: str) -> str:
         """``text`` (piped into the run) as it goes into a user message: ``[name]`` then the text, or,
         over the tool-result threshold, its preview naming the handle it is stored under (offloaded

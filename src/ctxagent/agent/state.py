@@ -156,6 +156,9 @@ class SessionState:
         elif isinstance(record, records.SessionHeader):
             self.name, self.settings = record.name, Settings.of_header(record)
             self.context.model = record.model
+        elif isinstance(record, records.PinRecord) and record.fact.strip():
+            self.pins = list(dict.fromkeys([*self.pins, record.fact.strip()]))
+            self.shown_pins = list(self.pins)  # the user asked for it now: shown in the next request
         elif isinstance(record, records.SettingsRecord) and self.settings is not None:
             self.compacted_turns = 0  # new settings (say a profile after a thrash stop): the guard starts over
             self.settings = self.settings.changed(record)

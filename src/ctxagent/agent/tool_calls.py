@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from ctxagent.agent import activity
-from ctxagent.agent.events import Event, ToolDone, Warned
+from ctxagent.agent.events import Event, ToolDone, ToolStarted, Warned
 from ctxagent.agent.model import Reply
 from ctxagent.agent.replies import cut_call_error
 from ctxagent.agent.state import SessionState
@@ -70,6 +70,8 @@ class ToolCalls:
                 yield from self._stop_loop(calls[index:], repeats, handles[index:])
             repeat = self._refused(call) or self._repeat(call)
             cut = None if repeat else cut_call_error(reply, call)  # arguments cut at the output limit
+            if not (repeat or cut):
+                yield ToolStarted(call)
             outcome = repeat or (ToolOutcome(cut, True) if cut else children[call.id]() if call.id in children
                                  else self.toolset.call(call, handle))
             if repeats == self.profile.loop_guard > 0:

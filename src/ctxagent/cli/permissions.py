@@ -42,10 +42,15 @@ def grant(runner: Any, allow: str | None, allow_all: bool, *, interactive: bool)
         gate.ask = prompt
 
 
+ANSWERS = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "": "no", "a": "always", "always": "always"}
+ASK_TIMES = 3
+
+
 def prompt(tool: str, arguments: dict[str, Any], workdir: Path) -> str:
     """Show a call (tool, arguments, working directory) and read yes / no / always on the terminal.
 
-    Anything but y/yes/a/always is "no"; end of input is "no".
+    Enter alone is "no"; an unclear reply is asked again (at most :data:`ASK_TIMES` times in all, then
+    "no"); end of input is "no".
     """
     from rich.console import Console
     from rich.markup import escape
@@ -64,11 +69,16 @@ def prompt(tool: str, arguments: dict[str, Any], workdir: Path) -> str:
         if len(text) > PROMPT_ARGUMENT_CHARS:
             text = text[:PROMPT_ARGUMENT_CHARS] + f"… ({len(text):,} characters)"
         console.print(f"  {escape(name)}: {escape(text)}")
-    try:
-        answer = console.input("allow? [bold]\\[y][/bold]es / [bold]\\[n][/bold]o / "
-                               "[bold]\\[a][/bold]lways for this session: ").strip().lower()
-    except EOFError:
-        return "no"
+    for _ in range(ASK_TIMES):
+        try:
+            answer = console.input("allow? [bold]\\[y][/bold]es / [bold]\\[n][/bold]o / "
+                                   "[bold]\\[a][/bold]lways for this session: ").strip().lower()
+        except EOFError:
+            return "no"
+        if answer in ANSWERS:
+            return ANSWERS[answer]
+        console.print(f"please answer y (yes), n (no) or a (always), not {escape(answer)!r}")
+    return "no"
     if answer in ("y", "yes"):
         return "yes"
     if answer in ("a", "always"):

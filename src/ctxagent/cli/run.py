@@ -100,8 +100,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
                     renderer.event(event)
                 if not batch:
                     _show_answer(session, renderer.answer, opts.output)
-                message = None if batch else renderer.ask()
-                message = None if message is None else plain(message)  # typed: as a task
+                message = None if batch else _next_message(renderer, runner)
                 if message is None:
                     break
             result.update(status="answered", answer=renderer.answer)
@@ -126,6 +125,21 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
     else:
         renderer.finish(result)
     raise typer.Exit(code)
+
+
+def _next_message(renderer: Renderer, runner: Any) -> str | None:
+    """The next message typed interactively, after any slash commands (cli/slash.py); None ends."""
+    from ctxagent.cli import slash
+
+    while True:
+        line = renderer.ask()
+        if line is None:
+            return None
+        message = slash.handle(plain(line), runner, renderer)  # typed: as a task
+        if message is slash.EXIT:
+            return None
+        if isinstance(message, str):
+            return message
 
 
 def _with_defaults(opts: RunOptions, existed: bool) -> RunOptions:
@@ -228,8 +242,24 @@ def _deliver(session: Session, answer: str, output: Path | None, result: dict[st
         if output is not None:
             result["output"] = str(output)
     else:
-        result["answer"] = shown.text
+        result["answer"] = for_terminal(shown.text, session.name) if sys.stdout.isatty() else shown.text
     return 0
+
+
+TERMINAL_MAX_CHARS = 20_000  # characters of an answer's resolved value printed on a terminal at most
+
+
+def for_terminal(text: str, session: str, max_chars: int = TERMINAL_MAX_CHARS) -> str:
+    """``text`` as a terminal shows it: whole up to ``max_chars`` characters, else its first and last
+    lines (half of ``max_chars`` each at most) and how to get the whole value. A pipe or a file gets
+    the whole value: the caller checks ``isatty``."""
+    if len(text) <= max_chars:
+        return text
+    lines = text.splitlines()
+    head, tail = "\n".join(lines[:40])[: max_chars // 2], "\n".join(lines[-20:])[-(max_chars // 2):]
+    return (f"{head}\n[... {len(text):,} characters in all, {len(lines):,} lines; not all printed on a terminal: "
+            f"--output FILE writes the whole value, or pipe the output ('ctxagent inspect outputs --session "
+            f"{session}' lists the stored values) ...]\n{tail}")
 
 
 def _show_answer(session: Session, answer: str | None, output: Path | None) -> None:
@@ -244,7 +274,7 @@ def _show_answer(session: Session, answer: str | None, output: Path | None) -> N
     if shown.written is not None:
         print(f"wrote {shown.written:,} bytes to {output}")
     elif shown.handles and shown.text != answer:
-        print(shown.text)
+        print(for_terminal(shown.text, session.name))
 
 
 @with_run_options

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, Warned
+from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, ToolStarted, Warned
 from ctxagent.cli.render import BatchRenderer
 from ctxagent.sessions.session import Session
 
@@ -26,8 +26,7 @@ def _cut(text: str) -> dict[str, Any]:
 
 
 def event_of(event: Event) -> list[dict[str, Any]]:
-    """The stream events of one runner event (a reply gives its message and one ``item.started``
-    per tool call)."""
+    """The stream events of one runner event (a reply gives its message and its turn's usage)."""
     if isinstance(event, Requesting):
         return [{"type": "turn.started", "turn": event.turn, "context_tokens": event.tokens,
                  "context_window": event.window, "messages": event.messages, "same_prefix": event.same}]
@@ -41,9 +40,9 @@ def event_of(event: Event) -> list[dict[str, Any]]:
                     "usage": None if usage is None else {
                         "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
                         "cached_tokens": usage.cached_tokens, "cost_usd": usage.cost_usd}})
-        out += [{"type": "item.started", "item": {"type": "tool_call", "id": c.id, "name": c.name}}
-                for c in reply.tool_calls]
         return out
+    if isinstance(event, ToolStarted):
+        return [{"type": "item.started", "item": {"type": "tool_call", "id": event.call.id, "name": event.call.name}}]
     if isinstance(event, ToolDone):
         return [{"type": "item.completed", "item": {
             "type": "tool_result", "call_id": event.call.id, "name": event.call.name, "is_error": event.is_error,

@@ -183,9 +183,18 @@ class NoteRecord(_Record):
     text: str
 
 
+class PinRecord(_Record):
+    """A fact the user pinned (``/pin FACT`` in an interactive run): kept verbatim in every later
+    request, like the agent's ``pin`` tool calls, and shown at once."""
+
+    kind: Literal["pin"] = "pin"
+    turn: int
+    fact: str
+
+
 Record = Annotated[
     SessionHeader | SettingsRecord | MessageRecord | OutputRecord | UsageRecord | CompactionRecord | EndRecord
-    | PermissionRecord | NoteRecord,
+    | PermissionRecord | NoteRecord | PinRecord,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Record)
