@@ -8,7 +8,7 @@ import json
 from dataclasses import replace
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ctxagent.agent.context import ContextState
@@ -135,6 +135,7 @@ TEXT_PARTS = st.one_of(
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(parts=st.lists(TEXT_PARTS, max_size=30), cap=st.integers(0, 120), summary=st.text(max_size=40))
+@example(parts=["port 8443", "\n", "%"], cap=31, summary="")  # a value across a line end split the block line
 def test_extractor_properties(parts, cap, summary):
     text = "".join(parts)
     values = values_in(text)

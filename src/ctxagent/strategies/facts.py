@@ -76,7 +76,7 @@ def _matches(text: str) -> Iterator[tuple[int, int, str]]:
     for rank, pattern in _KINDS:
         for match in pattern.finditer(text):
             value = match.group(0).rstrip(_TRAILING)
-            if len(value) >= 2:
+            if len(value) >= 2 and "\n" not in value:  # a block line holds one value (``\s`` spans lines)
                 yield match.start(), rank, value
     position = 0
     for line in text.splitlines(keepends=True):
