@@ -160,3 +160,21 @@ def test_the_schema_accepts_every_bundled_profile_and_rejects_a_typo(tmp_path):
     assert not list(validator.iter_errors({"extends": "default", "max_turns": 3}))
     assert list(validator.iter_errors({"max_turn": 3}))  # additional property
     assert list(validator.iter_errors({"preview": {"head_lines": -1}}))
+
+
+def test_a_session_keeps_the_effective_profile_of_a_file_that_extends_another(tmp_path):
+    """The kept copy of a profile file held only its own YAML: once its base file was gone too, the
+    session could not be resumed."""
+    from clihelp import ctxagent, script
+
+    base = tmp_path / "base.yaml"
+    base.write_text("max_turns: 7\npins: [from-the-base]\n", encoding="utf-8")
+    child = tmp_path / "child.yaml"
+    child.write_text("extends: base.yaml\nmax_output_tokens: 300\n", encoding="utf-8")
+    model = script(tmp_path / "s.yaml", [{"content": "one"}, {"content": "two"}])
+    assert ctxagent("run", "--session", "ext", "--profile", str(child), "--model", model, "x").returncode == 0
+    base.unlink()
+    child.unlink()
+    out = ctxagent("resume", "--json", "--session", "ext", "again")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["answer"] == "two"

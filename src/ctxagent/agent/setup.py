@@ -17,7 +17,7 @@ from ctxagent.agent.runner import Runner
 from ctxagent.agent.sinks import MemorySink
 from ctxagent.agent.state import Settings, fold
 from ctxagent.errors import ProfileError, UsageError
-from ctxagent.profile import Path_, Profile, bundled_names, load_profile, parse_profile
+from ctxagent.profile import EXTENDS, Path_, Profile, bundled_names, load_profile, parse_profile
 from ctxagent.profile_schema import Limits
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
@@ -75,8 +75,18 @@ def _profile_ref(spec: str) -> str:
     return spec if spec in bundled_names() else str(Path(spec).resolve())
 
 
-def _profile_text(spec: str) -> str | None:
-    return None if spec in bundled_names() else Path(spec).read_text(encoding="utf-8")
+def _profile_text(spec: str, profile: Profile) -> str | None:
+    """The copy of a profile file the session keeps (resume survives the file's deletion): its YAML,
+    or, for a file that ``extends`` another, the effective profile (its bases may go too)."""
+    if spec in bundled_names():
+        return None
+    import yaml
+
+    text = Path(spec).read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    if not (isinstance(data, dict) and EXTENDS in data):
+        return text
+    return yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
 
 
 def wanted_settings(current: Settings | None, *, profile_spec: str | None, model_spec: str | None,
@@ -95,8 +105,9 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
         spec = profile_spec or "default"
         profile = load_profile(spec)
         model = absolute_model(model_spec or profile.model)
-        settings = Settings(model, _profile_ref(spec), context_window or resolve_window(profile, model), path, api_base,
-                            str(workdir or Path.cwd()), tuple(absolute_spec(t) for t in tools), _profile_text(spec),
+        window = context_window or resolve_window(profile, model)
+        settings = Settings(model, _profile_ref(spec), window, path, api_base, str(workdir or Path.cwd()),
+                            tuple(absolute_spec(t) for t in tools), _profile_text(spec, profile),
                             tuple(sorted((limits or {}).items())))
         return settings, profile
     profile = load_profile(profile_spec) if profile_spec else session_profile(current)
@@ -111,7 +122,7 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
         model, ref, window, path, api_base or current.api_base,
         str(workdir) if workdir else current.workdir or str(Path.cwd()),
         tuple(absolute_spec(t) for t in tools) if tools else current.tools,
-        _profile_text(profile_spec) if profile_spec else current.profile_text,
+        _profile_text(profile_spec, profile) if profile_spec else current.profile_text,
         tuple(sorted({**dict(current.limits), **(limits or {})}.items())),
     ), profile
 
