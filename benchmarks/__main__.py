@@ -34,8 +34,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", help="regex: run only the configurations whose name matches (workloads 1 and "
                         "7-8; 7-8 always run 'no management', their denominator)")
     parser.add_argument("--skip", action="append", default=[],
-                        choices=["long", "sized", "repeated", "handles", "quality", "delegation", "scale", "peers",
-                                 "plots"],
+                        choices=["long", "sized", "repeated", "handles", "quality", "delegation", "startup", "scale",
+                                 "peers", "plots"],
                         help="leave a part out (sized: workloads 7 and 8)")
     parser.add_argument("--cache-ratio", type=float, default=None, metavar="R",
                         help="cache-read price / input price for the cache-billed columns (default 0.1, issue 9's; "
@@ -173,6 +173,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from benchmarks import delegation
 
         results["delegation"] = delegation.run(args.quick)
+    if "startup" not in args.skip:
+        err.print("[bold]issue 16: a one-turn run on the real litellm path (benchmarks/startup.py)[/bold]")
+        from benchmarks import startup
+
+        results["startup"] = startup.run(args.quick)
     if "scale" not in args.skip:
         err.print("[bold]workload 6: scale (benchmarks/spine.py)[/bold]")
         from benchmarks import scale
@@ -267,6 +272,10 @@ def render(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
         from benchmarks import delegation
 
         tables += delegation.tables(results["delegation"])
+    if "startup" in results:
+        from benchmarks import startup
+
+        tables += startup.tables(results["startup"])
     if "scale" in results:
         tables.append(("Workload 6: scale", *report.scale_rows(results["scale"])))
     if results.get("live", {}).get("configs"):

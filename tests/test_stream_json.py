@@ -119,3 +119,16 @@ def test_piped_stdin_is_attached_to_the_task_and_offloaded_when_large(tmp_path):
     dash = ctxagent("run", "--json", "--session", "p3", "--model", model, "-", stdin="the task itself")
     assert dash.returncode == 0 and [r for r in records("p3") if r["kind"] == "message"][1]["message"][
         "content"] == "the task itself"
+
+
+def test_a_litellm_run_ending_at_once_loses_no_output_and_keeps_its_exit_code(tmp_path, fake_openai):
+    """After the answer the process ends without the interpreter's teardown (cli._exit): stdout must
+    still hold every event, and a failing run its exit code."""
+    server = fake_openai([{"content": "fine"}, {"error": {"status": 401, "message": "bad key"}}])
+    env = {"OPENAI_API_KEY": "sk-local"}
+    ok = ctxagent("run", "--output-format", "stream-json", "--session", "x1", "--model", MODEL, "--api-base",
+                  server.base_url, "--profile", profile(tmp_path), "hi", env=env)
+    assert ok.returncode == 0 and events_of(ok.stdout)[-1]["answer"] == "fine", ok.stderr
+    bad = ctxagent("run", "--json", "--session", "x2", "--model", MODEL, "--api-base", server.base_url,
+                   "--profile", profile(tmp_path), "hi", env=env)
+    assert bad.returncode == 4 and result_of(bad)["status"] == "provider_error", bad.stderr

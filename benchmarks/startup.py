@@ -1,0 +1,100 @@
+"""Issue 16 numbers: a one-turn batch run on the real litellm path, against ``import litellm``.
+
+Run: ``python -m benchmarks.startup [--pairs N] [--json]`` (also part of ``python -m benchmarks``).
+
+A local OpenAI-compatible server (``ctxagent.testing.FakeOpenAI``) answers at once. Measured in
+pairs, in one run (A B A B ..., medians; a loaded machine slows both sides of a pair alike):
+
+- A: ``python -c "import litellm"`` with ``LITELLM_LOCAL_MODEL_COST_MAP=True`` (what ctxagent sets
+  before its import: no network fetch of the price map), wall time;
+- B: ``ctxagent run --batch --model openai/gpt-4o-mini --api-base URL "hi"``: the time until the
+  answer's line is on stdout, and until the process has exited.
+
+Targets: ctxagent's own time (B's answer minus A) at most 0.5 s, exit within 0.2 s of the answer.
+A scripted run (no litellm) is timed too, for reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _timed(args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Seconds until the first stdout line, and until exit, of ``args``."""
+    start = time.monotonic()
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    answered = time.monotonic()
+    proc.stdout.read()
+    proc.wait()
+    return answered - start, time.monotonic() - start
+
+
+def run(quick: bool = False, pairs: int | None = None) -> dict[str, Any]:
+    """Medians of ``pairs`` (5; 3 when ``quick``) A/B pairs, and the targets' verdicts."""
+    from ctxagent.testing import FakeOpenAI
+
+    pairs = pairs or (3 if quick else 5)
+    ctx = [sys.executable, "-m", "ctxagent", "run", "--batch"]
+    imports, answers, exits, scripted = [], [], [], []
+    with tempfile.TemporaryDirectory(prefix="ctxagent-startup-") as tmp, \
+            FakeOpenAI([{"content": "hello"}] * pairs) as server:
+        env = {**os.environ, "CTXAGENT_DATA_DIR": str(Path(tmp) / "data"), "OPENAI_API_KEY": "sk-local",
+               "LITELLM_LOCAL_MODEL_COST_MAP": "True", "NO_PROXY": "127.0.0.1,localhost"}
+        script = Path(tmp) / "s.yaml"
+        script.write_text("- content: hello\n", encoding="utf-8")
+        for _ in range(pairs):
+            imports.append(_timed([sys.executable, "-c", "import litellm; print('ok')"], env)[0])
+            answer, done = _timed([*ctx, "--model", "openai/gpt-4o-mini", "--api-base", server.base_url, "hi"], env)
+            answers.append(answer)
+            exits.append(done - answer)
+            scripted.append(_timed([*ctx, "--model", f"scripted:{script}", "hi"], env)[1])
+    own = statistics.median(answers) - statistics.median(imports)
+    after = statistics.median(exits)
+    return {"pairs": pairs, "import_litellm_s": round(statistics.median(imports), 3),
+            "answer_s": round(statistics.median(answers), 3), "own_s": round(own, 3),
+            "exit_after_answer_s": round(after, 3), "scripted_run_s": round(statistics.median(scripted), 3),
+            "own_target_met": own <= 0.5, "exit_target_met": after <= 0.2}
+
+
+def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """The result as ``(title, header, rows)``."""
+    rows = [["`python -c 'import litellm'` (local price map)", f"{data['import_litellm_s']:.2f} s", ""],
+            ["one-turn run: answer on stdout", f"{data['answer_s']:.2f} s", ""],
+            ["ctxagent's own time (answer - import)", f"{data['own_s']:+.2f} s",
+             "met" if data["own_target_met"] else "not met (goal 0.5 s)"],
+            ["exit after the answer", f"{data['exit_after_answer_s']:.2f} s",
+             "met" if data["exit_target_met"] else "not met (goal 0.2 s)"],
+            ["one-turn run, scripted model (no litellm)", f"{data['scripted_run_s']:.2f} s", ""]]
+    return [(f"Issue 16: a one-turn run on the real litellm path (medians of {data['pairs']} pairs, one run)",
+             ["what", "wall time", "target"], rows)]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.startup", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    data = run(pairs=args.pairs)
+    if args.json:
+        print(json.dumps(data, indent=1))
+        return
+    title, header, rows = tables(data)[0]
+    print(f"**{title}**\n\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
