@@ -31,12 +31,12 @@ from typing import Any
 def _timed(args: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Seconds until the first stdout line, and until exit, of ``args``."""
     start = time.monotonic()
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-    assert proc.stdout is not None
-    proc.stdout.readline()
-    answered = time.monotonic()
-    proc.stdout.read()
-    proc.wait()
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env) as proc:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        answered = time.monotonic()
+        proc.stdout.read()
+        proc.wait()
     return answered - start, time.monotonic() - start
 
 

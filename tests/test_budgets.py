@@ -149,9 +149,28 @@ def test_profile_limits_are_validated_with_file_line_and_key(tmp_path):
 def test_session_limit_items_are_checked():
     assert parse_limits(["max_cost_usd=2.5", "max-input-tokens=100"]) == {"max_cost_usd": 2.5,
                                                                          "max_input_tokens": 100}
-    for bad in ("max_cost_usd", "cost=1", "max_wall_s=soon", "max_cost_usd=0"):
-        with pytest.raises(UsageError, match="--session-limit"):
+    for bad in ("max_cost_usd", "cost=1", "max_wall_s=soon", "max_cost_usd=0", "max_input_tokens=0.5",
+                "max_input_tokens=1.5", "max_cost_usd=inf", "max_wall_s=nan"):  # fractional tokens crashed; inf
+        with pytest.raises(UsageError, match="--session-limit"):                 # made the --json invalid
             parse_limits([bad])
+    assert parse_limits(["max_cost_usd=none"]) == {"max_cost_usd": None}
+
+
+def test_a_recorded_cost_limit_on_an_unpriced_model_is_refused_before_anything_is_written(tmp_path, fake_openai):
+    server = fake_openai([{"content": "one"}, {"content": "two"}])
+    out = agent("swm", server, tmp_path, "--session-limit", "max_cost_usd=1")
+    assert out.exit_code == 0, out.stdout
+    before = Session.at("swm").transcript.path.read_bytes()
+    refused = run_cli("resume", "--json", "--session", "swm", "--model", "openai/my-model", "--context-window",
+                      "32000", "again")
+    assert refused.exit_code == 2 and "max_cost_usd=none" in result_of(refused)["error"]
+    assert Session.at("swm").transcript.path.read_bytes() == before  # no settings change, no message
+    removed = run_cli("resume", "--json", "--session", "swm", "--model", "openai/my-model", "--context-window",
+                      "32000", "--session-limit", "max_cost_usd=none", "again")
+    assert (removed.exit_code, result_of(removed)["answer"]) == (0, "two"), removed.stdout
+    assert result_of(removed)["limits"]["session"] == {}
+    with pytest.raises(UsageError, match="finite"):  # in process: main() would print it and exit 2
+        run_cli("run", "--json", "--session", "inf", "--model", "scripted:x", "--max-cost-usd", "inf", "x")
 
 
 class Clock:

@@ -83,9 +83,13 @@ def test_three_children_run_at_once_read_a_parent_handle_and_return_handles(tmp_
     assert max(start for start, _ in spans) < min(end for _, end in spans)  # all three overlapped
     usage = [r for r in transcript("par") if isinstance(r, records.UsageRecord) and r.model.startswith("agent:")]
     assert sorted(u.model for u in usage) == ["agent:par/dA", "agent:par/dB", "agent:par/dC"]
+    assert [u.calls for u in usage] == [2, 2, 2]  # each child made two model calls
+    child_requests = [r for r in server.requests if "child-" in json.dumps(r["messages"][:2])]
+    assert child_requests and all("delegate" not in json.dumps(r.get("tools")) for r in child_requests)  # depth 1
     assert result_of(out)["session_usage"]["prompt_tokens"] == sum(
         r.prompt_tokens for r in transcript("par") if isinstance(r, records.UsageRecord))
     assert result_of(out)["run_turns"] == 4  # the parent's own model calls
+    assert result_of(out)["usage"]["calls"] == 4 + 6
     shown = run_cli("inspect", "transcript", "--session", "par").stdout
     tree = [line.strip() for line in shown.splitlines() if line.strip().startswith("sub-agent par/d")]
     assert [line.split(":")[0] for line in tree] == ["sub-agent par/dA", "sub-agent par/dB", "sub-agent par/dC"]
@@ -117,8 +121,9 @@ def test_a_child_gets_a_share_of_the_parent_budget_and_its_budget_stop_is_a_resu
                   "--max-input-tokens", "40000", "go")
     assert (out.exit_code, result_of(out)["answer"]) == (0, "the child ran out of budget"), out.stdout
     header = transcript("bud/d1")[0]
+    assert "your budget: max_input_tokens" in messages("bud/d1")[1]["content"]  # the header names its budget
     spent_before = next(r.prompt_tokens for r in transcript("bud") if isinstance(r, records.UsageRecord))
-    assert header.limits == {"max_input_tokens": int((40000 - spent_before) * 0.25)}
+    assert header.limits == {"max_input_tokens": int((40000 - spent_before) * 0.9 * 0.25)}  # the parent keeps 10%
     assert [r.reason for r in transcript("bud/d1") if isinstance(r, records.EndRecord)] == ["budget"]
     result = next(m["content"] for m in messages("bud") if m["role"] == "tool")
     assert result.startswith("ERROR: sub-agent bud/d1 stopped (budget)") and "your budget left" in result
@@ -149,6 +154,11 @@ def test_kill_9_of_the_parent_during_delegation_then_resume_keeps_pair(tmp_path,
     results = {m["tool_call_id"]: m["content"] for m in messages("kp") if m["role"] == "tool"}
     assert "K finished after resume" in results["dk"] and "L finished" in results["dl"]
     assert server.rejected == []
+    for child in ("kp/dk", "kp/dl"):  # every call of each child is in the parent's spend, kill or not
+        spent = sum(r.prompt_tokens for r in transcript(child) if isinstance(r, records.UsageRecord))
+        recorded = sum(r.prompt_tokens for r in transcript("kp")
+                       if isinstance(r, records.UsageRecord) and r.model == f"agent:{child}")
+        assert spent == recorded > 0, child
 
 
 def _safe(read):
@@ -156,3 +166,47 @@ def _safe(read):
         return read()
     except Exception:
         return []
+
+
+def test_a_sub_agent_cannot_run_what_the_parent_profile_denies(tmp_path):
+    """Found by a new user: a delegate call naming another profile ran the child under that profile's
+    permissions, so a shell the parent denied ran in the child."""
+    marker = tmp_path / "escaped.txt"
+    child = script(tmp_path / "child.yaml", [{"tool_calls": [call("s1", "shell", command=f"touch {marker}")]},
+                                             {"content": "tried"}])
+    parent = script(tmp_path / "parent.yaml", [
+        {"tool_calls": [{"id": "d1", "name": "delegate",
+                         "arguments": {"task": "run it", "profile": "default"}}]},
+        {"content": "done"}])
+    deny = tmp_path / "deny.yaml"
+    deny.write_text(f"tools: [shell, delegate]\npermissions: {{tools: {{shell: deny}}}}\n"
+                    f"delegate: {{model: '{child}'}}\n", encoding="utf-8")
+    out = run_cli("run", "--json", "--session", "esc", "--model", parent, "--profile", str(deny), "--allow-all", "go")
+    assert out.exit_code == 0, out.stdout
+    assert not marker.exists()
+    child_result = next(m["content"] for m in messages("esc/d1") if m["role"] == "tool")
+    assert child_result.startswith("ERROR:") and "deny" in child_result
+
+
+def test_sigterm_of_the_parent_kills_a_shell_command_a_child_is_running(tmp_path):
+    done = tmp_path / "u.done"
+    child = script(tmp_path / "child.yaml", [{"tool_calls": [call("s1", "shell", command=f"sleep 20; touch {done}")]},
+                                             {"content": "never"}])
+    parent = script(tmp_path / "parent.yaml", [{"tool_calls": [call("d1", "delegate", task="wait")]},
+                                               {"content": "never"}])
+    prof = profile(tmp_path, f"delegate: {{model: '{child}'}}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "ctxagent", "run", "--batch", "--allow", "shell", "--session",
+                             "term", "--model", parent, "--profile", prof, "go"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not any(m.get("tool_calls") for m in _safe(lambda: messages("term/d1"))):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    time.sleep(0.5)  # the child's shell command is running
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 130
+    time.sleep(1)
+    assert not done.exists()
+    child_result = next(m["content"] for m in messages("term/d1") if m["role"] == "tool")
+    assert "killed" in child_result  # its result says so: not "did not finish"
+    assert [r.reason for r in transcript("term") if isinstance(r, records.EndRecord)] == ["interrupted"]

@@ -81,6 +81,7 @@ def run_once(data_dir: Path, session: str, script: Path, profile: Path) -> dict[
 def run(data_dir: Path | None = None) -> dict[str, Any]:
     """Both runs in ``data_dir`` (a new temporary one by default); returns their numbers."""
     data_dir = Path(data_dir or tempfile.mkdtemp(prefix="ctxagent-extraction-"))
+    data_dir.mkdir(parents=True, exist_ok=True)  # --output is checked before the run: its folder must exist
     tools = tools_module()
     document = tools.make_sds(PRODUCT, SEED)
     expected = tools.ingredients(SEED)

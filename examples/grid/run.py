@@ -81,6 +81,7 @@ def run(data_dir: Path | None = None, session: str = "grid") -> dict[str, Any]:
     Raises ``RuntimeError`` when ctxagent fails.
     """
     data_dir = Path(data_dir or tempfile.mkdtemp(prefix="ctxagent-grid-"))
+    data_dir.mkdir(parents=True, exist_ok=True)  # --output is checked before the run: its folder must exist
     answer_file = data_dir / f"{session}-answer.txt"
     env = {**os.environ, "CTXAGENT_DATA_DIR": str(data_dir)}
     started = time.perf_counter()

@@ -21,6 +21,7 @@ warning per limit and run.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -122,9 +123,9 @@ class Breaker:
     """
 
     def __init__(self, run: Limits, session: Limits, state: SessionState, *, warn_at: float = 0.8,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, started: float | None = None):
         self.run, self.session, self.warn_at, self.clock = run.set(), session.set(), warn_at, clock
-        self.started = self._lap = clock()
+        self.started = self._lap = clock() if started is None else started  # the process start, from the CLI
         self.base = Spend.of(state.usage, state.wall_s)
         self.warned: set[str] = set()
 
@@ -183,25 +184,38 @@ class Breaker:
         return [("run", self.run, self.run_spend(state)), ("session", self.session, self.session_spend(state))]
 
 
-def session_limits(profile: Limits, recorded: tuple[tuple[str, float], ...]) -> Limits:
-    """The session limits in force: the profile's, with the ones the command line recorded instead."""
-    return Limits.model_validate({**profile.set(), **dict(recorded)})
+def session_limits(profile: Limits, recorded: tuple[tuple[str, float | None], ...]) -> Limits:
+    """The session limits in force: the profile's, with the ones the command line recorded instead
+    (a recorded None removes the profile's)."""
+    merged: dict[str, float | None] = {**profile.set(), **dict(recorded)}
+    return Limits.model_validate({k: v for k, v in merged.items() if v is not None})
 
 
-def parse_limits(items: list[str] | None, flag: str = "--session-limit") -> dict[str, float]:
-    """``KEY=VALUE`` items (``max_cost_usd=2``) as limits, checked like the profile's keys.
-    Raises ``UsageError`` naming the bad item."""
-    out: dict[str, float] = {}
+def parse_limits(items: list[str] | None, flag: str = "--session-limit") -> dict[str, float | None]:
+    """``KEY=VALUE`` items (``max_cost_usd=2``) as limits, checked like the profile's keys (token
+    limits are whole numbers, every limit finite and above 0); ``KEY=none`` removes a limit the
+    session recorded (value None). Raises ``UsageError`` naming the bad item."""
+    out: dict[str, float | None] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in UNITS:
             raise UsageError(f"{flag} {item!r}: give KEY=VALUE with KEY one of {', '.join(UNITS)}")
+        if value.strip().lower() in ("none", "off"):
+            out[key] = None
+            continue
         try:
             number = float(value)
         except ValueError:
-            raise UsageError(f"{flag} {item!r}: {value!r} is not a number") from None
-        if not number > 0:
-            raise UsageError(f"{flag} {item!r}: a limit must be above 0")
+            raise UsageError(f"{flag} {item!r}: {value!r} is not a number (or 'none' to remove the limit)") from None
+        check_limit(f"{flag} {item}", key, number)
         out[key] = int(number) if key in ("max_input_tokens", "max_output_tokens_total") else number
     return out
+
+
+def check_limit(where: str, key: str, value: float) -> None:
+    """``UsageError`` unless ``value`` is a limit ``key`` can have: finite, above 0, whole for tokens."""
+    if not (math.isfinite(value) and value > 0):
+        raise UsageError(f"{where}: a limit is a finite number above 0")
+    if key in ("max_input_tokens", "max_output_tokens_total") and not float(value).is_integer():
+        raise UsageError(f"{where}: {key} is a whole number of tokens")

@@ -5,9 +5,9 @@ budget headers) and the pointer paper's meta-harness (pass pointers, not values,
 
 - **Sessions.** A delegate call starts a child session ``<parent>/<child>`` (folder
   ``<parent>/agents/<child>/``), the child named after the call's handle, with the parent's model,
-  server, working directory and path, and the profile the call names (a bundled one), else
-  ``delegate.profile``, else the parent's. Children never prompt: a tool that asks is refused
-  unless the parent's ``--allow`` grants it.
+  server, working directory and path, and ``delegate.profile`` (else the parent's profile): never a
+  profile the model names. Whatever its profile, a child's permission gate has the parent's rules
+  and grants, and never prompts: a tool that asks is refused unless the parent's ``--allow`` grants it.
 - **Contracts, enforced by code.** An assignment over ``delegate.assignment_max_tokens`` tokens is
   refused back to the model with its size (nothing starts). A result over
   ``delegate.result_max_tokens`` is stored in the parent's output store under the call's handle
@@ -37,16 +37,20 @@ from typing import Any
 
 from ctxagent.agent.budgets import UNITS, Spend, shown
 from ctxagent.agent.runner import Runner
+from ctxagent.agent.state import Usage
 from ctxagent.errors import CtxagentError
 from ctxagent.messages import ToolCall
-from ctxagent.profile import bundled_names
 from ctxagent.profile_schema import DelegateConfig
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_text
 from ctxagent.tools.offload import envelope_overhead, settle
+from ctxagent.tools.permissions import Gate
 from ctxagent.tools.toolset import ERROR_PREFIX, ToolOutcome
 
+PARENT_KEEPS = 0.9  # of what is left, the most all children together may get: the parent must still answer
+MIN_CHILD = {"max_input_tokens": 1500}  # a child's budget below this could not even send its first request
+LEFT = "\x00left\x00"  # where a message to the parent says its remaining budget, filled in when it is collected
 Opener = Callable[[Session, str | None, dict[str, float]], Runner]
 """``opener(child_session, profile_spec, run_limits)``: the child's runner (the caller holds its lock)."""
 
@@ -135,9 +139,11 @@ class Delegator:
             return (f"the assignment is {size:,} tokens, over the contract of {self.config.assignment_max_tokens:,} "
                     "(delegate.assignment_max_tokens); shorten it and pass large inputs as handles (@abc), "
                     "which the sub-agent can read")
-        child.task, child.profile = task.strip(), arguments.get("profile") or self.config.profile
-        if child.profile is not None and child.profile not in (*bundled_names(), self.config.profile):
-            return f"profile {child.profile!r} is not one of the bundled profiles ({', '.join(bundled_names())})"
+        child.task, child.profile = task.strip(), self.config.profile  # never the model's choice: see _gate
+        for key in ("max_cost_usd", "max_input_tokens"):
+            value = arguments.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+                return f"{key} must be a number above 0, not {value!r}"
         if resuming and child.session.exists():
             return None  # the child keeps the limits it was given: its own header has them
         limits, short = self._carve(arguments, carved)
@@ -152,11 +158,12 @@ class Delegator:
             asked = arguments.get(key)
             room = left.get(key)
             if room is not None:
-                room -= carved.get(key, 0.0)
-                if room <= 0:
-                    return {}, f"your budget has no {key} left to give ({shown(key, left[key])} left in all)"
+                room = (room - carved.get(key, 0.0)) * (1 if key == "max_wall_s" else PARENT_KEEPS)
                 share = room if key == "max_wall_s" else room * self.config.budget_share
                 value = min(float(asked), room) if isinstance(asked, int | float) and asked > 0 else share
+                if value < MIN_CHILD.get(key, 0) or value <= 0:
+                    return {}, (f"too little of your budget is left to start a sub-agent ({key}: "
+                                f"{shown(key, left[key])} left, {shown(key, value)} for it); do the task yourself")
             elif isinstance(asked, int | float) and asked > 0:
                 value = float(asked)
             else:
@@ -167,18 +174,21 @@ class Delegator:
         return limits, None
 
     def _collect(self, child: _Child) -> ToolOutcome:
-        """Wait for ``child``, add its spend to the parent's transcript, return its outcome."""
+        """Wait for ``child``, add to the parent's transcript what it spent since the parent last
+        recorded its spend (an earlier run of it, a resume), return its outcome with the budget the
+        parent has left now."""
         if child.thread is not None:
             child.thread.join()
             self._running.remove(child)
-        if child.spend.calls:
-            s = child.spend
+        model = f"agent:{child.session.name}"
+        s = child.spend.minus(Spend.of(self.parent.state.agents.get(model, Usage()), 0.0))
+        if s.calls > 0 or s.input_tokens > 0:
             self.parent.record_usage(records.UsageRecord(
-                turn=self.parent.state.replies, model=f"agent:{child.session.name}", prompt_tokens=s.input_tokens,
-                completion_tokens=s.output_tokens, estimated_prompt_tokens=0, cost_usd=s.cost_usd if s.priced else None,
-                cached_tokens=s.cached_tokens))
+                turn=self.parent.state.replies, model=model, prompt_tokens=s.input_tokens, calls=s.calls,
+                completion_tokens=s.output_tokens, estimated_prompt_tokens=0, cached_tokens=s.cached_tokens,
+                cost_usd=s.cost_usd if s.priced else None))
         assert child.outcome is not None
-        return child.outcome
+        return replace(child.outcome, content=child.outcome.content.replace(LEFT, self._left_text(), 1))
 
     # -- the child's side (a thread, or the parent's thread on resume) ------------------------
     def _run(self, child: _Child) -> None:
@@ -189,8 +199,7 @@ class Delegator:
                 with child.session.writer():
                     runner = self.opener(child.session, child.profile, child.limits)
                     runner.stop = self.parent.stop
-                    runner.gate.granted |= self.parent.gate.granted
-                    runner.gate.allow_all = self.parent.gate.allow_all
+                    runner.gate = self._gate(child, runner)
                     answer = self._answer(child, runner)
                 child.outcome = self._result(child, answer, runner)
             except CtxagentError as err:
@@ -202,8 +211,18 @@ class Delegator:
                 child.outcome = ToolOutcome(ERROR_PREFIX + self._failure(child, "error", f"{type(err).__name__}: "
                                                                          f"{err}"), True)
             finally:
-                if runner is not None:
-                    child.spend = runner.breaker.run_spend(runner.state)
+                if runner is not None:  # all it spent, every run of it: _collect records what is new
+                    child.spend = Spend.of(runner.state.usage, runner.state.wall_s)
+
+    def _gate(self, child: _Child, runner: Runner) -> Gate:
+        """The child's permission gate: the parent's rules and grants (never looser, whatever the
+        child's profile says), confined to the same working directory; it never asks."""
+        parent = self.parent.gate
+        gate = Gate(parent.config, runner.path, granted=parent.granted, allow_all=parent.allow_all,
+                    workdir=runner.toolset.ctx.workdir, readable=[child.session.store.root],
+                    protected=list(parent.protected))
+        gate.always |= parent.always
+        return gate
 
     def _answer(self, child: _Child, runner: Runner) -> str:
         """The child's answer: read when it had already answered, else run for it."""
@@ -218,7 +237,7 @@ class Delegator:
     def _assignment(self, child: _Child, runner: Runner) -> str:
         """The child's first message: the budget header, then the task."""
         size = count_text(child.task, self.parent.model_name)
-        budget = ", ".join(f"{k} {shown(k, v)}" for k, v in runner.breaker.limits()["run"].items()) or "no limit"
+        budget = ", ".join(f"{k} {shown(k, v)}" for k, v in runner.breaker.left(runner.state).items()) or "no limit"
         return (f"[ctxagent assignment from {self.parent.session.name}: {size:,} tokens (contract "
                 f"{self.config.assignment_max_tokens:,}); your budget: {budget}; an answer over "
                 f"{self.config.result_max_tokens:,} tokens reaches it as a preview and a handle, so put the "
@@ -233,12 +252,12 @@ class Delegator:
         policy = replace(policy, limit_tokens=limit)
         content, record = settle(answer, call=child.call, tool_name="delegate", store=self.parent.toolset.ctx.store,
                                  policy=policy, handle=child.handle)
-        spent = runner.breaker.run_spend(runner.state)
+        spent = Spend.of(runner.state.usage, 0.0)
         stored = f", stored as {child.handle} (over the contract of {self.config.result_max_tokens:,})" \
             if record is not None else ""
         header = (f"[ctxagent result of sub-agent {child.session.name}: {size:,} tokens{stored}; it spent "
-                  f"{spent.input_tokens + spent.output_tokens:,} tokens, {shown('max_cost_usd', spent.cost_usd)}; "
-                  f"{self._left_text()}]")
+                  f"{spent.input_tokens + spent.output_tokens:,} tokens in {spent.calls} calls, "
+                  f"{shown('max_cost_usd', spent.cost_usd)}; {LEFT}]")
         return ToolOutcome(f"{header}\n{content}", False, record)
 
     def _left_text(self) -> str:
@@ -246,5 +265,6 @@ class Delegator:
         return "your budget left: " + (", ".join(f"{k} {shown(k, v)}" for k, v in left.items()) or "no limit")
 
     def _failure(self, child: _Child, status: str, detail: str) -> str:
-        return (f"sub-agent {child.session.name} stopped ({status}): {detail[:600]}; its work is kept: "
-                f"'ctxagent inspect transcript --session {child.session.name}'; {self._left_text()}")
+        detail = detail.split("; 'ctxagent resume", 1)[0]  # a command for the user, not the model
+        return (f"sub-agent {child.session.name} stopped ({status}): {detail[:600]}; what it did is kept in its "
+                f"session {child.session.name}; {LEFT}")

@@ -45,6 +45,7 @@ from ctxagent.sessions.session import Session, sessions_root
 from ctxagent.sessions.transcript import TranscriptWarning
 from ctxagent.strategies.base import Budget, Entry
 from ctxagent.tokens import count_message, count_tools
+from ctxagent.tools.builtin import kill_running
 from ctxagent.tools.offload import settle, store_text
 from ctxagent.tools.permissions import Gate
 from ctxagent.tools.toolset import Toolset
@@ -67,7 +68,7 @@ class Runner(ToolCalls):
 
     def __init__(self, session: Session, state: SessionState, profile: Profile, model: Model, toolset: Toolset,
                  *, sink: Sink | None = None, summarizer_model: Callable[[], Model] | None = None,
-                 limits: Limits | None = None):
+                 limits: Limits | None = None, started: float | None = None):
         assert state.settings is not None, "a session state without header"
         self.session, self.state, self.profile, self.model, self.toolset = session, state, profile, model, toolset
         self.sink: Sink = sink or TranscriptSink(session)
@@ -80,7 +81,7 @@ class Runner(ToolCalls):
                          protected=[sessions_root()])
         self.breaker = Breaker(limits or profile.limits.run,
                                session_limits(profile.limits.session, state.settings.limits), state,
-                               warn_at=profile.limits.warn_at)
+                               warn_at=profile.limits.warn_at, started=started)
         self.delegator: Delegates | None = None  # set by agent/setup.py when the toolset has ``delegate``
         self.stop = threading.Event()  # set: stop at the next step (shared with sub-agents)
         self.replies_at_start = state.replies  # this run's model calls = state.replies - this
@@ -166,8 +167,9 @@ class Runner(ToolCalls):
         except KeyboardInterrupt:
             self.stop.set()  # sub-agents stop at their next step and write their end records
             if self.delegator is not None:
+                kill_running()  # their shell commands too: the signal reached this thread only
                 self.delegator.stop()
-            self._end("interrupted", "Ctrl-C")
+            self._end("interrupted", "Ctrl-C or a signal")
             raise
         except CtxagentError as err:
             self._end(err.status, str(err), **getattr(err, "fields", {}))

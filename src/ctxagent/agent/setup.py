@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ctxagent.agent.budgets import session_limits as session_limits_of
 from ctxagent.agent.delegate import Delegator, Opener
 from ctxagent.agent.model import Model, make_model
+from ctxagent.agent.model_types import price_of
 from ctxagent.agent.runner import Runner
 from ctxagent.agent.sinks import MemorySink
 from ctxagent.agent.state import Settings, fold
@@ -91,7 +93,7 @@ def _profile_text(spec: str, profile: Profile) -> str | None:
 
 def wanted_settings(current: Settings | None, *, profile_spec: str | None, model_spec: str | None,
                     api_base: str | None, path: Path_, workdir: Path | None,
-                    tools: Sequence[str], limits: Mapping[str, float] | None = None,
+                    tools: Sequence[str], limits: Mapping[str, float | None] | None = None,
                     context_window: int | None = None) -> tuple[Settings, Profile]:
     """The settings a run asks for: the session's (``current``; None for a new session) with what
     the command line gives instead, and the profile they name. The context window is resolved
@@ -130,15 +132,16 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
 def open_runner(session: Session, *, profile_spec: str | None, model_spec: str | None,
                 api_base: str | None, path: Path_, workdir: Path | None = None,
                 tools: Sequence[str] = (), run_limits: Mapping[str, float] | None = None,
-                session_limits: Mapping[str, float] | None = None, context_window: int | None = None,
-                timeout_s: float | None = None) -> Runner:
+                session_limits: Mapping[str, float | None] | None = None, context_window: int | None = None,
+                timeout_s: float | None = None, started: float | None = None) -> Runner:
     """A runner for ``session``: its records folded into a state (ONE STATE), then the header of
     a new session, or a ``settings`` record of what this run changes, appended and applied.
 
     A resumed session keeps its model, api_base, profile, context window, working directory and
     user tools unless new ones are given. ``run_limits`` (over the profile's ``limits.run``) bound
     this run; ``session_limits`` are recorded in the session (agent/budgets.py); ``context_window``
-    (tokens) is recorded too; ``timeout_s`` (seconds per model request) is this run's. Raises
+    (tokens) is recorded too; ``timeout_s`` (seconds per model request) is this run's; ``started``
+    (``time.monotonic()``) is when the run's wall time starts (default: now). Raises
     ``ProfileError``/``UsageError`` for a bad profile, model, script, working directory or tool;
     nothing is written then.
     """
@@ -155,6 +158,8 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                        max_output_tokens=profile.max_output_tokens, prompt_cache=profile.prompt_cache,
                        max_retry_wait_s=profile.max_retry_wait_s, send_tool_choice=profile.send_tool_choice)
     toolset = toolset_for(session, profile, settings)
+    limits = Limits.model_validate({**profile.limits.run.set(), **(run_limits or {})})
+    check_priced(model, limits, session_limits_of(profile.limits.session, settings.limits))
     if state.settings is None:  # written only once everything above has been checked: no half-made sessions
         header = records.SessionHeader(name=session.name, model=settings.model, profile=settings.profile,
                                        context_window=settings.context_window, path=settings.path,
@@ -168,11 +173,20 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
         session.transcript.append([change])
         state.apply(change)
     summarizer = summarizer_factory(profile, settings, state.summaries)
-    limits = Limits.model_validate({**profile.limits.run.set(), **(run_limits or {})})
-    runner = Runner(session, state, profile, model, toolset, summarizer_model=summarizer, limits=limits)
+    runner = Runner(session, state, profile, model, toolset, summarizer_model=summarizer, limits=limits,
+                    started=started)
     if "delegate" in toolset.tools:
         runner.delegator = Delegator(runner, _child_opener(settings, profile), profile.delegate)
     return runner
+
+
+def check_priced(model: Model, *limits: Limits) -> None:
+    """``UsageError`` (before anything is written) when a cost limit is set but the model has no
+    price: the limit could not be kept. ``--session-limit max_cost_usd=none`` removes a recorded one."""
+    if any(lim.max_cost_usd is not None for lim in limits) and price_of(model, 1000, 100) is None:
+        raise UsageError(f"a cost limit (max_cost_usd) is set, but litellm has no price for {model.name}, so the "
+                         "cost cannot be counted; remove the limit (a session's: --session-limit max_cost_usd=none) "
+                         "or use a model with a known price")
 
 
 def _child_opener(parent: Settings, profile: Profile) -> Opener:
@@ -191,7 +205,14 @@ def _child_opener(parent: Settings, profile: Profile) -> Opener:
 
 def toolset_for(session: Session, profile: Profile, settings: Settings) -> Toolset:
     """The session's tools: the profile's, the user's (``settings.tools``), and the context tools
-    its pipelines need (``checkpoint``), working in ``settings.workdir``."""
+    its pipelines need (``checkpoint``), working in ``settings.workdir``. ``delegate`` is left out
+    of a sub-agent at ``delegate.max_depth`` (it could only be refused); where it is offered, its
+    ``delegate.profile`` and a scripted ``delegate.model`` are checked now, not at the first call."""
+    names = list(profile.tools)
+    if "delegate" in names and session.name.count("/") >= profile.delegate.max_depth:
+        names.remove("delegate")
+    elif "delegate" in names:
+        _check_delegate(profile)
     steps = {step.strategy for path in profile.pipelines.values() for step in path}
     extra = [*load_tools(list(settings.tools)), *context_tools(sorted(steps))]
     policy = offload_policy(profile, settings.model, window=settings.context_window)
@@ -200,7 +221,17 @@ def toolset_for(session: Session, profile: Profile, settings: Settings) -> Tools
     ctx = ToolContext(session.store, workdir, transcript=session.transcript.path,
                       recall_model=recall.embedding_model, recall_api_base=recall.api_base,
                       recall_top_k=recall.top_k)
-    return make_toolset(profile.tools, ctx, policy, extra)
+    return make_toolset(names, ctx, policy, extra)
+
+
+def _check_delegate(profile: Profile) -> None:
+    """``ProfileError``/``UsageError`` for a ``delegate.profile`` that does not load or a scripted
+    ``delegate.model`` whose script is missing."""
+    if profile.delegate.profile:
+        load_profile(profile.delegate.profile)
+    model = profile.delegate.model or ""
+    if model.startswith("scripted:") and not Path(model.removeprefix("scripted:")).expanduser().is_file():
+        raise UsageError(f"delegate.model {model}: the script does not exist")
 
 
 def offload_policy(profile: Profile, model_name: str, *, window: int | None = None) -> OffloadPolicy:

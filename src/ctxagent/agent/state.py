@@ -48,7 +48,7 @@ class Settings:
     workdir: str | None = None
     tools: tuple[str, ...] = ()
     profile_text: str | None = None
-    limits: tuple[tuple[str, float], ...] = ()  # session limits from the command line, sorted by key
+    limits: tuple[tuple[str, float | None], ...] = ()  # session limits from the command line (None: removed)
 
     @classmethod
     def of_header(cls, header: records.SessionHeader) -> Settings:
@@ -90,7 +90,7 @@ class Usage:
     priced: int = 0  # calls whose cost was known
 
     def add(self, record: records.UsageRecord) -> None:
-        self.calls += 1
+        self.calls += record.calls
         self.priced += record.cost_usd is not None
         self.prompt_tokens += record.prompt_tokens
         self.completion_tokens += record.completion_tokens
@@ -122,6 +122,7 @@ class SessionState:
     summaries: int = 0  # summarizer calls made (a scripted summarizer resumes after them)
     usage: Usage = field(default_factory=Usage)  # every call of the session (summaries, sub-agents too)
     wall_s: float = 0.0  # seconds the session's runs took, as their end records say
+    agents: dict[str, Usage] = field(default_factory=dict)  # spend of each sub-agent recorded so far, by model
     ledger: activity.Ledger = field(default_factory=activity.Ledger)  # files read or written
     shown_files: list[activity.Touched] = field(default_factory=list)  # the ledger in the view (last compaction)
     signatures: list[str] = field(default_factory=list)  # of the latest tool calls (loop guard), oldest first
@@ -283,6 +284,8 @@ class SessionState:
 
     def _usage(self, record: records.UsageRecord) -> None:
         self.usage.add(record)
+        if record.model.startswith("agent:"):
+            self.agents.setdefault(record.model, Usage()).add(record)
         if record.model.startswith("summarizer:"):
             self.summaries += 1
         elif record.estimated_prompt_tokens > 0:

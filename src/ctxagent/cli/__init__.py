@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sys
+import time
 import warnings
 from typing import Annotated, Any, TextIO
 
@@ -66,6 +67,7 @@ def main() -> None:
     line on stderr. With ``--json``, an error that ends the command before it printed its object
     (a usage error, a bad session name, an unknown session) prints one (:func:`failure_json`).
     """
+    run.STARTED = time.monotonic()  # a run's wall time counts from here (litellm's import included)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
     warnings.showwarning = _warning

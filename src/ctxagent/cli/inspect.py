@@ -42,13 +42,20 @@ def _line(rec: Any) -> str:
         return (f"      [dim]usage t{rec.turn}{who}: prompt {rec.prompt_tokens} ({rec.cached_tokens} cached, estimated "
                 f"{rec.estimated_prompt_tokens}), completion {rec.completion_tokens}{_usd(rec.cost_usd)}[/dim]")
     if isinstance(rec, records.EndRecord):
-        limit = f" ({rec.limit}: spent {rec.spent:g}, left {rec.left:g})" if rec.limit else ""
+        limit = f" ({rec.limit}: spent {rec.spent:.6g}, left {rec.left:.6g})" if rec.limit else ""
         wall = f" after {rec.wall_s:.1f} s" if rec.wall_s is not None else ""
         return (f"      [bold]end[/bold] {rec.reason}{limit} at turn {rec.turn}{wall} "
                 f"{escape(one_line(rec.detail, 120))}")
     if isinstance(rec, records.PermissionRecord):
         return (f"      [yellow]permission[/yellow] {escape(rec.tool)} {escape(rec.call_id)}: "
                 f"{rec.decision} ({escape(rec.policy)}) {escape(one_line(rec.arguments, 80))}")
+    if isinstance(rec, records.SettingsRecord):
+        changed = {k: v for k, v in rec.model_dump(exclude={"ts", "kind", "profile_text"}).items() if v is not None}
+        return f"      [yellow]settings[/yellow] {escape(', '.join(f'{k}={v}' for k, v in changed.items()))}"
+    if isinstance(rec, records.NoteRecord):
+        return f"      [yellow]note[/yellow] {escape(rec.source)}: {escape(one_line(rec.text, 160))}"
+    if isinstance(rec, records.PinRecord):
+        return f"      [yellow]pin[/yellow] {escape(rec.fact)}"
     return escape(repr(rec))
 
 

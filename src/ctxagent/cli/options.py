@@ -54,7 +54,7 @@ MaxWallOpt = Annotated[float | None, typer.Option(
     "--max-wall-s", min=0.001, help="Budget: seconds of wall time this run may take.")]
 SessionLimitOpt = Annotated[list[str] | None, typer.Option(
     "--session-limit", help="Budget of the whole session, KEY=VALUE (max_input_tokens, max_output_tokens_total, "
-    "max_cost_usd, max_wall_s); kept in the session. Repeatable.")]
+    "max_cost_usd, max_wall_s; VALUE none removes one); kept in the session. Repeatable.")]
 WindowOpt = Annotated[int | None, typer.Option(
     "--context-window", min=256, help="The model's context window in tokens (when litellm does not know it, "
     "e.g. a local server); kept in the session.")]
@@ -108,11 +108,16 @@ class RunOptions:
 
     def run_limits(self) -> dict[str, float]:
         """The run limits the command line sets (``--max-*``), by profile key."""
+        from ctxagent.agent.budgets import FLAGS, check_limit  # imports no litellm
+
         given = {"max_input_tokens": self.max_input_tokens, "max_output_tokens_total": self.max_output_tokens_total,
                  "max_cost_usd": self.max_cost_usd, "max_wall_s": self.max_wall_s}
+        for key, value in given.items():
+            if value is not None:
+                check_limit(f"{FLAGS[key]} {value}", key, value)
         return {k: v for k, v in given.items() if v is not None}
 
-    def session_limits(self) -> dict[str, float]:
+    def session_limits(self) -> dict[str, float | None]:
         """The session limits ``--session-limit`` sets. Raises ``UsageError`` for a bad item."""
         from ctxagent.agent.budgets import parse_limits  # imports no litellm
 
@@ -129,6 +134,7 @@ class RunOptions:
                          tools=" ".join(self.tool_specs()))
         check_output(self.output)
         self.session_limits()
+        self.run_limits()
         self.format()
 
 

@@ -19,6 +19,8 @@ from ctxagent.errors import CtxagentError, UsageError
 from ctxagent.sessions.session import Session, latest_session, new_name
 from ctxagent.tools.clean import mend, plain
 
+STARTED: float | None = None  # set by cli.main: the run's wall time (--max-wall-s) counts start-up too
+
 
 class Interrupted(KeyboardInterrupt):
     """A signal that ends a run like Ctrl-C (SIGTERM, SIGHUP); ``signum`` is its number."""
@@ -88,7 +90,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
                                  path="batch" if batch else "interactive",
                                  workdir=opts.workdir.resolve() if opts.workdir else None, tools=opts.tool_specs(),
                                  run_limits=opts.run_limits(), session_limits=opts.session_limits(),
-                                 context_window=opts.context_window, timeout_s=opts.timeout)
+                                 context_window=opts.context_window, timeout_s=opts.timeout, started=STARTED)
             grant(runner, opts.allow, opts.allow_all, interactive=not batch)  # --allow, --allow-all, the prompt
             if stdin is not None and message is not None:
                 message = f"{message}\n\n{runner.attach(stdin, 'stdin')}"

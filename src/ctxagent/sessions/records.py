@@ -59,7 +59,7 @@ class SessionHeader(_Record):
     workdir: str | None = None  # absolute; None in sessions written before it was recorded
     tools: list[str] = Field(default_factory=list)  # --tools specs, absolute
     profile_text: str | None = None  # a profile file's YAML, kept so resume survives its deletion
-    limits: dict[str, float] | None = None  # session limits the command line set (--session-limit)
+    limits: dict[str, int | float | None] | None = None  # session limits the command line set (--session-limit)
 
 
 class SettingsRecord(_Record):
@@ -74,7 +74,7 @@ class SettingsRecord(_Record):
     workdir: str | None = None
     tools: list[str] | None = None
     path: Literal["batch", "interactive"] | None = None
-    limits: dict[str, float] | None = None  # all the session limits the command line set, as now in force
+    limits: dict[str, int | float | None] | None = None  # the session limits the command line set (None: removed)
 
 
 class FileTouch(BaseModel):
@@ -133,6 +133,7 @@ class UsageRecord(_Record):
     cost_usd: float | None = None
     cached_tokens: int = 0  # of prompt_tokens, served from the provider's prompt cache
     cache_creation_tokens: int = 0  # of prompt_tokens, written to the cache (Anthropic)
+    calls: int = 1  # model calls the record sums (a sub-agent's spend: all of its calls)
 
 
 class CompactionRecord(_Record):

@@ -47,7 +47,6 @@ DELEGATE = Tool(
                  "a handle. Several delegate calls in one reply run at the same time."),
     parameters=schema({
         "task": {"type": "string", "description": "the assignment: what to do and what to return"},
-        "profile": {"type": "string", "description": "a bundled profile for the sub-agent (default: yours)"},
         "max_cost_usd": {"type": "number", "description": "the sub-agent's budget in US dollars (from yours)"},
         "max_input_tokens": {"type": "integer", "description": "the sub-agent's budget in prompt tokens"},
     }, ("task",)),

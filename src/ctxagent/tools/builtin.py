@@ -69,6 +69,7 @@ def shell(ctx: ToolContext, command: str, timeout_s: int = 60) -> Spooled:
         raise ToolError(mend(f"cannot run bash in {ctx.workdir}: {err}")) from err
     finally:
         os.close(fd)
+    RUNNING.add(proc)
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -78,11 +79,29 @@ def shell(ctx: ToolContext, command: str, timeout_s: int = 60) -> Spooled:
         _kill_group(proc)
         path.unlink(missing_ok=True)
         raise
+    finally:
+        RUNNING.discard(proc)
     note = _exit_note(code)
     if _group_alive(proc.pid):
         _kill_group(proc)
         note += "; background processes it left running were killed"
     return Spooled(path, note=note)
+
+
+RUNNING: set[subprocess.Popen[bytes]] = set()
+"""The shell commands running now, in any thread (a sub-agent's tools run in the parent's process)."""
+
+
+def kill_running() -> None:
+    """Kill the process group of every running shell command (the run was stopped: the main thread
+    got Ctrl-C or a signal, which a sub-agent's thread never sees). Their calls then end as killed."""
+    for proc in list(RUNNING):
+        _signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + KILL_GRACE_S
+    while any(proc.poll() is None for proc in list(RUNNING)) and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+    for proc in list(RUNNING):
+        _signal_group(proc.pid, signal.SIGKILL)
 
 
 def _exit_note(code: int) -> str:

@@ -1,0 +1,152 @@
+"""Optional OpenTelemetry export of a run (extra ``ctxagent[otel]``): spans from the runner's events.
+
+On when ``CTXAGENT_OTEL=1`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and the SDK is installed
+(spans go to the OTLP/HTTP exporter when ``opentelemetry-exporter-otlp-proto-http`` is installed,
+else to stderr as JSON). Names and attributes follow the OpenTelemetry GenAI semantic conventions:
+
+- ``invoke_agent ctxagent``: one span per run (``gen_ai.conversation.id`` = the session,
+  ``gen_ai.agent.name``, ``gen_ai.request.model``; the run's status);
+- ``chat MODEL``: one per model call (``gen_ai.operation.name`` = chat, ``gen_ai.usage.input_tokens``,
+  ``gen_ai.usage.output_tokens``, cached input tokens, ``gen_ai.response.finish_reasons``);
+- ``execute_tool NAME``: one per tool call (``gen_ai.tool.name``, ``gen_ai.tool.call.id``; the
+  handle of an offloaded result);
+- compactions and warnings are span events of the run span.
+
+Message content (the reply's text, a tool result's preview) is recorded only with
+``CTXAGENT_OTEL_CONTENT=1``, and always redacted (``sessions/redact.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, ToolStarted, Warned
+
+CONTENT_CHARS = 4000
+
+
+def enabled() -> bool:
+    """Whether the user asked for tracing (the SDK may still be missing: :func:`make_tracer` says)."""
+    return os.environ.get("CTXAGENT_OTEL") == "1" or bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+
+def make_tracer() -> Any:
+    """A tracer of a provider exporting as the module docstring says. Raises ``UsageError`` when the
+    SDK is not installed."""
+    from ctxagent.errors import UsageError
+
+    try:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
+    except ImportError as err:
+        raise UsageError("tracing is on (CTXAGENT_OTEL or OTEL_EXPORTER_OTLP_ENDPOINT) but the OpenTelemetry SDK "
+                         "is not installed: pip install 'ctxagent[otel]'") from err
+    provider = TracerProvider(resource=Resource.create({"service.name": "ctxagent"}))
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    except ImportError:
+        import sys
+
+        provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
+    return provider.get_tracer("ctxagent")
+
+
+class Tracing:
+    """Turns a run's events into spans of ``tracer`` (see the module docstring)."""
+
+    def __init__(self, tracer: Any, *, content: bool | None = None):
+        self.tracer = tracer
+        self.content = os.environ.get("CTXAGENT_OTEL_CONTENT") == "1" if content is None else content
+        self.run: Any = None
+        self.chat: Any = None
+        self.tools: dict[str, Any] = {}
+
+    def start(self, session: str, model: str) -> None:
+        self.run = self.tracer.start_span("invoke_agent ctxagent", attributes={
+            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "ctxagent",
+            "gen_ai.conversation.id": session, "gen_ai.request.model": model, "gen_ai.provider.name": _provider(model)})
+        self.model = model
+
+    def _child(self, name: str, attributes: dict[str, Any]) -> Any:
+        from opentelemetry import trace
+
+        return self.tracer.start_span(name, context=trace.set_span_in_context(self.run), attributes=attributes)
+
+    def event(self, event: Event) -> None:
+        """Open, annotate or close the span ``event`` concerns."""
+        if self.run is None:
+            return
+        if isinstance(event, Requesting):
+            self.chat = self._child(f"chat {self.model}", {"gen_ai.operation.name": "chat", "gen_ai.request.model":
+                                    self.model, "ctxagent.turn": event.turn, "ctxagent.context_tokens": event.tokens,
+                                    "ctxagent.context_window": event.window})
+        elif isinstance(event, Replied) and self.chat is not None:
+            usage = event.reply.usage
+            if usage is not None:
+                self.chat.set_attributes({"gen_ai.usage.input_tokens": usage.prompt_tokens,
+                                          "gen_ai.usage.output_tokens": usage.completion_tokens,
+                                          "gen_ai.usage.cached_input_tokens": usage.cached_tokens})
+            self.chat.set_attribute("gen_ai.response.finish_reasons", [event.reply.finish_reason or "unknown"])
+            if self.content and event.reply.content:
+                self.chat.add_event("gen_ai.assistant.message", {"content": _redacted(event.reply.content)})
+            self.chat.end()
+            self.chat = None
+        elif isinstance(event, ToolStarted):
+            self.tools[event.call.id] = self._child(f"execute_tool {event.call.name}", {
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": event.call.name,
+                "gen_ai.tool.call.id": event.call.id})
+        elif isinstance(event, ToolDone) and (span := self.tools.pop(event.call.id, None)) is not None:
+            span.set_attributes({"ctxagent.tool.is_error": event.is_error, "ctxagent.tool.result_chars":
+                                 len(event.content), **({"ctxagent.handle": event.handle} if event.handle else {})})
+            if self.content:
+                span.add_event("gen_ai.tool.message", {"content": _redacted(event.content)})
+            span.end()
+        elif isinstance(event, Compacted):
+            c = event.compaction
+            self.run.add_event("ctxagent.compaction", {"strategy": c.strategy, "start": c.start, "end": c.end,
+                                                       "tokens_before": c.tokens_before, "tokens_after": c.tokens})
+        elif isinstance(event, Warned):
+            self.run.add_event("ctxagent.warning", {"source": event.source, "text": _redacted(event.text)})
+        elif isinstance(event, Finished):
+            self.run.set_attribute("ctxagent.status", event.status)
+
+    def finish(self, result: dict[str, Any]) -> None:
+        """End every open span; the run span gets the run's status and usage."""
+        if self.run is None:
+            return
+        for span in [self.chat, *self.tools.values()]:
+            if span is not None:
+                span.end()
+        usage = result.get("usage") or {}
+        self.run.set_attributes({"ctxagent.status": result.get("status", "error"),
+                                 "gen_ai.usage.input_tokens": usage.get("prompt_tokens", 0),
+                                 "gen_ai.usage.output_tokens": usage.get("completion_tokens", 0)})
+        if result.get("error"):
+            from opentelemetry.trace import Status, StatusCode
+
+            self.run.set_status(Status(StatusCode.ERROR, _redacted(str(result["error"]))[:500]))
+        self.run.end()
+        provider = getattr(self.tracer, "_tracer_provider", None) or _provider_of(self.tracer)
+        if provider is not None and hasattr(provider, "force_flush"):
+            provider.force_flush()
+
+
+def _provider_of(tracer: Any) -> Any:
+    from opentelemetry import trace
+
+    provider = trace.get_tracer_provider()
+    return provider if hasattr(provider, "force_flush") else None
+
+
+def _provider(model: str) -> str:
+    return model.split("/", 1)[0] if "/" in model else "openai"
+
+
+def _redacted(text: str) -> str:
+    from ctxagent.sessions.redact import default
+
+    return default().text(text[:CONTENT_CHARS])
