@@ -82,6 +82,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
     code = 0
     runner = None
     started = time.monotonic()
+    trace = _tracing()
     existed = session.root.exists()
     try:
         opts = _with_defaults(opts, existed)
@@ -97,9 +98,13 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
             if message is None and runner.needs_input():
                 raise UsageError(f"session {session.name!r} has nothing left to do; give a new message")
             renderer.start(session, runner)
+            if trace is not None:
+                trace.start(session.name, runner.model_name)
             while True:
                 for event in runner.run(message, max_turns=opts.max_turns):
                     renderer.event(event)
+                    if trace is not None:
+                        trace.event(event)
                 if not batch:
                     _show_answer(session, renderer.answer, opts.output)
                 message = None if batch else _next_message(renderer, runner)
@@ -122,6 +127,8 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
         code = _deliver(session, renderer.answer, opts.output, result, opts.format() != "text")
     result.update({key: mend(result[key]) for key in ("answer", "error") if isinstance(result.get(key), str)})
     result["is_error"] = code != 0
+    if trace is not None:
+        trace.finish(result)
     if code == 129:  # the terminal is gone: what cannot be shown is dropped, the exit code stays
         _quietly(renderer.finish, result)
     else:
@@ -161,6 +168,13 @@ def _with_defaults(opts: RunOptions, existed: bool) -> RunOptions:
         print(f"ctxagent: note: {note}", file=sys.stderr)
     keys = ("allow",) if existed else config.KEYS
     return replace(opts, **{key: values[key].value for key in keys if given[key] is None})
+
+
+def _tracing() -> Any:
+    """OpenTelemetry spans of the run when asked for (cli/tracing.py), else None."""
+    from ctxagent.cli import tracing
+
+    return tracing.Tracing(tracing.make_tracer()) if tracing.enabled() else None
 
 
 def _renderer(output_format: str, batch: bool) -> Renderer:
