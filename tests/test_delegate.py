@@ -189,9 +189,10 @@ def test_a_sub_agent_cannot_run_what_the_parent_profile_denies(tmp_path):
 
 
 def test_sigterm_of_the_parent_kills_a_shell_command_a_child_is_running(tmp_path):
-    done = tmp_path / "u.done"
-    child = script(tmp_path / "child.yaml", [{"tool_calls": [call("s1", "shell", command=f"sleep 20; touch {done}")]},
-                                             {"content": "never"}])
+    done, started = tmp_path / "u.done", tmp_path / "u.started"
+    child = script(tmp_path / "child.yaml", [
+        {"tool_calls": [call("s1", "shell", command=f"touch {started}; sleep 20; touch {done}")]},
+        {"content": "never"}])
     parent = script(tmp_path / "parent.yaml", [{"tool_calls": [call("d1", "delegate", task="wait")]},
                                                {"content": "never"}])
     prof = profile(tmp_path, f"delegate: {{model: '{child}'}}\n")
@@ -199,10 +200,9 @@ def test_sigterm_of_the_parent_kills_a_shell_command_a_child_is_running(tmp_path
                              "term", "--model", parent, "--profile", prof, "go"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while not any(m.get("tool_calls") for m in _safe(lambda: messages("term/d1"))):
+    while not started.exists():  # the child's shell command is running
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.1)
-    time.sleep(0.5)  # the child's shell command is running
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == 130
     time.sleep(1)

@@ -7,6 +7,7 @@ provides the attributes declared below.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -44,6 +45,7 @@ class ToolCalls:
     toolset: Toolset
     gate: Gate
     delegator: Delegates | None
+    stop: threading.Event
 
     def _message(self, message: Message, turn: int, **extra: Any) -> records.MessageRecord:
         raise NotImplementedError
@@ -71,6 +73,8 @@ class ToolCalls:
             repeat = self._refused(call) or self._repeat(call)
             cut = None if repeat else cut_call_error(reply, call)  # arguments cut at the output limit
             if not (repeat or cut):
+                if self.stop.is_set():  # stopped (a sub-agent whose parent got Ctrl-C): start nothing new
+                    raise KeyboardInterrupt
                 yield ToolStarted(call)
             outcome = repeat or (ToolOutcome(cut, True) if cut else children[call.id]() if call.id in children
                                  else self.toolset.call(call, handle))
