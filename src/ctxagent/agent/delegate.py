@@ -151,7 +151,8 @@ class Delegator:
         return short
 
     def _carve(self, arguments: dict[str, Any], carved: dict[str, float]) -> tuple[dict[str, float], str | None]:
-        """The child's run limits out of the parent's remaining budget, and why none is left (or None)."""
+        """The child's limits (its session limits) out of the parent's remaining budget, and why none is
+        left (or None)."""
         left = self.parent.breaker.left(self.parent.state)
         limits: dict[str, float] = {}
         for key in UNITS:
