@@ -132,3 +132,41 @@ def test_a_litellm_run_ending_at_once_loses_no_output_and_keeps_its_exit_code(tm
     bad = ctxagent("run", "--json", "--session", "x2", "--model", MODEL, "--api-base", server.base_url,
                    "--profile", profile(tmp_path), "hi", env=env)
     assert bad.returncode == 4 and result_of(bad)["status"] == "provider_error", bad.stderr
+
+
+def test_a_misspelled_model_gets_a_did_you_mean():
+    out = ctxagent("run", "--json", "--model", "openai/gpt-4o-mnii", "x")
+    assert out.returncode == 2
+    assert "did you mean openai/gpt-4o-mini" in result_of(out)["error"]
+
+
+def test_stream_json_on_the_interactive_path_reads_messages_from_the_terminal(tmp_path):
+    """A terminal on stdin, events on stdout: each typed message is an event too, and every event
+    matches the schema."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    model = script(tmp_path / "s.yaml", [{"content": "first"}, {"content": "second"}])
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "ctxagent", "run", "--output-format", "stream-json", "--session",
+                             "si", "--model", model, "hello"], stdin=slave, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    os.close(slave)
+    assert proc.stdout is not None
+    lines = []
+    while '"first"' not in "".join(lines):
+        lines.append(proc.stdout.readline())
+    os.write(master, b"and then?\n")
+    while '"second"' not in "".join(lines):
+        lines.append(proc.stdout.readline())
+    os.write(master, b"\n")
+    rest, _ = proc.communicate(timeout=60)
+    os.close(master)
+    events = events_of("".join(lines) + rest)
+    assert proc.returncode == 0
+    assert [e["item"]["text"] for e in events if e["type"] == "item.completed"
+            and e["item"]["type"] == "user_message"] == ["and then?"]
+    assert [e["type"] for e in events].count("run.finished") == 2 and events[-1]["type"] == "result"
+    assert events[0]["path"] == "interactive"

@@ -142,6 +142,22 @@ def model_window(model: str) -> int | None:
     return int(value) if isinstance(value, int | float) and value > 0 else None
 
 
+def did_you_mean(model: str, n: int = 3) -> list[str]:
+    """Model strings litellm knows that look like ``model`` (a typo: ``openai/gpt-4o-mnii`` gives
+    ``openai/gpt-4o-mini``), best first; the provider prefix the user gave is kept. Never raises."""
+    import difflib
+
+    try:
+        known = list(_litellm().model_cost)
+    except Exception:  # the price map could not be loaded: no suggestion
+        return []
+    provider, _, name = model.rpartition("/")
+    found = difflib.get_close_matches(name, known, n=n, cutoff=0.75) if provider else []
+    found = [f"{provider}/{k}" if "/" not in k else k for k in found]
+    found += difflib.get_close_matches(model, known, n=n, cutoff=0.75)
+    return list(dict.fromkeys(m for m in found if m != model))[:n]
+
+
 def completion_cost(model: str, prompt_tokens: int, completion_tokens: int, *, cached_tokens: int = 0,
                     cache_creation_tokens: int = 0) -> float | None:
     """Price in US dollars of a call of ``model`` with these token counts, or None if not mapped.

@@ -42,14 +42,14 @@ def resolve_window(profile: Profile, model: str) -> int:
         return profile.context_window
     if model.startswith("scripted:"):
         return SCRIPTED_WINDOW
-    from ctxagent.agent.litellm_backend import model_window
+    from ctxagent.agent.litellm_backend import did_you_mean, model_window
 
     window = model_window(model)
     if not window:
-        raise UsageError(
-            f"litellm does not know the context window of {model!r}; "
-            "pass --context-window N (tokens) or set context_window in the profile"
-        )
+        close = did_you_mean(model)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        raise UsageError(f"litellm does not know the context window of {model!r}{hint} (for a model it does not "
+                         "know, pass --context-window N (tokens) or set context_window in the profile)")
     return window
 
 

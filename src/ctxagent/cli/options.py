@@ -94,8 +94,9 @@ class RunOptions:
     output_format: OutputFormatOpt = None
 
     def is_batch(self) -> bool:
-        """The batch path: ``--batch``, a machine-readable output format, or stdin not a terminal."""
-        return self.batch or self.format() != "text" or not sys.stdin.isatty()
+        """The batch path: ``--batch``, ``json`` output, or stdin not a terminal (``stream-json`` with
+        a terminal on stdin is interactive: events on stdout, messages read from the terminal)."""
+        return self.batch or self.format() == "json" or not sys.stdin.isatty()
 
     def format(self) -> str:
         """``text``, ``json`` (also ``--json``) or ``stream-json``. Raises ``UsageError`` for another."""

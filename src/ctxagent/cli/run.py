@@ -92,7 +92,8 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
                                  workdir=opts.workdir.resolve() if opts.workdir else None, tools=opts.tool_specs(),
                                  run_limits=opts.run_limits(), session_limits=opts.session_limits(),
                                  context_window=opts.context_window, timeout_s=opts.timeout, started=STARTED)
-            grant(runner, opts.allow, opts.allow_all, interactive=not batch)  # --allow, --allow-all, the prompt
+            grant(runner, opts.allow, opts.allow_all,  # --allow, --allow-all, the prompt (never amid JSON events)
+                  interactive=not batch and opts.format() == "text")
             if stdin is not None and message is not None:
                 message = f"{message}\n\n{runner.attach(stdin, 'stdin')}"
             if message is None and runner.needs_input():
@@ -182,7 +183,7 @@ def _renderer(output_format: str, batch: bool) -> Renderer:
     if output_format == "stream-json":
         from ctxagent.cli.stream import StreamRenderer
 
-        return StreamRenderer()
+        return StreamRenderer(interactive=not batch)
     return BatchRenderer(output_format == "json") if batch else InteractiveRenderer()
 
 

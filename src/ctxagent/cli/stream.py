@@ -59,10 +59,26 @@ def event_of(event: Event) -> list[dict[str, Any]]:
 
 
 class StreamRenderer(BatchRenderer):
-    """Scripts reading events: JSON lines on stdout, progress on stderr, never a prompt."""
+    """Programs reading events: JSON lines on stdout, progress on stderr. ``interactive``: after each
+    answer the next message is read from stdin (a terminal; the prompt on stderr), and emitted as a
+    ``user_message`` item; an empty line or end of input ends the run."""
 
-    def __init__(self) -> None:
+    def __init__(self, interactive: bool = False) -> None:
         super().__init__(json_out=True)
+        self.interactive = interactive
+
+    def ask(self) -> str | None:
+        if not self.interactive:
+            return None
+        import sys
+
+        print("> ", end="", file=sys.stderr, flush=True)
+        line = sys.stdin.readline()
+        if not line.strip():
+            return None
+        text = line.rstrip("\n")
+        self._emit({"type": "item.completed", "item": {"type": "user_message", **_cut(text)}})
+        return text
 
     def _emit(self, data: dict[str, Any]) -> None:
         print(json.dumps(data, ensure_ascii=False), flush=True)
