@@ -146,6 +146,14 @@ def test_profile_limits_are_validated_with_file_line_and_key(tmp_path):
     assert out.exit_code == 2 and "bad.yaml" in error and "bad.yaml:3" in error and "limits.run.max_cost_usd" in error
 
 
+def test_an_output_limit_below_one_reply_is_refused_before_anything_is_written(tmp_path):
+    model = script(tmp_path / "s.yaml", [{"content": "x"}])
+    out = run_cli("run", "--json", "--session", "small", "--model", model, "--profile", profile(tmp_path),
+                  "--max-output-tokens-total", "100", "go")  # the profile reserves 200 per reply
+    assert out.exit_code == 2 and "smaller than one reply's reserve" in result_of(out)["error"]
+    assert not Session.at("small").exists()
+
+
 def test_session_limit_items_are_checked():
     assert parse_limits(["max_cost_usd=2.5", "max-input-tokens=100"]) == {"max_cost_usd": 2.5,
                                                                          "max_input_tokens": 100}

@@ -159,7 +159,7 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                        max_retry_wait_s=profile.max_retry_wait_s, send_tool_choice=profile.send_tool_choice)
     toolset = toolset_for(session, profile, settings)
     limits = Limits.model_validate({**profile.limits.run.set(), **(run_limits or {})})
-    check_priced(model, limits, session_limits_of(profile.limits.session, settings.limits))
+    check_limits(model, profile, limits, session_limits_of(profile.limits.session, settings.limits))
     if state.settings is None:  # written only once everything above has been checked: no half-made sessions
         header = records.SessionHeader(name=session.name, model=settings.model, profile=settings.profile,
                                        context_window=settings.context_window, path=settings.path,
@@ -180,9 +180,15 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     return runner
 
 
-def check_priced(model: Model, *limits: Limits) -> None:
-    """``UsageError`` (before anything is written) when a cost limit is set but the model has no
-    price: the limit could not be kept. ``--session-limit max_cost_usd=none`` removes a recorded one."""
+def check_limits(model: Model, profile: Profile, *limits: Limits) -> None:
+    """``UsageError`` (before anything is written) for limits no request could keep: a cost limit on
+    a model without a price (``--session-limit max_cost_usd=none`` removes a recorded one), or an
+    output limit smaller than one reply's reserve (``max_output_tokens``)."""
+    for lim in limits:
+        if lim.max_output_tokens_total is not None and lim.max_output_tokens_total < profile.max_output_tokens:
+            raise UsageError(f"max_output_tokens_total {lim.max_output_tokens_total} is smaller than one reply's "
+                             f"reserve (max_output_tokens {profile.max_output_tokens}): no request could be sent; "
+                             "raise it or lower max_output_tokens in the profile")
     if any(lim.max_cost_usd is not None for lim in limits) and price_of(model, 1000, 100) is None:
         raise UsageError(f"a cost limit (max_cost_usd) is set, but litellm has no price for {model.name}, so the "
                          "cost cannot be counted; remove the limit (a session's: --session-limit max_cost_usd=none) "
