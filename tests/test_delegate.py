@@ -196,9 +196,11 @@ def test_sigterm_of_the_parent_kills_a_shell_command_a_child_is_running(tmp_path
     parent = script(tmp_path / "parent.yaml", [{"tool_calls": [call("d1", "delegate", task="wait")]},
                                                {"content": "never"}])
     prof = profile(tmp_path, f"delegate: {{model: '{child}'}}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "ctxagent", "run", "--batch", "--allow", "shell", "--session",
-                             "term", "--model", parent, "--profile", prof, "go"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    log = tmp_path / "stderr.txt"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "ctxagent", "run", "--batch", "--allow", "shell", "--session",
+                                 "term", "--model", parent, "--profile", prof, "go"], stdout=subprocess.DEVNULL,
+                                stderr=err)
     deadline = time.monotonic() + 60
     while not started.exists():  # the child's shell command is running
         assert time.monotonic() < deadline and proc.poll() is None
@@ -207,6 +209,7 @@ def test_sigterm_of_the_parent_kills_a_shell_command_a_child_is_running(tmp_path
     assert proc.wait(30) == 130
     time.sleep(1)
     assert not done.exists()
-    child_result = next(m["content"] for m in messages("term/d1") if m["role"] == "tool")
-    assert "killed" in child_result  # its result says so: not "did not finish"
+    child = [r.model_dump() for r in transcript("term/d1")]
+    results = [m["content"] for m in messages("term/d1") if m["role"] == "tool"]
+    assert results and "killed" in results[0], (log.read_text(), child)  # its result says so, not "did not finish"
     assert [r.reason for r in transcript("term") if isinstance(r, records.EndRecord)] == ["interrupted"]

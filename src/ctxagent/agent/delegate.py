@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -68,6 +69,7 @@ class _Child:
     outcome: ToolOutcome | None = None
     spend: Spend = field(default_factory=Spend)
     thread: threading.Thread | None = None
+    done: threading.Event = field(default_factory=threading.Event)  # set when _run has ended
 
 
 class Delegator:
@@ -109,9 +111,9 @@ class Delegator:
     def stop(self, timeout_s: float = 5.0) -> None:
         """Wait (up to ``timeout_s`` in all) for running children to stop after the parent's stop
         event was set: each writes its end record at its next step."""
-        for child in list(self._running):
-            if child.thread is not None:
-                child.thread.join(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        for child in list(self._running):  # never Thread.join here: on Python 3.11 a join interrupted
+            child.done.wait(max(0.0, deadline - time.monotonic()))  # by a signal marks the thread ended
 
     def _prepare(self, call: ToolCall, handle: str, carved: dict[str, float], *, resuming: bool = False) -> _Child:
         """A child for ``call``, with its outcome already set when the call is refused."""
@@ -179,7 +181,7 @@ class Delegator:
         recorded its spend (an earlier run of it, a resume), return its outcome with the budget the
         parent has left now."""
         if child.thread is not None:
-            child.thread.join()
+            child.done.wait()  # interruptible by Ctrl-C without harm (see stop)
             self._running.remove(child)
         model = f"agent:{child.session.name}"
         s = child.spend.minus(Spend.of(self.parent.state.agents.get(model, Usage()), 0.0))
@@ -200,6 +202,7 @@ class Delegator:
                 with child.session.writer():
                     runner = self.opener(child.session, child.profile, child.limits)
                     runner.stop = self.parent.stop
+                    runner.toolset.ctx = replace(runner.toolset.ctx, stop=self.parent.stop)
                     runner.gate = self._gate(child, runner)
                     answer = self._answer(child, runner)
                 child.outcome = self._result(child, answer, runner)
@@ -214,6 +217,7 @@ class Delegator:
             finally:
                 if runner is not None:  # all it spent, every run of it: _collect records what is new
                     child.spend = Spend.of(runner.state.usage, runner.state.wall_s)
+                child.done.set()
 
     def _gate(self, child: _Child, runner: Runner) -> Gate:
         """The child's permission gate: the parent's rules and grants (never looser, whatever the

@@ -83,7 +83,8 @@ class Runner(ToolCalls):
                                session_limits(profile.limits.session, state.settings.limits), state,
                                warn_at=profile.limits.warn_at, started=started)
         self.delegator: Delegates | None = None  # set by agent/setup.py when the toolset has ``delegate``
-        self.stop = threading.Event()  # set: stop at the next step (shared with sub-agents)
+        self.stop = threading.Event()  # set: stop at the next step (shared with sub-agents and their tools)
+        toolset.ctx = replace(toolset.ctx, stop=self.stop)
         self.replies_at_start = state.replies  # this run's model calls = state.replies - this
         self._close_open_calls()
 

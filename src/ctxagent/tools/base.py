@@ -53,6 +53,7 @@ class ToolContext:
     recall_model: str | None = None
     recall_api_base: str | None = None
     recall_top_k: int = 8
+    stop: Any = None  # a threading.Event set when the run is stopped: a command started after it is killed
 
 
 @dataclass(frozen=True)

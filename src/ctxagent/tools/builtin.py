@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -56,20 +57,23 @@ def shell(ctx: ToolContext, command: str, timeout_s: int = 60) -> Spooled:
         raise ToolError(f"timeout_s must be between 1 and {SHELL_TIMEOUT_MAX_S} seconds, not {timeout_s}")
     fd, path = ctx.store.spool()
     try:
-        proc = subprocess.Popen(
-            ["bash", "-c", command],
-            cwd=ctx.workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with _STARTING:  # registered before kill_running() can look, or started after it saw the stop
+            proc = subprocess.Popen(
+                ["bash", "-c", command],
+                cwd=ctx.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            RUNNING.add(proc)
     except OSError as err:
         path.unlink(missing_ok=True)
         raise ToolError(mend(f"cannot run bash in {ctx.workdir}: {err}")) from err
     finally:
         os.close(fd)
-    RUNNING.add(proc)
+    if ctx.stop is not None and ctx.stop.is_set():  # the run was stopped while this command started
+        _kill_group(proc)
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -88,14 +92,18 @@ def shell(ctx: ToolContext, command: str, timeout_s: int = 60) -> Spooled:
     return Spooled(path, note=note)
 
 
+_STARTING = threading.Lock()
 RUNNING: set[subprocess.Popen[bytes]] = set()
 """The shell commands running now, in any thread (a sub-agent's tools run in the parent's process)."""
 
 
 def kill_running() -> None:
     """Kill the process group of every running shell command (the run was stopped: the main thread
-    got Ctrl-C or a signal, which a sub-agent's thread never sees). Their calls then end as killed."""
-    for proc in list(RUNNING):
+    got Ctrl-C or a signal, which a sub-agent's thread never sees). Their calls then end as killed.
+    Call it after setting the run's stop event: a command starting now sees it and ends itself."""
+    with _STARTING:
+        running = list(RUNNING)
+    for proc in running:
         _signal_group(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + KILL_GRACE_S
     while any(proc.poll() is None for proc in list(RUNNING)) and time.monotonic() < deadline:
