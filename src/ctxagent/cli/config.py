@@ -59,12 +59,9 @@ class Value:
 
 def config_dir() -> Path:
     """``$CTXAGENT_CONFIG_DIR``, else platformdirs' user config dir for ``ctxagent``."""
-    env = os.environ.get("CTXAGENT_CONFIG_DIR")
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
+    from ctxagent.sessions.session import user_dir
 
-    return Path(platformdirs.user_config_dir("ctxagent", appauthor=False))
+    return user_dir("config")
 
 
 def user_file() -> Path:

@@ -27,14 +27,20 @@ AGENTS = "agents"  # the folder of a session's sub-agent sessions
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-def data_dir() -> Path:
-    """``$CTXAGENT_DATA_DIR`` if set, else platformdirs' user data dir for ``ctxagent``."""
-    env = os.environ.get("CTXAGENT_DATA_DIR")
+def user_dir(kind: str = "data") -> Path:
+    """``$CTXAGENT_<KIND>_DIR`` if set, else platformdirs' user ``kind`` dir (``data``, ``config``,
+    ``cache``) for ``ctxagent``."""
+    env = os.environ.get(f"CTXAGENT_{kind.upper()}_DIR")
     if env:
         return Path(env).expanduser()
     import platformdirs
 
-    return Path(platformdirs.user_data_dir("ctxagent", appauthor=False))
+    return Path(getattr(platformdirs, f"user_{kind}_dir")("ctxagent", appauthor=False))
+
+
+def data_dir() -> Path:
+    """``$CTXAGENT_DATA_DIR`` if set, else platformdirs' user data dir for ``ctxagent``."""
+    return user_dir("data")
 
 
 def sessions_root() -> Path:
