@@ -94,7 +94,7 @@ def test_three_children_run_at_once_read_a_parent_handle_and_return_handles(tmp_
     tree = [line.strip() for line in shown.splitlines() if line.strip().startswith("sub-agent par/d")]
     assert [line.split(":")[0] for line in tree] == ["sub-agent par/dA", "sub-agent par/dB", "sub-agent par/dC"]
     assert all("2 calls" in line and "ended answered" in line for line in tree)
-    assert "spend session: 7 calls" in shown  # the parent's 4 and one usage record per child
+    assert "spend session: 10 calls" in shown  # the parent's 4 and each child's 2
     listed = [json.loads(line) for line in run_cli("sessions", "list", "--json").stdout.splitlines()]
     assert [(r["name"], r["parent"], r["status"]) for r in listed] == [
         ("par", None, "answered"), ("par/dA", "par", "answered"), ("par/dB", "par", "answered"),

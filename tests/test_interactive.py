@@ -97,7 +97,7 @@ def test_a_long_tool_call_prints_a_heartbeat_in_batch_mode(tmp_path):
                    env={"CTXAGENT_HEARTBEAT_S": "0.4"})
     assert out.returncode == 0, out.stderr
     beats = [line for line in out.stderr.splitlines() if "tool shell still running" in line]
-    assert beats and "of output so far" in beats[-1] and "23.9 KB" in beats[-1]  # seq 1 5000 = 23,894 bytes
+    assert beats and "of output so far" in beats[-1] and "23.9 kB" in beats[-1]  # seq 1 5000 = 23,894 bytes
 
 
 def test_an_answer_value_over_the_terminal_size_is_cut_and_says_how_to_get_it():

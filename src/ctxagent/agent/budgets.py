@@ -157,14 +157,11 @@ class Breaker:
 
     def check(self, state: SessionState, tokens: int, output: int, price: float | None) -> Crossing | None:
         """The first limit a request of ``tokens`` prompt tokens, ``output`` reply tokens at most and
-        ``price`` US dollars (None: unknown) would cross, or None. Raises ``UsageError`` when a cost
-        limit is set but the price is unknown: the limit could not be kept."""
-        request = Spend(tokens, output, cost_usd=-1.0 if price is None else price)
+        ``price`` US dollars would cross, or None. (A cost limit on a model without a price is refused
+        when the run opens: agent/setup.py ``check_limits``.)"""
+        request = Spend(tokens, output, cost_usd=price or 0.0)
         for scope, limits, spent in self._scopes(state):
             for key, limit in limits.items():
-                if key == "max_cost_usd" and request.cost_usd < 0:
-                    raise UsageError(f"{scope} limit {key} is set, but litellm has no price for this model, so "
-                                     "the cost cannot be counted; remove the limit or use a model with a known price")
                 if spent.amount(key) + request.amount(key) > limit:
                     return Crossing(scope, key, limit, spent.amount(key), request.amount(key))
         return None

@@ -77,7 +77,6 @@ class Delegator:
 
     def __init__(self, parent: Runner, opener: Opener, config: DelegateConfig):
         self.parent, self.opener, self.config = parent, opener, config
-        self.depth = parent.session.name.count("/")
         self._slots = threading.BoundedSemaphore(config.max_concurrent)
         self._running: list[_Child] = []
 
@@ -124,7 +123,7 @@ class Delegator:
         return child
 
     def _refusal(self, child: _Child, carved: dict[str, float], resuming: bool) -> str | None:
-        """Why the call cannot start (bad arguments, depth, contract, budget), or None; fills in
+        """Why the call cannot start (bad arguments, contract, budget), or None; fills in
         the child's task, profile and limits."""
         try:
             arguments = json.loads(child.call.arguments or "{}")
@@ -133,9 +132,6 @@ class Delegator:
         task = arguments.get("task") if isinstance(arguments, dict) else None
         if not isinstance(task, str) or not task.strip():
             return "give the sub-agent a 'task' (a non-empty string)"
-        if self.depth >= self.config.max_depth:
-            return (f"a sub-agent at depth {self.depth} may not delegate further (delegate.max_depth "
-                    f"{self.config.max_depth}); do the task yourself")
         size = count_text(task, self.parent.model_name)
         if size > self.config.assignment_max_tokens:
             return (f"the assignment is {size:,} tokens, over the contract of {self.config.assignment_max_tokens:,} "

@@ -42,7 +42,7 @@ def resolve_window(profile: Profile, model: str) -> int:
         return profile.context_window
     if model.startswith("scripted:"):
         return SCRIPTED_WINDOW
-    from ctxagent.agent.litellm_backend import did_you_mean, model_window
+    from ctxagent.agent.model_info import did_you_mean, model_window
 
     window = model_window(model)
     if not window:

@@ -101,14 +101,17 @@ def _spend_lines(items: list[Any]) -> list[str]:
 
 
 def _spent(recs: list[Any]) -> str:
+    from ctxagent.agent.state import Usage  # the fold's totals (imports no litellm)
     from ctxagent.sessions import records
 
-    usage = [r for r in recs if isinstance(r, records.UsageRecord)]
+    usage = Usage()
+    for rec in recs:
+        if isinstance(rec, records.UsageRecord):
+            usage.add(rec)
     ends = [r for r in recs if isinstance(r, records.EndRecord)]
-    cost = [u.cost_usd for u in usage if u.cost_usd is not None]
-    return (f"{len(usage)} calls, {sum(u.prompt_tokens for u in usage):,} input tokens "
-            f"({sum(u.cached_tokens for u in usage):,} cached), {sum(u.completion_tokens for u in usage):,} output "
-            f"tokens{_usd(sum(cost)) if cost else ''}, {sum(e.wall_s or 0 for e in ends):.1f} s"
+    return (f"{usage.calls} calls, {usage.prompt_tokens:,} input tokens ({usage.cached_tokens:,} cached), "
+            f"{usage.completion_tokens:,} output tokens{_usd(usage.cost_usd) if usage.priced else ''}, "
+            f"{sum(e.wall_s or 0 for e in ends):.1f} s"
             + (f", ended {ends[-1].reason}" if ends else ", running or stopped without an end record"))
 
 

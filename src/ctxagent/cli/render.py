@@ -84,12 +84,10 @@ class Ticker:
 
 
 def size_text(n: int) -> str:
-    """``n`` bytes as ``12.3 MB`` (decimal units)."""
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:,} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1000  # type: ignore[assignment]
-    return str(n)
+    """``n`` bytes as ``12.3 MB`` (decimal units, rich's)."""
+    from rich.filesize import decimal
+
+    return decimal(n)
 
 
 def _waiting(timeout_s: float = 0.03) -> bool:

@@ -267,16 +267,19 @@ TERMINAL_MAX_CHARS = 20_000  # characters of an answer's resolved value printed 
 
 
 def for_terminal(text: str, session: str, max_chars: int = TERMINAL_MAX_CHARS) -> str:
-    """``text`` as a terminal shows it: whole up to ``max_chars`` characters, else its first and last
-    lines (half of ``max_chars`` each at most) and how to get the whole value. A pipe or a file gets
-    the whole value: the caller checks ``isatty``."""
+    """``text`` as a terminal shows it: whole up to ``max_chars`` characters, else the middle-out
+    preview offloaded outputs get (tools/preview.py: first 40 and last 20 lines) with how to get the
+    whole value. A pipe or a file gets the whole value: the caller checks ``isatty``."""
     if len(text) <= max_chars:
         return text
-    lines = text.splitlines()
-    head, tail = "\n".join(lines[:40])[: max_chars // 2], "\n".join(lines[-20:])[-(max_chars // 2):]
-    return (f"{head}\n[... {len(text):,} characters in all, {len(lines):,} lines; not all printed on a terminal: "
-            f"--output FILE writes the whole value, or pipe the output ('ctxagent inspect outputs --session "
-            f"{session}' lists the stored values) ...]\n{tail}")
+    from ctxagent.tools.preview import preview_bytes
+
+    shown = preview_bytes(text.encode("utf-8", "surrogateescape"), head_lines=40, tail_lines=20,
+                          max_chars=max_chars)
+    how = (f"{len(text):,} characters in all, {text.count(chr(10)) + 1:,} lines; not all printed on a terminal: "
+           f"--output FILE writes the whole value, or pipe the output ('ctxagent inspect outputs --session "
+           f"{session}' lists the stored values)")
+    return shown.text.replace(shown.marker, f"{shown.marker.rstrip()}\n[{how}]\n", 1)
 
 
 def _show_answer(session: Session, answer: str | None, output: Path | None) -> None:
