@@ -35,7 +35,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "7-8; 7-8 always run 'no management', their denominator)")
     parser.add_argument("--skip", action="append", default=[],
                         choices=["long", "sized", "repeated", "handles", "quality", "delegation", "startup", "scale",
-                                 "peers", "plots"],
+                                 "peers", "plots", "mcp", "lessons"],
                         help="leave a part out (sized: workloads 7 and 8)")
     parser.add_argument("--cache-ratio", type=float, default=None, metavar="R",
                         help="cache-read price / input price for the cache-billed columns (default 0.1, issue 9's; "
@@ -173,6 +173,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from benchmarks import delegation
 
         results["delegation"] = delegation.run(args.quick)
+    if "mcp" not in args.skip:
+        err.print("[bold]issue 13: the handle workflows over MCP (benchmarks/mcp_workflows.py)[/bold]")
+        from benchmarks import mcp_workflows
+
+        try:
+            results["mcp"] = mcp_workflows.run(args.quick)
+        except (ImportError, RuntimeError) as error:  # the mcp extra missing, or a failed run
+            results["mcp"] = {"todo": f"benchmarks/mcp_workflows.py failed: {type(error).__name__}: {error}"}
+    if "lessons" not in args.skip:
+        err.print("[bold]issue 15: ten related tasks with and without lessons (benchmarks/lessons.py)[/bold]")
+        from benchmarks import lessons
+
+        results["lessons"] = lessons.run(args.quick)
     if "startup" not in args.skip:
         err.print("[bold]issue 16: a one-turn run on the real litellm path (benchmarks/startup.py)[/bold]")
         from benchmarks import startup
@@ -272,6 +285,14 @@ def render(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
         from benchmarks import delegation
 
         tables += delegation.tables(results["delegation"])
+    if "mcp" in results:
+        from benchmarks import mcp_workflows
+
+        tables += mcp_workflows.tables(results["mcp"])
+    if "lessons" in results:
+        from benchmarks import lessons
+
+        tables += lessons.tables(results["lessons"])
     if "startup" in results:
         from benchmarks import startup
 

@@ -27,7 +27,8 @@ workloads = importlib.import_module("benchmarks.workloads")
 def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     """One quick run of the pure workloads (1, 4, 5, and 2+3 when benchmarks/handles.py exists)."""
     out = tmp_path_factory.mktemp("bench")
-    results = bench.main(["--quick", "--out", str(out), "--skip", "scale", "--skip", "startup", "--skip", "delegation"])
+    results = bench.main(["--quick", "--out", str(out), "--skip", "scale", "--skip", "startup", "--skip", "delegation",
+                          "--skip", "mcp"])  # tests/test_mcp.py runs the MCP workflows
     return results, out
 
 
@@ -142,7 +143,8 @@ def test_json_and_plots_are_written(quick: tuple[dict, Path]) -> None:
 def test_live_without_a_key_is_skipped_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     results = bench.main(["--quick", "--out", str(tmp_path), "--live", "--model", "openai/gpt-4o-mini",
                           "--skip", "long", "--skip", "sized", "--skip", "repeated", "--skip", "handles",
-                          "--skip", "scale", "--skip", "quality", "--skip", "startup", "--skip", "delegation"])
+                          "--skip", "scale", "--skip", "quality", "--skip", "startup", "--skip", "delegation",
+                          "--skip", "mcp", "--skip", "lessons"])
     assert results["live"]["skipped"].startswith("skipped: no key for openai/gpt-4o-mini (missing OPENAI_API_KEY")
     assert "skipped: no key for openai/gpt-4o-mini" in capsys.readouterr().out
 

@@ -65,7 +65,7 @@ def test_policy_matrix(kind, policy, path, tmp_path):
 
 def test_safe_defaults_and_tool_names_over_kinds(tmp_path):
     gate = Gate(PermissionsConfig(), "batch", workdir=tmp_path)
-    assert [gate.check(tool_of(kind), {}) is None for kind in KINDS] == [True, False, False, False]
+    assert [gate.check(tool_of(kind), {}) is None for kind in KINDS] == [True, False, False, False, False]
     gate = Gate(PermissionsConfig(kinds={"exec": "deny"}, tools={"exec_tool": "allow"}), "batch", workdir=tmp_path)
     assert gate.check(tool_of("exec"), {}) is None
 
@@ -134,7 +134,7 @@ def test_parse_grants():
 def test_bundled_profiles_have_safe_defaults(name):
     permissions = load_profile(name).permissions
     policies = {kind: permissions.policy(tool_of(kind))[0] for kind in KINDS}
-    assert policies == {"read": "allow", "write": "ask", "exec": "ask", "network": "ask"}
+    assert policies == {"read": "allow", "write": "ask", "exec": "ask", "network": "ask", "mcp": "ask"}
     assert permissions.confine and not permissions.shell.allow
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ctxagent.mcp_tools.config import SERVER_NAME, ServerConfig
 from ctxagent.tools.permissions import PermissionsConfig
 
 Path_ = Literal["interactive", "batch"]
@@ -103,6 +104,29 @@ class DelegateConfig(_Strict):
     budget_share: float = Field(0.25, gt=0, le=1, description="of the parent's remaining run budget")
 
 
+class LessonsConfig(_Strict):
+    """Lessons learned in one session for the next (ctxagent/lessons/): the block a new session is
+    shown (tokens at most), the scope (None: the working directory's repository; a name: a named
+    scope shared by any directory), the user-wide scope shown too, the floor of confidence a lesson
+    needs to be shown, how many lessons a scope keeps (the weakest are evicted), and whether an LLM
+    proposes lessons too (only where LLM calls may run: interactive, or ``allow_llm_in_batch``)."""
+
+    enabled: bool = True
+    max_tokens: int = Field(500, ge=0, description="tokens of the injected lessons block at most")
+    scope: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    user_scope: bool = True
+    min_confidence: float = Field(0.4, ge=0, le=1, description="lessons below it are kept but not shown")
+    max_stored: int = Field(200, ge=1, description="lessons a scope keeps at most")
+    llm: bool = Field(True, description="also ask the summarizer model for lessons where LLM calls may run")
+
+
+class McpConfig(_Strict):
+    """The ``mcp`` key: how MCP servers' tools enter requests (``mcp_servers`` names the servers)."""
+
+    schema_budget: float = Field(0.10, ge=0, le=1, description="MCP tool schemas, fraction of the window, "
+                                 "before they are deferred behind find_tools (0: always defer)")
+
+
 class StrategyConfig(BaseModel):
     """One step of a pipeline: the strategy's registered name, its trigger, its parameters.
 
@@ -175,6 +199,17 @@ class Profile(_Strict):
     thrash_turns: int = Field(3, ge=0, description="consecutive compacting requests before escalation")
     limits: LimitsConfig = LimitsConfig()  # budgets: a circuit breaker on tokens, money and time
     delegate: DelegateConfig = DelegateConfig()  # sub-agents (the delegate tool)
+    lessons: LessonsConfig = LessonsConfig()  # lessons learned in one session for the next (lessons/)
+    mcp_servers: dict[str, ServerConfig] = Field(default_factory=dict)  # mcp_tools/config.py (mcpServers shape)
+    mcp: McpConfig = McpConfig()
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _server_names(cls, value: dict[str, ServerConfig]) -> dict[str, ServerConfig]:
+        for name in value:
+            if not SERVER_NAME.match(name) or "__" in name:
+                raise ValueError(f"MCP server name {name!r}: 1-32 letters, digits, '_' or '-', without '__'")
+        return value
 
     @field_validator("loop_guard")
     @classmethod

@@ -36,6 +36,7 @@ from ctxagent.agent.turns import (
     with_call_ids,
 )
 from ctxagent.errors import ContextOverflowError, CtxagentError, LimitReached, ProviderContextError, ProviderError
+from ctxagent.lessons.hooks import Learner
 from ctxagent.messages import Message, ToolCall
 from ctxagent.profile import Path_, Profile, StrategyConfig
 from ctxagent.profile_schema import Limits
@@ -44,7 +45,7 @@ from ctxagent.sessions.redact import RedactingStore
 from ctxagent.sessions.session import Session, sessions_root
 from ctxagent.sessions.transcript import TranscriptWarning
 from ctxagent.strategies.base import Budget, Entry
-from ctxagent.tokens import count_message, count_tools
+from ctxagent.tokens import count_message
 from ctxagent.tools.builtin import kill_running
 from ctxagent.tools.offload import settle, store_text
 from ctxagent.tools.permissions import Gate
@@ -74,8 +75,8 @@ class Runner(ToolCalls):
         self.sink: Sink = sink or TranscriptSink(session)
         self.store = RedactingStore(session.store.root, redact.default())  # secrets of the run's environment
         self._summarizer_model = summarizer_model
-        self.tool_specs = toolset.specs()
-        self.tool_tokens = count_tools(self.tool_specs, state.settings.model)
+        self._tool_tokens: dict[tuple[str, ...], int] = {}  # by the deferred tools loaded (find_tools)
+        self.notices: list[tuple[str, str]] = []  # (source, text) warned at the start of run() (MCP servers)
         # permissions (tools/permissions.py): the profile's; the CLI adds --allow grants and a prompt
         self.gate = Gate(profile.permissions, self.path, workdir=toolset.ctx.workdir, readable=[session.store.root],
                          protected=[sessions_root()])
@@ -83,6 +84,7 @@ class Runner(ToolCalls):
                                session_limits(profile.limits.session, state.settings.limits), state,
                                warn_at=profile.limits.warn_at, started=started)
         self.delegator: Delegates | None = None  # set by agent/setup.py when the toolset has ``delegate``
+        self.learner: Learner | None = None  # set by agent/setup.py when lessons are on (lessons/hooks.py)
         self.stop = threading.Event()  # set: stop at the next step (shared with sub-agents and their tools)
         toolset.ctx = replace(toolset.ctx, stop=self.stop)
         self.replies_at_start = state.replies  # this run's model calls = state.replies - this
@@ -148,7 +150,11 @@ class Runner(ToolCalls):
         """
         limit = max_turns or self.profile.max_turns
         try:
+            while self.notices:
+                yield self._warn(*self.notices.pop(0))
             yield from self._finish_open_calls()
+            if self.learner is not None:  # the lessons block: chosen once at the start, forgotten ones dropped
+                self._append(*self.learner.block(self.state.lessons, None if self.state.next_seq else user_input))
             if user_input is not None:  # refused before it is written: an end record says why
                 self._check_fits(user_input)
                 if self.state.next_seq == 0:
@@ -158,6 +164,10 @@ class Runner(ToolCalls):
                 reply = yield from self._step()
                 if not reply.tool_calls:
                     answer = reply.content or ""
+                    if self.learner is not None and self.sink.writes_files and (  # learn; what fails warns
+                            warning := self.learner.finish(self.session.transcript.records(), self.state.lessons,
+                                                           self.summarizer())):
+                        yield self._warn("lessons", warning)
                     self._end("answered")
                     yield Finished("answered", answer, self.state.turn)
                     return
@@ -178,16 +188,17 @@ class Runner(ToolCalls):
             raise
 
     def pins(self) -> list[str]:
-        """Every pinned fact: the profile's, then the agent's (``pin`` tool), without repeats, then
-        the file-activity ledger line as shown (agent/activity.py: a line that changed at every file
+        """Every pinned fact: the profile's, the lessons block, the agent's (``pin`` tool), without repeats,
+        then the file-activity ledger line as shown (agent/activity.py: a line that changed at every file
         read would restart the strategies' incremental folds each request). Kept verbatim always."""
-        return list(dict.fromkeys([*self.profile.pins, *self.state.pins, *self._ledger()]))
+        return list(dict.fromkeys([*self.profile.pins, *self.state.lesson_pins, *self.state.pins, *self._ledger()]))
 
     def shown_pins(self) -> list[str]:
         """The pinned facts in the view's pins message: the profile's, then the agent's and the
         ledger as of the last compaction that cut history (not a mask/prune/dedupe batch): that
         message changes only when the prefix changes near the top anyway."""
-        return list(dict.fromkeys([*self.profile.pins, *self.state.shown_pins, *self._ledger()]))
+        return list(dict.fromkeys([*self.profile.pins, *self.state.lesson_pins, *self.state.shown_pins,
+                                   *self._ledger()]))
 
     def _ledger(self) -> list[str]:
         """The ledger line as shown (none when no file was touched)."""

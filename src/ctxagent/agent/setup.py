@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxagent.agent.budgets import session_limits as session_limits_of
 from ctxagent.agent.delegate import Delegator, Opener
@@ -19,16 +19,21 @@ from ctxagent.agent.runner import Runner
 from ctxagent.agent.sinks import MemorySink
 from ctxagent.agent.state import Settings, fold
 from ctxagent.errors import ProfileError, UsageError
+from ctxagent.lessons.hooks import Learner
 from ctxagent.profile import EXTENDS, Path_, Profile, bundled_names, load_profile, parse_profile
 from ctxagent.profile_schema import Limits
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.strategies.base import Budget, Compaction, Entry
+from ctxagent.tokens import count_tools
 from ctxagent.tools.agent_tools import context_tools
-from ctxagent.tools.base import ToolContext
+from ctxagent.tools.base import Tool, ToolContext
 from ctxagent.tools.offload import OffloadPolicy
 from ctxagent.tools.toolset import Toolset, make_toolset
 from ctxagent.tools.user import absolute_spec, load_tools
+
+if TYPE_CHECKING:
+    from ctxagent.mcp_tools.mirror import McpTools
 
 SCRIPTED_WINDOW = 128_000  # tokens: the window a scripted model has when the profile sets none
 
@@ -94,12 +99,13 @@ def _profile_text(spec: str, profile: Profile) -> str | None:
 def wanted_settings(current: Settings | None, *, profile_spec: str | None, model_spec: str | None,
                     api_base: str | None, path: Path_, workdir: Path | None,
                     tools: Sequence[str], limits: Mapping[str, float | None] | None = None,
-                    context_window: int | None = None) -> tuple[Settings, Profile]:
+                    context_window: int | None = None, mcp_config: str | None = None) -> tuple[Settings, Profile]:
     """The settings a run asks for: the session's (``current``; None for a new session) with what
     the command line gives instead, and the profile they name. The context window is resolved
     again only when the profile or model changes (or the profile now sets one). ``limits``: session
     limits the command line gives, merged over the ones it gave before. ``context_window``
     (``--context-window``, tokens) wins over the profile and litellm, and is recorded.
+    ``mcp_config``: an ``--mcp-config`` file (absolute path), recorded; a resume keeps the last one.
 
     Raises ``ProfileError`` / ``UsageError`` for a bad profile or a model whose window is unknown.
     """
@@ -110,7 +116,7 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
         window = context_window or resolve_window(profile, model)
         settings = Settings(model, _profile_ref(spec), window, path, api_base, str(workdir or Path.cwd()),
                             tuple(absolute_spec(t) for t in tools), _profile_text(spec, profile),
-                            tuple(sorted((limits or {}).items())))
+                            tuple(sorted((limits or {}).items())), mcp_config)
         return settings, profile
     profile = load_profile(profile_spec) if profile_spec else session_profile(current)
     ref = _profile_ref(profile_spec) if profile_spec else current.profile
@@ -126,6 +132,7 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
         tuple(absolute_spec(t) for t in tools) if tools else current.tools,
         _profile_text(profile_spec, profile) if profile_spec else current.profile_text,
         tuple(sorted({**dict(current.limits), **(limits or {})}.items())),
+        mcp_config or current.mcp_config,
     ), profile
 
 
@@ -133,7 +140,8 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                 api_base: str | None, path: Path_, workdir: Path | None = None,
                 tools: Sequence[str] = (), run_limits: Mapping[str, float] | None = None,
                 session_limits: Mapping[str, float | None] | None = None, context_window: int | None = None,
-                timeout_s: float | None = None, started: float | None = None) -> Runner:
+                timeout_s: float | None = None, started: float | None = None, mcp_config: str | None = None,
+                lessons: bool = True) -> Runner:
     """A runner for ``session``: its records folded into a state (ONE STATE), then the header of
     a new session, or a ``settings`` record of what this run changes, appended and applied.
 
@@ -141,14 +149,18 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     user tools unless new ones are given. ``run_limits`` (over the profile's ``limits.run``) bound
     this run; ``session_limits`` are recorded in the session (agent/budgets.py); ``context_window``
     (tokens) is recorded too; ``timeout_s`` (seconds per model request) is this run's; ``started``
-    (``time.monotonic()``) is when the run's wall time starts (default: now). Raises
+    (``time.monotonic()``) is when the run's wall time starts (default: now). MCP servers (the
+    profile's ``mcp_servers`` and the ``mcp_config`` file's) start now; the tool lists of those the
+    session has not recorded yet are recorded (``tools`` records). Raises
     ``ProfileError``/``UsageError`` for a bad profile, model, script, working directory or tool;
-    nothing is written then.
+    nothing is written then. ``lessons``: False (``--no-lessons``) runs without lessons: none shown
+    to a new session, nothing learned (else the profile's ``lessons`` decides; lessons/hooks.py).
     """
     state = fold(session.transcript.records(repair=True), transcript_path=str(session.transcript.path))
     settings, profile = wanted_settings(state.settings, profile_spec=profile_spec, model_spec=model_spec,
                                         api_base=api_base, path=path, workdir=workdir, tools=tools,
-                                        limits=session_limits, context_window=context_window)
+                                        limits=session_limits, context_window=context_window,
+                                        mcp_config=mcp_config)
     assert settings.workdir is not None
     if not Path(settings.workdir).is_dir():
         raise UsageError(f"the working directory {settings.workdir} does not exist (or is not a directory)"
@@ -157,7 +169,8 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                        timeout_s=timeout_s or profile.timeout_s, retries=profile.retries,
                        max_output_tokens=profile.max_output_tokens, prompt_cache=profile.prompt_cache,
                        max_retry_wait_s=profile.max_retry_wait_s, send_tool_choice=profile.send_tool_choice)
-    toolset = toolset_for(session, profile, settings)
+    mcp = mcp_for(session, profile, settings, state.mcp_tools, connect=True)
+    toolset = toolset_for(session, profile, settings, mcp.tools)
     limits = Limits.model_validate({**profile.limits.run.set(), **(run_limits or {})})
     check_limits(model, profile, limits, session_limits_of(profile.limits.session, settings.limits))
     if state.settings is None:  # written only once everything above has been checked: no half-made sessions
@@ -165,18 +178,26 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                                        context_window=settings.context_window, path=settings.path,
                                        api_base=settings.api_base, workdir=settings.workdir,
                                        tools=list(settings.tools), profile_text=settings.profile_text,
-                                       limits=dict(settings.limits) or None)
+                                       limits=dict(settings.limits) or None, mcp_config=settings.mcp_config)
         session.transcript.append([header])
         state.apply(header)
     elif changes := state.settings.differences(settings):
         change = records.SettingsRecord(**changes)
         session.transcript.append([change])
         state.apply(change)
+    listed = [records.ToolsRecord(server=server, tools=tools) for server, tools in mcp.listed.items()]
+    if listed:
+        session.transcript.append(listed)
+        for record in listed:
+            state.apply(record)
     summarizer = summarizer_factory(profile, settings, state.summaries)
     runner = Runner(session, state, profile, model, toolset, summarizer_model=summarizer, limits=limits,
                     started=started)
+    runner.notices = [("mcp", warning) for warning in mcp.warnings]
     if "delegate" in toolset.tools:
         runner.delegator = Delegator(runner, _child_opener(settings, profile), profile.delegate)
+    if lessons and profile.lessons.enabled and "/" not in session.name:  # sub-agents neither see nor teach
+        runner.learner = Learner(session.name, profile.lessons, Path(settings.workdir), settings.model)
     return runner
 
 
@@ -205,13 +226,14 @@ def _child_opener(parent: Settings, profile: Profile) -> Opener:
                            model_spec=profile.delegate.model or parent.model, api_base=parent.api_base,
                            path=parent.path,
                            workdir=Path(parent.workdir) if parent.workdir else None, tools=parent.tools,
-                           session_limits=limits)
+                           session_limits=limits, mcp_config=parent.mcp_config)
     return open_child
 
 
-def toolset_for(session: Session, profile: Profile, settings: Settings) -> Toolset:
-    """The session's tools: the profile's, the user's (``settings.tools``), and the context tools
-    its pipelines need (``checkpoint``), working in ``settings.workdir``. ``delegate`` is left out
+def toolset_for(session: Session, profile: Profile, settings: Settings, mcp: Sequence[Tool] = ()) -> Toolset:
+    """The session's tools: the profile's, the user's (``settings.tools``), the context tools
+    its pipelines need (``checkpoint``) and the ``mcp`` tools (deferred behind ``find_tools`` when
+    their schemas exceed ``mcp.schema_budget`` of the window), working in ``settings.workdir``. ``delegate`` is left out
     of a sub-agent at ``delegate.max_depth`` (it could only be refused); where it is offered, its
     ``delegate.profile`` and a scripted ``delegate.model`` are checked now, not at the first call."""
     names = list(profile.tools)
@@ -227,7 +249,37 @@ def toolset_for(session: Session, profile: Profile, settings: Settings) -> Tools
     ctx = ToolContext(session.store, workdir, transcript=session.transcript.path,
                       recall_model=recall.embedding_model, recall_api_base=recall.api_base,
                       recall_top_k=recall.top_k)
-    return make_toolset(names, ctx, policy, extra)
+    budget = profile.mcp.schema_budget * settings.context_window
+    deferred = [t.name for t in mcp] if mcp and count_tools([t.spec() for t in mcp], settings.model) > budget else []
+    return make_toolset(names, ctx, policy, [*extra, *mcp], deferred)
+
+
+def mcp_for(session: Session, profile: Profile, settings: Settings, recorded: Mapping[str, list[dict[str, Any]]],
+            *, connect: bool) -> McpTools:
+    """The MCP tools of a run (mcp_tools/mirror.py): the servers of the profile and of the
+    ``--mcp-config`` file, plus recorded tools of servers no longer configured. ``connect``: start
+    the servers (a run) or not (``inspect``). A recorded config file deleted since is a warning
+    (its servers' recorded tools answer with errors). Raises ``UsageError`` for a config file that
+    cannot be read or is invalid (a run only)."""
+    from ctxagent.mcp_tools.config import servers_of
+    from ctxagent.mcp_tools.mirror import McpTools, mcp_tools
+
+    gone = settings.mcp_config is not None and not Path(settings.mcp_config).is_file()
+    try:
+        servers = servers_of(profile.mcp_servers, None if gone else settings.mcp_config)
+    except UsageError:
+        if connect:
+            raise
+        servers = {}
+    if not servers and not recorded:
+        return McpTools()
+    workdir = Path(settings.workdir) if settings.workdir else Path.cwd()
+    found = mcp_tools(servers, recorded, log_dir=session.transcript.path.parent / "mcp", workdir=workdir,
+                      connect=connect)
+    if gone:
+        found.warnings.insert(0, f"the MCP configuration {settings.mcp_config} this session recorded is gone: its "
+                                 "servers' tools answer with errors (give --mcp-config FILE to replace it)")
+    return found
 
 
 def _check_delegate(profile: Profile) -> None:
@@ -273,6 +325,7 @@ class NextRequest:
     same: int = 0
     last: list[Entry] = field(default_factory=list)
     turn: int = 1  # the turn the request would be for
+    lessons: records.LessonsRecord | None = None  # the lessons block the session was shown (lessons/)
 
 
 class _NoModel:
@@ -305,12 +358,13 @@ def next_request(session: Session, path: Path_ | None = None) -> NextRequest:
     if path is not None and path != state.settings.path:
         state.apply(records.SettingsRecord(path=path))
     profile = session_profile(state.settings)
-    toolset = toolset_for(session, profile, state.settings)
+    mcp = mcp_for(session, profile, state.settings, state.mcp_tools, connect=False)
+    toolset = toolset_for(session, profile, state.settings, mcp.tools)
     runner = Runner(session, state, profile, _NoModel(), toolset, sink=MemorySink())
     last = runner.last_request()
     peek = runner.peek()
     return NextRequest(peek.view, peek.budget, peek.compactions, recorded, runner.path, profile, peek.same, last,
-                       state.replies + 1)
+                       state.replies + 1, state.lessons)
 
 
 def summarizer_factory(profile: Profile, settings: Settings, done: int) -> Callable[[], Model] | None:

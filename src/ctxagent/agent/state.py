@@ -6,8 +6,8 @@ state, so a resumed session continues from exactly the state the live run had.
 
 What it holds: the settings in force (header, then ``settings`` records), counters (next seq,
 turn, replies, user messages), the calls still waiting for results, the agent's pinned facts and
-the ones shown in the view, the handles taken and the ones stored, the token calibration, the
-session's usage totals, and the base view (:class:`~ctxagent.agent.context.ContextState`).
+the ones shown in the view, the lessons block shown, the handles taken and the ones stored, the
+token calibration, the session's usage totals, and the base view (:class:`~ctxagent.agent.context.ContextState`).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class Settings:
     tools: tuple[str, ...] = ()
     profile_text: str | None = None
     limits: tuple[tuple[str, float | None], ...] = ()  # session limits from the command line (None: removed)
+    mcp_config: str | None = None  # --mcp-config FILE (absolute)
 
     @classmethod
     def of_header(cls, header: records.SessionHeader) -> Settings:
@@ -57,7 +58,7 @@ class Settings:
         tools = header.tools or list(extra.get("tools") or [])
         return cls(header.model, header.profile, header.context_window, header.path, header.api_base,
                    header.workdir, tuple(tools), text if isinstance(text, str) else None,
-                   tuple(sorted((header.limits or {}).items())))
+                   tuple(sorted((header.limits or {}).items())), header.mcp_config)
 
     def changed(self, record: records.SettingsRecord) -> Settings:
         """These settings with ``record``'s fields (those not None) in force."""
@@ -114,6 +115,9 @@ class SessionState:
     open_calls: list[str] = field(default_factory=list)  # calls of any reply still waiting for a result
     repairs: list[str] = field(default_factory=list)  # PAIR repairs the fold made that no note records yet
     pins: list[str] = field(default_factory=list)  # facts the agent pinned (pin tool), in order
+    lessons: records.LessonsRecord | None = None  # the lessons block shown (lessons/), as last recorded
+    mcp_tools: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # MCP server -> tool list, as recorded
+    loaded_tools: list[str] = field(default_factory=list)  # deferred tools find_tools loaded, in order
     shown_pins: list[str] = field(default_factory=list)  # the agent's pins in the view: as of the last compaction
     handles: set[str] = field(default_factory=set)  # every handle taken
     call_ids: set[str] = field(default_factory=set)  # every tool call id of every reply
@@ -157,13 +161,24 @@ class SessionState:
         elif isinstance(record, records.SessionHeader):
             self.name, self.settings = record.name, Settings.of_header(record)
             self.context.model = record.model
+        elif isinstance(record, records.LessonsRecord):
+            self.lessons = record  # chosen once at the start; shown in every request's pins message
         elif isinstance(record, records.PinRecord) and record.fact.strip():
             self.pins = list(dict.fromkeys([*self.pins, record.fact.strip()]))
             self.shown_pins = list(self.pins)  # the user asked for it now: shown in the next request
+        elif isinstance(record, records.ToolsRecord):
+            if record.server is not None and record.tools is not None:
+                self.mcp_tools[record.server] = list(record.tools)
+            self.loaded_tools = list(dict.fromkeys([*self.loaded_tools, *(record.loaded or ())]))
         elif isinstance(record, records.SettingsRecord) and self.settings is not None:
             self.compacted_turns = 0  # new settings (say a profile after a thrash stop): the guard starts over
             self.settings = self.settings.changed(record)
             self.context.model = self.settings.model
+
+    @property
+    def lesson_pins(self) -> list[str]:
+        """The lessons block shown, as one pinned fact (none when no lesson is shown)."""
+        return [self.lessons.text] if self.lessons is not None and self.lessons.text else []
 
     def open_call(self, call_id: str) -> ToolCall:
         """The tool call ``call_id`` of a reply still waiting for its result (``open_calls``)."""

@@ -22,6 +22,7 @@ from ctxagent.messages import Message, ToolCall
 from ctxagent.profile import Profile
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
+from ctxagent.tokens import count_tools
 from ctxagent.tools.permissions import Gate
 from ctxagent.tools.toolset import ERROR_PREFIX, ToolOutcome, Toolset
 
@@ -47,6 +48,9 @@ class ToolCalls:
     delegator: Delegates | None
     stop: threading.Event
 
+    _tool_tokens: dict[tuple[str, ...], int]
+    model_name: str
+
     def _message(self, message: Message, turn: int, **extra: Any) -> records.MessageRecord:
         raise NotImplementedError
 
@@ -58,6 +62,19 @@ class ToolCalls:
 
     def _materialize(self, entries: list[Any]) -> None:
         raise NotImplementedError
+
+    @property
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The tool schemas of the next request: deferred ones once a ``find_tools`` call loaded them."""
+        return self.toolset.specs(self.state.loaded_tools)
+
+    @property
+    def tool_tokens(self) -> int:
+        """Tokens of :attr:`tool_specs` (counted once per set of loaded tools)."""
+        key = tuple(self.state.loaded_tools)
+        if key not in self._tool_tokens:
+            self._tool_tokens[key] = count_tools(self.tool_specs, self.model_name)
+        return self._tool_tokens[key]
 
     def _run_tools(self, reply: Reply) -> Iterator[Event]:
         """Run the calls of ``reply`` and append their results in call order (PAIR); delegate calls
@@ -85,7 +102,8 @@ class ToolCalls:
             message = self._message({"role": "tool", "tool_call_id": call.id, "content": outcome.content},
                                     self.state.replies, handle=handle, offloaded=outcome.output is not None,
                                     file=touch)
-            self._append(*([outcome.output] if outcome.output is not None else []), message)
+            loaded = [records.ToolsRecord(loaded=list(outcome.loaded))] if outcome.loaded else []
+            self._append(*([outcome.output] if outcome.output is not None else []), message, *loaded)
             yield ToolDone(call, outcome.content, outcome.is_error, handle if outcome.output else None)
 
     def _repeat(self, call: Any) -> ToolOutcome | None:

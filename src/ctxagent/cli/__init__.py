@@ -16,7 +16,7 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
-from ctxagent.cli import config, context_cmd, inspect, profiles_cmd, run, sessions
+from ctxagent.cli import config, context_cmd, inspect, lessons_cmd, mcp_cmd, profiles_cmd, run, sessions
 from ctxagent.cli.run import Interrupted
 from ctxagent.errors import CtxagentError
 from ctxagent.tools.clean import mend
@@ -36,6 +36,8 @@ app.add_typer(inspect.app, name="inspect")
 app.add_typer(sessions.app, name="sessions")
 app.add_typer(profiles_cmd.app, name="profiles")
 app.add_typer(config.app, name="config")
+app.add_typer(lessons_cmd.app, name="lessons")
+app.add_typer(mcp_cmd.app, name="mcp")
 
 
 def _version(value: bool) -> None:

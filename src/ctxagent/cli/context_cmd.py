@@ -54,6 +54,7 @@ def context(
                             "next": [c.__dict__ for c in nxt.compactions]},
             "same_as_last": {"messages": nxt.same, "tokens": sum(e.tokens for e in nxt.view[:nxt.same]),
                              "last_messages": len(nxt.last)},
+            "lessons": nxt.lessons.model_dump(mode="json", include={"scope", "ids", "text"}) if nxt.lessons else None,
         }, ensure_ascii=False))
         return
     _render(nxt, budget, rule)
@@ -78,6 +79,9 @@ def _render(nxt: NextRequest, budget: dict[str, int | float], rule: str) -> None
                   f" {b['used']}/{b['window']} tokens (target {b['target']}, trigger {b['trigger']}; "
                   f"tool schemas {b['tools']}, reserved {b['reserved']}, calibration x{b['scale']:.2f})")
     console.print(f"rule in force at turn {nxt.turn} ({nxt.profile.name}, {nxt.path}): {escape(rule)}")
+    if nxt.lessons is not None and nxt.lessons.text:  # in the pins message, as recorded when the session started
+        console.print(f"lessons shown ({', '.join(nxt.lessons.ids)}; in the pins message, chosen when the session "
+                      f"started):\n{escape(nxt.lessons.text)}")
     for r in nxt.recorded:
         console.print(f"recorded compaction: {r.strategy} #{r.start}-#{r.end} ({r.tokens_before} -> {r.tokens} tokens)")
     for c in nxt.compactions:

@@ -56,6 +56,11 @@ def _line(rec: Any) -> str:
         return f"      [yellow]note[/yellow] {escape(rec.source)}: {escape(one_line(rec.text, 160))}"
     if isinstance(rec, records.PinRecord):
         return f"      [yellow]pin[/yellow] {escape(rec.fact)}"
+    if isinstance(rec, records.ToolsRecord) and rec.loaded:
+        return f"      [yellow]tools[/yellow] loaded by find_tools: {escape(', '.join(rec.loaded))}"
+    if isinstance(rec, records.ToolsRecord):
+        names = ", ".join(str(t.get("name")) for t in rec.tools or [])
+        return f"      [yellow]tools[/yellow] MCP server {escape(str(rec.server))}: {escape(one_line(names, 160))}"
     return escape(repr(rec))
 
 

@@ -63,6 +63,12 @@ TimeoutOpt = Annotated[float | None, typer.Option(
 OutputFormatOpt = Annotated[str | None, typer.Option(
     "--output-format", help="text (the answer), json (one object, as --json) or stream-json (one JSON event "
     "per line as the run goes; schema: src/ctxagent/cli/events.schema.json).")]
+McpConfigOpt = Annotated[Path | None, typer.Option(
+    "--mcp-config", help="MCP servers to add, from a JSON file in the mcpServers shape (Claude Code, Cursor); "
+    "its path is kept for resume, its values (${NAME} references expanded) never recorded.")]
+NoLessonsOpt = Annotated[bool, typer.Option(
+    "--no-lessons", help="Run without lessons: a new session is shown none, and this run teaches none "
+    "(ctxagent lessons --help).")]
 AnswerOutputOpt = Annotated[Path | None, typer.Option(
     "--output", "-o", help="Write the answer's value to FILE: the value of an answer that is one handle "
     "(bytes exactly, arrays as .npy, JSON pretty), else the answer with its handles resolved.")]
@@ -92,6 +98,8 @@ class RunOptions:
     context_window: WindowOpt = None
     timeout: TimeoutOpt = None
     output_format: OutputFormatOpt = None
+    mcp_config: McpConfigOpt = None
+    no_lessons: NoLessonsOpt = False
 
     def is_batch(self) -> bool:
         """The batch path: ``--batch``, ``json`` output, or stdin not a terminal (``stream-json`` with
@@ -134,6 +142,8 @@ class RunOptions:
         check_recordable(model=self.model, profile=self.profile, api_base=self.api_base, workdir=self.workdir,
                          tools=" ".join(self.tool_specs()))
         check_output(self.output)
+        if self.mcp_config is not None and not self.mcp_config.is_file():
+            raise UsageError(f"--mcp-config {self.mcp_config}: no such file")
         self.session_limits()
         self.run_limits()
         self.format()

@@ -34,7 +34,7 @@ def grant(runner: Any, allow: str | None, allow_all: bool, *, interactive: bool)
     from ctxagent.tools.permissions import parse_grants
 
     gate = runner.gate
-    gate.granted |= parse_grants(allow, runner.toolset.tools)
+    gate.granted |= parse_grants(allow, [*runner.toolset.tools, *runner.toolset.groups()])
     if allow_all:
         gate.allow_all = True
         print(ALLOW_ALL_WARNING, file=sys.stderr, flush=True)

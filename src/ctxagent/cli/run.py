@@ -91,7 +91,9 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
                                  path="batch" if batch else "interactive",
                                  workdir=opts.workdir.resolve() if opts.workdir else None, tools=opts.tool_specs(),
                                  run_limits=opts.run_limits(), session_limits=opts.session_limits(),
-                                 context_window=opts.context_window, timeout_s=opts.timeout, started=STARTED)
+                                 context_window=opts.context_window, timeout_s=opts.timeout, started=STARTED,
+                                 mcp_config=str(opts.mcp_config.resolve()) if opts.mcp_config else None,
+                                 lessons=not opts.no_lessons)
             grant(runner, opts.allow, opts.allow_all,  # --allow, --allow-all, the prompt (never amid JSON events)
                   interactive=not batch and opts.format() == "text")
             if stdin is not None and message is not None:

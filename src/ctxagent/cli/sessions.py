@@ -131,6 +131,9 @@ def delete(
             trash = session.root  # another filesystem: delete in place
             (session.root / "transcript.jsonl").unlink(missing_ok=True)
     shutil.rmtree(trash, ignore_errors=True)
+    from ctxagent.lessons.hooks import forget_session
+
+    forget_session(name)  # nothing of a deleted session stays in the lessons store
     print(f"deleted session {name} ({session.root})", file=sys.stderr)
 
 
@@ -152,6 +155,9 @@ def rename(
             os.rename(source.root, target.root)  # onto the empty folder just made
         except FileExistsError:
             raise UsageError(f"a session named {new!r} exists already ({target.root})") from None
+    from ctxagent.lessons.hooks import rename_session
+
+    rename_session(old, new)  # lessons keep pointing at their evidence
     print(f"renamed session {old} to {new} ({target.root})", file=sys.stderr)
 
 

@@ -19,9 +19,12 @@ One record is one physical line of ``transcript.jsonl``. Kinds:
 - ``compaction``: a recorded replacement, *in the view only*, of messages ``start``..``end``
   (inclusive seq numbers) by ``message`` (or by nothing). The originals stay in the transcript.
 - ``end``: how one run ended (``answered``, ``max_turns``, ``provider_error``, ...).
+- ``tools``: an MCP server's tool list as first listed, or the deferred tools a ``find_tools`` call
+  loaded (``ctxagent.mcp_tools``).
 - ``permission``: a decision on a tool call that needed asking (``ctxagent.tools.permissions``):
   the call, the policy that asked, and the answer (``yes``, ``no``, ``always``; ``deny`` when the
   run could not ask).
+- ``lessons``: the lessons block a session was shown (chosen once at its start; ctxagent/lessons/).
 
 Progress, heartbeats and spinner state are never records.
 """
@@ -60,6 +63,7 @@ class SessionHeader(_Record):
     tools: list[str] = Field(default_factory=list)  # --tools specs, absolute
     profile_text: str | None = None  # a profile file's YAML, kept so resume survives its deletion
     limits: dict[str, int | float | None] | None = None  # session limits the command line set (--session-limit)
+    mcp_config: str | None = None  # --mcp-config FILE, absolute (the file is re-read; its values never recorded)
 
 
 class SettingsRecord(_Record):
@@ -75,6 +79,7 @@ class SettingsRecord(_Record):
     tools: list[str] | None = None
     path: Literal["batch", "interactive"] | None = None
     limits: dict[str, int | float | None] | None = None  # the session limits the command line set (None: removed)
+    mcp_config: str | None = None
 
 
 class FileTouch(BaseModel):
@@ -193,9 +198,33 @@ class PinRecord(_Record):
     fact: str
 
 
+class LessonsRecord(_Record):
+    """The lessons block shown to this session (ctxagent/lessons/): chosen once, when it starts, and
+    kept verbatim in the pins message of every request. ``ids`` and ``lines``: the lessons shown,
+    one line each; ``text``: the block exactly as shown ("" for none). A later record replaces the
+    block (a lesson forgotten meanwhile: the next request shows the block without it)."""
+
+    kind: Literal["lessons"] = "lessons"
+    scope: str = ""
+    ids: list[str] = Field(default_factory=list)
+    lines: list[str] = Field(default_factory=list)
+    text: str = ""
+
+
+class ToolsRecord(_Record):
+    """The tools a session offers beyond its profile's: an MCP ``server``'s tool list the first time
+    it was listed (``tools``: ``[{"name", "description", "input_schema"}]``), or deferred tools a
+    ``find_tools`` call loaded (``loaded``: tool names). Resume offers exactly these."""
+
+    kind: Literal["tools"] = "tools"
+    server: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    loaded: list[str] | None = None
+
+
 Record = Annotated[
     SessionHeader | SettingsRecord | MessageRecord | OutputRecord | UsageRecord | CompactionRecord | EndRecord
-    | PermissionRecord | NoteRecord | PinRecord,
+    | PermissionRecord | NoteRecord | PinRecord | ToolsRecord | LessonsRecord,
     Field(discriminator="kind"),
 ]
 _ADAPTER: TypeAdapter[Any] = TypeAdapter(Record)

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from ctxagent.sessions.store import OutputStore
 
-ToolKind = Literal["read", "write", "exec", "network"]
+ToolKind = Literal["read", "write", "exec", "network", "mcp"]
 ERROR_PREFIX = "ERROR: "  # starts every error tool result (the model reads it; strategies and notes test it)
 
 
@@ -75,8 +75,10 @@ class Tool:
     """One tool: name, description for the model, JSON schema of its arguments, the function.
 
     ``kind`` says what it does: ``read`` (read-only), ``write`` (writes files), ``exec`` (runs
-    commands), ``network`` (reaches the network). ``resolve_handles``: whether handle arguments
-    are replaced by their stored values before the call (see the module docstring).
+    commands), ``network`` (reaches the network), ``mcp`` (a tool of an MCP server: whatever the
+    server does). ``resolve_handles``: whether handle arguments are replaced by their stored values
+    before the call (see the module docstring). ``group``: the MCP server a tool comes from (a
+    permission or ``--allow`` grant for the group covers its tools); None for other tools.
     """
 
     name: str
@@ -85,6 +87,7 @@ class Tool:
     fn: Callable[..., Any]
     kind: ToolKind = "read"
     resolve_handles: bool = True
+    group: str | None = None
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI-format tool schema sent with each request."""

@@ -1,9 +1,10 @@
 """Tool permissions: which calls run, which ask first, which are refused, and where file tools may go.
 
-Every tool declares its kind (``Tool.kind``): ``read``, ``write``, ``exec`` or ``network``. The
-profile's ``permissions`` key (:class:`PermissionsConfig`) gives each tool a policy — ``allow``,
-``ask`` or ``deny`` — by name (``tools``), else by kind (``kinds``), else by the safe default
-(:data:`DEFAULT_KINDS`: read allowed; write, exec and network ask). :class:`Gate` applies it to one
+Every tool declares its kind (``Tool.kind``): ``read``, ``write``, ``exec``, ``network`` or ``mcp``.
+The profile's ``permissions`` key (:class:`PermissionsConfig`) gives each tool a policy — ``allow``,
+``ask`` or ``deny`` — by name (``tools``), else by its MCP server's name (``tools: {github: allow}``
+covers every ``github__*`` tool), else by kind (``kinds``), else by the safe default
+(:data:`DEFAULT_KINDS`: read allowed; write, exec, network and mcp ask). :class:`Gate` applies it to one
 call before the tool runs, in this order:
 
 1. **confinement** — the path arguments of the file tools (:data:`FILE_ARGS`) must resolve inside the
@@ -59,8 +60,9 @@ Answer = Literal["yes", "no", "always"]
 Ask = Callable[[str, dict[str, Any], Path], Answer]
 """``ask(tool_name, arguments, workdir)``: the user's answer to one call."""
 
-KINDS: tuple[ToolKind, ...] = ("read", "write", "exec", "network")
-DEFAULT_KINDS: dict[ToolKind, Policy] = {"read": "allow", "write": "ask", "exec": "ask", "network": "ask"}
+KINDS: tuple[ToolKind, ...] = ("read", "write", "exec", "network", "mcp")
+DEFAULT_KINDS: dict[ToolKind, Policy] = {"read": "allow", "write": "ask", "exec": "ask", "network": "ask",
+                                         "mcp": "ask"}
 FILE_ARGS: dict[str, tuple[str, ...]] = {"read_file": ("path",), "write_file": ("path",), "list_dir": ("path",)}
 SHELL_TOOL, SHELL_ARG = "shell", "command"
 SHELL_CHAINING = re.compile(r"[;&|`<>\n$]")  # an allow pattern never lets these (or any $ expansion) through
@@ -126,6 +128,8 @@ class PermissionsConfig(BaseModel):
         """``(policy, where it comes from)`` for ``tool``, e.g. ``("ask", "permissions.kinds.exec")``."""
         if tool.name in self.tools:
             return self.tools[tool.name], f"permissions.tools.{tool.name}"
+        if tool.group is not None and tool.group in self.tools:
+            return self.tools[tool.group], f"permissions.tools.{tool.group}"
         if tool.kind in self.kinds:
             return self.kinds[tool.kind], f"permissions.kinds.{tool.kind}"
         return DEFAULT_KINDS.get(tool.kind, "ask"), f"the default for {tool.kind} tools"
@@ -213,7 +217,7 @@ class Gate:
     # -- the steps ----------------------------------------------------------------------------
     def _granted(self, tool: Tool) -> bool:
         return (self.allow_all or tool.name in self.granted or tool.kind in self.granted
-                or tool.name in self.always)
+                or tool.group in self.granted or tool.name in self.always)
 
     def _asked(self, tool: Tool, arguments: Mapping[str, Any], where: str, call_id: str, turn: int, *,
                why: str = "", always: str = "") -> str | None:

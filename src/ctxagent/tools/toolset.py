@@ -19,7 +19,7 @@ from typing import Any
 from ctxagent.errors import UsageError
 from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import OutputRecord
-from ctxagent.tools import clean, permissions, user, values
+from ctxagent.tools import clean, deferral, permissions, user, values
 from ctxagent.tools.base import ERROR_PREFIX, Spooled, Tool, ToolContext, ToolError
 from ctxagent.tools.catalog import BUILTIN, registry
 from ctxagent.tools.offload import OffloadPolicy, settle
@@ -46,28 +46,41 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 
 @dataclass(frozen=True)
 class ToolOutcome:
-    """The result of one tool call: the tool message content, whether it reports an error, and
-    the record of the offloaded output (None when the content holds the whole output)."""
+    """The result of one tool call: the tool message content, whether it reports an error, the
+    record of the offloaded output (None when the content holds the whole output), and the
+    deferred tools a ``find_tools`` call loaded (the runner records them)."""
 
     content: str
     is_error: bool
     output: OutputRecord | None = None
+    loaded: tuple[str, ...] = ()
 
 
 class Toolset:
     """The tools one run offers the model, with the context they run in and the offload policy.
 
-    Raises ``ValueError`` when two tools share a name.
+    ``deferred``: names of tools whose schemas are left out of requests until a ``find_tools``
+    call loads them (:mod:`ctxagent.tools.deferral`); the toolset then offers ``find_tools``
+    and answers its calls. Raises ``ValueError`` when two tools share a name.
     """
 
-    def __init__(self, tools: Sequence[Tool], ctx: ToolContext, policy: OffloadPolicy):
-        self.tools = registry(tools)
+    def __init__(self, tools: Sequence[Tool], ctx: ToolContext, policy: OffloadPolicy,
+                 deferred: Sequence[str] = ()):
+        self.deferred = [name for name in deferred if any(tool.name == name for tool in tools)]
+        finder = [deferral.find_tools_tool([t for t in tools if t.name in self.deferred])] if self.deferred else []
+        self.tools = registry([*tools, *finder])
         self.ctx = ctx
         self.policy = policy
 
-    def specs(self) -> list[dict[str, Any]]:
-        """The OpenAI-format schemas of the tools, in order, sent with each request."""
-        return [tool.spec() for tool in self.tools.values()]
+    def specs(self, loaded: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """The OpenAI-format schemas sent with each request: every tool not deferred, in order,
+        then the deferred ones ``loaded`` by ``find_tools`` calls, in the order they were loaded."""
+        shown = [tool.spec() for tool in self.tools.values() if tool.name not in self.deferred]
+        return shown + [self.tools[name].spec() for name in loaded if name in self.deferred]
+
+    def groups(self) -> list[str]:
+        """The MCP servers the tools come from (names ``--allow`` accepts besides tools and kinds)."""
+        return list(dict.fromkeys(tool.group for tool in self.tools.values() if tool.group))
 
     def call(self, call: ToolCall, handle: str | None = None) -> ToolOutcome:
         """Run ``call`` and settle its value; every failure is an error outcome, never raised.
@@ -79,6 +92,8 @@ class Toolset:
             return _error(f"unknown tool {call.name!r}; the tools are: {', '.join(self.tools)}")
         try:
             arguments = self._arguments(tool, call.arguments)
+            if tool.name == deferral.FIND_TOOLS and self.deferred:
+                return self._find(arguments["query"])
         except ToolError as err:
             return _error(str(err))
         try:
@@ -120,6 +135,11 @@ class Toolset:
                                 f"{_type_text(properties[name])}, but {handle} holds {values.describe(value)}")
         return resolved.arguments
 
+    def _find(self, query: str) -> ToolOutcome:
+        """A ``find_tools`` call: the selected deferred tools' schemas, and their names to record."""
+        selected = deferral.select([self.tools[name] for name in self.deferred], query)
+        return ToolOutcome(deferral.loaded_text(selected), False, loaded=tuple(tool.name for tool in selected))
+
     def _settle(self, tool: Tool, call: ToolCall, value: Any, handle: str | None = None) -> ToolOutcome:
         """The outcome of a successful call: its value inline, offloaded or stored under a handle."""
         if not (isinstance(value, str | bytes | Spooled) or values.is_structured(value) or values.is_scalar(value)):
@@ -137,9 +157,10 @@ class Toolset:
 
 
 def make_toolset(names: Sequence[str], ctx: ToolContext, policy: OffloadPolicy,
-                 extra: Sequence[Tool] = ()) -> Toolset:
+                 extra: Sequence[Tool] = (), deferred: Sequence[str] = ()) -> Toolset:
     """A toolset of the tools ``names`` (built-in, else installed under the ``ctxagent.tools``
-    entry point group), in that order, then the ``extra`` tools (user tools from ``--tools``).
+    entry point group), in that order, then the ``extra`` tools (user tools from ``--tools``, MCP
+    tools), ``deferred`` ones behind ``find_tools`` (see :class:`Toolset`).
 
     An extra tool that is the very same object as a named one is not added twice. Raises
     ``UsageError`` for an unknown or repeated name, or an entry point that cannot be loaded.
@@ -159,7 +180,7 @@ def make_toolset(names: Sequence[str], ctx: ToolContext, policy: OffloadPolicy,
     clash = sorted({name for name in names_seen if names_seen.count(name) > 1})
     if clash:
         raise UsageError(f"two tools are named {', '.join(map(repr, clash))}; give each tool one name")
-    return Toolset(tools, ctx, policy)
+    return Toolset(tools, ctx, policy, deferred)
 
 
 def _error(message: str) -> ToolOutcome:
@@ -195,7 +216,8 @@ def _check(tool: str, arguments: dict[str, Any], parameters: Mapping[str, Any], 
     for name in defaulted:
         del arguments[name]
     problems = [f"missing argument {name!r}" for name in properties if name in required - arguments.keys()]
-    problems += [f"unexpected argument {name!r}" for name in arguments if name not in properties]
+    if not parameters.get("additionalProperties"):  # an MCP schema may allow more (JSON Schema's default)
+        problems += [f"unexpected argument {name!r}" for name in arguments if name not in properties]
     problems += [
         f"argument {name!r} must be {_type_text(properties[name])}, not {json.dumps(value)[:50]}"
         for name, value in arguments.items()

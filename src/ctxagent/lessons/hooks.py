@@ -1,0 +1,150 @@
+"""Where a run meets its lessons: the block a new session is shown, and learning when it answers.
+
+The runner (agent/runner.py) holds one :class:`Learner` when lessons are on (profile ``lessons``,
+no ``--no-lessons``, not a sub-agent). Before a run's first request it calls :meth:`Learner.block`,
+which is one of these two:
+
+- :meth:`Learner.opening` when a session starts: the lessons of its scope and the user-wide scope,
+  ranked for its task and working directory, packed into the block (``lessons.max_tokens``), as a
+  ``lessons`` record. The record is the block from then on: resume and ``inspect context`` show it
+  as recorded, and the pins message (second in every request) stays byte-identical (PREFIX).
+- :meth:`Learner.refresh` when a session resumes: a ``lessons`` record without the lessons
+  forgotten since (``ctxagent lessons forget``), or nothing when none was.
+
+When a run answered it calls :meth:`Learner.finish`: the session's deterministic lessons (and, where
+LLM calls may run, the ones the summarizer model proposes: lessons/llm.py) are merged into its
+scope's file, the lessons it was shown get its vote (confirmed or contradicted), anything from
+deleted sessions is dropped, and the weakest beyond ``lessons.max_stored`` are evicted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxagent.errors import UsageError
+from ctxagent.lessons import curate, extract, llm, rank
+from ctxagent.lessons.model import USER_SCOPE, Lesson, Scope, scope_for
+from ctxagent.lessons.store import LessonStore
+from ctxagent.profile_schema import LessonsConfig
+from ctxagent.sessions import records
+from ctxagent.sessions.records import now
+from ctxagent.sessions.session import Session
+
+
+def session_exists(name: str) -> bool:
+    """Whether a session of that name is on disk (a name no session could have counts as existing:
+    it was written by hand, not by a session that was deleted)."""
+    try:
+        return Session.at(name).exists()
+    except UsageError:
+        return True
+
+
+@dataclass
+class Learner:
+    """The lessons side of one session's runs (see the module docstring). ``workdir``: absolute;
+    ``model``: the model name token counts use; ``store``: default ``<data dir>/lessons``."""
+
+    session: str
+    config: LessonsConfig
+    workdir: Path
+    model: str = ""
+    store: LessonStore = field(default_factory=LessonStore)
+
+    @property
+    def scope(self) -> Scope:
+        return scope_for(self.workdir, self.config.scope)
+
+    def scopes(self) -> list[Scope]:
+        """The scopes whose lessons the session is shown: its own, then the user-wide one."""
+        return [self.scope, *([Scope(USER_SCOPE)] if self.config.user_scope else [])]
+
+    def candidates(self) -> list[Lesson]:
+        """Every lesson the session may be shown (from sessions that still exist). Raises ``OSError``
+        when the store cannot be read."""
+        return curate.live([x for s in self.scopes() for x in self.store.load(s)], session_exists)
+
+    def block(self, shown: records.LessonsRecord | None, task: str | None) -> list[records.LessonsRecord]:
+        """What a run appends before its first request: for a new session (``task``: its first
+        message) the block chosen for it (:meth:`opening`); else the block without the lessons
+        forgotten since (:meth:`refresh`). Empty when nothing changes."""
+        return self.opening(task) if task is not None and shown is None else self.refresh(shown)
+
+    def opening(self, task: str, at: float | None = None) -> list[records.LessonsRecord]:
+        """The ``lessons`` record of a new session with task ``task`` (none when no lesson fits)."""
+        query = rank.Query(task, str(self.workdir), self.scope.name)
+        try:
+            candidates = self.candidates()
+        except OSError:  # the run goes on without; finish() says what failed when it tries to write
+            return []
+        ranked = rank.rank(candidates, query, now() if at is None else at, self.config.min_confidence)
+        chosen = rank.block(ranked, self.config.max_tokens, self.model)
+        if not chosen.ids:
+            return []
+        return [records.LessonsRecord(scope=self.scope.name, ids=list(chosen.ids), lines=list(chosen.lines),
+                                      text=chosen.text)]
+
+    def refresh(self, shown: records.LessonsRecord | None) -> list[records.LessonsRecord]:
+        """A ``lessons`` record without the shown lessons that were forgotten since (none: unchanged)."""
+        if shown is None or not shown.ids:
+            return []
+        try:
+            known = {lesson.id for lesson in self.candidates()}
+        except OSError:  # unreadable now: the block stays as recorded
+            return []
+        kept = [(i, line) for i, line in zip(shown.ids, shown.lines, strict=False) if i in known]
+        if len(kept) == len(shown.ids):
+            return []
+        ids, lines = [i for i, _ in kept], [line for _, line in kept]
+        return [records.LessonsRecord(scope=shown.scope, ids=ids, lines=lines, text=rank.render(lines))]
+
+    def finish(self, items: Iterable[Any], shown: records.LessonsRecord | None, ask: llm.Ask | None = None) -> str:
+        """Learn from the answered session whose transcript records are ``items``; ``ask``: the
+        summarizer where LLM calls may run (None: deterministic rules only). Returns "" or a warning
+        (the store could not be written, the model's lessons were rejected): never fails a run."""
+        items = list(items)
+        found = extract.extract(items, session=self.session, scope=self.scope.name, workdir=self.workdir)
+        problems: list[str] = []
+        if ask is not None and self.config.llm:
+            proposed, problems = llm.propose(items, ask, session=self.session, scope=self.scope.name)
+            found += proposed
+        try:
+            self._finish(items, found, set(shown.ids) if shown else set())
+        except (OSError, ValueError, TimeoutError) as err:  # filelock.Timeout is a TimeoutError
+            problems.append(f"lessons not updated: {err}")
+        return "; ".join(problems)
+
+    def _finish(self, items: list[Any], found: list[Lesson], shown: set[str]) -> None:
+        done = extract.attempts(items)
+        for scope in self.scopes():
+            path = self.store.path(scope)
+            mine = [lesson for lesson in found if lesson.scope == scope.name]
+            if scope != self.scope and not mine and not path.exists():
+                continue
+            with self.store.editing(path) as lessons:
+                current = curate.live(lessons, session_exists)
+                for lesson in mine:
+                    current = curate.merge(current, lesson)
+                current = [self._voted(lesson, done, shown) for lesson in current]
+                lessons[:] = curate.evict(current, self.config.max_stored)
+
+    def _voted(self, lesson: Lesson, done: list[extract.Attempt], shown: set[str]) -> Lesson:
+        """``lesson`` with this session's vote when it was shown it (and did not find it itself)."""
+        if lesson.id not in shown or self.session in lesson.sessions():
+            return lesson
+        verdict = extract.judge(lesson, done, session=self.session, workdir=self.workdir)
+        return curate.vote(lesson, verdict) if verdict else lesson
+
+
+def forget_session(name: str, store: LessonStore | None = None) -> int:
+    """Remove everything session ``name`` (deleted) gave the lessons store: the lessons whose text
+    it wrote, its evidence and votes elsewhere. Returns how many lessons changed or went."""
+    return (store or LessonStore()).change(lambda lesson: curate.without_session(lesson, name))
+
+
+def rename_session(old: str, new: str, store: LessonStore | None = None) -> int:
+    """Name session ``old`` (renamed) ``new`` in every lesson. Returns how many lessons changed."""
+    return (store or LessonStore()).change(lambda lesson: curate.renamed(lesson, old, new))

@@ -1,0 +1,143 @@
+"""The lessons store: one JSONL file per scope under ``<data dir>/lessons/``, plain text a user can edit.
+
+Layout: ``user.jsonl`` (the user-wide scope), ``project-<name>-<hash>.jsonl`` (one per repository
+root), ``named-<name>-<hash>.jsonl`` (a named scope). One :class:`~ctxagent.lessons.model.Lesson`
+per line. The folder is 0700, files 0600 (like sessions); every write takes the file's lock
+(``<file>.lock``, filelock), rewrites the file whole through a temporary file (``os.replace``: a
+reader sees the old or the new file, never half of one), and scrubs every lesson first: secrets
+redacted (:mod:`ctxagent.sessions.redact`), this user's home shown as ``~``, other users' homes as
+``/home/<user>``. A line that does not read back as a lesson (a bad hand edit) is kept as it is and
+reported by :meth:`LessonStore.problems`; it never stops the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ctxagent.lessons.model import Lesson, Scope
+from ctxagent.sessions import redact
+from ctxagent.sessions.session import data_dir
+
+FOLDER = "lessons"
+LOCK_TIMEOUT_S = 10.0
+_OTHER_HOME = re.compile(r"(?<![\w/.~-])/(?:home|Users)/[A-Za-z0-9._-]+")
+
+
+def scrub(text: str) -> str:
+    """``text`` with secrets redacted, this user's home as ``~`` and other users' homes as
+    ``/home/<user>`` (a lesson never names another user's files)."""
+    text = redact.default().text(text)
+    home = str(Path.home())
+    if len(home) > 1:
+        text = re.sub(re.escape(home) + r"(?=/|\b|$)", "~", text)
+    return _OTHER_HOME.sub("/home/<user>", text)
+
+
+def scrubbed(lesson: Lesson) -> Lesson:
+    """``lesson`` with every free-text field passed through :func:`scrub` (the scope is kept: it is
+    this user's own working directory, the key the store files lessons under)."""
+    return lesson.model_copy(update={
+        "rule": scrub(lesson.rule), "key": scrub(lesson.key), "program": scrub(lesson.program),
+        "tokens": [scrub(t) for t in lesson.tokens], "path": scrub(lesson.path),
+        "terms": [scrub(t) for t in lesson.terms],
+        "evidence": [e.model_copy(update={"note": scrub(e.note)}) for e in lesson.evidence]})
+
+
+class LessonStore:
+    """The lessons of every scope, in ``root`` (default ``<data dir>/lessons``)."""
+
+    def __init__(self, root: Path | None = None):
+        self.root = root or data_dir() / FOLDER
+
+    def path(self, scope: Scope) -> Path:
+        return self.root / scope.file_name()
+
+    def files(self) -> list[Path]:
+        """Every scope file, sorted by name (none when the folder does not exist)."""
+        return sorted(self.root.glob("*.jsonl")) if self.root.is_dir() else []
+
+    def load(self, scope: Scope) -> list[Lesson]:
+        """The lessons of ``scope``, in file order (unreadable lines left out)."""
+        return _read(self.path(scope))[0]
+
+    def all(self) -> list[Lesson]:
+        """The lessons of every scope, file by file."""
+        return [lesson for path in self.files() for lesson in _read(path)[0]]
+
+    def problems(self) -> list[str]:
+        """One sentence per line of a scope file that is not a valid lesson (kept, never used)."""
+        return [f"{path}: {problem}" for path in self.files() for problem in _read(path)[2]]
+
+    def find(self, lesson_id: str) -> Lesson | None:
+        return next((lesson for lesson in self.all() if lesson.id == lesson_id), None)
+
+    @contextmanager
+    def editing(self, path: Path) -> Iterator[list[Lesson]]:
+        """Lock ``path``, yield its lessons as a list to change in place, then write it back (when
+        the block raises, nothing is written). Raises ``filelock.Timeout`` after 10 s of waiting."""
+        from filelock import FileLock
+
+        redact.private_dir(self.root)
+        with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S, mode=0o600):
+            lessons, bad, _ = _read(path)
+            before = [lesson.model_dump() for lesson in lessons]
+            yield lessons
+            if [lesson.model_dump() for lesson in lessons] != before:
+                _write(path, [scrubbed(lesson) for lesson in lessons], bad)
+
+    def change(self, edit: Callable[[Lesson], Lesson | None]) -> int:
+        """Apply ``edit`` to every lesson of every scope (it returns the lesson, changed or not, or
+        None to delete it); returns how many lessons it changed or deleted."""
+        changed = 0
+        for path in self.files():
+            with self.editing(path) as lessons:
+                kept = []
+                for lesson in lessons:
+                    new = edit(lesson)
+                    changed += new is None or new != lesson
+                    if new is not None:
+                        kept.append(new)
+                lessons[:] = kept
+        return changed
+
+
+def _read(path: Path) -> tuple[list[Lesson], list[str], list[str]]:
+    """``(lessons, bad lines, problems)`` of a scope file (empty when it does not exist)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return [], [], []
+    lessons, bad, problems = [], [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            lessons.append(Lesson.model_validate_json(line))
+        except ValidationError as err:
+            bad.append(line)
+            first = err.errors()[0]
+            problems.append(f"line {number}: {'.'.join(map(str, first['loc'])) or 'line'}: {first['msg']}")
+    return lessons, bad, problems
+
+
+def _write(path: Path, lessons: list[Lesson], bad: list[str]) -> None:
+    """Write the file whole (0600) through a temporary file in the same folder."""
+    lines = [lesson.model_dump_json() for lesson in lessons] + bad
+    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write("".join(line + "\n" for line in lines))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(temp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()

@@ -1,0 +1,156 @@
+"""MCP server configuration: the profile's ``mcp_servers:`` key and ``--mcp-config FILE``.
+
+Both take the ``mcpServers`` shape Claude Code, Cursor and deepagents use, one entry per server::
+
+    {"mcpServers": {
+        "files":  {"command": "npx", "args": ["-y", "@scope/server"], "env": {"TOKEN": "${GH_TOKEN}"}},
+        "search": {"url": "http://127.0.0.1:8931/mcp", "headers": {"Authorization": "Bearer ${KEY}"}}}}
+
+A server with ``command`` runs as a child process over stdio; one with ``url`` is reached over
+streamable HTTP (``type``/``transport`` may say ``stdio`` or ``http``; ``sse`` is refused: the SDK
+dropped that transport from the spec). ctxagent's own keys: ``timeout_s`` (seconds one call may go
+without a result *or a progress notification*), ``startup_timeout_s`` (spawn + initialize + list),
+``disabled``.
+
+Values in ``env``, ``headers``, ``args``, ``url`` and ``cwd`` may reference the user's environment as
+``${NAME}`` or ``${NAME:-default}``; they are expanded when the server starts and never written to
+the transcript (a session records the config file's *path*, not its contents).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ctxagent.errors import UsageError
+
+SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+class ServerConfig(BaseModel):
+    """One MCP server: ``command``/``args``/``env``/``cwd`` (stdio) or ``url``/``headers`` (HTTP)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    type: Literal["stdio", "http", "streamable-http", "streamable_http"] | None = Field(None, alias="transport")
+    timeout_s: float = Field(60.0, gt=0, description="seconds a call may go without a result or progress")
+    startup_timeout_s: float = Field(30.0, gt=0, description="seconds to spawn, initialize and list tools")
+    disabled: bool = False
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _no_sse(cls, value: Any) -> Any:
+        if value == "sse":
+            raise ValueError("the sse transport is not supported (deprecated in the MCP spec); use the server's "
+                             "streamable HTTP endpoint (type: http)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> ServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either 'command' (a stdio server) or 'url' (a streamable HTTP server)")
+        if (self.type == "stdio" and self.command is None) or (self.type not in (None, "stdio") and self.url is None):
+            raise ValueError(f"type {self.type!r} does not match the keys given")
+        return self
+
+    @property
+    def transport(self) -> Literal["stdio", "http"]:
+        return "stdio" if self.command is not None else "http"
+
+    def expanded(self) -> ServerConfig:
+        """This config with every ``${NAME}`` reference replaced from ``os.environ``.
+
+        Raises ``UsageError`` naming the variable when one is unset and has no default."""
+        data = self.model_dump(by_alias=False)
+        for key in ("env", "headers"):
+            data[key] = {k: expand(v) for k, v in data[key].items()}
+        data["args"] = [expand(a) for a in data["args"]]
+        for key in ("command", "url", "cwd"):
+            data[key] = expand(data[key]) if data[key] is not None else None
+        return ServerConfig.model_validate(data)
+
+    def shown(self) -> dict[str, Any]:
+        """The config for display: env and header values that are not ``${...}`` references masked."""
+        data = self.model_dump(by_alias=False, exclude_defaults=True)
+        for key in ("env", "headers"):
+            if key in data:
+                data[key] = {k: v if _REFERENCE.fullmatch(v) else "***" for k, v in data[key].items()}
+        return data
+
+
+def expand(text: str) -> str:
+    """``text`` with ``${NAME}`` / ``${NAME:-default}`` replaced from the environment.
+
+    Raises ``UsageError`` for a variable that is unset and has no default."""
+    def one(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        value = os.environ.get(name)
+        if value is None and default is None:
+            raise UsageError(f"the MCP configuration references ${{{name}}}, but the environment variable {name} "
+                             "is not set")
+        return value if value is not None else default or ""
+    return _REFERENCE.sub(one, text)
+
+
+def parse_servers(data: Any, *, source: str) -> dict[str, ServerConfig]:
+    """The servers of ``data``: an ``{"mcpServers": {...}}`` object or the inner mapping itself.
+
+    Disabled servers are left out. Raises ``UsageError`` naming ``source``, the server and the key
+    for anything that does not validate."""
+    if isinstance(data, dict) and "mcpServers" in data:
+        data = data["mcpServers"]
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}: the MCP servers must be a mapping of names to servers (the 'mcpServers' "
+                         "object)")
+    servers: dict[str, ServerConfig] = {}
+    for name, entry in data.items():
+        if not isinstance(name, str) or not SERVER_NAME.match(name) or "__" in name:
+            raise UsageError(f"{source}: MCP server name {name!r}: 1-32 letters, digits, '_' or '-', starting "
+                             "with a letter or digit, without '__' (it prefixes the server's tool names)")
+        try:
+            server = ServerConfig.model_validate(entry)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in (name, *first["loc"]))
+            raise UsageError(f"{source}: mcpServers.{where}: {first['msg']}") from err
+        if not server.disabled:
+            servers[name] = server
+    return servers
+
+
+def load_file(path: Path) -> dict[str, ServerConfig]:
+    """The servers of an ``--mcp-config`` file (JSON, or YAML when it does not parse as JSON).
+
+    Raises ``UsageError`` for a missing or unreadable file, bad JSON/YAML, or a bad server."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"cannot read the MCP configuration {path}: {err}") from err
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as json_err:
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise UsageError(f"{path}: neither JSON ({json_err}) nor YAML ({err})") from err
+    return parse_servers(data, source=str(path))
+
+
+def servers_of(profile_servers: dict[str, ServerConfig], config_path: str | None) -> dict[str, ServerConfig]:
+    """The servers of a run: the profile's ``mcp_servers``, then those of the ``--mcp-config`` file
+    (which win for a name both give). Raises ``UsageError`` as :func:`load_file`."""
+    from_file = load_file(Path(config_path)) if config_path else {}
+    return {**{k: v for k, v in profile_servers.items() if not v.disabled}, **from_file}

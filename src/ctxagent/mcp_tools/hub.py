@@ -1,0 +1,305 @@
+"""Connections to MCP servers: one event loop thread per process, one connection per server.
+
+The runner is synchronous; the MCP SDK (``mcp`` 2.x, the ``ctxagent[mcp]`` extra) is async. Every
+connection lives on one asyncio loop in a daemon thread (:func:`submit`); a tool call from the
+runner's thread waits on a ``concurrent.futures.Future`` in short slices, so it can
+
+- extend its deadline at every progress notification (``timeout_s`` is the longest a call may go
+  without a result *or* progress; peers kill a slow tool that reports progress, users complain);
+- be cancelled by Ctrl-C or the run's stop event: cancelling the SDK request sends
+  ``notifications/cancelled`` to the server;
+- notice a crash: a request that fails with ``CONNECTION_CLOSED`` marks the connection dead; it is
+  restarted once for later calls, then the server stays down for the process.
+
+Connections are shared by every runner of the process (sub-agents use their parent's servers) and
+closed at exit (``atexit``; the SDK closes stdin, then kills the process group). A stdio server runs
+under :mod:`ctxagent.mcp_tools.guard` on Linux, so a ``kill -9`` of ctxagent leaves no server behind.
+Server stderr goes to a log file, never to the user's terminal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import sys
+import threading
+import time
+from collections.abc import Coroutine
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ctxagent.mcp_tools.config import ServerConfig
+
+POLL_S = 0.05  # how often a waiting call looks at its deadline and the stop event
+CLOSE_WAIT_S = 6.0  # at exit, for every server to shut down (the SDK's grace + kill steps are ~4 s)
+MAX_RESTARTS = 1
+LOG_MARK = "--- ctxagent: starting the MCP server"  # a line of the server log before each start
+
+
+class McpUnavailable(Exception):
+    """A server could not be reached, did not answer in time, or crashed (message for the model)."""
+
+
+class McpMissing(McpUnavailable):
+    """The ``mcp`` package is not installed."""
+
+
+@dataclass(frozen=True)
+class RemoteTool:
+    """A tool as a server lists it: name, description, input JSON schema (a dict)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+_loop_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def submit(coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+    """Run ``coro`` on the MCP event loop thread (started on first use)."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="ctxagent-mcp", daemon=True).start()
+    return asyncio.run_coroutine_threadsafe(coro, _loop)
+
+
+def wait(future: concurrent.futures.Future[Any], *, timeout_s: float, stop: threading.Event | None = None,
+         progress: list[float] | None = None, what: str = "the call") -> Any:
+    """The result of ``future``, waited for in slices of :data:`POLL_S`.
+
+    ``progress[0]`` (a ``time.monotonic()`` the caller's progress callback moves forward) restarts
+    the ``timeout_s`` clock. On timeout, on ``stop`` or on Ctrl-C the future is cancelled (the SDK
+    then sends ``notifications/cancelled``). Raises ``McpUnavailable`` on timeout or stop,
+    ``KeyboardInterrupt`` as it came, and whatever the coroutine raised."""
+    started = progress if progress is not None else [time.monotonic()]
+    while True:
+        try:
+            return future.result(timeout=POLL_S)
+        except concurrent.futures.TimeoutError:
+            pass
+        except KeyboardInterrupt:
+            future.cancel()
+            raise
+        if stop is not None and stop.is_set():
+            future.cancel()
+            raise McpUnavailable(f"{what} was cancelled: the run was stopped")
+        if time.monotonic() - started[0] > timeout_s:
+            future.cancel()
+            raise McpUnavailable(f"{what} timed out: no result and no progress for {timeout_s:g} s")
+
+
+class Connection:
+    """One server: connected on first use, restarted once after a crash (see the module docstring)."""
+
+    def __init__(self, name: str, config: ServerConfig, log_path: Path, workdir: Path):
+        self.name, self.config, self.log_path, self.workdir = name, config, log_path, workdir
+        self.restarts = 0
+        self.down: str | None = None  # why the server is down for good (crashed twice, cannot start)
+        self._lock = threading.Lock()
+        self._ready: concurrent.futures.Future[Any] | None = None
+        self._session: Any = None
+        self._closing: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- life cycle ---------------------------------------------------------------------------
+    def start(self) -> concurrent.futures.Future[Any]:
+        """Begin connecting unless connected or connecting; the future gives the tool list."""
+        with self._lock:
+            if self._ready is None:
+                self._ready = submit(self._connect())
+            return self._ready
+
+    def tools(self) -> list[RemoteTool]:
+        """The server's tools (connecting first). Raises ``McpUnavailable``."""
+        if self.down:
+            raise McpUnavailable(self.down)
+        return list(wait(self.start(), timeout_s=self.config.startup_timeout_s + 1,
+                         what=f"starting the MCP server {self.name!r}"))
+
+    def close(self) -> concurrent.futures.Future[Any]:
+        """Shut the server down (the SDK closes stdin, then kills the process group)."""
+        return submit(self._close())
+
+    async def _connect(self) -> list[RemoteTool]:
+        ready: asyncio.Future[list[RemoteTool]] = asyncio.get_running_loop().create_future()
+        self._closing = asyncio.Event()
+        self._task = asyncio.create_task(self._serve(ready, self._closing))
+        try:
+            return await asyncio.wait_for(asyncio.shield(ready), self.config.startup_timeout_s)
+        except TimeoutError:
+            await self._close()
+            raise McpUnavailable(f"the MCP server {self.name!r} did not start within "
+                                 f"{self.config.startup_timeout_s:g} s (startup_timeout_s); see "
+                                 f"{self.log_path}") from None
+
+    async def _serve(self, ready: asyncio.Future[list[RemoteTool]], closing: asyncio.Event) -> None:
+        try:
+            from mcp import ClientSession
+        except ImportError:
+            ready.set_exception(McpMissing("MCP servers need the mcp package: pip install 'ctxagent[mcp]'"))
+            return
+        try:
+            async with AsyncExitStack() as stack:
+                read, write = await stack.enter_async_context(self._transport(stack))
+                session = await stack.enter_async_context(ClientSession(read, write))
+                await session.initialize()
+                tools = await _list_tools(session)
+                self._session = session
+                if not ready.done():
+                    ready.set_result(tools)
+                await closing.wait()
+        except BaseException as err:  # the SDK raises ExceptionGroups; a cancellation ends the task too
+            if not ready.done():
+                ready.set_exception(McpUnavailable(f"the MCP server {self.name!r} could not start: "
+                                                   f"{self._log_tail() or describe(err)}; see {self.log_path}"))
+            if isinstance(err, asyncio.CancelledError):
+                raise
+        finally:
+            self._session = None
+
+    def _log_tail(self) -> str:
+        """The last non-empty line the server wrote to its log (its stderr), "" if none."""
+        try:
+            lines = [line for line in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+                     if line.strip()]
+        except OSError:
+            return ""
+        starts = [i for i, line in enumerate(lines) if line.startswith(LOG_MARK)]
+        lines = lines[starts[-1] + 1:] if starts else lines
+        return lines[-1].strip()[:300] if lines else ""
+
+    def _transport(self, stack: AsyncExitStack) -> Any:
+        config = self.config.expanded()
+        if config.transport == "http":
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            assert config.url is not None
+            return streamable_http_client(config.url, http_client=create_mcp_http_client(headers=config.headers))
+        from mcp import StdioServerParameters, stdio_client
+
+        assert config.command is not None
+        command, args = config.command, list(config.args)
+        if sys.platform.startswith("linux"):
+            import os
+
+            command, args = sys.executable, ["-S", str(Path(__file__).with_name("guard.py")), str(os.getpid()),
+                                             config.command, *args]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        errlog = stack.enter_context(self.log_path.open("a", encoding="utf-8"))
+        errlog.write(f"{LOG_MARK} {time.strftime('%Y-%m-%dT%H:%M:%S')} {self.name}\n")
+        errlog.flush()
+        cwd = Path(config.cwd) if config.cwd else self.workdir
+        return stdio_client(StdioServerParameters(command=command, args=args, env=config.env or None,
+                                                  cwd=self.workdir / cwd), errlog=errlog)
+
+    async def _close(self) -> None:
+        if self._closing is not None:
+            self._closing.set()
+        task = self._task
+        if task is not None and not task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(task), CLOSE_WAIT_S)
+            except (TimeoutError, Exception):
+                task.cancel()
+
+    # -- calls --------------------------------------------------------------------------------
+    def call(self, tool: str, arguments: dict[str, Any], *, stop: threading.Event | None = None) -> Any:
+        """Call ``tool`` and return the SDK's ``CallToolResult``.
+
+        Raises ``McpUnavailable`` when the server is down, cannot start, times out (no result or
+        progress for ``timeout_s``), crashes during the call, or the run is stopped; the SDK's
+        ``MCPError`` for an error the server answered (unknown tool, invalid arguments)."""
+        self.tools()
+        session = self._session
+        if session is None:  # it ended between the start and now
+            self._crashed("it stopped")
+            raise McpUnavailable(self.down or f"the MCP server {self.name!r} stopped; it is restarted for the next "
+                                              "call")
+        progress = [time.monotonic()]
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress[0] = time.monotonic()
+
+        future = submit(session.call_tool(tool, arguments, progress_callback=on_progress))
+        try:
+            return wait(future, timeout_s=self.config.timeout_s, stop=stop, progress=progress,
+                        what=f"{self.name}__{tool}")
+        except Exception as err:
+            if _connection_closed(err):
+                self._crashed(describe(err))
+                raise McpUnavailable(self.down or f"the MCP server {self.name!r} stopped during the call "
+                                     f"({describe(err)}); it is restarted for the next call; see "
+                                     f"{self.log_path}") from err
+            raise
+
+    def _crashed(self, why: str) -> None:
+        """Forget the dead connection: restart on the next call, unless it was restarted already."""
+        with self._lock:
+            old, self._ready = self._ready, None
+            if self.restarts >= MAX_RESTARTS:
+                self.down = (f"the MCP server {self.name!r} crashed again ({why}) after a restart; its tools are "
+                             f"unavailable for the rest of this run; see {self.log_path}")
+            self.restarts += 1
+        if old is not None:
+            self.close()
+
+
+async def _list_tools(session: Any) -> list[RemoteTool]:
+    """Every tool of the server, following pagination cursors."""
+    from mcp import types
+
+    tools: list[RemoteTool] = []
+    cursor: str | None = None
+    while True:
+        result = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+        tools += [RemoteTool(t.name, t.description or "", dict(t.input_schema or {})) for t in result.tools]
+        cursor = result.next_cursor
+        if not cursor:
+            return tools
+
+
+def _connection_closed(err: BaseException) -> bool:
+    from mcp import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    return isinstance(err, MCPError) and err.code == CONNECTION_CLOSED
+
+
+def describe(err: BaseException) -> str:
+    """A one-line description of ``err``, unwrapping the SDK's exception groups."""
+    while isinstance(err, BaseExceptionGroup) and err.exceptions:
+        err = err.exceptions[0]
+    text = str(err) or type(err).__name__
+    return f"{type(err).__name__}: {text}" if not isinstance(err, McpUnavailable) else text
+
+
+_connections: dict[tuple[str, str], Connection] = {}
+_registry_lock = threading.Lock()
+
+
+def connection(name: str, config: ServerConfig, *, log_dir: Path, workdir: Path) -> Connection:
+    """The process's connection to server ``name`` with ``config`` (one per distinct config)."""
+    key = (name, config.model_dump_json())
+    with _registry_lock:
+        if key not in _connections:
+            _connections[key] = Connection(name, config, log_dir / f"{name}.log", workdir)
+            if len(_connections) == 1:
+                atexit.register(close_all)
+        return _connections[key]
+
+
+def close_all() -> None:
+    """Shut every server of the process down (at exit), waiting at most :data:`CLOSE_WAIT_S`."""
+    with _registry_lock:
+        connections = list(_connections.values())
+        _connections.clear()
+    futures = [c.close() for c in connections if c._ready is not None]
+    concurrent.futures.wait(futures, timeout=CLOSE_WAIT_S)

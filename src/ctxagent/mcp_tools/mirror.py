@@ -1,0 +1,128 @@
+"""MCP tools as mirrored ctxagent tools: ``server__tool``, handles in, handles out.
+
+Each tool of each configured server becomes a :class:`~ctxagent.tools.base.Tool` named
+``SERVER__TOOL`` (characters providers refuse become ``_``; a name over 64 characters is cut and
+given a hash), of kind ``mcp`` and group ``SERVER`` (so ``--allow SERVER`` grants every tool of a
+server, ``--allow mcp`` every MCP tool). Like every tool it is *mirrored*: handle arguments are
+replaced by their stored values before the call (:mod:`ctxagent.tools.values`; bytes and arrays
+made JSON by :func:`~ctxagent.mcp_tools.results.json_ready`), and its result is settled by the
+toolset (offloaded over the threshold, structured content stored as JSON under a handle).
+
+A session records each server's tool list (a ``tools`` record) the first time it lists it, and
+later runs of the session offer the recorded list: resume sends the same tools even if the server
+changed or disappeared; a call to a tool of a server that is gone is an error result, not a crash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxagent.mcp_tools import hub
+from ctxagent.mcp_tools.config import ServerConfig
+from ctxagent.mcp_tools.results import json_ready, value_of
+from ctxagent.tools.base import Tool, ToolContext, ToolError
+
+SEPARATOR = "__"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def tool_name(server: str, tool: str) -> str:
+    """``server__tool`` as a name providers accept (``^[A-Za-z0-9_-]{1,64}$``)."""
+    name = f"{server}{SEPARATOR}{_UNSAFE.sub('_', tool)}"
+    if len(name) <= 64:
+        return name
+    digest = hashlib.sha256(tool.encode()).hexdigest()[:8]
+    return f"{name[:55]}_{digest}"
+
+
+def input_schema(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A server's input schema as a function's parameters: an object schema with ``properties``
+    (``$schema`` and the ``title`` annotations SDK servers add to every level dropped: they cost
+    tokens in every request and tell the model nothing the names do not; a schema that is not an
+    object takes no arguments)."""
+    data = _lean({k: v for k, v in raw.items() if k != "$schema"})
+    if data.get("type") != "object":
+        return {"type": "object", "properties": {}}
+    data.setdefault("properties", {})
+    return data
+
+
+_NAMED = ("properties", "patternProperties", "$defs", "definitions")  # maps of names to schemas
+
+
+def _lean(schema: Any) -> Any:
+    """``schema`` without its ``title`` annotations (a property *named* title is kept)."""
+    if isinstance(schema, list):
+        return [_lean(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {key: ({name: _lean(sub) for name, sub in value.items()} if key in _NAMED and isinstance(value, dict)
+                  else _lean(value))
+            for key, value in schema.items() if not (key == "title" and isinstance(value, str))}
+
+
+@dataclass
+class McpTools:
+    """The MCP part of a run's toolset: the mirrored tools, the new tool lists to record
+    (``{server: [tool dicts]}``) and what could not start (one warning line each)."""
+
+    tools: list[Tool] = field(default_factory=list)
+    listed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def mcp_tools(servers: Mapping[str, ServerConfig], recorded: Mapping[str, list[dict[str, Any]]], *,
+              log_dir: Path, workdir: Path, connect: bool = True) -> McpTools:
+    """The mirrored tools of ``servers`` (and of servers a session ``recorded`` that are gone).
+
+    With ``connect``, every server starts now (in parallel, in the background); those without a
+    recorded tool list are waited for and listed (``listed``); one that cannot start is a warning,
+    and its tools are simply absent from this run. Without ``connect`` (``inspect``), nothing
+    starts: only recorded lists are offered, connecting on a first call."""
+    out = McpTools()
+    connections = {name: hub.connection(name, config, log_dir=log_dir, workdir=workdir)
+                   for name, config in servers.items()}
+    if connect:
+        for conn in connections.values():
+            if not conn.down:
+                conn.start()
+    for name in dict.fromkeys([*recorded, *servers]):
+        conn = connections.get(name)
+        listing = recorded.get(name)
+        if listing is None and conn is not None and connect:
+            try:
+                listing = [vars(t) for t in conn.tools()]
+            except hub.McpUnavailable as err:
+                out.warnings.append(str(err))
+                continue
+            out.listed[name] = listing
+        out.tools += [mirror(name, entry, conn) for entry in listing or ()]
+    return out
+
+
+def mirror(server: str, entry: Mapping[str, Any], conn: hub.Connection | None) -> Tool:
+    """The ctxagent tool for the MCP tool ``entry`` (``name``, ``description``, ``input_schema``)
+    of ``server``; ``conn`` None: the server is no longer configured (calls are error results)."""
+    remote = str(entry["name"])
+
+    def call(ctx: ToolContext, **arguments: Any) -> Any:
+        if conn is None:
+            raise ToolError(f"the MCP server {server!r} is not configured for this run (it was when the session "
+                            "recorded this tool); add it back to the profile's mcp_servers or --mcp-config")
+        try:
+            result = conn.call(remote, json_ready(arguments), stop=ctx.stop)
+        except hub.McpUnavailable as err:
+            raise ToolError(str(err)) from err
+        except Exception as err:  # the SDK's MCPError: the server answered with an error
+            raise ToolError(f"the MCP server {server!r} answered {remote} with an error: {hub.describe(err)}") from err
+        return value_of(result, ctx.store)
+
+    description = str(entry.get("description") or f"The tool {remote} of the MCP server {server}.")
+    return Tool(name=tool_name(server, remote), description=description,
+                parameters=input_schema(entry.get("input_schema") or {}), fn=call, kind="mcp", group=server)
+

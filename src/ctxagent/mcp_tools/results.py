@@ -1,0 +1,127 @@
+"""MCP tool results to tool values, and resolved handle values to MCP arguments.
+
+A ``CallToolResult`` becomes a value the toolset settles like any tool's (tools/offload.py), so an
+MCP result is offloaded, previewed and stored under a handle by the same rules as a built-in's:
+
+- ``is_error``: a :class:`~ctxagent.tools.base.ToolError` with the text blocks (an error result);
+- ``structured_content``: the JSON value itself (stored as ``.json`` under a handle, so
+  ``query_output`` and sub-handles work on it); ``{"result": X}``, the SDK's wrapper of a function
+  returning a plain value, is ``X`` (a string is then text like any text result); a result that is
+  one text block holding a whole JSON object or array counts as structured too (what SDK servers
+  send for a function returning a dict or list without an output schema);
+- text blocks and text resources: the text, blocks joined by a blank line (a resource headed by
+  its URI);
+- one binary block (image, audio, blob resource): the decoded bytes in a spool file of the output
+  store with a note describing it (``image/png, 31.2 kB``) and any text; stored exactly, never
+  pasted into the context;
+- several binary blocks: a JSON object ``{"summary": ..., "content": [...]}`` with each block's
+  type, MIME type, size and base64 data (``@handle/content/1/data`` is one block).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from typing import Any
+
+from ctxagent.sessions.store import OutputStore
+from ctxagent.tools.base import Spooled, ToolError
+
+TEXT_NOTE_MAX = 500  # characters of text kept in the note of a binary result
+
+
+def value_of(result: Any, store: OutputStore) -> Any:
+    """The tool value of the SDK ``CallToolResult`` ``result`` (see the module docstring).
+
+    Raises ``ToolError`` for an ``is_error`` result."""
+    texts, binaries = _blocks(result.content or [])
+    if result.is_error:
+        raise ToolError("\n\n".join(texts) or "the MCP tool reported an error without a message")
+    structured = result.structured_content
+    if isinstance(structured, dict) and list(structured) == ["result"]:
+        structured = structured["result"]  # the SDK's wrapper of a function's plain return value
+    if structured is None and not binaries and len(texts) == 1:
+        structured = _json_document(texts[0])
+    if structured is not None:
+        return structured
+    if not binaries:
+        return "\n\n".join(texts)
+    if len(binaries) == 1:
+        kind, mime, data = binaries[0]
+        fd, path = store.spool()
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        text = "\n\n".join(texts)
+        if len(text) > TEXT_NOTE_MAX:
+            text = text[:TEXT_NOTE_MAX] + " [...]"
+        return Spooled(path, note=f"{kind} {mime}, {_size(len(data))}" + (f"; text: {text}" if text else ""))
+    summary = ", ".join(f"{kind} {mime} {_size(len(data))}" for kind, mime, data in binaries)
+    return {"summary": summary, "text": "\n\n".join(texts),
+            "content": [{"type": kind, "mime_type": mime, "bytes": len(data),
+                         "data": base64.b64encode(data).decode("ascii")} for kind, mime, data in binaries]}
+
+
+def _blocks(content: list[Any]) -> tuple[list[str], list[tuple[str, str, bytes]]]:
+    """``(texts, binaries)`` of the content blocks; a binary is ``(kind, mime type, bytes)``."""
+    texts: list[str] = []
+    binaries: list[tuple[str, str, bytes]] = []
+    for block in content:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            texts.append(block.text)
+        elif kind in ("image", "audio"):
+            binaries.append((kind, block.mime_type or "application/octet-stream", _decode(block.data)))
+        elif kind == "resource":
+            resource = block.resource
+            uri, mime = str(resource.uri), resource.mime_type or "application/octet-stream"
+            if getattr(resource, "text", None) is not None:
+                texts.append(f"[resource {uri}]\n{resource.text}")
+            else:
+                binaries.append((f"resource {uri}", mime, _decode(resource.blob)))
+        elif kind == "resource_link":
+            texts.append(f"[resource link {block.uri}: {block.name}"
+                         + (f" ({block.mime_type})" if getattr(block, "mime_type", None) else "") + "]")
+        else:
+            texts.append(f"[{kind or 'unknown'} content block not shown]")
+    return texts, binaries
+
+
+def _json_document(text: str) -> Any:
+    """The JSON object or array ``text`` holds in full (SDK servers send a function's dict or list
+    result that has no output schema as JSON text), else None."""
+    stripped = text.strip()
+    if (stripped[:1], stripped[-1:]) not in (("{", "}"), ("[", "]")):
+        return None
+    try:
+        return json.loads(stripped)
+    except ValueError:
+        return None
+
+
+def _decode(data: str | bytes) -> bytes:
+    return base64.b64decode(data) if isinstance(data, str) else data
+
+
+def _size(n: int) -> str:
+    from rich.filesize import decimal
+
+    return decimal(n)
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` (a resolved handle's stored value or the model's JSON) as JSON for the server:
+    bytes become text when they are UTF-8, else base64; numpy arrays and scalars become lists and
+    numbers; tuples become lists."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(value).decode("ascii")
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_ready(v) for v in value]
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return json_ready(value.tolist())
+    return value
