@@ -35,7 +35,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "7-8; 7-8 always run 'no management', their denominator)")
     parser.add_argument("--skip", action="append", default=[],
                         choices=["long", "sized", "repeated", "handles", "quality", "delegation", "startup", "scale",
-                                 "peers", "plots", "mcp", "lessons"],
+                                 "peers", "plots", "mcp", "lessons", "batch"],
                         help="leave a part out (sized: workloads 7 and 8)")
     parser.add_argument("--cache-ratio", type=float, default=None, metavar="R",
                         help="cache-read price / input price for the cache-billed columns (default 0.1, issue 9's; "
@@ -186,6 +186,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from benchmarks import lessons
 
         results["lessons"] = lessons.run(args.quick)
+    if "batch" not in args.skip:
+        err.print("[bold]issue 14: ctxagent batch with 1, 2 and 4 workers (benchmarks/batch.py)[/bold]")
+        from benchmarks import batch
+
+        results["batch"] = batch.run(args.quick)
     if "startup" not in args.skip:
         err.print("[bold]issue 16: a one-turn run on the real litellm path (benchmarks/startup.py)[/bold]")
         from benchmarks import startup
@@ -293,6 +298,10 @@ def render(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
         from benchmarks import lessons
 
         tables += lessons.tables(results["lessons"])
+    if "batch" in results:
+        from benchmarks import batch
+
+        tables += batch.tables(results["batch"])
     if "startup" in results:
         from benchmarks import startup
 

@@ -28,7 +28,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     """One quick run of the pure workloads (1, 4, 5, and 2+3 when benchmarks/handles.py exists)."""
     out = tmp_path_factory.mktemp("bench")
     results = bench.main(["--quick", "--out", str(out), "--skip", "scale", "--skip", "startup", "--skip", "delegation",
-                          "--skip", "mcp"])  # tests/test_mcp.py runs the MCP workflows
+                          "--skip", "mcp", "--skip", "batch"])  # tests/test_mcp.py, tests/test_batch.py
     return results, out
 
 
@@ -144,7 +144,7 @@ def test_live_without_a_key_is_skipped_with_a_message(tmp_path: Path, capsys: py
     results = bench.main(["--quick", "--out", str(tmp_path), "--live", "--model", "openai/gpt-4o-mini",
                           "--skip", "long", "--skip", "sized", "--skip", "repeated", "--skip", "handles",
                           "--skip", "scale", "--skip", "quality", "--skip", "startup", "--skip", "delegation",
-                          "--skip", "mcp", "--skip", "lessons"])
+                          "--skip", "mcp", "--skip", "lessons", "--skip", "batch"])
     assert results["live"]["skipped"].startswith("skipped: no key for openai/gpt-4o-mini (missing OPENAI_API_KEY")
     assert "skipped: no key for openai/gpt-4o-mini" in capsys.readouterr().out
 

@@ -1,0 +1,122 @@
+"""``ctxagent batch TASKS.jsonl``: many sessions at once on one machine, idempotent and resumable.
+
+Each line of the tasks file is one JSON object: ``task`` and, optionally, ``session`` (default
+``STEM-N``: the file's name without its suffix and the 1-based line number, so the same file names
+the same sessions every time), ``workdir``, ``model``, ``profile``, ``api_base``, ``max_turns``,
+``allow``, ``context_window``, ``timeout`` and the budgets (``max_input_tokens``,
+``max_output_tokens_total``, ``max_cost_usd``, ``max_wall_s``), over the command line's options;
+relative paths are relative to the current directory, where every task's process starts.
+Every task runs as its own ``ctxagent run --batch --json`` process (cli/batch_pool.py),
+``--workers`` at a time: a task's crash, bad profile, provider error or budget stop is that task's
+result, never the others'.
+
+stdout: one JSON object per task as it ends: the run's ``--json`` object plus ``line``,
+``exit_code``, ``skipped`` (an answered session reported from its transcript) and ``resumed``.
+stderr: a progress line per task and a summary. Re-running the same command skips answered
+sessions and resumes the rest. Ctrl-C or SIGTERM: the running tasks stop as one run does (an
+``interrupted`` end record each) and nothing new starts. Exit status: 0 every task answered; 3 the
+others were stopped by a limit (budget, ``max_turns``, loop guard); 130 interrupted; 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from ctxagent.cli.batch_pool import Pool, Tally
+from ctxagent.cli.batch_tasks import read_tasks
+from ctxagent.cli.options import (
+    ApiBaseOpt,
+    MaxCostOpt,
+    MaxInputOpt,
+    MaxOutputOpt,
+    MaxTurnsOpt,
+    MaxWallOpt,
+    McpConfigOpt,
+    ModelOpt,
+    ProfileOpt,
+    TimeoutOpt,
+    WindowOpt,
+)
+from ctxagent.cli.permissions import AllowAllOpt, AllowOpt
+
+
+def batch(
+    tasks_file: Annotated[Path, typer.Argument(help="JSONL: one object per line with at least \"task\".",
+                                               metavar="TASKS.jsonl", show_default=False)],
+    workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=64,
+                                         help="Tasks running at once (each a ctxagent process).")] = 2,
+    model: ModelOpt = None,
+    profile: ProfileOpt = None,
+    api_base: ApiBaseOpt = None,
+    max_turns: MaxTurnsOpt = None,
+    allow: AllowOpt = None,
+    allow_all: AllowAllOpt = False,
+    context_window: WindowOpt = None,
+    timeout: TimeoutOpt = None,
+    max_input_tokens: MaxInputOpt = None,
+    max_output_tokens_total: MaxOutputOpt = None,
+    max_cost_usd: MaxCostOpt = None,
+    max_wall_s: MaxWallOpt = None,
+    mcp_config: McpConfigOpt = None,
+) -> None:
+    """Run every task of a JSONL file, each in its own session, several at once (see the module
+    docstring). Answered sessions are skipped on a re-run; the others resume."""
+    defaults: dict[str, Any] = {
+        "model": model, "profile": profile, "api_base": api_base, "max_turns": max_turns, "allow": allow,
+        "allow_all": allow_all or None, "context_window": context_window, "timeout": timeout,
+        "max_input_tokens": max_input_tokens, "max_output_tokens_total": max_output_tokens_total,
+        "max_cost_usd": max_cost_usd, "max_wall_s": max_wall_s,
+        "mcp_config": str(mcp_config.resolve()) if mcp_config else None,
+    }
+    defaults = {k: v for k, v in defaults.items() if v is not None}
+    tasks = read_tasks(tasks_file, defaults)
+    tally = Tally(len(tasks))
+    pool = Pool(workers, {**os.environ, "CTXAGENT_HEARTBEAT_S": "86400"})  # a task's stderr is not shown
+    with _progress(tally) as show:
+        def emit(result: dict[str, Any]) -> None:
+            tally.add(result)
+            tally.running = pool.running
+            print(json.dumps(result, ensure_ascii=False), flush=True)
+            show(f"{result['session']} {result.get('status')}")
+
+        interrupted = pool.run(tasks, emit)
+    _summary(tally, interrupted)
+    raise typer.Exit(tally.exit_code(interrupted))
+
+
+@contextlib.contextmanager
+def _progress(tally: Tally) -> Iterator[Callable[[str], None]]:
+    """``show(event)``: on a terminal, a progress bar (done / running / failed, tokens, cost) with
+    each event printed above it; else one line per event on stderr."""
+    if not sys.stderr.isatty():
+        yield lambda event: print(f"ctxagent batch: {event} · {tally.line()}", file=sys.stderr, flush=True)
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(tally.line(), total=tally.total)
+
+        def show(event: str) -> None:
+            bar.console.print(f"{event}")
+            bar.update(task, completed=tally.done, description=tally.line())
+
+        yield show
+
+
+def _summary(tally: Tally, interrupted: bool) -> None:
+    """The final counts on stderr: one line, then the tasks by status."""
+    print(f"ctxagent batch: {tally.line()}" + (" · interrupted: run the same command again to resume"
+                                                if interrupted else ""), file=sys.stderr)
+    if tally.statuses:
+        print("ctxagent batch: by status: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.statuses.items())),
+              file=sys.stderr)

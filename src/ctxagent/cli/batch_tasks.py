@@ -1,0 +1,128 @@
+"""The tasks of ``ctxagent batch`` (cli/batch.py): the tasks file's lines, and each task's command.
+
+A line is one JSON object (:class:`TaskLine`): ``task`` and, optionally, its session name and the
+``ctxagent run`` options it needs. Each task becomes a ``ctxagent run --batch --json`` command, or
+``resume`` when its session exists and is not answered.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ctxagent.errors import UsageError
+
+LIMIT_EXIT = 3  # LimitReached: a budget, max_turns or the loop guard stopped the run (resumable)
+STDERR_KEPT = 2000  # characters of a failed task's stderr kept in its result
+
+
+class TaskLine(BaseModel):
+    """One line of a tasks file. ``session``: default ``STEM-N`` (the file's name without suffix,
+    the 1-based line number), so the same file names the same sessions every time. The other keys
+    are ``ctxagent run``'s options for this task (over the command line's)."""
+
+    model_config = ConfigDict(extra="forbid")
+    task: str = Field(min_length=1)
+    session: str | None = None
+    workdir: str | None = None
+    model: str | None = None
+    profile: str | None = None
+    api_base: str | None = None
+    max_turns: int | None = Field(None, ge=1)
+    allow: str | None = None
+    context_window: int | None = Field(None, ge=256)
+    timeout: float | None = Field(None, gt=0)
+    max_input_tokens: int | None = Field(None, ge=1)
+    max_output_tokens_total: int | None = Field(None, ge=1)
+    max_cost_usd: float | None = Field(None, gt=0)
+    max_wall_s: float | None = Field(None, gt=0)
+
+
+OPTION_FLAGS = {"model": "--model", "profile": "--profile", "api_base": "--api-base", "max_turns": "--max-turns",
+                "allow": "--allow", "context_window": "--context-window", "timeout": "--timeout",
+                "max_input_tokens": "--max-input-tokens", "max_output_tokens_total": "--max-output-tokens-total",
+                "max_cost_usd": "--max-cost-usd", "max_wall_s": "--max-wall-s", "workdir": "--workdir",
+                "mcp_config": "--mcp-config"}
+
+
+@dataclass
+class Task:
+    """A task to run: its line, session name and options (flags), or the error its line has."""
+
+    line: int
+    session: str
+    options: dict[str, Any] = field(default_factory=dict)
+    text: str = ""
+    error: str | None = None
+
+
+def read_tasks(path: Path, defaults: dict[str, Any]) -> list[Task]:
+    """The tasks of ``path``, one per non-blank line, ``defaults`` (the command line's options) under
+    each line's own. A line that is not a valid task becomes a task with ``error`` set. Raises
+    ``UsageError`` when the file cannot be read or two tasks name the same session."""
+    from ctxagent.sessions.session import check_name
+
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"cannot read the tasks file {path}: {err}") from err
+    tasks: list[Task] = []
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        name = f"{path.stem}-{number}"
+        try:
+            item = TaskLine.model_validate_json(raw)
+            name = check_name(item.session or name)
+        except (ValidationError, UsageError) as err:
+            tasks.append(Task(number, name, error=f"{path}:{number}: {_first_error(err)}"))
+            continue
+        given = item.model_dump(exclude={"task", "session"}, exclude_none=True)
+        tasks.append(Task(number, name, {**defaults, **given}, item.task))
+    seen: dict[str, int] = {}
+    for task in tasks:
+        if task.session in seen and task.error is None:
+            raise UsageError(f"{path}:{task.line}: session {task.session!r} is also line {seen[task.session]}'s")
+        seen.setdefault(task.session, task.line)
+    return tasks
+
+
+def _first_error(err: Exception) -> str:
+    if isinstance(err, ValidationError):
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "line"
+        return f"{where}: {first['msg']}" if where != "line" else first["msg"]
+    return str(err)
+
+
+def command_for(task: Task, status: str | None) -> list[str]:
+    """The ``ctxagent`` command line of ``task``: ``run`` for a new session, ``resume`` for one that
+    exists (``status``: how it stands), ``--batch --json`` always."""
+    verb = ["run", task.text] if status in (None, "new") else ["resume"]
+    flags = [part for key, value in task.options.items() if value is not None and key in OPTION_FLAGS
+             for part in (OPTION_FLAGS[key], str(value))]
+    if task.options.get("allow_all"):
+        flags.append("--allow-all")
+    return [sys.executable, "-m", "ctxagent", *verb, "--session", task.session, "--batch", "--json", *flags]
+
+
+def status_of(name: str) -> str | None:
+    """How session ``name`` stands (``sessions list``'s status), None when it does not exist."""
+    from ctxagent.sessions.session import Session, list_facts
+
+    session = Session.at(name)
+    return list_facts(session)["status"] if session.exists() else None
+
+
+def last_answer(name: str) -> str | None:
+    """The content of the session's last assistant message (an answered session's answer)."""
+    from ctxagent.sessions import records
+    from ctxagent.sessions.session import Session
+
+    tail = Session.at(name).transcript.tail(want=records.MessageRecord)
+    replies = [r for r in tail if isinstance(r, records.MessageRecord) and r.message.get("role") == "assistant"]
+    return str(replies[-1].message.get("content") or "") if replies else None

@@ -1,0 +1,108 @@
+"""``ctxagent batch``: many sessions from a JSONL file, each its own process, idempotent re-runs,
+one bad task never stopping the others, Ctrl-C leaving every session resumable."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from clihelp import call, script
+from ctxagent.sessions import records
+from ctxagent.sessions.session import Session
+
+
+def batch(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ctxagent", "batch", *args], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120, env=os.environ)
+
+
+def results(out: str) -> dict[str, dict]:
+    return {(r := json.loads(line))["session"]: r for line in out.splitlines()}
+
+
+def write_tasks(path: Path, lines: list) -> Path:
+    path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def test_a_batch_runs_every_task_reports_each_and_a_bad_one_stops_no_other(tmp_path):
+    ok = script(tmp_path / "ok.yaml", [{"tool_calls": [call("s", "shell", command="echo hi")]}, "done"])
+    long = script(tmp_path / "long.yaml", [{"tool_calls": [call("a", "shell", command="echo 1")]},
+                                          {"tool_calls": [call("b", "shell", command="echo 2")]}, "late"])
+    tasks = write_tasks(tmp_path / "jobs.jsonl", [
+        {"task": "one", "model": ok},
+        {"task": "two", "model": ok, "session": "second"},
+        {"task": "three", "model": long, "max_turns": 1},
+        {"task": "four", "model": ok, "profile": "no-such-profile"},
+        '{"tsk": "a typo"}',
+        "",
+        "not json at all",
+    ])
+    out = batch(tmp_path, str(tasks), "--workers", "3", "--allow", "shell")
+    assert out.returncode == 1, out.stderr  # a failed task (bad profile, bad lines)
+    got = results(out.stdout)
+    assert set(got) == {"jobs-1", "second", "jobs-3", "jobs-4", "jobs-5", "jobs-7"}
+    assert got["jobs-1"]["status"] == got["second"]["status"] == "answered"
+    assert got["jobs-1"]["answer"] == "done" and got["jobs-1"]["usage"]["calls"] == 2
+    assert got["jobs-3"]["status"] == "max_turns" and got["jobs-3"]["exit_code"] == 3
+    assert got["jobs-4"]["status"] == "profile_error" and "no-such-profile" in got["jobs-4"]["error"]
+    assert got["jobs-5"]["status"] == "usage_error" and "jobs.jsonl:5: task: Field required" in got["jobs-5"]["error"]
+    assert got["jobs-7"]["exit_code"] == 2 and "jobs.jsonl:7" in got["jobs-7"]["error"]
+    assert "6/6 done (2 answered, 0 skipped, 1 stopped by a limit, 3 failed)" in out.stderr
+
+    # the same command again: answered sessions skipped, the stopped one resumed
+    again = batch(tmp_path, str(tasks), "--workers", "3", "--allow", "shell")
+    got = results(again.stdout)
+    assert got["jobs-1"]["skipped"] and got["jobs-1"]["answer"] == "done"
+    assert got["jobs-3"]["resumed"] and got["jobs-3"]["status"] == "max_turns"  # its own max_turns: 1 a run
+    third = results(batch(tmp_path, str(tasks), "--allow", "shell").stdout)
+    assert third["jobs-3"]["status"] == "answered" and third["jobs-3"]["answer"] == "late"
+    assert len([r for r in Session.at("jobs-1").transcript.records() if isinstance(r, records.EndRecord)]) == 1
+
+
+def test_exit_3_when_every_task_that_did_not_answer_was_stopped_by_a_limit(tmp_path):
+    ok = script(tmp_path / "ok.yaml", ["done"])
+    long = script(tmp_path / "long.yaml", [{"tool_calls": [call("a", "shell", command="echo 1")]}, "late"])
+    tasks = write_tasks(tmp_path / "t.jsonl", [{"task": "a", "model": ok}, {"task": "b", "model": long}])
+    out = batch(tmp_path, str(tasks), "--max-turns", "1", "--allow", "shell")
+    assert out.returncode == 3, out.stderr
+    out = batch(tmp_path, str(tasks), "--allow", "shell")
+    assert out.returncode == 0 and results(out.stdout)["t-2"]["status"] == "answered"
+
+
+def test_two_tasks_naming_one_session_are_refused_before_anything_runs(tmp_path):
+    tasks = write_tasks(tmp_path / "t.jsonl", [{"task": "a", "session": "x"}, {"task": "b", "session": "x"}])
+    out = batch(tmp_path, str(tasks))
+    assert out.returncode == 2 and "t.jsonl:2: session 'x' is also line 1's" in out.stderr
+    assert not Session.at("x").exists()
+
+
+def test_ctrl_c_stops_the_running_tasks_and_the_same_command_finishes_them(tmp_path):
+    slow = script(tmp_path / "slow.yaml", [{"tool_calls": [call("s", "shell", command="sleep 30")]}, "woke"])
+    tasks = write_tasks(tmp_path / "t.jsonl", [{"task": f"t{i}", "model": slow} for i in range(4)])
+    proc = subprocess.Popen([sys.executable, "-m", "ctxagent", "batch", str(tasks), "--workers", "2", "--allow",
+                             "shell"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(Session.at(f"t-{i}").exists() for i in (1, 2)):
+        time.sleep(0.1)
+    time.sleep(1.5)  # both shell calls are sleeping
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - started < 15
+    got = results(out)
+    assert {got[f"t-{i}"]["status"] for i in (1, 2)} == {"interrupted"}
+    assert not Session.at("t-3").exists() and not Session.at("t-4").exists()  # nothing new started
+    for i in (1, 2):
+        assert list(Session.at(f"t-{i}").transcript.records())[-1].reason == "interrupted"
+
+    script(tmp_path / "slow.yaml", [{"tool_calls": [call("s", "shell", command="true")]}, "woke"])  # new tasks: fast
+    out = batch(tmp_path, str(tasks), "--workers", "2", "--allow", "shell")
+    assert out.returncode == 0, out.stderr
+    assert {r["status"] for r in results(out.stdout).values()} == {"answered"}
