@@ -25,7 +25,8 @@ PAPER = {"grid": "paper: ~20.8M tokens inline (estimated) vs ~1,234 with pointer
          "extraction": "paper: ~6,411 tokens inline vs ~841 with pointers (7.6x)"}
 
 
-def _example(name: str) -> ModuleType:
+def example(name: str) -> ModuleType:
+    """``examples/NAME/run.py``, imported by path (the examples are not a package)."""
     path = EXAMPLES / name / "run.py"
     spec = importlib.util.spec_from_file_location(f"ctxagent_bench_{name}", path)
     assert spec is not None and spec.loader is not None
@@ -38,8 +39,8 @@ def run(quick: bool = False) -> dict[str, Any]:
     """Both workflows in a temporary data folder; one summary dict per workflow. ``quick`` changes
     nothing (both take seconds)."""
     with tempfile.TemporaryDirectory(prefix="ctxagent-bench-handles-") as tmp:
-        grid = _example("grid").run(Path(tmp) / "grid")
-        extraction = _example("extraction").run(Path(tmp) / "extraction")
+        grid = example("grid").run(Path(tmp) / "grid")
+        extraction = example("extraction").run(Path(tmp) / "extraction")
     return {
         "grid": {
             "context_tokens_with_handles": grid["context_tokens"], "requests": grid["requests"],

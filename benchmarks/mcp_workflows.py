@@ -19,7 +19,6 @@ and validate the 2-million-float list a 128 grid is (measured here), ctxagent's 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -27,24 +26,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import yaml
+
+from benchmarks.handles import example as example_of
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SERVER = EXAMPLES / "mcp" / "server.py"
 GRID_SIZE = 64
 RENAMES = {"make_grid": "wf__make_grid", "locate": "wf__locate", "make_sds": "wf__make_sds",
            "extract_ingredients": "wf__extract_ingredients"}
-
-
-def _module(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"ctxagent_bench_mcp_{path.parent.name}_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _script(source: Path, target: Path, **arguments: Any) -> Path:
@@ -90,7 +82,7 @@ def grid(data_dir: Path, config: Path, size: int) -> dict[str, Any]:
     """The grid workflow over MCP with handles; the grid's inline cost counted from the stored result."""
     from ctxagent.tokens import count_text
 
-    example = _module(EXAMPLES / "grid" / "run.py")
+    example = example_of("grid")
     script = _script(EXAMPLES / "grid" / "script.yaml", data_dir / "grid.yaml", grid={"size": size})
     profile = _profile(EXAMPLES / "grid" / "profile.yaml", data_dir / "grid-profile.yaml")
     task = example.TASK.replace(f"{example.SIZE}x{example.SIZE}x{example.SIZE}", f"{size}x{size}x{size}")
@@ -100,7 +92,7 @@ def grid(data_dir: Path, config: Path, size: int) -> dict[str, Any]:
     inline = count_text(json.dumps(json.loads(stored.read_text(encoding="utf-8")), separators=(",", ":")))
     return {"context_tokens_with_handles": run["context_tokens"], "requests": run["requests"],
             "tokens_inline": inline + run["context_tokens"], "inline": f"counted: the {size}^3 grid result as "
-            "compact JSON, once, plus the run's own prompts (it fits no window)",
+            "compact JSON, once, plus the run's own prompts",
             "ratio": round((inline + run["context_tokens"]) / max(1, run["context_tokens"]), 1),
             "result_bytes": run["outputs"]["@grid"]["bytes"], "wall_s": run["wall_s"],
             "exact_answer": run["answer"] == example.expected_answer(values)}
@@ -110,7 +102,7 @@ def extraction(data_dir: Path, config: Path) -> dict[str, Any]:
     """The extraction workflow over MCP: a run with handles and one with the sheet inline, both measured."""
     from ctxagent.tokens import count_text
 
-    example = _module(EXAMPLES / "extraction" / "run.py")
+    example = example_of("extraction")
     tools = example.tools_module()
     document = tools.make_sds(example.PRODUCT, example.SEED)
     expected = tools.ingredients(example.SEED)
