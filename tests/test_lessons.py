@@ -323,3 +323,18 @@ def test_llm_lesson_without_real_evidence_is_rejected_and_the_run_still_answers(
     [note] = [r for r in transcript("s1") if r["kind"] == "note" and r["source"] == "lessons"]
     assert why in note["text"]
     assert transcript("s1")[-1]["reason"] == "answered"
+
+
+def test_a_session_stopped_by_its_budget_keeps_what_it_learned_at_the_checkpoint(project: Path) -> None:
+    """A budget stop writes a checkpoint before it ends the run; the lessons found so far are stored
+    then, although the session never answered (no vote: nothing was confirmed)."""
+    model = script(project.parent.parent / "cp.yaml", [
+        {"tool_calls": [shell("a", "./tool build app1 2>&1")]},
+        {"tool_calls": [shell("b", "./tool build app1 --legacy-ssl")]},
+        {"tool_calls": [shell("c", "echo more")]}, "never reached"])
+    out = run_cli("run", "--batch", "--json", "--allow", "shell", "--session", "cp", "--workdir", str(project),
+                  "--model", model, "--max-input-tokens", "3300", "build app1")
+    assert out.exit_code == 3, out.stderr
+    assert any(r["kind"] == "compaction" and r["strategy"] == "checkpoint" for r in transcript("cp"))
+    found = lessons()
+    assert len(found) == 1 and "--legacy-ssl" in found[0]["rule"]

@@ -258,6 +258,10 @@ class Runner(ToolCalls):
             self._append(*(record_of(c) for c in built.compactions))
             for comp in built.compactions:
                 yield Compacted(comp)
+            if self.learner is not None and self.sink.writes_files and any(  # lessons learned so far
+                    c.strategy == "checkpoint" for c in built.compactions) and (
+                    warning := self.learner.checkpoint(self.session.transcript.records())):
+                yield self._warn("lessons", warning)
         view = self.request()
         check_budget(view, budget)
         return view

@@ -11,7 +11,8 @@ which is one of these two:
 - :meth:`Learner.refresh` when a session resumes: a ``lessons`` record without the lessons
   forgotten since (``ctxagent lessons forget``), or nothing when none was.
 
-When a run answered it calls :meth:`Learner.finish`: the session's deterministic lessons (and, where
+At a checkpoint (a ``checkpoint`` compaction) it calls :meth:`Learner.checkpoint`: the lessons
+found so far are merged, without votes. When a run answered it calls :meth:`Learner.finish`: the session's deterministic lessons (and, where
 LLM calls may run, the ones the summarizer model proposes: lessons/llm.py) are merged into its
 scope's file, the lessons it was shown get its vote (confirmed or contradicted), anything from
 deleted sessions is dropped, and the weakest beyond ``lessons.max_stored`` are evicted.
@@ -116,6 +117,24 @@ class Learner:
         except (OSError, ValueError, TimeoutError) as err:  # filelock.Timeout is a TimeoutError
             problems.append(f"lessons not updated: {err}")
         return "; ".join(problems)
+
+    def checkpoint(self, items: Iterable[Any]) -> str:
+        """Learn at a checkpoint (a ``checkpoint`` compaction, a budget stop's included): the
+        deterministic lessons of the session so far merge into its scope (one evidence entry per
+        session, so finding them again at the end counts once); no votes, since the session has not
+        answered, and no LLM call. Returns "" or a warning; never fails a run."""
+        found = extract.extract(list(items), session=self.session, scope=self.scope.name, workdir=self.workdir)
+        if not found:
+            return ""
+        try:
+            with self.store.editing(self.store.path(self.scope)) as lessons:
+                current = curate.live(lessons, session_exists)
+                for lesson in found:
+                    current = curate.merge(current, lesson)
+                lessons[:] = curate.evict(current, self.config.max_stored)
+        except (OSError, ValueError, TimeoutError) as err:  # filelock.Timeout is a TimeoutError
+            return f"lessons not updated at the checkpoint: {err}"
+        return ""
 
     def _finish(self, items: list[Any], found: list[Lesson], shown: set[str]) -> None:
         done = extract.attempts(items)
