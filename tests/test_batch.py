@@ -39,19 +39,19 @@ def test_a_batch_runs_every_task_reports_each_and_a_bad_one_stops_no_other(tmp_p
         {"task": "two", "model": ok, "session": "second"},
         {"task": "three", "model": long, "max_turns": 1},
         {"task": "four", "model": ok, "profile": "no-such-profile"},
-        '{"tsk": "a typo"}',
+        '{"tsk": "a typo", "session": "typo"}',
         "",
         "not json at all",
     ])
     out = batch(tmp_path, str(tasks), "--workers", "3", "--allow", "shell")
     assert out.returncode == 1, out.stderr  # a failed task (bad profile, bad lines)
     got = results(out.stdout)
-    assert set(got) == {"jobs-1", "second", "jobs-3", "jobs-4", "jobs-5", "jobs-7"}
+    assert set(got) == {"jobs-1", "second", "jobs-3", "jobs-4", "typo", "jobs-7"}
     assert got["jobs-1"]["status"] == got["second"]["status"] == "answered"
     assert got["jobs-1"]["answer"] == "done" and got["jobs-1"]["usage"]["calls"] == 2
     assert got["jobs-3"]["status"] == "max_turns" and got["jobs-3"]["exit_code"] == 3
     assert got["jobs-4"]["status"] == "profile_error" and "no-such-profile" in got["jobs-4"]["error"]
-    assert got["jobs-5"]["status"] == "usage_error" and "jobs.jsonl:5: task: Field required" in got["jobs-5"]["error"]
+    assert got["typo"]["status"] == "usage_error" and "jobs.jsonl:5: task: Field required" in got["typo"]["error"]
     assert got["jobs-7"]["exit_code"] == 2 and "jobs.jsonl:7" in got["jobs-7"]["error"]
     assert "6/6 done (2 answered, 0 skipped, 1 stopped by a limit, 3 failed)" in out.stderr
 
@@ -68,10 +68,11 @@ def test_a_batch_runs_every_task_reports_each_and_a_bad_one_stops_no_other(tmp_p
 def test_exit_3_when_every_task_that_did_not_answer_was_stopped_by_a_limit(tmp_path):
     ok = script(tmp_path / "ok.yaml", ["done"])
     long = script(tmp_path / "long.yaml", [{"tool_calls": [call("a", "shell", command="echo 1")]}, "late"])
-    tasks = write_tasks(tmp_path / "t.jsonl", [{"task": "a", "model": ok}, {"task": "b", "model": long}])
-    out = batch(tmp_path, str(tasks), "--max-turns", "1", "--allow", "shell")
+    tasks = write_tasks(tmp_path / "t.jsonl", [{"task": "a", "model": ok},
+                                               {"task": "b", "model": long, "allow": ["shell", "read_file"]}])
+    out = batch(tmp_path, str(tasks), "--max-turns", "1")
     assert out.returncode == 3, out.stderr
-    out = batch(tmp_path, str(tasks), "--allow", "shell")
+    out = batch(tmp_path, str(tasks), "--no-lessons")
     assert out.returncode == 0 and results(out.stdout)["t-2"]["status"] == "answered"
 
 

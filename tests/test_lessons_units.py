@@ -240,3 +240,21 @@ def test_a_test_fixed_by_editing_code_teaches_no_flag(tmp_path: Path) -> None:
     assert extract.extract(edited, session="s1", scope=SCOPE, workdir=tmp_path) == []
     [plain] = extract.extract(items, session="s1", scope=SCOPE, workdir=tmp_path)
     assert plain.prior == 0.6  # the error did not name -x
+
+
+def test_a_leading_assignment_is_not_the_program(tmp_path: Path) -> None:
+    """Regression (trial): ``LANG=C ./tool build`` taught "`LANG=C` needs ..." and a redacted
+    ``KEY=[REDACTED]`` prefix was stored quoted, a command no shell can run."""
+    items = shell_records(("LANG=C TOKEN=x ./tool build app1", "exit code: 2\nerror: needs --legacy"),
+                          ("LANG=C TOKEN=x ./tool build app1 --legacy", "exit code: 0\nbuilt"))
+    [found] = extract.extract(items, session="s1", scope=SCOPE, workdir=tmp_path)
+    assert found.program == "./tool build" and found.tokens == ["--legacy"]
+    assert "LANG=C" not in found.rule and "'" not in found.rule
+
+
+def test_secret_option_values_never_reach_a_lesson() -> None:
+    """Regression (trial): ``--pass=...`` and ``--apikey VALUE`` were copied into lessons and from there
+    into every later session's pinned block."""
+    text = scrub("./tool push --apikey Zx9value77 --pass=Tr0ub4dor --auth-token 'a b' --sort-key name")
+    assert "Zx9value77" not in text and "Tr0ub4dor" not in text and "'a b'" not in text
+    assert text.count("[REDACTED:option]") == 3 and "--sort-key name" in text

@@ -284,7 +284,9 @@ def test_mcp_list_counts_schema_tokens_and_reports_a_server_that_cannot_start(tm
     out = run_cli("mcp", "list", "--mcp-config", str(config), "-m", "scripted:x", "--json")
     rows = [json.loads(line) for line in out.stdout.splitlines()]
     demo = next(r for r in rows if r.get("server") == "demo")
-    assert demo["status"] == "ok" and len(demo["tools"]) == 9 and demo["schema_tokens"] > 300
+    assert demo["status"] == "ok" and len(demo["tools"]) == 13 and demo["schema_tokens"] > 300
+    names = [t["name"] for t in demo["tools"]]
+    assert len(set(names)) == len(names) and "demo__dot_name" in names  # dot.name and dot_name: two names
     assert demo["config"]["env"] == {"K": "***"}
     broken = next(r for r in rows if r.get("server") == "broken")
     assert broken["status"] == "failed" and "no-such-server" in broken["error"]
@@ -309,3 +311,57 @@ def test_the_papers_workflows_over_mcp_answer_exactly_with_far_fewer_tokens_than
         assert row["exact_answer"], row
         assert row["tokens_inline"] > 10 * row["context_tokens_with_handles"], row
     assert numbers["extraction"]["inline"].startswith("measured")
+
+
+def test_a_grant_for_a_server_that_did_not_start_is_a_warning_not_an_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("UNSET_FOR_DEMO", raising=False)
+    config = mcp_config(tmp_path, env={"DEMO_SECRET": "${UNSET_FOR_DEMO}"})
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("tools: [read_output]\n")
+    result = run(tmp_path, ["done"], "--mcp-config", str(config), "-p", str(bare), "--allow", "demo,demo__whoami")
+    assert result["status"] == "answered" and result["_code"] == 0
+    assert "UNSET_FOR_DEMO is not set" in result["_stderr"]
+
+
+def test_the_servers_stderr_is_logged_owner_only_and_redacted(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEMO_API_KEY", "zq-very-secret-value-123456")
+    config = mcp_config(tmp_path, env={"DEMO_SECRET": "${DEMO_API_KEY}"})
+    run(tmp_path, [{"tool_calls": [call("l", "demo__leak")]}, "done"], "--mcp-config", str(config),
+        "-p", profile(tmp_path))
+    hub.close_all()  # the log is complete once the server is gone
+    log = Session.at("m").root / "mcp" / "demo.log"
+    text = log.read_text()
+    assert "debug: using [REDACTED:env:DEMO_API_KEY]" in text and "zq-very-secret" not in text
+    assert oct(log.stat().st_mode & 0o777) == "0o600" and oct(log.parent.stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_binary_handle_reaches_a_string_parameter_as_base64_and_clashing_names_both_work(tmp_path):
+    run(tmp_path, [{"tool_calls": [call("p", "demo__picture")]},
+                   {"tool_calls": [call("b", "demo__b64len", data="@p")]},
+                   {"tool_calls": [call("d1", "demo__dot_name")]}, "done"],
+        "--mcp-config", str(mcp_config(tmp_path)), "-p", profile(tmp_path))
+    results = tool_results("m")
+    assert results["b"] == "1032 bytes, starting 89504e47"
+    assert results["d1"] in ("dotted", "underscored")
+
+
+def test_an_http_result_over_one_mib_is_offloaded_not_taken_for_a_crash(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, str(DEMO), "http", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        _wait_port(port)
+        config = tmp_path / "http.json"
+        config.write_text(json.dumps({"mcpServers": {"web": {"url": f"http://127.0.0.1:{port}/mcp"}}}))
+        result = run(tmp_path, [{"tool_calls": [call("h", "web__big", lines=30_000)]},
+                                {"tool_calls": [call("w", "web__whoami")]}, "done"],
+                     "--mcp-config", str(config), "-p", profile(tmp_path))
+        assert result["status"] == "answered"
+        outputs = {r.handle: r for r in transcript("m") if isinstance(r, records.OutputRecord)}
+        assert outputs["@h"].bytes > 1_600_000
+        assert tool_results("m")["w"].startswith("pid ")
+    finally:
+        server.terminate()
+        server.wait(10)

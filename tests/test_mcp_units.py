@@ -138,3 +138,18 @@ def test_resolved_values_are_made_json_for_the_server():
     assert json_ready(b"\xff\x00") == base64.b64encode(b"\xff\x00").decode()
     assert json_ready({"a": (1, np.int64(2)), "b": np.arange(3)}) == {"a": [1, 2], "b": [0, 1, 2]}
     json.dumps(json_ready({"x": np.float32(1.5)}))
+
+
+def test_a_config_file_is_strict_json_with_line_and_column_and_names_a_wrong_top_level_key(tmp_path):
+    from ctxagent.mcp_tools.config import load_file
+
+    bad = tmp_path / "mcp.json"
+    bad.write_text('{"mcpServers": {"a": {"command": "python",}}}')  # YAML would accept the trailing comma
+    with pytest.raises(UsageError, match=r"mcp.json:1:\d+: not valid JSON"):
+        load_file(bad)
+    bad.write_text('{"servers": {"a": {"command": "python"}}}')
+    with pytest.raises(UsageError, match=re.escape('expected {"mcpServers"')):
+        load_file(bad)
+    good = tmp_path / "mcp.yaml"
+    good.write_text("mcpServers:\n  a: {command: python}\n")
+    assert list(load_file(good)) == ["a"]

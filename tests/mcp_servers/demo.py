@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import os
 import sys
@@ -97,6 +98,32 @@ def refuse(reason: str) -> str:
 def whoami() -> str:
     """The server's process id and the environment variable DEMO_SECRET (set from the config)."""
     return f"pid {os.getpid()} secret {os.environ.get('DEMO_SECRET', '<unset>')}"
+
+
+@app.tool()
+def leak() -> str:
+    """Print DEMO_SECRET to stderr (which ctxagent keeps in the server's log, redacted)."""
+    print(f"debug: using {os.environ.get('DEMO_SECRET', '<unset>')}", file=sys.stderr, flush=True)
+    return "logged"
+
+
+@app.tool()
+def b64len(data: str) -> str:
+    """Decode base64 `data` and report its size and first bytes."""
+    raw = base64.b64decode(data)
+    return f"{len(raw)} bytes, starting {raw[:4].hex()}"
+
+
+@app.tool(name="dot.name")
+def dot_name_a() -> str:
+    """A tool whose name has a dot (providers refuse it)."""
+    return "dotted"
+
+
+@app.tool(name="dot_name")
+def dot_name_b() -> str:
+    """A tool whose name only differs from dot.name by the dot."""
+    return "underscored"
 
 
 def _many(count: int) -> None:

@@ -171,6 +171,7 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                        max_retry_wait_s=profile.max_retry_wait_s, send_tool_choice=profile.send_tool_choice)
     mcp = mcp_for(session, profile, settings, state.mcp_tools, connect=True)
     toolset = toolset_for(session, profile, settings, mcp.tools)
+    toolset.servers = mcp.servers
     limits = Limits.model_validate({**profile.limits.run.set(), **(run_limits or {})})
     check_limits(model, profile, limits, session_limits_of(profile.limits.session, settings.limits))
     if state.settings is None:  # written only once everything above has been checked: no half-made sessions

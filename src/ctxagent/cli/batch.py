@@ -3,8 +3,9 @@
 Each line of the tasks file is one JSON object: ``task`` and, optionally, ``session`` (default
 ``STEM-N``: the file's name without its suffix and the 1-based line number, so the same file names
 the same sessions every time), ``workdir``, ``model``, ``profile``, ``api_base``, ``max_turns``,
-``allow``, ``context_window``, ``timeout`` and the budgets (``max_input_tokens``,
-``max_output_tokens_total``, ``max_cost_usd``, ``max_wall_s``), over the command line's options;
+``allow`` (text or a list), ``mcp_config``, ``no_lessons``, ``context_window``, ``timeout`` and the
+budgets (``max_input_tokens``, ``max_output_tokens_total``, ``max_cost_usd``, ``max_wall_s``), over
+the command line's options;
 relative paths are relative to the current directory, where every task's process starts.
 Every task runs as its own ``ctxagent run --batch --json`` process (cli/batch_pool.py),
 ``--workers`` at a time: a task's crash, bad profile, provider error or budget stop is that task's
@@ -41,6 +42,7 @@ from ctxagent.cli.options import (
     MaxWallOpt,
     McpConfigOpt,
     ModelOpt,
+    NoLessonsOpt,
     ProfileOpt,
     TimeoutOpt,
     WindowOpt,
@@ -66,6 +68,7 @@ def batch(
     max_cost_usd: MaxCostOpt = None,
     max_wall_s: MaxWallOpt = None,
     mcp_config: McpConfigOpt = None,
+    no_lessons: NoLessonsOpt = False,
 ) -> None:
     """Run every task of a JSONL file, each in its own session, several at once (see the module
     docstring). Answered sessions are skipped on a re-run; the others resume."""
@@ -74,7 +77,7 @@ def batch(
         "allow_all": allow_all or None, "context_window": context_window, "timeout": timeout,
         "max_input_tokens": max_input_tokens, "max_output_tokens_total": max_output_tokens_total,
         "max_cost_usd": max_cost_usd, "max_wall_s": max_wall_s,
-        "mcp_config": str(mcp_config.resolve()) if mcp_config else None,
+        "mcp_config": str(mcp_config.resolve()) if mcp_config else None, "no_lessons": no_lessons or None,
     }
     defaults = {k: v for k, v in defaults.items() if v is not None}
     tasks = read_tasks(tasks_file, defaults)

@@ -33,7 +33,9 @@ class TaskLine(BaseModel):
     profile: str | None = None
     api_base: str | None = None
     max_turns: int | None = Field(None, ge=1)
-    allow: str | None = None
+    allow: str | list[str] | None = None  # "shell,write_file" or ["shell", "write_file"]
+    mcp_config: str | None = None
+    no_lessons: bool | None = None
     context_window: int | None = Field(None, ge=256)
     timeout: float | None = Field(None, gt=0)
     max_input_tokens: int | None = Field(None, ge=1)
@@ -47,6 +49,7 @@ OPTION_FLAGS = {"model": "--model", "profile": "--profile", "api_base": "--api-b
                 "max_input_tokens": "--max-input-tokens", "max_output_tokens_total": "--max-output-tokens-total",
                 "max_cost_usd": "--max-cost-usd", "max_wall_s": "--max-wall-s", "workdir": "--workdir",
                 "mcp_config": "--mcp-config"}
+SWITCHES = {"allow_all": "--allow-all", "no_lessons": "--no-lessons"}  # options without a value
 
 
 @dataclass
@@ -74,7 +77,7 @@ def read_tasks(path: Path, defaults: dict[str, Any]) -> list[Task]:
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
-        name = f"{path.stem}-{number}"
+        name = _named(raw) or f"{path.stem}-{number}"
         try:
             item = TaskLine.model_validate_json(raw)
             name = check_name(item.session or name)
@@ -82,6 +85,8 @@ def read_tasks(path: Path, defaults: dict[str, Any]) -> list[Task]:
             tasks.append(Task(number, name, error=f"{path}:{number}: {_first_error(err)}"))
             continue
         given = item.model_dump(exclude={"task", "session"}, exclude_none=True)
+        if isinstance(given.get("allow"), list):
+            given["allow"] = ",".join(given["allow"])
         tasks.append(Task(number, name, {**defaults, **given}, item.task))
     seen: dict[str, int] = {}
     for task in tasks:
@@ -89,6 +94,18 @@ def read_tasks(path: Path, defaults: dict[str, Any]) -> list[Task]:
             raise UsageError(f"{path}:{task.line}: session {task.session!r} is also line {seen[task.session]}'s")
         seen.setdefault(task.session, task.line)
     return tasks
+
+
+def _named(raw: str) -> str | None:
+    """The ``session`` a line names, even when the line is not a valid task (its result says so)."""
+    import json
+
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    name = value.get("session") if isinstance(value, dict) else None
+    return name if isinstance(name, str) and name.strip() else None
 
 
 def _first_error(err: Exception) -> str:
@@ -105,8 +122,7 @@ def command_for(task: Task, status: str | None) -> list[str]:
     verb = ["run", task.text] if status in (None, "new") else ["resume"]
     flags = [part for key, value in task.options.items() if value is not None and key in OPTION_FLAGS
              for part in (OPTION_FLAGS[key], str(value))]
-    if task.options.get("allow_all"):
-        flags.append("--allow-all")
+    flags += [flag for key, flag in SWITCHES.items() if task.options.get(key)]
     return [sys.executable, "-m", "ctxagent", *verb, "--session", task.session, "--batch", "--json", *flags]
 
 

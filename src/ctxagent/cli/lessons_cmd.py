@@ -79,7 +79,15 @@ def list_(json_out: JsonOpt = False) -> None:
     from ctxagent.lessons.model import Scope
     from ctxagent.messages import one_line
 
+    if not sys.stdout.isatty():  # a pipe: tab-separated lines, every column whole (the id is what you need)
+        for x in lessons:
+            print("\t".join([x.id, Scope(x.scope).describe(), x.kind, f"{x.confidence:.2f}",
+                             f"+{x.confirmations}/-{x.contradictions}", one_line(x.rule, 200)]))
+        return
     table = Table("id", "scope", "kind", "conf", "+/-")
+    for column in table.columns:
+        column.no_wrap, column.min_width = True, len(str(column.header))
+    table.columns[0].min_width = max(len(x.id) for x in lessons)  # the id is what show/forget/edit take
     table.add_column("rule", no_wrap=True, overflow="ellipsis")
     for x in lessons:
         table.add_row(x.id, escape(Scope(x.scope).describe()), x.kind, f"{x.confidence:.2f}",
@@ -143,16 +151,23 @@ def edit(
     if updates:
         text = json.dumps({**lesson.model_dump(mode="json"), **updates})
     else:
-        text = typer.edit(json.dumps(lesson.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n",
-                          extension=".json", require_save=True) or ""
+        import click  # typer (0.29) vendors click without edit(); click itself comes with litellm
+
+        try:
+            text = click.edit(json.dumps(lesson.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n",
+                              extension=".json", require_save=True) or ""
+        except click.ClickException as err:  # no editor, or it failed
+            raise UsageError(f"lesson {lesson.id} not changed: {err.format_message()} (set $EDITOR, or use "
+                             "--rule/--scope)") from None
         if not text.strip():
             print(f"lesson {lesson.id} not changed", file=sys.stderr)
             return
     try:
         new = Lesson.model_validate_json(text)
     except ValidationError as err:
-        raise UsageError(f"lesson {lesson.id} not changed: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}") \
-            from None
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the JSON"
+        raise UsageError(f"lesson {lesson.id} not changed: {where}: {first['msg']}") from None
     if new.id != lesson.id:
         raise UsageError(f"lesson {lesson.id} not changed: its id cannot be edited")
     new = new.model_copy(update={"updated": time.time()})

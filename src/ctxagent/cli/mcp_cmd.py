@@ -29,7 +29,7 @@ def list_(
     from ctxagent.agent.setup import absolute_model, resolve_window
     from ctxagent.mcp_tools import hub
     from ctxagent.mcp_tools.config import servers_of
-    from ctxagent.mcp_tools.mirror import mirror
+    from ctxagent.mcp_tools.mirror import mirror, unique_names
     from ctxagent.profile import load_profile
     from ctxagent.sessions.session import user_dir
     from ctxagent.tokens import count_tools
@@ -46,7 +46,7 @@ def list_(
     for server, conn in conns.items():
         row: dict[str, Any] = {"server": server, "transport": conn.config.transport, "config": conn.config.shown()}
         try:
-            tools = [mirror(server, vars(t), conn) for t in conn.tools()]
+            tools = unique_names([mirror(server, vars(t), conn) for t in conn.tools()])
         except hub.McpUnavailable as err:
             rows.append({**row, "status": "failed", "error": str(err), "tools": [], "schema_tokens": 0})
             continue

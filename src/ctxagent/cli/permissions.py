@@ -34,7 +34,10 @@ def grant(runner: Any, allow: str | None, allow_all: bool, *, interactive: bool)
     from ctxagent.tools.permissions import parse_grants
 
     gate = runner.gate
-    gate.granted |= parse_grants(allow, [*runner.toolset.tools, *runner.toolset.groups()])
+    servers = runner.toolset.servers  # MCP servers configured, even one that did not start (its tools may come)
+    asked = [name.strip() for name in (allow or "").split(",")]
+    mcp_names = [name for name in asked if name.split("__")[0] in servers]
+    gate.granted |= parse_grants(allow, [*runner.toolset.tools, *runner.toolset.groups(), *servers, *mcp_names])
     if allow_all:
         gate.allow_all = True
         print(ALLOW_ALL_WARNING, file=sys.stderr, flush=True)

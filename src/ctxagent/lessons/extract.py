@@ -33,6 +33,7 @@ _EXIT = re.compile(r"^exit code: (-?\d+)")
 _OPERATORS = frozenset("();<>|&")
 _REDIRECTIONS = frozenset({">", ">>", ">&", "<", "&>", ">|", "&>>"})
 _SUBCOMMAND = re.compile(r"^[a-z][a-z0-9_-]*$")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")  # a leading VAR=value of a simple command
 PRIORS = {"flag": 0.6, "error_fix": 0.5, "read_first": 0.35}
 WRITERS = frozenset({"write_file"})  # tools that change files (a shell command may too: not counted)
 
@@ -97,6 +98,8 @@ def words_of(attempt: Attempt) -> list[str] | None:
     except ValueError:
         return None
     words = _without_redirections(words)
+    while words and _ASSIGNMENT.match(words[0]):  # LANG=C ./tool: the program is ./tool
+        words = words[1:]
     if not words or any(set(w) <= _OPERATORS for w in words):
         return None
     return words

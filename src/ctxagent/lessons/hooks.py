@@ -12,10 +12,11 @@ which is one of these two:
   forgotten since (``ctxagent lessons forget``), or nothing when none was.
 
 At a checkpoint (a ``checkpoint`` compaction) it calls :meth:`Learner.checkpoint`: the lessons
-found so far are merged, without votes. When a run answered it calls :meth:`Learner.finish`: the session's deterministic lessons (and, where
-LLM calls may run, the ones the summarizer model proposes: lessons/llm.py) are merged into its
-scope's file, the lessons it was shown get its vote (confirmed or contradicted), anything from
-deleted sessions is dropped, and the weakest beyond ``lessons.max_stored`` are evicted.
+found so far are merged, without votes. When a run answered it calls :meth:`Learner.finish`: the
+session's deterministic lessons (and, where LLM calls may run, the ones the summarizer model
+proposes: lessons/llm.py) are merged into its scope's file, the lessons it was shown get its vote
+(confirmed or contradicted), anything from deleted sessions is dropped, and the weakest beyond
+``lessons.max_stored`` are evicted.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def score(lesson: Lesson, query: Query, now: float) -> float:
     mine, theirs = set(lesson.terms), query.terms()
     overlap = len(mine & theirs) / math.sqrt(len(mine) * len(theirs)) if mine and theirs else 0.0
     age_days = max(0.0, now - lesson.updated) / 86_400
-    recency = 0.5 ** (age_days / HALF_LIFE_DAYS)
+    recency: float = 0.5 ** (age_days / HALF_LIFE_DAYS)  # float ** float is typed Any (could be complex)
     own = 0.3 if lesson.scope == query.scope else 0.0
     return 2 * overlap + lesson.confidence + min(0.5, 0.1 * lesson.confirmations) + 0.3 * recency + own
 

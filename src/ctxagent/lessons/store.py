@@ -30,10 +30,17 @@ LOCK_TIMEOUT_S = 10.0
 _OTHER_HOME = re.compile(r"(?<![\w/.~-])/(?:home|Users)/[A-Za-z0-9._-]+")
 
 
+_SECRET_OPTION = re.compile(  # --password=x, --api-key x, --auth-token 'x': a value a lesson must not repeat
+    r"(?<![\w-])(--?[A-Za-z0-9_-]*(?:pass|token|secret|apikey|api-key|api_key|auth)[A-Za-z0-9_-]*)(=|\s+)"
+    r"(?!\[REDACTED)('[^']*'|\"[^\"]*\"|[^\s`'\"]+)", re.IGNORECASE)
+
+
 def scrub(text: str) -> str:
-    """``text`` with secrets redacted, this user's home as ``~`` and other users' homes as
-    ``/home/<user>`` (a lesson never names another user's files)."""
+    """``text`` with secrets redacted (known shapes, the environment's secrets, and the values of
+    options named like ``--password``, ``--api-key``, ``--token``), this user's home as ``~`` and
+    other users' homes as ``/home/<user>`` (a lesson never names another user's files)."""
     text = redact.default().text(text)
+    text = _SECRET_OPTION.sub(lambda m: f"{m.group(1)}{m.group(2)}[REDACTED:option]", text)
     home = str(Path.home())
     if len(home) > 1:
         text = re.sub(re.escape(home) + r"(?=/|\b|$)", "~", text)

@@ -110,6 +110,10 @@ def parse_servers(data: Any, *, source: str) -> dict[str, ServerConfig]:
     for anything that does not validate."""
     if isinstance(data, dict) and "mcpServers" in data:
         data = data["mcpServers"]
+    elif isinstance(data, dict) and not all(isinstance(v, dict) and {"command", "url"} & v.keys()
+                                            for v in data.values()):
+        raise UsageError(f"{source}: expected {{\"mcpServers\": {{NAME: {{\"command\": ...}} or {{\"url\": ...}}}}}}, "
+                         f"found the keys {', '.join(map(str, data)) or '(none)'}")
     if not isinstance(data, dict):
         raise UsageError(f"{source}: the MCP servers must be a mapping of names to servers (the 'mcpServers' "
                          "object)")
@@ -130,22 +134,26 @@ def parse_servers(data: Any, *, source: str) -> dict[str, ServerConfig]:
 
 
 def load_file(path: Path) -> dict[str, ServerConfig]:
-    """The servers of an ``--mcp-config`` file (JSON, or YAML when it does not parse as JSON).
+    """The servers of an ``--mcp-config`` file: JSON (YAML when its name ends in ``.yaml``/``.yml``).
 
-    Raises ``UsageError`` for a missing or unreadable file, bad JSON/YAML, or a bad server."""
+    Raises ``UsageError`` for a missing or unreadable file, bad JSON/YAML (with its line and
+    column), or a bad server."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise UsageError(f"cannot read the MCP configuration {path}: {err}") from err
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as json_err:
+    if path.suffix in (".yaml", ".yml"):
         import yaml
 
         try:
             data = yaml.safe_load(text)
         except yaml.YAMLError as err:
-            raise UsageError(f"{path}: neither JSON ({json_err}) nor YAML ({err})") from err
+            raise UsageError(f"{path}: not valid YAML: {err}") from err
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{path}:{err.lineno}:{err.colno}: not valid JSON: {err.msg}") from err
     return parse_servers(data, source=str(path))
 
 

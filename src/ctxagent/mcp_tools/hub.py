@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import logging
+import os
 import sys
 import threading
 import time
@@ -55,6 +57,9 @@ class RemoteTool:
     description: str
     input_schema: dict[str, Any]
 
+
+logging.getLogger("mcp").addHandler(logging.NullHandler())  # the SDK's tracebacks about a server's bad
+logging.getLogger("mcp").propagate = False  # output belong to the server's log, not the user's terminal
 
 _loop_lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -107,6 +112,8 @@ class Connection:
         self._session: Any = None
         self._closing: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._log_from: int | None = None  # offset of this start in the log (None: no log, an HTTP server)
+        self._log_thread: threading.Thread | None = None  # copies the server's stderr to the log, redacted
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> concurrent.futures.Future[Any]:
@@ -120,7 +127,8 @@ class Connection:
         """The server's tools (connecting first). Raises ``McpUnavailable``."""
         if self.down:
             raise McpUnavailable(self.down)
-        return list(wait(self.start(), timeout_s=self.config.startup_timeout_s + 1,
+        # _connect gives up after startup_timeout_s with its own message; this bound is a safety net
+        return list(wait(self.start(), timeout_s=self.config.startup_timeout_s + CLOSE_WAIT_S + 1,
                          what=f"starting the MCP server {self.name!r}"))
 
     def close(self) -> concurrent.futures.Future[Any]:
@@ -136,8 +144,7 @@ class Connection:
         except TimeoutError:
             await self._close()
             raise McpUnavailable(f"the MCP server {self.name!r} did not start within "
-                                 f"{self.config.startup_timeout_s:g} s (startup_timeout_s); see "
-                                 f"{self.log_path}") from None
+                                 f"{self.config.startup_timeout_s:g} s (startup_timeout_s){self._see()}") from None
 
     async def _serve(self, ready: asyncio.Future[list[RemoteTool]], closing: asyncio.Event) -> None:
         try:
@@ -158,21 +165,29 @@ class Connection:
         except BaseException as err:  # the SDK raises ExceptionGroups; a cancellation ends the task too
             if not ready.done():
                 ready.set_exception(McpUnavailable(f"the MCP server {self.name!r} could not start: "
-                                                   f"{self._log_tail() or describe(err)}; see {self.log_path}"))
+                                                   f"{self._log_tail() or describe(err)}{self._see()}"))
             if isinstance(err, asyncio.CancelledError):
                 raise
         finally:
             self._session = None
 
+    def _see(self) -> str:
+        """``; see LOG`` when this start wrote the server's stderr to a log (a stdio server)."""
+        return f"; see {self.log_path}" if self._log_from is not None and self.log_path.exists() else ""
+
     def _log_tail(self) -> str:
-        """The last non-empty line the server wrote to its log (its stderr), "" if none."""
+        """The last non-empty line the server wrote to its log (stderr) since this start, "" if none."""
+        if self._log_from is None:
+            return ""
+        if self._log_thread is not None:  # a server that failed at start: its last lines are on their way
+            self._log_thread.join(timeout=1.0)
         try:
-            lines = [line for line in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-                     if line.strip()]
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_from)
+                lines = [line for line in log.read().decode("utf-8", "replace").splitlines() if line.strip()]
         except OSError:
             return ""
-        starts = [i for i, line in enumerate(lines) if line.startswith(LOG_MARK)]
-        lines = lines[starts[-1] + 1:] if starts else lines
+        lines = [line for line in lines if not line.startswith(LOG_MARK)]
         return lines[-1].strip()[:300] if lines else ""
 
     def _transport(self, stack: AsyncExitStack) -> Any:
@@ -182,28 +197,49 @@ class Connection:
             from mcp.shared._httpx_utils import create_mcp_http_client
 
             assert config.url is not None
-            return streamable_http_client(config.url, http_client=create_mcp_http_client(headers=config.headers))
+            self._log_from = None
+            return streamable_http_client(config.url, http_client=create_mcp_http_client(headers=config.headers),
+                                          max_sse_event_size=None)  # a result's size is ctxagent's to manage
         from mcp import StdioServerParameters, stdio_client
 
         assert config.command is not None
         command, args = config.command, list(config.args)
         if sys.platform.startswith("linux"):
-            import os
-
             command, args = sys.executable, ["-S", str(Path(__file__).with_name("guard.py")), str(os.getpid()),
                                              config.command, *args]
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        errlog = stack.enter_context(self.log_path.open("a", encoding="utf-8"))
-        errlog.write(f"{LOG_MARK} {time.strftime('%Y-%m-%dT%H:%M:%S')} {self.name}\n")
-        errlog.flush()
+        errlog = stack.enter_context(self._errlog())
         cwd = Path(config.cwd) if config.cwd else self.workdir
         return stdio_client(StdioServerParameters(command=command, args=args, env=config.env or None,
                                                   cwd=self.workdir / cwd), errlog=errlog)
+
+    def _errlog(self) -> Any:
+        """The server's stderr: a pipe whose lines a thread appends, redacted, to the log (0600 in
+        a 0700 folder; secrets of the environment and known shapes replaced, as in transcripts)."""
+        from ctxagent.sessions.redact import default, private_dir
+
+        private_dir(self.log_path.parent)
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._log_from = os.lseek(fd, 0, os.SEEK_END)
+        os.write(fd, f"{LOG_MARK} {time.strftime('%Y-%m-%dT%H:%M:%S')} {self.name}\n".encode())
+        read, write = os.pipe()
+        redactor = default()
+
+        def copy() -> None:
+            with os.fdopen(read, "r", encoding="utf-8", errors="replace") as lines, os.fdopen(fd, "ab") as log:
+                for line in lines:
+                    log.write(redactor.text(line).encode())
+                    log.flush()
+
+        self._log_thread = threading.Thread(target=copy, name=f"ctxagent-mcp-log-{self.name}", daemon=True)
+        self._log_thread.start()
+        return os.fdopen(write, "w", encoding="utf-8")
 
     async def _close(self) -> None:
         if self._closing is not None:
             self._closing.set()
         task = self._task
+        if task is not None and not task.done() and self._session is None:  # never initialized: no grace
+            task.cancel()
         if task is not None and not task.done():
             try:
                 await asyncio.wait_for(asyncio.shield(task), CLOSE_WAIT_S)
@@ -236,8 +272,8 @@ class Connection:
             if _connection_closed(err):
                 self._crashed(describe(err))
                 raise McpUnavailable(self.down or f"the MCP server {self.name!r} stopped during the call "
-                                     f"({describe(err)}); it is restarted for the next call; see "
-                                     f"{self.log_path}") from err
+                                     f"({describe(err)}); it is restarted for the next call"
+                                     f"{self._see()}") from err
             raise
 
     def _crashed(self, why: str) -> None:
@@ -246,7 +282,7 @@ class Connection:
             old, self._ready = self._ready, None
             if self.restarts >= MAX_RESTARTS:
                 self.down = (f"the MCP server {self.name!r} crashed again ({why}) after a restart; its tools are "
-                             f"unavailable for the rest of this run; see {self.log_path}")
+                             f"unavailable for the rest of this run{self._see()}")
             self.restarts += 1
         if old is not None:
             self.close()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ def input_schema(raw: Mapping[str, Any]) -> dict[str, Any]:
     (``$schema`` and the ``title`` annotations SDK servers add to every level dropped: they cost
     tokens in every request and tell the model nothing the names do not; a schema that is not an
     object takes no arguments)."""
-    data = _lean({k: v for k, v in raw.items() if k != "$schema"})
+    data: dict[str, Any] = _lean({k: v for k, v in raw.items() if k != "$schema"})  # a dict stays a dict
     if data.get("type") != "object":
         return {"type": "object", "properties": {}}
     data.setdefault("properties", {})
@@ -74,6 +74,7 @@ class McpTools:
     tools: list[Tool] = field(default_factory=list)
     listed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    servers: list[str] = field(default_factory=list)  # configured or recorded, whether they started or not
 
 
 def mcp_tools(servers: Mapping[str, ServerConfig], recorded: Mapping[str, list[dict[str, Any]]], *,
@@ -88,10 +89,11 @@ def mcp_tools(servers: Mapping[str, ServerConfig], recorded: Mapping[str, list[d
     connections = {name: hub.connection(name, config, log_dir=log_dir, workdir=workdir)
                    for name, config in servers.items()}
     if connect:
-        for conn in connections.values():
-            if not conn.down:
-                conn.start()
-    for name in dict.fromkeys([*recorded, *servers]):
+        for each in connections.values():
+            if not each.down:
+                each.start()
+    out.servers = list(dict.fromkeys([*recorded, *servers]))
+    for name in out.servers:
         conn = connections.get(name)
         listing = recorded.get(name)
         if listing is None and conn is not None and connect:
@@ -102,6 +104,23 @@ def mcp_tools(servers: Mapping[str, ServerConfig], recorded: Mapping[str, list[d
                 continue
             out.listed[name] = listing
         out.tools += [mirror(name, entry, conn) for entry in listing or ()]
+    out.tools = unique_names(out.tools)
+    return out
+
+
+def unique_names(tools: list[Tool]) -> list[Tool]:
+    """``tools`` with a name that another tool already took (``a.b`` and ``a_b`` both become
+    ``srv__a_b``) made unique with a hash of its position and name; the first keeps its name."""
+    taken: set[str] = set()
+    out = []
+    for index, tool in enumerate(tools):
+        name = tool.name
+        if name in taken:
+            digest = hashlib.sha256(f"{index}:{name}".encode()).hexdigest()[:8]
+            name = f"{name[:55]}_{digest}"
+            tool = replace(tool, name=name)
+        taken.add(name)
+        out.append(tool)
     return out
 
 

@@ -71,6 +71,7 @@ class Toolset:
         self.tools = registry([*tools, *finder])
         self.ctx = ctx
         self.policy = policy
+        self.servers: list[str] = []  # the MCP servers of the run, started or not (set by agent/setup.py)
 
     def specs(self, loaded: Sequence[str] = ()) -> list[dict[str, Any]]:
         """The OpenAI-format schemas sent with each request: every tool not deferred, in order,
@@ -130,6 +131,8 @@ class Toolset:
         properties: Mapping[str, Any] = tool.parameters.get("properties", {})
         for name, handle in resolved.handles.items():
             value = resolved.arguments[name]
+            if tool.kind == "mcp" and isinstance(value, bytes) and _has_type("", properties.get(name, {})):
+                continue  # an MCP tool sends bytes as text, or base64 when binary (mcp_tools/results.py)
             if name in properties and not _has_type(value, properties[name]):
                 raise ToolError(f"bad arguments for {tool.name}: argument {name!r} must be "
                                 f"{_type_text(properties[name])}, but {handle} holds {values.describe(value)}")
