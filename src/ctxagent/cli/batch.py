@@ -31,8 +31,6 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxagent.cli.batch_pool import Pool, Tally
-from ctxagent.cli.batch_tasks import read_tasks
 from ctxagent.cli.options import (
     ApiBaseOpt,
     MaxCostOpt,
@@ -72,6 +70,8 @@ def batch(
 ) -> None:
     """Run every task of a JSONL file, each in its own session, several at once (see the module
     docstring). Answered sessions are skipped on a re-run; the others resume."""
+    from ctxagent.cli.batch_pool import Pool, Tally  # here, not at import: `ctxagent --help` stays fast
+    from ctxagent.cli.batch_tasks import read_tasks
     defaults: dict[str, Any] = {
         "model": model, "profile": profile, "api_base": api_base, "max_turns": max_turns, "allow": allow,
         "allow_all": allow_all or None, "context_window": context_window, "timeout": timeout,
@@ -96,7 +96,7 @@ def batch(
 
 
 @contextlib.contextmanager
-def _progress(tally: Tally) -> Iterator[Callable[[str], None]]:
+def _progress(tally: Any) -> Iterator[Callable[[str], None]]:
     """``show(event)``: on a terminal, a progress bar (done / running / failed, tokens, cost) with
     each event printed above it; else one line per event on stderr."""
     if not sys.stderr.isatty():
@@ -116,7 +116,7 @@ def _progress(tally: Tally) -> Iterator[Callable[[str], None]]:
         yield show
 
 
-def _summary(tally: Tally, interrupted: bool) -> None:
+def _summary(tally: Any, interrupted: bool) -> None:
     """The final counts on stderr: one line, then the tasks by status."""
     print(f"ctxagent batch: {tally.line()}" + (" · interrupted: run the same command again to resume"
                                                 if interrupted else ""), file=sys.stderr)
