@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup test demo bench lint clean
+.PHONY: setup test demo bench lint typecheck clean
 
 setup: $(STAMP)
 
@@ -32,8 +32,11 @@ bench: setup
 	fi
 	$(BIN)/python -m benchmarks
 
-lint: setup
+lint: setup typecheck
 	$(BIN)/ruff check src tests benchmarks examples
 
+typecheck: setup
+	$(BIN)/mypy
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

@@ -149,10 +149,11 @@ class _Handler(BaseHTTPRequestHandler):
         if headers.pop(CUT, None):
             self._send_cut(request, payload)
         elif status == 200 and streaming:
+            assert isinstance(payload, dict), "a 200 answer is a completion object"
             include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
             events = [f"data: {json.dumps(c)}\n\n" for c in sse_chunks(payload, include_usage)]
             self._send(200, ("".join(events) + "data: [DONE]\n\n").encode(), "text/event-stream")
-        elif streaming and headers.pop(MID_STREAM, None):
+        elif streaming and headers.pop(MID_STREAM, ""):
             self._send(200, failed_stream(request, payload), "text/event-stream", headers)
         elif isinstance(payload, str):
             self._send(status, payload.encode(), "text/plain; charset=utf-8", headers)
@@ -234,9 +235,10 @@ class FakeOpenAI:
         if self._server is None:
             raise RuntimeError("FakeOpenAI is not running")
         host, port = self._server.server_address[:2]
+        assert isinstance(host, str)  # AF_INET: a str host
         return f"http://{host}:{port}/v1"
 
-    def start(self) -> FakeOpenAI:
+    def start(self) -> Self:
         """Listen on 127.0.0.1 (a free port) and serve in a daemon thread. Returns ``self``."""
         if self._server is None:
             self._server = _Server(("127.0.0.1", 0), _Handler)

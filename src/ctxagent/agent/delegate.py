@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from ctxagent.agent.budgets import UNITS, Spend, shown
@@ -45,9 +46,10 @@ from ctxagent.profile_schema import DelegateConfig
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_text
+from ctxagent.tools.base import ERROR_PREFIX
 from ctxagent.tools.offload import envelope_overhead, settle
 from ctxagent.tools.permissions import Gate
-from ctxagent.tools.toolset import ERROR_PREFIX, ToolOutcome
+from ctxagent.tools.toolset import ToolOutcome
 
 PARENT_KEEPS = 0.9  # of what is left, the most all children together may get: the parent must still answer
 MIN_CHILD = {"max_input_tokens": 1500}  # a child's budget below this could not even send its first request
@@ -96,7 +98,7 @@ class Delegator:
                                                 name=f"ctxagent-{child.session.name}")
                 self._running.append(child)
                 child.thread.start()
-            waits[call.id] = lambda child=child: self._collect(child)
+            waits[call.id] = partial(self._collect, child)
         return waits
 
     def resume(self, call: ToolCall, handle: str) -> ToolOutcome:

@@ -368,7 +368,8 @@ class LiteLLMModel:
         asked = failure.retry_after_s
         if asked is not None and asked > self.max_retry_wait_s:
             return None
-        return max(min(self.backoff_s * 2 ** (attempt - 1), self.max_retry_wait_s), asked or 0.0)
+        backoff: float = self.backoff_s * 2 ** (attempt - 1)  # int ** int is typed Any (a negative power is a float)
+        return max(min(backoff, self.max_retry_wait_s), asked or 0.0)
 
     def _error(self, failure: Failure, sent: int, attempts: int, *, refused_wait: bool = False) -> ProviderError:
         """Our exception for ``failure``: one readable line naming the URL and the requests sent, no key."""

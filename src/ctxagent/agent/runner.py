@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -242,7 +242,7 @@ class Runner(ToolCalls):
             if isinstance(self.sink, MemorySink) else []
         return Peek(view, budget, compactions, same_prefix(before, view))
 
-    def _build(self, steps: list[Any], budget: Budget) -> Iterator[Event]:
+    def _build(self, steps: list[Any], budget: Budget) -> Generator[Event, None, list[Entry]]:
         """Build the view with ``steps``, record what it made (offloads, compactions); returns the
         request's view: the state's base view with the pins message."""
         # strategies decide on the view with every pin shown: if they compact, that is the request
@@ -290,7 +290,7 @@ class Runner(ToolCalls):
                                                for m in (*system, message))]
         check_protected(with_pins(probe, self.pins(), self.model_name), self.budget())
 
-    def _step(self) -> Iterator[Event]:
+    def _step(self) -> Generator[Event, None, Reply]:
         if self.stop.is_set():  # the parent of this sub-agent was stopped
             raise KeyboardInterrupt
         turn = self.state.replies + 1
@@ -332,7 +332,7 @@ class Runner(ToolCalls):
         yield Replied(turn, reply)
         return reply
 
-    def _thrash_guard(self, budget: Budget) -> Iterator[Event]:
+    def _thrash_guard(self, budget: Budget) -> Generator[Event, None, tuple[Budget, list[StrategyConfig]]]:
         """The budget and extra steps of this request under the thrash guard (turns.thrash_plan)."""
         budget, steps, warning = thrash_plan(self.profile, self.state.compaction_streak(), budget, self.session.name)
         if warning:

@@ -23,8 +23,9 @@ from ctxagent.profile import Profile
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_tools
+from ctxagent.tools.base import ERROR_PREFIX
 from ctxagent.tools.permissions import Gate
-from ctxagent.tools.toolset import ERROR_PREFIX, ToolOutcome, Toolset
+from ctxagent.tools.toolset import ToolOutcome, Toolset
 
 INTERRUPTED = "[ctxagent] interrupted: this tool call did not finish (the process stopped); run it again if needed"
 
@@ -49,7 +50,10 @@ class ToolCalls:
     stop: threading.Event
 
     _tool_tokens: dict[tuple[str, ...], int]
-    model_name: str
+
+    @property
+    def model_name(self) -> str:
+        raise NotImplementedError
 
     def _message(self, message: Message, turn: int, **extra: Any) -> records.MessageRecord:
         raise NotImplementedError

@@ -88,7 +88,7 @@ def _digest(path: Path) -> str:
 def trusted(path: Path) -> bool:
     """Whether the user trusted ``path`` as it is now (same SHA-256 as when trusted)."""
     try:
-        known = json.loads(_trust_file().read_text(encoding="utf-8"))
+        known: dict[str, str] = json.loads(_trust_file().read_text(encoding="utf-8"))  # path -> SHA-256
         return known.get(str(path.resolve())) == _digest(path)
     except (OSError, ValueError, AttributeError):
         return False
@@ -116,7 +116,8 @@ def effective(cli: dict[str, Any] | None = None, *, start: Path | None = None) -
     ``cli``: what the command line gave (None values: not given). Raises ``ProfileError`` for a bad
     file, ``UsageError`` for a bad ``CTXAGENT_CONTEXT_WINDOW``."""
     layers: list[tuple[str, dict[str, Any]]] = [("cli", dict(cli or {}))]
-    env = {key: os.environ[f"CTXAGENT_{key.upper()}"] for key in KEYS if os.environ.get(f"CTXAGENT_{key.upper()}")}
+    env: dict[str, str | int] = {key: os.environ[f"CTXAGENT_{key.upper()}"] for key in KEYS
+                                 if os.environ.get(f"CTXAGENT_{key.upper()}")}
     if "context_window" in env:
         try:
             env["context_window"] = int(env["context_window"])

@@ -22,7 +22,7 @@ import typer
 from ctxagent.cli import sessions_export
 from ctxagent.cli.options import pick
 from ctxagent.errors import UsageError
-from ctxagent.sessions.session import Session, check_name, data_dir, list_facts, list_sessions
+from ctxagent.sessions.session import ListFacts, Session, check_name, data_dir, list_facts, list_sessions
 
 app = typer.Typer(help="List, show, delete, rename and export sessions.", no_args_is_help=True,
                   rich_markup_mode=None)
@@ -89,10 +89,18 @@ def list_(json_out: JsonOpt = False) -> None:
     Console(highlight=False, width=None if sys.stdout.isatty() else 100_000).print(table)
 
 
-def _rows(session: Session, parent: str | None = None) -> list[dict[str, object]]:
+class _Row(ListFacts):
+    """One row of ``sessions list`` (and one JSON line of ``--json``)."""
+
+    name: str
+    last_used: float | None
+    parent: str | None
+
+
+def _rows(session: Session, parent: str | None = None) -> list[_Row]:
     """The ``list`` rows of ``session`` then of its sub-agents' sessions (``parent`` names theirs)."""
     facts = list_facts(session)  # header, tail and cached totals: never the whole transcript
-    row = {"name": session.name, **facts, "last_used": sessions_export.last_used(session), "parent": parent}
+    row: _Row = {"name": session.name, **facts, "last_used": sessions_export.last_used(session), "parent": parent}
     return [row, *(r for child in session.children() for r in _rows(child, session.name))]
 
 

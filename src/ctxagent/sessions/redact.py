@@ -179,7 +179,8 @@ class _Engine:
         secret = match.group(f"a{index}")[len(keep):]
         if self.as_bytes:
             keep, secret = keep.decode("latin-1"), secret.decode("latin-1")
-        return keep + MARKER.format(self._kind_of(secret, kind))
+        prefix: str = keep  # text in both modes by now
+        return prefix + MARKER.format(self._kind_of(secret, kind))
 
     def _alternative(self, match: re.Match[Any]) -> int:
         return next(i for i in range(len(self.kinds)) if match.group(f"a{i}") is not None)
@@ -264,6 +265,7 @@ class Redactor:
                 chunk = src.read(CHUNK_BYTES)
                 buf = carry + chunk
                 limit = max(0, len(buf) - OVERLAP_BYTES) if chunk else None
+                out: bytes
                 out, cut = self._bytes.sub(buf, limit)
                 changed |= out != buf[:cut]
                 dst.write(out)

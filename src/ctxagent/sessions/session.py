@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 
 from ctxagent.errors import SessionBusyError, UsageError
 from ctxagent.sessions.store import OutputStore
@@ -196,7 +196,20 @@ def latest_session() -> Session:
     return found[0]
 
 
-def list_facts(session: Session) -> dict[str, Any]:
+class ListFacts(TypedDict):
+    """What ``sessions list`` shows of a session (:func:`list_facts`)."""
+
+    created: float | None
+    model: str | None
+    profile: str | None
+    turns: int
+    messages: int
+    tokens: int
+    cost_usd: float | None
+    status: str
+
+
+def list_facts(session: Session) -> ListFacts:
     """What ``sessions list`` shows of ``session``, read cheaply whatever the transcript's size:
     the header (line 1), the last records (:meth:`Transcript.tail`: turns, messages, status) and
     the totals of the usage and settings records (:func:`totals`: each byte read once, then
@@ -241,6 +254,7 @@ def summarize(records_: list[Any]) -> dict[str, Any]:
     messages = [r for r in records_ if isinstance(r, records.MessageRecord)]
     usage = [r for r in records_ if isinstance(r, records.UsageRecord)]
     status = status_of(records_)
+    priced = [u.cost_usd for u in usage if u.cost_usd is not None]
     return {
         "created": head.ts if head else None,
         "model": model,
@@ -248,8 +262,7 @@ def summarize(records_: list[Any]) -> dict[str, Any]:
         "turns": max((m.turn for m in messages), default=0),
         "messages": len(messages),
         "tokens": sum(u.prompt_tokens + u.completion_tokens for u in usage),
-        "cost_usd": round(sum(u.cost_usd for u in priced), 6)
-        if (priced := [u for u in usage if u.cost_usd is not None]) else None,
+        "cost_usd": round(sum(priced), 6) if priced else None,
         "status": status,
     }
 
@@ -297,13 +310,13 @@ def totals(path: Path) -> Totals:
     return found
 
 
-def _line_end(fh: Any, offset: int) -> bool:
+def _line_end(fh: BinaryIO, offset: int) -> bool:
     """Whether byte ``offset - 1`` of ``fh`` is a newline (a line boundary of the file as it is)."""
     fh.seek(offset - 1)
     return fh.read(1) == b"\n"
 
 
-def _count(fh: Any, found: Totals) -> None:
+def _count(fh: BinaryIO, found: Totals) -> None:
     """Add the usage and settings records of the whole lines from ``fh``'s position to ``found``."""
     from ctxagent.sessions import records
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from ctxagent.messages import Message
 from ctxagent.tokens import PER_REQUEST
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -61,12 +63,12 @@ class EntryMemo:
         self.limit = limit
         self._items: dict[tuple[int, Any], tuple[Entry, Any]] = {}
 
-    def get(self, entry: Entry, key: Any, compute: Callable[[], Any]) -> Any:
+    def get(self, entry: Entry, key: Any, compute: Callable[[], T]) -> T:
         """``compute()`` for (``entry``, ``key``), from memory when it was computed before."""
         slot = (id(entry), key)
         hit = self._items.get(slot)
         if hit is not None and hit[0] is entry:
-            return hit[1]
+            return cast(T, hit[1])  # one key, one computation: the value compute() returned before
         value = compute()
         if len(self._items) >= self.limit:
             self._items.clear()
@@ -88,12 +90,12 @@ class ViewMemo:
         self.limit = limit
         self._items: dict[tuple[int, Any], tuple[Sequence[Any], int, Any]] = {}
 
-    def get(self, view: Sequence[Any], key: Any, compute: Callable[[], Any]) -> Any:
+    def get(self, view: Sequence[Any], key: Any, compute: Callable[[], T]) -> T:
         """``compute()`` for (``view``, ``key``), from memory when it was computed before."""
         slot = (id(view), key)
         hit = self._items.get(slot)
         if hit is not None and hit[0] is view and hit[1] == len(view):
-            return hit[2]
+            return cast(T, hit[2])  # one key, one computation: the value compute() returned before
         value = compute()
         if len(self._items) >= self.limit:
             self._items.clear()
@@ -228,7 +230,7 @@ def groups(view: Sequence[Entry]) -> list[list[int]]:
     every other message is a unit alone. Returned oldest first (remembered per view: do not
     change the lists).
     """
-    return VIEW_MEMO.get(view, "groups", lambda: _groups(view))  # type: ignore[no-any-return]
+    return VIEW_MEMO.get(view, "groups", lambda: _groups(view))
 
 
 def _groups(view: Sequence[Entry]) -> list[list[int]]:

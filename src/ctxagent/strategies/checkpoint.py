@@ -49,13 +49,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from ctxagent.messages import Message
+from ctxagent.messages import Message, one_line
 from ctxagent.strategies.base import Entry, Outcome, StrategyContext
 from ctxagent.strategies.common import (
     calls_of_results,
     content_of,
     nothing_new,
-    one_line,
     pins_in,
     replace_runs,
     runs_to_compact,

@@ -76,9 +76,9 @@ def keep_pins(view: Sequence[Entry], outcome: Outcome, ctx: StrategyContext) -> 
     compactions = [fixed.get((c.start, c.end), c) for c in outcome.compactions]
     new_view = []
     for entry in outcome.view:
-        comp = fixed.get((entry.start, entry.end))
-        if comp is not None and entry.kind == comp.strategy:
-            entry = Entry(comp.message, comp.tokens, entry.start, entry.end, entry.turn, entry.kind, entry.handle,
+        done = fixed.get((entry.start, entry.end))
+        if done is not None and done.message is not None and entry.kind == done.strategy:  # fixed: all have one
+            entry = Entry(done.message, done.tokens, entry.start, entry.end, entry.turn, entry.kind, entry.handle,
                           entry.offloaded, entry.refs, entry.quotes)
         new_view.append(entry)
     return Outcome(new_view, compactions, outcome.offloads)
@@ -95,7 +95,7 @@ def pins_present(view: Sequence[Entry], pins: Sequence[str]) -> set[str]:
 def calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
     """For each tool-result index of ``view``, its call, looked up in the preceding assistant message
     (remembered per view: do not change the dict)."""
-    return VIEW_MEMO.get(view, "calls", lambda: _calls_of_results(view))  # type: ignore[no-any-return]
+    return VIEW_MEMO.get(view, "calls", lambda: _calls_of_results(view))
 
 
 def _calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
@@ -122,7 +122,7 @@ def follow_calls(calls: dict[Any, dict[str, Any]], entry: Entry) -> tuple[dict[A
 
 def calls_by_id(entry: Entry) -> dict[Any, dict[str, Any]]:
     """The tool calls of an assistant message entry by call id (remembered per entry)."""
-    return MEMO.get(entry, "calls", lambda: {c.get("id"): c for c in entry.message.get("tool_calls", ())})  # type: ignore[no-any-return]
+    return MEMO.get(entry, "calls", lambda: {c.get("id"): c for c in entry.message.get("tool_calls", ())})
 
 
 def call_name(call: dict[str, Any] | None) -> str:

@@ -39,13 +39,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from ctxagent.messages import one_line
 from ctxagent.strategies.base import Entry, Outcome, StrategyContext
 from ctxagent.strategies.checkpoint import parse_json_object, place
 from ctxagent.strategies.common import (
     calls_of_results,
     content_of,
     nothing_new,
-    one_line,
     pins_in,
     runs_to_compact,
     short_call,

@@ -49,7 +49,7 @@ from ctxagent.strategies.common import (
 )
 
 
-def stub(entry: Entry, call: dict | None, pins: tuple[str, ...]) -> str:
+def stub(entry: Entry, call: dict[str, Any] | None, pins: tuple[str, ...]) -> str:
     """The one-line stub of a masked tool result (plus ``[pinned]`` lines for its pinned facts)."""
     handle = handle_of(entry)
     line = (

@@ -40,9 +40,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
-from ctxagent.messages import Message
+from ctxagent.messages import Message, one_line
 from ctxagent.strategies.base import MEMO, Entry, Fold, Outcome, StrategyContext, groups
 from ctxagent.strategies.common import (
     call_name,
@@ -50,7 +51,6 @@ from ctxagent.strategies.common import (
     content_of,
     follow_calls,
     handle_of,
-    one_line,
     refs_of,
     replaced,
     short_call,
@@ -83,7 +83,7 @@ def status_of(content: str) -> int | None:
 
 def is_dead(entry: Entry, max_tokens: int = 200) -> bool:
     """Whether a tool result found nothing or failed (see the module docstring). Memoized per entry."""
-    return MEMO.get(entry, ("is_dead", max_tokens), lambda: _is_dead(entry, max_tokens))  # type: ignore[no-any-return]
+    return MEMO.get(entry, ("is_dead", max_tokens), lambda: _is_dead(entry, max_tokens))
 
 
 def _is_dead(entry: Entry, max_tokens: int) -> bool:
@@ -173,7 +173,7 @@ class Prune:
             entries = [view[i] for i in run]
             results = [i for i in run if view[i].role == "tool"]
             out[run[0]] = MEMO.get(entries[0], (self.name, *map(id, entries), ctx.pins, ctx.model),
-                                   lambda r=run, es=entries: self._note_entry(view, r, es, calls, ctx))
+                                   partial(self._note_entry, view, run, entries, calls, ctx))
             for i in run[1:]:
                 out[i] = None
             offloads.extend(view[i] for i in results)
@@ -181,7 +181,7 @@ class Prune:
         for index in sorted(dead - in_whole):
             entry, call = view[index], calls.get(index)
             new = MEMO.get(entry, (self.name, id(call), ctx.pins, ctx.model),
-                           lambda e=entry, c=call: self._stub(e, c, ctx))
+                           partial(self._stub, entry, call, ctx))
             if new is not None:
                 out[index] = new
                 offloads.append(entry)

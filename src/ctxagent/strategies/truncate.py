@@ -85,7 +85,7 @@ class Truncate:
         and that total (tokens, notes not counted)."""
         units = groups(view)
         keep = protected(view) | _users_kept(view, float(ctx.params.get("keep_user_tokens", 0.1)) * ctx.budget.window)
-        total = ctx.budget.total(view)
+        total: float = ctx.budget.total(view)
         dropped: set[int] = set()
         for unit in (u for u in units[:-1] if not keep.intersection(u)):
             if total <= aim:

@@ -280,7 +280,7 @@ class Gate:
             self.always.add(tool.name)  # 'always' to writing a hook covers this tool's ordinary writes too
         return refusal
 
-    def _record(self, tool: Tool, arguments: Mapping[str, Any], where: str, answer: str, call_id: str,
+    def _record(self, tool: Tool, arguments: Mapping[str, Any], where: str, answer: Answer, call_id: str,
                 turn: int) -> None:
         from ctxagent.sessions.records import PermissionRecord
 

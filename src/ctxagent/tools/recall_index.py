@@ -73,7 +73,7 @@ class Index:
     partial: set[str] = field(default_factory=set)  # handles of outputs searched only in part
     read_bytes: int = 0  # bytes of outputs indexed
     turns: dict[str, int] = field(default_factory=dict)  # handle -> turn of its tool message
-    own: set[str] = field(default_factory=set)  # recall's own call ids and result handles (not searched)
+    own: set[str | None] = field(default_factory=set)  # recall's own call ids and result handles (not searched)
     bm25: Any = None  # bm25s.BM25 over docs, None when stale
     vectors: dict[int, Any] = field(default_factory=dict)  # doc index -> embedding
     vector_model: str | None = None
@@ -163,7 +163,8 @@ def _read_outputs(index: Index, ctx: ToolContext) -> bool:
 def _tool_of(store: OutputStore, handle: str) -> str | None:
     """The tool that made ``handle``'s output, from its metadata sidecar (None when unknown)."""
     try:
-        return json.loads(store.meta_path(handle).read_text(encoding="utf-8")).get("tool")
+        tool: str | None = json.loads(store.meta_path(handle).read_text(encoding="utf-8")).get("tool")
+        return tool
     except (OSError, ValueError, AttributeError):
         return None
 
@@ -195,7 +196,8 @@ def chunks(text: str) -> list[tuple[int, int, str]]:
     if lines and lines[-1] == "":
         lines.pop()
     out: list[tuple[int, int, str]] = []
-    first, piece, size = 1, [], 0
+    piece: list[str] = []
+    first, size = 1, 0
     for number, line in enumerate(lines, 1):
         if piece and (len(piece) == CHUNK_LINES or size + len(line) > CHUNK_CHARS):
             out.append((first, number - 1, "\n".join(piece)))

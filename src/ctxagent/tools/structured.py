@@ -12,9 +12,8 @@ from typing import Any
 
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
-from ctxagent.tools.offload import file_stats
 from ctxagent.tools.outputs import ref_of
-from ctxagent.tools.preview import plural
+from ctxagent.tools.preview import file_stats, plural
 
 MAX_QUERY_MATCHES = 200  # matches query_output lists
 VALUE_MAX_CHARS = 20_000  # characters of one matched value shown by query_output
@@ -62,7 +61,7 @@ def query_output(ctx: ToolContext, handle: str, path: str) -> str:
 
 def _jsonpath(path: str) -> Any:
     """The parsed JSONPath (jsonpath-ng, extended syntax); ``ToolError`` naming the problem."""
-    from jsonpath_ng.ext import parse
+    from jsonpath_ng.ext.parser import parse
 
     if not path.strip():
         raise ToolError("empty JSON path; examples: $.key, $.items[0], $.items[*].name, $..price")

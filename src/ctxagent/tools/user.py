@@ -60,7 +60,8 @@ def make_tool(fn: Callable[..., Any], *, name: str | None = None, description: s
     Raises ``UsageError`` when ``fn`` cannot be a tool (``*args``/``**kwargs``, positional-only
     parameters, a name providers refuse).
     """
-    tool_name = name or getattr(fn, "__name__", "")
+    fn_name: str = getattr(fn, "__name__", "")
+    tool_name = name or fn_name
     if not NAME_RE.match(tool_name):
         raise UsageError(f"cannot make a tool of {fn!r}: its name {tool_name!r} must be 1-64 letters, digits, "
                          "'_' or '-'")
