@@ -82,14 +82,27 @@ def run(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext
     if not first.compactions:
         return first
     batched = [s for s in steps if getattr(registry.get(s.strategy), "batched", False)]
-    if not batched:
-        return first
     broken_from = min(c.start for c in first.compactions)
-    if broken_from >= ctx.free_from:
-        return first
-    second = _run_steps(first.view, batched, replace(ctx, free_from=broken_from))
+    result = first
+    if batched and broken_from < ctx.free_from:
+        second = _run_steps(first.view, batched, replace(ctx, free_from=broken_from))
+        result = _joined(first, second)
+    if _over_a_trigger(result.view, steps, ctx):  # a later step grew the view (dedupe's repeated-call flag)
+        result = _joined(result, _run_steps(result.view, steps, ctx))  # past a trigger an earlier one checked
+    return result
+
+
+def _joined(first: Outcome, second: Outcome) -> Outcome:
+    """The outcome of ``first`` then ``second`` (run on ``first.view``)."""
     return Outcome(second.view, [*first.compactions, *second.compactions], [*first.offloads, *second.offloads],
                    [*first.warnings, *second.warnings])
+
+
+def _over_a_trigger(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> bool:
+    """Whether a step that runs over a trigger (not on every request, not on a turn count) would fire
+    on ``view``: then the pipeline's result is not what a fresh build of it would send (IDENTITY)."""
+    return any(fires(step, view, replace(ctx, params=step.params()), ctx.budget.trigger) for step in steps
+               if step.trigger != 0 and not step.every_turns)
 
 
 def _run_steps(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
