@@ -33,6 +33,22 @@ def _close_servers():
     hub.close_all()
 
 
+@pytest.fixture
+def http_url():
+    """The demo server over streamable HTTP on a free 127.0.0.1 port; its URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = subprocess.Popen([sys.executable, str(DEMO), "http", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        _wait_port(port)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
 def mcp_config(tmp_path: Path, *extra: str, name: str = "demo", **options: object) -> Path:
     server = {"command": sys.executable, "args": [str(DEMO), "stdio", *extra], **options}
     path = tmp_path / f"mcp-{name}.json"
@@ -176,27 +192,17 @@ def _alive(pid: int) -> bool:
     return not (status.exists() and status.read_text().split()[2] == "Z")  # a zombie is dead
 
 
-def test_streamable_http_server_with_a_header_from_the_environment(tmp_path, monkeypatch):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, str(DEMO), "http", str(port)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        _wait_port(port)
-        monkeypatch.setenv("DEMO_TOKEN", "s3cr3t-token-value")
-        config = tmp_path / "http.json"
-        config.write_text(json.dumps({"mcpServers": {"web": {
-            "url": f"http://127.0.0.1:{port}/mcp", "headers": {"Authorization": "Bearer ${DEMO_TOKEN}"}}}}))
-        result = run(tmp_path, [{"tool_calls": [call("h", "web__digest", text="hello")]}, "done"],
-                     "--mcp-config", str(config), "-p", profile(tmp_path))
-        assert result["status"] == "answered"
-        assert tool_results("m")["h"].startswith("received 5 characters")
-        text = Session.at("m").transcript.path.read_text()
-        assert "s3cr3t-token-value" not in text and str(config) in text  # the path is kept, not the values
-    finally:
-        server.terminate()
-        server.wait(10)
+def test_streamable_http_server_with_a_header_from_the_environment(tmp_path, monkeypatch, http_url):
+    monkeypatch.setenv("DEMO_TOKEN", "s3cr3t-token-value")
+    config = tmp_path / "http.json"
+    config.write_text(json.dumps({"mcpServers": {"web": {
+        "url": http_url, "headers": {"Authorization": "Bearer ${DEMO_TOKEN}"}}}}))
+    result = run(tmp_path, [{"tool_calls": [call("h", "web__digest", text="hello")]}, "done"],
+                 "--mcp-config", str(config), "-p", profile(tmp_path))
+    assert result["status"] == "answered"
+    assert tool_results("m")["h"].startswith("received 5 characters")
+    text = Session.at("m").transcript.path.read_text()
+    assert "s3cr3t-token-value" not in text and str(config) in text  # the path is kept, not the values
 
 
 def _wait_port(port: int) -> None:
@@ -345,23 +351,13 @@ def test_a_binary_handle_reaches_a_string_parameter_as_base64_and_clashing_names
     assert results["d1"] in ("dotted", "underscored")
 
 
-def test_an_http_result_over_one_mib_is_offloaded_not_taken_for_a_crash(tmp_path):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, str(DEMO), "http", str(port)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    try:
-        _wait_port(port)
-        config = tmp_path / "http.json"
-        config.write_text(json.dumps({"mcpServers": {"web": {"url": f"http://127.0.0.1:{port}/mcp"}}}))
-        result = run(tmp_path, [{"tool_calls": [call("h", "web__big", lines=30_000)]},
-                                {"tool_calls": [call("w", "web__whoami")]}, "done"],
-                     "--mcp-config", str(config), "-p", profile(tmp_path))
-        assert result["status"] == "answered"
-        outputs = {r.handle: r for r in transcript("m") if isinstance(r, records.OutputRecord)}
-        assert outputs["@h"].bytes > 1_600_000
-        assert tool_results("m")["w"].startswith("pid ")
-    finally:
-        server.terminate()
-        server.wait(10)
+def test_an_http_result_over_one_mib_is_offloaded_not_taken_for_a_crash(tmp_path, http_url):
+    config = tmp_path / "http.json"
+    config.write_text(json.dumps({"mcpServers": {"web": {"url": http_url}}}))
+    result = run(tmp_path, [{"tool_calls": [call("h", "web__big", lines=30_000)]},
+                            {"tool_calls": [call("w", "web__whoami")]}, "done"],
+                 "--mcp-config", str(config), "-p", profile(tmp_path))
+    assert result["status"] == "answered"
+    outputs = {r.handle: r for r in transcript("m") if isinstance(r, records.OutputRecord)}
+    assert outputs["@h"].bytes > 1_600_000
+    assert tool_results("m")["w"].startswith("pid ")
