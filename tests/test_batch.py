@@ -107,3 +107,42 @@ def test_ctrl_c_stops_the_running_tasks_and_the_same_command_finishes_them(tmp_p
     out = batch(tmp_path, str(tasks), "--workers", "2", "--allow", "shell")
     assert out.returncode == 0, out.stderr
     assert {r["status"] for r in results(out.stdout).values()} == {"answered"}
+
+
+def test_a_line_that_now_holds_another_task_is_refused_not_given_the_old_answer(tmp_path):
+    """Regressions (trial): a line inserted above others shifted every default session name, and the
+    re-run reported the old answers for the new tasks; a task starting with '-' was read as an
+    option; a NUL in a task crashed the whole batch."""
+    ok = script(tmp_path / "ok.yaml", ["answer"])
+    tasks = write_tasks(tmp_path / "t.jsonl", [{"task": "question A", "model": ok}])
+    assert batch(tmp_path, str(tasks)).returncode == 0
+    write_tasks(tasks, [{"task": "question NEW", "model": ok}, {"task": "question A", "model": ok},
+                        {"task": "-v: what does this flag do?", "model": ok, "session": "dash"},
+                        {"task": "nul\u0000here", "model": ok}])
+    out = batch(tmp_path, str(tasks))
+    got = results(out.stdout)
+    assert got["t-1"]["status"] == "usage_error" and "holds another task ('question A')" in got["t-1"]["error"]
+    assert got["t-2"]["status"] == "answered" and not got["t-2"]["skipped"]
+    assert got["dash"]["status"] == "answered"
+    assert got["t-4"]["status"] == "usage_error" and "t.jsonl:4: task" in got["t-4"]["error"]
+    assert all("resumed" in r and "skipped" in r for r in got.values())
+
+
+def test_sigterm_stops_the_tasks_of_a_batch_started_in_the_background_of_a_script(tmp_path):
+    """Regression (trial): a shell starts background jobs with SIGINT ignored, and the tasks inherit
+    that, so forwarding SIGINT stopped nothing; the tasks now get SIGTERM."""
+    slow = script(tmp_path / "slow.yaml", [{"tool_calls": [call("s", "shell", command="sleep 30")]}, "woke"])
+    tasks = write_tasks(tmp_path / "t.jsonl", [{"task": f"t{i}", "model": slow} for i in range(2)])
+    proc = subprocess.Popen([sys.executable, "-m", "ctxagent", "batch", str(tasks), "--allow", "shell"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # as `cmd &`
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(Session.at(f"t-{i}").exists() for i in (1, 2)):
+        time.sleep(0.1)
+    time.sleep(1.5)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - started < 15
+    assert {r["status"] for r in results(out).values()} == {"interrupted"}

@@ -87,7 +87,8 @@ def batch(
         def emit(result: dict[str, Any]) -> None:
             tally.add(result)
             tally.running = pool.running
-            print(json.dumps(result, ensure_ascii=False), flush=True)
+            sys.stdout.write(json.dumps(result, ensure_ascii=False) + "\n")
+            sys.stdout.flush()
             show(f"{result['session']} {result.get('status')}")
 
         interrupted = pool.run(tasks, emit)
@@ -106,7 +107,8 @@ def _progress(tally: Any) -> Iterator[Callable[[str], None]]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
+                  TimeElapsedColumn(), console=Console(stderr=True), transient=True,
+                  redirect_stdout=False, redirect_stderr=False) as bar:  # results go to stdout, whole
         task = bar.add_task(tally.line(), total=tally.total)
 
         def show(event: str) -> None:

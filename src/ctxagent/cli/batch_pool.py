@@ -2,8 +2,8 @@
 
 A thread per worker starts one process and waits for it; the main thread collects results in the
 order tasks end, prints each as one JSON line on stdout, and keeps the progress on stderr. On Ctrl-C
-or SIGTERM no task starts any more, each running process gets SIGINT (a run's Ctrl-C: it records
-an ``interrupted`` end and exits 130), and the pool waits for them.
+or SIGTERM no task starts any more, each running process gets SIGTERM (which a run handles as
+Ctrl-C: it records an ``interrupted`` end and exits 130), and the pool waits for them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxagent.cli.batch_tasks import STDERR_KEPT, Task, command_for, last_answer, status_of
+from ctxagent.cli.batch_tasks import STDERR_KEPT, Task, command_for, last_answer, other_task, status_of
 
 INTERRUPTED_EXIT = 130
 
@@ -104,20 +104,23 @@ class Pool:
             return len(self._procs)
 
     def stop(self) -> None:
-        """Start nothing more; SIGINT to every running task (each records ``interrupted``)."""
+        """Start nothing more; SIGTERM to every running task, which a run handles as Ctrl-C (each
+        records ``interrupted``). Not SIGINT: a batch started with ``&`` from a script passes its
+        tasks SIGINT ignored, as shells do for background jobs."""
         self.stopping.set()
         with self._lock:
             for proc in self._procs:
                 if proc.poll() is None:
-                    proc.send_signal(signal.SIGINT)
+                    proc.send_signal(signal.SIGTERM)
 
     def one(self, task: Task) -> dict[str, Any]:
         """Run ``task`` (or report it: a bad line, an answered session) and return its result object."""
-        base = {"line": task.line, "session": task.session}
-        if task.error is not None:
-            return {**base, "status": "usage_error", "error": task.error, "exit_code": 2, "skipped": False,
+        base = {"line": task.line, "session": task.session, "resumed": False}
+        status = status_of(task.session) if task.error is None else None
+        error = task.error or (other_task(task) if status not in (None, "new") else None)
+        if error is not None:
+            return {**base, "status": "usage_error", "error": error, "exit_code": 2, "skipped": False,
                     "is_error": True}
-        status = status_of(task.session)
         if status == "answered":
             return {**base, "status": "answered", "answer": last_answer(task.session), "exit_code": 0,
                     "skipped": True, "is_error": False}
@@ -138,7 +141,8 @@ class Pool:
         if result is None:
             result = {"status": "error", "error": (err or "no output").strip()[-STDERR_KEPT:], "is_error": True}
         return {**result, **base, "exit_code": proc.returncode, "skipped": False,
-                "resumed": status not in (None, "new"), "wall_s": round(time.monotonic() - started, 3)}
+                "resumed": status not in (None, "new") and result.get("status") != "session_busy",
+                "wall_s": round(time.monotonic() - started, 3)}
 
 
 def _parsed(out: str) -> dict[str, Any] | None:

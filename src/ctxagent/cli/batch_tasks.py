@@ -25,8 +25,8 @@ class TaskLine(BaseModel):
     the 1-based line number), so the same file names the same sessions every time. The other keys
     are ``ctxagent run``'s options for this task (over the command line's)."""
 
-    model_config = ConfigDict(extra="forbid")
-    task: str = Field(min_length=1)
+    model_config = ConfigDict(extra="forbid", strict=True)  # "3" is not a number, "yes" not a boolean
+    task: str = Field(min_length=1, pattern=r"^[^\x00]*$")  # a NUL cannot be a command-line argument
     session: str | None = None
     workdir: str | None = None
     model: str | None = None
@@ -119,11 +119,12 @@ def _first_error(err: Exception) -> str:
 def command_for(task: Task, status: str | None) -> list[str]:
     """The ``ctxagent`` command line of ``task``: ``run`` for a new session, ``resume`` for one that
     exists (``status``: how it stands), ``--batch --json`` always."""
-    verb = ["run", task.text] if status in (None, "new") else ["resume"]
     flags = [part for key, value in task.options.items() if value is not None and key in OPTION_FLAGS
              for part in (OPTION_FLAGS[key], str(value))]
     flags += [flag for key, flag in SWITCHES.items() if task.options.get(key)]
-    return [sys.executable, "-m", "ctxagent", *verb, "--session", task.session, "--batch", "--json", *flags]
+    head = [sys.executable, "-m", "ctxagent", "run" if status in (None, "new") else "resume", "--session",
+            task.session, "--batch", "--json", *flags]
+    return [*head, "--", task.text] if status in (None, "new") else head  # a task may start with "-"
 
 
 def status_of(name: str) -> str | None:
@@ -132,6 +133,24 @@ def status_of(name: str) -> str | None:
 
     session = Session.at(name)
     return list_facts(session)["status"] if session.exists() else None
+
+
+def other_task(task: Task) -> str | None:
+    """Why ``task``'s existing session cannot be its session: it holds another task (a line was
+    inserted or reworded since the session ran; its answer would be reported for this line).
+    None when the session's first user message is this task."""
+    from ctxagent.sessions import records
+    from ctxagent.sessions.session import Session
+    from ctxagent.tools.clean import plain
+
+    for record in Session.at(task.session).transcript.records():
+        if isinstance(record, records.MessageRecord) and record.message.get("role") == "user":
+            held, asked = str(record.message.get("content") or ""), plain(task.text)  # as `run` records it
+            if held == asked:
+                return None
+            return (f"line {task.line}: session {task.session!r} holds another task ({held[:80]!r}); give this "
+                    "line its own \"session\", or delete that session")
+    return None
 
 
 def last_answer(name: str) -> str | None:
