@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         err.print("[bold]issue 14: ctxagent batch with 1, 2 and 4 workers (benchmarks/batch.py)[/bold]")
         from benchmarks import batch
 
-        results["batch"] = batch.run(args.quick)
+        results["batch"] = batch.run(args.quick, tasks=40)  # 200 (the issue's count): python -m benchmarks.batch
     if "startup" not in args.skip:
         err.print("[bold]issue 16: a one-turn run on the real litellm path (benchmarks/startup.py)[/bold]")
         from benchmarks import startup
