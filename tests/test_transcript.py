@@ -100,3 +100,23 @@ def test_list_and_summarize_newest_first():
     assert [s.name for s in list_sessions()] == ["two", "one"]
     facts = summarize(Session.at("one").transcript.load())
     assert (facts["turns"], facts["tokens"], facts["status"]) == (1, 15, "answered")
+
+
+def test_a_kill_during_the_first_append_never_leaves_an_empty_transcript(tmp_path, monkeypatch):
+    """Regression (the crash harness): a kill between creating transcript.jsonl and writing its
+    header left an empty file, which resume refuses; the first lines now appear by a rename."""
+    import os as os_module
+
+    transcript = Transcript(tmp_path / "transcript.jsonl")
+    header = records.SessionHeader(name="s", model="m", profile="default", context_window=1000)
+
+    def killed(fd: int) -> None:
+        raise KeyboardInterrupt  # the process dies before the data is durable
+
+    monkeypatch.setattr(os_module, "fsync", killed)
+    with pytest.raises(KeyboardInterrupt):
+        transcript.append([header])
+    assert not transcript.path.exists()
+    monkeypatch.undo()
+    transcript.append([header])
+    assert transcript.path.read_text().count("\n") == 1 and oct(transcript.path.stat().st_mode & 0o777) == "0o600"

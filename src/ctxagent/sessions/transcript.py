@@ -146,10 +146,23 @@ class Transcript:
         text = "".join(redact.dumps(r, redactor) + "\n" for r in items)
         if not text:
             return
+        if not self.path.exists():  # the first lines: the file appears whole or not at all
+            self._create(text)
+            return
         with open(self.path, "a", encoding="utf-8", opener=_private) as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
+
+    def _create(self, text: str) -> None:
+        """Write the transcript's first lines to a temporary file, fsync it, then rename it into
+        place: a kill cannot leave an empty transcript (which resume rightly refuses) behind."""
+        part = self.path.with_name(f".{self.path.name}.new")
+        with open(part, "w", encoding="utf-8", opener=_private) as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(part, self.path)
 
 
 def _lines(fh: Any, transcript: Transcript, repair: bool) -> Iterator[tuple[int, bytes]]:
