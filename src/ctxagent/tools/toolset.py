@@ -76,8 +76,9 @@ class Toolset:
     def specs(self, loaded: Sequence[str] = ()) -> list[dict[str, Any]]:
         """The OpenAI-format schemas sent with each request: every tool not deferred, in order,
         then the deferred ones ``loaded`` by ``find_tools`` calls, in the order they were loaded."""
-        shown = [tool.spec() for tool in self.tools.values() if tool.name not in self.deferred]
-        return shown + [self.tools[name].spec() for name in loaded if name in self.deferred]
+        deferred = set(self.deferred)
+        shown = [tool.spec() for tool in self.tools.values() if tool.name not in deferred]
+        return shown + [self.tools[name].spec() for name in loaded if name in deferred]
 
     def groups(self) -> list[str]:
         """The MCP servers the tools come from (names ``--allow`` accepts besides tools and kinds)."""
