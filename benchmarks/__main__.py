@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+SELF_RENDERING = (("quality", "quality"), ("delegation", "delegation"), ("mcp", "mcp_workflows"),
+                  ("lessons", "lessons"), ("batch", "batch"), ("startup", "startup"))  # result key, module
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
@@ -282,30 +284,9 @@ def render(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                        f"loop at turns {rc['loop_turns'][0]}-{rc['loop_turns'][1]})", *report.dedupe_rows(rc)))
     if "handles" in results:
         tables.append(("Workloads 2+3: grid pipeline and extraction", *report.handles_rows(results["handles"])))
-    if "quality" in results:
-        from benchmarks import quality
-
-        tables += quality.tables(results["quality"])
-    if "delegation" in results:
-        from benchmarks import delegation
-
-        tables += delegation.tables(results["delegation"])
-    if "mcp" in results:
-        from benchmarks import mcp_workflows
-
-        tables += mcp_workflows.tables(results["mcp"])
-    if "lessons" in results:
-        from benchmarks import lessons
-
-        tables += lessons.tables(results["lessons"])
-    if "batch" in results:
-        from benchmarks import batch
-
-        tables += batch.tables(results["batch"])
-    if "startup" in results:
-        from benchmarks import startup
-
-        tables += startup.tables(results["startup"])
+    for key, module in SELF_RENDERING:
+        if key in results:
+            tables += importlib.import_module(f"benchmarks.{module}").tables(results[key])
     if "scale" in results:
         tables.append(("Workload 6: scale", *report.scale_rows(results["scale"])))
     if results.get("live", {}).get("configs"):

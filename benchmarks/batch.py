@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from benchmarks import report
+
 WORKERS = (1, 2, 4)
 
 
@@ -90,11 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    title, header, rows = tables(data)[0]
-    print(title)
-    print("| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print(report.titled(tables(data)))
     return 0
 
 

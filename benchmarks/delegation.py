@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
+
 CHILDREN, PER_REPLY, RESULT_ROWS = 20, 5, 5_000  # ~55,000 tokens per result
 INLINE = "tool_result_limit: 10000000\ntool_result_fraction: 0.9\ndelegate:\n  result_max_tokens: 10000000\n"
 CONFIGS = {  # name: (profile YAML added, delegate calls per orchestrator reply)
@@ -164,9 +166,7 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
 
 def markdown(data: dict[str, Any]) -> str:
     """The results as a Markdown table."""
-    title, header, rows = tables(data)[0]
-    lines = [f"**{title}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)])
+    return report.titled(tables(data))
 
 
 def main(argv: list[str] | None = None) -> None:

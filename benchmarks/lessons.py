@@ -32,6 +32,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
+
 TOOL = """#!/bin/sh
 sub=$1; target=$2; shift 2
 case $sub in
@@ -162,9 +164,7 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
 
 def markdown(data: dict[str, Any]) -> str:
     """The results as a Markdown table, and per task the calls of each configuration."""
-    title, header, rows = tables(data)[0]
-    lines = [f"**{title}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-             *("| " + " | ".join(row) + " |" for row in rows), ""]
+    lines = [report.titled(tables(data)), ""]
     off, on = data["rows"]
     lines += ["| task | calls, no lessons | calls, lessons | lessons shown |", "|---|---|---|---|"]
     lines += [f"| {a['task']} | {a['calls']} | {b['calls']} | {b['lessons_shown']} |"

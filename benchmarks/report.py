@@ -200,6 +200,11 @@ def markdown(header: Sequence[str], cells: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def titled(tables: Sequence[tuple[str, Sequence[str], Sequence[Sequence[str]]]]) -> str:
+    """``(title, header, rows)`` tables as Markdown, each under its bold title."""
+    return "\n\n".join(f"**{title}**\n\n{markdown(header, rows)}" for title, header, rows in tables)
+
+
 def rich_table(title: str, header: Sequence[str], cells: Sequence[Sequence[str]]) -> Any:
     from rich.table import Table
 

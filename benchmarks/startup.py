@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import report
+
 
 def _timed(args: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Seconds until the first stdout line, and until exit, of ``args``."""
@@ -90,10 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps(data, indent=1))
         return
-    title, header, rows = tables(data)[0]
-    print(f"**{title}**\n\n| " + " | ".join(header) + " |\n|" + "---|" * len(header))
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print(report.titled(tables(data)))
 
 
 if __name__ == "__main__":
