@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 	else \
 	  $(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'; \
 	fi
+	$(BIN)/python -m compileall -q src/ctxagent > /dev/null  # as a wheel install does (PYTHONDONTWRITEBYTECODE=1 here)
 	touch $(STAMP)
 
 test: setup

@@ -38,13 +38,14 @@ def _bundled_tokenizer_dir() -> str | None:
 
 @functools.cache
 def encoding(name: str = "o200k_base") -> Any:
-    """The tiktoken encoding ``name``, loaded from litellm's bundled copy when offline."""
-    import tiktoken
+    """The tiktoken encoding ``name``, loaded from litellm's bundled copy when offline (through
+    :mod:`ctxagent.bpe_cache`, which keeps the parsed file between processes)."""
+    from ctxagent import bpe_cache
 
     bundled = _bundled_tokenizer_dir()
     if bundled and not os.environ.get("TIKTOKEN_CACHE_DIR"):
         os.environ["TIKTOKEN_CACHE_DIR"] = bundled
-    return tiktoken.get_encoding(name)
+    return bpe_cache.encoding(name, os.environ.get("TIKTOKEN_CACHE_DIR"))
 
 
 def encoding_for(model: str) -> str:
