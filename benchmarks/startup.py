@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import pairs as pairs_
 from benchmarks import report
 
 
@@ -74,7 +75,11 @@ def run(quick: bool = False, pairs: int | None = None) -> dict[str, Any]:
             scripted.append(_timed([*ctx, "--model", f"scripted:{script}", "hi"], env)[1])
     own = statistics.median(answers) - statistics.median(imports)
     after = statistics.median(exits)
-    return {"pairs": pairs, "import_litellm_s": round(statistics.median(imports), 3),
+    helped = pairs_.paired(pairs_.command([sys.executable, "-c", "import typer"]),
+                           pairs_.command([sys.executable, "-m", "ctxagent", "--help"]), max(pairs, 7))
+    return {"help": {"typer_s": round(helped.a_s, 4), "help_s": round(helped.b_s, 4), "n": helped.n,
+                     "ratio": round(helped.ratio, 3)},
+            "pairs": pairs, "import_litellm_s": round(statistics.median(imports), 3),
             "answer_s": round(statistics.median(answers), 3), "own_s": round(own, 3),
             "exit_after_answer_s": round(after, 3), "scripted_run_s": round(statistics.median(scripted), 3),
             "own_target_met": own <= 0.5, "exit_target_met": after <= 0.2}
@@ -89,8 +94,11 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
             ["exit after the answer", f"{data['exit_after_answer_s']:.2f} s",
              "met" if data["exit_target_met"] else "not met (goal 0.2 s)"],
             ["one-turn run, scripted model (no litellm)", f"{data['scripted_run_s']:.2f} s", ""]]
+    helped = pairs_.Paired(data["help"]["typer_s"], data["help"]["help_s"], data["help"]["n"])
     return [(f"Issue 16: a one-turn run on the real litellm path (medians of {data['pairs']} pairs, one run)",
-             ["what", "wall time", "target"], rows)]
+             ["what", "wall time", "target"], rows),
+            (f"Issue 18's floor for `ctxagent --help` (medians of {helped.n} pairs, one run)", pairs_.HEADER,
+             [helped.row("`ctxagent --help`", "`import typer`", 1.3)])]
 
 
 def main(argv: list[str] | None = None) -> None:

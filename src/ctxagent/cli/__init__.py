@@ -16,8 +16,9 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
-from ctxagent.cli import batch, config, context_cmd, inspect, lessons_cmd, mcp_cmd, profiles_cmd, run, sessions
-from ctxagent.cli.run import Interrupted
+from ctxagent.cli import process
+from ctxagent.cli.lazy import LazyGroup
+from ctxagent.cli.process import Interrupted
 from ctxagent.errors import CtxagentError
 from ctxagent.tools.clean import mend
 
@@ -28,17 +29,8 @@ app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion (typer's, for bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: typer's rich help formatter alone costs ~50 ms of imports
+    cls=LazyGroup,  # the commands (cli/lazy.py COMMANDS) are imported when used, not for --help
 )
-app.command("run")(run.run)
-app.command("resume")(run.resume)
-app.command("batch")(batch.batch)
-context_cmd.register(inspect.app)
-app.add_typer(inspect.app, name="inspect")
-app.add_typer(sessions.app, name="sessions")
-app.add_typer(profiles_cmd.app, name="profiles")
-app.add_typer(config.app, name="config")
-app.add_typer(lessons_cmd.app, name="lessons")
-app.add_typer(mcp_cmd.app, name="mcp")
 
 
 def _version(value: bool) -> None:
@@ -70,7 +62,7 @@ def main() -> None:
     line on stderr. With ``--json``, an error that ends the command before it printed its object
     (a usage error, a bad session name, an unknown session) prints one (:func:`failure_json`).
     """
-    run.STARTED = time.monotonic()  # a run's wall time counts from here (litellm's import included)
+    process.STARTED = time.monotonic()  # a run's wall time counts from here (litellm's import included)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
     warnings.showwarning = _warning

@@ -12,27 +12,14 @@ from typing import Annotated, Any
 
 import typer
 
+from ctxagent.cli import process
 from ctxagent.cli.options import RunOptions, with_run_options
 from ctxagent.cli.permissions import grant
+from ctxagent.cli.process import Interrupted
 from ctxagent.cli.render import BatchRenderer, InteractiveRenderer, Renderer
 from ctxagent.errors import CtxagentError, UsageError
 from ctxagent.sessions.session import Session, latest_session, new_name
 from ctxagent.tools.clean import mend, plain
-
-STARTED: float | None = None  # set by cli.main: the run's wall time (--max-wall-s) counts start-up too
-
-
-class Interrupted(KeyboardInterrupt):
-    """A signal that ends a run like Ctrl-C (SIGTERM, SIGHUP); ``signum`` is its number."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-    @property
-    def exit_code(self) -> int:
-        """129 for SIGHUP (128 + 1, as shells report it); 130, Ctrl-C's, for the others."""
-        return 129 if self.signum == 1 else 130
 
 
 def _read_task(task: str | None) -> str | None:
@@ -91,7 +78,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
                                  path="batch" if batch else "interactive",
                                  workdir=opts.workdir.resolve() if opts.workdir else None, tools=opts.tool_specs(),
                                  run_limits=opts.run_limits(), session_limits=opts.session_limits(),
-                                 context_window=opts.context_window, timeout_s=opts.timeout, started=STARTED,
+                                 context_window=opts.context_window, timeout_s=opts.timeout, started=process.STARTED,
                                  mcp_config=str(opts.mcp_config.resolve()) if opts.mcp_config else None,
                                  lessons=not opts.no_lessons)
             grant(runner, opts.allow, opts.allow_all,  # --allow, --allow-all, the prompt (never amid JSON events)

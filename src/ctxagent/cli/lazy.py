@@ -1,0 +1,103 @@
+"""Sub-commands imported only when they run: ``ctxagent --help`` costs little more than ``import typer``.
+
+A Typer app builds every command's click object, options included, before it parses anything, so
+an eager ``ctxagent --help`` imported all of the command modules (pydantic, rich, the session and
+profile code: ~0.15 s, 3.5x ``import typer``; issue 18 asks for at most 1.3x). :class:`LazyGroup`
+(a Typer group, click's documented "lazy loading of subcommands" pattern) lists the commands from
+:data:`COMMANDS` and imports one command's module only when click asks for that command (to run it,
+to show its help, or to complete its options).
+
+The listing in ``ctxagent --help`` shows each command's summary from :data:`COMMANDS`;
+``tests/test_cli_lazy.py`` checks that each summary is the first paragraph of the command's own
+help, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A command of the root app: ``module:attr`` is a Typer app (a group of commands) or a
+    command function; ``summary`` is the first paragraph of its help (shown by ``--help``)."""
+
+    module: str
+    attr: str
+    summary: str
+
+    def load(self, name: str) -> Any:
+        """The click command ``name``: the module imported, the app or function turned into it."""
+        target = getattr(importlib.import_module(self.module), self.attr)
+        if self.attr.endswith("_app"):  # a factory of the Typer app
+            target = target()
+        host = typer.Typer(add_completion=False, rich_markup_mode=None)  # the root's settings, as add_typer gave
+        if isinstance(target, typer.Typer):
+            host.add_typer(target, name=name)
+            return typer.main.get_command(host).commands[name]  # type: ignore[attr-defined]
+        host.command(name)(target)  # a command function: the host's one command
+        return typer.main.get_command(host)
+
+
+COMMANDS: dict[str, Lazy] = {
+    "run": Lazy("ctxagent.cli.run", "run",
+                "Start (or continue) a session with TASK and run the agent until it answers."),
+    "resume": Lazy("ctxagent.cli.run", "resume",
+                   "Continue a session (the most recent one by default) where it stopped."),
+    "batch": Lazy("ctxagent.cli.batch", "batch",
+                  "Run every task of a JSONL file, each in its own session, several at once (see the module "
+                  "docstring). Answered sessions are skipped on a re-run; the others resume."),
+    "inspect": Lazy("ctxagent.cli.lazy", "inspect_app", "Look inside a session without changing it."),
+    "sessions": Lazy("ctxagent.cli.sessions", "app", "List, show, delete, rename and export sessions."),
+    "profiles": Lazy("ctxagent.cli.profiles_cmd", "app",
+                     "The bundled profiles, the effective keys of a profile, and the profile JSON Schema."),
+    "config": Lazy("ctxagent.cli.config", "app", "Show where defaults come from; trust a project file."),
+    "lessons": Lazy("ctxagent.cli.lessons_cmd", "app",
+                    "List, show, forget, edit and export the lessons sessions learned."),
+    "mcp": Lazy("ctxagent.cli.mcp_cmd", "app",
+                "MCP servers: the ones configured (profile mcp_servers, --mcp-config), their tools."),
+}
+
+
+def inspect_app() -> typer.Typer:
+    """The ``inspect`` app with its ``context`` command, which lives in cli/context_cmd.py."""
+    from ctxagent.cli import context_cmd, inspect
+
+    if not any(c.name == "context" for c in inspect.app.registered_commands):
+        context_cmd.register(inspect.app)
+    return inspect.app
+
+
+class LazyGroup(TyperGroup):
+    """The root group: eagerly registered commands (none today) plus :data:`COMMANDS`, loaded on use."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*super().list_commands(ctx), *(n for n in COMMANDS if n not in self.commands)]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.add_command(COMMANDS[cmd_name].load(cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The "Commands" section of ``--help``, from the summaries (no command module imported)."""
+        from typer._click.utils import make_default_short_help  # the click typer vendors and formats with
+
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(n, make_default_short_help(self._summary(n), limit)) for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def _summary(self, name: str) -> str:
+        if name in COMMANDS and name not in self.commands:
+            return COMMANDS[name].summary
+        command = self.commands[name]
+        return command.short_help or command.help or ""
