@@ -144,14 +144,16 @@ class Redactor:
         """Whether the file at ``path`` holds a secret (streamed; memory stays a few MiB)."""
         return self.secret_windows(path)[0]
 
-    def secret_windows(self, path: Path) -> tuple[bool, Windows | None]:
+    def secret_windows(self, path: Path, measured: scan.Measured | None = None) -> tuple[bool, Windows | None]:
         """Whether the file at ``path`` holds a secret, and the windows it can start in (None:
         anywhere). With the prefilter, this one pass also measures the file for its output record
-        when it holds none (:func:`ctxagent.sessions.scan.remember`). Raises ``OSError``."""
+        when it holds none (:func:`ctxagent.sessions.scan.remember`); ``measured``: that pass,
+        made already (used when the file has the size it saw). Raises ``OSError``."""
         pre = self.prefilter
         if pre is None:
             return self._search_file(path), None
-        measured = scan.measure(path, pre)
+        if measured is None or measured.stats.bytes != path.stat().st_size:
+            measured = scan.measure(path, pre)
         if measured.windows is None:  # too many prefilter matches to list
             return self._search_file(path), None
         if self._bytes.found_in_file(path, measured.windows, CHUNK_BYTES, OVERLAP_BYTES):
@@ -204,15 +206,16 @@ class Redactor:
         return changed
 
 
-def redact_file(path: Path, redactor: Redactor | None = None) -> bool:
+def redact_file(path: Path, redactor: Redactor | None = None, measured: scan.Measured | None = None) -> bool:
     """Redact the file at ``path`` in place (only rewritten when it holds a secret; the rewrite
     goes to a temporary file beside it, then replaces it). Returns whether it changed.
 
     With the prefilter, the file is read once when it holds no secret (that pass also measures
     it for its output record: :func:`ctxagent.sessions.scan.stats_of`), twice when it does.
+    ``measured``: the file already measured with this redactor's prefilter (while it was written).
     """
     redactor = redactor or default()
-    found, windows = redactor.secret_windows(path)
+    found, windows = redactor.secret_windows(path, measured)
     if not found:
         return False
     temp = path.with_name(path.name + ".redacting")
@@ -276,14 +279,23 @@ class RedactingStore(OutputStore):
     def __init__(self, root: Path, redactor: Redactor | None = None, linked: Any = None):
         super().__init__(root, linked)
         self._redactor = redactor
+        self._followers: dict[Path, scan.Follower] = {}  # spool files scanned while being written
 
     @property
     def redactor(self) -> Redactor:
         return self._redactor or default()
 
     def spool(self) -> tuple[int, Path]:
+        """A spool file (see :meth:`OutputStore.spool`); with the prefilter, it is scanned while
+        the tool writes it (:class:`ctxagent.sessions.scan.Follower`), so :meth:`adopt` has little
+        left to read."""
         private_dir(self.root)
-        return super().spool()
+        fd, path = super().spool()
+        pre = self.redactor.prefilter
+        if pre is not None:
+            self._followers = {p: f for p, f in self._followers.items() if f.alive}  # deleted spools
+            self._followers[path] = scan.Follower(path, pre)
+        return fd, path
 
     def put_bytes(self, handle: str, data: bytes, *args: Any, **kwargs: Any) -> Path:
         private_dir(self.root)
@@ -294,13 +306,20 @@ class RedactingStore(OutputStore):
         return path
 
     def adopt(self, spooled: Path, handle: str, *args: Any, **kwargs: Any) -> Path:
-        if not _suffix(args, kwargs).endswith(UNREDACTED_SUFFIXES):
-            redact_file(spooled, self.redactor)
+        follower = self._followers.pop(spooled, None)
+        if _suffix(args, kwargs).endswith(UNREDACTED_SUFFIXES):
+            if follower is not None:
+                follower.cancel()
+        else:
+            redactor = self.redactor
+            measured = follower.finish() if follower is not None else None
+            redact_file(spooled, redactor, measured if follower and follower.prefilter is redactor.prefilter else None)
         os.chmod(spooled, 0o600)
         return super().adopt(spooled, handle, *args, **kwargs)
 
     def put_file(self, handle: str, source: Path, *args: Any, **kwargs: Any) -> Path:
-        fd, spooled = self.spool()
+        private_dir(self.root)
+        fd, spooled = OutputStore.spool(self)  # no follower: the copy below is the scan
         os.close(fd)
         try:
             self.redactor.copy_file(source, spooled)

@@ -253,3 +253,78 @@ def stats_of(path: Path) -> FileStats:
     with _KNOWN_LOCK:
         known = _KNOWN.pop(key, None)
     return known if known is not None else measure(path).stats
+
+
+# --- scanning a spool file while the tool writes it ---------------------------------------------
+
+IDLE_GIVE_UP_S = 60.0  # a follower that sees no new bytes for this long stops (adopt then measures)
+POLL_S = (0.002, 0.05)  # the follower's wait when it has caught up: first, then at most (doubling)
+
+
+class Follower:
+    """Measures a file (stats and windows, as :func:`measure`) while another process writes it:
+    a daemon thread reads it as it grows, so the scan runs beside the tool, not after it.
+
+    :meth:`finish` (the writer is done) waits for the rest and returns the result. The thread stops
+    by itself, with no result, when the file is deleted or stops growing for a minute.
+    """
+
+    def __init__(self, path: Path, pre: Prefilter):
+        self.path = path
+        self.prefilter = pre
+        self._fh = open(path, "rb", buffering=0)  # noqa: SIM115 (closed by the thread)
+        self._done = threading.Event()
+        self._cancelled = False
+        self._result: Measured | None = None
+        self._thread = threading.Thread(target=self._run, name="ctxagent-scan", daemon=True)
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def finish(self) -> Measured | None:
+        """The measurement of the whole file, once its writer is done (None: the thread gave up or
+        failed; measure it again)."""
+        self._done.set()
+        self._thread.join()
+        return self._result
+
+    def cancel(self) -> None:
+        """Stop reading (the file is not to be scanned) and wait for the thread to end."""
+        self._cancelled = True
+        self.finish()
+
+    def _run(self) -> None:
+        digest = _Digest(threaded=True)
+        hits = _Hits(self.prefilter.widths)
+        try:
+            with self._fh, self.prefilter.stream(hits) as scan:
+                if self._follow(digest, hits, scan):
+                    self._result = Measured(digest.stats(), hits.merged())
+        except Exception:  # the caller measures again: None says so
+            self._result = None
+        finally:
+            if self._result is None:
+                digest.stats()  # the hashing thread ends
+
+    def _follow(self, digest: _Digest, hits: _Hits, scan: Callable[[bytes], None]) -> bool:
+        """Read to the end of the file each time it grows, until :meth:`finish`; False when the
+        file was deleted or went idle."""
+        wait, idle = POLL_S[0], 0.0
+        while True:
+            done = self._done.is_set()  # read before the last read: the writer is done by then
+            chunk = b"" if self._cancelled else self._fh.read(CHUNK_BYTES)
+            if chunk:
+                digest.update(chunk)
+                if not hits.dense:
+                    scan(chunk)
+                wait, idle = POLL_S[0], 0.0
+                continue
+            if done:
+                return not self._cancelled
+            if idle >= IDLE_GIVE_UP_S or os.fstat(self._fh.fileno()).st_nlink == 0:
+                return False
+            self._done.wait(wait)
+            idle += wait
+            wait = min(wait * 2, POLL_S[1])
