@@ -42,7 +42,7 @@ SHAPES: tuple[tuple[str, str, str], ...] = (
      r"(?=[A-Za-z._~+/=-]{0,2000}\d|(?=[a-z.~+/=-]{0,2000}[A-Z])[A-Za-z0-9.~+/=-]{12})"
      r"[A-Za-z0-9._~+/=-]{8,2000}"),
     ("header", r"(?i:cookie\\{0,3}[\"']?\s{0,4}:\s{0,4}" + _QUOTE + ")",
-     r"(?!\[REDACTED)[^\r\n\"'\\]{8,4000}"),
+     r"(?![ \t]{0,4}\[REDACTED)[^\r\n\"'\\]{8,4000}"),  # spaces: a marker is not redacted again
     ("url-password", r"\b[a-z][a-z0-9+.-]{1,20}://[^/\s:@\"'\[]{1,200}:", r"[^/\s:@\"']{3,200}(?=@)"),
     ("url-userinfo", r"\b[a-z][a-z0-9+.-]{1,20}://", r"(?!\[REDACTED)[^/\s:@\"'\\]{16,200}(?=@)"),
     ("url-query", r"(?i:[?&]" + _QUERY_NAMES + "=)", r"(?!\[REDACTED)[^&#\s\"'<>\\]{6,2000}"),
