@@ -26,6 +26,7 @@ import hashlib
 import importlib
 import os
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -150,7 +151,11 @@ def prefilter(exacts: Sequence[bytes]) -> Prefilter | None:
         import hyperscan  # noqa: F401
     except ImportError:  # no wheel for this platform: the Python patterns scan everything
         return None
-    return _compiled(tuple(exacts))
+    try:
+        return _compiled(tuple(exacts))
+    except Exception as err:  # hyperscan.error: a database it cannot build here (e.g. an old CPU)
+        warnings.warn(f"secret scan without its prefilter (slower): {err}", RuntimeWarning, stacklevel=2)
+        return None
 
 
 class _Digest:
