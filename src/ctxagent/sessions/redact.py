@@ -36,6 +36,10 @@ the transcript and the store write are 0600.
 
 Every pattern is bounded in length (a match is at most :data:`MAX_MATCH` bytes), which is what
 makes the overlap safe.
+
+Large bytes and files are scanned first by a hyperscan prefilter (:mod:`ctxagent.sessions.scan`,
+GB/s); the patterns are then tried only in the windows where it matched, which replaces exactly
+what trying them everywhere replaces. Without hyperscan they are tried everywhere, as before.
 """
 
 from __future__ import annotations
@@ -44,15 +48,13 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ctxagent.sessions.secret_shapes import ANCHOR_PATTERN, NAMED_NEEDLES
-from ctxagent.sessions.secret_shapes import ANCHORS as _ANCHORS
-from ctxagent.sessions.secret_shapes import LOWER_ANCHORS as _LOWER_ANCHORS
-from ctxagent.sessions.secret_shapes import SHAPES as _SHAPES
+from ctxagent.sessions import scan
+from ctxagent.sessions.secret_engine import MARKER, Engine, Windows  # noqa: F401 (MARKER: re-exported)
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools.clean import mend
 
@@ -62,7 +64,7 @@ MAX_MATCH = 16 * 1024  # the longest match any pattern can make (PEM blocks); < 
 MIN_SECRET_CHARS = 8  # shorter environment values are not treated as secrets
 ENV_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
 ENV_NAME_EXCLUDED = re.compile(r"_(?:DIR|PATH|FILE|HOME)$")
-MARKER = "[REDACTED:{}]"
+FAST_MIN_BYTES = 256 * 1024  # bytes redacted in memory go through the prefilter from this size on
 
 def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``{value: name}`` of the environment variables that hold secrets (see the module doc)."""
@@ -76,124 +78,6 @@ def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return found
 
 
-_LOWER_RE = re.compile("|".join(_LOWER_ANCHORS), re.IGNORECASE)
-
-
-class _Engine:
-    """One combined regex (exact values first, then shapes) over ``str`` or ``bytes``, tried only
-    at the positions its anchors allow. Bytes are matched as latin-1, so an exact value given as
-    text matches its UTF-8 bytes."""
-
-    def __init__(self, exact: Mapping[str, str], as_bytes: bool):
-        self.as_bytes = as_bytes
-        variants: dict[str, str] = {}
-        for value, kind in exact.items():
-            for variant in (value, json.dumps(value, ensure_ascii=False)[1:-1], json.dumps(value)[1:-1]):
-                variants.setdefault(variant, kind)  # the JSON-escaped forms: as inside JSON text
-        if as_bytes:
-            variants = {v.encode("utf-8", "surrogateescape").decode("latin-1"): k for v, k in variants.items()}
-        exacts = sorted(variants, key=len, reverse=True)
-        parts = [re.escape(value) for value in exacts]
-        self.kinds = [variants[value] for value in exacts]
-        self.prefixed = [False] * len(exacts)
-        for kind, prefix, secret in _SHAPES:
-            parts.append(f"(?P<p{len(parts)}>{prefix}){secret}" if prefix else secret)
-            self.kinds.append(kind)
-            self.prefixed.append(bool(prefix))
-        source = "|".join(f"(?P<a{i}>{part})" for i, part in enumerate(parts))
-        self.regex: re.Pattern[Any] = re.compile(self._raw(source))
-        self.anchors = [(self._raw(value), 0) for value in exacts]
-        self.anchors += [(self._raw(needle), back) for needle, back in _ANCHORS]
-        # one alternation finds every anchor in a single pass (about twice as fast as one find each)
-        self.backs = {needle: back for needle, back in reversed(self.anchors)}
-        longest_first = sorted(self.backs, key=len, reverse=True)
-        self.anchor_re: re.Pattern[Any] = re.compile(self._raw("|").join(re.escape(n) for n in longest_first))
-        self.lower = [self._raw(needle) for needle in _LOWER_ANCHORS]
-        self.lower_re: re.Pattern[Any] = re.compile(self._raw(_LOWER_RE.pattern), re.IGNORECASE)
-        self.named_re: re.Pattern[Any] = re.compile(self._raw(ANCHOR_PATTERN), re.IGNORECASE)
-        self.named = [(self._raw(needle), backs) for needle, backs in NAMED_NEEDLES]
-
-    def _raw(self, text: str) -> Any:
-        return text.encode("latin-1") if self.as_bytes else text
-
-    def candidates(self, buf: Any) -> list[int]:
-        """Sorted positions of ``buf`` where a match may start."""
-        starts: set[int] = set()
-        found = self.anchor_re.search(buf)
-        while found is not None:  # restarting one past each hit: anchors may overlap
-            hit = found.start()
-            back = max(b for needle, b in self.backs.items() if buf.startswith(needle, hit))
-            starts.update(range(max(0, hit - back), hit + 1))
-            found = self.anchor_re.search(buf, hit + 1)
-        if self.as_bytes or buf.isascii():  # lower() keeps positions
-            lowered = buf.lower()
-            for needle in self.lower:
-                hit = lowered.find(needle)
-                while hit != -1:
-                    starts.add(hit)
-                    hit = lowered.find(needle, hit + 1)
-            starts.update(self._named(buf, lowered))
-        else:
-            starts.update(m.start() for m in self.lower_re.finditer(buf))
-            starts.update(m.start() for m in self.named_re.finditer(buf))
-        return sorted(starts)
-
-    def _named(self, buf: Any, lowered: Any) -> Iterator[int]:
-        """Positions where a header or URL query shape may start (:data:`NAMED_NEEDLES`)."""
-        for needle, backs in self.named:
-            hit = lowered.find(needle)
-            while hit != -1:
-                yield from (hit - back for back in backs if hit >= back and self.named_re.match(buf, hit - back))
-                hit = lowered.find(needle, hit + 1)
-
-    def sub(self, buf: Any, limit: int | None = None) -> tuple[Any, int]:
-        """``(buf redacted, len(buf))``; with ``limit``, only matches starting before it are
-        replaced and the result covers ``buf[:cut]``, ``cut >= limit`` never inside a match."""
-        pieces: list[Any] = []
-        pos = 0
-        for start in self.candidates(buf):
-            if limit is not None and start >= limit:
-                break
-            if start < pos:
-                continue
-            match = self.regex.match(buf, start)
-            if match is None or match.end() == start:
-                continue
-            pieces += [buf[pos:start], self._raw(self.replacement(match))]
-            pos = match.end()
-        cut = len(buf) if limit is None else max(limit, pos)
-        pieces.append(buf[pos:cut])
-        return buf[:0].join(pieces), cut
-
-    def search(self, buf: Any) -> bool:
-        """Whether ``buf`` holds anything to replace."""
-        return any(self.regex.match(buf, start) for start in self.candidates(buf))
-
-    def replacement(self, match: re.Match[Any]) -> str:
-        """The marker for ``match`` (after the prefix it keeps, for prefixed shapes)."""
-        index = self._alternative(match)
-        kind = self.kinds[index]
-        if not self.prefixed[index]:
-            return MARKER.format(kind)
-        keep = match.group(f"p{index}")
-        secret = match.group(f"a{index}")[len(keep):]
-        if self.as_bytes:
-            keep, secret = keep.decode("latin-1"), secret.decode("latin-1")
-        prefix: str = keep  # text in both modes by now
-        return prefix + MARKER.format(self._kind_of(secret, kind))
-
-    def _alternative(self, match: re.Match[Any]) -> int:
-        return next(i for i in range(len(self.kinds)) if match.group(f"a{i}") is not None)
-
-    def _kind_of(self, secret: str, default: str) -> str:
-        """The most specific kind of a secret found after a prefix (an env value, a key shape)."""
-        whole = self.regex.fullmatch(self._raw(secret))
-        if whole is None:
-            return default
-        index = self._alternative(whole)
-        return default if self.prefixed[index] else self.kinds[index]
-
-
 class Redactor:
     """Replaces secrets in text, bytes, JSON-like data and files (see the module doc).
 
@@ -202,10 +86,18 @@ class Redactor:
             e.g. ``"env:OPENAI_API_KEY"``). Values shorter than 8 characters are ignored.
     """
 
-    def __init__(self, exact: Mapping[str, str] | None = None):
+    def __init__(self, exact: Mapping[str, str] | None = None, prefilter: bool = True):
         self.exact = {v: k for v, k in (exact or {}).items() if len(v) >= MIN_SECRET_CHARS}
-        self._text = _Engine(self.exact, as_bytes=False)
-        self._bytes = _Engine(self.exact, as_bytes=True)
+        self._text = Engine(self.exact, as_bytes=False)
+        self._bytes = Engine(self.exact, as_bytes=True)
+        self._use_prefilter = prefilter
+
+    @property
+    def prefilter(self) -> scan.Prefilter | None:
+        """The hyperscan prefilter of this redactor's patterns (compiled on first use, once per
+        process and set of exact values), or None: without hyperscan, or made with
+        ``prefilter=False``, the Python patterns scan everything."""
+        return scan.prefilter(self._bytes.exact_bytes) if self._use_prefilter else None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> Redactor:
@@ -224,7 +116,14 @@ class Redactor:
 
     def data(self, data: bytes) -> bytes:
         """``data`` (any bytes, text or not) with every secret replaced by its marker (UTF-8)."""
-        return self._bytes.sub(data)[0] if data else data
+        pre = self.prefilter if len(data) >= FAST_MIN_BYTES else None
+        if pre is None:
+            return self._bytes.sub(data)[0] if data else data
+        windows = pre.windows(data)
+        if windows is not None and not windows:
+            return data
+        out: bytes = self._bytes.sub(data, starts=None if windows is None else self._bytes.windowed(data, windows))[0]
+        return out
 
     def value(self, obj: Any) -> Any:
         """JSON-like ``obj`` (dicts, lists, strings, numbers) with every string redacted."""
@@ -243,6 +142,26 @@ class Redactor:
     # -- files ------------------------------------------------------------------------------
     def scan_file(self, path: Path) -> bool:
         """Whether the file at ``path`` holds a secret (streamed; memory stays a few MiB)."""
+        return self.secret_windows(path)[0]
+
+    def secret_windows(self, path: Path, measured: scan.Measured | None = None) -> tuple[bool, Windows | None]:
+        """Whether the file at ``path`` holds a secret, and the windows it can start in (None:
+        anywhere). With the prefilter, this one pass also measures the file for its output record
+        when it holds none (:func:`ctxagent.sessions.scan.remember`); ``measured``: that pass,
+        made already (used when the file has the size it saw). Raises ``OSError``."""
+        pre = self.prefilter
+        if pre is None:
+            return self._search_file(path), None
+        if measured is None or measured.stats.bytes != path.stat().st_size:
+            measured = scan.measure(path, pre)
+        if measured.windows is None:  # too many prefilter matches to list
+            return self._search_file(path), None
+        if self._bytes.found_in_file(path, measured.windows, CHUNK_BYTES, OVERLAP_BYTES):
+            return True, measured.windows
+        scan.remember(path, measured.stats)
+        return False, measured.windows
+
+    def _search_file(self, path: Path) -> bool:
         with open(path, "rb") as fh:
             carry = b""
             while chunk := fh.read(CHUNK_BYTES):
@@ -257,35 +176,51 @@ class Redactor:
 
         Returns whether anything was replaced. Raises ``OSError``.
         """
+        pre = self.prefilter
+        return self.copy_windows(source, target, None if pre is None else scan.measure(source, pre).windows)
+
+    def copy_windows(self, source: Path, target: Path, windows: Windows | None) -> bool:
+        """:meth:`copy_file`, trying only the positions in ``windows`` (None: all of them); the
+        stats of what it writes are remembered for ``target`` (:func:`scan.remember`)."""
         changed = False
+        digest = scan.Digester(threaded=source.stat().st_size >= scan.THREAD_MIN_BYTES)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with open(source, "rb") as src, os.fdopen(fd, "wb") as dst:
-            carry = b""
+            carry, base = b"", 0
             while True:
                 chunk = src.read(CHUNK_BYTES)
                 buf = carry + chunk
                 limit = max(0, len(buf) - OVERLAP_BYTES) if chunk else None
+                starts = None if windows is None else self._bytes.windowed(buf, windows, base)
                 out: bytes
-                out, cut = self._bytes.sub(buf, limit)
+                out, cut = self._bytes.sub(buf, limit, starts)
                 changed |= out != buf[:cut]
                 dst.write(out)
-                carry = buf[cut:]
+                digest.update(out)
+                carry, base = buf[cut:], base + cut
                 if not chunk:
                     break
             dst.flush()
             os.fsync(dst.fileno())
+        scan.remember(target, digest.stats())
         return changed
 
 
-def redact_file(path: Path, redactor: Redactor | None = None) -> bool:
+def redact_file(path: Path, redactor: Redactor | None = None, measured: scan.Measured | None = None) -> bool:
     """Redact the file at ``path`` in place (only rewritten when it holds a secret; the rewrite
-    goes to a temporary file beside it, then replaces it). Returns whether it changed."""
+    goes to a temporary file beside it, then replaces it). Returns whether it changed.
+
+    With the prefilter, the file is read once when it holds no secret (that pass also measures
+    it for its output record: :func:`ctxagent.sessions.scan.stats_of`), twice when it does.
+    ``measured``: the file already measured with this redactor's prefilter (while it was written).
+    """
     redactor = redactor or default()
-    if not redactor.scan_file(path):
+    found, windows = redactor.secret_windows(path, measured)
+    if not found:
         return False
     temp = path.with_name(path.name + ".redacting")
     try:
-        redactor.copy_file(path, temp)
+        redactor.copy_windows(path, temp, windows)
         os.replace(temp, path)
     finally:
         temp.unlink(missing_ok=True)
@@ -344,14 +279,23 @@ class RedactingStore(OutputStore):
     def __init__(self, root: Path, redactor: Redactor | None = None, linked: Any = None):
         super().__init__(root, linked)
         self._redactor = redactor
+        self._followers: dict[Path, scan.Follower] = {}  # spool files scanned while being written
 
     @property
     def redactor(self) -> Redactor:
         return self._redactor or default()
 
     def spool(self) -> tuple[int, Path]:
+        """A spool file (see :meth:`OutputStore.spool`); with the prefilter, it is scanned while
+        the tool writes it (:class:`ctxagent.sessions.scan.Follower`), so :meth:`adopt` has little
+        left to read."""
         private_dir(self.root)
-        return super().spool()
+        fd, path = super().spool()
+        pre = self.redactor.prefilter
+        if pre is not None:
+            self._followers = {p: f for p, f in self._followers.items() if f.alive}  # deleted spools
+            self._followers[path] = scan.Follower(path, pre)
+        return fd, path
 
     def put_bytes(self, handle: str, data: bytes, *args: Any, **kwargs: Any) -> Path:
         private_dir(self.root)
@@ -362,13 +306,20 @@ class RedactingStore(OutputStore):
         return path
 
     def adopt(self, spooled: Path, handle: str, *args: Any, **kwargs: Any) -> Path:
-        if not _suffix(args, kwargs).endswith(UNREDACTED_SUFFIXES):
-            redact_file(spooled, self.redactor)
+        follower = self._followers.pop(spooled, None)
+        if _suffix(args, kwargs).endswith(UNREDACTED_SUFFIXES):
+            if follower is not None:
+                follower.cancel()
+        else:
+            redactor = self.redactor
+            measured = follower.finish() if follower is not None else None
+            redact_file(spooled, redactor, measured if follower and follower.prefilter is redactor.prefilter else None)
         os.chmod(spooled, 0o600)
         return super().adopt(spooled, handle, *args, **kwargs)
 
     def put_file(self, handle: str, source: Path, *args: Any, **kwargs: Any) -> Path:
-        fd, spooled = self.spool()
+        private_dir(self.root)
+        fd, spooled = OutputStore.spool(self)  # no follower: the copy below is the scan
         os.close(fd)
         try:
             self.redactor.copy_file(source, spooled)

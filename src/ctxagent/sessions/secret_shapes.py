@@ -42,7 +42,7 @@ SHAPES: tuple[tuple[str, str, str], ...] = (
      r"(?=[A-Za-z._~+/=-]{0,2000}\d|(?=[a-z.~+/=-]{0,2000}[A-Z])[A-Za-z0-9.~+/=-]{12})"
      r"[A-Za-z0-9._~+/=-]{8,2000}"),
     ("header", r"(?i:cookie\\{0,3}[\"']?\s{0,4}:\s{0,4}" + _QUOTE + ")",
-     r"(?!\[REDACTED)[^\r\n\"'\\]{8,4000}"),
+     r"(?![ \t]{0,4}\[REDACTED)[^\r\n\"'\\]{8,4000}"),  # spaces: a marker is not redacted again
     ("url-password", r"\b[a-z][a-z0-9+.-]{1,20}://[^/\s:@\"'\[]{1,200}:", r"[^/\s:@\"']{3,200}(?=@)"),
     ("url-userinfo", r"\b[a-z][a-z0-9+.-]{1,20}://", r"(?!\[REDACTED)[^/\s:@\"'\\]{16,200}(?=@)"),
     ("url-query", r"(?i:[?&]" + _QUERY_NAMES + "=)", r"(?!\[REDACTED)[^&#\s\"'<>\\]{6,2000}"),
@@ -65,4 +65,34 @@ ANCHOR_PATTERN = (_HEADER_NAMES + r"(?=\\{0,3}[\"']?\s{0,4}:)|cookie(?=\\{0,3}[\
                   r"|[?&](?=" + _QUERY_NAMES + "=)")
 NAMED_NEEDLES: tuple[tuple[str, tuple[int, ...]], ...] = (
     ("key", (4, 3, 0)), ("token", (0,)), ("authorization", (0,)), ("cookie", (0,)), ("?", (0,)), ("&", (0,)),
+)
+
+# The prefilter (:mod:`ctxagent.sessions.scan`): regexes for hyperscan, one or more per shape, each a
+# necessary condition: every match of the shape starts with a match of one of them. They keep the
+# distinctive start of each shape (prefix and the first characters of the secret) and drop what
+# hyperscan cannot run or what depends on text outside the match (``\b``, lookarounds), so they may
+# fire where the shape does not (the Python patterns verify) but never miss. ``\s`` is spelled out:
+# Python's bytes ``\s`` is exactly these six bytes. ``(flags, pattern, width)``: "i" is case-insensitive;
+# ``width`` bounds how far after the start of the shape's match the prefilter's match can end (None: the
+# pattern's own longest match; given where the pattern is unbounded, which hyperscan compiles faster).
+_WS = r"[ \t\n\r\x0b\x0c]"
+_PQ = r"(?:\\{0,3}[\"'])?"  # the optional quote, as in _QUOTE
+PREFILTERS: tuple[tuple[str, str, int | None], ...] = (
+    ("", r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY", None),
+    ("", r"sk-[A-Za-z0-9_-]{20}", None),  # anthropic-key and openai-key ("ant-", "proj-" are of the class)
+    ("", r"(?:AKIA|ASIA)[0-9A-Z]{16}", None),
+    ("", r"gh[pousr]_[A-Za-z0-9]{30}|github_pat_[A-Za-z0-9_]{22}", None),
+    ("", r"AIza[0-9A-Za-z_-]{35}", None),
+    ("", r"xox[abposre]-[A-Za-z0-9-]{10}", None),
+    ("", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ", 3 + 4000 + 4),  # the shape's first segment is at most 4,000 long
+    ("i", r"authorization\\{0,3}[\"']?" + _WS + "{0,4}[:=]" + _WS + "{0,4}" + _PQ + "(?:bearer|basic|token)"
+     + _WS + "{1,4}[A-Za-z0-9._~+/=-]{8}", None),
+    ("i", r"bearer" + _WS + r"{1,4}[A-Za-z0-9._~+/-]{16}", None),
+    ("i", _HEADER_NAMES + r"\\{0,3}[\"']?" + _WS + "{0,4}:" + _WS + "{0,4}" + _PQ + r"[A-Za-z0-9._~+/=-]{8}", None),
+    ("i", r"cookie\\{0,3}[\"']?" + _WS + "{0,4}:" + _WS + "{0,4}" + _PQ + r"[^\r\n\"'\\]{8}", None),
+    ("", r"[a-z][a-z0-9+.-]{1,20}://[^/ \t\n\r\x0b\x0c:@\"'\[]{1,200}:[^/ \t\n\r\x0b\x0c:@\"']{3,200}@", None),
+    ("", r"[a-z][a-z0-9+.-]{1,20}://[^/ \t\n\r\x0b\x0c:@\"'\\]{16,200}@", None),
+    ("i", r"[?&]" + _QUERY_NAMES + r"=[^&# \t\n\r\x0b\x0c\"'<>\\]{6}", None),
+    ("", r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]{0,60}" + _PQ + _WS + "{0,4}[=:]" + _WS + "{0,4}" + _PQ
+     + r"[A-Za-z0-9_+/=.~!@$%^&*-]{8}", None),
 )

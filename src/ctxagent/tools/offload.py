@@ -33,6 +33,7 @@ from typing import Any
 
 from ctxagent import tokens
 from ctxagent.messages import ToolCall
+from ctxagent.sessions import scan
 from ctxagent.sessions.records import OutputRecord
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools import values
@@ -42,13 +43,13 @@ from ctxagent.tools.preview import (
     EXACT_TOKENS_MAX_BYTES,
     SNIFF_BYTES,
     Preview,
-    estimate_tokens,
-    file_stats,  # re-exported: tools.outputs and callers take it from here
+    file_stats,  # noqa: F401 (re-exported: tools.outputs and callers take it from here)
     looks_binary,
     plural,
     preview_bytes,
     preview_file,
 )
+from ctxagent.tools.stored import cleaned_file, file_tokens
 
 INLINE_MAX_BYTES = EXACT_TOKENS_MAX_BYTES  # larger outputs are offloaded without tokenizing them
 ARGUMENTS_MAX_CHARS = 500  # of the call's raw arguments kept in the OutputRecord
@@ -250,8 +251,8 @@ def _record(path: Path, handle: str, store: OutputStore, *, call_id: str, tool_n
     """The OutputRecord of the output stored at ``path`` (sizes, sha256 and tokens measured),
     also written as the ``<handle>.meta.json`` sidecar. ``value`` holds ``type`` (default: text,
     or bytes when binary), ``length``, ``shape``, ``dtype``."""
-    stats = file_stats(path)
-    binary, count, exact = _file_tokens(path, stats.bytes, model)
+    stats = scan.stats_of(path)  # measured by the store's secret scan when it had one, else now
+    binary, count, exact = file_tokens(path, stats.bytes, model)
     value.setdefault("type", "bytes" if binary else "text")
     record = OutputRecord(
         handle=handle,
@@ -352,16 +353,6 @@ def _array_content(array: Any, record: OutputRecord, job: _Job) -> str:
     return where
 
 
-def _file_tokens(path: Path, size: int, model: str) -> tuple[bool, int, bool]:
-    """``(binary, tokens, exact)`` of a stored output: text under 4 MiB is counted once cleaned of
-    terminal control (what reading it costs the model); the rest is estimated at 4 bytes a token."""
-    with open(path, "rb") as fh:
-        binary = looks_binary(fh.read(SNIFF_BYTES))
-    if binary or size >= EXACT_TOKENS_MAX_BYTES:
-        return binary, estimate_tokens(size), False
-    return binary, tokens.count_text(clean(path.read_bytes().decode("utf-8", "replace")), model), True
-
-
 def _where_line(path: Path, record: OutputRecord) -> str:
     """The last line of an offloaded output's content: its size, handle, path and how to read it."""
     handle = record.handle
@@ -376,28 +367,13 @@ def _where_line(path: Path, record: OutputRecord) -> str:
             "pattern)]")
 
 
-def _cleaned_file(path: Path) -> bytes | None:
-    """The stored output at ``path`` cleaned of terminal control, when it is text of at most 4 MiB
-    that cleaning changes; else None (its preview then reads the file and cleans only the head and
-    tail it shows). Read from the store, not from the tool's value: a redacting store's file has
-    no secret, so neither has the preview. Undecodable bytes are kept as they are."""
-    if path.stat().st_size > INLINE_MAX_BYTES:
-        return None
-    raw = path.read_bytes()
-    if looks_binary(raw[:SNIFF_BYTES]):
-        return None
-    text = raw.decode("utf-8", "surrogateescape")
-    shown = clean(text, keep_escapes=True)
-    return None if shown is text else shown.encode("utf-8", "surrogateescape")
-
-
 def _preview_content(path: Path, lines: int, note: str, where: str, job: _Job) -> str:
     """Note, preview and ``where`` line; the preview is halved until it all fits the threshold
     (down to no head and tail at all, which is returned even if it does not fit). The preview is
     of the stored file cleaned of terminal control (same line numbers: :mod:`ctxagent.tools.clean`)."""
     policy = job.policy
     max_chars = policy.max_chars
-    data = _cleaned_file(path)
+    data = cleaned_file(path)
     while True:
         preview = _preview(path, data, lines, max_chars, policy)
         body = preview.text if preview.text.endswith("\n") or not preview.text else preview.text + "\n"

@@ -1,0 +1,207 @@
+"""The hyperscan prefilter changes how fast secrets are found, never what is redacted (issue 18).
+
+The property: for random text with secrets (and near misses) planted at random offsets, including
+across the chunk boundaries of a file, the prefiltered scan (``Redactor()``) redacts exactly what
+the Python patterns tried everywhere (``Redactor(prefilter=False)``, the path before issue 18 and
+the fallback without hyperscan) redact, byte for byte, in memory and in files; and the stats the
+scan hands to the output record are the file's. Fake keys are composed at run time (no key-looking
+literal is committed).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import string
+import sys
+import threading
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ctxagent.sessions import redact, scan
+from ctxagent.sessions.redact import RedactingStore, Redactor
+from ctxagent.sessions.secret_shapes import PREFILTERS
+from ctxagent.tools.preview import file_stats
+
+pytest.importorskip("hyperscan", reason="the prefilter needs the hyperscan wheel (the fallback is tested below)")
+
+ALNUM = string.ascii_letters + string.digits
+EXACT = "q9-" + "Zr" * 6 + "-env"  # an environment secret of no particular shape
+
+
+def _chars(rnd: random.Random, n: int, alphabet: str = ALNUM) -> str:
+    return "".join(rnd.choice(alphabet) for _ in range(n))
+
+
+def _secret(rnd: random.Random) -> str:
+    """A secret of some shape, a near miss, or a fragment that only some contexts complete."""
+    c = lambda n, a=ALNUM: _chars(rnd, n, a)  # noqa: E731
+    pem = "-----BEGIN RSA " + "PRIVATE KEY-----\n" + c(64, ALNUM + "+/") + "\n"
+    return rnd.choice([
+        "sk-" + c(rnd.randint(15, 60), ALNUM + "_-"), "sk-" + "ant-" + c(40), "sk-" + "proj-" + c(30),
+        "AK" + "IA" + c(16, string.ascii_uppercase + string.digits), "AS" + "IA" + c(rnd.randint(14, 18)),
+        "gh" + "p_" + c(rnd.randint(28, 40)), "github" + "_pat_" + c(30), "AI" + "za" + c(rnd.randint(33, 37)),
+        "xo" + "xb-" + c(12, string.digits) + "-" + c(10), "ey" + "J" + c(12) + ".ey" + "J" + c(12) + "." + c(9),
+        "ey" + "J" + c(9), "Authorization: Bearer " + c(30), "authorization=\\\"token " + c(12),
+        "bearer " + c(rnd.randint(10, 20)), "x-api-key: " + c(20), "token: expired", "'token': config_count",
+        "Cookie: sid=" + c(20), "https://" + c(5) + ":" + c(8) + "@host/x", "ftp://" + c(20) + "@h",
+        "https://h/p?api_key=" + c(12) + "&x=1", "?sig=" + c(5), "DB_PASSWORD=" + c(14),
+        'API_KEY = "' + c(20) + '"', "KEY=" + c(6), "PASSWORD=[REDACTED:secret]", pem,
+        pem + "-----END RSA " + "PRIVATE KEY-----\n", EXACT, '"' + EXACT + '"', "-----BEGIN", "://", "&", "?",
+    ])
+
+
+FILLER = ALNUM + " \n\t:=/-_.?&@'\"\\"
+
+
+@st.composite
+def texts(draw: st.DrawFn, size: int, boundaries: tuple[int, ...]) -> bytes:
+    """About ``size`` bytes of filler with secrets planted at random offsets and around
+    ``boundaries`` (where a chunked scan splits the text)."""
+    rnd = random.Random(draw(st.integers(0, 2**32)))
+    text = bytearray(_chars(rnd, size, FILLER).encode())
+    spots = draw(st.lists(st.one_of(st.integers(0, size), st.sampled_from(boundaries).flatmap(
+        lambda b: st.integers(max(0, b - 80), b + 20))), max_size=12))
+    for spot in sorted(spots, reverse=True):
+        text[spot:spot] = _secret(rnd).encode()
+    if draw(st.booleans()):
+        text += b"\xff\xfe caf\xc3\xa9 \x00"  # not UTF-8, not text: bytes are redacted all the same
+    return bytes(text)
+
+
+def _pair() -> tuple[Redactor, Redactor]:
+    exact = {EXACT: "env:CI_DEPLOY_TOKEN"}
+    old, new = Redactor(exact, prefilter=False), Redactor(exact)
+    assert old.prefilter is None and new.prefilter is not None
+    return old, new
+
+
+@settings(max_examples=80, deadline=None)
+@given(texts(3000, (1000, 2000)))
+def test_in_memory_the_prefilter_redacts_exactly_what_the_patterns_do(blob):
+    old, new = _pair()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(redact, "FAST_MIN_BYTES", 0)  # the prefilter for every size
+        assert new.data(blob) == old.data(blob)
+
+
+CHUNK, OVERLAP = 4096, 1024  # small chunks: many boundaries in a small file (same for old and new)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(texts(3 * CHUNK, (CHUNK - OVERLAP, CHUNK, 2 * CHUNK - OVERLAP, 2 * CHUNK, 3 * CHUNK - OVERLAP)))
+def test_in_files_the_prefilter_redacts_exactly_what_the_patterns_do(tmp_path, blob):
+    old, new = _pair()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(redact, "CHUNK_BYTES", CHUNK)
+        mp.setattr(redact, "OVERLAP_BYTES", OVERLAP)
+        mp.setattr(scan, "CHUNK_BYTES", 1000)  # the prefilter's stream reads other boundaries again
+        before, after = tmp_path / "old.out", tmp_path / "new.out"
+        before.write_bytes(blob)
+        after.write_bytes(blob)
+        redact.redact_file(before, old)
+        redact.redact_file(after, new)
+        assert after.read_bytes() == before.read_bytes()
+        assert scan.stats_of(after) == file_stats(after)  # what the scan measured is what is there
+        source, copy = tmp_path / "source.out", tmp_path / "copy.out"
+        source.write_bytes(blob)
+        new.copy_file(source, copy)
+        assert copy.read_bytes() == before.read_bytes()
+
+
+def _planted(size: int, seed: int = 5) -> bytes:
+    rnd = random.Random(seed)
+    out = bytearray(_chars(rnd, size, FILLER).encode())
+    for spot in (0, size // 3, redact.CHUNK_BYTES - 30, redact.CHUNK_BYTES - redact.OVERLAP_BYTES - 10, size - 40):
+        out[spot:spot] = f" {_secret(rnd)} ".encode()
+    return bytes(out)
+
+
+def test_a_spool_file_is_scanned_while_written_and_adopted_redacted(tmp_path):
+    """The follower reads the spool as the writer appends to it; adopt uses what it measured."""
+    old, new = _pair()
+    blob = _planted(2 * redact.CHUNK_BYTES + 777)
+    store = RedactingStore(tmp_path / "outputs", new)
+    fd, spooled = store.spool()
+
+    def write() -> None:
+        for start in range(0, len(blob), 100_003):
+            os.write(fd, blob[start:start + 100_003])
+        os.close(fd)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    writer.join()
+    path = store.adopt(spooled, "@big")
+    assert path.read_bytes() == old.data(blob) != blob
+    assert scan.stats_of(path) == file_stats(path)
+    assert not [t for t in threading.enumerate() if t.name == "ctxagent-scan"]
+
+
+def test_deleted_and_numpy_spools_stop_their_follower(tmp_path):
+    store = RedactingStore(tmp_path / "outputs", Redactor())
+    fd, spooled = store.spool()
+    os.write(fd, b"small output\n")
+    os.close(fd)
+    follower = store._followers[spooled]
+    spooled.unlink()  # a small output goes inline: its spool is deleted
+    follower._thread.join(5)
+    assert not follower.alive and follower.finish() is None
+    fd, npy = store.spool()
+    os.write(fd, b"\x93NUMPY" + b"sk-" + b"A" * 30)
+    os.close(fd)
+    assert store.adopt(npy, "@arr", ".npy").read_bytes().endswith(b"A" * 30)  # arrays are not text
+
+
+def test_too_many_prefilter_matches_fall_back_to_the_patterns_everywhere(tmp_path, monkeypatch):
+    old, new = _pair()
+    blob = _planted(200_000)
+    monkeypatch.setattr(scan, "MAX_WINDOWS", 2)
+    monkeypatch.setattr(redact, "FAST_MIN_BYTES", 0)
+    assert new.data(blob) == old.data(blob)
+    path = tmp_path / "dense.out"
+    path.write_bytes(blob)
+    assert redact.redact_file(path, new) and path.read_bytes() == old.data(blob)
+
+
+def test_without_hyperscan_the_patterns_scan_everything(tmp_path, monkeypatch):
+    """The fallback: no wheel (the import fails) or CTXAGENT_SCAN=python."""
+    blob = _planted(redact.CHUNK_BYTES + 5000)
+    expected = Redactor(prefilter=False).data(blob)
+    monkeypatch.setitem(sys.modules, "hyperscan", None)  # import hyperscan raises ImportError
+    redactor = Redactor()
+    assert redactor.prefilter is None
+    path = tmp_path / "out"
+    path.write_bytes(blob)
+    assert redact.redact_file(path, redactor) and path.read_bytes() == expected
+    monkeypatch.delitem(sys.modules, "hyperscan")
+    monkeypatch.setenv(scan.ENGINE_ENV, "python")
+    assert Redactor().prefilter is None
+    store = RedactingStore(tmp_path / "outputs")
+    fd, spooled = store.spool()
+    os.write(fd, blob)
+    os.close(fd)
+    assert not store._followers and store.adopt(spooled, "@x").read_bytes() == expected
+
+
+def test_every_prefilter_is_bounded_or_says_its_width():
+    pre = scan.prefilter(())
+    assert pre is not None and len(pre.widths) == len(PREFILTERS)
+    assert all(0 < width <= 4100 for width in pre.widths)
+    with pytest.raises(ValueError, match="unbounded"):
+        scan._max_width("eyJ[a-z]+")
+
+
+def test_stats_are_handed_over_once_and_only_for_the_same_file(tmp_path):
+    path = tmp_path / "f.out"
+    path.write_bytes(b"one\ntwo")
+    stats = scan.measure(path).stats
+    assert stats == file_stats(path) and stats.lines == 2
+    scan.remember(path, stats)
+    moved = path.rename(tmp_path / "g.out")  # a rename keeps the file's identity
+    assert scan.stats_of(moved) == stats
+    scan.remember(moved, stats)
+    moved.write_bytes(b"changed, longer\n")  # a changed file is measured again
+    assert scan.stats_of(moved) == file_stats(moved)
