@@ -57,6 +57,12 @@ def test_missing_profile_lists_bundled_ones():
         ("pipelines:\n  batch:\n    - strategy: nope\n", 3, "pipelines.batch.0.strategy", "unknown strategy"),
         ("pipelines:\n  batch:\n    - strategy: truncate\n    - strategy: mask_observations\n      kep: 3\n",
          5, "pipelines.batch.1.kep", "no parameter 'kep'"),
+        ("pipelines:\n  interactive:\n    - strategy: summarize\n      trigger: 0.7\n      keep_turns: 0\n",
+         5, "pipelines.interactive.0.keep_turns", "turn in flight"),
+        ("pipelines:\n  interactive:\n    - strategy: role_selective\n      llm: 1\n",
+         4, "pipelines.interactive.0.llm", "parameter 'llm' of 'role_selective': input should be a valid boolean"),
+        ("pipelines:\n  interactive:\n    - strategy: truncate\n      target_scale: 2\n",
+         4, "pipelines.interactive.0.target_scale", "it accepts: keep_user_tokens, target"),
     ],
 )
 def test_pipeline_checks_name_line_and_key(text, line, key, words):

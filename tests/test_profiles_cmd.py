@@ -150,6 +150,21 @@ def test_the_shipped_schema_is_the_generated_one():
     assert schema["additionalProperties"] is False
 
 
+def test_the_schema_describes_every_strategys_parameters():
+    from ctxagent.strategies import registry
+
+    schema = json.loads(json_schema_text())
+    steps = schema["properties"]["pipelines"]["additionalProperties"]["items"]
+    assert set(steps["discriminator"]["mapping"]) == set(registry.names())
+    for name, ref in steps["discriminator"]["mapping"].items():
+        step = schema["$defs"][ref.rpartition("/")[2]]
+        declared = registry.get(name).Params.model_fields
+        assert set(step["properties"]) == set(declared) and step["additionalProperties"] is False
+        assert all(prop.get("description") for key, prop in step["properties"].items() if key != "strategy"), name
+    keep = schema["$defs"]["SummarizeStep"]["properties"]["keep_turns"]
+    assert keep["minimum"] == 1 and keep["default"] == 6 and "turn in flight" in keep["description"]
+
+
 def test_the_schema_accepts_every_bundled_profile_and_rejects_a_typo(tmp_path):
     jsonschema = pytest.importorskip("jsonschema")
     validator = jsonschema.Draft202012Validator(json.loads(json_schema_text()))

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from ctxagent.errors import ProfileError
 from ctxagent.messages import pair_violations, text_of, tool_call
@@ -18,18 +20,19 @@ from ctxagent.profile import bundled_names, load_profile, parse_profile
 from ctxagent.sessions.store import handle_for
 from ctxagent.strategies import registry
 from ctxagent.strategies.base import Budget, Entry, Outcome, StrategyContext
-from ctxagent.strategies.checkpoint import CHECKPOINT_TOOL_SCHEMA, Checkpoint
-from ctxagent.strategies.checks import check_pipelines, llm_needed
+from ctxagent.strategies.checkpoint import CHECKPOINT_TOOL_SCHEMA, Checkpoint, CheckpointStep
+from ctxagent.strategies.checks import check_pipelines
 from ctxagent.strategies.common import keep_pins
 from ctxagent.strategies.dedupe import Dedupe
 from ctxagent.strategies.distill import Distill
 from ctxagent.strategies.mask_observations import MaskObservations
 from ctxagent.strategies.pipeline import replay, run
 from ctxagent.strategies.prune import Prune
-from ctxagent.strategies.role_selective import RoleSelective
+from ctxagent.strategies.role_selective import RoleSelective, RoleSelectiveStep
 from ctxagent.strategies.sliding_window import SlidingWindow
+from ctxagent.strategies.step import COMMON, StrategyConfig
 from ctxagent.strategies.summarize import Summarize
-from ctxagent.strategies.truncate import Truncate
+from ctxagent.strategies.truncate import Truncate, TruncateStep
 from ctxagent.tokens import count_message, count_text
 from viewgen import views
 from viewgen2 import PINS, rich_views
@@ -453,7 +456,7 @@ def test_bundled_profiles_pass_the_load_checks():
     for name, profile in BUNDLED.items():
         check_pipelines(profile, source=name)
         for step in profile.pipeline("batch"):
-            assert not llm_needed(registry.get(step.strategy), step.params())
+            assert not step.needs_llm()
 
 
 @pytest.mark.parametrize(("name", "path"), CASES)
@@ -487,7 +490,14 @@ def test_bundled_pipelines_under_target_only_batched_steps_change_anything(name,
     ("pipelines:\n  interactive:\n    - strategy: mask_observations\n      kept: 3\n",
      "pipelines.interactive.0.kept", "no parameter 'kept'"),
     ("pipelines:\n  interactive:\n    - strategy: mask_observations\n      keep: many\n",
-     "pipelines.interactive.0.keep", "whole number"),
+     "pipelines.interactive.0.keep", "parameter 'keep' of 'mask_observations': input should be a valid integer, "
+                                     "not 'many' \\(keep: tool results"),
+    ("pipelines:\n  interactive:\n    - strategy: truncate\n      target: yes\n",
+     "pipelines.interactive.0.target", "valid number, not True"),
+    ("pipelines:\n  interactive:\n    - trigger: 0.5\n", "pipelines.interactive.0.strategy",
+     "names its strategy"),
+    ("pipelines:\n  interactive:\n    - strategy: prune\n      trigger: 2\n", "pipelines.interactive.0.trigger",
+     "less than or equal to 1"),
     ("pipelines:\n  batch:\n    - strategy: role_selective\n      llm: true\n", "pipelines.batch.0.strategy",
      "calls an LLM"),
     ("pipelines:\n  batch:\n    - strategy: truncate\n      tgt: 0.4\n", "pipelines.batch.0.tgt",
@@ -510,10 +520,26 @@ def test_llm_in_batch_only_when_allowed_or_turned_off():
 
 
 def test_every_strategy_declares_its_parameters():
+    steps = set(typing.get_args(typing.get_args(registry.Step)[0]))
+    assert {registry.get(name).Params for name in registry.names()} == steps  # the union is the registry
     for name in registry.names():
-        strategy = registry.get(name)
-        assert isinstance(strategy.params, dict) and strategy.params
-        assert isinstance(strategy.uses_llm, bool)
+        step = registry.get(name).Params
+        assert step.model_fields["strategy"].default == name and set(step.model_fields) > COMMON
+        assert StrategyConfig(strategy=name) == step() and type(StrategyConfig(strategy=name)) is step
+        assert step.model_config.get("extra") == "forbid"  # an accepted key is a declared one
+
+
+def test_a_step_built_from_a_name_is_validated_and_typed():
+    step = StrategyConfig(strategy="checkpoint", trigger=0, llm=False, keep_turns=1)
+    assert isinstance(step, CheckpointStep) and step.params() == {"keep_turns": 1, "llm": False}
+    assert not step.needs_llm() and CheckpointStep().needs_llm() and not RoleSelectiveStep().needs_llm()
+    with pytest.raises(ValidationError):
+        StrategyConfig(strategy="truncate", target_scale=0.5)  # accepted but unused keys are impossible
+    with pytest.raises(ValidationError):
+        TruncateStep(keep_user_tokens=-1)
+    with pytest.raises(TypeError, match="not a TruncateStep"):
+        TruncateStep.of(step)
+    assert TruncateStep.of({"target": 0.3}).target == 0.3 and TruncateStep.of({}).keep_user_tokens == 0.1
 
 
 # --- small hand-made views ----------------------------------------------------------------------

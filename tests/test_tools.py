@@ -419,3 +419,60 @@ def test_spooled_values_from_other_tools_are_settled(ctx: ToolContext) -> None:
     toolset = Toolset([Tool("spooling", "writes", schema({}), spooling)], ctx, OffloadPolicy(1000))
     outcome = toolset.call(ToolCall("sp1", "spooling", "{}"))
     assert outcome.output is not None and outcome.content.startswith("done\n[binary output: 10 bytes")
+
+
+# --- schemas and validation from signatures (issue 17) -----------------------------------------
+
+
+def test_every_builtin_tool_gets_its_schema_and_validator_from_its_signature() -> None:
+    from ctxagent.tools.signature import function_schema
+
+    for name, tool in BUILTIN.items():
+        assert tool.validator is not None, name
+        derived = function_schema(tool.fn, name)
+        assert derived.parameters == tool.parameters and derived.takes_ctx, name
+        assert all(spec.get("description") for spec in tool.parameters["properties"].values()), name
+    shell = BUILTIN["shell"].parameters["properties"]["timeout_s"]
+    assert (shell["minimum"], shell["maximum"], shell["default"]) == (1, builtin.SHELL_TIMEOUT_MAX_S, 60)
+
+
+def test_tool_schemas_are_the_same_bytes_in_every_process() -> None:
+    """They are part of every request's prompt-cache prefix: a new process (another hash seed) must
+    send the same bytes."""
+    code = ("import json; from ctxagent.tools.catalog import BUILTIN; "
+            "print(json.dumps([t.spec() for t in BUILTIN.values()]))")
+    runs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
+    assert runs == {json.dumps([t.spec() for t in BUILTIN.values()]) + "\n"}
+
+
+def test_arguments_are_validated_by_the_signature(toolset: Toolset) -> None:
+    out = call(toolset, "shell", command="true", timeout_s=0)
+    assert out.is_error and "argument 'timeout_s': input should be greater than or equal to 1, not 0" in out.content
+    out = call(toolset, "shell", command="true", timeout_s="60")
+    assert out.is_error and "argument 'timeout_s' must be integer" in out.content  # JSON types are not coerced
+    out = call(toolset, "read_file", path="x", end_line=None)  # null for an optional argument: its default
+    assert out.is_error and "no such file" in out.content
+
+
+def test_a_user_tool_may_name_its_arguments_anything() -> None:
+    from ctxagent.tools.signature import function_tool
+
+    def odd(title: str, json: int = 2, model_config: list[int] | None = None) -> str:
+        """Odd names.
+
+        Args:
+            title: a property called title stays
+        """
+        return f"{title}{json}{model_config}"
+
+    tool = function_tool(odd)
+    props = tool.parameters["properties"]
+    assert props["title"] == {"type": "string", "description": "a property called title stays"}
+    assert props["model_config"] == {"type": ["array", "null"], "items": {"type": "integer"}}
+    assert "title" not in tool.parameters and "additionalProperties" not in tool.parameters
+    from ctxagent.tools.signature import validate
+
+    assert validate("odd", tool.validator, {"title": "t", "model_config": [1]}) == {"title": "t", "model_config": [1]}
+    with pytest.raises(ToolError, match=r"missing argument 'title'; unexpected argument 'nope'"):
+        validate("odd", tool.validator, {"nope": 1})

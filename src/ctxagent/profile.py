@@ -31,11 +31,11 @@ from ctxagent.profile_schema import (
     PreviewConfig,
     Profile,
     RecallConfig,
-    StrategyConfig,
     SummarizerConfig,
     thrash_problem,
 )
 from ctxagent.strategies.checks import check_gaps, check_pipelines
+from ctxagent.strategies.step import StrategyConfig, step_error
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "DEFAULT_TOOLS", "MIN_GAP", "Path_", "PreviewConfig", "Profile", "RecallConfig",
            "StrategyConfig", "SummarizerConfig", "bundled_names", "bundled_text", "load_profile", "merge",
@@ -108,10 +108,10 @@ def parse_profile(text: str, *, source: str, default_name: str = "custom") -> Pr
         profile = Profile.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
-        loc = [str(p) for p in first["loc"]]
+        loc, message = step_error(first) or ([str(p) for p in first["loc"]], first["msg"])
         layer = _owner(layers, loc)
         raise ProfileError(
-            first["msg"], path=layer.source, line=line_of(layer.node, loc), key=".".join(loc) or None
+            message, path=layer.source, line=line_of(layer.node, loc), key=".".join(loc) or None
         ) from err
     try:
         check_gaps(profile, source=source)

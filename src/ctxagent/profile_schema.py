@@ -1,19 +1,24 @@
 """The profile's schema: the pydantic models a profile YAML validates against, and the thrash rule.
 
-The bottom of the configuration layer: the strategies (:mod:`ctxagent.strategies.checks`,
-:mod:`ctxagent.strategies.pipeline`) import these models without importing the loader
-(:mod:`ctxagent.profile`), which runs the strategies' checks. Units: every size called
+The bottom of the configuration layer: the strategies' checks and pipelines
+(:mod:`ctxagent.strategies.checks`, :mod:`ctxagent.strategies.pipeline`) import these models without
+importing the loader (:mod:`ctxagent.profile`), which runs the checks. A pipeline step is the step
+class its strategy declares (:mod:`ctxagent.strategies.step`; the union of them all,
+:data:`ctxagent.strategies.registry.Step`), re-exported here as ``StrategyConfig``. Units: every size called
 ``*_tokens`` or ``context_window`` is in tokens; ``preview.max_chars`` is in characters; fractions
 are of the context window.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ctxagent.mcp_tools.config import SERVER_NAME, ServerConfig
+from ctxagent.strategies.registry import Step
+from ctxagent.strategies.step import StrategyConfig
+from ctxagent.strategies.truncate import TruncateStep
 from ctxagent.tools.permissions import PermissionsConfig
 
 Path_ = Literal["interactive", "batch"]
@@ -127,28 +132,8 @@ class McpConfig(_Strict):
                                  "before they are deferred behind find_tools (0: always defer)")
 
 
-class StrategyConfig(BaseModel):
-    """One step of a pipeline: the strategy's registered name, its trigger, its parameters.
-
-    ``trigger`` is a fraction of the context window; the step runs only when the request is over
-    it (``None``: the profile's ``trigger``; ``0``: on every request). ``every_turns`` runs it on a turn count instead.
-    ``min_turns``: the step never runs before that turn (seed 003: no management under 5 turns).
-    ``rule``: a label ``inspect context`` shows for the step when it is the last one that fires
-    (the selection rule in force, e.g. the ``adaptive`` profile's). Other keys are the strategy's
-    own parameters, checked by the strategy.
-    """
-
-    model_config = ConfigDict(extra="allow")
-    strategy: str
-    trigger: float | None = Field(None, ge=0, le=1)
-    every_turns: int | None = Field(None, ge=1)
-    min_turns: int | None = Field(None, ge=1)
-    rule: str | None = None
-
-    def params(self) -> dict[str, Any]:
-        """The strategy's own parameters (every key but ``strategy``, ``trigger``, ``every_turns``,
-        ``min_turns``, ``rule``)."""
-        return dict(self.model_extra or {})
+def _truncate_everywhere() -> dict[Path_, list[Step]]:
+    return {"interactive": [TruncateStep()], "batch": [TruncateStep()]}
 
 
 class Profile(_Strict):
@@ -176,9 +161,7 @@ class Profile(_Strict):
     send_tool_choice: bool = True
     tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLS))
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    pipelines: dict[Path_, list[StrategyConfig]] = Field(
-        default_factory=lambda: {p: [StrategyConfig(strategy="truncate")] for p in ("interactive", "batch")}
-    )
+    pipelines: dict[Path_, list[Step]] = Field(default_factory=_truncate_everywhere)
     allow_llm_in_batch: bool = False
     summarizer: SummarizerConfig = SummarizerConfig()
     recall: RecallConfig = RecallConfig()  # tools/recall.py
@@ -226,7 +209,7 @@ class Profile(_Strict):
 
     def pipeline(self, path: Path_) -> list[StrategyConfig]:
         """The ordered strategies of ``path`` (``interactive`` or ``batch``)."""
-        return self.pipelines.get(path, [])
+        return cast(list[StrategyConfig], self.pipelines.get(path, []))  # every Step is one
 
 
 def thrash_problem(target: float, trigger: float) -> str | None:

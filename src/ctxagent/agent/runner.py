@@ -45,6 +45,7 @@ from ctxagent.sessions.redact import RedactingStore
 from ctxagent.sessions.session import Session, sessions_root
 from ctxagent.sessions.transcript import TranscriptWarning
 from ctxagent.strategies.base import Budget, Entry
+from ctxagent.strategies.checkpoint import CheckpointStep
 from ctxagent.tokens import count_message
 from ctxagent.tools.builtin import kill_running
 from ctxagent.tools.offload import settle, store_text
@@ -53,7 +54,7 @@ from ctxagent.tools.toolset import Toolset
 
 MAX_RECOVERIES = 2  # emergency compactions per turn after a provider "context too long"
 SUMMARIZER_SYSTEM = "You compress an agent's working transcript. Follow the instructions in the user message exactly."
-CHECKPOINT_ON_STOP = StrategyConfig(strategy="checkpoint", trigger=0, target=0.01, llm=False, keep_turns=1)
+CHECKPOINT_ON_STOP = CheckpointStep(trigger=0, target=0.01, llm=False, keep_turns=1)
 """The checkpoint a budget stop writes: the history before the last unit, deterministic (no LLM call)."""
 
 

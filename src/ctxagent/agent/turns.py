@@ -14,6 +14,8 @@ from ctxagent.profile import Profile, StrategyConfig
 from ctxagent.sessions import records
 from ctxagent.strategies import registry
 from ctxagent.strategies.base import Budget, Compaction, Entry, groups
+from ctxagent.strategies.mask_observations import MaskObservationsStep
+from ctxagent.strategies.truncate import TruncateStep
 
 
 @dataclass(frozen=True)
@@ -86,9 +88,9 @@ def emergency_steps(view: list[Any], budget: Budget, attempt: int) -> list[Strat
     last = groups(view)[-1] if view else []
     keep = sum(1 for i in last if view[i].role == "tool")
     target = min(budget.target, (0.5 if attempt == 0 else 0.25) * budget.total(view) / budget.window)
-    steps = [StrategyConfig(strategy="truncate", trigger=0, target=round(target, 4))]
+    steps: list[StrategyConfig] = [TruncateStep(trigger=0, target=round(target, 4))]
     if "mask_observations" in registry.names():
-        steps.insert(0, StrategyConfig(strategy="mask_observations", trigger=0, keep=keep, min_tokens=0, batch=1))
+        steps.insert(0, MaskObservationsStep(trigger=0, keep=keep, min_tokens=0, batch=1))
     return steps
 
 
@@ -124,5 +126,5 @@ def thrash_plan(profile: Profile, streak: int, budget: Budget, session: str) -> 
     target = round(budget.target / 2, 4)
     warning = None if streak != k else (f"the context was compacted on {k} requests in a row; over {budget.target:.0%} "
                                         f"of the window it is now cut to {target:.0%}, to make room")
-    cut = StrategyConfig(strategy="truncate", trigger=budget.target, target=target)
+    cut = TruncateStep(trigger=budget.target, target=target)
     return replace(budget, target=target), [cut], warning

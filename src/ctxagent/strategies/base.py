@@ -8,12 +8,15 @@ of messages in a way that must survive resume (truncation, summaries, checkpoint
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
 from ctxagent.messages import Message
 from ctxagent.tokens import PER_REQUEST
+
+if TYPE_CHECKING:
+    from ctxagent.strategies.step import StrategyConfig
 
 T = TypeVar("T")
 
@@ -173,10 +176,13 @@ Summarizer = Callable[[str, int], str]
 
 @dataclass(frozen=True)
 class StrategyContext:
-    """What a strategy may read besides the view: budget, its parameters, where things live."""
+    """What a strategy may read besides the view: budget, its parameters, where things live.
+
+    ``params``: the pipeline step (its class is the strategy's ``Params``), or a mapping of
+    parameters that the strategy validates into one (defaults for the missing ones)."""
 
     budget: Budget
-    params: dict[str, Any] = field(default_factory=dict)
+    params: StrategyConfig | Mapping[str, Any] = field(default_factory=dict)
     turn: int = 0
     transcript_path: str = "transcript.jsonl"
     model: str = ""
@@ -215,10 +221,11 @@ class Outcome:
 
 
 class Strategy(Protocol):
-    """A named transform of the view. ``uses_llm`` strategies are refused on batch paths."""
+    """A named transform of the view, whose parameters are declared by ``Params`` (its pipeline
+    step class, :mod:`ctxagent.strategies.step`; a step that may call an LLM is refused on batch paths)."""
 
-    name: str
-    uses_llm: bool
+    name: ClassVar[str]
+    Params: ClassVar[type[StrategyConfig]]
 
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome: ...
 

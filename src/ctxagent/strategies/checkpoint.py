@@ -47,7 +47,9 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any, Literal
+
+from pydantic import Field
 
 from ctxagent.messages import Message, one_line
 from ctxagent.strategies.base import Entry, Outcome, StrategyContext
@@ -62,10 +64,11 @@ from ctxagent.strategies.common import (
     text,
     with_pins,
 )
-from ctxagent.strategies.facts import FACTS_TOKENS, with_facts
+from ctxagent.strategies.facts import with_facts
 from ctxagent.strategies.prune import is_dead
 from ctxagent.strategies.rendering import fact_lines, label_range, render, task_text
-from ctxagent.strategies.summarize import facts_tokens, failure, under_target
+from ctxagent.strategies.step import Declared, Fraction, KeepTurns, SummaryStep, UseLlm
+from ctxagent.strategies.summarize import failure, under_target
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 
 FIELDS: dict[str, str] = {
@@ -223,28 +226,26 @@ def place(view: list[Entry], runs: list[list[int]], body: str, label: str, ctx: 
     return replace_runs(view, runs, make, ctx, name)
 
 
-class Checkpoint:
+class CheckpointStep(SummaryStep):
+    """``checkpoint``: a structured checkpoint (the agent's, or written at a milestone) in place of
+    the older history."""
+
+    llm_switch = "llm"
+    strategy: Literal["checkpoint"] = "checkpoint"
+    keep_turns: KeepTurns = 4
+    at: Fraction | None = Field(None, description="fraction of the window the request must be over for a "
+                                "non-agent checkpoint; null: the step's trigger decides")
+    llm: UseLlm = True
+    max_tokens: int = Field(1200, ge=0, strict=True, description="tokens of an LLM checkpoint, and about the "
+                            "size of a deterministic one")
+
+
+class Checkpoint(Declared, params=CheckpointStep):
     """Structured checkpoints at milestones; see the module docstring."""
 
-    name = "checkpoint"
-    uses_llm = True
-    params: ClassVar[dict[str, Any]] = {
-        "keep_turns": 4,
-        "at": None,
-        "llm": True,
-        "max_tokens": 1200,
-        "chunk_tokens": 8000,
-        "facts_tokens": FACTS_TOKENS,
-        "target": None,
-    }
-
-    def needs_llm(self, params: dict[str, Any]) -> bool:
-        """Whether this step calls the LLM with these parameters (not with ``llm: false``)."""
-        return bool(params.get("llm", self.params["llm"]))
-
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        p = {**self.params, **ctx.params}
-        runs = [r for r in runs_to_compact(view, 0, int(p["keep_turns"])) if not nothing_new(view, r)]
+        p = CheckpointStep.of(ctx.params)
+        runs = [r for r in runs_to_compact(view, 0, p.keep_turns) if not nothing_new(view, r)]
         if not runs:
             return Outcome(view)
         agent = agent_call(view)
@@ -252,16 +253,15 @@ class Checkpoint:
             call_id, data = agent
             label = f"checkpoint (written by the agent, call {call_id})"
             return place(view, runs, render_checkpoint(data), label, ctx, self.name)
-        at = p["at"]
-        if (at is not None and not ctx.budget.over(view, float(at))) or under_target(view, ctx):
+        if (p.at is not None and not ctx.budget.over(view, p.at)) or under_target(view, ctx, p.target):
             return Outcome(view)
         entries = [view[i] for r in runs for i in r]
-        max_tokens = int(p["max_tokens"])
+        max_tokens = p.max_tokens
         body = None
         warnings: list[str] = []
-        if self.needs_llm(p) and ctx.summarizer is not None:
+        if p.needs_llm() and ctx.summarizer is not None:
             try:
-                body = self._llm(view, entries, ctx, max_tokens, int(p["chunk_tokens"]))
+                body = self._llm(view, entries, ctx, p)
             except SummaryFailed as err:
                 warnings.append(failure(self.name, "the LLM checkpoint", entries, err,
                                         "made a deterministic checkpoint instead"))
@@ -276,16 +276,15 @@ class Checkpoint:
         return any(e.kind == "checkpoint" and mark in content_of(e.message) for e in view)
 
     @staticmethod
-    def _llm(view: Sequence[Entry], entries: Sequence[Entry], ctx: StrategyContext, max_tokens: int,
-             chunk_tokens: int) -> str:
+    def _llm(view: Sequence[Entry], entries: Sequence[Entry], ctx: StrategyContext, p: CheckpointStep) -> str:
         """The checked body of an LLM checkpoint, then the exact values of ``entries`` it does not
         hold (:func:`~ctxagent.strategies.facts.with_facts`). Raises ``SummaryFailed``."""
         assert ctx.summarizer is not None
         prompt = CHECKPOINT_PROMPT.replace("{task}", one_line(task_text(view), 500)).replace(
-            "{max_tokens}", str(max_tokens))
+            "{max_tokens}", str(p.max_tokens))
         body = condense(render(entries), summarizer=ctx.summarizer, final_prompt=prompt,
-                        max_tokens=max_tokens, chunk_tokens=chunk_tokens,
+                        max_tokens=p.max_tokens, chunk_tokens=p.chunk_tokens,
                         pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model,
                         finish=lambda reply: render_checkpoint(parse_json_object(reply)),
                         window=ctx.summarizer_window)
-        return with_facts(body, entries, facts_tokens(ctx), ctx.model)
+        return with_facts(body, entries, p.facts_tokens, ctx.model)

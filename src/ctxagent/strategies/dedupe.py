@@ -24,7 +24,9 @@ Parameters:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Literal
+
+from pydantic import Field
 
 from ctxagent.strategies.base import MEMO, Entry, Fold, Outcome, StrategyContext
 from ctxagent.strategies.common import (
@@ -36,15 +38,19 @@ from ctxagent.strategies.common import (
     stored_handle,
     with_pins,
 )
+from ctxagent.strategies.step import Count, Declared, StrategyConfig
 
 
-class Dedupe:
+class DedupeStep(StrategyConfig):
+    """``dedupe``: a tool result identical to an earlier one replaced by a reference to it."""
+
+    strategy: Literal["dedupe"] = "dedupe"
+    min_tokens: Count = Field(20, description="tokens a result must exceed to be replaced by a reference")
+
+
+class Dedupe(Declared, params=DedupeStep):
     """Reference repeated tool results and flag repeated calls; see the module docstring."""
-
-    name = "dedupe"
-    uses_llm = False
     batched = True
-    params: ClassVar[dict[str, Any]] = {"min_tokens": 20}
 
     def __init__(self) -> None:
         self._fold = Fold(lambda key: _Scan(), self._step)
@@ -52,7 +58,7 @@ class Dedupe:
         self._min_tokens = 20
 
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        self._ctx, self._min_tokens = ctx, int(ctx.params.get("min_tokens", self.params["min_tokens"]))
+        self._ctx, self._min_tokens = ctx, DedupeStep.of(ctx.params).min_tokens
         scan: _Scan = self._fold.run(view, (self._min_tokens, ctx.pins, ctx.model))
         found = [r for r in scan.replaced if view[r[0]].start >= ctx.free_from]
         if not found:

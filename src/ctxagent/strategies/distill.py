@@ -37,7 +37,9 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Any, Literal
+
+from pydantic import Field
 
 from ctxagent.messages import one_line
 from ctxagent.strategies.base import Entry, Outcome, StrategyContext
@@ -53,6 +55,7 @@ from ctxagent.strategies.common import (
 )
 from ctxagent.strategies.prune import first_line, is_dead
 from ctxagent.strategies.rendering import fact_lines, render, task_text
+from ctxagent.strategies.step import Count, Declared, KeepTurns, LlmStep, UseLlm
 from ctxagent.strategies.summarize import failure
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 from ctxagent.tokens import count_text
@@ -132,37 +135,34 @@ def _finish(reply: str) -> str:
     return dumps(ordered)
 
 
-class Distill:
+class DistillStep(LlmStep):
+    """``distill``: a JSON state document (goal, verified facts, discarded hypotheses, pending actions)
+    in place of the older history."""
+
+    llm_switch = "llm"
+    strategy: Literal["distill"] = "distill"
+    keep_turns: KeepTurns = 4
+    llm: UseLlm = True
+    min_tokens: Count = Field(1000, description="tokens the range must exceed to be distilled")
+
+
+class Distill(Declared, params=DistillStep):
     """A JSON state document in place of the older history; see the module docstring."""
 
-    name = "distill"
-    uses_llm = True
-    params: ClassVar[dict[str, Any]] = {
-        "keep_turns": 4,
-        "llm": True,
-        "max_tokens": 1000,
-        "chunk_tokens": 8000,
-        "min_tokens": 1000,
-    }
-
-    def needs_llm(self, params: dict[str, Any]) -> bool:
-        """Whether this step calls the LLM with these parameters (not with ``llm: false``)."""
-        return bool(params.get("llm", self.params["llm"]))
-
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        p = {**self.params, **ctx.params}
-        runs = [r for r in runs_to_compact(view, 0, int(p["keep_turns"])) if not nothing_new(view, r)]
+        p = DistillStep.of(ctx.params)
+        runs = [r for r in runs_to_compact(view, 0, p.keep_turns) if not nothing_new(view, r)]
         entries = [view[i] for r in runs for i in r]
-        if not runs or sum(e.tokens for e in entries) <= int(p["min_tokens"]):
+        if not runs or sum(e.tokens for e in entries) <= p.min_tokens:
             return Outcome(view)
-        max_tokens = int(p["max_tokens"])
+        max_tokens = p.max_tokens
         body = None
         warnings: list[str] = []
-        if self.needs_llm(p) and ctx.summarizer is not None:
+        if p.needs_llm() and ctx.summarizer is not None:
             try:
                 body = condense(render(entries), summarizer=ctx.summarizer,
                                 final_prompt=DISTILL_PROMPT.replace("{max_tokens}", str(max_tokens)),
-                                max_tokens=max_tokens, chunk_tokens=int(p["chunk_tokens"]),
+                                max_tokens=max_tokens, chunk_tokens=p.chunk_tokens,
                                 pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model,
                                 finish=_finish, window=ctx.summarizer_window)
             except SummaryFailed as err:

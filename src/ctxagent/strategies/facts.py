@@ -29,10 +29,9 @@ from collections.abc import Iterator, Sequence
 from ctxagent.strategies.base import Entry
 from ctxagent.strategies.common import content_of, handle_of
 from ctxagent.strategies.rendering import label_range
+from ctxagent.strategies.step import FACTS_TOKENS
 from ctxagent.tokens import count_text
 
-FACTS_TOKENS = 400
-"""Default cap of one facts block, tokens (the strategies' ``facts_tokens`` parameter)."""
 LINE_CHARS = 200  # characters: an error line is cut to this; a longer command line is left out (not its values)
 LABEL = "[exact values from messages {range}, copied by ctxagent]"
 _LABEL_START = "[exact values from messages "

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, Literal
+
+from pydantic import Field
 
 from ctxagent.strategies.base import MEMO, Entry, Fold, Outcome, StrategyContext
 from ctxagent.strategies.common import (
@@ -47,6 +49,7 @@ from ctxagent.strategies.common import (
     stored_handle,
     with_pins,
 )
+from ctxagent.strategies.step import Count, Declared, Fraction, StrategyConfig
 
 
 def stub(entry: Entry, call: dict[str, Any] | None, pins: tuple[str, ...]) -> str:
@@ -81,13 +84,21 @@ def _kept(view: list[Entry], recent: list[int], max_tokens: float) -> int:
     return kept
 
 
-class MaskObservations:
-    """Mask old tool results; see the module docstring."""
+class MaskObservationsStep(StrategyConfig):
+    """``mask_observations``: old tool results replaced by a stub with their handle."""
 
-    name = "mask_observations"
-    uses_llm = False
+    strategy: Literal["mask_observations"] = "mask_observations"
+    keep: Count = Field(10, description="tool results (counted from the newest) kept verbatim")
+    keep_tokens: Fraction = Field(0.15, description="fraction of the window those verbatim results may take")
+    min_tokens: Count = Field(50, description="tokens a result must exceed to be masked (offloaded previews "
+                              "always are)")
+    batch: Count | None = Field(None, description="results that must qualify before any already-sent one is "
+                                "masked; null: keep")
+
+
+class MaskObservations(Declared, params=MaskObservationsStep):
+    """Mask old tool results; see the module docstring."""
     batched = True
-    params: ClassVar[dict[str, Any]] = {"keep": 10, "keep_tokens": 0.15, "min_tokens": 50, "batch": None}
 
     def __init__(self) -> None:
         self._fold = Fold(lambda key: _Scan(), self._step)
@@ -95,13 +106,14 @@ class MaskObservations:
         self._min_tokens = 50
 
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        keep = int(ctx.params.get("keep", self.params["keep"]))
-        self._ctx, self._min_tokens = ctx, int(ctx.params.get("min_tokens", self.params["min_tokens"]))
-        batch = max(1, int(ctx.params.get("batch") or keep or 1))
+        p = MaskObservationsStep.of(ctx.params)
+        keep = p.keep
+        self._ctx, self._min_tokens = ctx, p.min_tokens
+        batch = max(1, p.batch or keep or 1)
         scan: _Scan = self._fold.run(view, (self._min_tokens, ctx.pins, ctx.model))
         results = scan.results
         kept = _kept(view, results[max(0, len(results) - keep):] if keep else [],
-                     float(ctx.params.get("keep_tokens", self.params["keep_tokens"])) * ctx.budget.window)
+                     p.keep_tokens * ctx.budget.window)
         boundary = results[len(results) - kept] if kept else len(view)
         masked = scan.maskable[:bisect_left(scan.maskable, boundary, key=lambda m: m[0])]
         if len(masked) < batch and not ctx.budget.over(view, ctx.budget.trigger):

@@ -20,9 +20,9 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from ctxagent.profile_schema import StrategyConfig
 from ctxagent.strategies import registry
 from ctxagent.strategies.base import Budget, Compaction, Entry, Outcome, StrategyContext
+from ctxagent.strategies.step import StrategyConfig
 
 
 def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
@@ -101,7 +101,7 @@ def _joined(first: Outcome, second: Outcome) -> Outcome:
 def _over_a_trigger(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> bool:
     """Whether a step that runs over a trigger (not on every request, not on a turn count) would fire
     on ``view``: then the pipeline's result is not what a fresh build of it would send (IDENTITY)."""
-    return any(fires(step, view, replace(ctx, params=step.params()), ctx.budget.trigger) for step in steps
+    return any(fires(step, view, replace(ctx, params=step), ctx.budget.trigger) for step in steps
                if step.trigger != 0 and not step.every_turns)
 
 
@@ -110,7 +110,7 @@ def _run_steps(view: list[Entry], steps: Sequence[StrategyConfig], ctx: Strategy
     offloads: list[Entry] = []
     warnings: list[str] = []
     for step in steps:
-        step_ctx = replace(ctx, params=step.params())
+        step_ctx = replace(ctx, params=step)
         if not fires(step, view, step_ctx, ctx.budget.trigger):
             continue
         outcome = registry.get(step.strategy).apply(view, step_ctx)

@@ -41,7 +41,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, Literal
+
+from pydantic import Field
 
 from ctxagent.messages import Message, one_line
 from ctxagent.strategies.base import MEMO, Entry, Fold, Outcome, StrategyContext, groups
@@ -57,6 +59,7 @@ from ctxagent.strategies.common import (
     text,
     with_pins,
 )
+from ctxagent.strategies.step import Count, Declared, StrategyConfig
 from ctxagent.tokens import count_message
 
 _FAILED = re.compile(r"\A\s*(?:ERROR\b|timed out after|killed by signal)")
@@ -141,21 +144,26 @@ class _Scan:
             state.dead.append((index, state.unit, name, entry.turn))
 
 
-class Prune:
-    """Drop superseded dead ends; see the module docstring."""
+class PruneStep(StrategyConfig):
+    """``prune``: failed calls superseded by a later success of the same tool dropped."""
 
-    name = "prune"
-    uses_llm = False
+    strategy: Literal["prune"] = "prune"
+    min_age_turns: Count = Field(3, description="turns a dead result must be old before it is pruned")
+    max_tokens: Count = Field(200, description="tokens under which a result is checked for 'not found'-style "
+                              "wordings")
+    batch: Count = Field(3, description="dead results that must qualify before any already-sent one is pruned")
+
+
+class Prune(Declared, params=PruneStep):
+    """Drop superseded dead ends; see the module docstring."""
     batched = True
-    params: ClassVar[dict[str, Any]] = {"min_age_turns": 3, "max_tokens": 200, "batch": 3}
 
     def __init__(self) -> None:
         self._fold = Fold(lambda max_tokens: _Scan(max_tokens), _Scan.step)
 
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        min_age = int(ctx.params.get("min_age_turns", self.params["min_age_turns"]))
-        max_tokens = int(ctx.params.get("max_tokens", self.params["max_tokens"]))
-        batch = max(1, int(ctx.params.get("batch", self.params["batch"])))
+        p = PruneStep.of(ctx.params)
+        min_age, max_tokens, batch = p.min_age_turns, p.max_tokens, max(1, p.batch)
         scan: _Scan = self._fold.run(view, max_tokens)
         now = max(ctx.turn, scan.turn)
         found = [(i, unit) for i, unit, name, turn in scan.dead

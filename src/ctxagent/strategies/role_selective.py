@@ -34,7 +34,9 @@ Parameters:
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import Any, Literal
+
+from pydantic import Field
 
 from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, groups
 from ctxagent.strategies.common import (
@@ -49,6 +51,7 @@ from ctxagent.strategies.common import (
     with_pins,
 )
 from ctxagent.strategies.rendering import clip
+from ctxagent.strategies.step import Count, Declared, KeepTurns, StrategyConfig, UseLlm
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 from ctxagent.tokens import count_text
 
@@ -81,32 +84,31 @@ def conclusion(content: str, max_tokens: int, model: str = "") -> str:
     return clip(paragraphs[-1] if paragraphs else "", max_tokens, model)
 
 
-class RoleSelective:
+class RoleSelectiveStep(StrategyConfig):
+    """``role_selective``: big tool results cut to their findings, long assistant text to its conclusion."""
+
+    uses_llm = True
+    llm_switch = "llm"
+    strategy: Literal["role_selective"] = "role_selective"
+    tool_tokens: Count = Field(300, description="tokens over which a tool result is reduced")
+    assistant_tokens: Count = Field(400, description="tokens of text over which assistant text is reduced")
+    keep_turns: KeepTurns = 2
+    head_lines: Count = Field(8, description="lines kept at the head of a reduced tool result")
+    tail_lines: Count = Field(4, description="lines kept at the tail of a reduced tool result")
+    llm: UseLlm = False
+    findings_tokens: Count = Field(200, description="tokens an LLM reduction may have")
+    max_calls: Count = Field(4, description="LLM reductions per request at most")
+
+
+class RoleSelective(Declared, params=RoleSelectiveStep):
     """Reduce tool results and assistant reasoning by role; see the module docstring."""
 
-    name = "role_selective"
-    uses_llm = True
-    params: ClassVar[dict[str, Any]] = {
-        "tool_tokens": 300,
-        "assistant_tokens": 400,
-        "keep_turns": 2,
-        "head_lines": 8,
-        "tail_lines": 4,
-        "llm": False,
-        "findings_tokens": 200,
-        "max_calls": 4,
-    }
-
-    def needs_llm(self, params: dict[str, Any]) -> bool:
-        """Whether this step calls the LLM with these parameters (only with ``llm: true``)."""
-        return bool(params.get("llm", self.params["llm"]))
-
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        p = {**self.params, **ctx.params}
+        p = RoleSelectiveStep.of(ctx.params)
         units = groups(view)
-        recent = {i for unit in units[max(0, len(units) - int(p["keep_turns"])) :] for i in unit}
+        recent = {i for unit in units[max(0, len(units) - p.keep_turns) :] for i in unit}
         calls = calls_of_results(view)
-        llm_calls = int(p["max_calls"]) if self.needs_llm(p) and ctx.summarizer is not None else 0
+        llm_calls = p.max_calls if p.needs_llm() and ctx.summarizer is not None else 0
         out = list(view)
         compactions: list[Compaction] = []
         offloads: list[Entry] = []
@@ -115,16 +117,15 @@ class RoleSelective:
             if index in recent or entry.kind != "message":
                 continue
             new, by_llm = None, False
-            if entry.role == "tool" and entry.tokens > int(p["tool_tokens"]):
+            if entry.role == "tool" and entry.tokens > p.tool_tokens:
                 if llm_calls > 0:
                     llm_calls -= 1
-                    new = self._findings(entry, calls.get(index), ctx, int(p["findings_tokens"]), warnings)
+                    new = self._findings(entry, calls.get(index), ctx, p.findings_tokens, warnings)
                     by_llm = new is not None and new.tokens < entry.tokens
                 if not by_llm:
-                    new = self._head_tail(entry, calls.get(index), ctx, int(p["head_lines"]),
-                                          int(p["tail_lines"]))
+                    new = self._head_tail(entry, calls.get(index), ctx, p.head_lines, p.tail_lines)
             elif entry.role == "assistant":
-                new = self._conclusion(entry, ctx, int(p["assistant_tokens"]))
+                new = self._conclusion(entry, ctx, p.assistant_tokens)
             if new is None or new.tokens >= entry.tokens:
                 continue
             out[index] = new

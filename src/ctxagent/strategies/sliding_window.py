@@ -35,13 +35,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Literal
+
+from pydantic import Field
 
 from ctxagent.messages import Message
 from ctxagent.strategies.base import Entry, Outcome, StrategyContext
 from ctxagent.strategies.common import content_of, nothing_new, replace_runs, runs_to_compact, text, with_pins
-from ctxagent.strategies.facts import FACTS_TOKENS
 from ctxagent.strategies.rendering import clip, label_range
+from ctxagent.strategies.step import Count, Declared, KeepTurns, SummaryStep, UseLlm
 from ctxagent.strategies.summarize import failure, summarize_run, summary_message, under_target
 from ctxagent.strategies.summarizing import SummaryFailed
 
@@ -72,54 +74,47 @@ def window_note(run: Sequence[Entry], ctx: StrategyContext, max_tokens: int) -> 
     return {"role": "user", "content": with_pins(content, (text(e) for e in run), ctx.pins)}
 
 
-class SlidingWindow:
+class SlidingWindowStep(SummaryStep):
+    """``sliding_window``: the last units verbatim plus one rolling summary (or note) of everything older."""
+
+    llm_switch = "rolling"
+    strategy: Literal["sliding_window"] = "sliding_window"
+    keep_turns: KeepTurns = 10
+    keep_first: Count = Field(0, description="units after the task kept verbatim (task setup)")
+    rolling: UseLlm = Field(True, description="make an LLM rolling summary when a summarizer is given "
+                            "(false: the deterministic note only, allowed on batch paths)")
+
+
+class SlidingWindow(Declared, params=SlidingWindowStep):
     """Recent units verbatim plus a rolling summary; see the module docstring."""
 
-    name = "sliding_window"
-    uses_llm = True
-    params: ClassVar[dict[str, Any]] = {
-        "keep_turns": 10,
-        "keep_first": 0,
-        "rolling": True,
-        "max_tokens": 1000,
-        "chunk_tokens": 8000,
-        "facts_tokens": FACTS_TOKENS,
-        "target": None,
-    }
-
-    def needs_llm(self, params: dict[str, Any]) -> bool:
-        """Whether this step calls the LLM with these parameters (not with ``rolling: false``)."""
-        return bool(params.get("rolling", self.params["rolling"]))
-
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        if under_target(view, ctx):
+        p = SlidingWindowStep.of(ctx.params)
+        if under_target(view, ctx, p.target):
             return Outcome(view)
-        p = {**self.params, **ctx.params}
-        runs = [r for r in runs_to_compact(view, int(p["keep_first"]), int(p["keep_turns"]))
-                if not nothing_new(view, r)]
+        runs = [r for r in runs_to_compact(view, p.keep_first, p.keep_turns) if not nothing_new(view, r)]
         if not runs:
             return Outcome(view)
-        max_tokens = int(p["max_tokens"])
         summaries: dict[int, str] = {}
         warnings: list[str] = []
-        if self.needs_llm(p) and ctx.summarizer is not None:
-            summaries, warnings = self._summaries(view, runs, ctx, max_tokens, int(p["chunk_tokens"]))
+        if p.needs_llm() and ctx.summarizer is not None:
+            summaries, warnings = self._summaries(view, runs, ctx, p)
 
         def make(run: list[Entry]) -> Message:
             if run[0].start in summaries:
                 return summary_message(run, summaries[run[0].start])
-            return window_note(run, ctx, max_tokens)
+            return window_note(run, ctx, p.max_tokens)
 
         return replace(replace_runs(view, runs, make, ctx, self.name), warnings=warnings)
 
-    def _summaries(self, view: list[Entry], runs: list[list[int]], ctx: StrategyContext, max_tokens: int,
-                   chunk_tokens: int) -> tuple[dict[int, str], list[str]]:
+    def _summaries(self, view: list[Entry], runs: list[list[int]], ctx: StrategyContext,
+                   p: SlidingWindowStep) -> tuple[dict[int, str], list[str]]:
         """The rolling summary of each run by its first seq, or none and the warning of the failure."""
         summaries: dict[int, str] = {}
         for r in runs:
             run = [view[i] for i in r]
             try:
-                summaries[run[0].start] = summarize_run(run, ctx, max_tokens, chunk_tokens)
+                summaries[run[0].start] = summarize_run(run, ctx, p)
             except SummaryFailed as err:
                 return {}, [failure(self.name, "the rolling summary", run, err,
                                     "wrote a deterministic window note instead")]

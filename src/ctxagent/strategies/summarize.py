@@ -40,15 +40,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import Literal
 
 from ctxagent.messages import Message
 from ctxagent.strategies.base import Entry, Outcome, StrategyContext
 from ctxagent.strategies.common import keep_pins, nothing_new, pins_in, replace_runs, runs_to_compact, text
-from ctxagent.strategies.facts import FACTS_TOKENS, with_facts
+from ctxagent.strategies.facts import with_facts
 from ctxagent.strategies.rendering import label_range, render
+from ctxagent.strategies.step import Declared, KeepTurns, SummaryStep
 from ctxagent.strategies.summarizing import SummaryFailed, condense
-from ctxagent.strategies.truncate import Truncate
+from ctxagent.strategies.truncate import Truncate, TruncateStep
 
 SUMMARY_PROMPT = (
     "You are compressing the older part of an AI agent's working session so the agent can continue "
@@ -60,29 +61,24 @@ SUMMARY_PROMPT = (
 )
 
 
-def under_target(view: Sequence[Entry], ctx: StrategyContext) -> bool:
-    """Whether the request is at or under the strategy's target (a fraction of the window)."""
-    target = ctx.params.get("target")
-    fraction = ctx.budget.target if target is None else float(target)
+def under_target(view: Sequence[Entry], ctx: StrategyContext, target: float | None) -> bool:
+    """Whether the request is at or under ``target`` (a fraction of the window; None: the profile's)."""
+    fraction = ctx.budget.target if target is None else target
     return ctx.budget.total(view) <= ctx.budget.window * fraction
 
 
-def facts_tokens(ctx: StrategyContext) -> int:
-    """The step's ``facts_tokens`` parameter: tokens of the block of exact values of a summary."""
-    return int(ctx.params.get("facts_tokens", FACTS_TOKENS))
-
-
-def summarize_run(run: Sequence[Entry], ctx: StrategyContext, max_tokens: int, chunk_tokens: int) -> str:
-    """The checked LLM summary of ``run`` followed by the exact values of ``run`` it does not hold
-    (:func:`~ctxagent.strategies.facts.with_facts`, at most ``facts_tokens`` more tokens). Raises
+def summarize_run(run: Sequence[Entry], ctx: StrategyContext, p: SummaryStep) -> str:
+    """The checked LLM summary of ``run`` (at most ``p.max_tokens``, read ``p.chunk_tokens`` at a
+    time) followed by the exact values of ``run`` it does not hold
+    (:func:`~ctxagent.strategies.facts.with_facts`, at most ``p.facts_tokens`` more tokens). Raises
     ``SummaryFailed`` (also when there is no summarizer, or its window cannot hold a request)."""
     if ctx.summarizer is None:
         raise SummaryFailed("no summarizer on this path")
     pins = pins_in((text(e) for e in run), ctx.pins)
     summary = condense(render(run), summarizer=ctx.summarizer,
-                       final_prompt=SUMMARY_PROMPT.format(max_tokens=max_tokens), max_tokens=max_tokens,
-                       chunk_tokens=chunk_tokens, pins=pins, model=ctx.model, window=ctx.summarizer_window)
-    return with_facts(summary, run, facts_tokens(ctx), ctx.model)
+                       final_prompt=SUMMARY_PROMPT.format(max_tokens=p.max_tokens), max_tokens=p.max_tokens,
+                       chunk_tokens=p.chunk_tokens, pins=pins, model=ctx.model, window=ctx.summarizer_window)
+    return with_facts(summary, run, p.facts_tokens, ctx.model)
 
 
 def failure(strategy: str, what: str, run: Sequence[Entry], err: SummaryFailed, instead: str) -> str:
@@ -91,11 +87,11 @@ def failure(strategy: str, what: str, run: Sequence[Entry], err: SummaryFailed, 
     return f"{strategy}: {what} of messages {label_range(run)} failed ({err}); {instead}"
 
 
-def truncate_fallback(view: list[Entry], ctx: StrategyContext, warnings: Sequence[str] = ()) -> Outcome:
-    """What an LLM strategy does when its summarizer fails: plain truncation to the target, its
-    notes given the pinned facts of what they replace; ``warnings`` (why) ride along."""
-    target = ctx.params.get("target")
-    outcome = Truncate().apply(view, replace(ctx, params={} if target is None else {"target": target}))
+def truncate_fallback(view: list[Entry], ctx: StrategyContext, target: float | None,
+                      warnings: Sequence[str] = ()) -> Outcome:
+    """What an LLM strategy does when its summarizer fails: plain truncation to ``target`` (None: the
+    profile's), its notes given the pinned facts of what they replace; ``warnings`` (why) ride along."""
+    outcome = Truncate().apply(view, replace(ctx, params=TruncateStep(target=target)))
     return replace(keep_pins(view, outcome, ctx), warnings=list(warnings))
 
 
@@ -104,38 +100,33 @@ def summary_message(run: Sequence[Entry], summary: str) -> Message:
     return {"role": "user", "content": f"[ctxagent summary of messages {label_range(run)}]\n{summary}"}
 
 
-class Summarize:
+class SummarizeStep(SummaryStep):
+    """``summarize``: the oldest units replaced by one checked LLM summary (truncation without a summarizer)."""
+
+    strategy: Literal["summarize"] = "summarize"
+    keep_turns: KeepTurns = 6
+
+
+class Summarize(Declared, params=SummarizeStep):
     """LLM summary of the oldest units; see the module docstring."""
 
-    name = "summarize"
-    uses_llm = True
-    params: ClassVar[dict[str, Any]] = {
-        "keep_turns": 6,
-        "max_tokens": 1000,
-        "chunk_tokens": 8000,
-        "facts_tokens": FACTS_TOKENS,
-        "target": None,
-    }
-
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        if under_target(view, ctx):
+        p = SummarizeStep.of(ctx.params)
+        if under_target(view, ctx, p.target):
             return Outcome(view)
-        keep_turns = int(ctx.params.get("keep_turns", self.params["keep_turns"]))
-        max_tokens = int(ctx.params.get("max_tokens", self.params["max_tokens"]))
-        chunk_tokens = int(ctx.params.get("chunk_tokens", self.params["chunk_tokens"]))
-        runs = [r for r in runs_to_compact(view, 0, keep_turns) if not nothing_new(view, r)]
+        runs = [r for r in runs_to_compact(view, 0, p.keep_turns) if not nothing_new(view, r)]
         if not runs:
             return Outcome(view)
         if ctx.summarizer is None:  # no LLM on this path: truncation is the plan, not a failure
-            return truncate_fallback(view, ctx)
+            return truncate_fallback(view, ctx, p.target)
         summaries: dict[int, str] = {}
         for r in runs:
             run = [view[i] for i in r]
             try:
-                summaries[r[0]] = summarize_run(run, ctx, max_tokens, chunk_tokens)
+                summaries[r[0]] = summarize_run(run, ctx, p)
             except SummaryFailed as err:
-                return truncate_fallback(view, ctx, [failure(self.name, "the summary", run, err,
-                                                             "fell back to truncation")])
+                return truncate_fallback(view, ctx, p.target, [failure(self.name, "the summary", run, err,
+                                                                       "fell back to truncation")])
         by_start = {view[i].start: s for i, s in summaries.items()}
         return replace_runs(view, runs, lambda run: summary_message(run, by_start[run[0].start]),
                             ctx, self.name)

@@ -19,11 +19,14 @@ Parameters: ``target`` (fraction of the window; default the profile's ``target``
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Literal
+
+from pydantic import Field
 
 from ctxagent.messages import Message
 from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, groups, protected
 from ctxagent.strategies.common import QUOTES_FRACTION, handles_line, quotes_block, quotes_of, refs_of, unstored
+from ctxagent.strategies.step import Declared, Fraction, StrategyConfig, Target
 from ctxagent.tokens import count_message
 
 
@@ -58,19 +61,25 @@ def _users_kept(view: list[Entry], max_tokens: float) -> set[int]:
     return kept
 
 
-class Truncate:
+class TruncateStep(StrategyConfig):
+    """``truncate``: drop the oldest whole units until the request is under the target."""
+
+    strategy: Literal["truncate"] = "truncate"
+    target: Target = None
+    keep_user_tokens: Fraction = Field(0.1, description="fraction of the window the user messages between "
+                                       "the task and the current one may take (0: dropped like the rest)")
+
+
+class Truncate(Declared, params=TruncateStep):
     """Drop oldest units to the target; see the module docstring."""
 
-    name = "truncate"
-    uses_llm = False
-    params: ClassVar[dict[str, Any]] = {"target": None, "keep_user_tokens": 0.1}
-
     def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        target = float(ctx.params.get("target") or ctx.budget.target)
+        p = TruncateStep.of(ctx.params)
+        target = p.target or ctx.budget.target
         limit = aim = ctx.budget.window * target
         out = Outcome(view)
         for _ in range(3):  # the notes cost tokens too: aim lower by what the last try was over
-            dropped, estimate = self._choose(view, ctx, aim)
+            dropped, estimate = self._choose(view, ctx, aim, p.keep_user_tokens)
             if not dropped:
                 return out
             out = self._rebuild(view, dropped, ctx)
@@ -80,11 +89,11 @@ class Truncate:
             aim = estimate - over - 1
         return out
 
-    def _choose(self, view: list[Entry], ctx: StrategyContext, aim: float) -> tuple[set[int], float]:
+    def _choose(self, view: list[Entry], ctx: StrategyContext, aim: float, users: float) -> tuple[set[int], float]:
         """Indexes of the oldest droppable units to drop so the calibrated total gets to ``aim`` tokens,
-        and that total (tokens, notes not counted)."""
+        and that total (tokens, notes not counted); ``users``: fraction of the window kept user messages take."""
         units = groups(view)
-        keep = protected(view) | _users_kept(view, float(ctx.params.get("keep_user_tokens", 0.1)) * ctx.budget.window)
+        keep = protected(view) | _users_kept(view, users * ctx.budget.window)
         total: float = ctx.budget.total(view)
         dropped: set[int] = set()
         for unit in (u for u in units[:-1] if not keep.intersection(u)):

@@ -12,10 +12,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
+from ctxagent.tools.base import Tool, ToolContext, ToolError
+from ctxagent.tools.signature import function_tool
 
 
 def _pin(ctx: ToolContext, fact: str) -> str:
+    """Acknowledge a pinned fact (the runner reads it from the transcript).
+
+    Args:
+        fact: the fact, with its exact values
+    """
     if not fact.strip():
         raise ToolError("pin needs a non-empty fact")
     return f"pinned: {fact.strip()} (kept verbatim in every later request)"
@@ -26,31 +32,29 @@ def _checkpoint(ctx: ToolContext, **fields: Any) -> str:
             f"({', '.join(sorted(k for k, v in fields.items() if v))})")
 
 
-PIN = Tool(
-    name="pin",
-    description=("Pin a fact (an exact value you must not lose: a path, an id, a number, a decision) so "
-                 "it stays verbatim in your context for the rest of the session, whatever is compacted."),
-    parameters=schema({"fact": {"type": "string", "description": "the fact, with its exact values"}}, ("fact",)),
-    fn=_pin,
-)
+PIN = function_tool(_pin, name="pin", description=(
+    "Pin a fact (an exact value you must not lose: a path, an id, a number, a decision) so "
+    "it stays verbatim in your context for the rest of the session, whatever is compacted."))
 
 
-def _delegate(ctx: ToolContext, **arguments: Any) -> str:
+def _delegate(ctx: ToolContext, task: str, max_cost_usd: float | None = None,
+              max_input_tokens: int | None = None) -> str:
+    """Refuse: the runner answers delegate calls (it starts the sub-agent).
+
+    Args:
+        task: the assignment: what to do and what to return
+        max_cost_usd: the sub-agent's budget in US dollars (from yours)
+        max_input_tokens: the sub-agent's budget in prompt tokens
+    """
     raise ToolError("delegate runs only inside a ctxagent run (the runner starts the sub-agent)")
 
 
-DELEGATE = Tool(
-    name="delegate",
+DELEGATE = function_tool(
+    _delegate, name="delegate",
     description=("Hand a self-contained task to a sub-agent, which works in its own context with the same tools "
                  "and returns its answer. Keep the task short (a few hundred tokens at most): pass large inputs "
                  "as handles (@abc), which the sub-agent can read. A long answer comes back as a preview and "
                  "a handle. Several delegate calls in one reply run at the same time."),
-    parameters=schema({
-        "task": {"type": "string", "description": "the assignment: what to do and what to return"},
-        "max_cost_usd": {"type": "number", "description": "the sub-agent's budget in US dollars (from yours)"},
-        "max_input_tokens": {"type": "integer", "description": "the sub-agent's budget in prompt tokens"},
-    }, ("task",)),
-    fn=_delegate,
     resolve_handles=False,  # handles in the task are pointers the sub-agent reads, not values to paste
 )
 

@@ -26,9 +26,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ctxagent.sessions.store import OutputStore
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
 
 ToolKind = Literal["read", "write", "exec", "network", "mcp"]
 ERROR_PREFIX = "ERROR: "  # starts every error tool result (the model reads it; strategies and notes test it)
@@ -79,6 +82,9 @@ class Tool:
     server does). ``resolve_handles``: whether handle arguments are replaced by their stored values
     before the call (see the module docstring). ``group``: the MCP server a tool comes from (a
     permission or ``--allow`` grant for the group covers its tools); None for other tools.
+    ``validator``: the pydantic model that checks the arguments (:mod:`ctxagent.tools.signature`,
+    which also made ``parameters`` from the same signature); None for an MCP tool, whose server
+    gave the schema.
     """
 
     name: str
@@ -88,6 +94,7 @@ class Tool:
     kind: ToolKind = "read"
     resolve_handles: bool = True
     group: str | None = None
+    validator: type[BaseModel] | None = None
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI-format tool schema sent with each request."""

@@ -15,10 +15,14 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Annotated
 
-from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError, schema
+from pydantic import Field
+
+from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError
 from ctxagent.tools.clean import mend
 from ctxagent.tools.offload import as_text
+from ctxagent.tools.signature import function_tool
 
 SHELL_TIMEOUT_MAX_S = 3600
 KILL_GRACE_S = 2.0  # between SIGTERM and SIGKILL of a timed-out process group
@@ -44,7 +48,8 @@ def resolve(ctx: ToolContext, path: str) -> Path:
 # --- shell -------------------------------------------------------------------------------------
 
 
-def shell(ctx: ToolContext, command: str, timeout_s: int = 60) -> Spooled:
+def shell(ctx: ToolContext, command: str,
+          timeout_s: Annotated[int, Field(ge=1, le=SHELL_TIMEOUT_MAX_S)] = 60) -> Spooled:
     """Run ``bash -c command`` in ``ctx.workdir``; stdout and stderr, merged, go straight to a
     spool file of the store (never through Python memory).
 
@@ -52,6 +57,10 @@ def shell(ctx: ToolContext, command: str, timeout_s: int = 60) -> Spooled:
     the command leaves background processes behind, the whole group is killed (SIGTERM, then
     SIGKILL after 2 s) and the note says so. Returns ``Spooled(path, note="exit code: N")``.
     Raises ``ToolError`` for a bad timeout or when bash cannot start.
+
+    Args:
+        command: bash command line
+        timeout_s: seconds before the command is killed
     """
     if not 0 < timeout_s <= SHELL_TIMEOUT_MAX_S:
         raise ToolError(f"timeout_s must be between 1 and {SHELL_TIMEOUT_MAX_S} seconds, not {timeout_s}")
@@ -171,12 +180,18 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 # --- files -------------------------------------------------------------------------------------
 
 
-def read_file(ctx: ToolContext, path: str, start_line: int = 1, end_line: int | None = None) -> str | bytes:
+def read_file(ctx: ToolContext, path: str, start_line: Annotated[int, Field(ge=1)] = 1,
+              end_line: int | None = None) -> str | bytes:
     """Lines ``start_line``..``end_line`` (1-based, inclusive; None: to the end) of a file.
 
     Returns the text as is; a file that is not UTF-8 text comes back as ``bytes`` (the toolset
     stores those exactly instead of showing them). ``end_line`` past the end reads to the end.
     Raises ``ToolError`` for a missing file, a directory, or a bad range.
+
+    Args:
+        path: file path
+        start_line: first line
+        end_line: last line (default: end of file)
     """
     target = _existing_file(ctx, path)
     if start_line < 1:
@@ -211,7 +226,12 @@ def _existing_file(ctx: ToolContext, path: str) -> Path:
 def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """Write ``content`` as UTF-8 to ``path`` (parents created, file replaced); returns one line
     with the bytes written. Raises ``ToolError`` when ``path`` is a directory or unwritable, or when
-    ``content`` holds a lone surrogate (a ``\\udcff`` escape in the model's JSON)."""
+    ``content`` holds a lone surrogate (a ``\\udcff`` escape in the model's JSON).
+
+    Args:
+        path: file path
+        content: the whole new content of the file
+    """
     target = resolve(ctx, path)
     if target.is_dir():
         raise ToolError(mend(f"{path} is a directory, not a file"))
@@ -231,7 +251,11 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
 def list_dir(ctx: ToolContext, path: str = ".") -> str:
     """The entries of directory ``path``, sorted by name, one a line: ``name/`` for a directory,
     ``name  N bytes`` for a file (a name's bytes that are not UTF-8 shown as ``\\xff`` escapes).
-    Raises ``ToolError`` when it is missing or not a directory."""
+    Raises ``ToolError`` when it is missing or not a directory.
+
+    Args:
+        path: directory
+    """
     target = resolve(ctx, path)
     if not target.exists():
         raise ToolError(mend(f"no such directory: {path} (looked at {target})"))
@@ -261,75 +285,27 @@ def _entry_line(entry: os.DirEntry[str]) -> str:
 
 # --- the tools ---------------------------------------------------------------------------------
 
-SHELL = Tool(
-    name="shell",
-    description=(
-        "Run a bash command in the working directory and return its exit code and output "
-        "(stdout and stderr merged, stdin empty). The command is killed with its whole process "
-        "group after timeout_s seconds. Large outputs are saved whole and shown as a head and "
-        "tail preview with a handle to read the rest with read_output or grep_output."
-    ),
-    parameters=schema(
-        {
-            "command": {"type": "string", "description": "bash command line"},
-            "timeout_s": {
-                "type": "integer",
-                "description": "seconds before the command is killed (default 60)",
-                "minimum": 1,
-                "maximum": SHELL_TIMEOUT_MAX_S,
-            },
-        },
-        required=("command",),
-    ),
-    fn=shell,
-    kind="exec",
-)
+SHELL = function_tool(shell, kind="exec", description=(
+    "Run a bash command in the working directory and return its exit code and output "
+    "(stdout and stderr merged, stdin empty). The command is killed with its whole process "
+    "group after timeout_s seconds. Large outputs are saved whole and shown as a head and "
+    "tail preview with a handle to read the rest with read_output or grep_output."
+))
 
-READ_FILE = Tool(
-    name="read_file",
-    description=(
-        "Read lines of a text file (1-based, inclusive; relative paths are in the working "
-        "directory). Returns the text exactly, without line numbers. end_line defaults to the end "
-        "of the file. A large result is saved whole and previewed with a handle."
-    ),
-    parameters=schema(
-        {
-            "path": {"type": "string", "description": "file path"},
-            "start_line": {"type": "integer", "description": "first line (default 1)", "minimum": 1},
-            "end_line": {"type": ["integer", "null"], "description": "last line (default: end of file)"},
-        },
-        required=("path",),
-    ),
-    fn=read_file,
-    kind="read",
-)
+READ_FILE = function_tool(read_file, kind="read", description=(
+    "Read lines of a text file (1-based, inclusive; relative paths are in the working "
+    "directory). Returns the text exactly, without line numbers. end_line defaults to the end "
+    "of the file. A large result is saved whole and previewed with a handle."
+))
 
-WRITE_FILE = Tool(
-    name="write_file",
-    description=(
-        "Write text to a file as UTF-8, replacing it if it exists and creating missing parent "
-        "directories. Returns the number of bytes written."
-    ),
-    parameters=schema(
-        {
-            "path": {"type": "string", "description": "file path"},
-            "content": {"type": "string", "description": "the whole new content of the file"},
-        },
-        required=("path", "content"),
-    ),
-    fn=write_file,
-    kind="write",
-)
+WRITE_FILE = function_tool(write_file, kind="write", description=(
+    "Write text to a file as UTF-8, replacing it if it exists and creating missing parent "
+    "directories. Returns the number of bytes written."
+))
 
-LIST_DIR = Tool(
-    name="list_dir",
-    description=(
-        "List a directory: one entry a line, sorted by name, directories with a trailing '/', "
-        "files with their size in bytes."
-    ),
-    parameters=schema({"path": {"type": "string", "description": "directory (default '.')"}}),
-    fn=list_dir,
-    kind="read",
-)
+LIST_DIR = function_tool(list_dir, kind="read", description=(
+    "List a directory: one entry a line, sorted by name, directories with a trailing '/', "
+    "files with their size in bytes."
+))
 
 TOOLS: tuple[Tool, ...] = (SHELL, READ_FILE, WRITE_FILE, LIST_DIR)

@@ -18,7 +18,8 @@ import json
 import re
 from collections.abc import Sequence
 
-from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
+from ctxagent.tools.base import Tool, ToolContext, ToolError
+from ctxagent.tools.signature import function_tool
 
 FIND_TOOLS = "find_tools"
 SELECT_MAX = 5  # tools one find_tools call loads at most
@@ -35,19 +36,20 @@ def one_line(tool: Tool) -> str:
 def find_tools_tool(deferred: Sequence[Tool]) -> Tool:
     """The ``find_tools`` tool, its description cataloguing ``deferred`` (name: one line each)."""
     catalog = "\n".join(f"- {tool.name}: {one_line(tool)}" for tool in deferred)
-    return Tool(
-        name=FIND_TOOLS,
+    return function_tool(
+        _not_here, name=FIND_TOOLS, resolve_handles=False,
         description=("Load the full schemas of more tools so you can call them. These tools exist but their "
                      "arguments are not shown yet; call find_tools with their exact names (comma-separated) or "
                      f"with keywords, and the selected ones (at most {SELECT_MAX}) become callable:\n{catalog}"),
-        parameters=schema({"query": {"type": "string",
-                                     "description": "exact tool names, comma-separated, or keywords"}}, ("query",)),
-        fn=_not_here,
-        resolve_handles=False,
     )
 
 
 def _not_here(ctx: ToolContext, query: str) -> str:
+    """Refuse: the toolset answers find_tools calls.
+
+    Args:
+        query: exact tool names, comma-separated, or keywords
+    """
     raise ToolError("find_tools runs only inside a ctxagent run (the toolset answers it)")
 
 

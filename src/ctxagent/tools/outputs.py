@@ -20,13 +20,15 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 import regex
+from pydantic import Field
 
 from ctxagent.tools import values
-from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
+from ctxagent.tools.base import Tool, ToolContext, ToolError
 from ctxagent.tools.preview import CHUNK_BYTES, SNIFF_BYTES, looks_binary
+from ctxagent.tools.signature import function_tool
 
 MAX_LINES = 200  # lines read_output returns when end_line is not given
 MAX_MATCHES = 200  # matching lines grep_output lists
@@ -52,12 +54,18 @@ class _Line:
         return f"{self.number}{sep} {self.text}{note}"
 
 
-def read_output(ctx: ToolContext, handle: str, start_line: int = 1, end_line: int | None = None) -> str:
+def read_output(ctx: ToolContext, handle: str, start_line: Annotated[int, Field(ge=1)] = 1,
+                end_line: int | None = None) -> str:
     """Lines ``start_line``..``end_line`` (1-based, inclusive) of the output stored as ``handle``.
 
     Without ``end_line``, at most 200 lines, then a line saying how many remain. ``end_line`` past
     the end stops at the end. Raises ``ToolError`` for an unknown or malformed handle, a binary
     output, ``start_line`` < 1 or past the end, or ``end_line`` < ``start_line``.
+
+    Args:
+        handle: the output's handle, e.g. @abc123
+        start_line: first line
+        end_line: last line (default: 200 lines on)
     """
     path = _output_path(ctx, handle, "read_output")
     if start_line < 1:
@@ -91,12 +99,18 @@ def _range_trailer(handle: str, last: int, end_line: int | None, rest: int | Non
     return ""
 
 
-def grep_output(ctx: ToolContext, handle: str, pattern: str, context_lines: int = 0) -> str:
+def grep_output(ctx: ToolContext, handle: str, pattern: str,
+                context_lines: Annotated[int, Field(ge=0, le=MAX_CONTEXT)] = 0) -> str:
     """Lines of the output stored as ``handle`` that match ``pattern`` (Python regex,
     case-sensitive), with their numbers and ``context_lines`` lines around each.
 
     Lists at most 200 matching lines, then says how many more there are. Raises ``ToolError`` for
     an unknown or malformed handle, a binary output, an invalid regex, or a bad ``context_lines``.
+
+    Args:
+        handle: the output's handle, e.g. @abc123
+        pattern: Python regular expression
+        context_lines: lines shown before and after each match
     """
     path = _output_path(ctx, handle, "grep_output")
     regex = _compile(pattern)
@@ -257,50 +271,17 @@ def _window(text: str, found: Any, later_piece: bool) -> str:
     return left + text[start : start + LINE_MAX_CHARS] + right
 
 
-READ_OUTPUT = Tool(
-    name="read_output",
-    description=(
-        "Read lines of an offloaded tool output by its handle (like @abc123), numbered 'N: text'. "
-        "Lines are 1-based and inclusive; without end_line, returns up to 200 lines and says how "
-        "many remain. Lines over 2,000 characters are cut (use grep_output to find text in them)."
-    ),
-    parameters=schema(
-        {
-            "handle": {"type": "string", "description": "the output's handle, e.g. @abc123"},
-            "start_line": {"type": "integer", "description": "first line (default 1)", "minimum": 1},
-            "end_line": {"type": ["integer", "null"], "description": "last line (default: 200 lines on)"},
-        },
-        required=("handle",),
-    ),
-    fn=read_output,
-    kind="read",
-    resolve_handles=False,
-)
+READ_OUTPUT = function_tool(read_output, kind="read", resolve_handles=False, description=(
+    "Read lines of an offloaded tool output by its handle (like @abc123), numbered 'N: text'. "
+    "Lines are 1-based and inclusive; without end_line, returns up to 200 lines and says how "
+    "many remain. Lines over 2,000 characters are cut (use grep_output to find text in them)."
+))
 
-GREP_OUTPUT = Tool(
-    name="grep_output",
-    description=(
-        "Search an offloaded tool output by its handle (like @abc123) with a Python regular "
-        "expression (case-sensitive; use (?i) to ignore case). Returns matching lines as 'N: text' "
-        "and context lines as 'N- text', up to 200 matches, and how many more there are."
-    ),
-    parameters=schema(
-        {
-            "handle": {"type": "string", "description": "the output's handle, e.g. @abc123"},
-            "pattern": {"type": "string", "description": "Python regular expression"},
-            "context_lines": {
-                "type": "integer",
-                "description": f"lines shown before and after each match (default 0, at most {MAX_CONTEXT})",
-                "minimum": 0,
-                "maximum": MAX_CONTEXT,
-            },
-        },
-        required=("handle", "pattern"),
-    ),
-    fn=grep_output,
-    kind="read",
-    resolve_handles=False,
-)
+GREP_OUTPUT = function_tool(grep_output, kind="read", resolve_handles=False, description=(
+    "Search an offloaded tool output by its handle (like @abc123) with a Python regular "
+    "expression (case-sensitive; use (?i) to ignore case). Returns matching lines as 'N: text' "
+    "and context lines as 'N- text', up to 200 matches, and how many more there are."
+))
 
 
 TOOLS: tuple[Tool, ...] = (READ_OUTPUT, GREP_OUTPUT)  # then tools/structured.py: query_output, output_info

@@ -32,8 +32,9 @@ from typing import Any
 import regex as regex_lib
 
 from ctxagent.tokens import count_text
-from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
+from ctxagent.tools.base import ToolContext, ToolError
 from ctxagent.tools.recall_index import CONTROL, Doc, Index, index_for, words
+from ctxagent.tools.signature import function_tool
 
 MAX_TOP_K = 50
 RESULT_MAX_TOKENS = 2500  # tokens of the whole result, at most
@@ -219,6 +220,11 @@ def recall(ctx: ToolContext, query: str, regex: bool = False, top_k: int | None 
     outputs) or a message's seq and turn, with a snippet of at most 300 characters; the whole
     result is at most 2,500 tokens. Raises ``ToolError`` for an empty query, a ``top_k`` out of
     1..50, an invalid regex or one too slow (10 s).
+
+    Args:
+        query: words to look for (or a regex when regex is true)
+        regex: treat query as a Python regular expression
+        top_k: hits to return, 1-50 (default 8)
     """
     if not query.strip():
         raise ToolError("query is empty: give words to look for (or a regex with regex: true)")
@@ -284,25 +290,11 @@ def _ranked(index: Index, query: str, terms: list[str], ctx: ToolContext, notes:
     return fuse([ranking[:100], semantic]), "bm25+embeddings"
 
 
-RECALL = Tool(
-    name="recall",
-    description=(
-        "Search everything this session has seen: all earlier messages (yours, the user's, tool calls and "
-        "results) and every stored output, even those no longer in your context. Use it when a fact you saw "
-        "earlier is not in your context any more (compaction notes say messages were dropped and name "
-        "their handles). Keyword search ranked by BM25, or regex: true for a Python regular expression. "
-        "Each hit names a handle with a line range (read it with read_output/grep_output) or a message's "
-        "seq and turn, with a snippet. At most top_k hits (default 8, max 50), 2,500 tokens in all."
-    ),
-    parameters=schema(
-        {
-            "query": {"type": "string", "description": "words to look for (or a regex when regex is true)"},
-            "regex": {"type": "boolean", "description": "treat query as a Python regular expression"},
-            "top_k": {"type": "integer", "description": "hits to return, 1-50 (default 8)"},
-        },
-        required=("query",),
-    ),
-    fn=recall,
-    kind="read",
-    resolve_handles=False,
-)
+RECALL = function_tool(recall, kind="read", resolve_handles=False, description=(
+    "Search everything this session has seen: all earlier messages (yours, the user's, tool calls and "
+    "results) and every stored output, even those no longer in your context. Use it when a fact you saw "
+    "earlier is not in your context any more (compaction notes say messages were dropped and name "
+    "their handles). Keyword search ranked by BM25, or regex: true for a Python regular expression. "
+    "Each hit names a handle with a line range (read it with read_output/grep_output) or a message's "
+    "seq and turn, with a snippet. At most top_k hits (default 8, max 50), 2,500 tokens in all."
+))

@@ -11,9 +11,10 @@ import time
 from typing import Any
 
 from ctxagent.tools import values
-from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
+from ctxagent.tools.base import Tool, ToolContext, ToolError
 from ctxagent.tools.outputs import ref_of
 from ctxagent.tools.preview import file_stats, plural
+from ctxagent.tools.signature import function_tool
 
 MAX_QUERY_MATCHES = 200  # matches query_output lists
 VALUE_MAX_CHARS = 20_000  # characters of one matched value shown by query_output
@@ -29,6 +30,10 @@ def query_output(ctx: ToolContext, handle: str, path: str) -> str:
     characters cut. A stored text output that is valid JSON is queried too. No match is a normal
     result saying so. Raises ``ToolError`` for an unknown or malformed handle, an invalid path, or
     a value that is not JSON (text that does not parse, bytes, an array).
+
+    Args:
+        handle: the value's handle, e.g. @abc123
+        path: JSONPath expression, starting with $
     """
     ref = ref_of(handle)
     item = values.stored(ctx.store, ref.handle)
@@ -111,6 +116,9 @@ def output_info(ctx: ToolContext, handle: str) -> str:
     arguments that made it, when, and where the file is. Reads the metadata sidecar written when
     the value was stored (measures the file when there is none). Raises ``ToolError`` for an
     unknown or malformed handle or part.
+
+    Args:
+        handle: the output's handle, e.g. @abc123 or @abc123/key
     """
     ref = ref_of(handle)
     item = values.stored(ctx.store, ref.handle)
@@ -164,38 +172,15 @@ def _how_to_read(item: values.Stored) -> str:
     return use
 
 
-QUERY_OUTPUT = Tool(
-    name="query_output",
-    description=(
-        "Query a stored JSON value by its handle (like @abc123, or a part like @abc123/items) with a "
-        "JSONPath expression: $.key, $.items[0], $.items[*].name, $..price, $.items[?(@.qty > 1)]. "
-        "Returns up to 200 matches as 'NAME = JSON', NAME being a handle you can pass to other tools."
-    ),
-    parameters=schema(
-        {
-            "handle": {"type": "string", "description": "the value's handle, e.g. @abc123"},
-            "path": {"type": "string", "description": "JSONPath expression, starting with $"},
-        },
-        required=("handle", "path"),
-    ),
-    fn=query_output,
-    kind="read",
-    resolve_handles=False,
-)
+QUERY_OUTPUT = function_tool(query_output, kind="read", resolve_handles=False, description=(
+    "Query a stored JSON value by its handle (like @abc123, or a part like @abc123/items) with a "
+    "JSONPath expression: $.key, $.items[0], $.items[*].name, $..price, $.items[?(@.qty > 1)]. "
+    "Returns up to 200 matches as 'NAME = JSON', NAME being a handle you can pass to other tools."
+))
 
-OUTPUT_INFO = Tool(
-    name="output_info",
-    description=(
-        "Describe a stored output by its handle (like @abc123): type (text, bytes, json, ndarray), "
-        "size, lines, shape, sha256, the tool call that made it, and how to read it."
-    ),
-    parameters=schema(
-        {"handle": {"type": "string", "description": "the output's handle, e.g. @abc123 or @abc123/key"}},
-        required=("handle",),
-    ),
-    fn=output_info,
-    kind="read",
-    resolve_handles=False,
-)
+OUTPUT_INFO = function_tool(output_info, kind="read", resolve_handles=False, description=(
+    "Describe a stored output by its handle (like @abc123): type (text, bytes, json, ndarray), "
+    "size, lines, shape, sha256, the tool call that made it, and how to read it."
+))
 
 TOOLS: tuple[Tool, ...] = (QUERY_OUTPUT, OUTPUT_INFO)

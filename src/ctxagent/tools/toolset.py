@@ -23,6 +23,7 @@ from ctxagent.tools import clean, deferral, permissions, user, values
 from ctxagent.tools.base import ERROR_PREFIX, Spooled, Tool, ToolContext, ToolError
 from ctxagent.tools.catalog import BUILTIN, registry
 from ctxagent.tools.offload import OffloadPolicy, settle
+from ctxagent.tools.signature import validate
 
 ERROR_MAX_CHARS = 2000  # of an error message kept in the tool message
 RAW_ARGUMENTS_SHOWN = 200  # characters of invalid JSON quoted back to the model
@@ -121,7 +122,7 @@ class Toolset:
         arguments = _parse(tool.name, raw)
         _check(tool.name, arguments, tool.parameters, handles_ok=tool.resolve_handles)
         if not tool.resolve_handles:
-            return arguments
+            return arguments if tool.validator is None else validate(tool.name, tool.validator, arguments)
         for name in LITERAL_ARGUMENTS.get(tool.name, ()):
             value = arguments.get(name)
             if isinstance(value, str) and values.looks_like_handle(value):
@@ -137,7 +138,9 @@ class Toolset:
             if name in properties and not _has_type(value, properties[name]):
                 raise ToolError(f"bad arguments for {tool.name}: argument {name!r} must be "
                                 f"{_type_text(properties[name])}, but {handle} holds {values.describe(value)}")
-        return resolved.arguments
+        if tool.validator is None:
+            return resolved.arguments
+        return validate(tool.name, tool.validator, resolved.arguments)
 
     def _find(self, query: str) -> ToolOutcome:
         """A ``find_tools`` call: the selected deferred tools' schemas, and their names to record."""

@@ -10,11 +10,13 @@ Where they come from:
   ``[project.entry-points."ctxagent.tools"] my_tool = "my_pkg.tools:my_tool"``; the tool is then
   available by name (``--tools my_tool`` or a profile's ``tools`` list), never added silently.
 
-The schema comes from the type hints: ``str``, ``int``, ``float``, ``bool``, ``list[...]``,
-``tuple``, ``dict``, ``Literal[...]`` and ``X | None`` map to JSON schema types; a parameter with
-a default is not required; any other type (``numpy.ndarray``, ``bytes``, ``Any``) takes any value,
-which in practice is a handle (``@abc123``) whose stored value the tool receives. The description is
-the docstring's first paragraph; a Google-style ``Args:`` section describes the parameters.
+The schema and the validation of the arguments come from the signature through pydantic
+(:mod:`ctxagent.tools.signature`): any type pydantic describes in JSON Schema (``str``, ``int``,
+``list[...]``, ``Literal[...]``, enums, ``X | None``, ``Annotated[int, Field(ge=1)]``, models...); a
+parameter with a default is not required; any other type (``numpy.ndarray``, ``bytes``, ``Any``)
+takes any value, which in practice is a handle (``@abc123``) whose stored value the tool receives.
+The description is the docstring's first paragraph; a Google-style ``Args:`` section describes the
+parameters.
 
 A function whose first parameter is annotated :class:`ToolContext` receives the context (output
 store, working directory) first; any other function receives only its arguments. User tools go
@@ -25,25 +27,23 @@ offloaded or stored under handles, and anything they raise becomes an error tool
 
 from __future__ import annotations
 
-import enum
+import dataclasses
 import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
-import inspect
-import json
 import os
 import re
 import sys
 import types
-import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any
 
 from ctxagent.errors import UsageError
-from ctxagent.tools.base import Tool, ToolContext, ToolKind
+from ctxagent.tools.base import Tool, ToolKind
 from ctxagent.tools.catalog import BUILTIN
+from ctxagent.tools.signature import function_tool
 
 ENTRY_POINT_GROUP = "ctxagent.tools"
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what providers accept as a function name
@@ -54,161 +54,17 @@ _ANY_VALUE = "any value; in practice a handle (@abc123) of a stored value, which
 
 def make_tool(fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
               kind: ToolKind = "exec") -> Tool:
-    """A :class:`Tool` for the function ``fn``: schema from its type hints, description from its
-    docstring (see the module docstring).
+    """A :class:`Tool` for the function ``fn``: schema and argument validation from its signature,
+    description from its docstring (:func:`ctxagent.tools.signature.function_tool`).
 
     Raises ``UsageError`` when ``fn`` cannot be a tool (``*args``/``**kwargs``, positional-only
     parameters, a name providers refuse).
     """
-    fn_name: str = getattr(fn, "__name__", "")
-    tool_name = name or fn_name
+    tool_name = name or str(getattr(fn, "__name__", ""))
     if not NAME_RE.match(tool_name):
         raise UsageError(f"cannot make a tool of {fn!r}: its name {tool_name!r} must be 1-64 letters, digits, "
                          "'_' or '-'")
-    summary, arg_docs = parse_docstring(inspect.getdoc(fn) or "")
-    parameters, takes_ctx = function_schema(fn, arg_docs)
-
-    def call(ctx: ToolContext, **arguments: Any) -> Any:
-        return fn(ctx, **arguments) if takes_ctx else fn(**arguments)
-
-    call.__name__ = tool_name
-    call.__doc__ = fn.__doc__
-    return Tool(name=tool_name, description=description or summary or f"The Python function {tool_name}.",
-                parameters=parameters, fn=call, kind=kind)
-
-
-def function_schema(fn: Callable[..., Any], arg_docs: Mapping[str, str] | None = None) -> tuple[dict[str, Any], bool]:
-    """``(JSON schema of fn's parameters, whether its first parameter is a ToolContext)``.
-
-    Raises ``UsageError`` for ``*args``, ``**kwargs`` or positional-only parameters.
-    """
-    signature = inspect.signature(fn)
-    hints = _hints(fn)
-    params = list(signature.parameters.values())
-    takes_ctx = bool(params) and _is_context(hints.get(params[0].name, params[0].annotation))
-    if takes_ctx:
-        params = params[1:]
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for param in params:
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
-            raise UsageError(f"cannot make a tool of {getattr(fn, '__name__', fn)!r}: parameter {param.name!r} "
-                             "must be passable by keyword (no *args, **kwargs or positional-only parameters)")
-        spec = type_schema(hints.get(param.name, param.annotation))
-        doc = (arg_docs or {}).get(param.name, "")
-        if not spec.get("type") and "enum" not in spec and "anyOf" not in spec:
-            doc = f"{doc} ({_ANY_VALUE})" if doc else _ANY_VALUE
-        if doc:
-            spec["description"] = doc
-        if param.default is param.empty:
-            required.append(param.name)
-        elif _json_able(param.default) and param.default is not None:
-            spec["default"] = param.default
-        properties[param.name] = spec
-    return {"type": "object", "properties": properties, "required": required}, takes_ctx
-
-
-def type_schema(annotation: Any) -> dict[str, Any]:
-    """The JSON schema of one type hint; ``{}`` (any value) for types JSON cannot name."""
-    if annotation in (inspect.Parameter.empty, Any, object):
-        return {}
-    simple = {str: "string", bool: "boolean", int: "integer", float: "number", dict: "object",
-              list: "array", tuple: "array", type(None): "null"}
-    if annotation in simple:
-        return {"type": simple[annotation]}
-    origin, args = get_origin(annotation), get_args(annotation)
-    if origin is Literal:
-        return _literal(args)
-    if origin in (typing.Union, types.UnionType):
-        return _union(args)
-    if origin in (list, tuple, set, frozenset, Sequence) or origin is typing.Sequence:
-        items = [a for a in args if a is not Ellipsis]
-        spec: dict[str, Any] = {"type": "array"}
-        if len(items) == 1 or (items and all(a == items[0] for a in items)):
-            item_spec = type_schema(items[0])
-            if item_spec:
-                spec["items"] = item_spec
-        return spec
-    if origin in (dict, Mapping) or origin is typing.Mapping:
-        return {"type": "object"}
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return _literal(tuple(member.value for member in annotation))
-    return {}
-
-
-def _literal(values: tuple[Any, ...]) -> dict[str, Any]:
-    types_ = sorted({type_schema(type(v)).get("type", "") for v in values} - {""})
-    spec: dict[str, Any] = {"enum": list(values)}
-    if len(types_) == 1:
-        spec["type"] = types_[0]
-    return spec
-
-
-def _union(args: tuple[Any, ...]) -> dict[str, Any]:
-    nullable = type(None) in args
-    members = [type_schema(a) for a in args if a is not type(None)]
-    if any(not m for m in members):
-        return {}  # one member takes any value: so does the union
-    if len(members) == 1:
-        spec = dict(members[0])
-        if nullable and isinstance(spec.get("type"), str):
-            spec["type"] = [spec["type"], "null"]
-        return spec
-    if all(set(m) == {"type"} and isinstance(m["type"], str) for m in members):
-        return {"type": [m["type"] for m in members] + (["null"] if nullable else [])}
-    return {"anyOf": members + ([{"type": "null"}] if nullable else [])}
-
-
-def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """``(first paragraph on one line, {parameter: description})`` from a Google-style docstring."""
-    lines = doc.splitlines()
-    first: list[str] = []
-    for line in lines:
-        if not line.strip() or _SECTION.match(line.strip()):
-            break
-        first.append(line.strip())
-    args: dict[str, str] = {}
-    current: str | None = None
-    in_args = False
-    indent = 0
-    for line in lines:
-        stripped = line.strip()
-        if _SECTION.match(stripped) and len(line) - len(line.lstrip()) == 0:
-            in_args = stripped.rstrip(":") in ("Args", "Arguments", "Parameters")
-            current, indent = None, 0
-            continue
-        if not in_args or not stripped:
-            continue
-        depth = len(line) - len(line.lstrip())
-        match = _ARG_LINE.match(stripped)
-        if match and (current is None or depth <= indent):
-            current, indent = match.group(1), depth
-            args[current] = match.group(2).strip()
-        elif current is not None and depth > indent:
-            args[current] = f"{args[current]} {stripped}".strip()
-    return " ".join(first), args
-
-
-def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
-    """Resolved type hints; the raw annotations when they cannot be resolved."""
-    try:
-        return typing.get_type_hints(fn)
-    except Exception:
-        return dict(getattr(fn, "__annotations__", {}))
-
-
-def _is_context(annotation: Any) -> bool:
-    if isinstance(annotation, str):
-        return annotation == "ToolContext" or annotation.endswith(".ToolContext")
-    return annotation is ToolContext
-
-
-def _json_able(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
+    return function_tool(fn, name=tool_name, description=description, kind=kind)
 
 
 # --- loading ---------------------------------------------------------------------------------
@@ -238,8 +94,7 @@ def load_spec(spec: str) -> list[Tool]:
 
 def _as_tool(obj: Any, where: str, name: str | None = None) -> Tool:
     if isinstance(obj, Tool):
-        return obj if name is None or obj.name == name else Tool(name, obj.description, obj.parameters, obj.fn,
-                                                                obj.kind, obj.resolve_handles)
+        return obj if name is None or obj.name == name else dataclasses.replace(obj, name=name)
     if callable(obj):
         return make_tool(obj, name=name)
     raise UsageError(f"{where}: {obj!r} is not a function or a Tool")

@@ -1,0 +1,200 @@
+"""A tool's JSON schema and argument validator, both made from its function's signature and docstring.
+
+The approach of openai-agents' function schemas: a pydantic model is built from the signature
+(``pydantic.create_model``; a first parameter annotated :class:`ToolContext` is the context, not an
+argument), each parameter's description is taken from the docstring's Google-style ``Args:``
+section, constraints ride on the annotation (``Annotated[int, Field(ge=1, le=3600)]``), and the
+JSON schema sent to the model is that model's, without pydantic's titles. The same model validates
+a call's arguments (after handles are resolved to values), so the schema the model reads and the
+check a call passes cannot disagree.
+
+A type JSON cannot describe (``numpy.ndarray``, ``bytes``, ``Any``, none) takes any value, which in
+practice is a handle (``@abc123``) whose stored value the tool receives; its description says so.
+The schema is deterministic (the same function gives the same bytes): it is part of every request
+and of the provider's prompt-cache prefix.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic_core import ErrorDetails
+
+from ctxagent.errors import UsageError
+from ctxagent.tools.base import Tool, ToolContext, ToolError, ToolKind
+
+ANY_VALUE = "any value; in practice a handle (@abc123) of a stored value, which the tool receives"
+_SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns?|Yields?|Raises|Examples?|Notes?|Attributes):\s*$")
+_ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_CONFIG = ConfigDict(extra="forbid", arbitrary_types_allowed=True, populate_by_name=False)
+
+
+@dataclass(frozen=True)
+class FunctionSchema:
+    """What a function offers as a tool: the JSON schema of its arguments (``parameters``), the
+    pydantic model that validates them (``model``; fields aliased by argument name), whether its
+    first parameter is the :class:`ToolContext`, and the docstring's first paragraph."""
+
+    parameters: dict[str, Any]
+    model: type[BaseModel]
+    takes_ctx: bool
+    summary: str
+
+
+def function_schema(fn: Callable[..., Any], name: str | None = None) -> FunctionSchema:
+    """The :class:`FunctionSchema` of ``fn``. Raises ``UsageError`` for ``*args``, ``**kwargs`` or
+    positional-only parameters."""
+    summary, docs = parse_docstring(inspect.getdoc(fn) or "")
+    hints = _hints(fn)
+    params = list(inspect.signature(fn).parameters.values())
+    takes_ctx = bool(params) and _is_context(hints.get(params[0].name, params[0].annotation))
+    fields: dict[str, Any] = {}
+    for index, param in enumerate(params[1:] if takes_ctx else params):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise UsageError(f"cannot make a tool of {getattr(fn, '__name__', fn)!r}: parameter {param.name!r} "
+                             "must be passable by keyword (no *args, **kwargs or positional-only parameters)")
+        annotation = hints.get(param.name, param.annotation)
+        description = docs.get(param.name)
+        if not _describable(annotation):
+            annotation, description = Any, f"{description} ({ANY_VALUE})" if description else ANY_VALUE
+        default = ... if param.default is param.empty else param.default
+        # aliased: an argument may be called anything, even a name BaseModel uses (json, copy, schema)
+        fields[f"a{index}"] = (annotation, Field(default, alias=param.name, description=description))
+    model_name = re.sub(r"\W", "_", str(name or getattr(fn, "__name__", "tool"))) or "tool"
+    model: type[BaseModel] = create_model(model_name, __config__=_CONFIG, **fields)
+    parameters = _clean(model.model_json_schema())
+    parameters.pop("additionalProperties", None)  # ~5 tokens a tool in every request; the validator refuses extras
+    return FunctionSchema(parameters, model, takes_ctx, summary)
+
+
+def function_tool(fn: Callable[..., Any], *, description: str | None = None, name: str | None = None,
+                  kind: ToolKind = "read", resolve_handles: bool = True) -> Tool:
+    """A :class:`Tool` of ``fn``: schema and validator from :func:`function_schema`, ``description``
+    for the model (default: the docstring's first paragraph). ``fn`` receives the context first
+    when its first parameter is a :class:`ToolContext`. Raises ``UsageError`` like it."""
+    tool_name = name or str(getattr(fn, "__name__", ""))
+    found = function_schema(fn, tool_name)
+    call = fn
+    if not found.takes_ctx:
+        def call(ctx: ToolContext, **arguments: Any) -> Any:
+            return fn(**arguments)
+
+        call.__name__, call.__doc__ = tool_name, fn.__doc__
+    return Tool(name=tool_name, description=description or found.summary or f"The Python function {tool_name}.",
+                parameters=found.parameters, fn=call, kind=kind, resolve_handles=resolve_handles,
+                validator=found.model)
+
+
+def validate(tool: str, model: type[BaseModel], arguments: dict[str, Any]) -> dict[str, Any]:
+    """``arguments`` (by name, handles resolved) validated by ``model``: the ones given, as the
+    annotations make them (defaults are left to the function). Raises ``ToolError`` naming every
+    problem."""
+    try:
+        checked = model.model_validate(arguments)
+    except ValidationError as err:
+        raise ToolError(f"bad arguments for {tool}: {'; '.join(_problem(e) for e in err.errors())}") from None
+    fields = model.model_fields
+    return {fields[key].alias or key: getattr(checked, key) for key in checked.model_fields_set}
+
+
+def _problem(error: ErrorDetails) -> str:
+    where = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "missing":
+        return f"missing argument {where!r}"
+    if error["type"] == "extra_forbidden":
+        return f"unexpected argument {where!r}"
+    message = error["msg"][:1].lower() + error["msg"][1:]
+    return f"argument {where!r}: {message}, not {_shown(error['input'])}"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _clean(schema: Any, *, names: bool = False) -> Any:
+    """``schema`` without pydantic's ``title`` keywords (a property called ``title`` stays), and
+    ``X | None`` written ``"type": [X, "null"]`` where X is one JSON type, no ``"default": null`` and
+    no ``"additionalProperties": true`` (fewer tokens: the schema is in every request)."""
+    if isinstance(schema, list):
+        return [_clean(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if names:  # a mapping of property (or definition) names to schemas
+        return {key: _clean(value) for key, value in schema.items()}
+    out = {key: _clean(value, names=key in ("properties", "$defs")) for key, value in schema.items()
+           if key != "title"}
+    members = out.get("anyOf")
+    if isinstance(members, list) and len(members) == 2 and {"type": "null"} in members:
+        other = members[1 - members.index({"type": "null"})]
+        if isinstance(other.get("type"), str):
+            out.pop("anyOf")
+            out = {**other, **out, "type": [other["type"], "null"]}
+    if "default" in out and out["default"] is None:  # an optional argument: "required" says so already
+        del out["default"]
+    if out.get("additionalProperties") is True:  # JSON Schema's default
+        del out["additionalProperties"]
+    return out
+
+
+def _describable(annotation: Any) -> bool:
+    """Whether JSON Schema can describe ``annotation`` (else the argument takes any value)."""
+    if annotation in (inspect.Parameter.empty, Any, object) or isinstance(annotation, str):
+        return False
+    try:
+        adapter: TypeAdapter[Any] = TypeAdapter(annotation, config=_CONFIG)
+        schema = adapter.json_schema()
+    except Exception:  # pydantic cannot build or describe it: a foreign type (numpy.ndarray, ...)
+        return False
+    return schema != {} and "bytes" not in str(schema.get("format", ""))
+
+
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """Resolved type hints (``Annotated`` kept); the raw annotations when they cannot be resolved."""
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception:
+        return dict(getattr(fn, "__annotations__", {}))
+
+
+def _is_context(annotation: Any) -> bool:
+    if isinstance(annotation, str):
+        return annotation == "ToolContext" or annotation.endswith(".ToolContext")
+    return annotation is ToolContext
+
+
+def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """``(first paragraph on one line, {parameter: description})`` from a Google-style docstring."""
+    lines = doc.splitlines()
+    first: list[str] = []
+    for line in lines:
+        if not line.strip() or _SECTION.match(line.strip()):
+            break
+        first.append(line.strip())
+    args: dict[str, str] = {}
+    current: str | None = None
+    in_args = False
+    indent = 0
+    for line in lines:
+        stripped = line.strip()
+        if _SECTION.match(stripped) and len(line) - len(line.lstrip()) == 0:
+            in_args = stripped.rstrip(":") in ("Args", "Arguments", "Parameters")
+            current, indent = None, 0
+            continue
+        if not in_args or not stripped:
+            continue
+        depth = len(line) - len(line.lstrip())
+        match = _ARG_LINE.match(stripped)
+        if match and (current is None or depth <= indent):
+            current, indent = match.group(1), depth
+            args[current] = match.group(2).strip()
+        elif current is not None and depth > indent:
+            args[current] = f"{args[current]} {stripped}".strip()
+    return " ".join(first), args
+
