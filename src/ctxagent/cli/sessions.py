@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 
 from ctxagent.cli import sessions_export
-from ctxagent.cli.options import pick
+from ctxagent.cli.options import StoreOpt, pick
 from ctxagent.errors import UsageError
 from ctxagent.sessions.session import ListFacts, Session, check_name, data_dir, list_facts, list_sessions
 
@@ -31,6 +31,11 @@ NameArg = Annotated[str, typer.Argument(help="Session name.", metavar="NAME", sh
 OptNameArg = Annotated[str | None, typer.Argument(help="Session name (default: most recent).", metavar="NAME",
                                                   show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object (per line for list).")]
+
+
+@app.callback()
+def _options(store: StoreOpt = None) -> None:
+    """``--store URL`` before the command: the session store to read (default $CTXAGENT_STORE)."""
 
 
 class Format(StrEnum):

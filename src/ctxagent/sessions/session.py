@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 
@@ -44,8 +44,20 @@ def data_dir() -> Path:
 
 
 def sessions_root() -> Path:
-    """The folder holding one sub-folder per session."""
-    return data_dir() / "sessions"
+    """The folder holding one sub-folder per session: ``<data dir>/sessions``, or with a session
+    store (``$CTXAGENT_STORE``, sessions/remote.py) its cache, ``<data dir>/stores/<key>/sessions``."""
+    url = store_url()
+    if url is None:
+        return data_dir() / "sessions"
+    from ctxagent.sessions.remote import cache_key
+
+    return data_dir() / "stores" / cache_key(url) / "sessions"
+
+
+def store_url() -> str | None:
+    """The session store URL (``$CTXAGENT_STORE``, set by ``--store``), or None: sessions on local disk."""
+    url = os.environ.get("CTXAGENT_STORE", "").strip().rstrip("/")
+    return url or None
 
 
 def check_name(name: str) -> str:
@@ -73,6 +85,7 @@ class Session:
 
     name: str
     root: Path
+    _sync: Any = field(default=None, repr=False, compare=False)  # a writer's SessionSync (with a store)
 
     @classmethod
     def at(cls, name: str) -> Session:
@@ -108,7 +121,8 @@ class Session:
 
     @property
     def transcript(self) -> Transcript:
-        return Transcript(self.root / "transcript.jsonl")
+        """The session's transcript; inside :meth:`writer` with a store, its appends are uploaded."""
+        return Transcript(self.root / "transcript.jsonl", mirror=self._sync.upload if self._sync else None)
 
     @property
     def store(self) -> OutputStore:
@@ -150,9 +164,74 @@ class Session:
                 f"(lock: {self.root / '.lock'}); wait for it to finish"
             ) from None
         try:
-            yield self
+            if store_url() is None:
+                yield self
+            else:
+                with self._leased():
+                    yield self
         finally:
             lock.release()
+
+    @contextmanager
+    def _leased(self) -> Iterator[None]:
+        """With a store: take the session's lease, bring the cache up to the store, fence stale
+        writers, and upload every append until the block ends (sessions/remote.py, lease.py)."""
+        from ctxagent.sessions.lease import Lease
+
+        sync = self._remote()
+        lease = Lease(sync)
+        lease.take()
+        try:
+            sync.pull(writer=True)
+            sync.fence()
+            self._pull_children()
+            sync.guard, self._sync = lease.check, sync
+            yield
+            if not sync.fenced:
+                sync.push_outputs()  # outputs written after the last step
+        finally:
+            self._sync = None
+            lease.release()
+
+    def _remote(self) -> Any:
+        """The :class:`~ctxagent.sessions.remote.SessionSync` of this session (a store is set)."""
+        from ctxagent.sessions.remote import SessionSync
+
+        url = store_url()
+        assert url is not None
+        key = "sessions/" + self.root.relative_to(sessions_root()).as_posix()
+        return SessionSync(_store(url), key, self.root, self.name)
+
+    def pull(self) -> Session:
+        """With a store: bring this session's cache (and its sub-agents') up to the store, unless a
+        process here holds its writer lock (its cache is the newest). Without a store: nothing.
+        Returns ``self``. Raises ``CtxagentError`` when the store fails."""
+        if store_url() is None:
+            return self
+        from filelock import FileLock, Timeout
+
+        from ctxagent.sessions.redact import private_dir
+
+        sync = self._remote()
+        if not self.root.exists() and not sync.store.names(sync.remote()):
+            return self  # not in the store either
+        private_dir(self.root)
+        lock = FileLock(str(self.root / ".lock"), mode=0o600)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            return self
+        try:
+            sync.pull(writer=False)
+        finally:
+            lock.release()
+        self._pull_children()
+        return self
+
+    def _pull_children(self) -> None:
+        sync = self._remote()
+        for name in sync.store.names(sync.remote(AGENTS)):
+            self.child(name).pull()
 
     def header(self) -> SessionHeader | None:
         """The session header record, read from the first line only (cheap)."""
@@ -180,12 +259,45 @@ class Session:
 
 
 def list_sessions() -> list[Session]:
-    """Every session, most recently modified first."""
+    """Every session, most recently modified first. With a store, the sessions the cache lacks
+    are added by their first segment (the header) alone: :func:`fetch_heads`."""
     root = sessions_root()
+    if store_url() is not None:
+        fetch_heads(root)
     if not root.is_dir():
         return []
     found = [Session(p.name, p) for p in root.iterdir() if (p / "transcript.jsonl").is_file()]
     return sorted(found, key=lambda s: (s.root / "transcript.jsonl").stat().st_mtime, reverse=True)
+
+
+def _store(url: str) -> Any:
+    from ctxagent.sessions.remote import Store
+
+    return Store(url)
+
+
+def fetch_heads(root: Path) -> None:
+    """Put in the cache ``root`` the first segment of every session of the store it lacks (one
+    listing, then the heads read concurrently): enough for ``sessions list``; opening the session
+    brings the rest."""
+    from ctxagent.sessions.remote import SessionSync, segment_name
+
+    url = store_url()
+    assert url is not None
+    store = _store(url)
+    names = [n for n in store.names(store.path("sessions")) if NAME_RE.match(n) and ".." not in n]
+    missing = [n for n in names if not (root / n / "transcript.jsonl").exists()]
+    heads = store.read_many([store.path("sessions", n, "segments", segment_name(1)) for n in missing],
+                            missing_ok=True)
+    for name in missing:
+        data = heads.get(store.path("sessions", name, "segments", segment_name(1)).split("://", 1)[-1])
+        if data:
+            sync = SessionSync(store, f"sessions/{name}", root / name, name)
+            from ctxagent.sessions.redact import private_dir
+
+            private_dir(sync.root)
+            sync._append_local([(1, data)])
+            sync.state.save(sync.root)
 
 
 def latest_session() -> Session:
