@@ -240,3 +240,24 @@ def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60) -> N
                         f"{proc.stderr.read() if proc.stderr else ''}")
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.05)
+
+
+def test_rename_and_delete_move_and_remove_the_objects_in_the_store(tmp_path, monkeypatch):
+    from clihelp import run_cli
+
+    from ctxagent.sessions import records
+    from ctxagent.sessions.session import Session
+
+    store = tmp_path / "store"
+    monkeypatch.setenv("CTXAGENT_STORE", store.as_uri())
+    with Session.at("old").writer() as session:
+        session.transcript.append([records.SessionHeader(name="old", model="scripted:x", profile="default",
+                                                         context_window=1000)])
+        session.store.put_bytes("@h", b"value")
+    assert run_cli("sessions", "rename", "old", "new").exit_code == 0
+    assert sorted(p.name for p in (store / "sessions").iterdir()) == ["new"]
+    assert (store / "sessions" / "new" / "outputs" / "h.out").read_bytes() == b"value"
+    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "other"))  # another machine sees it renamed
+    assert run_cli("sessions", "show", "new").exit_code == 0
+    assert run_cli("sessions", "delete", "new", "--yes").exit_code == 0
+    assert list((store / "sessions").iterdir()) == []

@@ -137,7 +137,8 @@ def delete(
         if not typer.confirm(f"Delete session {name!r}: {what}?", default=False):
             raise typer.Abort()
     trash = data_dir() / f".deleting-{name}-{os.getpid()}"
-    with session.writer():  # SessionBusyError (exit 1) while a run holds it
+    with session.writer():  # SessionBusyError (exit 1) while a run holds it (or a session store's lease)
+        session.remove_remote()
         try:
             os.rename(session.root, trash)  # one step: no half-deleted session is ever listed or resumed
         except OSError:
@@ -163,11 +164,13 @@ def rename(
     if target.root.exists():
         raise UsageError(f"a session named {new!r} exists already ({target.root})")
     with source.writer():
+        source.copy_remote(target)  # with a session store: the objects too (UsageError if NEW is taken there)
         try:
             target.root.mkdir(mode=0o700)  # claims the name: a second rename to it fails here
             os.rename(source.root, target.root)  # onto the empty folder just made
         except FileExistsError:
             raise UsageError(f"a session named {new!r} exists already ({target.root})") from None
+        source.remove_remote()
     from ctxagent.lessons.hooks import rename_session
 
     rename_session(old, new)  # lessons keep pointing at their evidence

@@ -146,11 +146,16 @@ class Lease:
         if self.sync.fenced:
             raise SessionBusyError(self.sync.fenced)
 
-    def release(self) -> None:
-        """Stop renewing and mark the lease released (best effort: a failure leaves it to expire)."""
+    def release(self, *, drop: bool = False) -> None:
+        """Stop renewing and mark the lease released (best effort: a failure leaves it to expire);
+        ``drop``: delete it instead (the session's objects were just deleted)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if not self.sync.fenced:
-            with contextlib.suppress(Exception):
+        if self.sync.fenced:
+            return
+        with contextlib.suppress(Exception):
+            if drop:
+                self.sync.store.fs.rm_file(self._path(self.number))
+            else:
                 self._create(self.number + 1, released=True)

@@ -184,6 +184,7 @@ class SessionSync:
     state: SyncState = field(default_factory=SyncState)
     uploaded: set[str] = field(default_factory=set)  # output file names the store holds
     fenced: str = ""  # why this writer may not write any more (set by the lease's renewer too)
+    removed: bool = False  # the session's objects were deleted (sessions delete, rename)
     guard: Callable[[], None] | None = None  # called before each segment upload (the lease's check)
 
     @property

@@ -7,6 +7,7 @@ owner-only (0700), files 0600.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -187,11 +188,11 @@ class Session:
             self._pull_children()
             sync.guard, self._sync = lease.check, sync
             yield
-            if not sync.fenced:
+            if not sync.fenced and self.root.is_dir():
                 sync.push_outputs()  # outputs written after the last step
         finally:
             self._sync = None
-            lease.release()
+            lease.release(drop=sync.removed)
 
     def _remote(self) -> Any:
         """The :class:`~ctxagent.sessions.remote.SessionSync` of this session (a store is set)."""
@@ -227,6 +228,28 @@ class Session:
             lock.release()
         self._pull_children()
         return self
+
+    def remove_remote(self) -> None:
+        """With a store: delete this session's objects (segments, outputs, lease) from it; the
+        caller holds the writer lock. Without a store: nothing."""
+        if store_url() is None:
+            return
+        sync = self._sync or self._remote()
+        sync.removed = True
+        with contextlib.suppress(FileNotFoundError):
+            sync.store.fs.rm(sync.remote(), recursive=True)
+
+    def copy_remote(self, target: Session) -> None:
+        """With a store: copy this session's objects (not its lease) to ``target``'s place in it
+        (server-side where the store can). Raises ``UsageError`` when ``target`` has objects there."""
+        if store_url() is None:
+            return
+        sync, into = self._remote(), target._remote()
+        if sync.store.names(into.remote()):
+            raise UsageError(f"a session named {target.name!r} exists already in {sync.store.url}")
+        for folder in ("segments", "outputs", AGENTS):
+            if sync.store.names(sync.remote(folder)):
+                sync.store.fs.copy(sync.remote(folder), into.remote(folder), recursive=True)
 
     def _pull_children(self) -> None:
         sync = self._remote()
