@@ -138,7 +138,7 @@ def delete(
             raise typer.Abort()
     trash = data_dir() / f".deleting-{name}-{os.getpid()}"
     with session.writer():  # SessionBusyError (exit 1) while a run holds it (or a session store's lease)
-        session.remove_remote()
+        _remove_remote(session)
         try:
             os.rename(session.root, trash)  # one step: no half-deleted session is ever listed or resumed
         except OSError:
@@ -164,13 +164,16 @@ def rename(
     if target.root.exists():
         raise UsageError(f"a session named {new!r} exists already ({target.root})")
     with source.writer():
-        source.copy_remote(target)  # with a session store: the objects too (UsageError if NEW is taken there)
+        if (sync := source.remote()) is not None:  # a session store: the objects too (UsageError if NEW is there)
+            from ctxagent.sessions import replica
+
+            replica.copy(sync, target.remote())
         try:
             target.root.mkdir(mode=0o700)  # claims the name: a second rename to it fails here
             os.rename(source.root, target.root)  # onto the empty folder just made
         except FileExistsError:
             raise UsageError(f"a session named {new!r} exists already ({target.root})") from None
-        source.remove_remote()
+        _remove_remote(source)
     from ctxagent.lessons.hooks import rename_session
 
     rename_session(old, new)  # lessons keep pointing at their evidence
@@ -208,6 +211,14 @@ def export(
     finally:
         temp.unlink(missing_ok=True)
     print(f"exported session {session.name} as {fmt.value} to {output}", file=sys.stderr)
+
+
+def _remove_remote(session: Session) -> None:
+    """With a session store: delete ``session``'s objects from it (its writer lock held)."""
+    if (sync := session.remote()) is not None:
+        from ctxagent.sessions import replica
+
+        replica.remove(sync)
 
 
 def _size(root: Path) -> str:

@@ -71,6 +71,7 @@ class Lease:
     number: int = 0
     expires: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # the renewer thread vs check()
     _thread: threading.Thread | None = None
 
     def _path(self, number: int) -> str:
@@ -122,6 +123,10 @@ class Lease:
 
     def renew(self) -> None:
         """Extend the lease by its time; a lost race fences this writer (``sync.fenced``)."""
+        with self._lock:
+            self._renew()
+
+    def _renew(self) -> None:
         if self.sync.fenced:
             return
         try:
@@ -141,7 +146,7 @@ class Lease:
     def check(self) -> None:
         """Before a write: renew now if the lease is about to run out (a stalled renewer), and raise
         ``SessionBusyError`` if this writer has been fenced."""
-        if not self.sync.fenced and time.time() > self.expires - self.seconds / 3:
+        if not self.sync.fenced and time.time() > self.expires - self.seconds / 2:
             self.renew()
         if self.sync.fenced:
             raise SessionBusyError(self.sync.fenced)
@@ -154,7 +159,7 @@ class Lease:
             self._thread.join()
         if self.sync.fenced:
             return
-        with contextlib.suppress(Exception):
+        with self._lock, contextlib.suppress(Exception):
             if drop:
                 self.sync.store.fs.rm_file(self._path(self.number))
             else:

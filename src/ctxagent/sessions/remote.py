@@ -6,6 +6,7 @@ With a store URL (``--store URL`` or ``$CTXAGENT_STORE``; any fsspec URL: ``s3:/
 
     segments/000000000001.jsonl   one per Transcript.append (one flushed step), written once
     outputs/<file>                 offloaded outputs and their sidecars, written once, redacted
+    snapshots/000000000420.jsonl   segments 1..420 in one object (a new machine reads it, then the rest)
     lease/000000000007.json        the writer's lease (sessions/lease.py)
 
 Object stores have no append, so every write is a *create-only* write (``If-None-Match: *`` on
@@ -39,7 +40,14 @@ from typing import Any
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
 
 STATE = ".store.json"  # beside the transcript: {"segments": N, "bytes": B} of it that the store holds
+SNAPSHOT_EVERY = 64  # segments since the last snapshot that make a writer leave a new one
 DIGITS = 12
+
+
+def store_url() -> str | None:
+    """The session store URL (``$CTXAGENT_STORE``, set by ``--store``), or None: sessions on local disk."""
+    url = os.environ.get("CTXAGENT_STORE", "").strip().rstrip("/")
+    return url or None
 
 
 def cache_key(url: str) -> str:
@@ -151,12 +159,13 @@ class SyncState:
 
     segments: int = 0
     bytes: int = 0
+    snapshot: int = 0  # the segments the newest snapshot known here holds
 
     @classmethod
     def load(cls, root: Path) -> SyncState:
         try:
             data = json.loads((root / STATE).read_text(encoding="utf-8"))
-            return cls(int(data["segments"]), int(data["bytes"]))
+            return cls(int(data["segments"]), int(data["bytes"]), int(data.get("snapshot", 0)))
         except (OSError, ValueError, KeyError, TypeError):
             return cls()
 
@@ -164,7 +173,7 @@ class SyncState:
         temp = root / f"{STATE}.{os.getpid()}.tmp"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"segments": self.segments, "bytes": self.bytes}, fh)
+            json.dump({"segments": self.segments, "bytes": self.bytes, "snapshot": self.snapshot}, fh)
         os.replace(temp, root / STATE)
 
 
@@ -212,6 +221,8 @@ class SessionSync:
         tail = self._read_from(self.state.bytes) if size > self.state.bytes else b""
         if tail and not writer:
             return
+        if not size:
+            self._from_snapshot()
         new = self._new_segments()
         if new or not self.root.exists():
             private_dir(self.root)
@@ -234,6 +245,33 @@ class SessionSync:
         if self.root.exists():
             self.state.save(self.root)
         self._pull_outputs()
+
+    def _from_snapshot(self) -> None:
+        """An empty cache starts from the store's newest snapshot, when there is one."""
+        found = numbers(self.store.names(self.remote("snapshots")))
+        if not found:
+            return
+        from ctxagent.sessions.redact import private_dir
+
+        private_dir(self.root)
+        data = self.store.read_many([self.remote("snapshots", segment_name(found[-1]))])
+        self._append_local([(found[-1], next(iter(data.values())))])
+        self.state.snapshot = found[-1]
+
+    def snapshot(self) -> None:
+        """Leave ``snapshots/<N>.jsonl``, the synced transcript in one object, when
+        :data:`SNAPSHOT_EVERY` segments or more came since the last one (best effort)."""
+        if self.fenced or self.state.segments - self.state.snapshot < SNAPSHOT_EVERY:
+            return
+        with open(self.transcript, "rb") as fh:
+            data = fh.read(self.state.bytes)
+        with contextlib.suppress(CtxagentError):
+            self.store.create(self.remote("snapshots", segment_name(self.state.segments)), data)
+            old, self.state.snapshot = self.state.snapshot, self.state.segments
+            self.state.save(self.root)
+            if old:
+                with contextlib.suppress(OSError):
+                    self.store.fs.rm_file(self.remote("snapshots", segment_name(old)))
 
     def _new_segments(self) -> list[int]:
         """The numbers of the store's segments past the cache's (one existence check when none)."""

@@ -7,7 +7,6 @@ owner-only (0700), files 0600.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 
 from ctxagent.errors import SessionBusyError, UsageError
+from ctxagent.sessions.remote import cache_key, store_url
 from ctxagent.sessions.store import OutputStore
 from ctxagent.sessions.transcript import Transcript
 
@@ -48,17 +48,7 @@ def sessions_root() -> Path:
     """The folder holding one sub-folder per session: ``<data dir>/sessions``, or with a session
     store (``$CTXAGENT_STORE``, sessions/remote.py) its cache, ``<data dir>/stores/<key>/sessions``."""
     url = store_url()
-    if url is None:
-        return data_dir() / "sessions"
-    from ctxagent.sessions.remote import cache_key
-
-    return data_dir() / "stores" / cache_key(url) / "sessions"
-
-
-def store_url() -> str | None:
-    """The session store URL (``$CTXAGENT_STORE``, set by ``--store``), or None: sessions on local disk."""
-    url = os.environ.get("CTXAGENT_STORE", "").strip().rstrip("/")
-    return url or None
+    return data_dir() / "sessions" if url is None else data_dir() / "stores" / cache_key(url) / "sessions"
 
 
 def check_name(name: str) -> str:
@@ -175,86 +165,36 @@ class Session:
 
     @contextmanager
     def _leased(self) -> Iterator[None]:
-        """With a store: take the session's lease, bring the cache up to the store, fence stale
-        writers, and upload every append until the block ends (sessions/remote.py, lease.py)."""
-        from ctxagent.sessions.lease import Lease
+        """With a store: the lease, the sync and the uploads of :func:`ctxagent.sessions.replica.leased`."""
+        from ctxagent.sessions import replica
 
-        sync = self._remote()
-        lease = Lease(sync)
-        lease.take()
-        try:
-            sync.pull(writer=True)
-            sync.fence()
-            self._pull_children()
-            sync.guard, self._sync = lease.check, sync
-            yield
-            if not sync.fenced and self.root.is_dir():
-                sync.push_outputs()  # outputs written after the last step
-        finally:
-            self._sync = None
-            lease.release(drop=sync.removed)
+        with replica.leased(self.remote(), self._pull_children) as sync:
+            self._sync = sync
+            try:
+                yield
+            finally:
+                self._sync = None
 
-    def _remote(self) -> Any:
-        """The :class:`~ctxagent.sessions.remote.SessionSync` of this session (a store is set)."""
-        from ctxagent.sessions.remote import SessionSync
+    def remote(self) -> Any:
+        """The :class:`~ctxagent.sessions.remote.SessionSync` of this session: the writer's inside
+        :meth:`writer`, else a new one; None without a session store."""
+        from ctxagent.sessions.replica import sync_for
 
         url = store_url()
-        assert url is not None
-        key = "sessions/" + self.root.relative_to(sessions_root()).as_posix()
-        return SessionSync(_store(url), key, self.root, self.name)
+        return self._sync or (sync_for(url, sessions_root(), self.root, self.name) if url else None)
 
     def pull(self) -> Session:
         """With a store: bring this session's cache (and its sub-agents') up to the store, unless a
-        process here holds its writer lock (its cache is the newest). Without a store: nothing.
-        Returns ``self``. Raises ``CtxagentError`` when the store fails."""
-        if store_url() is None:
-            return self
-        from filelock import FileLock, Timeout
+        process here holds its writer lock. Without a store: nothing. Returns ``self``. Raises
+        ``CtxagentError`` when the store fails."""
+        if (sync := self.remote()) is not None:
+            from ctxagent.sessions import replica
 
-        from ctxagent.sessions.redact import private_dir
-
-        sync = self._remote()
-        if not self.root.exists() and not sync.store.names(sync.remote()):
-            return self  # not in the store either
-        private_dir(self.root)
-        lock = FileLock(str(self.root / ".lock"), mode=0o600)
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            return self
-        try:
-            sync.pull(writer=False)
-        finally:
-            lock.release()
-        self._pull_children()
+            replica.pull(sync, self._pull_children)
         return self
 
-    def remove_remote(self) -> None:
-        """With a store: delete this session's objects (segments, outputs, lease) from it; the
-        caller holds the writer lock. Without a store: nothing."""
-        if store_url() is None:
-            return
-        sync = self._sync or self._remote()
-        sync.removed = True
-        with contextlib.suppress(FileNotFoundError):
-            sync.store.fs.rm(sync.remote(), recursive=True)
-
-    def copy_remote(self, target: Session) -> None:
-        """With a store: copy this session's objects (not its lease) to ``target``'s place in it
-        (server-side where the store can). Raises ``UsageError`` when ``target`` has objects there."""
-        if store_url() is None:
-            return
-        sync, into = self._remote(), target._remote()
-        if sync.store.names(into.remote()):
-            raise UsageError(f"a session named {target.name!r} exists already in {sync.store.url}")
-        for folder in ("segments", "outputs", AGENTS):
-            if sync.store.names(sync.remote(folder)):
-                sync.store.fs.copy(sync.remote(folder), into.remote(folder), recursive=True)
-
-    def _pull_children(self) -> None:
-        sync = self._remote()
-        for name in sync.store.names(sync.remote(AGENTS)):
-            self.child(name).pull()
+    def _pull_children(self, names: list[str]) -> None:
+        _ = [self.child(name).pull() for name in names]
 
     def header(self) -> SessionHeader | None:
         """The session header record, read from the first line only (cheap)."""
@@ -282,45 +222,16 @@ class Session:
 
 
 def list_sessions() -> list[Session]:
-    """Every session, most recently modified first. With a store, the sessions the cache lacks
-    are added by their first segment (the header) alone: :func:`fetch_heads`."""
-    root = sessions_root()
-    if store_url() is not None:
-        fetch_heads(root)
+    """Every session, most recently modified first (with a store, the cache gets the heads it lacks)."""
+    root, url = sessions_root(), store_url()
+    if url is not None:
+        from ctxagent.sessions.replica import fetch_heads
+
+        fetch_heads(url, root, lambda name: bool(NAME_RE.match(name)) and ".." not in name)
     if not root.is_dir():
         return []
     found = [Session(p.name, p) for p in root.iterdir() if (p / "transcript.jsonl").is_file()]
     return sorted(found, key=lambda s: (s.root / "transcript.jsonl").stat().st_mtime, reverse=True)
-
-
-def _store(url: str) -> Any:
-    from ctxagent.sessions.remote import Store
-
-    return Store(url)
-
-
-def fetch_heads(root: Path) -> None:
-    """Put in the cache ``root`` the first segment of every session of the store it lacks (one
-    listing, then the heads read concurrently): enough for ``sessions list``; opening the session
-    brings the rest."""
-    from ctxagent.sessions.remote import SessionSync, segment_name
-
-    url = store_url()
-    assert url is not None
-    store = _store(url)
-    names = [n for n in store.names(store.path("sessions")) if NAME_RE.match(n) and ".." not in n]
-    missing = [n for n in names if not (root / n / "transcript.jsonl").exists()]
-    heads = store.read_many([store.path("sessions", n, "segments", segment_name(1)) for n in missing],
-                            missing_ok=True)
-    for name in missing:
-        data = heads.get(store.path("sessions", name, "segments", segment_name(1)).split("://", 1)[-1])
-        if data:
-            sync = SessionSync(store, f"sessions/{name}", root / name, name)
-            from ctxagent.sessions.redact import private_dir
-
-            private_dir(sync.root)
-            sync._append_local([(1, data)])
-            sync.state.save(sync.root)
 
 
 def latest_session() -> Session:
