@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from clihelp import call, ctxagent, script
+from clihelp import call, ctxagent, result_of, run_cli, script
 
 pytest.importorskip("s3fs", reason="the s3 extra (s3fs) is not installed")
 moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
@@ -243,8 +243,6 @@ def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60) -> N
 
 
 def test_rename_and_delete_move_and_remove_the_objects_in_the_store(tmp_path, monkeypatch):
-    from clihelp import run_cli
-
     from ctxagent.sessions import records
     from ctxagent.sessions.session import Session
 
@@ -261,3 +259,23 @@ def test_rename_and_delete_move_and_remove_the_objects_in_the_store(tmp_path, mo
     assert run_cli("sessions", "show", "new").exit_code == 0
     assert run_cli("sessions", "delete", "new", "--yes").exit_code == 0
     assert list((store / "sessions").iterdir()) == []
+
+
+def test_sub_agent_sessions_live_under_their_parent_in_the_store(bucket, tmp_path, monkeypatch):
+    child = script(tmp_path / "child.yaml", [{"tool_calls": [call("c", "shell", command="seq 1 30000")]},
+                                             "the child counted"])
+    parent = script(tmp_path / "parent.yaml", [{"tool_calls": [call("d1", "delegate", task="count")]}, "done"])
+    prof = tmp_path / "p.yaml"
+    prof.write_text(f"tools: [shell, read_output, delegate]\npermissions: {{kinds: {{exec: allow}}}}\n"
+                    f"delegate: {{model: '{child}'}}\n", encoding="utf-8")
+    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "A"))
+    out = run_cli("run", "--json", "--session", "par", "--model", parent, "--profile", str(prof), "go")
+    assert (out.exit_code, result_of(out)["answer"]) == (0, "done"), out.stdout
+    keys = set(bucket.objects())
+    assert "team/sessions/par/agents/d1/segments/000000000001.jsonl" in keys
+    assert "team/sessions/par/agents/d1/outputs/c.out" in keys  # the child's offloaded output
+
+    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "B"))  # another machine
+    shown = run_cli("inspect", "transcript", "--session", "par").stdout
+    assert "sub-agent par/d1" in shown and "ended answered" in shown
+    assert run_cli("inspect", "output", "@c", "--session", "par/d1").stdout.startswith("1\n2\n3\n")

@@ -231,6 +231,12 @@ def _discard_if_unstarted(session: Session) -> None:
     with contextlib.suppress(OSError):
         if transcript.stat().st_size >= HEADER_ONLY_MAX_BYTES or transcript.read_bytes().count(b"\n") > 1:
             return
+    if (sync := session.remote()) is not None:  # a session store: its objects go too
+        from ctxagent.sessions import replica
+
+        with contextlib.suppress(CtxagentError):
+            replica.remove(sync)
+        (session.root / ".store.json").unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         transcript.unlink(missing_ok=True)
         (session.root / ".lock").unlink(missing_ok=True)

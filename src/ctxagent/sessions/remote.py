@@ -26,7 +26,6 @@ are appended, missing outputs downloaded (eagerly: tools open them as files).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -52,6 +51,8 @@ def store_url() -> str | None:
 
 def cache_key(url: str) -> str:
     """The folder name, under ``<data dir>/stores/``, of the cache of the store at ``url``."""
+    import hashlib
+
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", url)[-40:].strip("-.") or "store"
     return f"{slug}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
 
