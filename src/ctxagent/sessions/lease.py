@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxagent.errors import SessionBusyError, UsageError
+from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
 from ctxagent.sessions.remote import DIGITS, SessionSync, numbers
 
 LEASE_ENV = "CTXAGENT_LEASE_SECONDS"
@@ -117,8 +117,8 @@ class Lease:
         previous, self.number, self.expires = self.number, number, expires
         for old in (previous, number - 1) if previous else (number - 1,):
             if old > 0:
-                with contextlib.suppress(OSError):
-                    self.sync.store.fs.rm_file(self._path(old))
+                with contextlib.suppress(CtxagentError):  # best effort: the newest number is the lease
+                    self.sync.store.remove(self._path(old))
         return True
 
     def renew(self) -> None:
@@ -161,6 +161,6 @@ class Lease:
             return
         with self._lock, contextlib.suppress(Exception):
             if drop:
-                self.sync.store.fs.rm_file(self._path(self.number))
+                self.sync.store.remove(self._path(self.number))
             else:
                 self._create(self.number + 1, released=True)

@@ -31,7 +31,8 @@ import os
 import re
 import shutil
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,8 @@ class Store:
         try:
             from fsspec.core import url_to_fs
 
-            self.fs, self.root = url_to_fs(url)
+            # no listings cache: an existence check must see what another machine wrote a moment ago
+            self.fs, self.root = url_to_fs(url, use_listings_cache=False)
         except (ImportError, ValueError) as err:
             raise UsageError(f"session store {url!r}: {err} (the extras: ctxagent[s3], [gcs], [azure])") from err
         self.url = url
@@ -81,20 +83,30 @@ class Store:
     def path(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
 
+    @contextmanager
+    def failing(self, what: str) -> Iterator[None]:
+        """Translate the store's errors (OSError, botocore's, aiohttp's...) into ``CtxagentError``
+        naming ``what`` was done; ``FileNotFoundError`` and ``FileExistsError`` pass unchanged."""
+        try:
+            yield
+        except (FileNotFoundError, FileExistsError, CtxagentError):
+            raise
+        except Exception as err:  # the vendor's errors, translated once, here
+            raise CtxagentError(f"session store {self.url}: {what} failed: {err}") from err
+
     def create(self, path: str, data: bytes) -> bool:
         """Write ``data`` at ``path`` unless an object is there already; returns whether it was
         written (False: it existed, nothing changed). Raises ``CtxagentError`` when the store fails."""
         try:
-            if self.atomic_pipe:
-                self.fs.pipe_file(path, data, mode="create")
-            else:
-                self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-                with self.fs.open(path, "xb") as fh:
-                    fh.write(data)
+            with self.failing(f"writing {path}"):
+                if self.atomic_pipe:
+                    self.fs.pipe_file(path, data, mode="create")
+                else:
+                    self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+                    with self.fs.open(path, "xb") as fh:
+                        fh.write(data)
         except FileExistsError:
             return False
-        except OSError as err:
-            raise CtxagentError(f"session store {self.url}: writing {path} failed: {err}") from err
         return True
 
     def create_from(self, path: str, source: Path) -> bool:
@@ -103,41 +115,40 @@ class Store:
         if self.atomic_pipe and source.stat().st_size < 64 * 1024 * 1024:
             return self.create(path, source.read_bytes())
         try:
-            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-            with open(source, "rb") as src, self.fs.open(path, "xb") as dst:
-                shutil.copyfileobj(src, dst, 1024 * 1024)
+            with self.failing(f"writing {path}"):
+                self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+                with open(source, "rb") as src, self.fs.open(path, "xb") as dst:
+                    shutil.copyfileobj(src, dst, 1024 * 1024)
         except FileExistsError:
             return False
-        except OSError as err:
-            raise CtxagentError(f"session store {self.url}: writing {path} failed: {err}") from err
         return True
 
     def names(self, folder: str) -> list[str]:
         """The names of the objects directly in ``folder`` (none when it does not exist)."""
         try:
-            found = self.fs.ls(folder, detail=False, refresh=True)
+            with self.failing(f"listing {folder}"):
+                found = self.fs.ls(folder, detail=False, refresh=True)
         except FileNotFoundError:
             return []
-        except OSError as err:
-            raise CtxagentError(f"session store {self.url}: listing {folder} failed: {err}") from err
         return sorted(str(p).rstrip("/").rsplit("/", 1)[-1] for p in found)
 
     def exists(self, path: str) -> bool:
-        try:
+        with self.failing(f"reading {path}"):
             return bool(self.fs.exists(path))
-        except OSError as err:
-            raise CtxagentError(f"session store {self.url}: reading {path} failed: {err}") from err
 
     def read_many(self, paths: list[str], *, missing_ok: bool = False) -> dict[str, bytes]:
         """``{path without protocol: bytes}`` of ``paths`` (fetched concurrently where the store
         can); ``missing_ok``: paths with no object are left out instead of failing."""
         if not paths:
             return {}
-        try:
+        with self.failing(f"reading {paths[0]}"):
             found = self.fs.cat(paths, on_error="omit" if missing_ok else "raise")
-        except OSError as err:
-            raise CtxagentError(f"session store {self.url}: reading failed: {err}") from err
         return {_strip(k): v for k, v in found.items()} if isinstance(found, dict) else {_strip(paths[0]): found}
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Delete the object (or, ``recursive``, the folder) at ``path``; a missing one is no error."""
+        with contextlib.suppress(FileNotFoundError), self.failing(f"deleting {path}"):
+            self.fs.rm(path, recursive=recursive)
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:
@@ -271,8 +282,7 @@ class SessionSync:
             old, self.state.snapshot = self.state.snapshot, self.state.segments
             self.state.save(self.root)
             if old:
-                with contextlib.suppress(OSError):
-                    self.store.fs.rm_file(self.remote("snapshots", segment_name(old)))
+                self.store.remove(self.remote("snapshots", segment_name(old)))
 
     def _new_segments(self) -> list[int]:
         """The numbers of the store's segments past the cache's (one existence check when none)."""
@@ -332,10 +342,8 @@ class SessionSync:
 
         private_dir(folder)
         temps = [folder / f".download-{n}" for n in missing]
-        try:
+        with self.store.failing("downloading outputs"):
             self.store.fs.get([self.remote("outputs", n) for n in missing], [str(t) for t in temps])
-        except OSError as err:
-            raise CtxagentError(f"session store {self.store.url}: downloading outputs failed: {err}") from err
         for name, temp in zip(missing, temps, strict=True):
             os.chmod(temp, 0o600)
             os.replace(temp, folder / name)

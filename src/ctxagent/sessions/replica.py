@@ -9,7 +9,6 @@ its folder, so that ``sessions/session.py`` stays the map of the local layout.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -93,8 +92,7 @@ def fetch_heads(url: str, root: Path, valid: Callable[[str], bool]) -> None:
 def remove(sync: SessionSync) -> None:
     """Delete the session's objects (segments, outputs, sub-agents, lease); the caller holds the lease."""
     sync.removed = True
-    with contextlib.suppress(FileNotFoundError):
-        sync.store.fs.rm(sync.remote(), recursive=True)
+    sync.store.remove(sync.remote(), recursive=True)
 
 
 def copy(sync: SessionSync, into: SessionSync) -> None:
@@ -104,4 +102,5 @@ def copy(sync: SessionSync, into: SessionSync) -> None:
         raise UsageError(f"a session named {into.name!r} exists already in {sync.store.url}")
     for folder in ("segments", "snapshots", "outputs", AGENTS):
         if sync.store.names(sync.remote(folder)):
-            sync.store.fs.copy(sync.remote(folder), into.remote(folder), recursive=True)
+            with sync.store.failing(f"copying {sync.remote(folder)}"):
+                sync.store.fs.copy(sync.remote(folder), into.remote(folder), recursive=True)
