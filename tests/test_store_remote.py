@@ -278,7 +278,7 @@ def test_sub_agent_sessions_live_under_their_parent_in_the_store(bucket, tmp_pat
     assert "team/sessions/par/agents/d1/segments/000000000001.jsonl" in keys
     assert "team/sessions/par/agents/d1/outputs/c.out" in keys  # the child's offloaded output
 
-    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "B"))  # another machine
+    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "B"))  # another machine: the child's output first
+    assert run_cli("inspect", "output", "@c", "--session", "par/d1").stdout.startswith("1\n2\n3\n")
     shown = run_cli("inspect", "transcript", "--session", "par").stdout
     assert "sub-agent par/d1" in shown and "ended answered" in shown
-    assert run_cli("inspect", "output", "@c", "--session", "par/d1").stdout.startswith("1\n2\n3\n")

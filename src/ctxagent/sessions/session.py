@@ -84,6 +84,8 @@ class Session:
         sub-agent's session (``<parent>/agents/<child>``). Raises ``UsageError`` on a bad name."""
         first, *children = name.split("/") if "/" in name and "" not in name.split("/") else [name]
         root = sessions_root() / check_name(first)
+        if children and store_url() and not (root / "transcript.jsonl").is_file():
+            cls(first, root).pull()  # a sub-agent's session on a machine that never opened its parent
         for child in children:
             if not (root / "transcript.jsonl").is_file():  # a/b names a sub-agent of an existing a only
                 check_name(name)
@@ -176,17 +178,15 @@ class Session:
                 self._sync = None
 
     def remote(self) -> Any:
-        """The :class:`~ctxagent.sessions.remote.SessionSync` of this session: the writer's inside
-        :meth:`writer`, else a new one; None without a session store."""
+        """This session's :class:`~ctxagent.sessions.remote.SessionSync` (the writer's in :meth:`writer`), or None."""
         from ctxagent.sessions.replica import sync_for
 
         url = store_url()
         return self._sync or (sync_for(url, sessions_root(), self.root, self.name) if url else None)
 
     def pull(self) -> Session:
-        """With a store: bring this session's cache (and its sub-agents') up to the store, unless a
-        process here holds its writer lock. Without a store: nothing. Returns ``self``. Raises
-        ``CtxagentError`` when the store fails."""
+        """With a store: bring this session's cache (and its sub-agents') up to the store unless a process
+        here holds its writer lock. Returns ``self``. Raises ``CtxagentError`` when the store fails."""
         if (sync := self.remote()) is not None:
             from ctxagent.sessions import replica
 
