@@ -9,12 +9,17 @@ from rich.console import Console
 from rich.markup import escape
 
 from ctxagent.cli import outputs_cmd
-from ctxagent.cli.options import SessionOpt, pick
+from ctxagent.cli.options import SessionOpt, StoreOpt, pick
 from ctxagent.messages import one_line
 
 app = typer.Typer(help="Look inside a session without changing it.", no_args_is_help=True)
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON record per line, as stored.")]
+
+
+@app.callback()
+def _options(store: StoreOpt = None) -> None:
+    """``--store URL`` before the command: the session store to read (default $CTXAGENT_STORE)."""
 
 
 def _line(rec: Any) -> str:

@@ -28,6 +28,20 @@ from ctxagent.errors import UsageError
 from ctxagent.sessions.session import Session, latest_session
 from ctxagent.tools.clean import mend
 
+
+def use_store(url: str | None) -> str | None:
+    """``--store URL``: sessions live in the object store at ``URL`` for this process and the ones it
+    starts (it sets ``$CTXAGENT_STORE``). Raises ``typer.BadParameter`` for a blank URL."""
+    if url is not None:
+        if not url.strip():
+            raise typer.BadParameter("give a URL, e.g. s3://bucket/prefix or file:///srv/ctxagent")
+        os.environ["CTXAGENT_STORE"] = url.strip()
+    return url
+
+
+StoreOpt = Annotated[str | None, typer.Option(
+    "--store", callback=use_store, metavar="URL", help="Keep sessions in this object store (an fsspec URL: "
+    "s3://bucket/prefix, gs://..., az://..., file:///...; default $CTXAGENT_STORE, else local disk).")]
 SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Session name (default: most recent).")]
 RunSessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Session name.")]
 ModelOpt = Annotated[str | None, typer.Option(
@@ -100,6 +114,7 @@ class RunOptions:
     output_format: OutputFormatOpt = None
     mcp_config: McpConfigOpt = None
     no_lessons: NoLessonsOpt = False
+    store: StoreOpt = None
 
     def is_batch(self) -> bool:
         """The batch path: ``--batch``, ``json`` output, or stdin not a terminal (``stream-json`` with
@@ -171,8 +186,9 @@ def with_run_options(command: Callable[..., None]) -> Callable[..., None]:
 
 
 def pick(name: str | None) -> Session:
-    """The named session, or the most recent one; ``UsageError`` if there is none."""
-    return (Session.at(name) if name else latest_session()).require()
+    """The named session, or the most recent one; ``UsageError`` if there is none. With a session
+    store, the cache is brought up to the store first."""
+    return (Session.at(name) if name else latest_session()).pull().require()
 
 
 def check_recordable(**options: str | Path | None) -> None:

@@ -52,7 +52,7 @@ def _session(name: str | None) -> Session:
     """The session ``--session`` names (a new name when it is not given; ``UsageError`` when blank)."""
     if name is None:
         return Session.at(new_name())
-    return Session.at(name)
+    return Session.at(name).pull()  # with a session store: the cache brought up to it
 
 
 def execute(session: Session, message: str | None, opts: RunOptions, stdin: str | None = None) -> None:
@@ -218,6 +218,12 @@ def _discard_if_unstarted(session: Session) -> None:
     with contextlib.suppress(OSError):
         if transcript.stat().st_size >= HEADER_ONLY_MAX_BYTES or transcript.read_bytes().count(b"\n") > 1:
             return
+    if (sync := session.remote()) is not None:  # a session store: its objects go too
+        from ctxagent.sessions import replica
+
+        with contextlib.suppress(CtxagentError):
+            replica.remove(sync)
+        (session.root / ".store.json").unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         transcript.unlink(missing_ok=True)
         (session.root / ".lock").unlink(missing_ok=True)
@@ -304,5 +310,5 @@ def resume(opts: RunOptions,
            message: Annotated[str | None, typer.Argument(help="A new user message; '-' reads stdin.")] = None) -> None:
     """Continue a session (the most recent one by default) where it stopped."""
     opts.check()
-    target = (Session.at(opts.session) if opts.session is not None else latest_session()).require()  # --json: cli.main
+    target = (Session.at(opts.session) if opts.session is not None else latest_session()).pull().require()
     execute(target, _read_task(message), opts, stdin=_piped() if message not in (None, "-") else None)

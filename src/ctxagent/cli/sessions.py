@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 
 from ctxagent.cli import sessions_export
-from ctxagent.cli.options import pick
+from ctxagent.cli.options import StoreOpt, pick
 from ctxagent.errors import UsageError
 from ctxagent.sessions.session import ListFacts, Session, check_name, data_dir, list_facts, list_sessions
 
@@ -31,6 +31,11 @@ NameArg = Annotated[str, typer.Argument(help="Session name.", metavar="NAME", sh
 OptNameArg = Annotated[str | None, typer.Argument(help="Session name (default: most recent).", metavar="NAME",
                                                   show_default=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object (per line for list).")]
+
+
+@app.callback()
+def _options(store: StoreOpt = None) -> None:
+    """``--store URL`` before the command: the session store to read (default $CTXAGENT_STORE)."""
 
 
 class Format(StrEnum):
@@ -132,7 +137,8 @@ def delete(
         if not typer.confirm(f"Delete session {name!r}: {what}?", default=False):
             raise typer.Abort()
     trash = data_dir() / f".deleting-{name}-{os.getpid()}"
-    with session.writer():  # SessionBusyError (exit 1) while a run holds it
+    with session.writer():  # SessionBusyError (exit 1) while a run holds it (or a session store's lease)
+        _remove_remote(session)
         try:
             os.rename(session.root, trash)  # one step: no half-deleted session is ever listed or resumed
         except OSError:
@@ -158,11 +164,16 @@ def rename(
     if target.root.exists():
         raise UsageError(f"a session named {new!r} exists already ({target.root})")
     with source.writer():
+        if (sync := source.remote()) is not None:  # a session store: the objects too (UsageError if NEW is there)
+            from ctxagent.sessions import replica
+
+            replica.copy(sync, target.remote())
         try:
             target.root.mkdir(mode=0o700)  # claims the name: a second rename to it fails here
             os.rename(source.root, target.root)  # onto the empty folder just made
         except FileExistsError:
             raise UsageError(f"a session named {new!r} exists already ({target.root})") from None
+        _remove_remote(source)
     from ctxagent.lessons.hooks import rename_session
 
     rename_session(old, new)  # lessons keep pointing at their evidence
@@ -200,6 +211,14 @@ def export(
     finally:
         temp.unlink(missing_ok=True)
     print(f"exported session {session.name} as {fmt.value} to {output}", file=sys.stderr)
+
+
+def _remove_remote(session: Session) -> None:
+    """With a session store: delete ``session``'s objects from it (its writer lock held)."""
+    if (sync := session.remote()) is not None:
+        from ctxagent.sessions import replica
+
+        replica.remove(sync)
 
 
 def _size(root: Path) -> str:

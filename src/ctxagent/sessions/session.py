@@ -12,11 +12,12 @@ import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 
 from ctxagent.errors import SessionBusyError, UsageError
+from ctxagent.sessions.remote import cache_key, store_url
 from ctxagent.sessions.store import OutputStore
 from ctxagent.sessions.transcript import Transcript
 
@@ -44,8 +45,10 @@ def data_dir() -> Path:
 
 
 def sessions_root() -> Path:
-    """The folder holding one sub-folder per session."""
-    return data_dir() / "sessions"
+    """The folder holding one sub-folder per session: ``<data dir>/sessions``, or with a session
+    store (``$CTXAGENT_STORE``, sessions/remote.py) its cache, ``<data dir>/stores/<key>/sessions``."""
+    url = store_url()
+    return data_dir() / "sessions" if url is None else data_dir() / "stores" / cache_key(url) / "sessions"
 
 
 def check_name(name: str) -> str:
@@ -73,6 +76,7 @@ class Session:
 
     name: str
     root: Path
+    _sync: Any = field(default=None, repr=False, compare=False)  # a writer's SessionSync (with a store)
 
     @classmethod
     def at(cls, name: str) -> Session:
@@ -80,6 +84,8 @@ class Session:
         sub-agent's session (``<parent>/agents/<child>``). Raises ``UsageError`` on a bad name."""
         first, *children = name.split("/") if "/" in name and "" not in name.split("/") else [name]
         root = sessions_root() / check_name(first)
+        if children and store_url() and not (root / "transcript.jsonl").is_file():
+            cls(first, root).pull()  # a sub-agent's session on a machine that never opened its parent
         for child in children:
             if not (root / "transcript.jsonl").is_file():  # a/b names a sub-agent of an existing a only
                 check_name(name)
@@ -108,7 +114,8 @@ class Session:
 
     @property
     def transcript(self) -> Transcript:
-        return Transcript(self.root / "transcript.jsonl")
+        """The session's transcript; inside :meth:`writer` with a store, its appends are uploaded."""
+        return Transcript(self.root / "transcript.jsonl", mirror=self._sync.upload if self._sync else None)
 
     @property
     def store(self) -> OutputStore:
@@ -150,9 +157,44 @@ class Session:
                 f"(lock: {self.root / '.lock'}); wait for it to finish"
             ) from None
         try:
-            yield self
+            if store_url() is None:
+                yield self
+            else:
+                with self._leased():
+                    yield self
         finally:
             lock.release()
+
+    @contextmanager
+    def _leased(self) -> Iterator[None]:
+        """With a store: the lease, the sync and the uploads of :func:`ctxagent.sessions.replica.leased`."""
+        from ctxagent.sessions import replica
+
+        with replica.leased(self.remote(), self._pull_children) as sync:
+            self._sync = sync
+            try:
+                yield
+            finally:
+                self._sync = None
+
+    def remote(self) -> Any:
+        """This session's :class:`~ctxagent.sessions.remote.SessionSync` (the writer's in :meth:`writer`), or None."""
+        from ctxagent.sessions.replica import sync_for
+
+        url = store_url()
+        return self._sync or (sync_for(url, sessions_root(), self.root, self.name) if url else None)
+
+    def pull(self) -> Session:
+        """With a store: bring this session's cache (and its sub-agents') up to the store unless a process
+        here holds its writer lock. Returns ``self``. Raises ``CtxagentError`` when the store fails."""
+        if (sync := self.remote()) is not None:
+            from ctxagent.sessions import replica
+
+            replica.pull(sync, self._pull_children)
+        return self
+
+    def _pull_children(self, names: list[str]) -> None:
+        _ = [self.child(name).pull() for name in names]
 
     def header(self) -> SessionHeader | None:
         """The session header record, read from the first line only (cheap)."""
@@ -180,8 +222,12 @@ class Session:
 
 
 def list_sessions() -> list[Session]:
-    """Every session, most recently modified first."""
-    root = sessions_root()
+    """Every session, most recently modified first (with a store, the cache gets the heads it lacks)."""
+    root, url = sessions_root(), store_url()
+    if url is not None:
+        from ctxagent.sessions.replica import fetch_heads
+
+        fetch_heads(url, root, lambda name: bool(NAME_RE.match(name)) and ".." not in name)
     if not root.is_dir():
         return []
     found = [Session(p.name, p) for p in root.iterdir() if (p / "transcript.jsonl").is_file()]

@@ -31,7 +31,8 @@ handle_for = base_handle  # the name older code and tests know
 class OutputStore:
     """Files of offloaded outputs under ``root`` (``<session>/outputs``).
 
-    Sizes are bytes. Files are written whole, bytes exactly as the tool produced them.
+    Sizes are bytes. Files are written whole, bytes exactly as the tool produced them: a file under
+    its final name is complete (written aside, then renamed), so a session store may upload it.
     """
 
     def __init__(self, root: Path, linked: Callable[[], Sequence[Path]] | None = None):
@@ -124,20 +125,29 @@ class OutputStore:
         tool result) may skip it: a killed process loses nothing the kernel has, and after a power
         loss the text is still in the (fsynced) transcript.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
         final = self.path_of(handle, suffix)
-        with open(final, "wb") as fh:
-            fh.write(data)
-            if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
+        fd, temp = self.spool()  # written aside, then renamed: a file under its final name is whole
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                if durable:
+                    fh.flush()
+                    os.fsync(fh.fileno())
+            os.replace(temp, final)
+        finally:
+            temp.unlink(missing_ok=True)
         return final
 
     def put_file(self, handle: str, source: Path) -> Path:
-        """Copy ``source`` under ``handle``; returns the path."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Copy ``source`` under ``handle`` (whole or not at all); returns the path."""
         final = self.path_of(handle)
-        shutil.copyfile(source, final)
+        fd, temp = self.spool()
+        os.close(fd)
+        try:
+            shutil.copyfile(source, temp)
+            os.replace(temp, final)
+        finally:
+            temp.unlink(missing_ok=True)
         return final
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +37,14 @@ class Transcript:
     """Reads and appends the records of ``path`` (``<session>/transcript.jsonl``).
 
     Appends are flushed and fsynced before :meth:`append` returns, so a record is on disk before
-    the next model request is sent. The caller holds the session's writer lock.
+    the next model request is sent. The caller holds the session's writer lock. ``mirror``, when
+    given, receives the bytes of each append after the fsync, before :meth:`append` returns (the
+    session store uploads them as one segment: sessions/remote.py).
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, mirror: Callable[[bytes], None] | None = None):
         self.path = path
+        self.mirror = mirror
 
     def load(self, *, repair: bool = False) -> list[Any]:
         """Every readable record, oldest first, as a list: :meth:`records` collected."""
@@ -148,11 +151,13 @@ class Transcript:
             return
         if not self.path.exists():  # the first lines: the file appears whole or not at all
             self._create(text)
-            return
-        with open(self.path, "a", encoding="utf-8", opener=_private) as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        else:
+            with open(self.path, "a", encoding="utf-8", opener=_private) as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+        if self.mirror is not None:
+            self.mirror(text.encode("utf-8"))
 
     def _create(self, text: str) -> None:
         """Write the transcript's first lines to a temporary file, fsync it, then rename it into

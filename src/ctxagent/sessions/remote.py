@@ -1,0 +1,395 @@
+"""Sessions in an object store: the store is the durable copy, the local session folder a cache.
+
+With a store URL (``--store URL`` or ``$CTXAGENT_STORE``; any fsspec URL: ``s3://bucket/prefix``,
+``gs://...``, ``az://...``, ``file:///path``), the session ``NAME`` lives at ``URL/sessions/NAME/``
+(a sub-agent's at ``URL/sessions/NAME/agents/CHILD/``)::
+
+    segments/000000000001.jsonl   one per Transcript.append (one flushed step), written once
+    outputs/<file>                 offloaded outputs and their sidecars, written once, redacted
+    snapshots/000000000420.jsonl   segments 1..420 in one object (a new machine reads it, then the rest)
+    lease/000000000007.json        the writer's lease (sessions/lease.py)
+
+Object stores have no append, so every write is a *create-only* write (``If-None-Match: *`` on
+S3): a segment number can be written once, by one writer. A writer that finds its next segment
+number taken has been fenced (another machine took the session over): it stops with
+:class:`~ctxagent.errors.SessionBusyError` and loses nothing already uploaded.
+
+The local folder (``<data dir>/stores/<slug>-<hash>/sessions/NAME/``, so two stores never mix)
+keeps working as before: tools read outputs from files, the transcript is a local JSONL file.
+``.store.json`` beside the transcript records how many segments (and bytes) of it are in the
+store. A writer (:class:`SessionSync`) uploads each appended step's segment after the local fsync
+and before ``append`` returns, the outputs written since the last step first (a segment never names
+an output the store lacks). Opening a session brings the cache up to the store: missing segments
+are appended, missing outputs downloaded (eagerly: tools open them as files).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
+
+STATE = ".store.json"  # beside the transcript: {"segments": N, "bytes": B} of it that the store holds
+SNAPSHOT_EVERY = 64  # segments since the last snapshot that make a writer leave a new one
+DIGITS = 12
+
+
+def store_url() -> str | None:
+    """The session store URL (``$CTXAGENT_STORE``, set by ``--store``), or None: sessions on local disk."""
+    url = os.environ.get("CTXAGENT_STORE", "").strip().rstrip("/")
+    return url or None
+
+
+def cache_key(url: str) -> str:
+    """The folder name, under ``<data dir>/stores/``, of the cache of the store at ``url``."""
+    import hashlib
+
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", url)[-40:].strip("-.") or "store"
+    return f"{slug}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
+
+
+def segment_name(number: int) -> str:
+    return f"{number:0{DIGITS}d}.jsonl"
+
+
+class Store:
+    """An fsspec filesystem and the root path of the store at ``url``.
+
+    Raises ``UsageError`` when the URL's protocol is unknown or its package is not installed
+    (``pip install 'ctxagent[s3]'``).
+    """
+
+    def __init__(self, url: str):
+        try:
+            from fsspec.core import url_to_fs
+
+            # no listings cache: an existence check must see what another machine wrote a moment ago
+            self.fs, self.root = url_to_fs(url, use_listings_cache=False)
+        except (ImportError, ValueError) as err:
+            raise UsageError(f"session store {url!r}: {err} (the extras: ctxagent[s3], [gcs], [azure])") from err
+        self.url = url
+        self.atomic_pipe = "s3" in _protocols(self.fs)  # pipe_file(mode="create") sends If-None-Match: *
+
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root.rstrip("/"), *parts])
+
+    @contextmanager
+    def failing(self, what: str) -> Iterator[None]:
+        """Translate the store's errors (OSError, botocore's, aiohttp's...) into ``CtxagentError``
+        naming ``what`` was done; ``FileNotFoundError`` and ``FileExistsError`` pass unchanged."""
+        try:
+            yield
+        except (FileNotFoundError, FileExistsError, CtxagentError):
+            raise
+        except Exception as err:  # the vendor's errors, translated once, here
+            raise CtxagentError(f"session store {self.url}: {what} failed: {err}") from err
+
+    def create(self, path: str, data: bytes) -> bool:
+        """Write ``data`` at ``path`` unless an object is there already; returns whether it was
+        written (False: it existed, nothing changed). Raises ``CtxagentError`` when the store fails."""
+        try:
+            with self.failing(f"writing {path}"):
+                if self.atomic_pipe:
+                    self.fs.pipe_file(path, data, mode="create")
+                else:
+                    self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+                    with self.fs.open(path, "xb") as fh:
+                        fh.write(data)
+        except FileExistsError:
+            return False
+        return True
+
+    def create_from(self, path: str, source: Path) -> bool:
+        """:meth:`create` with the bytes of the file ``source`` (streamed on stores that have no
+        atomic put; small and medium files are read whole)."""
+        if self.atomic_pipe and source.stat().st_size < 64 * 1024 * 1024:
+            return self.create(path, source.read_bytes())
+        try:
+            with self.failing(f"writing {path}"):
+                self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+                with open(source, "rb") as src, self.fs.open(path, "xb") as dst:
+                    shutil.copyfileobj(src, dst, 1024 * 1024)
+        except FileExistsError:
+            return False
+        return True
+
+    def names(self, folder: str) -> list[str]:
+        """The names of the objects directly in ``folder`` (none when it does not exist)."""
+        try:
+            with self.failing(f"listing {folder}"):
+                found = self.fs.ls(folder, detail=False, refresh=True)
+        except FileNotFoundError:
+            return []
+        return sorted(str(p).rstrip("/").rsplit("/", 1)[-1] for p in found)
+
+    def exists(self, path: str) -> bool:
+        with self.failing(f"reading {path}"):
+            return bool(self.fs.exists(path))
+
+    def read_many(self, paths: list[str], *, missing_ok: bool = False) -> dict[str, bytes]:
+        """``{path without protocol: bytes}`` of ``paths`` (fetched concurrently where the store
+        can); ``missing_ok``: paths with no object are left out instead of failing."""
+        if not paths:
+            return {}
+        with self.failing(f"reading {paths[0]}"):
+            found = self.fs.cat(paths, on_error="omit" if missing_ok else "raise")
+        return {_strip(k): v for k, v in found.items()} if isinstance(found, dict) else {_strip(paths[0]): found}
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        """Delete the object (or, ``recursive``, the folder) at ``path``; a missing one is no error."""
+        with contextlib.suppress(FileNotFoundError), self.failing(f"deleting {path}"):
+            self.fs.rm(path, recursive=recursive)
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
+
+
+def _strip(path: str) -> str:
+    return path.split("://", 1)[-1]
+
+
+def numbers(names: list[str]) -> list[int]:
+    """The segment (or lease) numbers among object ``names``, ascending."""
+    return sorted(int(n.split(".", 1)[0]) for n in names if re.fullmatch(rf"\d{{{DIGITS}}}\.jsonl?", n))
+
+
+@dataclass
+class SyncState:
+    """How much of the local transcript the store holds: ``segments`` objects, ``bytes`` of it."""
+
+    segments: int = 0
+    bytes: int = 0
+    snapshot: int = 0  # the segments the newest snapshot known here holds
+
+    @classmethod
+    def load(cls, root: Path) -> SyncState:
+        try:
+            data = json.loads((root / STATE).read_text(encoding="utf-8"))
+            return cls(int(data["segments"]), int(data["bytes"]), int(data.get("snapshot", 0)))
+        except (OSError, ValueError, KeyError, TypeError):
+            return cls()
+
+    def save(self, root: Path) -> None:
+        temp = root / f"{STATE}.{os.getpid()}.tmp"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"segments": self.segments, "bytes": self.bytes, "snapshot": self.snapshot}, fh)
+        os.replace(temp, root / STATE)
+
+
+@dataclass
+class SessionSync:
+    """The store side of one session folder ``root`` whose objects are under ``key`` in ``store``
+    (``sessions/NAME`` or ``sessions/NAME/agents/CHILD``).
+
+    :meth:`pull` brings the cache up to the store (readers and writers); :meth:`fence`, then
+    :meth:`upload` for each appended step (the transcript's ``mirror``), are the writer's.
+    """
+
+    store: Store
+    key: str
+    root: Path
+    name: str
+    state: SyncState = field(default_factory=SyncState)
+    uploaded: set[str] = field(default_factory=set)  # output file names the store holds
+    fenced: str = ""  # why this writer may not write any more (set by the lease's renewer too)
+    removed: bool = False  # the session's objects were deleted (sessions delete, rename)
+    guard: Callable[[], None] | None = None  # called before each segment upload (the lease's check)
+
+    @property
+    def transcript(self) -> Path:
+        return self.root / "transcript.jsonl"
+
+    def remote(self, *parts: str) -> str:
+        return self.store.path(self.key, *parts)
+
+    # -- reading the store into the cache -------------------------------------------------------
+    def pull(self, *, writer: bool) -> None:
+        """Append the segments the cache lacks to the local transcript and download the outputs
+        it lacks. A writer also deals with what a crash left locally past the synced bytes: lines
+        the store has are counted, lines the store never got are uploaded (when the store has
+        nothing newer) or set aside (it has: another machine continued the session); a torn last
+        line is set aside. A reader leaves such a cache alone (it may be a live writer's)."""
+        from ctxagent.sessions.redact import private_dir
+
+        self.state = SyncState.load(self.root)
+        size = self.transcript.stat().st_size if self.transcript.exists() else 0
+        if size < self.state.bytes:  # the cache lost bytes it had synced: start it over from the store
+            if size:
+                self._set_aside(0, "cache-")
+            self.state, size = SyncState(), 0
+        tail = self._read_from(self.state.bytes) if size > self.state.bytes else b""
+        if tail and not writer:
+            return
+        if not size:
+            self._from_snapshot()
+        new = self._new_segments()
+        if new or not self.root.exists():
+            private_dir(self.root)
+        complete, torn = tail[: tail.rfind(b"\n") + 1], tail[tail.rfind(b"\n") + 1:]
+        if torn:
+            self._set_aside(self.state.bytes + len(complete), "torn-")
+        paths = [self.remote("segments", segment_name(n)) for n in new]
+        data = self.store.read_many(paths)
+        chunks = [(n, data[_strip(p)]) for n, p in zip(new, paths, strict=True)]
+        while chunks and complete.startswith(chunks[0][1]):  # lines of ours that reached the store
+            number, chunk = chunks.pop(0)
+            complete = complete[len(chunk):]
+            self.state.segments, self.state.bytes = number, self.state.bytes + len(chunk)
+        if complete and chunks:  # the store moved on without these lines
+            self._set_aside(self.state.bytes, "unsynced-")
+        elif complete:  # the step a crash kept from the store: ours, and nobody wrote since
+            self._upload_segment(complete, self.state.segments + 1)
+            self.state.bytes += len(complete)
+        self._append_local(chunks)
+        if self.root.exists():
+            self.state.save(self.root)
+        self._pull_outputs()
+
+    def _from_snapshot(self) -> None:
+        """An empty cache starts from the store's newest snapshot, when there is one."""
+        found = numbers(self.store.names(self.remote("snapshots")))
+        if not found:
+            return
+        from ctxagent.sessions.redact import private_dir
+
+        private_dir(self.root)
+        data = self.store.read_many([self.remote("snapshots", segment_name(found[-1]))])
+        self._append_local([(found[-1], next(iter(data.values())))])
+        self.state.snapshot = found[-1]
+
+    def snapshot(self) -> None:
+        """Leave ``snapshots/<N>.jsonl``, the synced transcript in one object, when
+        :data:`SNAPSHOT_EVERY` segments or more came since the last one (best effort)."""
+        if self.fenced or self.state.segments - self.state.snapshot < SNAPSHOT_EVERY:
+            return
+        with open(self.transcript, "rb") as fh:
+            data = fh.read(self.state.bytes)
+        with contextlib.suppress(CtxagentError):
+            self.store.create(self.remote("snapshots", segment_name(self.state.segments)), data)
+            old, self.state.snapshot = self.state.snapshot, self.state.segments
+            self.state.save(self.root)
+            if old:
+                self.store.remove(self.remote("snapshots", segment_name(old)))
+
+    def _new_segments(self) -> list[int]:
+        """The numbers of the store's segments past the cache's (one existence check when none)."""
+        if not self.store.exists(self.remote("segments", segment_name(self.state.segments + 1))):
+            return []
+        return [n for n in numbers(self.store.names(self.remote("segments"))) if n > self.state.segments]
+
+    def _read_from(self, offset: int) -> bytes:
+        with open(self.transcript, "rb") as fh:
+            fh.seek(offset)
+            return fh.read()
+
+    def _set_aside(self, offset: int, kind: str) -> None:
+        """Move the local transcript's bytes from ``offset`` on to ``transcript.<kind>N.jsonl``."""
+        from ctxagent.sessions.transcript import TranscriptWarning
+
+        n = 1
+        while (side := self.root / f"transcript.{kind}{n}.jsonl").exists():
+            n += 1
+        data = self._read_from(offset)
+        fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        with open(self.transcript, "r+b") as fh:
+            fh.truncate(offset)
+            os.fsync(fh.fileno())
+        why = {"torn-": "torn last line", "unsynced-": "lines the session store never got (another machine "
+               "continued the session)", "cache-": "a cache shorter than what it had synced"}[kind]
+        warnings.warn(f"{self.transcript}: {why} ({len(data)} bytes) set aside, moved to {side.name}",
+                      TranscriptWarning, stacklevel=3)
+
+    def _append_local(self, chunks: list[tuple[int, bytes]]) -> None:
+        """Append downloaded segments ``(number, bytes)`` to the local transcript (created 0600),
+        then fsync."""
+        if not chunks:
+            return
+        fd = os.open(self.transcript, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "ab") as fh:
+            for _, chunk in chunks:
+                fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.state.segments = chunks[-1][0]
+        self.state.bytes += sum(len(c) for _, c in chunks)
+
+    def _pull_outputs(self) -> None:
+        """Download the outputs the store has and the cache lacks (each to a temporary name, then
+        renamed: a name in the folder is always a whole file)."""
+        remote = set(self.store.names(self.remote("outputs")))
+        folder = self.root / "outputs"
+        local = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+        self.uploaded = remote
+        missing = sorted(n for n in remote - local if not n.startswith("."))
+        if not missing:
+            return
+        from ctxagent.sessions.redact import private_dir
+
+        private_dir(folder)
+        temps = [folder / f".download-{n}" for n in missing]
+        with self.store.failing("downloading outputs"):
+            self.store.fs.get([self.remote("outputs", n) for n in missing], [str(t) for t in temps])
+        for name, temp in zip(missing, temps, strict=True):
+            os.chmod(temp, 0o600)
+            os.replace(temp, folder / name)
+
+    # -- writing ------------------------------------------------------------------------------
+    def fence(self) -> None:
+        """Claim the next segment number with an empty segment (a session with segments only), so
+        a stale writer whose lease expired can write nothing more; when its late segment took the
+        number first, pull it and try the next."""
+        while self.state.segments:
+            if self.store.create(self.remote("segments", segment_name(self.state.segments + 1)), b""):
+                self.state.segments += 1
+                self.state.save(self.root)
+                return
+            self.pull(writer=True)
+
+    def upload(self, data: bytes) -> None:
+        """The transcript's mirror: after ``data`` (one append's lines) is fsynced locally, upload
+        the outputs not in the store yet, then ``data`` as the next segment. Raises
+        ``SessionBusyError`` when this writer has been fenced."""
+        if self.guard is not None:
+            self.guard()
+        if self.fenced:
+            raise SessionBusyError(self.fenced)
+        self.push_outputs()
+        self._upload_segment(data, self.state.segments + 1)
+        self.state.bytes += len(data)
+        self.state.save(self.root)
+
+    def _upload_segment(self, data: bytes, number: int) -> None:
+        if not self.store.create(self.remote("segments", segment_name(number)), data):
+            self.fenced = (f"session {self.name!r} was taken over by another writer (segment {number} exists in "
+                           f"{self.store.url}); this process stops, everything it wrote before is in the store")
+            raise SessionBusyError(self.fenced)
+        self.state.segments = number
+
+    def push_outputs(self) -> None:
+        """Upload the output files (final names only: spools and partial files start with ``.``)
+        the store does not hold yet, each create-only (an existing object is the same file)."""
+        folder = self.root / "outputs"
+        if not folder.is_dir():
+            return
+        with os.scandir(folder) as entries:
+            fresh = sorted(e.name for e in entries if e.name not in self.uploaded and not e.name.startswith(".")
+                           and e.is_file())
+        for name in fresh:
+            with contextlib.suppress(FileNotFoundError):  # deleted meanwhile (clean outputs)
+                self.store.create_from(self.remote("outputs", name), folder / name)
+                self.uploaded.add(name)

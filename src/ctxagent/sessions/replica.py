@@ -1,0 +1,106 @@
+"""What a session does with a session store (sessions/remote.py) when it opens, as functions of
+its folder, so that ``sessions/session.py`` stays the map of the local layout.
+
+- :func:`leased`: the writer's side (the lease, the sync, the fence, the uploads);
+- :func:`pull`: a reader's (the cache brought up to the store, unless a local writer holds it);
+- :func:`fetch_heads`: ``sessions list`` (the first segment of the sessions the cache lacks);
+- :func:`remove` and :func:`copy`: ``sessions delete`` and ``rename``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ctxagent.errors import UsageError
+from ctxagent.sessions.remote import SessionSync, Store, segment_name
+
+AGENTS = "agents"  # as sessions/session.py: a session's sub-agent sessions
+
+
+def sync_for(url: str, sessions_root: Path, root: Path, name: str) -> SessionSync:
+    """The :class:`SessionSync` of the session folder ``root`` (under ``sessions_root``)."""
+    return SessionSync(Store(url), "sessions/" + root.relative_to(sessions_root).as_posix(), root, name)
+
+
+@contextmanager
+def leased(sync: SessionSync, children: Callable[[list[str]], None]) -> Iterator[SessionSync]:
+    """Take the session's lease, bring the cache up to the store, fence stale writers, pull the
+    sub-agents (``children(names)``), and yield ``sync`` (its ``upload`` is the transcript's
+    mirror) until the block ends; then upload what is left, snapshot, release. Raises
+    ``SessionBusyError`` (another writer holds it) and ``CtxagentError`` (the store failed)."""
+    from ctxagent.sessions.lease import Lease
+
+    lease = Lease(sync)
+    lease.take()
+    try:
+        sync.pull(writer=True)
+        sync.fence()
+        children(sync.store.names(sync.remote(AGENTS)))
+        sync.guard = lease.check
+        yield sync
+        if not sync.fenced and sync.root.is_dir():
+            sync.push_outputs()  # outputs written after the last step
+            sync.snapshot()
+    finally:
+        lease.release(drop=sync.removed)
+
+
+def pull(sync: SessionSync, children: Callable[[list[str]], None]) -> None:
+    """Bring the cache of ``sync`` up to the store unless a process here holds the session's writer
+    lock (its cache is the newest), then its sub-agents' (``children(names)``)."""
+    from filelock import FileLock, Timeout
+
+    from ctxagent.sessions.redact import private_dir
+
+    if not sync.root.exists() and not sync.store.names(sync.remote()):
+        return  # not in the store either
+    private_dir(sync.root)
+    lock = FileLock(str(sync.root / ".lock"), mode=0o600)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return
+    try:
+        sync.pull(writer=False)
+    finally:
+        lock.release()
+    children(sync.store.names(sync.remote(AGENTS)))
+
+
+def fetch_heads(url: str, root: Path, valid: Callable[[str], bool]) -> None:
+    """Put in the cache ``root`` the first segment of every session of the store it lacks (one
+    listing, then the heads read concurrently): enough for ``sessions list``; opening a session
+    brings the rest. ``valid``: whether a folder name is a session name."""
+    from ctxagent.sessions.redact import private_dir
+
+    store = Store(url)
+    missing = [n for n in store.names(store.path("sessions")) if valid(n)
+               and not (root / n / "transcript.jsonl").exists()]
+    paths = {n: store.path("sessions", n, "segments", segment_name(1)) for n in missing}
+    heads = store.read_many(list(paths.values()), missing_ok=True)
+    for name, path in paths.items():
+        data = heads.get(path.split("://", 1)[-1])
+        if data:
+            sync = SessionSync(store, f"sessions/{name}", root / name, name)
+            private_dir(sync.root)
+            sync._append_local([(1, data)])
+            sync.state.save(sync.root)
+
+
+def remove(sync: SessionSync) -> None:
+    """Delete the session's objects (segments, outputs, sub-agents, lease); the caller holds the lease."""
+    sync.removed = True
+    sync.store.remove(sync.remote(), recursive=True)
+
+
+def copy(sync: SessionSync, into: SessionSync) -> None:
+    """Copy the session's objects but its lease to ``into``'s place (server-side where the store
+    can). Raises ``UsageError`` when that place holds objects."""
+    if sync.store.names(into.remote()):
+        raise UsageError(f"a session named {into.name!r} exists already in {sync.store.url}")
+    for folder in ("segments", "snapshots", "outputs", AGENTS):
+        if sync.store.names(sync.remote(folder)):
+            with sync.store.failing(f"copying {sync.remote(folder)}"):
+                sync.store.fs.copy(sync.remote(folder), into.remote(folder), recursive=True)

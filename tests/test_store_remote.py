@@ -1,0 +1,284 @@
+"""Sessions in an object store (``--store`` / ``CTXAGENT_STORE``): a real S3 API (moto in server
+mode on 127.0.0.1, one per test session, a bucket per test) and the real CLI in subprocesses. Each
+"machine" is a fresh data dir (the store's cache) and its own ``CTXAGENT_HOST``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clihelp import call, ctxagent, result_of, run_cli, script
+from ctxagent.errors import SessionBusyError
+from ctxagent.sessions.session import Session
+
+pytest.importorskip("s3fs", reason="the s3 extra (s3fs) is not installed")
+moto_server = pytest.importorskip("moto.server", reason="moto[server] is not installed")
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 (a free port) for the whole test session."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@dataclass
+class Bucket:
+    url: str  # the store URL
+    name: str
+    client: Any  # boto3 S3 client
+    root: Path
+
+    def machine(self, name: str, **extra: str) -> dict[str, str]:
+        """The environment of another machine: its own cache (data dir) and host name."""
+        return {"CTXAGENT_DATA_DIR": str(self.root / name), "CTXAGENT_HOST": name, **extra}
+
+    def objects(self) -> dict[str, bytes]:
+        """Every object of the bucket: key -> bytes."""
+        found = {}
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.name):
+            for item in page.get("Contents", []):
+                found[item["Key"]] = self.client.get_object(Bucket=self.name, Key=item["Key"])["Body"].read()
+        return found
+
+    def segments(self, session: str) -> bytes:
+        """The session's segments, concatenated in order (what the store holds of its transcript)."""
+        prefix = f"team/sessions/{session}/segments/"
+        return b"".join(data for key, data in sorted(self.objects().items()) if key.startswith(prefix))
+
+
+@pytest.fixture
+def bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Bucket:
+    import boto3
+
+    for key, value in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                       "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    name = f"t-{uuid.uuid4().hex[:12]}"
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    client.create_bucket(Bucket=name)
+    monkeypatch.setenv("CTXAGENT_STORE", f"s3://{name}/team")
+    return Bucket(f"s3://{name}/team", name, client, tmp_path)
+
+
+def jsonl(out: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def test_a_session_resumes_on_another_machine_exactly_and_reads_the_handles_made_there(bucket, tmp_path):
+    model = script(tmp_path / "s.yaml", [
+        {"tool_calls": [call("big", "shell", command="seq 1 30000")]}, "first answer",
+        {"tool_calls": [call("r", "read_output", handle="@big", start_line=12345, end_line=12346)]}, "second answer",
+    ])
+    a, b = bucket.machine("A"), bucket.machine("B")
+    out = ctxagent("run", "--batch", "--session", "s", "--model", model, "--allow", "shell", "count", env=a)
+    assert (out.returncode, out.stdout) == (0, "first answer\n"), out.stderr
+    assert "team/sessions/s/outputs/big.out" in bucket.objects()  # offloaded on A, uploaded
+
+    with _on(b):  # B has never seen it: heads only (the CLI in this process)
+        listed = [json.loads(line) for line in run_cli("sessions", "list", "--json").stdout.splitlines()]
+    assert [(r["name"], r["model"]) for r in listed] == [("s", model)]
+    cache_a = next((bucket.root / "A" / "stores").iterdir()) / "sessions" / "s" / "transcript.jsonl"
+    records_a = [json.loads(line) for line in cache_a.read_text(encoding="utf-8").splitlines()]
+    assert jsonl(ctxagent("inspect", "--store", bucket.url, "transcript", "--session", "s", "--json",
+                          env={**b, "CTXAGENT_STORE": ""})) == records_a
+    with _on(a):  # the view A would send next, in this process
+        from ctxagent.cli import sessions_export
+        from ctxagent.cli.options import pick
+
+        view_a = sessions_export.openai_messages(pick("s"))
+    assert ctxagent("sessions", "export", "s", "--format", "openai", env=b).stdout == view_a != ""
+
+    out = ctxagent("resume", "--batch", "--session", "s", "now read it", env=b)
+    assert (out.returncode, out.stdout) == (0, "second answer\n"), out.stderr
+    records_b = jsonl(ctxagent("inspect", "transcript", "--session", "s", "--json", env=b))
+    assert records_b[:len(records_a)] == records_a
+    read = next(r["message"]["content"] for r in records_b if r["kind"] == "message"
+                and r["message"].get("tool_call_id") == "r")
+    assert "12345\n12346" in read  # @big, offloaded on A, read on B
+    with _on(a):  # A catches up
+        assert [json.loads(line) for line in run_cli("inspect", "transcript", "-s", "s", "--json").stdout.splitlines()
+                ] == records_b
+
+
+def test_a_second_writer_is_refused_while_the_lease_lives_and_a_stale_writer_is_fenced(bucket, tmp_path):
+    mark, go = tmp_path / "started", tmp_path / "go"
+    wait = f"touch {mark}; while [ ! -e {go} ]; do sleep 0.05; done"  # the tool runs until the test says go
+    model = script(tmp_path / "s.yaml", [{"tool_calls": [call("t", "shell", command=wait)]}, "final"])
+    a, b = bucket.machine("A", CTXAGENT_LEASE_SECONDS="2.5"), bucket.machine("B")
+    proc = subprocess.Popen([sys.executable, "-m", "ctxagent", "run", "--batch", "--session", "s", "--model", model,
+                             "--allow", "shell", "go"], env={**os.environ, **a}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    try:
+        _wait_for(mark, proc)
+        busy = ctxagent("resume", "--batch", "--session", "s", env=b)
+        assert busy.returncode == 1 and "in use by ctxagent on A" in busy.stderr, busy.stderr
+        proc.send_signal(signal.SIGSTOP)  # A stalls (a long GC pause, a suspended VM) past its lease
+        time.sleep(2.7)
+        took = ctxagent("resume", "--batch", "--session", "s", env=b)
+        assert (took.returncode, took.stdout) == (0, "final\n"), took.stderr
+        go.touch()
+        proc.send_signal(signal.SIGCONT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1 and "taken over" in err, err
+    stored = [json.loads(line) for line in bucket.segments("s").splitlines()]
+    results = [r["message"]["content"] for r in stored if r["kind"] == "message" and r["message"]["role"] == "tool"]
+    assert len(results) == 1 and results[0].startswith("[ctxagent] interrupted")  # B's; A's late one never landed
+    assert [r["message"]["content"] for r in stored if r["kind"] == "message"][-1] == "final"
+
+
+def test_kill_9_then_resume_elsewhere_after_the_lease_expires_loses_nothing(bucket, tmp_path):
+    mark = tmp_path / "started"
+    model = script(tmp_path / "s.yaml", [{"tool_calls": [call("x", "shell", command="echo one")]},
+                                         {"tool_calls": [call("y", "shell", command=f"touch {mark}; sleep 60")]},
+                                         "final"])
+    a, b = bucket.machine("A", CTXAGENT_LEASE_SECONDS="4"), bucket.machine("B")
+    proc = subprocess.Popen([sys.executable, "-m", "ctxagent", "run", "--batch", "--session", "k", "--model", model,
+                             "--allow", "shell", "go"], env={**os.environ, **a}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path, start_new_session=True)
+    try:
+        _wait_for(mark, proc)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    killed_at = time.time()
+    stored = bucket.segments("k")
+    assert b'"tool_calls"' in stored and b'"id":"y"' in stored  # the step before the kill reached the store
+    with _on(b), pytest.raises(SessionBusyError, match="in use by ctxagent on A"), Session.at("k").writer():
+        pass  # A's lease outlives A a while (checked in this process: a CLI would start too slowly)
+    time.sleep(max(0.0, killed_at + 4.2 - time.time()))
+    out = ctxagent("resume", "--batch", "--session", "k", env=b)
+    assert (out.returncode, out.stdout) == (0, "final\n"), out.stderr
+    cache = next((bucket.root / "B" / "stores").iterdir()) / "sessions" / "k" / "transcript.jsonl"
+    assert cache.read_bytes().startswith(stored)  # 0 records lost
+    assert bucket.segments("k") == cache.read_bytes()  # and the store has all of B's
+    messages = [json.loads(line)["message"] for line in cache.read_bytes().splitlines() if b'"kind":"message"' in line]
+    from ctxagent.messages import pair_violations
+
+    assert pair_violations(messages) == []
+    assert [m["tool_call_id"] for m in messages if m["role"] == "tool"] == ["x", "y"]
+
+
+def test_a_secret_in_a_tool_output_never_reaches_the_store(bucket, tmp_path):
+    secret = "s3cr3t-value-0123456789-abcdef"
+    model = script(tmp_path / "s.yaml", [
+        {"tool_calls": [call("big", "shell", command='echo "$MY_SERVICE_TOKEN"; seq 1 30000; echo "$MY_SERVICE_TOKEN"'),
+                        call("small", "shell", command='echo "token: $MY_SERVICE_TOKEN"')]}, "done"])
+    out = ctxagent("run", "--batch", "--session", "sec", "--model", model, "--allow", "shell", "go",
+                   env=bucket.machine("A", MY_SERVICE_TOKEN=secret))
+    assert out.returncode == 0, out.stderr
+    objects = bucket.objects()
+    assert "team/sessions/sec/outputs/big.out" in objects
+    assert b"[REDACTED:env:MY_SERVICE_TOKEN]" in objects["team/sessions/sec/outputs/big.out"]
+    assert [key for key, data in objects.items() if secret.encode() in data] == []
+
+
+def test_a_step_a_crash_kept_from_the_store_is_uploaded_next_time_or_set_aside_if_the_store_moved_on(
+        tmp_path, monkeypatch):
+    """In process, on a ``file://`` store (fsspec's local filesystem, create-only with ``xb``)."""
+    from ctxagent.sessions import records
+
+    monkeypatch.setenv("CTXAGENT_STORE", (tmp_path / "store").as_uri())
+    header = records.SessionHeader(name="c", model="scripted:x", profile="default", context_window=1000)
+    with Session.at("c").writer() as session:
+        session.transcript.append([header])
+    local = Session.at("c").transcript.path
+    with open(local, "ab") as fh:  # appended locally, killed before the upload
+        fh.write(records.dumps(records.EndRecord(reason="answered", turn=1)).encode() + b"\n")
+    with Session.at("c").writer():
+        pass
+    segments = sorted((tmp_path / "store" / "sessions" / "c" / "segments").iterdir())
+    assert b"".join(p.read_bytes() for p in segments) == local.read_bytes()  # uploaded, after the fence
+
+    with open(local, "ab") as fh:  # again; but another machine continues the session meanwhile
+        fh.write(b'{"kind":"end","reason":"lost","turn":2}\n')
+    other = segments[-1].with_name(f"{len(segments) + 1:012d}.jsonl")
+    other.write_bytes(records.dumps(records.EndRecord(reason="elsewhere", turn=2)).encode() + b"\n")
+    with pytest.warns(UserWarning, match="never got"), Session.at("c").writer():
+        pass
+    assert b"elsewhere" in local.read_bytes() and b"lost" not in local.read_bytes()
+    assert b"lost" in (local.parent / "transcript.unsynced-1.jsonl").read_bytes()
+
+
+@contextmanager
+def _on(machine: dict[str, str]) -> Iterator[None]:
+    """This process as ``machine`` for the block (its data dir and host)."""
+    saved = {key: os.environ.get(key) for key in machine}
+    os.environ.update(machine)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:
+    """Wait until ``path`` exists; fail if ``proc`` ends first or after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended (exit {proc.returncode}) before {path.name} appeared: "
+                        f"{proc.stderr.read() if proc.stderr else ''}")
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_rename_and_delete_move_and_remove_the_objects_in_the_store(tmp_path, monkeypatch):
+    from ctxagent.sessions import records
+
+    store = tmp_path / "store"
+    monkeypatch.setenv("CTXAGENT_STORE", store.as_uri())
+    with Session.at("old").writer() as session:
+        session.transcript.append([records.SessionHeader(name="old", model="scripted:x", profile="default",
+                                                         context_window=1000)])
+        session.store.put_bytes("@h", b"value")
+    assert run_cli("sessions", "rename", "old", "new").exit_code == 0
+    assert sorted(p.name for p in (store / "sessions").iterdir()) == ["new"]
+    assert (store / "sessions" / "new" / "outputs" / "h.out").read_bytes() == b"value"
+    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "other"))  # another machine sees it renamed
+    assert run_cli("sessions", "show", "new").exit_code == 0
+    assert run_cli("sessions", "delete", "new", "--yes").exit_code == 0
+    assert list((store / "sessions").iterdir()) == []
+
+
+def test_sub_agent_sessions_live_under_their_parent_in_the_store(bucket, tmp_path, monkeypatch):
+    child = script(tmp_path / "child.yaml", [{"tool_calls": [call("c", "shell", command="seq 1 30000")]},
+                                             "the child counted"])
+    parent = script(tmp_path / "parent.yaml", [{"tool_calls": [call("d1", "delegate", task="count")]}, "done"])
+    prof = tmp_path / "p.yaml"
+    prof.write_text(f"tools: [shell, read_output, delegate]\npermissions: {{kinds: {{exec: allow}}}}\n"
+                    f"delegate: {{model: '{child}'}}\n", encoding="utf-8")
+    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "A"))
+    out = run_cli("run", "--json", "--session", "par", "--model", parent, "--profile", str(prof), "go")
+    assert (out.exit_code, result_of(out)["answer"]) == (0, "done"), out.stdout
+    keys = set(bucket.objects())
+    assert "team/sessions/par/agents/d1/segments/000000000001.jsonl" in keys
+    assert "team/sessions/par/agents/d1/outputs/c.out" in keys  # the child's offloaded output
+
+    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "B"))  # another machine: the child's output first
+    assert run_cli("inspect", "output", "@c", "--session", "par/d1").stdout.startswith("1\n2\n3\n")
+    shown = run_cli("inspect", "transcript", "--session", "par").stdout
+    assert "sub-agent par/d1" in shown and "ended answered" in shown
