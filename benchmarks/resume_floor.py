@@ -96,7 +96,8 @@ def _memory(pairs: int, env: dict[str, str], script: Path, session: str) -> dict
     b = statistics.median(base)
     return {"python_pass_mb": round(b, 1), "run_mb": round(statistics.median(run), 1),
             "run_beyond_mb": round(statistics.median(run) - b, 1), "inspect_mb": round(statistics.median(inspect), 1),
-            "inspect_beyond_mb": round(statistics.median(inspect) - b, 1), "tokenizer_beyond_mb": round(tokenizer - b, 1)}
+            "inspect_beyond_mb": round(statistics.median(inspect) - b, 1),
+            "tokenizer_beyond_mb": round(tokenizer - b, 1)}
 
 
 def run(quick: bool = False, pairs: int | None = None, messages: int = 10_000) -> dict[str, Any]:
@@ -153,7 +154,8 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
         _row("warm resume (open + fold, in-process)", data["warm"], "read + msgspec-decode every line", 0.1),
         _row("cold `inspect context` (new process, plain output)", data["cold"],
              "new python: import typer + decode every line", 0.5),
-        ["record decoder (`records.loads`)", f"{d['records_loads']} MB/s", f"msgspec to dicts {d['msgspec_dicts']} MB/s",
+        ["record decoder (`records.loads`)", f"{d['records_loads']} MB/s",
+         f"msgspec to dicts {d['msgspec_dicts']} MB/s",
          f"{d['msgspec_dicts'] / d['records_loads']:.2f}x", "–", ""],
         ["pydantic-core `validate_json` (the old decoder)", f"{d['pydantic']} MB/s",
          f"msgspec to dicts {d['msgspec_dicts']} MB/s", f"{d['msgspec_dicts'] / d['pydantic']:.2f}x", "–", ""],

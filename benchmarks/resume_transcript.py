@@ -23,10 +23,12 @@ import string
 from pathlib import Path
 from typing import Any
 
-WORDS = ("config value result error request session context token handle output record message update "
-         "parse load check build index cache path file line count total limit status ready failed retry "
-         "user model tool call reply answer view window budget profile strategy summary stub mask prune "
-         "alpha beta gamma delta worker queue batch job task node pod service deploy release version").split()
+WORDS = """
+config value result error request session context token handle output record message update parse
+load check build index cache path file line count total limit status ready failed retry user model
+tool call reply answer view window budget profile strategy summary stub mask prune alpha beta gamma
+delta worker queue batch job task node pod service deploy release version
+""".split()  # noqa: SIM905 (a paragraph of words reads better than a 60-item literal)
 TOOLS = (("read_file", 30), ("shell", 35), ("grep_output", 8), ("list_dir", 10), ("write_file", 10),
          ("read_output", 7))
 ALNUM = string.ascii_letters + string.digits
@@ -65,7 +67,8 @@ class _Text:
             t = self.rng.randint(0, 86_399)
             level = self.rng.choice(("INFO", "INFO", "INFO", "DEBUG", "WARN", "ERROR"))
             line = (f"2026-11-30T{t // 3600:02d}:{t // 60 % 60:02d}:{t % 60:02d}.{self.rng.randint(0, 999):03d}Z "
-                    f"{level:5} [{self.rng.choice(WORDS)}-{self.rng.randint(1, 9)}] {self.words(self.rng.randint(4, 14))}"
+                    f"{level:5} [{self.rng.choice(WORDS)}-{self.rng.randint(1, 9)}] "
+                    f"{self.words(self.rng.randint(4, 14))}"
                     f" id={self.rng.getrandbits(40):010x} took={self.rng.random() * 900:.1f}ms")
             lines.append(line)
             size += len(line) + 1
@@ -86,8 +89,9 @@ class _Text:
         lines: list[str] = []
         size = 0
         while size < chars:
-            line = (f"-rw-r--r-- 1 dev dev {self.rng.randint(0, 99999):>6} Nov 30 12:{self.rng.randint(0, 59):02d} "
-                    f"{self.rng.choice(WORDS)}_{self.rng.choice(WORDS)}.{self.rng.choice(('py', 'md', 'json', 'yaml'))}")
+            size_b = self.rng.randint(0, 99999)
+            line = (f"-rw-r--r-- 1 dev dev {size_b:>6} Nov 30 12:{self.rng.randint(0, 59):02d} "
+                    f"{self.rng.choice(WORDS)}_{self.rng.choice(WORDS)}.{self.rng.choice(('py', 'md', 'json'))}")
             lines.append(line)
             size += len(line) + 1
         return "\n".join(lines)
@@ -165,7 +169,8 @@ class Writer:
                 "grep_output": {"handle": f"@{''.join(rng.choice(ALNUM) for _ in range(12))}",
                                 "pattern": rng.choice(WORDS)},
                 "list_dir": {"path": f"src/{rng.choice(WORDS)}"},
-                "write_file": {"path": f"src/{rng.choice(WORDS)}.py", "content": self.text.code(rng.randint(200, 3000))},
+                "write_file": {"path": f"src/{rng.choice(WORDS)}.py",
+                               "content": self.text.code(rng.randint(200, 3000))},
                 "read_output": {"handle": f"@{''.join(rng.choice(ALNUM) for _ in range(12))}",
                                 "start": rng.randint(1, 400), "lines": 80},
             }[tool]
@@ -216,10 +221,11 @@ class Writer:
 
     def follow_up(self) -> None:
         """An answer, the end of that run, and the user's next message."""
-        self.message({"role": "assistant", "content": self.text.words(self.rng.randint(30, 120)).capitalize() + "."})
+        answer = self.text.words(self.rng.randint(30, 120)).capitalize() + "."
+        self.message({"role": "assistant", "content": answer})
         self._usage()
-        self.items.append(self.records.EndRecord(reason="answered", turn=self.turn, wall_s=round(self.rng.uniform(5, 90), 3),
-                                                 ts=self.ts))
+        wall = round(self.rng.uniform(5, 90), 3)
+        self.items.append(self.records.EndRecord(reason="answered", turn=self.turn, wall_s=wall, ts=self.ts))
         self.turn += 1
         self.message({"role": "user", "content": "Now " + self.text.words(self.rng.randint(10, 50)) + "?"})
 

@@ -67,7 +67,7 @@ COLUMNS = ("#", "seq", "role", "kind", "tokens", "cache", "content")
 
 def _rows(nxt: NextRequest) -> list[tuple[str, ...]]:
     """One row per message of the next request: the :data:`COLUMNS`."""
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for i, e in enumerate(nxt.view):
         seq = str(e.start) if e.start == e.end else f"{e.start}-{e.end}"
         content = e.message.get("content") or [c["function"]["name"] for c in e.message.get("tool_calls") or []]

@@ -288,7 +288,7 @@ def _decoder() -> msgspec.json.Decoder[Any]:
     """A msgspec decoder of every record kind (a union tagged by ``kind``), generated once from the
     pydantic models."""
     union = get_args(get_args(Record)[0])
-    return msgspec.json.Decoder(Union[tuple(_struct_of(model) for model in union)])  # type: ignore[return-value]  # noqa: UP007
+    return msgspec.json.Decoder(Union[tuple(_struct_of(model) for model in union)])  # noqa: UP007
 
 
 def _struct_of(model: type[BaseModel]) -> type[msgspec.Struct]:
