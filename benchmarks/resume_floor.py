@@ -69,7 +69,8 @@ def _each_line(parse: Callable[[bytes], Any], lines: list[bytes]) -> Callable[[]
     return run
 
 
-PEAK_CHILD = ("import os, sys\npid = os.fork()\nif pid == 0:\n    os.execv(sys.argv[1], sys.argv[1:])\n"
+PEAK_CHILD = ("import os, sys\npid = os.fork()\nif pid == 0:\n    null = os.open(os.devnull, os.O_RDWR)\n"
+              "    os.dup2(null, 1)\n    os.dup2(null, 2)\n    os.execv(sys.argv[1], sys.argv[1:])\n"
               "_, status, usage = os.wait4(pid, 0)\nprint(usage.ru_maxrss, os.waitstatus_to_exitcode(status))\n")
 """Runs a command and prints its peak RSS (KiB) and exit code. A small launcher forks it, so the
 child's ``ru_maxrss`` starts from the launcher's few MB, not from this benchmark's heap (a fork
