@@ -49,8 +49,9 @@ class Transcript:
         return list(self.records(repair=repair))
 
     def records(self, *, repair: bool = False) -> Iterator[Any]:
-        """Every readable record, oldest first, streamed: memory is one line (a fold over it keeps
-        only what the state keeps, so resuming a 100 MB transcript does not hold 100 MB of records).
+        """Every readable record, oldest first, streamed: memory is one block of lines (about 1 MiB;
+        a fold over it keeps only what the state keeps, so resuming a 100 MB transcript does not
+        hold 100 MB of records).
 
         Damaged lines are set aside with a :class:`TranscriptWarning` naming ``file:line`` (see the
         module doc). With ``repair=True`` (writers only), a torn last line — bytes after the last
