@@ -216,10 +216,13 @@ def _save(counts: dict[str, int]) -> None:
 
 
 def _write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename; errors are ignored (a cache)."""
+    """Write ``data`` to ``path`` through a temporary file (owner-only) and a rename; errors are
+    ignored (a cache)."""
     part: str | None = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        missing = [p for p in [path.parent, *path.parent.parents] if not p.exists()]
+        for folder in reversed(missing):  # owner-only, as everything under the data dir
+            folder.mkdir(mode=0o700, exist_ok=True)
         with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=f".{path.name}-", delete=False) as fh:
             part = fh.name
             fh.write(data)
