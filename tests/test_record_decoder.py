@@ -110,6 +110,7 @@ def test_counts_of_repeated_texts_are_cached_across_processes(tmp_path: Path) ->
     schema = json.dumps([{"type": "function", "function": {"name": "shell", "parameters": {}}}] * 3)
     specs = json.loads(schema)
     assert tokens.count_tools(specs) == tokens.count_text(json.dumps(specs, separators=(",", ":")))
+    tokens._save_all()  # what the process does at exit
     cache = Path(os.environ["CTXAGENT_DATA_DIR"]) / "cache" / "token-counts.json"
     assert len(json.loads(cache.read_text())) == 1
     child = ("import json, sys; from ctxagent import tokens\n"

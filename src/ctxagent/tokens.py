@@ -19,6 +19,7 @@ process that only shows a session (``inspect context``) needs no tokenizer for t
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import importlib.util
@@ -182,7 +183,9 @@ def count_cached(text: str, model: str = "") -> int:
     if hit is not None:
         return hit
     counts[key] = made = count_text(text, model)
-    _save(counts)
+    if not _dirty:  # written once, when the process exits: a run may count many new pins messages
+        atexit.register(_save_all)
+    _dirty.add(_cache_file())
     return made
 
 
@@ -194,6 +197,14 @@ def _cache_file() -> Path:
 
 
 _loaded: dict[Path, dict[str, int]] = {}
+_dirty: set[Path] = set()  # cache files with counts this process added
+
+
+def _save_all() -> None:
+    """Write every count cache this process added to (at exit)."""
+    for path in list(_dirty):
+        _save(path, _loaded[path])
+    _dirty.clear()
 
 
 def _counts() -> dict[str, int]:
@@ -208,11 +219,11 @@ def _counts() -> dict[str, int]:
     return _loaded[path]
 
 
-def _save(counts: dict[str, int]) -> None:
+def _save(path: Path, counts: dict[str, int]) -> None:
     """Write the count cache whole, atomically (another process may read it meanwhile)."""
     while len(counts) > CACHE_ENTRIES:
         del counts[next(iter(counts))]
-    _write(_cache_file(), json.dumps(counts, separators=(",", ":")).encode())
+    _write(path, json.dumps(counts, separators=(",", ":")).encode())
 
 
 def _write(path: Path, data: bytes) -> None:
