@@ -9,14 +9,23 @@ runner calibrates it with the provider's reported prompt tokens (see :func:`cali
 
 Per-message framing follows OpenAI's published counting recipe (cookbook "How to count tokens with
 tiktoken"): 3 tokens per message, 3 to prime the reply, plus the text.
+
+Loading an encoding costs about 0.3 s and 80 MB, so it happens on the first count that needs it,
+never at import. Texts every request repeats (tool schemas, system messages: the system prompt and
+the pinned facts) are counted once per machine: :func:`count_cached` keeps their counts in
+``<data dir>/cache/token-counts.json`` (keyed by the encoding and a hash of the text), so a new
+process that only shows a session (``inspect context``) needs no tokenizer for them.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
+import hashlib
 import importlib.util
 import json
 import os
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -83,11 +92,15 @@ def reasoning_text(message: Message) -> str:
 
 
 def count_message(message: Message, model: str = "") -> int:
-    """Tokens one message costs in a request: its text and reasoning plus :data:`PER_MESSAGE` framing tokens."""
+    """Tokens one message costs in a request: its text and reasoning plus :data:`PER_MESSAGE` framing
+    tokens. System messages (the prompt, the pinned facts: the same in request after request) are
+    counted through :func:`count_cached`."""
     extra = 1 if message.get("name") else 0
     tool_id = message.get("tool_call_id") or ""
     ids = "".join(c.get("id", "") for c in message.get("tool_calls") or [])
-    return PER_MESSAGE + extra + count_text(reasoning_text(message) + text_of(message) + tool_id + ids, model)
+    text = reasoning_text(message) + text_of(message) + tool_id + ids
+    count = count_cached if message.get("role") == "system" else count_text
+    return PER_MESSAGE + extra + count(text, model)
 
 
 def count_messages(messages: Iterable[Message], model: str = "") -> int:
@@ -99,10 +112,86 @@ def count_tools(tool_specs: Sequence[dict[str, Any]], model: str = "") -> int:
     """Tokens the tool schemas cost in a request (their JSON text; providers render it similarly)."""
     if not tool_specs:
         return 0
-    return count_text(json.dumps(list(tool_specs), separators=(",", ":")), model)
+    return count_cached(json.dumps(list(tool_specs), separators=(",", ":")), model)
 
 
 def calibration(reported: int, estimate: int) -> float:
     """The factor that turns our estimate into the provider's count: ``reported / estimate``
     (prompt tokens), clamped to [0.5, 2.0] so one odd usage report cannot wreck the budget."""
     return min(2.0, max(0.5, reported / estimate)) if reported > 0 and estimate > 0 else 1.0
+
+
+CACHE_ENTRIES = 4096  # counts kept in the count cache (the oldest go first)
+
+
+def count_cached(text: str, model: str = "") -> int:
+    """:func:`count_text`, remembered across processes in the count cache (see the module doc):
+    the same text and encoding always give the same count, so a hit needs no tokenizer. A cache
+    that cannot be read or written is ignored (the count is then made, as without it)."""
+    if not text:
+        return 0
+    name = encoding_for(model)
+    key = hashlib.blake2b(f"{name}\x00{text}".encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
+    counts = _counts()
+    hit = counts.get(key)
+    if hit is not None:
+        return hit
+    counts[key] = made = count_text(text, model)
+    if not _dirty:  # written once, when the process exits: a run may count many new pins messages
+        atexit.register(_save_all)
+    _dirty.add(_cache_file())
+    return made
+
+
+def _cache_file() -> Path:
+    from platformdirs import user_data_dir
+
+    root = os.environ.get("CTXAGENT_DATA_DIR") or user_data_dir("ctxagent", appauthor=False)
+    return Path(root) / "cache" / "token-counts.json"
+
+
+_loaded: dict[Path, dict[str, int]] = {}
+_dirty: set[Path] = set()  # cache files with counts this process added
+
+
+def _save_all() -> None:
+    """Write every count cache this process added to (at exit)."""
+    for path in list(_dirty):
+        _save(path, _loaded[path])
+    _dirty.clear()
+
+
+def _counts() -> dict[str, int]:
+    """This process's copy of the count cache (read once per cache file)."""
+    path = _cache_file()
+    if path not in _loaded:
+        try:
+            data = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            data = {}
+        _loaded[path] = {k: v for k, v in data.items() if isinstance(v, int)} if isinstance(data, dict) else {}
+    return _loaded[path]
+
+
+def _save(path: Path, counts: dict[str, int]) -> None:
+    """Write the count cache whole, atomically (another process may read it meanwhile)."""
+    while len(counts) > CACHE_ENTRIES:
+        del counts[next(iter(counts))]
+    _write(path, json.dumps(counts, separators=(",", ":")).encode())
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file (owner-only) and a rename; errors are
+    ignored (a cache)."""
+    part: str | None = None
+    try:
+        missing = [p for p in [path.parent, *path.parent.parents] if not p.exists()]
+        for folder in reversed(missing):  # owner-only, as everything under the data dir
+            folder.mkdir(mode=0o700, exist_ok=True)
+        with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=f".{path.name}-", delete=False) as fh:
+            part = fh.name
+            fh.write(data)
+        os.replace(part, path)
+    except OSError:
+        if part is not None:
+            Path(part).unlink(missing_ok=True)

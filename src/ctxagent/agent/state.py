@@ -12,8 +12,10 @@ token calibration, the session's usage totals, and the base view (:class:`~ctxag
 
 from __future__ import annotations
 
+import gc
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
@@ -129,11 +131,11 @@ class SessionState:
     agents: dict[str, Usage] = field(default_factory=dict)  # spend of each sub-agent recorded so far, by model
     ledger: activity.Ledger = field(default_factory=activity.Ledger)  # files read or written
     shown_files: list[activity.Touched] = field(default_factory=list)  # the ledger in the view (last compaction)
-    signatures: list[str] = field(default_factory=list)  # of the latest tool calls (loop guard), oldest first
     pure: dict[str, tuple[str, int]] = field(default_factory=dict)  # signature -> (handle, turn), pure tools
     compacted_turns: int = 0  # consecutive requests that ran a reducing compaction (thrash guard)
     _compacted_at: int = field(default=-1, repr=False)  # the request (reply number + 1) of the last one
-    _calls: dict[str, str] = field(default_factory=dict, repr=False)  # open call id -> signature
+    _calls: dict[str, ToolCall] = field(default_factory=dict, repr=False)  # call id -> call, of the last reply
+    _recent: list[ToolCall] = field(default_factory=list, repr=False)  # the latest calls, oldest first
     _outputs: dict[str, str] = field(default_factory=dict, repr=False)  # call id -> handle, legacy records
     _owners: dict[str, Message] = field(default_factory=dict, repr=False)  # open call id -> its reply's message
 
@@ -174,6 +176,13 @@ class SessionState:
             self.compacted_turns = 0  # new settings (say a profile after a thrash stop): the guard starts over
             self.settings = self.settings.changed(record)
             self.context.model = self.settings.model
+
+    @property
+    def signatures(self) -> list[str]:
+        """Signatures (:func:`ctxagent.agent.activity.signature`) of the latest tool calls, oldest
+        first, at most ``activity.SIGNATURES_KEPT`` (the loop guard). Computed when asked: a fold
+        over thousands of replies does not canonicalize every call's arguments."""
+        return [activity.signature(call) for call in self._recent[-activity.SIGNATURES_KEPT:]]
 
     @property
     def lesson_pins(self) -> list[str]:
@@ -271,18 +280,18 @@ class SessionState:
         self._calls = {}
         for call in message.get("tool_calls") or []:
             function = call.get("function") or {}
-            sig = activity.signature(ToolCall(call.get("id", ""), function.get("name", ""),
-                                              function.get("arguments", "")))
-            self._calls[call.get("id", "")] = sig
-            self.signatures.append(sig)
-        del self.signatures[:-activity.SIGNATURES_KEPT]
+            made = ToolCall(call.get("id", ""), function.get("name", ""), function.get("arguments", ""))
+            self._calls[made.id] = made
+            self._recent.append(made)
+        if len(self._recent) > 2 * activity.SIGNATURES_KEPT:
+            del self._recent[:-activity.SIGNATURES_KEPT]
 
     def _result(self, record: records.MessageRecord, handle: str) -> None:
         """A tool result: into the file ledger, and remembered when its tool is pure."""
         self.ledger.apply(record)
-        sig = self._calls.get(str(record.message.get("tool_call_id") or ""))
-        if sig and sig.split("\x00", 1)[0] in activity.PURE_TOOLS and not activity.result_is_error(record.message):
-            self.pure[sig] = (handle, record.turn)
+        call = self._calls.get(str(record.message.get("tool_call_id") or ""))
+        if call and call.name in activity.PURE_TOOLS and not activity.result_is_error(record.message):
+            self.pure[activity.signature(call)] = (handle, record.turn)
 
     def _compaction(self, record: records.CompactionRecord) -> None:
         """Count consecutive requests that compacted by more than a view-only step (thrash guard)."""
@@ -308,11 +317,29 @@ class SessionState:
 
 
 def fold(items: Iterable[Any], *, transcript_path: str = "transcript.jsonl") -> SessionState:
-    """The state of a session whose records are ``items`` (oldest first)."""
+    """The state of a session whose records are ``items`` (oldest first).
+
+    The cyclic garbage collector is paused while the fold runs: it builds tens of thousands of
+    objects that all live on, and CPython's collector would scan them again and again as they pile
+    up (a third of a 10,000-message resume). Nothing a fold makes is garbage in a cycle.
+    """
     state = SessionState(context=ContextState(transcript_path=transcript_path))
-    for item in items:
-        state.apply(item)
+    with _collector_paused():
+        for item in items:
+            state.apply(item)
     return state
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Disable the cyclic garbage collector inside the block (as it was after; re-entrant)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def pins_of(message: Message) -> list[str]:

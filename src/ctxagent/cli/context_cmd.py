@@ -1,14 +1,16 @@
-"""``ctxagent inspect context``: the exact messages the next request would send, and the budget."""
+"""``ctxagent inspect context``: the exact messages the next request would send, and the budget.
+
+A terminal gets a rich table; a pipe or a file gets the same rows as plain, aligned text (rich is
+not even imported then: a cold ``inspect context`` into a pipe is mostly the transcript's read).
+"""
 
 from __future__ import annotations
 
 import json
+import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from ctxagent.cli.options import SessionOpt, pick
 from ctxagent.messages import one_line
@@ -60,32 +62,65 @@ def context(
     _render(nxt, budget, rule)
 
 
-def _render(nxt: NextRequest, budget: dict[str, int | float], rule: str) -> None:
-    console = Console(highlight=False, soft_wrap=True)
-    table = Table("#", "seq", "role", "kind", "tokens", "cache", "content")
+COLUMNS = ("#", "seq", "role", "kind", "tokens", "cache", "content")
+
+
+def _rows(nxt: NextRequest) -> list[tuple[str, ...]]:
+    """One row per message of the next request: the :data:`COLUMNS`."""
+    rows: list[tuple[str, ...]] = []
     for i, e in enumerate(nxt.view):
         seq = str(e.start) if e.start == e.end else f"{e.start}-{e.end}"
-        same = "same" if i < nxt.same else "new"
-        table.add_row(str(i), seq, e.role, e.kind, str(e.tokens), same, escape(one_line(str(e.message.get("content")
-                      or [c["function"]["name"] for c in e.message.get("tool_calls") or []]), 90)))
-    console.print(table)
+        content = e.message.get("content") or [c["function"]["name"] for c in e.message.get("tool_calls") or []]
+        rows.append((str(i), seq, e.role, e.kind, str(e.tokens), "same" if i < nxt.same else "new",
+                     one_line(str(content), 90)))
+    return rows
+
+
+def _notes(nxt: NextRequest, budget: dict[str, int | float], rule: str) -> list[str]:
+    """The lines after the table: the cached prefix, the budget, the rule, lessons, compactions."""
     same_tokens = sum(e.tokens for e in nxt.view[:nxt.same])
-    console.print(f"prefix: the first {nxt.same} of {len(nxt.view)} messages ({same_tokens} tokens) are identical to "
-                  f"the last request sent ({len(nxt.last)} messages); a provider's prompt cache can serve them")
     b = budget
     window = int(b["window"])
     bar = budget_bar(int(b["used"]), window, b["target"] / window, b["trigger"] / window)
-    console.print(f"budget {escape(bar)}"
-                  f" {b['used']}/{b['window']} tokens (target {b['target']}, trigger {b['trigger']}; "
-                  f"tool schemas {b['tools']}, reserved {b['reserved']}, calibration x{b['scale']:.2f})")
-    console.print(f"rule in force at turn {nxt.turn} ({nxt.profile.name}, {nxt.path}): {escape(rule)}")
+    lines = [f"prefix: the first {nxt.same} of {len(nxt.view)} messages ({same_tokens} tokens) are identical to "
+             f"the last request sent ({len(nxt.last)} messages); a provider's prompt cache can serve them",
+             f"budget {bar} {b['used']}/{b['window']} tokens (target {b['target']}, trigger {b['trigger']}; "
+             f"tool schemas {b['tools']}, reserved {b['reserved']}, calibration x{b['scale']:.2f})",
+             f"rule in force at turn {nxt.turn} ({nxt.profile.name}, {nxt.path}): {rule}"]
     if nxt.lessons is not None and nxt.lessons.text:  # in the pins message, as recorded when the session started
-        console.print(f"lessons shown ({', '.join(nxt.lessons.ids)}; in the pins message, chosen when the session "
-                      f"started):\n{escape(nxt.lessons.text)}")
-    for r in nxt.recorded:
-        console.print(f"recorded compaction: {r.strategy} #{r.start}-#{r.end} ({r.tokens_before} -> {r.tokens} tokens)")
-    for c in nxt.compactions:
-        console.print(f"would compact next: {c.strategy} #{c.start}-#{c.end} ({c.tokens_before} -> {c.tokens} tokens)")
+        lines.append(f"lessons shown ({', '.join(nxt.lessons.ids)}; in the pins message, chosen when the session "
+                     f"started):\n{nxt.lessons.text}")
+    lines += [f"recorded compaction: {r.strategy} #{r.start}-#{r.end} ({r.tokens_before} -> {r.tokens} tokens)"
+              for r in nxt.recorded]
+    lines += [f"would compact next: {c.strategy} #{c.start}-#{c.end} ({c.tokens_before} -> {c.tokens} tokens)"
+              for c in nxt.compactions]
+    return lines
+
+
+def _render(nxt: NextRequest, budget: dict[str, int | float], rule: str) -> None:
+    rows, notes = _rows(nxt), _notes(nxt, budget, rule)
+    if not sys.stdout.isatty():
+        _plain(rows, notes)
+        return
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(highlight=False, soft_wrap=True)
+    table = Table(*COLUMNS)
+    for row in rows:
+        table.add_row(*row[:-1], Text(row[-1]))
+    console.print(table)
+    for line in notes:
+        console.print(Text(line))
+
+
+def _plain(rows: list[tuple[str, ...]], notes: list[str]) -> None:
+    """The rows as aligned text columns (the content last, unpadded), then the notes."""
+    widths = [max(len(r[i]) for r in [COLUMNS, *rows]) for i in range(len(COLUMNS) - 1)]
+    out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]
+           for row in [COLUMNS, *rows]]
+    sys.stdout.write("\n".join([*out, *notes]) + "\n")
 
 
 def register(app: typer.Typer) -> None:

@@ -23,6 +23,7 @@ from ctxagent.errors import UsageError
 
 NUL = b"\x00"
 TAIL_BYTES = 64 * 1024  # what :meth:`Transcript.tail` reads first (bytes); doubled until a record fits
+BLOCK = 1024 * 1024  # bytes :meth:`Transcript.records` reads at a time
 
 
 class TranscriptWarning(UserWarning):
@@ -51,8 +52,9 @@ class Transcript:
         return list(self.records(repair=repair))
 
     def records(self, *, repair: bool = False) -> Iterator[Any]:
-        """Every readable record, oldest first, streamed: memory is one line (a fold over it keeps
-        only what the state keeps, so resuming a 100 MB transcript does not hold 100 MB of records).
+        """Every readable record, oldest first, streamed: memory is one block of lines (about 1 MiB;
+        a fold over it keeps only what the state keeps, so resuming a 100 MB transcript does not
+        hold 100 MB of records).
 
         Damaged lines are set aside with a :class:`TranscriptWarning` naming ``file:line`` (see the
         module doc). With ``repair=True`` (writers only), a torn last line — bytes after the last
@@ -171,26 +173,39 @@ class Transcript:
 
 
 def _lines(fh: Any, transcript: Transcript, repair: bool) -> Iterator[tuple[int, bytes]]:
-    """``(line number, bytes without newline)`` of every complete line of ``fh``; a torn last line
-    (no newline) is set aside instead (moved by a writer: ``repair``)."""
-    for number, line in enumerate(fh, start=1):
-        if not line.endswith(b"\n"):
-            break
-        yield number, line[:-1]
-    else:
-        return
-    transcript._set_aside(line, repair=repair)
+    """``(line number, line)`` of every complete line of ``fh`` (with its newline), read about
+    :data:`BLOCK` bytes at a time (memory: a block and the longest line); a torn last line (no
+    newline) is set aside instead (moved by a writer: ``repair``)."""
+    number = 0
+    while lines := fh.readlines(BLOCK):
+        for line in lines:
+            number += 1
+            if line[-1:] != b"\n":
+                transcript._set_aside(line, repair=repair)
+                return
+            yield number, line
 
 
 class _Reader:
     """Parses lines into records, warning about damaged ones (one warning per unknown kind)."""
 
     def __init__(self, path: Path):
+        from ctxagent.sessions import records
+
         self.path = path
         self.unknown: dict[str, list[int]] = {}  # kind -> line numbers
         self.first_error = ""  # why line 1 could not be read, if it could not
+        self.fast = records.fast
 
     def parse(self, number: int, line: bytes) -> Any | None:
+        """The record on line ``number`` (with or without its newline), or None when it was set aside."""
+        if NUL not in line and not line.endswith(b"\r\n"):  # an intact line: the fast path takes it whole
+            record = self.fast(line)
+            if record is not None:
+                return record
+        return self._parse(number, line.removesuffix(b"\n"))
+
+    def _parse(self, number: int, line: bytes) -> Any | None:
         from ctxagent.sessions import records
 
         cleaned = _clean(line)

@@ -1,0 +1,161 @@
+"""The msgspec record decoder (sessions/records.py) against pydantic, the token-count cache, and the
+plain output of ``inspect context`` (issue 18)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, get_args
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxagent import tokens
+from ctxagent.sessions import records
+
+SAMPLES: list[Any] = [
+    records.SessionHeader(name="s", model="openai/gpt-4o-mini", profile="default", context_window=128_000,
+                          tools=["./t.py"], limits={"max_turns": 3, "max_cost_usd": 0.5, "x": None}),
+    records.SettingsRecord(model="scripted:/x.yaml", path="interactive", limits={"max_turns": None}),
+    records.MessageRecord(seq=0, turn=0, tokens=9, message={"role": "system", "content": "be \"careful\"\n\u00e9"}),
+    records.MessageRecord(seq=3, turn=2, tokens=40, handle="@abc", offloaded=True,
+                          message={"role": "tool", "tool_call_id": "call_abc", "content": "x\x00y\u2028z"},
+                          file=records.FileTouch(path="/w/a.py", op="read", sha256="ab" * 32, args='{"n":1}')),
+    records.MessageRecord(seq=4, turn=3, tokens=20, message={"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": "{\"command\": \"ls\"}"}}]}),
+    records.OutputRecord(handle="@abc", call_id="call_abc", tool="shell", path="outputs/abc.txt", bytes=10, lines=2,
+                         tokens=3, sha256="0" * 64, type="ndarray", shape=[2, 3], dtype="float32"),
+    records.UsageRecord(turn=1, model="m", prompt_tokens=10, completion_tokens=2, estimated_prompt_tokens=9,
+                        cost_usd=None),
+    records.CompactionRecord(strategy="truncate", start=2, end=9, message={"role": "user", "content": "[dropped]"},
+                             tokens=5, tokens_before=90, refs=["@a"], quotes=["q"]),
+    records.EndRecord(reason="max_cost", turn=4, wall_s=1.5, limit="run.max_cost_usd", spent=0.2, left=0.0),
+    records.PermissionRecord(call_id="c", tool="shell", policy="p", decision="deny"),
+    records.NoteRecord(turn=1, source="summarize", text="fell back"),
+    records.PinRecord(turn=1, fact="port 8080"),
+    records.ToolsRecord(server="git", tools=[{"name": "log", "description": "d", "input_schema": {}}]),
+    records.LessonsRecord(scope="s", ids=["L1"], lines=["a"], text="a"),
+]
+
+
+def test_every_record_kind_has_a_sample() -> None:
+    assert {type(r) for r in SAMPLES} == set(get_args(get_args(records.Record)[0]))
+
+
+@pytest.mark.parametrize("record", SAMPLES, ids=lambda r: r.kind)
+def test_the_fast_path_gives_what_pydantic_gives_and_roundtrips(record: Any) -> None:
+    line = records.dumps(record)
+    fast = records.fast(line.encode())
+    slow = records._ADAPTER.validate_json(line)
+    assert fast is not None and type(fast) is type(slow)
+    assert fast == slow == record
+    assert records.dumps(fast) == line  # ROUNDTRIP: same bytes, same field order
+    assert fast.model_extra == {} and fast.model_copy(update={"ts": 1.0}).ts == 1.0
+
+
+def test_the_generated_structs_mirror_the_models() -> None:
+    decoder = records._decoder()
+    for model in get_args(get_args(records.Record)[0]):
+        struct = next(s for s, (m, _) in records._MODELS.items() if m is model)
+        assert struct.__struct_fields__ == tuple(f for f in model.model_fields if f != "kind")
+        assert struct.__struct_config__.tag == model.model_fields["kind"].default
+    assert decoder is records._decoder()  # generated once
+
+
+@pytest.mark.parametrize("line", [
+    '{"ts":1,"kind":"message","seq":1,"turn":1,"tokens":3,"message":{"role":"user","content":"x"},"newer":"field"}',
+    '{"ts":1,"kind":"message","seq":"1","turn":1,"tokens":3.0,"message":{"role":"user","content":"x"}}',
+    '{"ts":1,"kind":"usage","turn":1,"model":"m","prompt_tokens":1,"completion_tokens":1,'
+    '"estimated_prompt_tokens":1,"cost_usd":NaN}',
+    '{"ts":1,"kind":"end","reason":"answered","turn":1,"wall_s":"2.5"}',
+])
+def test_a_line_the_fast_path_cannot_take_strictly_goes_through_pydantic(line: str) -> None:
+    assert records.fast(line.encode()) is None
+    assert records.dumps(records.loads(line)) == records.dumps(records._ADAPTER.validate_json(line))
+    if "newer" in line:  # extras are kept, and written back
+        assert json.loads(records.dumps(records.loads(line)))["newer"] == "field"
+
+
+@pytest.mark.parametrize("line", ['{"kind":"thought","x":1}', '{"kind":"message","seq":1}', "not json", "", "[1]"])
+def test_bad_lines_raise_what_pydantic_raises(line: str) -> None:
+    with pytest.raises(ValueError):
+        records.loads(line)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(), st.one_of(st.none(), st.text(max_size=20)), st.integers(0, 2**62), st.booleans())
+def test_any_message_text_decodes_as_pydantic_does(text: str, handle: str | None, seq: int, offloaded: bool) -> None:
+    record = records.MessageRecord(seq=seq, turn=1, tokens=seq, handle=handle, offloaded=offloaded,
+                                   message={"role": "tool", "tool_call_id": "c", "content": text})
+    line = records.dumps(record).encode("utf-8", "surrogatepass")
+    try:
+        expected = records._ADAPTER.validate_json(line)
+    except ValueError:  # a lone surrogate pydantic will not read either
+        assert records.fast(line) is None or records.fast(line) == record
+        return
+    assert records.loads(line) == expected == record
+
+
+def test_msgspec_rejects_what_it_should() -> None:
+    with pytest.raises(msgspec.ValidationError):
+        records._decoder().decode(b'{"kind":"pin","turn":1,"fact":"x","extra":1}')
+
+
+def test_counts_of_repeated_texts_are_cached_across_processes(tmp_path: Path) -> None:
+    schema = json.dumps([{"type": "function", "function": {"name": "shell", "parameters": {}}}] * 3)
+    specs = json.loads(schema)
+    assert tokens.count_tools(specs) == tokens.count_text(json.dumps(specs, separators=(",", ":")))
+    tokens._save_all()  # what the process does at exit
+    cache = Path(os.environ["CTXAGENT_DATA_DIR"]) / "cache" / "token-counts.json"
+    assert len(json.loads(cache.read_text())) == 1
+    child = ("import json, sys; from ctxagent import tokens\n"
+             "n = tokens.count_tools(json.loads(sys.argv[1]))\n"
+             "print(n, 'tiktoken' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", child, schema], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(tokens.count_tools(specs)), "False"]  # a hit: no tokenizer loaded
+
+
+def test_a_damaged_count_cache_is_ignored(tmp_path: Path) -> None:
+    cache = Path(os.environ["CTXAGENT_DATA_DIR"]) / "cache" / "token-counts.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text("{not json")
+    assert tokens.count_cached("hello world") == tokens.count_text("hello world")
+
+
+def test_inspect_context_into_a_pipe_is_plain_text(tmp_path: Path) -> None:
+    script = tmp_path / "s.yaml"
+    script.write_text("- content: hello there\n", encoding="utf-8")
+    env = {**os.environ}
+    run = [sys.executable, "-m", "ctxagent"]
+    subprocess.run([*run, "run", "--batch", "--session", "p", "--model", f"scripted:{script}", "hi"],
+                   capture_output=True, check=True, env=env, cwd=tmp_path)
+    out = subprocess.run([*run, "inspect", "context", "--session", "p"], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    lines = out.splitlines()
+    assert lines[0].split() == ["#", "seq", "role", "kind", "tokens", "cache", "content"]
+    assert lines[1].split()[:3] == ["0", "0", "system"] and "hello there" in out
+    assert not any(c in out for c in "┏━│┃") and "\x1b[" not in out  # no table frame, no colour
+    assert any(line.startswith("budget [") for line in lines)
+
+
+def test_the_tokenizer_ranks_kept_on_disk_give_the_same_counts(tmp_path: Path) -> None:
+    import tiktoken
+
+    text = "naïve café — 東京 🙂 def f(x):\n    return x ** 2\n" * 20
+    expected = len(tiktoken.get_encoding("o200k_base").encode_ordinary(text))
+    tokens.encoding.cache_clear()
+    assert tokens.count_text(text) == expected  # the first load writes the ranks file
+    ranks = Path(os.environ["CTXAGENT_DATA_DIR"]) / "cache" / "o200k_base.ranks"
+    assert ranks.is_file()
+    child = "import sys; from ctxagent.tokens import count_text; print(count_text(sys.argv[1]))"
+    out = subprocess.run([sys.executable, "-c", child, text], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(expected)]
+    ranks.write_bytes(ranks.read_bytes()[:-10] + b"0123456789")  # damaged: ignored, loaded from tiktoken again
+    out = subprocess.run([sys.executable, "-c", child, text], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(expected)]
+    tokens.encoding.cache_clear()
