@@ -16,7 +16,18 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
-from ctxagent.cli import batch, config, context_cmd, inspect, lessons_cmd, mcp_cmd, profiles_cmd, run, sessions
+from ctxagent.cli import (
+    batch,
+    config,
+    context_cmd,
+    inspect,
+    lessons_cmd,
+    mcp_cmd,
+    profiles_cmd,
+    run,
+    sessions,
+    worker_cmd,
+)
 from ctxagent.cli.run import Interrupted
 from ctxagent.errors import CtxagentError
 from ctxagent.tools.clean import mend
@@ -32,6 +43,7 @@ app = typer.Typer(
 app.command("run")(run.run)
 app.command("resume")(run.resume)
 app.command("batch")(batch.batch)
+app.command("worker")(worker_cmd.worker)
 context_cmd.register(inspect.app)
 app.add_typer(inspect.app, name="inspect")
 app.add_typer(sessions.app, name="sessions")
