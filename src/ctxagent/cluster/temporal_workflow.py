@@ -1,7 +1,8 @@
 """The Temporal workflow of one ``ctxagent batch`` task (see the package docstring).
 
-Kept import-light: Temporal runs workflow code in a sandbox that re-imports this module, so it
-imports only the standard library and ``temporalio`` (never ctxagent's agent or CLI).
+Kept import-light (the standard library and ``temporalio``, never ctxagent's agent or CLI) and
+deterministic, so it could run in Temporal's workflow sandbox; it runs outside it (``sandboxed=False``)
+because the sandbox's validation of the module cost ~0.8 s per worker start.
 
 One workflow per task, its id the session name; it runs one coarse activity,
 :data:`ACTIVITY` (``ctxagent.cluster.temporal_activity``), that runs or resumes the whole session
@@ -41,7 +42,7 @@ class SessionTask:
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
 
 
-@workflow.defn(name=WORKFLOW)
+@workflow.defn(name=WORKFLOW, sandboxed=False)  # see the module docstring
 class SessionWorkflow:
     """Run one session to its end on some worker; the result is the run's bounded ``--json`` object."""
 
