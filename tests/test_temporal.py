@@ -224,6 +224,16 @@ def test_clear_errors_without_a_server_or_with_pool_options(tmp_path):
         run_cli("batch", str(tasks), "--backend", "temporal", "--workers", "3")
 
 
+def test_help_imports_no_temporalio():
+    code = ("import sys, runpy\n"
+            "for args in (['--help'], ['worker', '--help'], ['batch', '--help']):\n"
+            " sys.argv = ['ctxagent', *args]\n"
+            " try:\n  runpy.run_module('ctxagent', run_name='__main__')\n except SystemExit: pass\n"
+            " assert 'temporalio' not in sys.modules, args\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+
+
 def test_a_result_is_bounded_whatever_the_run_printed():
     from ctxagent.cluster.temporal_activity import RESULT_MAX, bounded
 

@@ -85,7 +85,11 @@ class SessionActivity:
                             "is_error": False})
         _log(f"{task.session}: {'resuming' if status not in (None, 'new') else 'starting'} (attempt {info.attempt})")
         started = time.monotonic()
-        code, result, stderr = await self._run(command_for(task, status, output="stream-json"), spec.heartbeat_s)
+        try:
+            code, result, stderr = await self._run(command_for(task, status, output="stream-json"), spec.heartbeat_s)
+        except asyncio.CancelledError:
+            _log(f"{task.session}: stopped (cancelled, or this worker is stopping)")
+            raise
         if result is None:
             raise ApplicationError(f"session {task.session}: the run ended (exit {code}) without a result: "
                                    f"{stderr.strip()[-STDERR_KEPT:] or 'no output'}", type="NoResult")
