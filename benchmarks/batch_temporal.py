@@ -114,7 +114,11 @@ def _intact(data: Path, results: list[dict[str, Any]]) -> int:
 
     broken = 0
     for result in results:
-        lines = (data / "sessions" / result["session"] / "transcript.jsonl").read_text().splitlines()
+        transcript = data / "sessions" / result["session"] / "transcript.jsonl"
+        if not transcript.is_file():
+            broken += 1
+            continue
+        lines = transcript.read_text().splitlines()
         items = [json.loads(line) for line in lines if line.strip()]
         messages = [r["message"] for r in items if r.get("kind") == "message"]
         ends = [r.get("reason") for r in items if r.get("kind") == "end"]
@@ -148,7 +152,9 @@ def run(tasks: int = 200) -> dict[str, Any]:
             killed = {"workers": 4, "tasks": tasks, "killed_after": tasks // 4, "wall_s": round(wall, 2),
                       "answered": sum(r["status"] == "answered" for r in results),
                       "retried": sum(int(r.get("attempt") or 1) > 1 for r in results),
-                      "broken_sessions": _intact(data, results), "heartbeat_s": HEARTBEAT_S}
+                      "broken_sessions": _intact(data, results), "heartbeat_s": HEARTBEAT_S,
+                      "not_answered": [{k: r.get(k) for k in ("session", "status", "attempt", "resumed", "error")}
+                                       for r in results if r["status"] != "answered"]}
     return {"rows": rows, "kill": killed, "cpus": os.cpu_count()}
 
 

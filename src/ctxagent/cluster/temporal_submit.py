@@ -76,7 +76,8 @@ class Submitter:
             await asyncio.gather(*(h.cancel() for h in list(started)), return_exceptions=True)
 
         canceller = asyncio.create_task(cancel_on_stop())
-        for next_result in asyncio.as_completed([one(task) for task in tasks]):
+        waiting = [asyncio.ensure_future(one(task)) for task in tasks]  # started in file order (the gate is FIFO)
+        for next_result in asyncio.as_completed(waiting):
             emit(await next_result)
         canceller.cancel()
         return self.stopping
