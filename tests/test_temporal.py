@@ -234,6 +234,24 @@ def test_help_imports_no_temporalio():
     assert out.returncode == 0, out.stderr
 
 
+def test_a_session_stopped_between_its_answer_and_its_end_record_is_reported_answered(tmp_path):
+    """A worker killed right after the run recorded its answer: the run's SIGTERM handler writes
+    an ``interrupted`` end, and ``resume`` would refuse the session (nothing left to do)."""
+    from clihelp import ctxagent
+    from ctxagent.cluster.temporal_activity import answered_unrecorded
+
+    model = script(tmp_path / "s.yaml", [{"tool_calls": [call("a", "shell", command="echo a")]}, "the answer"])
+    assert ctxagent("run", "--batch", "--session", "late", "--model", model, "--allow", "shell", "q").returncode == 0
+    transcript = Path(os.environ["CTXAGENT_DATA_DIR"]) / "sessions" / "late" / "transcript.jsonl"
+    lines = transcript.read_bytes().splitlines(keepends=True)
+    transcript.write_bytes(b"".join(line for line in lines if b'"kind":"end"' not in line))
+    assert answered_unrecorded("late") == "the answer"
+    cut = [line for line in lines if b'"kind":"end"' not in line]
+    last_call = max(i for i, line in enumerate(cut) if b'"tool_call_id":"a"' in line)
+    transcript.write_bytes(b"".join(cut[:last_call + 1]))  # stopped after the tool result: not answered
+    assert answered_unrecorded("late") is None
+
+
 def test_a_result_is_bounded_whatever_the_run_printed():
     from ctxagent.cluster.temporal_activity import RESULT_MAX, bounded
 

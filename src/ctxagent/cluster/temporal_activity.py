@@ -59,6 +59,21 @@ def bounded(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def answered_unrecorded(name: str) -> str | None:
+    """The answer of session ``name`` when its last message is one (an assistant message without
+    tool calls) though its status is not ``answered``: its run was stopped (its worker killed)
+    between recording the answer and the end record. ``resume`` refuses such a session ("nothing
+    left to do"); the batch reports its answer instead. None otherwise."""
+    from ctxagent.sessions import records
+    from ctxagent.sessions.session import Session
+
+    tail = Session.at(name).transcript.tail(want=records.MessageRecord)
+    messages = [r.message for r in tail if isinstance(r, records.MessageRecord)]
+    if messages and messages[-1].get("role") == "assistant" and not messages[-1].get("tool_calls"):
+        return str(messages[-1].get("content") or "")
+    return None
+
+
 class SessionActivity:
     """The activity (:meth:`run_session`) with the environment its runs get (``env``) and the
     worker's name (``identity``, in each result's ``worker``)."""
@@ -81,6 +96,10 @@ class SessionActivity:
                     "is_error": True}
         if status == "answered":
             answer = await asyncio.to_thread(last_answer, task.session)
+            return bounded({**base, "status": "answered", "answer": answer, "exit_code": 0, "skipped": True,
+                            "is_error": False})
+        answer = await asyncio.to_thread(answered_unrecorded, task.session) if status not in (None, "new") else None
+        if answer is not None:  # the run was stopped after its answer, before its end record
             return bounded({**base, "status": "answered", "answer": answer, "exit_code": 0, "skipped": True,
                             "is_error": False})
         _log(f"{task.session}: {'resuming' if status not in (None, 'new') else 'starting'} (attempt {info.attempt})")
