@@ -1,5 +1,6 @@
 """Sessions per minute of ``ctxagent batch`` on this machine (issue 14, part 1: the process pool).
-Run: ``python -m benchmarks.batch [--tasks N] [--json]``.
+Run: ``python -m benchmarks.batch [--tasks N] [--json] [--backend temporal]`` (temporal: the pool
+against Temporal workers, benchmarks/batch_temporal.py).
 
 N scripted tasks (default 200), each a new session of two model calls and one shell command, run
 with 1, 2 and 4 workers in fresh data folders; then the same command again (every session answered,
@@ -87,12 +88,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.batch", description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--backend", choices=("pool", "temporal"), default="pool",
+                        help="temporal: the pool against Temporal workers, and a worker killed (batch_temporal.py)")
     args = parser.parse_args(argv)
-    data = run(tasks=args.tasks)
+    if args.backend == "temporal":
+        from benchmarks import batch_temporal
+
+        data = batch_temporal.run(tasks=args.tasks)
+        render = batch_temporal.tables
+    else:
+        data, render = run(tasks=args.tasks), tables
     if args.json:
         print(json.dumps(data, indent=2))
         return 0
-    print(report.titled(tables(data)))
+    print(report.titled(render(data)))
     return 0
 
 

@@ -17,6 +17,10 @@ stderr: a progress line per task and a summary. Re-running the same command skip
 sessions and resumes the rest. Ctrl-C or SIGTERM: the running tasks stop as one run does (an
 ``interrupted`` end record each) and nothing new starts. Exit status: 0 every task answered; 3 the
 others were stopped by a limit (budget, ``max_turns``, loop guard); 130 interrupted; 1 otherwise.
+
+``--backend temporal``: the tasks go to the ``ctxagent worker`` processes of a Temporal cluster
+instead (ctxagent/cluster/temporal_submit.py; the ``temporal`` extra), with the same results,
+summary and exit status; the workers decide how many run at once.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -46,13 +51,28 @@ from ctxagent.cli.options import (
     WindowOpt,
 )
 from ctxagent.cli.permissions import AllowAllOpt, AllowOpt
+from ctxagent.cli.worker_cmd import AddressOpt, NamespaceOpt, TaskQueueOpt
+from ctxagent.errors import UsageError
+
+
+class Backend(StrEnum):
+    pool = "pool"
+    temporal = "temporal"
 
 
 def batch(
     tasks_file: Annotated[Path, typer.Argument(help="JSONL: one object per line with at least \"task\".",
                                                metavar="TASKS.jsonl", show_default=False)],
-    workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=64,
-                                         help="Tasks running at once (each a ctxagent process).")] = 2,
+    workers: Annotated[int | None, typer.Option("--workers", "-w", min=1, max=64, show_default="2",
+                                                help="Tasks running at once (each a ctxagent process).")] = None,
+    backend: Annotated[Backend, typer.Option("--backend", help="pool: processes on this machine; temporal: "
+                                             "the `ctxagent worker` processes of a Temporal cluster.")] = Backend.pool,
+    address: AddressOpt = "localhost:7233",
+    task_queue: TaskQueueOpt = "ctxagent",
+    namespace: NamespaceOpt = "default",
+    heartbeat_s: Annotated[float, typer.Option("--heartbeat-s", min=1, help="temporal: seconds without a "
+                                               "heartbeat before a worker is taken for dead and its session "
+                                               "resumes on another.")] = 30.0,
     model: ModelOpt = None,
     profile: ProfileOpt = None,
     api_base: ApiBaseOpt = None,
@@ -82,7 +102,19 @@ def batch(
     defaults = {k: v for k, v in defaults.items() if v is not None}
     tasks = read_tasks(tasks_file, defaults)
     tally = Tally(len(tasks))
-    pool = Pool(workers, {**os.environ, "CTXAGENT_HEARTBEAT_S": "86400"})  # a task's stderr is not shown
+    pool: Any
+    if backend == Backend.temporal:
+        if workers is not None:
+            raise UsageError("--workers is for --backend pool; with temporal, each `ctxagent worker "
+                             "--concurrency N` decides how many sessions it runs")
+        from ctxagent.cli.worker_cmd import require_temporal
+
+        require_temporal()
+        from ctxagent.cluster.temporal_submit import Submitter
+
+        pool = Submitter(address, namespace, task_queue, heartbeat_s)
+    else:
+        pool = Pool(workers or 2, {**os.environ, "CTXAGENT_HEARTBEAT_S": "86400"})  # a task's stderr is not shown
     with _progress(tally) as show:
         def emit(result: dict[str, Any]) -> None:
             tally.add(result)

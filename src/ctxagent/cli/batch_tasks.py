@@ -116,14 +116,15 @@ def _first_error(err: Exception) -> str:
     return str(err)
 
 
-def command_for(task: Task, status: str | None) -> list[str]:
+def command_for(task: Task, status: str | None, output: str = "json") -> list[str]:
     """The ``ctxagent`` command line of ``task``: ``run`` for a new session, ``resume`` for one that
-    exists (``status``: how it stands), ``--batch --json`` always."""
+    exists (``status``: how it stands), ``--batch`` and ``--output-format OUTPUT`` always (``json``:
+    one object; ``stream-json``: an event per line, the object last)."""
     flags = [part for key, value in task.options.items() if value is not None and key in OPTION_FLAGS
              for part in (OPTION_FLAGS[key], str(value))]
     flags += [flag for key, flag in SWITCHES.items() if task.options.get(key)]
     head = [sys.executable, "-m", "ctxagent", "run" if status in (None, "new") else "resume", "--session",
-            task.session, "--batch", "--json", *flags]
+            task.session, "--batch", "--output-format", output, *flags]
     return [*head, "--", task.text] if status in (None, "new") else head  # a task may start with "-"
 
 

@@ -52,6 +52,9 @@ COMMANDS: dict[str, Lazy] = {
     "batch": Lazy("ctxagent.cli.batch", "batch",
                   "Run every task of a JSONL file, each in its own session, several at once (see the module "
                   "docstring). Answered sessions are skipped on a re-run; the others resume."),
+    "worker": Lazy("ctxagent.cli.worker_cmd", "worker",
+                   "Run the sessions that `ctxagent batch --backend temporal` submits, until SIGTERM or Ctrl-C "
+                   "(the running sessions then resume on another worker)."),
     "inspect": Lazy("ctxagent.cli.lazy", "inspect_app", "Look inside a session without changing it."),
     "sessions": Lazy("ctxagent.cli.sessions", "app", "List, show, delete, rename and export sessions."),
     "profiles": Lazy("ctxagent.cli.profiles_cmd", "app",

@@ -1,0 +1,188 @@
+"""The one activity of the Temporal backend: run or resume a whole session on this worker.
+
+The session runs as the same ``ctxagent run`` (or ``resume``) process ``ctxagent batch`` starts on
+one machine (cli/batch_tasks.py), with ``--output-format stream-json``: one event per line, and a
+heartbeat to Temporal per model turn (its details: the turn) and every ``heartbeat_s / 4``
+seconds while the process lives (a long tool call is not a dead worker). The process runs under
+:mod:`ctxagent.cluster.guard`, so a worker killed with ``kill -9`` leaves no run holding the
+session's writer lock. The activity returns the run's ``--json`` object, bounded
+(:func:`bounded`): a payload never carries a transcript or a tool output.
+
+A session that is already answered is reported, not run again (as ``ctxagent batch`` does); a
+session whose lock another process still holds (the run of a worker that just died, stopping)
+or a run that ended without a result (killed, out of memory) raise a retryable error: Temporal
+runs the activity again, on this worker or another, after its backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from ctxagent.cli.batch_tasks import STDERR_KEPT, Task, command_for, last_answer, other_task, status_of
+from ctxagent.cluster.guard import GRACE_S
+from ctxagent.cluster.temporal_workflow import ACTIVITY, SessionTask
+
+ANSWER_KEPT = 4000  # characters of an answer a result carries; the rest stays in the session
+RESULT_MAX = 32_000  # bytes of a result's JSON at most (Temporal warns at 256 KB, fails at 2 MB)
+ESSENTIAL = ("session", "line", "status", "answer", "answer_chars", "answer_truncated", "see", "turns",
+             "usage", "exit_code", "skipped", "resumed", "is_error", "error", "wall_s", "worker", "attempt")
+GUARD = Path(__file__).with_name("guard.py")
+LINE_MAX = 1 << 28  # bytes of one stdout line read at most (the last one holds the whole answer)
+
+
+def bounded(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` small enough for a Temporal payload: the answer cut to :data:`ANSWER_KEPT`
+    characters (``answer_chars`` its length, ``see`` the command that prints it all), ``error`` to
+    ``STDERR_KEPT``; past :data:`RESULT_MAX` bytes only the :data:`ESSENTIAL` keys are kept."""
+    out = dict(result)
+    answer = out.get("answer")
+    if isinstance(answer, str) and len(answer) > ANSWER_KEPT:
+        out.update(answer=answer[:ANSWER_KEPT], answer_chars=len(answer), answer_truncated=True,
+                   see=f"ctxagent inspect transcript --session {out.get('session')} (its last message)")
+    if isinstance(out.get("error"), str):
+        out["error"] = out["error"][-STDERR_KEPT:]
+    if len(json.dumps(out, ensure_ascii=False).encode()) > RESULT_MAX:
+        out = {key: out[key] for key in ESSENTIAL if key in out}
+        out["trimmed"] = True
+    return out
+
+
+def answered_unrecorded(name: str) -> str | None:
+    """The answer of session ``name`` when its last message is one (an assistant message without
+    tool calls) though its status is not ``answered``: its run was stopped (its worker killed)
+    between recording the answer and the end record. ``resume`` refuses such a session ("nothing
+    left to do"); the batch reports its answer instead. None otherwise."""
+    from ctxagent.sessions import records
+    from ctxagent.sessions.session import Session
+
+    tail = Session.at(name).transcript.tail(want=records.MessageRecord)
+    messages = [r.message for r in tail if isinstance(r, records.MessageRecord)]
+    if messages and messages[-1].get("role") == "assistant" and not messages[-1].get("tool_calls"):
+        return str(messages[-1].get("content") or "")
+    return None
+
+
+class SessionActivity:
+    """The activity (:meth:`run_session`) with the environment its runs get (``env``) and the
+    worker's name (``identity``, in each result's ``worker``)."""
+
+    def __init__(self, env: dict[str, str], identity: str):
+        self.env, self.identity = env, identity
+
+    @activity.defn(name=ACTIVITY)
+    async def run_session(self, spec: SessionTask) -> dict[str, Any]:
+        """Run or resume ``spec``'s session; its bounded result object (see the module docstring).
+        Raises ``ApplicationError`` (retryable) when the session is busy or the run left no result."""
+        info = activity.info()
+        task = Task(spec.line, spec.session, dict(spec.options), spec.text)
+        base = {"line": task.line, "session": task.session, "resumed": False, "worker": self.identity,
+                "attempt": info.attempt}
+        status = await asyncio.to_thread(status_of, task.session)
+        error = await asyncio.to_thread(other_task, task) if status not in (None, "new") else None
+        if error is not None:
+            return {**base, "status": "usage_error", "error": error, "exit_code": 2, "skipped": False,
+                    "is_error": True}
+        if status == "answered":
+            answer = await asyncio.to_thread(last_answer, task.session)
+            return bounded({**base, "status": "answered", "answer": answer, "exit_code": 0, "skipped": True,
+                            "is_error": False})
+        answer = await asyncio.to_thread(answered_unrecorded, task.session) if status not in (None, "new") else None
+        if answer is not None:  # the run was stopped after its answer, before its end record
+            return bounded({**base, "status": "answered", "answer": answer, "exit_code": 0, "skipped": True,
+                            "is_error": False})
+        _log(f"{task.session}: {'resuming' if status not in (None, 'new') else 'starting'} (attempt {info.attempt})")
+        started = time.monotonic()
+        try:
+            code, result, stderr = await self._run(command_for(task, status, output="stream-json"), spec.heartbeat_s)
+        except asyncio.CancelledError:
+            _log(f"{task.session}: stopped (cancelled, or this worker is stopping)")
+            raise
+        if result is None:
+            raise ApplicationError(f"session {task.session}: the run ended (exit {code}) without a result: "
+                                   f"{stderr.strip()[-STDERR_KEPT:] or 'no output'}", type="NoResult")
+        if result.get("status") == "session_busy":
+            raise ApplicationError(f"session {task.session}: {result.get('error')}", type="SessionBusy")
+        _log(f"{task.session}: {result.get('status')} (exit {code})")
+        result.pop("type", None)  # stream-json's last event is the --json object with "type": "result"
+        return bounded({**result, **base, "exit_code": code, "skipped": False,
+                        "resumed": status not in (None, "new"), "wall_s": round(time.monotonic() - started, 3)})
+
+    async def _run(self, command: list[str], heartbeat_s: float) -> tuple[int, dict[str, Any] | None, str]:
+        """Run ``command`` under the guard, heartbeating; its exit code, result event and stderr's tail.
+        Cancelled (the workflow cancelled, the worker stopping): SIGTERM to the run, which records
+        an ``interrupted`` end; the cancellation goes on once it has stopped."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-S", str(GUARD), str(os.getpid()), *command, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=self.env, start_new_session=True,
+            limit=LINE_MAX)
+        progress: dict[str, Any] = {"turn": 0}
+        tail: collections.deque[str] = collections.deque(maxlen=64)
+        ticker = asyncio.create_task(_tick(progress, heartbeat_s))
+        try:
+            result, _ = await asyncio.gather(_events(proc, progress), _drain(proc, tail))
+            code = await proc.wait()
+        except asyncio.CancelledError:
+            await _stop(proc)
+            raise
+        finally:
+            ticker.cancel()
+        return code, result, "".join(tail)
+
+
+async def _events(proc: asyncio.subprocess.Process, progress: dict[str, Any]) -> dict[str, Any] | None:
+    """Read the run's stream-json events; heartbeat each turn; the ``result`` event (None without one)."""
+    assert proc.stdout is not None
+    result = None
+    while line := await proc.stdout.readline():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind == "turn.completed":
+            progress["turn"] = event.get("turn")
+            activity.heartbeat(dict(progress))
+        elif kind == "result":
+            result = event
+    return result
+
+
+async def _drain(proc: asyncio.subprocess.Process, tail: collections.deque[str]) -> None:
+    """Keep the last lines of the run's stderr (a failed run's result says why)."""
+    assert proc.stderr is not None
+    while line := await proc.stderr.readline():
+        tail.append(line.decode("utf-8", "replace")[:STDERR_KEPT])
+
+
+async def _tick(progress: dict[str, Any], heartbeat_s: float) -> None:
+    """Heartbeat every ``heartbeat_s / 4`` seconds: the worker is alive, even in a long tool call."""
+    while True:
+        activity.heartbeat(dict(progress))
+        await asyncio.sleep(max(0.2, heartbeat_s / 4))
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM to the guard (which passes it on) and wait until the run has ended."""
+    if proc.returncode is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            return
+    with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+        await asyncio.shield(asyncio.wait_for(proc.wait(), GRACE_S + 5))
+
+
+def _log(text: str) -> None:
+    print(f"ctxagent worker: {text}", file=sys.stderr, flush=True)
