@@ -23,7 +23,12 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SELF_RENDERING = (("quality", "quality"), ("delegation", "delegation"), ("mcp", "mcp_workflows"),
-                  ("lessons", "lessons"), ("batch", "batch"), ("startup", "startup"))  # result key, module
+                  ("lessons", "lessons"), ("batch", "batch"), ("startup", "startup"),
+                  ("offload_floor", "offload_floor"), ("resume_floor", "resume_floor"))  # result key, module
+# Issue 18's floors: modules with run(quick) -> dict and tables(data), run when they are in the repository
+# (they land from other branches). To add one: append (result key, module, what it measures) here.
+FLOORS = (("offload_floor", "offload_floor", "the offload floor: secret scan against cat > file"),
+          ("resume_floor", "resume_floor", "the resume floor: warm and cold resume of a realistic 10k session"))
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 
@@ -37,7 +42,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "7-8; 7-8 always run 'no management', their denominator)")
     parser.add_argument("--skip", action="append", default=[],
                         choices=["long", "sized", "repeated", "handles", "quality", "delegation", "startup", "scale",
-                                 "peers", "plots", "mcp", "lessons", "batch"],
+                                 "peers", "plots", "mcp", "lessons", "batch", "floors"],
                         help="leave a part out (sized: workloads 7 and 8)")
     parser.add_argument("--cache-ratio", type=float, default=None, metavar="R",
                         help="cache-read price / input price for the cache-billed columns (default 0.1, issue 9's; "
@@ -70,12 +75,29 @@ def handles_results(quick: bool) -> dict[str, Any]:
                     "reported"}
 
 
+def floors(quick: bool, log: Any) -> dict[str, Any]:
+    """Every floor module of :data:`FLOORS` that is in the repository: its ``run(quick)``; a failure is
+    reported in its place (another branch's module must not stop the suite)."""
+    out: dict[str, Any] = {}
+    for key, module, what in FLOORS:
+        if importlib.util.find_spec(f"benchmarks.{module}") is None:
+            log(f"[yellow]{what}: benchmarks/{module}.py is not in the repository yet: not measured[/yellow]")
+            continue
+        log(f"[bold]issue 18: {what} (benchmarks/{module}.py)[/bold]")
+        try:
+            out[key] = importlib.import_module(f"benchmarks.{module}").run(quick)
+        except Exception as error:
+            out[f"{key}_error"] = f"benchmarks/{module}.py failed: {type(error).__name__}: {error}"
+            log(f"[red]{out[f'{key}_error']}[/red]")
+    return out
+
+
 def sized_results(runs: list[tuple[str, Any, Any]], ratio: float, model_ratio: float | None) -> dict[str, Any]:
     """The JSON of workloads 7 and 8: per workload its sizes, checkpoints (80 and the last turn), rows
     and per-request series (input tokens, cached tokens), and the run directories removed."""
     import statistics
 
-    from benchmarks import harness
+    from benchmarks import baselines, harness
 
     out: dict[str, Any] = {}
     for name, runner, base in runs:
@@ -83,13 +105,15 @@ def sized_results(runs: list[tuple[str, Any, Any]], ratio: float, model_ratio: f
         baseline = next((r for r in runner.results if r.name == "no management"), None)
         marks = [80, len(trace.turns)]
         sizes = trace.notes["output_tokens"]
+        rows = [harness.summary(r, baseline, marks, ratio, model_ratio) for r in runner.results]
         out[name] = {
+            "baselines": baselines.compare(runner.results, rows, ratio),
             "turns": len(trace.turns), "window": base.window, "tool_schema_tokens": base.tool_tokens,
             "reserved": base.reserved, "marks": marks, "facts": len(trace.facts), "probes": len(trace.probes()),
             "output_tokens": {"target": trace.notes["size"], "min": min(sizes), "median": statistics.median(sizes),
                               "max": max(sizes), "outputs": len(sizes)},
             "seconds": runner.settle_seconds.get("_total_run_s"),
-            "rows": [harness.summary(r, baseline, marks, ratio, model_ratio) for r in runner.results],
+            "rows": rows,
             "series": {r.name: {"tokens": r.tokens, "cached": r.cached, "compaction_turns": r.compaction_turns}
                        for r in runner.results},
         }
@@ -143,7 +167,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for r in runner.results:
             series[r.name] = {"tokens": r.tokens, "cached": r.cached, "compaction_turns": r.compaction_turns}
         base = setups["default"]
+        from benchmarks import baselines
+
+        compared = baselines.compare(runner.results, rows, ratio)
         results["long_session"] = {
+            "baselines": compared,
             "turns": len(runner.prep.trace.turns), "window": base.window, "tool_schema_tokens": base.tool_tokens,
             "reserved": base.reserved, "marks": marks, "cache_marks": cache_marks,
             "facts": len(runner.prep.trace.facts),
@@ -198,6 +226,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from benchmarks import startup
 
         results["startup"] = startup.run(args.quick)
+    if "floors" not in args.skip:
+        results.update(floors(args.quick, err.print))
     if "scale" not in args.skip:
         err.print("[bold]workload 6: scale (benchmarks/spine.py)[/bold]")
         from benchmarks import scale
@@ -258,18 +288,28 @@ def rerender(args: argparse.Namespace, console: Any) -> dict[str, Any]:
 
 
 def render(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
-    from benchmarks import live, report
+    from benchmarks import baselines, live, reach, report
 
     tables = []
     ratio, model_ratio = results.get("cache_ratio"), results.get("model_cache_ratio")
     billing = report.billing_note(ratio, model_ratio, results.get("model"))
+    compared = [(f"coding session ({results['long_session']['window'] // 1000}K)", results["long_session"]["rows"],
+                 results["long_session"]["baselines"])] if "baselines" in results.get("long_session", {}) else []
+    compared += [(f"{name} ({data['window'] // 1000}K)", data["rows"], data["baselines"])
+                 for name, data in results.get("sized_sessions", {}).items() if "baselines" in data]
+    if compared:
+        tables.append(baselines.table(compared, ratio if ratio is not None else 0.1))
     if "long_session" in results:
         long = results["long_session"]
         title = (f"Workloads 1+5: long coding session, {long['turns']} turns, window {long['window']:,} tokens "
                  f"(tool schemas {long['tool_schema_tokens']:,}, reserve {long['reserved']:,}); {billing}")
         tables.append((title, *report.long_rows(long["rows"], long["marks"])))
-        tables.append((f"Workload 5: fact retention, {long['facts']} facts, {long['probes']} probes "
-                       "(% retrievable by probe distance)", *report.retention_rows(long["rows"])))
+        tables.append((f"Workload 5: fact retention, {long['facts']} facts planted to the end (one every 5 turns "
+                       f"after the first 14), {long['probes']} probes (% retrievable: in view or in an output whose "
+                       "handle the view names)", *report.retention_rows(long["rows"])))
+        tables.append(("Workload 5: every fact at the last request: out of view, reached the way a model would have "
+                       "to (benchmarks/reach.py)",
+                       *reach.table_rows(long["rows"])))
     for name, data in results.get("sized_sessions", {}).items():
         size = data["output_tokens"]
         title = (f"Workload {report.SIZED_NUMBER.get(name, '?')} (issue 9): {name}, {data['turns']} turns, window "
@@ -277,6 +317,10 @@ def render(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                  f"tokens (median {size['median']:,.0f}), {data['facts']} facts planted to the end, "
                  f"{data['probes']} probes; {billing}")
         tables.append((title, *report.sized_rows(data["rows"], data["marks"], model_ratio)))
+        tables.append((f"Workload {report.SIZED_NUMBER.get(name, '?')}: fact retention by distance and across "
+                       "compactions", *report.retention_rows(data["rows"])))
+        tables.append((f"Workload {report.SIZED_NUMBER.get(name, '?')}: every fact at the last request: out of view, "
+                       "reached the way a model would have to", *reach.table_rows(data["rows"])))
     if "repeated_calls" in results:
         rc = results["repeated_calls"]
         tables.append((f"Workload 4: repeated calls, {rc['turns']} turns ({rc['calls_repeating_earlier']} calls repeat "
@@ -299,7 +343,7 @@ def render(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
 
 
 def update_readme(results: dict[str, Any], tables: list[tuple[str, list[str], list[list[str]]]]) -> None:
-    from benchmarks import report
+    from benchmarks import baselines, report
 
     m = results["machine"]
     packages = ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v)
@@ -307,7 +351,8 @@ def update_readme(results: dict[str, Any], tables: list[tuple[str, list[str], li
     parts = [BEGIN, "",
              f"Run {results['started']} ({results['mode']} mode, {results['seconds']:.0f} s) on: {m['nproc']} cores "
              f"({m['cpu']}), {m['memory']} memory, {m['os']}, Python {m['python']}.", "",
-             f"Packages: {packages}." + (f" Not installed: {missing}." if missing else ""), ""]
+             f"Packages: {packages}." + (f" Not installed: {missing}." if missing else ""), "",
+             baselines.HOW_TO_READ]
     for title, header, cells in tables:
         parts += [f"**{title}**", "", report.markdown(header, cells), ""]
     parts.append(END)

@@ -247,16 +247,40 @@ class PlainManager:
     def stored_texts(self, view_text: str) -> list[str]:
         return store_texts(self._outputs, view_text) if self._outputs else []
 
+    def stored_refs(self, view_text: str) -> dict[str, str]:
+        return store_refs(self._outputs, view_text) if self._outputs else {}
 
+    def tool_context(self) -> Any:
+        """A context for ``grep_output`` on the offload store (None without one)."""
+        return tool_context(self._outputs) if self._outputs else None
+
+
+def tool_context(outputs: Path, transcript: Path | None = None) -> Any:
+    """A :class:`ctxagent.tools.base.ToolContext` over the output store at ``outputs`` (cached per store)."""
+    from ctxagent.sessions.store import OutputStore
+    from ctxagent.tools.base import ToolContext
+
+    key = (outputs, transcript)
+    if key not in _CONTEXTS:
+        _CONTEXTS[key] = ToolContext(OutputStore(outputs), outputs.parent, transcript=transcript)
+    return _CONTEXTS[key]
+
+
+_CONTEXTS: dict[tuple[Path, Path | None], Any] = {}
 _TEXT_CACHE: dict[Path, str] = {}
 
 
 def store_texts(outputs: Path, view_text: str) -> list[str]:
     """The stored outputs whose handle the view names (files of a real ctxagent output store)."""
+    return list(store_refs(outputs, view_text).values())
+
+
+def store_refs(outputs: Path, view_text: str) -> dict[str, str]:
+    """Handle -> stored text of every stored output whose handle the view names."""
     from ctxagent.sessions.store import OutputStore
 
     store = OutputStore(outputs)
-    found = []
+    found: dict[str, str] = {}
     for handle in set(HANDLE.findall(view_text)):
         try:
             path = store.path_of(handle)
@@ -268,7 +292,7 @@ def store_texts(outputs: Path, view_text: str) -> list[str]:
                 continue
             text = path.read_text(encoding="utf-8", errors="replace")
             _TEXT_CACHE[path] = text
-        found.append(text)
+        found[handle] = text
     return found
 
 
@@ -464,6 +488,20 @@ class CtxagentRun:
 
     def stored_texts(self, view_text: str) -> list[str]:
         return store_texts(self.store.root, view_text)
+
+    def stored_refs(self, view_text: str) -> dict[str, str]:
+        return store_refs(self.store.root, view_text)
+
+    def tool_context(self) -> Any:
+        return tool_context(self.store.root, self.session.transcript.path)
+
+    def search_everything(self, keywords: str, pattern: str, value: str) -> bool | None:
+        """One ``recall`` call (BM25, its default hits) with ``keywords``; None without the tool."""
+        if "recall" not in self.profile.tools or not keywords.strip():
+            return None if "recall" not in self.profile.tools else False
+        from ctxagent.tools.recall import recall
+
+        return value in recall(self.tool_context(), keywords)
 
     def drive(self, *, group: str, probes: bool = True,
               on_view: Callable[[int, View], None] | None = None) -> RunResult:
@@ -670,6 +708,11 @@ class Checks:
         self.on_view = on_view
         self.previous: list[Message] | None = None  # the last request's messages, copied (a manager may reuse its list)
         self.wanted: dict[int, list[tuple[Any, int]]] = {}
+        # how a model would reach a fact (benchmarks/reach.py): baselines, profiles and peers (not the
+        # strategies alone: the search per probe would double the suite's time)
+        self.reach = reach_of(trace) if probes and result.group != "strategy" else None
+        self.reach_at = {len(trace.turns)}  # every fact planted before the last request
+        self.facts = trace.facts
         if probes:
             for at, fact, distance in trace.probes():
                 self.wanted.setdefault(at, []).append((fact, distance))
@@ -705,7 +748,9 @@ class Checks:
             if len(result.head_examples) < 3:
                 result.head_examples.append(f"turn {number}: {head}")
         if number in self.wanted:
-            result.probes.extend(probe(view, stored, self.wanted[number], number))
+            result.probes.extend(probe(view, stored, self.wanted[number], number, result.compaction_turns))
+        if self.reach is not None and number in self.reach_at:
+            result.extra.setdefault("reach", []).extend(self.reach.sweep(stored, view, self.facts, number))
         if self.on_view is not None:
             self.on_view(number, view)
         return request, prefix
@@ -762,9 +807,23 @@ def drive(prep: Prepared, manager: Manager, *, group: str, window: int, tool_tok
     return result
 
 
-def probe(view: View, manager: Any, facts: list[tuple[Any, int]], turn: int) -> list[dict[str, Any]]:
+_REACH: dict[int, tuple[Trace, Any]] = {}
+
+
+def reach_of(trace: Trace) -> Any:
+    """The :class:`benchmarks.reach.Reach` of ``trace`` (built once per trace)."""
+    from benchmarks.reach import Reach
+
+    if id(trace) not in _REACH or _REACH[id(trace)][0] is not trace:
+        _REACH[id(trace)] = (trace, Reach(trace))
+    return _REACH[id(trace)][1]
+
+
+def probe(view: View, manager: Any, facts: list[tuple[Any, int]], turn: int,
+          compactions: Sequence[int] = ()) -> list[dict[str, Any]]:
     """Where each probed fact's latest value is: in the view, through a handle the view names, or
-    lost (``stale`` when only a superseded value is still there)."""
+    lost (``stale`` when only a superseded value is still there); ``crossed``: the compactions
+    recorded after the fact was planted, up to this request."""
     text = "\n".join(text_of(m) for m in view.messages)
     stored = manager.stored_texts(text)  # anything with stored_texts(view_text)
     out = []
@@ -777,8 +836,10 @@ def probe(view: View, manager: Any, facts: list[tuple[Any, int]], turn: int) -> 
         else:
             old = fact.stale(turn)
             status = "stale" if old and (old in text or any(old in s for s in stored)) else "lost"
-        out.append({"fact": fact.key, "kind": fact.kind, "distance": distance, "turn": turn, "status": status,
-                    "corrected": fact.corrected is not None and turn >= (fact.corrected_turn or 0)})
+        row = {"fact": fact.key, "kind": fact.kind, "distance": distance, "turn": turn, "status": status,
+               "planted": fact.turn, "crossed": sum(fact.turn < t <= turn for t in compactions),
+               "corrected": fact.corrected is not None and turn >= (fact.corrected_turn or 0)}
+        out.append(row)
     return out
 
 
@@ -832,6 +893,9 @@ def summary(result: RunResult, baseline: RunResult | None, checkpoints: Sequence
     if baseline is not None and baseline.tokens:
         out.update(_versus(result, baseline, checkpoints, cache_ratio, model_ratio))
     out.update(_retention(result.probes))
+    from benchmarks.reach import summarize as reach_summary
+
+    out.update(reach_summary(result.probes, result.compaction_turns, result.extra.pop("reach", None)))
     return out
 
 

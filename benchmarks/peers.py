@@ -7,8 +7,11 @@ Our OpenAI-format messages are converted once with ``langchain_core.messages.con
 mapped back; what a peer returns is converted back with ``convert_to_openai_messages`` and checked
 like ours (PAIR, HEAD, budget). Token counts are ctxagent's tiktoken counts (stored per message, a
 fresh count for any message the peer rewrote), passed to the peers as their ``token_counter``.
-Peers see the raw tool outputs (they do not have ctxagent's offloading) except deepagents, whose own
-eviction of large tool results (``FilesystemMiddleware``) is applied.
+Each peer runs with its defaults on the raw tool outputs, and (issue 18) with the same offloading
+ctxagent gets, as its users would configure it: LangChain context editing on the outputs as
+ctxagent's offloading leaves them (a preview and a handle over the profile's limit, the handles
+readable with ``grep_output``), deepagents with its eviction (``FilesystemMiddleware``) at
+ctxagent's offload limit instead of its default 20,000 tokens.
 
 OpenHands SDK: not run; ``openhands-sdk`` requires Python >= 3.12 (every release on PyPI), and this
 project's machines and CI run Python 3.11 (see benchmarks/README.md).
@@ -45,9 +48,10 @@ class _LangChainBase:
 
     summarizer: FakeSummarizer | None = None
 
-    def __init__(self, name: str, tools: dict[str, tuple[Message, int]]):
+    def __init__(self, name: str, tools: dict[str, tuple[Message, int]], outputs: Path | None = None):
         self.name = name
         self._tools = tools
+        self._outputs = outputs  # the output store of ctxagent's offloading, when the peer gets it
         self.lc: list[Any] = []
         self.orig: dict[str, tuple[Any, Message, int]] = {}  # id -> (lc message, our message, tokens)
         self.system: Any = None
@@ -104,7 +108,17 @@ class _LangChainBase:
         return View(out, tokens)
 
     def stored_texts(self, view_text: str) -> list[str]:
-        return []
+        return list(self.stored_refs(view_text).values())
+
+    def stored_refs(self, view_text: str) -> dict[str, str]:
+        from benchmarks.harness import store_refs
+
+        return store_refs(self._outputs, view_text) if self._outputs else {}
+
+    def tool_context(self) -> Any:
+        from benchmarks.harness import tool_context
+
+        return tool_context(self._outputs) if self._outputs else None
 
 
 class TrimMessages(_LangChainBase):
@@ -161,10 +175,10 @@ class ClearToolUses(_LangChainBase):
     ``clear_tool_uses`` semantics), run through its real ``wrap_model_call`` on every request."""
 
     def __init__(self, name: str, tools: dict[str, tuple[Message, int]], *, window: int, trigger: int,
-                 max_output: int = 4096):
+                 max_output: int = 4096, outputs: Path | None = None):
         from langchain.agents.middleware.context_editing import ClearToolUsesEdit, ContextEditingMiddleware
 
-        super().__init__(name, tools)
+        super().__init__(name, tools, outputs)
         self.middleware = ContextEditingMiddleware(edits=[ClearToolUsesEdit(trigger=trigger, keep=3)],
                                                    token_counter=self.counter)
         self.model = _FakeModel.make(window)
@@ -188,7 +202,7 @@ class DeepAgents(_LangChainBase):
     ``wrap_model_call`` with the state (summarization event) carried from request to request."""
 
     def __init__(self, name: str, tools: dict[str, tuple[Message, int]], *, window: int, root: Path,
-                 summarize: bool = True, max_output: int = 4096):
+                 summarize: bool = True, max_output: int = 4096, evict_tokens: int = 20_000):
         from deepagents.backends import FilesystemBackend
         from deepagents.middleware.filesystem import FilesystemMiddleware
         from deepagents.middleware.summarization import SummarizationMiddleware, compute_summarization_defaults
@@ -197,7 +211,7 @@ class DeepAgents(_LangChainBase):
         root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.backend = FilesystemBackend(root_dir=str(root), virtual_mode=True)
-        self.fs = FilesystemMiddleware(backend=self.backend)
+        self.fs = FilesystemMiddleware(backend=self.backend, tool_token_limit_before_evict=evict_tokens)
         self.model = _FakeModel.make(window)
         self.max_output = max_output
         self.summarizer = FakeSummarizer() if summarize else None
@@ -252,13 +266,23 @@ class DeepAgents(_LangChainBase):
         view.compactions = 1 if "_summarization_event" in update else 0
         return view
 
-    def stored_texts(self, view_text: str) -> list[str]:
-        out = []
+    def stored_refs(self, view_text: str) -> dict[str, str]:
+        out = {}
         for path in set(_DA_PATH.findall(view_text)):
             file = self.root / path.lstrip("/")
             if file.is_file():
-                out.append(file.read_text(encoding="utf-8", errors="replace"))
+                out[path] = file.read_text(encoding="utf-8", errors="replace")
         return out
+
+    def tool_context(self) -> Any:
+        return None  # deepagents' own files: benchmarks/reach.py searches them like its grep tool
+
+    def search_everything(self, keywords: str, pattern: str, value: str) -> bool:
+        """deepagents' ``grep`` tool over ``/large_tool_results/`` (its prompt says to when the path is
+        not known): ``value`` among its first 1,000 matching lines."""
+        from benchmarks.reach import grep_files
+
+        return grep_files(self.root / "large_tool_results", pattern, value)
 
 
 def timed_import() -> dict[str, float]:

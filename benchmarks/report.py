@@ -116,14 +116,24 @@ def sized_rows(rows: Sequence[dict[str, Any]], marks: Sequence[int],
 
 
 def retention_rows(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    header = ["configuration", *(f"+{d}" for d in PROBE_DISTANCES), "in view", "via handle", "stale", "lost"]
+    """Retention by probe distance, across compactions, and for facts planted just before or after one
+    (within 5 turns; % of those probes, with their count)."""
+    header = ["configuration", *(f"+{d}" for d in PROBE_DISTANCES), "all", "across ≥1 compaction",
+              "planted ≤5 before a compaction", "planted ≤5 after one", "in view", "via handle", "stale", "lost"]
     cells = []
     for r in rows:
         by = r.get("retention_by_distance") or {}
         if not by:
             continue
         counts = r.get("retention", {})
+
+        def share(key: str, r: dict[str, Any] = r) -> str:
+            value, count = r.get(f"retrievable_pct_{key}"), r.get(f"probes_{key}", 0)
+            return "–" if value is None else f"{value:.0f}% of {count}"
+
         cells.append([r["name"], *(("–" if str(d) not in by else f"{by[str(d)]:.0f}%") for d in PROBE_DISTANCES),
+                      _percent(r.get("retrievable_pct")), share("across_compaction"),
+                      share("planted_before_compaction"), share("planted_after_compaction"),
                       *(str(counts.get(k, 0)) for k in ("in_view", "handle", "stale", "lost"))])
     return header, cells
 
@@ -291,12 +301,16 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{ten['resume_ms']:.0f} ms warm in-process; {ten['cold_resume_ms']:.0f} ms in a cold process "
                 "(includes loading the tokenizer)")
         s = scale["startup_s"]
-        ratio = s["ctxagent --help"] / s["python -c 'import typer'"]
-        add("`ctxagent --help` ≤ 3× `python -c \"import typer\"`", ratio <= 3, f"{ratio:.2f}×")
+        typer = s["python -c 'import typer'"]
+        ratio = s["ctxagent --help"] / typer
+        add("`ctxagent --help` ≤ 1.3× `python -c \"import typer\"` (issue 18; medians of pairs)", ratio <= 1.3,
+            f"{ratio:.2f}× ({s['ctxagent --help']:.3f} s vs {typer:.3f} s, "
+            f"{s.get('pairs', '?')} pairs)")
         o = scale["offload"]
         add(f"offloading {o['redact_bytes'] / 1e9:.2f} GB within 2× of the shell writing it to a file",
             o["redact_ratio_to_shell"] <= 2, f"{o['redact_ratio_to_shell']:.2f}× with the secret scan (default), "
-            f"{o['plain_ratio_to_shell']:.2f}× without")
+            f"{o['plain_ratio_to_shell']:.2f}× without (medians of {o.get('pairs', 1)} pairs; `yes` output, the "
+            "scanner's best case: benchmarks/offload_floor.py has the hard inputs)")
         add("offload peak memory < 100 MB", o["redact_rss_peak_mb"] < 100,
             f"peak RSS {o['redact_rss_peak_mb']:.0f} MB (process before the call: {o['redact_rss_before_mb']:.0f} MB)")
     return out

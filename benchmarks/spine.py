@@ -32,11 +32,18 @@ def wall(cmd: list[str], runs: int, env: dict[str, str] | None = None) -> float:
 
 
 def startup(runs: int) -> dict[str, float]:
+    """Medians (s): ``python -c pass``; ``import typer`` and ``ctxagent --help`` timed in ``runs``
+    alternating pairs (benchmarks/pairs.py: their ratio survives a loaded machine)."""
+    from benchmarks.pairs import command, paired
+
     py = sys.executable
+    wall([py, "-m", "ctxagent", "--help"], 1)  # warm the file cache for both sides
+    pair = paired(command([py, "-c", "import typer"]), command([py, "-m", "ctxagent", "--help"]), n=runs)
     return {
         "python -c pass": wall([py, "-c", "pass"], runs),
-        "python -c 'import typer'": wall([py, "-c", "import typer"], runs),
-        "ctxagent --help": wall([py, "-m", "ctxagent", "--help"], runs),
+        "python -c 'import typer'": pair.a_s,
+        "ctxagent --help": pair.b_s,
+        "pairs": pair.n,
     }
 
 
@@ -153,18 +160,28 @@ print(json.dumps({"seconds": elapsed, "rss_before_mb": before, "rss_peak_mb": af
 def offload(size: int, root: Path) -> dict[str, float]:
     """Offload ``size`` bytes of shell output into a session's store (secrets redacted, as in a real
     session) and into a plain store (no redaction pass), against writing the same bytes with the shell."""
+    from benchmarks.pairs import command, paired
+
     root.mkdir(parents=True, exist_ok=True)
     result: dict[str, float] = {}
+    shell = command(["bash", "-c", f"yes 'the quick brown fox jumps over the lazy dog 0123456789' "
+                                   f"| head -c {size} > {root}/plain.out"])
     for store in ("redact", "plain"):
-        out = subprocess.run([sys.executable, "-c", OFFLOAD_CHILD, str(root / store), str(size), store],
-                             capture_output=True, text=True, check=True)
-        got = json.loads(out.stdout)
-        result |= {f"{store}_{k}": v for k, v in got.items()}
-        shutil.rmtree(root / store, ignore_errors=True)
-    result["shell_to_file_s"] = wall(["bash", "-c", f"yes 'the quick brown fox jumps over the lazy dog 0123456789' "
-                                      f"| head -c {size} > {root}/plain.out"], 3)
-    for store in ("redact", "plain"):
-        result[f"{store}_ratio_to_shell"] = result[f"{store}_seconds"] / result["shell_to_file_s"]
+        runs: list[dict[str, float]] = []
+
+        def child(store: str = store, runs: list[dict[str, float]] = runs) -> float:
+            out = subprocess.run([sys.executable, "-c", OFFLOAD_CHILD, str(root / store), str(size), store],
+                                 capture_output=True, text=True, check=True)
+            shutil.rmtree(root / store, ignore_errors=True)
+            runs.append(json.loads(out.stdout))
+            return float(runs[-1]["seconds"])
+
+        pair = paired(shell, child, n=3)  # the shell then the offload, three times: medians
+        result |= {f"{store}_{k}": v for k, v in runs[-1].items()}
+        result |= {f"{store}_seconds": pair.b_s, f"{store}_shell_s": pair.a_s, f"{store}_ratio_to_shell": pair.ratio,
+                   f"{store}_rss_peak_mb": max(r["rss_peak_mb"] for r in runs)}
+    result["shell_to_file_s"] = result["redact_shell_s"]
+    result["pairs"] = 3
     return result
 
 

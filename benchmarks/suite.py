@@ -287,17 +287,27 @@ def run_peers(runner: Runner, s: Setup, wanted: Any, step: Any) -> None:
                                             ("LC trim_messages (no start_on, max=50%)", half, None)):
             if step(label):
                 runner.run(peers.TrimMessages(label, raw, max_tokens=max_tokens, start_on=start_on), "peer", s)
+    limit = int(s.policy.limit_tokens)  # ctxagent's offload threshold (tokens): the peers' equal offloading
     if have["langchain"]:
         trigger = int(s.window * 100_000 / 128_000)
         label = f"LC context editing (ClearToolUses {trigger // 1000}K, keep 3)"
         if step(label):
             runner.run(peers.ClearToolUses(label, raw, window=s.window, trigger=trigger,
                                               max_output=s.profile.max_output_tokens), "peer", s)
+        label = f"LC context editing + offload at {limit // 1000}K (ClearToolUses {trigger // 1000}K, keep 3)"
+        if step(label):
+            off = runner.offloaded(s)
+            runner.run(peers.ClearToolUses(label, off.messages, window=s.window, trigger=trigger,
+                                           max_output=s.profile.max_output_tokens, outputs=off.outputs), "peer", s)
     if have["deepagents"]:
-        for label, summarize in (("deepagents (eviction + summarization)", True),
-                                 ("deepagents (eviction only)", False)):
+        for label, summarize, evict in (("deepagents (eviction + summarization)", True, 20_000),
+                                        ("deepagents (eviction only)", False, 20_000),
+                                        (f"deepagents (eviction at {limit // 1000}K + summarization)", True, limit),
+                                        (f"deepagents (eviction at {limit // 1000}K only)", False, limit)):
+            if "at" in label.split()[1] and limit == 20_000:
+                continue  # the same as the defaults
             if step(label):
-                runner.run(peers.DeepAgents(label, raw, window=s.window, root=runner.fresh(label),
+                runner.run(peers.DeepAgents(label, raw, window=s.window, root=runner.fresh(label), evict_tokens=evict,
                                             summarize=summarize, max_output=s.profile.max_output_tokens), "peer", s)
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 CHARS_PER_TOKEN = 3.6  # rough ratio for code-like text under o200k; only used to aim sizes
 SYSTEM_PROMPT = "(the profile's system prompt)"  # replaced by the profile's real one by the harness
-PROBE_DISTANCES = (5, 10, 20, 50, 100, 200)
+PROBE_DISTANCES = (1, 2, 5, 10, 20, 50, 100, 200, 300, 400)  # turns after the fact: every distance that fits
 
 
 @dataclass(frozen=True)
@@ -285,9 +285,50 @@ def _facts(rng: random.Random) -> list[dict[str, object]]:
     ]
 
 
-def coding_session(turns: int = 500, seed: int = 1, plant_from: int = 3, plant_every: int = 2) -> Trace:
+def coding_session(turns: int = 500, seed: int = 1, plant_from: int = 3, plant_every: int = 2,
+                   rolling_every: int = 5) -> Trace:
     """Workload 1 (~``turns`` model requests of coding-agent tool traffic) with workload 5's facts planted
-    in its early turns (one every ``plant_every`` turns from ``plant_from``) and some corrected later."""
+    in its early turns (one every ``plant_every`` turns from ``plant_from``) and some corrected later,
+    then one fact every ``rolling_every`` turns to the end (:func:`plant_throughout`; 0: none), so that
+    facts land just before and just after every compaction and are probed across them."""
+    trace = _coding_session(turns, seed, plant_from, plant_every)
+    if rolling_every:
+        plant_throughout(trace, random.Random(f"{seed}:rolling"), start=plant_from + 15 * plant_every,
+                         every=rolling_every)
+    return trace
+
+
+def plant_throughout(trace: Trace, rng: random.Random, start: int, every: int) -> None:
+    """Plant a fact (:func:`_rolling_fact`) every ``every`` turns from ``start`` to the end of ``trace``:
+    in the middle of the turn's first tool output, or in its user message; every 9th corrected by the
+    user 12 turns later. Uses its own ``rng`` so that the rest of the trace does not change."""
+    from dataclasses import replace
+
+    seen = {f.value for f in trace.facts} | {f.corrected for f in trace.facts if f.corrected}
+    by_number = {t.number: t for t in trace.turns}
+    for number in range(start, len(trace.turns) + 1, every):
+        turn = by_number[number]
+        spec = _rolling_fact(rng, len(trace.facts), seen)
+        spec["key"] = f"{spec['key']} (turn {number})"
+        line = str(spec["line"]).format(v=spec["value"])
+        if spec["where"] == "user" or not turn.calls:
+            spec["where"] = "user"
+            turn.user = (turn.user + "\n" if turn.user else "") + line
+        else:
+            first = turn.calls[0]
+            lines = first.output.split("\n")
+            lines.insert(max(1, len(lines) // 2), line)
+            turn.calls[0] = replace(first, output="\n".join(lines))
+        fact = _fact_of(spec, number)
+        if fact.corrected_turn is not None and fact.corrected_turn <= len(trace.turns):
+            fix = by_number[fact.corrected_turn]
+            fix.user = (fix.user + "\n" if fix.user else "") + str(spec["correction"]).format(v=spec["corrected"])
+        elif fact.corrected is not None:  # the correction would fall after the end: plant it uncorrected
+            fact = replace(fact, corrected=None, corrected_turn=None)
+        trace.facts.append(fact)
+
+
+def _coding_session(turns: int, seed: int, plant_from: int, plant_every: int) -> Trace:
     rng = random.Random(seed)
     specs = _facts(rng)
     plant_at = {plant_from + i * plant_every: spec for i, spec in enumerate(specs)}
