@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from clihelp import call, run_cli, script
+from ctxagent.dirs import data_dir
 from ctxagent.errors import UsageError
 from ctxagent.lessons.hooks import Learner
 from ctxagent.lessons.model import Scope
 from ctxagent.lessons.rank import Query, rank
 from ctxagent.lessons.store import LessonStore
 from ctxagent.profile_schema import LessonsConfig
-from ctxagent.sessions.session import data_dir
 
 TOOL = """#!/bin/sh
 for a in "$@"; do [ "$a" = "--legacy-ssl" ] && { echo "built $2"; exit 0; }; done

@@ -54,7 +54,7 @@ def _entry(name: str, source_dir: str | None) -> Path | None:
         return None
     stats = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in Path(source_dir).iterdir() if p.is_file())
     key = repr((name, importlib.metadata.version("tiktoken"), sys.version_info[:2], stats))
-    from ctxagent.sessions.session import user_dir
+    from ctxagent.dirs import user_dir
 
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return user_dir("cache") / "tokenizers" / f"{name}-{digest}.marshal"

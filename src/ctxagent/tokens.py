@@ -144,10 +144,9 @@ def count_cached(text: str, model: str = "") -> int:
 
 
 def _cache_file() -> Path:
-    from platformdirs import user_data_dir
+    from ctxagent.dirs import data_dir
 
-    root = os.environ.get("CTXAGENT_DATA_DIR") or user_data_dir("ctxagent", appauthor=False)
-    return Path(root) / "cache" / "token-counts.json"
+    return data_dir() / "cache" / "token-counts.json"
 
 
 _loaded: dict[Path, dict[str, int]] = {}

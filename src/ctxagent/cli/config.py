@@ -59,7 +59,7 @@ class Value:
 
 def config_dir() -> Path:
     """``$CTXAGENT_CONFIG_DIR``, else platformdirs' user config dir for ``ctxagent``."""
-    from ctxagent.sessions.session import user_dir
+    from ctxagent.dirs import user_dir
 
     return user_dir("config")
 

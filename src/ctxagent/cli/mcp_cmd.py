@@ -27,11 +27,11 @@ def list_(
     of every request), against the profile's schema budget. Exit 0 even when a server fails to start
     (its line says why); exit 2 for a bad profile or configuration."""
     from ctxagent.agent.setup import absolute_model, resolve_window
+    from ctxagent.dirs import user_dir
     from ctxagent.mcp_tools import hub
     from ctxagent.mcp_tools.config import servers_of
     from ctxagent.mcp_tools.mirror import mirror, unique_names
     from ctxagent.profile import load_profile
-    from ctxagent.sessions.session import user_dir
     from ctxagent.tokens import count_tools
 
     prof = load_profile(profile or "default")

@@ -21,8 +21,9 @@ import typer
 
 from ctxagent.cli import sessions_export
 from ctxagent.cli.options import StoreOpt, pick
+from ctxagent.dirs import data_dir
 from ctxagent.errors import UsageError
-from ctxagent.sessions.session import ListFacts, Session, check_name, data_dir, list_facts, list_sessions
+from ctxagent.sessions.session import ListFacts, Session, check_name, list_facts, list_sessions
 
 app = typer.Typer(help="List, show, delete, rename and export sessions.", no_args_is_help=True,
                   rich_markup_mode=None)

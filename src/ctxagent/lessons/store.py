@@ -21,9 +21,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from ctxagent.dirs import data_dir
 from ctxagent.lessons.model import Lesson, Scope
 from ctxagent.sessions import redact
-from ctxagent.sessions.session import data_dir
 
 FOLDER = "lessons"
 LOCK_TIMEOUT_S = 10.0

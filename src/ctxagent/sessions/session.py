@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 
+from ctxagent.dirs import data_dir
 from ctxagent.errors import SessionBusyError, UsageError
 from ctxagent.sessions.remote import cache_key, store_url
 from ctxagent.sessions.store import OutputStore
@@ -26,22 +27,6 @@ if TYPE_CHECKING:
 
 AGENTS = "agents"  # the folder of a session's sub-agent sessions
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-def user_dir(kind: str = "data") -> Path:
-    """``$CTXAGENT_<KIND>_DIR`` if set, else platformdirs' user ``kind`` dir (``data``, ``config``,
-    ``cache``) for ``ctxagent``."""
-    env = os.environ.get(f"CTXAGENT_{kind.upper()}_DIR")
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(getattr(platformdirs, f"user_{kind}_dir")("ctxagent", appauthor=False))
-
-
-def data_dir() -> Path:
-    """``$CTXAGENT_DATA_DIR`` if set, else platformdirs' user data dir for ``ctxagent``."""
-    return user_dir("data")
 
 
 def sessions_root() -> Path:
