@@ -155,6 +155,30 @@ def test_deleted_and_numpy_spools_stop_their_follower(tmp_path):
     assert store.adopt(npy, "@arr", ".npy").read_bytes().endswith(b"A" * 30)  # arrays are not text
 
 
+def test_stored_outputs_leave_no_follower_thread_behind(tmp_path):
+    """Regression: put_bytes wrote through spool(), so every stored output started a follower that
+    polled the renamed file for a minute: ~800 threads in a quick benchmark run, 80% system time."""
+    store = RedactingStore(tmp_path / "outputs", Redactor())
+    before = {t for t in threading.enumerate() if t.name == "ctxagent-scan"}
+    for i in range(20):
+        store.put_bytes(f"@b{i}", b"some output\n")
+    source = tmp_path / "src.txt"
+    source.write_bytes(b"a file\n")
+    store.put_file("@f", source)
+    assert {t for t in threading.enumerate() if t.name == "ctxagent-scan"} <= before
+
+
+def test_a_spool_renamed_away_stops_its_follower(tmp_path):
+    store = RedactingStore(tmp_path / "outputs", Redactor())
+    fd, spooled = store.spool()
+    os.write(fd, b"output\n")
+    os.close(fd)
+    follower = store._followers[spooled]
+    os.replace(spooled, tmp_path / "elsewhere")  # nlink stays 1: only the name tells
+    follower._thread.join(5)
+    assert not follower.alive and follower.finish() is None
+
+
 def test_too_many_prefilter_matches_fall_back_to_the_patterns_everywhere(tmp_path, monkeypatch):
     old, new = _pair()
     blob = _planted(200_000)

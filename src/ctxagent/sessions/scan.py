@@ -271,7 +271,7 @@ class Follower:
     a daemon thread reads it as it grows, so the scan runs beside the tool, not after it.
 
     :meth:`finish` (the writer is done) waits for the rest and returns the result. The thread stops
-    by itself, with no result, when the file is deleted or stops growing for a minute.
+    by itself, with no result, when the file is deleted or renamed, or stops growing for a minute.
     """
 
     def __init__(self, path: Path, pre: Prefilter):
@@ -313,6 +313,13 @@ class Follower:
             if self._result is None:
                 digest.stats()  # the hashing thread ends
 
+    def _still_named(self) -> bool:
+        """Whether the spool path still names the file being read (not deleted, not renamed away)."""
+        try:
+            return os.path.samestat(os.stat(self.path), os.fstat(self._fh.fileno()))
+        except OSError:
+            return False
+
     def _follow(self, digest: _Digest, hits: _Hits, scan: Callable[[bytes], None]) -> bool:
         """Read to the end of the file each time it grows, until :meth:`finish`; False when the
         file was deleted or went idle."""
@@ -328,7 +335,7 @@ class Follower:
                 continue
             if done:
                 return not self._cancelled
-            if idle >= IDLE_GIVE_UP_S or os.fstat(self._fh.fileno()).st_nlink == 0:
+            if idle >= IDLE_GIVE_UP_S or not self._still_named():
                 return False
             self._done.wait(wait)
             idle += wait

@@ -126,7 +126,7 @@ class OutputStore:
         loss the text is still in the (fsynced) transcript.
         """
         final = self.path_of(handle, suffix)
-        fd, temp = self.spool()  # written aside, then renamed: a file under its final name is whole
+        fd, temp = OutputStore.spool(self)  # written aside, then renamed: a file under its final name is whole
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -141,7 +141,7 @@ class OutputStore:
     def put_file(self, handle: str, source: Path) -> Path:
         """Copy ``source`` under ``handle`` (whole or not at all); returns the path."""
         final = self.path_of(handle)
-        fd, temp = self.spool()
+        fd, temp = OutputStore.spool(self)  # a plain temporary file: no tool streams into it
         os.close(fd)
         try:
             shutil.copyfile(source, temp)
