@@ -96,8 +96,10 @@ def _exit(code: int) -> None:
     """End the process with ``code``. Once litellm is loaded, the interpreter's teardown (freeing
     ~200 MB of litellm's objects and modules) takes ~1 s after the answer is out: every record is
     already fsynced and every file closed, so after the atexit handlers and flushing stdout and
-    stderr the process ends at once (``os._exit``)."""
-    if "litellm" not in sys.modules:
+    stderr the process ends at once (``os._exit``). The same for temporalio (``batch --backend
+    temporal``, ``worker``): its Rust core's threads can call into an interpreter that is finalizing
+    ("Fatal Python error: PyGILState_Release", exit -6 after a complete run; seen in the suite)."""
+    if not any(name in sys.modules for name in ("litellm", "temporalio")):
         sys.exit(code)
     import atexit
 
@@ -127,7 +129,7 @@ def _fail(args: list[str], code: int, status: str, message: str) -> None:
             print(json.dumps({"type": "error", "status": status, "message": failure["error"]}), flush=True)
             failure = {"type": "result", **failure}
         print(json.dumps(failure, ensure_ascii=False), flush=True)
-    sys.exit(code)
+    _exit(code)
 
 
 def wants_json(args: list[str]) -> str | None:
