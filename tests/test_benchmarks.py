@@ -222,7 +222,8 @@ def test_live_without_a_key_is_skipped_with_a_message(tmp_path: Path, capsys: py
     results = bench.main(["--quick", "--out", str(tmp_path), "--live", "--model", "openai/gpt-4o-mini",
                           "--skip", "long", "--skip", "sized", "--skip", "repeated", "--skip", "handles",
                           "--skip", "scale", "--skip", "quality", "--skip", "startup", "--skip", "delegation",
-                          "--skip", "mcp", "--skip", "lessons", "--skip", "batch"])
+                          "--skip", "mcp", "--skip", "lessons", "--skip", "batch", "--skip", "floors",
+                          "--skip", "peers", "--skip", "plots"])
     assert results["live"]["skipped"].startswith("skipped: no key for openai/gpt-4o-mini (missing OPENAI_API_KEY")
     assert "skipped: no key for openai/gpt-4o-mini" in capsys.readouterr().out
 
