@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
+import pytest
 import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ctxagent import bpe_cache, tokens
 
@@ -55,3 +59,42 @@ def test_cache_key_follows_the_source_files(monkeypatch, tmp_path):
     assert before is not None and after is not None and before != after
     assert bpe_cache._entry("o200k_base", None) is None
     assert bpe_cache._entry("o200k_base", str(tmp_path / "missing")) is None
+
+
+ASCII = st.text(st.characters(min_codepoint=0, max_codepoint=127), max_size=300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(ASCII, st.lists(st.sampled_from(
+    ["def", " f", "(x)", "  ", "\n", "\t", "1234567", "'s", "HTTP", "!!", "  \n  ", "x" * 40, "#", "_id"]),
+    max_size=60).map("".join)))
+def test_the_light_counter_counts_ascii_exactly_as_tiktoken(text):
+    """LightCounter (Python BPE from the cached ranks) against tiktoken's CoreBPE, both encodings."""
+    for name in ("o200k_base", "cl100k_base"):
+        assert _light(name).count(text) == len(tiktoken.get_encoding(name).encode_ordinary(text)), name
+
+
+def test_the_light_counter_refuses_non_ascii():
+    with pytest.raises(ValueError):
+        _light("o200k_base").count("café")
+
+
+def test_a_short_ascii_count_builds_no_encoding_and_a_long_or_unicode_one_does(monkeypatch):
+    _light("o200k_base")  # the cache entry exists
+    monkeypatch.setattr(tokens, "_built", set())
+    monkeypatch.setattr(tokens, "_light_chars", {})
+    tokens.encoding.cache_clear()
+    assert tokens.count_text("hi there") == 2
+    assert tokens._built == set()  # counted by the light counter
+    assert tokens.count_text("naïve") == len(tiktoken.get_encoding("o200k_base").encode_ordinary("naïve"))
+    assert tokens._built == {"o200k_base"}
+    tokens.encoding.cache_clear()
+
+
+@functools.cache
+def _light(name: str) -> bpe_cache.LightCounter:
+    source = _source()
+    bpe_cache.encoding(name, source)  # writes the cache entry when missing
+    counter = bpe_cache.light_counter(name, source)
+    assert counter is not None
+    return counter

@@ -273,3 +273,14 @@ def test_fake_server_reports_exhaustion_clearly(fake_openai):
         model(server, retries=0).complete(USER, [])
     assert "script exhausted" in str(info.value)
     assert json.loads(json.dumps(server.requests)) == server.requests
+
+
+def test_litellm_is_imported_with_the_collector_paused_then_frozen():
+    """Issue 16: a plain import spends ~1 s in collections that free nothing; ctxagent pauses the
+    collector for it and freezes what it made. In a fresh process: the collector is on again after,
+    and litellm's objects are in the permanent generation."""
+    child = ("import gc; from ctxagent.agent import litellm_backend as b; before = gc.get_freeze_count(); "
+             "b._litellm(); print(gc.isenabled(), before, gc.get_freeze_count() > 100_000)")
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True,
+                         env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    assert out.stdout.split() == ["True", "0", "True"]

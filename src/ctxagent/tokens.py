@@ -45,16 +45,51 @@ def _bundled_tokenizer_dir() -> str | None:
     return str(path) if path.is_dir() else None
 
 
+def _source_dir() -> str | None:
+    """The folder tiktoken reads its ``.tiktoken`` files from: litellm's bundled copies unless
+    ``TIKTOKEN_CACHE_DIR`` says otherwise (set here for tiktoken, which reads the variable)."""
+    bundled = _bundled_tokenizer_dir()
+    if bundled and not os.environ.get("TIKTOKEN_CACHE_DIR"):
+        os.environ["TIKTOKEN_CACHE_DIR"] = bundled
+    return os.environ.get("TIKTOKEN_CACHE_DIR")
+
+
 @functools.cache
 def encoding(name: str = "o200k_base") -> Any:
     """The tiktoken encoding ``name``, loaded from litellm's bundled copy when offline (through
     :mod:`ctxagent.bpe_cache`, which keeps the parsed file between processes)."""
     from ctxagent import bpe_cache
 
-    bundled = _bundled_tokenizer_dir()
-    if bundled and not os.environ.get("TIKTOKEN_CACHE_DIR"):
-        os.environ["TIKTOKEN_CACHE_DIR"] = bundled
-    return bpe_cache.encoding(name, os.environ.get("TIKTOKEN_CACHE_DIR"))
+    _built.add(name)
+    _light_counter.cache_clear()  # its ranks are not needed once the encoding is built
+    return bpe_cache.encoding(name, _source_dir())
+
+
+LIGHT_CHARS = 4096  # an ASCII text up to this many characters may be counted without CoreBPE
+LIGHT_BUDGET = 32 * 1024  # characters per process counted that way before building CoreBPE pays off
+_built: set[str] = set()  # encodings this process has built
+_light_chars: dict[str, int] = {}
+
+
+def _light_count(text: str, name: str) -> int | None:
+    """The count of a short ASCII ``text`` while encoding ``name`` is not built yet, from
+    :class:`ctxagent.bpe_cache.LightCounter` (exactly tiktoken's count; ~0.1 s less start-up for a
+    one-turn run, issue 16); None when the real encoding should count it."""
+    used = _light_chars.get(name, 0) + len(text)
+    if name in _built or len(text) > LIGHT_CHARS or used > LIGHT_BUDGET or not text.isascii():
+        return None
+    counter = _light_counter(name)
+    if counter is None:
+        return None
+    _light_chars[name] = used
+    return int(counter.count(text))
+
+
+@functools.cache
+def _light_counter(name: str) -> Any:
+    from ctxagent import bpe_cache
+
+    return bpe_cache.light_counter(name, _source_dir())
 
 
 def encoding_for(model: str) -> str:
@@ -71,7 +106,11 @@ def count_text(text: str, model: str = "") -> int:
     """Tokens in ``text`` (no message framing). Long text is cut into 64 KiB chunks first."""
     if not text:
         return 0
-    enc = encoding(encoding_for(model))
+    name = encoding_for(model)
+    light = _light_count(text, name)
+    if light is not None:
+        return light
+    enc = encoding(name)
     return sum(
         len(enc.encode_ordinary(text[i : i + CHUNK_CHARS])) for i in range(0, len(text), CHUNK_CHARS)
     )
