@@ -141,3 +141,19 @@ def test_inspect_context_into_a_pipe_is_plain_text(tmp_path: Path) -> None:
     assert lines[1].split()[:3] == ["0", "0", "system"] and "hello there" in out
     assert not any(c in out for c in "┏━│┃") and "\x1b[" not in out  # no table frame, no colour
     assert any(line.startswith("budget [") for line in lines)
+
+
+def test_inspect_context_listed_every_recorded_compaction_one_per_line():
+    """Regression: a 500-turn session printed 5,381 'recorded compaction' lines; now a count per
+    strategy and the newest ten (--json keeps them all)."""
+    from ctxagent.cli import context_cmd
+    from ctxagent.sessions.records import CompactionRecord
+
+    recorded = [CompactionRecord(strategy="mask_observations" if i % 3 else "truncate", start=i, end=i + 1,
+                                 tokens=10, tokens_before=100) for i in range(25)]
+    lines = context_cmd._recorded(recorded)
+    assert lines[0].startswith("recorded compactions: 25 (mask_observations 16, truncate 9)")
+    assert len(lines) == 1 + context_cmd.SHOWN_COMPACTIONS
+    assert lines[-1] == "recorded compaction: truncate #24-#25 (100 -> 10 tokens)"  # 24 % 3 == 0
+    assert context_cmd._recorded(recorded[:3]) == [f"recorded compaction: {r.strategy} #{r.start}-#{r.end} "
+                                                   "(100 -> 10 tokens)" for r in recorded[:3]]
