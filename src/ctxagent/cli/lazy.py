@@ -25,16 +25,18 @@ from typer.core import TyperGroup
 @dataclass(frozen=True)
 class Lazy:
     """A command of the root app: ``module:attr`` is a Typer app (a group of commands) or a
-    command function; ``summary`` is the first paragraph of its help (shown by ``--help``)."""
+    command function, or with ``factory`` a function returning the Typer app; ``summary`` is the
+    first paragraph of its help (shown by ``--help``)."""
 
     module: str
     attr: str
     summary: str
+    factory: bool = False
 
     def load(self, name: str) -> Any:
         """The click command ``name``: the module imported, the app or function turned into it."""
         target = getattr(importlib.import_module(self.module), self.attr)
-        if self.attr.endswith("_app"):  # a factory of the Typer app
+        if self.factory:
             target = target()
         host = typer.Typer(add_completion=False, rich_markup_mode=None)  # the root's settings, as add_typer gave
         if isinstance(target, typer.Typer):
@@ -55,7 +57,7 @@ COMMANDS: dict[str, Lazy] = {
     "worker": Lazy("ctxagent.cli.worker_cmd", "worker",
                    "Run the sessions that `ctxagent batch --backend temporal` submits, until SIGTERM or Ctrl-C "
                    "(the running sessions then resume on another worker)."),
-    "inspect": Lazy("ctxagent.cli.lazy", "inspect_app", "Look inside a session without changing it."),
+    "inspect": Lazy("ctxagent.cli.lazy", "inspect_app", "Look inside a session without changing it.", factory=True),
     "sessions": Lazy("ctxagent.cli.sessions", "app", "List, show, delete, rename and export sessions."),
     "profiles": Lazy("ctxagent.cli.profiles_cmd", "app",
                      "The bundled profiles, the effective keys of a profile, and the profile JSON Schema."),
