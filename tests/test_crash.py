@@ -56,8 +56,8 @@ def test_resume_after_a_kill_that_lost_the_end_record_or_the_task(tmp_path):
     transcript = Path(os.environ["CTXAGENT_DATA_DIR"]) / "sessions" / "end" / "transcript.jsonl"
     lines = transcript.read_bytes().splitlines(keepends=True)
     transcript.write_bytes(b"".join(line for line in lines if b'"kind":"end"' not in line))
-    out = ctxagent("resume", "--batch", "--session", "end")  # answered: the model is not asked again
-    assert out.returncode == 2 and "nothing left to do" in out.stderr
+    out = ctxagent("resume", "--batch", "--session", "end")  # answered: reported, the model is not asked again
+    assert (out.returncode, out.stdout) == (0, "first\n"), out.stderr
     header, system = lines[0], next(line for line in lines if b'"role":"system"' in line)
     transcript.write_bytes(header + system)  # killed between the system message and the task
     out = ctxagent("resume", "--batch", "--session", "end")
@@ -67,3 +67,28 @@ def test_resume_after_a_kill_that_lost_the_end_record_or_the_task(tmp_path):
     roles = [json.loads(line)["message"]["role"] for line in transcript.read_bytes().splitlines()
              if b'"kind":"message"' in line]
     assert roles == ["system", "user", "assistant"]
+
+
+def test_resume_reports_an_answer_recorded_before_a_kill_instead_of_refusing_it(tmp_path):
+    """Regression: a run killed (kill -9) after recording its final answer but before its end
+    record, or stopped by a signal there (an ``interrupted`` end after the answer): ``resume``
+    refused the session ("nothing left to do", exit 2). It reports the recorded answer (exit 0),
+    asks the model nothing and writes nothing."""
+    model = script(tmp_path / "s.yaml", [{"tool_calls": [call("a", "shell", command="echo a")]}, "the answer"])
+    assert ctxagent("run", "--batch", "--session", "late", "--model", model, "--allow", "shell", "q").returncode == 0
+    transcript = Path(os.environ["CTXAGENT_DATA_DIR"]) / "sessions" / "late" / "transcript.jsonl"
+    lines = transcript.read_bytes().splitlines(keepends=True)
+    answer = max(i for i, line in enumerate(lines) if b'"role":"assistant"' in line)
+    assert b'"tool_calls"' not in lines[answer] and b'"kind":"end"' in b"".join(lines[answer:])
+    end = next(line for line in lines if b'"kind":"end"' in line).replace(b'"answered"', b'"interrupted"')
+    for left in (b"".join(lines[:answer + 1]), b"".join(lines[:answer + 1]) + end):  # kill -9; a signal
+        transcript.write_bytes(left)
+        out = ctxagent("resume", "--batch", "--session", "late")
+        assert (out.returncode, out.stdout) == (0, "the answer\n"), out.stderr
+        out = ctxagent("resume", "--batch", "--session", "late", "--output-format", "json")
+        result = json.loads(out.stdout)
+        assert (result["status"], result["answer"], result["run_turns"], result["usage"]["calls"]) == \
+            ("answered", "the answer", 0, 0), out.stderr
+        assert transcript.read_bytes() == left
+        listed = json.loads(ctxagent("sessions", "list", "--json").stdout)
+        assert listed["status"] == "answered"

@@ -24,6 +24,7 @@ from ctxagent.agent.context import ContextState, compaction_of
 from ctxagent.handles import base_handle, new_handle
 from ctxagent.messages import Message, ToolCall, call_ids
 from ctxagent.sessions import records
+from ctxagent.sessions.outcome import is_answer
 from ctxagent.tokens import calibration
 
 REPAIR_SOURCE = "transcript repair"
@@ -228,7 +229,7 @@ class SessionState:
         self.turn = max(self.turn, record.turn)
         self.last_end = None
         self.users += role == "user"
-        self.answered = role == "assistant" and not msg.get("tool_calls")
+        self.answered = is_answer(msg)
 
     def _reply(self, record: records.MessageRecord) -> None:
         """An assistant message: its calls wait for results (with any still open before it)."""

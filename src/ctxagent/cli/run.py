@@ -7,8 +7,9 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -20,6 +21,9 @@ from ctxagent.cli.render import BatchRenderer, InteractiveRenderer, Renderer
 from ctxagent.errors import CtxagentError, UsageError
 from ctxagent.sessions.session import Session, latest_session, new_name
 from ctxagent.tools.clean import mend, plain
+
+if TYPE_CHECKING:
+    from ctxagent.agent.events import Event
 
 
 def _read_task(task: str | None) -> str | None:
@@ -85,13 +89,13 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
                   interactive=not batch and opts.format() == "text")
             if stdin is not None and message is not None:
                 message = f"{message}\n\n{runner.attach(stdin, 'stdin')}"
-            if message is None and runner.needs_input():
+            if message is None and runner.needs_input() and not runner.state.users:  # no task recorded
                 raise UsageError(f"session {session.name!r} has nothing left to do; give a new message")
             renderer.start(session, runner)
             if trace is not None:
                 trace.start(session.name, runner.model_name)
             while True:
-                for event in runner.run(message, max_turns=opts.max_turns):
+                for event in _events(session, runner, message, opts.max_turns):
                     renderer.event(event)
                     if trace is not None:
                         trace.event(event)
@@ -124,6 +128,18 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
     else:
         renderer.finish(result)
     raise typer.Exit(code)
+
+
+def _events(session: Session, runner: Any, message: str | None, max_turns: int | None) -> Iterable[Event]:
+    """The events of one run: ``runner.run``'s; for an answered session and no new ``message``,
+    its recorded answer alone (one ``Finished``: no model call, nothing written), even when its
+    run was killed before writing its end record (sessions/outcome.py)."""
+    if message is None and runner.needs_input():  # answered: execute refused a session without a task
+        from ctxagent.agent.events import Finished
+        from ctxagent.sessions.outcome import recorded_answer
+
+        return [Finished("answered", recorded_answer(session) or "", runner.state.turn)]
+    return cast("Iterable[Event]", runner.run(message, max_turns=max_turns))
 
 
 def _next_message(renderer: Renderer, runner: Any) -> str | None:

@@ -265,9 +265,14 @@ def list_facts(session: Session) -> ListFacts:
 
 
 def status_of(records_: list[Any]) -> str:
-    """How the session stands after ``records_`` (the last ones are enough): the reason of an end
-    record after the last message, else ``interrupted`` (or ``new`` without messages)."""
+    """How the session stands after ``records_`` (the last ones are enough): ``answered`` when its
+    last message is a final answer, whatever end records follow it (sessions/outcome.py), else the
+    reason of an end record after the last message, else ``interrupted`` (or ``new`` without messages)."""
     from ctxagent.sessions import records
+    from ctxagent.sessions.outcome import final_answer
+
+    if final_answer(records_) is not None:
+        return "answered"
 
     last_end = max((i for i, r in enumerate(records_) if isinstance(r, records.EndRecord)), default=-1)
     last_msg = max((i for i, r in enumerate(records_) if isinstance(r, records.MessageRecord)), default=-1)

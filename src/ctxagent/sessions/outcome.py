@@ -1,0 +1,56 @@
+"""What a session's records say it holds: its task and its final answer.
+
+The one rule every command uses to tell an answered session (``resume``, ``batch`` on either
+backend, ``sessions list``, the fold of agent/state.py): its last message is a final answer, an
+assistant message without tool calls, whatever end records follow it. A run killed (``kill -9``)
+after recording its answer wrote no end record; one stopped by a signal there wrote
+``interrupted``. Either way the answer stands: it is reported, and the model is not asked again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ctxagent.messages import Message
+
+if TYPE_CHECKING:
+    from ctxagent.sessions.session import Session
+
+
+def is_answer(message: Message) -> bool:
+    """Whether ``message`` is a final answer: an assistant message without tool calls."""
+    return message.get("role") == "assistant" and not message.get("tool_calls")
+
+
+def final_answer(records_: Iterable[Any]) -> str | None:
+    """The content (``""`` when it has none) of the last message record of ``records_`` (a
+    transcript's records, or its last ones down to its last message) when that message is a final
+    answer; None when there is no message or the last one is not an answer."""
+    from ctxagent.sessions import records
+
+    last = None
+    for record in records_:
+        if isinstance(record, records.MessageRecord):
+            last = record.message
+    return str(last.get("content") or "") if last is not None and is_answer(last) else None
+
+
+def recorded_answer(session: Session) -> str | None:
+    """:func:`final_answer` of ``session``'s transcript, read from its end (only its last records,
+    whatever its size); None when the session does not exist."""
+    from ctxagent.sessions import records
+
+    return final_answer(session.transcript.tail(want=records.MessageRecord))
+
+
+def recorded_task(session: Session) -> str | None:
+    """The content of ``session``'s first user message (its task, as ``run`` recorded it); None
+    while none is recorded: no session, or a run stopped between writing the session's header
+    (or its system message) and its task, which may have written an ``interrupted`` end."""
+    from ctxagent.sessions import records
+
+    for record in session.transcript.records():
+        if isinstance(record, records.MessageRecord) and record.message.get("role") == "user":
+            return str(record.message.get("content") or "")
+    return None
