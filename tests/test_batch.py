@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from clihelp import call, script
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
@@ -88,10 +90,10 @@ def test_ctrl_c_stops_the_running_tasks_and_the_same_command_finishes_them(tmp_p
     tasks = write_tasks(tmp_path / "t.jsonl", [{"task": f"t{i}", "model": slow} for i in range(4)])
     proc = subprocess.Popen([sys.executable, "-m", "ctxagent", "batch", str(tasks), "--workers", "2", "--allow",
                              "shell"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all(Session.at(f"t-{i}").exists() for i in (1, 2)):
+    deadline = time.monotonic() + 30  # until both shell calls are sleeping (their calls are recorded first)
+    while time.monotonic() < deadline and not all(calling(f"t-{i}") for i in (1, 2)):
         time.sleep(0.1)
-    time.sleep(1.5)  # both shell calls are sleeping
+    time.sleep(0.5)
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
@@ -107,6 +109,86 @@ def test_ctrl_c_stops_the_running_tasks_and_the_same_command_finishes_them(tmp_p
     out = batch(tmp_path, str(tasks), "--workers", "2", "--allow", "shell")
     assert out.returncode == 0, out.stderr
     assert {r["status"] for r in results(out.stdout).values()} == {"answered"}
+
+
+def calling(name: str) -> bool:
+    """Whether session ``name`` has recorded a reply with tool calls (its tools run after that)."""
+    return any(isinstance(r, records.MessageRecord) and r.message.get("tool_calls")
+               for r in Session.at(name).transcript.records())
+
+
+def interrupted_before_its_task(name: str, model: str, workdir: Path) -> None:
+    """Leave session ``name`` as a run leaves it when Ctrl-C or SIGTERM arrives after its header
+    was written but before its task was: the header and an ``interrupted`` end record. The run's
+    own code writes them (a signal while it shows a notice, before it records the task)."""
+    from ctxagent.agent.setup import open_runner
+
+    session = Session.at(name)
+    with session.writer():
+        runner = open_runner(session, profile_spec=None, model_spec=model, api_base=None, path="batch",
+                             workdir=workdir, lessons=False)
+        runner.notices = [("test", "the signal arrives while this is shown")]
+        run = runner.run("the task")
+        next(run)
+        with pytest.raises(KeyboardInterrupt):
+            run.throw(KeyboardInterrupt())
+
+
+def test_a_task_interrupted_before_its_session_recorded_it_runs_on_the_re_run_not_nothing_left_to_do(tmp_path):
+    """Regression (test_ctrl_c_stops_the_running_tasks_and_the_same_command_finishes_them, flaky):
+    a signal between a session's header and its task left an ``interrupted`` end record, so the
+    re-run resumed the session, which has no task: "nothing left to do", and the task never ran.
+    Also when the system message was recorded before the signal."""
+    model = script(tmp_path / "s.yaml", ["the answer"])
+    interrupted_before_its_task("t-1", model, tmp_path)
+    interrupted_before_its_task("t-2", model, tmp_path)
+    transcript = Session.at("t-2").transcript
+    lines = transcript.path.read_bytes().splitlines(keepends=True)
+    system = {"role": "system", "content": "You are terse."}
+    line = records.dumps(records.MessageRecord(seq=0, turn=0, message=system, tokens=5)).encode() + b"\n"
+    transcript.path.write_bytes(lines[0] + line + b"".join(lines[1:]))  # header, system message, the rest
+    for name, messages in (("t-1", 0), ("t-2", 1)):  # no task; the last record an interrupted end
+        left = list(Session.at(name).transcript.records())
+        assert isinstance(left[0], records.SessionHeader) and left[-1].reason == "interrupted"
+        assert sum(isinstance(r, records.MessageRecord) for r in left) == messages
+
+    tasks = write_tasks(tmp_path / "t.jsonl", [{"task": "first task", "model": model},
+                                               {"task": "second task", "model": model}])
+    out = batch(tmp_path, str(tasks))
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = results(out.stdout)
+    for name, task in (("t-1", "first task"), ("t-2", "second task")):
+        assert got[name]["status"] == "answered" and got[name]["answer"] == "the answer", got[name]
+        assert not got[name]["skipped"] and not got[name]["resumed"] and got[name]["usage"]["calls"] == 1
+        messages = [r.message for r in Session.at(name).transcript.records() if isinstance(r, records.MessageRecord)]
+        assert [(m["role"], m["content"]) for m in messages[1:]] == [("user", task), ("assistant", "the answer")]
+        assert messages[0]["role"] == "system"
+
+
+def test_a_session_killed_after_its_answer_before_its_end_record_is_reported_answered_not_run(tmp_path):
+    """Regression: a task whose run was killed (kill -9) after recording its answer but before its
+    end record, or stopped by a signal there (an ``interrupted`` end after the answer), was resumed
+    by the re-run, and ``resume`` refused it ("nothing left to do"): a usage error, not the answer."""
+    model = script(tmp_path / "s.yaml", [{"tool_calls": [call("a", "shell", command="echo a")]}, "the answer"])
+    tasks = write_tasks(tmp_path / "t.jsonl", [{"task": "killed", "model": model},
+                                               {"task": "stopped", "model": model}])
+    assert batch(tmp_path, str(tasks), "--allow", "shell").returncode == 0
+    for name in ("t-1", "t-2"):
+        path = Session.at(name).transcript.path
+        lines = path.read_bytes().splitlines(keepends=True)
+        answer = max(i for i, line in enumerate(lines) if b'"role":"assistant"' in line)
+        assert b'"tool_calls"' not in lines[answer] and b'"kind":"end"' in b"".join(lines[answer:])
+        path.write_bytes(b"".join(lines[:answer + 1]))  # what kill -9 leaves right after the answer
+    Session.at("t-2").transcript.append([records.EndRecord(reason="interrupted", turn=2, detail="a signal")])
+    before = {name: Session.at(name).transcript.path.read_bytes() for name in ("t-1", "t-2")}
+
+    out = batch(tmp_path, str(tasks), "--allow", "shell")
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = results(out.stdout)
+    for name in ("t-1", "t-2"):
+        assert got[name]["status"] == "answered" and got[name]["answer"] == "the answer", got[name]
+        assert got[name]["skipped"] and got[name]["exit_code"] == 0
+        assert Session.at(name).transcript.path.read_bytes() == before[name]  # no model call, nothing run
 
 
 def test_a_line_that_now_holds_another_task_is_refused_not_given_the_old_answer(tmp_path):

@@ -236,9 +236,13 @@ def test_help_imports_no_temporalio():
 
 def test_a_session_stopped_between_its_answer_and_its_end_record_is_reported_answered(tmp_path):
     """A worker killed right after the run recorded its answer: the run's SIGTERM handler writes
-    an ``interrupted`` end, and ``resume`` would refuse the session (nothing left to do)."""
+    an ``interrupted`` end (or kill -9, none); the activity decides with ``standing``, shared with
+    the pool backend (tests/test_batch.py), which reports the recorded answer."""
     from clihelp import ctxagent
-    from ctxagent.cluster.temporal_activity import answered_unrecorded
+    from ctxagent.cli.batch_tasks import Task, standing
+
+    def answered_unrecorded(name: str) -> str | None:
+        return standing(Task(1, name, {}, "q")).answer
 
     model = script(tmp_path / "s.yaml", [{"tool_calls": [call("a", "shell", command="echo a")]}, "the answer"])
     assert ctxagent("run", "--batch", "--session", "late", "--model", model, "--allow", "shell", "q").returncode == 0

@@ -19,7 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxagent.cli.batch_tasks import STDERR_KEPT, Task, command_for, last_answer, other_task, status_of
+from ctxagent.cli.batch_tasks import STDERR_KEPT, Standing, Task, command_for, standing
 
 INTERRUPTED_EXIT = 130
 
@@ -116,18 +116,17 @@ class Pool:
     def one(self, task: Task) -> dict[str, Any]:
         """Run ``task`` (or report it: a bad line, an answered session) and return its result object."""
         base = {"line": task.line, "session": task.session, "resumed": False}
-        status = status_of(task.session) if task.error is None else None
-        error = task.error or (other_task(task) if status not in (None, "new") else None)
-        if error is not None:
-            return {**base, "status": "usage_error", "error": error, "exit_code": 2, "skipped": False,
+        stand = standing(task) if task.error is None else Standing(error=task.error)
+        if stand.error is not None:
+            return {**base, "status": "usage_error", "error": stand.error, "exit_code": 2, "skipped": False,
                     "is_error": True}
-        if status == "answered":
-            return {**base, "status": "answered", "answer": last_answer(task.session), "exit_code": 0,
-                    "skipped": True, "is_error": False}
+        if stand.answer is not None:
+            return {**base, "status": "answered", "answer": stand.answer, "exit_code": 0, "skipped": True,
+                    "is_error": False}
         if self.stopping.is_set():
             return {**base, "status": "interrupted", "exit_code": INTERRUPTED_EXIT, "skipped": True, "is_error": True}
         started = time.monotonic()
-        with subprocess.Popen(command_for(task, status), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        with subprocess.Popen(command_for(task, stand.started), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=self.env,
                               start_new_session=True) as proc:  # Ctrl-C reaches it through stop(), once
             with self._lock:
@@ -141,7 +140,7 @@ class Pool:
         if result is None:
             result = {"status": "error", "error": (err or "no output").strip()[-STDERR_KEPT:], "is_error": True}
         return {**result, **base, "exit_code": proc.returncode, "skipped": False,
-                "resumed": status not in (None, "new") and result.get("status") != "session_busy",
+                "resumed": stand.started and result.get("status") != "session_busy",
                 "wall_s": round(time.monotonic() - started, 3)}
 
 

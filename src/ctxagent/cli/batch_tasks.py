@@ -2,7 +2,7 @@
 
 A line is one JSON object (:class:`TaskLine`): ``task`` and, optionally, its session name and the
 ``ctxagent run`` options it needs. Each task becomes a ``ctxagent run --batch --json`` command, or
-``resume`` when its session exists and is not answered.
+``resume`` when its session holds the task and is not answered (:func:`standing`).
 """
 
 from __future__ import annotations
@@ -116,49 +116,44 @@ def _first_error(err: Exception) -> str:
     return str(err)
 
 
-def command_for(task: Task, status: str | None, output: str = "json") -> list[str]:
-    """The ``ctxagent`` command line of ``task``: ``run`` for a new session, ``resume`` for one that
-    exists (``status``: how it stands), ``--batch`` and ``--output-format OUTPUT`` always (``json``:
-    one object; ``stream-json``: an event per line, the object last)."""
+def command_for(task: Task, started: bool, output: str = "json") -> list[str]:
+    """The ``ctxagent`` command line of ``task``: ``resume`` when its session holds the task
+    (``started``, :class:`Standing`), else ``run`` with the task; ``--batch`` and
+    ``--output-format OUTPUT`` always (``json``: one object; ``stream-json``: an event per line,
+    the object last)."""
     flags = [part for key, value in task.options.items() if value is not None and key in OPTION_FLAGS
              for part in (OPTION_FLAGS[key], str(value))]
     flags += [flag for key, flag in SWITCHES.items() if task.options.get(key)]
-    head = [sys.executable, "-m", "ctxagent", "run" if status in (None, "new") else "resume", "--session",
-            task.session, "--batch", "--output-format", output, *flags]
-    return [*head, "--", task.text] if status in (None, "new") else head  # a task may start with "-"
+    head = [sys.executable, "-m", "ctxagent", "resume" if started else "run", "--session", task.session,
+            "--batch", "--output-format", output, *flags]
+    return head if started else [*head, "--", task.text]  # a task may start with "-"
 
 
-def status_of(name: str) -> str | None:
-    """How session ``name`` stands (``sessions list``'s status), None when it does not exist."""
-    from ctxagent.sessions.session import Session, list_facts
+@dataclass(frozen=True)
+class Standing:
+    """How a task's session stands (:func:`standing`). ``error``: it holds another task (the
+    line's usage error). ``answer``: its final answer when it is answered (reported, never run
+    again). ``started``: it holds this task, so it resumes; False: the task runs in it (no
+    session yet, or one whose run was stopped between its header and its task)."""
 
-    session = Session.at(name)
-    return list_facts(session)["status"] if session.exists() else None
+    started: bool = False
+    answer: str | None = None
+    error: str | None = None
 
 
-def other_task(task: Task) -> str | None:
-    """Why ``task``'s existing session cannot be its session: it holds another task (a line was
-    inserted or reworded since the session ran; its answer would be reported for this line).
-    None when the session's first user message is this task."""
-    from ctxagent.sessions import records
+def standing(task: Task) -> Standing:
+    """How ``task``'s session stands: its first user message and last records decide
+    (sessions/outcome.py), not its status, which an ``interrupted`` end record written before the
+    task was recorded would make look started. Raises ``UsageError`` for a bad session name."""
+    from ctxagent.sessions.outcome import recorded_answer, recorded_task
     from ctxagent.sessions.session import Session
     from ctxagent.tools.clean import plain
 
-    for record in Session.at(task.session).transcript.records():
-        if isinstance(record, records.MessageRecord) and record.message.get("role") == "user":
-            held, asked = str(record.message.get("content") or ""), plain(task.text)  # as `run` records it
-            if held == asked:
-                return None
-            return (f"line {task.line}: session {task.session!r} holds another task ({held[:80]!r}); give this "
-                    "line its own \"session\", or delete that session")
-    return None
-
-
-def last_answer(name: str) -> str | None:
-    """The content of the session's last assistant message (an answered session's answer)."""
-    from ctxagent.sessions import records
-    from ctxagent.sessions.session import Session
-
-    tail = Session.at(name).transcript.tail(want=records.MessageRecord)
-    replies = [r for r in tail if isinstance(r, records.MessageRecord) and r.message.get("role") == "assistant"]
-    return str(replies[-1].message.get("content") or "") if replies else None
+    session = Session.at(task.session)
+    held = recorded_task(session)
+    if held is None:
+        return Standing()
+    if held != plain(task.text):  # as `run` records it
+        return Standing(error=f"line {task.line}: session {task.session!r} holds another task ({held[:80]!r}); "
+                              "give this line its own \"session\", or delete that session")
+    return Standing(started=True, answer=recorded_answer(session))

@@ -8,7 +8,8 @@ seconds while the process lives (a long tool call is not a dead worker). The pro
 session's writer lock. The activity returns the run's ``--json`` object, bounded
 (:func:`bounded`): a payload never carries a transcript or a tool output.
 
-A session that is already answered is reported, not run again (as ``ctxagent batch`` does); a
+A session that is already answered (sessions/outcome.py: even when its run was killed before its
+end record) is reported, not run again (as ``ctxagent batch`` does); a
 session whose lock another process still holds (the run of a worker that just died, stopping)
 or a run that ended without a result (killed, out of memory) raise a retryable error: Temporal
 runs the activity again, on this worker or another, after its backoff.
@@ -30,7 +31,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ctxagent.cli.batch_tasks import STDERR_KEPT, Task, command_for, last_answer, other_task, status_of
+from ctxagent.cli.batch_tasks import STDERR_KEPT, Task, command_for, standing
 from ctxagent.cluster.guard import GRACE_S
 from ctxagent.cluster.temporal_workflow import ACTIVITY, SessionTask
 
@@ -59,21 +60,6 @@ def bounded(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def answered_unrecorded(name: str) -> str | None:
-    """The answer of session ``name`` when its last message is one (an assistant message without
-    tool calls) though its status is not ``answered``: its run was stopped (its worker killed)
-    between recording the answer and the end record. ``resume`` refuses such a session ("nothing
-    left to do"); the batch reports its answer instead. None otherwise."""
-    from ctxagent.sessions import records
-    from ctxagent.sessions.session import Session
-
-    tail = Session.at(name).transcript.tail(want=records.MessageRecord)
-    messages = [r.message for r in tail if isinstance(r, records.MessageRecord)]
-    if messages and messages[-1].get("role") == "assistant" and not messages[-1].get("tool_calls"):
-        return str(messages[-1].get("content") or "")
-    return None
-
-
 class SessionActivity:
     """The activity (:meth:`run_session`) with the environment its runs get (``env``) and the
     worker's name (``identity``, in each result's ``worker``)."""
@@ -89,23 +75,18 @@ class SessionActivity:
         task = Task(spec.line, spec.session, dict(spec.options), spec.text)
         base = {"line": task.line, "session": task.session, "resumed": False, "worker": self.identity,
                 "attempt": info.attempt}
-        status = await asyncio.to_thread(status_of, task.session)
-        error = await asyncio.to_thread(other_task, task) if status not in (None, "new") else None
-        if error is not None:
-            return {**base, "status": "usage_error", "error": error, "exit_code": 2, "skipped": False,
+        stand = await asyncio.to_thread(standing, task)
+        if stand.error is not None:
+            return {**base, "status": "usage_error", "error": stand.error, "exit_code": 2, "skipped": False,
                     "is_error": True}
-        if status == "answered":
-            answer = await asyncio.to_thread(last_answer, task.session)
-            return bounded({**base, "status": "answered", "answer": answer, "exit_code": 0, "skipped": True,
+        if stand.answer is not None:  # with or without its end record (sessions/outcome.py)
+            return bounded({**base, "status": "answered", "answer": stand.answer, "exit_code": 0, "skipped": True,
                             "is_error": False})
-        answer = await asyncio.to_thread(answered_unrecorded, task.session) if status not in (None, "new") else None
-        if answer is not None:  # the run was stopped after its answer, before its end record
-            return bounded({**base, "status": "answered", "answer": answer, "exit_code": 0, "skipped": True,
-                            "is_error": False})
-        _log(f"{task.session}: {'resuming' if status not in (None, 'new') else 'starting'} (attempt {info.attempt})")
+        _log(f"{task.session}: {'resuming' if stand.started else 'starting'} (attempt {info.attempt})")
         started = time.monotonic()
         try:
-            code, result, stderr = await self._run(command_for(task, status, output="stream-json"), spec.heartbeat_s)
+            code, result, stderr = await self._run(command_for(task, stand.started, output="stream-json"),
+                                                   spec.heartbeat_s)
         except asyncio.CancelledError:
             _log(f"{task.session}: stopped (cancelled, or this worker is stopping)")
             raise
@@ -117,7 +98,7 @@ class SessionActivity:
         _log(f"{task.session}: {result.get('status')} (exit {code})")
         result.pop("type", None)  # stream-json's last event is the --json object with "type": "result"
         return bounded({**result, **base, "exit_code": code, "skipped": False,
-                        "resumed": status not in (None, "new"), "wall_s": round(time.monotonic() - started, 3)})
+                        "resumed": stand.started, "wall_s": round(time.monotonic() - started, 3)})
 
     async def _run(self, command: list[str], heartbeat_s: float) -> tuple[int, dict[str, Any] | None, str]:
         """Run ``command`` under the guard, heartbeating; its exit code, result event and stderr's tail.
