@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Annotated
+from collections import Counter
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -90,11 +91,26 @@ def _notes(nxt: NextRequest, budget: dict[str, int | float], rule: str) -> list[
     if nxt.lessons is not None and nxt.lessons.text:  # in the pins message, as recorded when the session started
         lines.append(f"lessons shown ({', '.join(nxt.lessons.ids)}; in the pins message, chosen when the session "
                      f"started):\n{nxt.lessons.text}")
-    lines += [f"recorded compaction: {r.strategy} #{r.start}-#{r.end} ({r.tokens_before} -> {r.tokens} tokens)"
-              for r in nxt.recorded]
+    lines += _recorded(nxt.recorded)
     lines += [f"would compact next: {c.strategy} #{c.start}-#{c.end} ({c.tokens_before} -> {c.tokens} tokens)"
               for c in nxt.compactions]
     return lines
+
+
+SHOWN_COMPACTIONS = 10  # the newest recorded compactions listed one per line (--json lists them all)
+
+
+def _recorded(recorded: list[Any]) -> list[str]:
+    """One line per recorded compaction, the newest :data:`SHOWN_COMPACTIONS` only, after a count per
+    strategy when there are more (a 500-turn session records thousands: mostly masks of old results)."""
+    lines = []
+    if len(recorded) > SHOWN_COMPACTIONS:
+        counts = Counter(r.strategy for r in recorded)
+        per = ", ".join(f"{name} {n:,}" for name, n in counts.most_common())
+        lines.append(f"recorded compactions: {len(recorded):,} ({per}); the newest {SHOWN_COMPACTIONS} "
+                     "(--json lists every one):")
+    return lines + [f"recorded compaction: {r.strategy} #{r.start}-#{r.end} ({r.tokens_before} -> {r.tokens} tokens)"
+                    for r in recorded[-SHOWN_COMPACTIONS:]]
 
 
 def _render(nxt: NextRequest, budget: dict[str, int | float], rule: str) -> None:
