@@ -150,10 +150,10 @@ def standing(task: Task) -> Standing:
     from ctxagent.tools.clean import plain
 
     session = Session.at(task.session)
-    held = recorded_task(session)
+    held = recorded_task(session.transcript)
     if held is None:
         return Standing()
     if held != plain(task.text):  # as `run` records it
         return Standing(error=f"line {task.line}: session {task.session!r} holds another task ({held[:80]!r}); "
                               "give this line its own \"session\", or delete that session")
-    return Standing(started=True, answer=recorded_answer(session))
+    return Standing(started=True, answer=recorded_answer(session.transcript))

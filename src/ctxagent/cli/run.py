@@ -138,7 +138,7 @@ def _events(session: Session, runner: Any, message: str | None, max_turns: int |
         from ctxagent.agent.events import Finished
         from ctxagent.sessions.outcome import recorded_answer
 
-        return [Finished("answered", recorded_answer(session) or "", runner.state.turn)]
+        return [Finished("answered", recorded_answer(session.transcript) or "", runner.state.turn)]
     return cast("Iterable[Event]", runner.run(message, max_turns=max_turns))
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ctxagent.messages import Message
 
 if TYPE_CHECKING:
-    from ctxagent.sessions.session import Session
+    from ctxagent.sessions.transcript import Transcript
 
 
 def is_answer(message: Message) -> bool:
@@ -36,21 +36,21 @@ def final_answer(records_: Iterable[Any]) -> str | None:
     return str(last.get("content") or "") if last is not None and is_answer(last) else None
 
 
-def recorded_answer(session: Session) -> str | None:
-    """:func:`final_answer` of ``session``'s transcript, read from its end (only its last records,
+def recorded_answer(transcript: Transcript) -> str | None:
+    """:func:`final_answer` of a session's ``transcript``, read from its end (only its last records,
     whatever its size); None when the session does not exist."""
     from ctxagent.sessions import records
 
-    return final_answer(session.transcript.tail(want=records.MessageRecord))
+    return final_answer(transcript.tail(want=records.MessageRecord))
 
 
-def recorded_task(session: Session) -> str | None:
-    """The content of ``session``'s first user message (its task, as ``run`` recorded it); None
+def recorded_task(transcript: Transcript) -> str | None:
+    """The first user message's content in a session's ``transcript`` (its task, as ``run`` recorded it); None
     while none is recorded: no session, or a run stopped between writing the session's header
     (or its system message) and its task, which may have written an ``interrupted`` end."""
     from ctxagent.sessions import records
 
-    for record in session.transcript.records():
+    for record in transcript.records():
         if isinstance(record, records.MessageRecord) and record.message.get("role") == "user":
             return str(record.message.get("content") or "")
     return None
