@@ -90,11 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--backend", choices=("pool", "temporal"), default="pool",
                         help="temporal: the pool against Temporal workers, and a worker killed (batch_temporal.py)")
+    parser.add_argument("--kill-only", action="store_true", help="with --backend temporal: only the kill run")
     args = parser.parse_args(argv)
     if args.backend == "temporal":
         from benchmarks import batch_temporal
 
-        data = batch_temporal.run(tasks=args.tasks)
+        data = batch_temporal.run(tasks=args.tasks, kill_only=args.kill_only)
         render = batch_temporal.tables
     else:
         data, render = run(tasks=args.tasks), tables

@@ -127,14 +127,14 @@ def _intact(data: Path, results: list[dict[str, Any]]) -> int:
     return broken
 
 
-def run(tasks: int = 200) -> dict[str, Any]:
-    """One row per worker count, and the kill run."""
+def run(tasks: int = 200, kill_only: bool = False) -> dict[str, Any]:
+    """One row per worker count (none with ``kill_only``), and the kill run."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="ctxagent-bench-temporal-") as tmp:
         folder = Path(tmp)
         path = _tasks(folder, tasks)
         with dev_server(folder) as address:
-            for n in WORKERS:
+            for n in () if kill_only else WORKERS:
                 pool_wall, pooled = _batch(path, n, folder / f"pool-{n}")
                 queue, data = f"bench-{uuid.uuid4().hex[:8]}", folder / f"temporal-{n}"
                 with workers(address, queue, n, data):

@@ -23,20 +23,18 @@ sha256 and line count).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report
+from benchmarks import pairs as pairs_
 from benchmarks.pairs import HEADER, Paired, paired
 
 ONE_GB = 1_000_000_000
@@ -253,18 +251,8 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.offload_floor", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="100 MB inputs, 3 pairs")
-    parser.add_argument("--pairs", type=int)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    data = run(args.quick, args.pairs)
-    if args.json:
-        print(json.dumps(data, indent=1))
-        return
-    print(report.titled(tables(data)))
-
+    pairs_.main(argv, prog="python -m benchmarks.offload_floor", doc=__doc__, run=run, tables=tables,
+                quick_help="100 MB inputs, 3 pairs")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -60,3 +61,21 @@ def command(args: Sequence[str], **kwargs: object) -> Callable[[], float | None]
                        **kwargs)  # type: ignore[call-overload]
 
     return run
+
+
+def main(argv: list[str] | None, *, prog: str, doc: str | None, run: Callable[[bool, int | None], dict[str, Any]],
+         tables: Callable[[dict[str, Any]], list[Any]], quick_help: str) -> None:
+    """The command line of a floor benchmark: ``--quick``, ``--pairs N``, ``--json``; prints the JSON
+    of ``run(quick, pairs)`` or its ``tables`` rendered as Markdown."""
+    import argparse
+    import json
+
+    from benchmarks import report
+
+    parser = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick_help)
+    parser.add_argument("--pairs", type=int)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    data = run(args.quick, args.pairs)
+    print(json.dumps(data, indent=1) if args.json else report.titled(tables(data)))

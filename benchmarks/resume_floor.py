@@ -22,8 +22,6 @@ interpreter when no tokenizer is needed yet.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -34,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report
+from benchmarks import pairs as pairs_
 from benchmarks.pairs import HEADER, Paired, command, paired
 
 FLOOR_CHILD = "import sys, typer, msgspec\nfor line in open(sys.argv[1], 'rb'):\n    msgspec.json.decode(line)\n"
@@ -172,18 +170,8 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.resume_floor", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="3 pairs instead of 5")
-    parser.add_argument("--pairs", type=int)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    data = run(args.quick, args.pairs)
-    if args.json:
-        print(json.dumps(data, indent=1))
-        return
-    print(report.titled(tables(data)))
-
+    pairs_.main(argv, prog="python -m benchmarks.resume_floor", doc=__doc__, run=run, tables=tables,
+                quick_help="3 pairs instead of 5")
 
 if __name__ == "__main__":
     main()

@@ -26,8 +26,6 @@ A scripted run (no litellm) is timed too, for reference.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -38,7 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import pairs as pairs_
-from benchmarks import report
 
 # litellm imported as ctxagent.agent.litellm_backend imports it: the cyclic collector paused, then its
 # objects frozen (gc.freeze). A plain `import litellm` spends ~1 s of its ~3 s in collections here.
@@ -117,17 +114,8 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.startup", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=5)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
-    data = run(pairs=args.pairs)
-    if args.json:
-        print(json.dumps(data, indent=1))
-        return
-    print(report.titled(tables(data)))
-
+    pairs_.main(argv, prog="python -m benchmarks.startup", doc=__doc__, run=run, tables=tables,
+                quick_help="3 pairs instead of 5")
 
 if __name__ == "__main__":
     main()
