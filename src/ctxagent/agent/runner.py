@@ -60,8 +60,7 @@ CHECKPOINT_ON_STOP = CheckpointStep(trigger=0, target=0.01, llm=False, keep_turn
 
 class Runner(ToolCalls):
     """Runs turns of one session from its folded ``state``, within the run ``limits`` (None: the
-    profile's ``limits.run``) and the session's. The caller holds the writer lock
-    (except for a :meth:`peek`, whose sink writes nothing).
+    profile's ``limits.run``) and the session's. The caller holds the writer lock (not for a :meth:`peek`).
 
     Every record goes through :meth:`_append`: written by the sink, then applied to the state by
     the same :meth:`SessionState.apply` that folded the transcript on open (ONE STATE). The path
