@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: setup
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 $(TESTS)
 
 demo: setup
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/prices/demo.sh

@@ -50,6 +50,8 @@ def _secret(rnd: random.Random) -> str:
         "https://h/p?api_key=" + c(12) + "&x=1", "?sig=" + c(5), "DB_PASSWORD=" + c(14),
         'API_KEY = "' + c(20) + '"', "KEY=" + c(6), "PASSWORD=[REDACTED:secret]", pem,
         pem + "-----END RSA " + "PRIVATE KEY-----\n", EXACT, '"' + EXACT + '"', "-----BEGIN", "://", "&", "?",
+        '"pass' + 'word": "' + c(rnd.randint(3, 12)) + '"', "Passwd=" + c(9, ALNUM + "!@#"), "password = get_x()",
+        "mysql -u root -p" + c(rnd.randint(2, 9)) + " db", "mariadb -p " + c(5), "passw", "mysql",
     ])
 
 

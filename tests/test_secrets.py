@@ -121,6 +121,22 @@ def test_ordinary_text_is_left_alone():
         assert redactor.text(text) == text
 
 
+def test_a_json_password_and_mysql_p_were_left_in_clear():
+    """Regression (a new user's trial): `"password": "..."` in JSON and `mysql -pSECRET` passed through;
+    so did a lower-case `password=` or `--password=`. Code and prose naming a password stay as they are."""
+    redactor = Redactor()
+    for text, clear in [('{"password": "hunter2xyz"}', '{"password": "[REDACTED:password]"}'),
+                        ('{\\"db_password\\": \\"S3cret!x\\"}', '{\\"db_password\\": \\"[REDACTED:password]\\"}'),
+                        ("passwd: Tr0ub4dor&3", "passwd: [REDACTED:password]"),
+                        ("mysqldump --password=Zx9-long db", "mysqldump --password=[REDACTED:password] db"),
+                        ("mysql -u root -pS3cretPassw0rd db", "mysql -u root -p[REDACTED:password] db")]:
+        assert redactor.text(text) == clear
+        assert redactor.data(text.encode()) == clear.encode()
+    for text in ["password = get_password()", "the password: expired", "mysql -u root -p db",
+                 "password=hash_v2(x)", "if not password:", "mysql --port 3306 -h db"]:
+        assert redactor.text(text) == text
+
+
 def test_values_inside_json_text_and_structures():
     keys = fake_keys()
     value = 'quote"and\\slash-' + keys["env"]

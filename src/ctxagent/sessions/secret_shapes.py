@@ -9,8 +9,9 @@ Kinds: provider keys by shape, ``bearer-token`` (``Authorization`` headers), ``p
 blocks), ``header`` (API-key, token and cookie headers, any case: ``x-api-key``, ``api-key``,
 ``x-goog-api-key``, ``x-auth-token``, ``cookie``...), ``url-password`` and ``url-userinfo`` (the
 userinfo of a URL), ``url-query`` (a query parameter named like a key, token, secret, password or
-signature) and ``secret`` (an assignment to an upper-case name that says KEY, TOKEN, SECRET,
-PASSWORD or PASSWD).
+signature), ``secret`` (an assignment to an upper-case name that says KEY, TOKEN, SECRET,
+PASSWORD or PASSWD) and ``password`` (a value under a password name of any case, JSON and YAML
+keys included, and mysql's ``-pSECRET``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,14 @@ SHAPES: tuple[tuple[str, str, str], ...] = (
     ("url-query", r"(?i:[?&]" + _QUERY_NAMES + "=)", r"(?!\[REDACTED)[^&#\s\"'<>\\]{6,2000}"),
     ("secret", r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]{0,60}" + _QUOTE + r"\s{0,4}[=:]\s{0,4}" + _QUOTE,
      r"(?!\[REDACTED)[A-Za-z0-9_+/=.~!@$%^&*-]{8,1000}(?![A-Za-z0-9_+/=.~!@$%^&*(-])"),
+    # a password under a name of any case: JSON `"password": "..."`, YAML, `password=...`, `--password=...`;
+    # a value with a digit or a symbol, or 8+ long with a capital (not code: `password = get_password()`)
+    ("password", r"(?i:passw(?:or)?d\\{0,3}[\"']?\s{0,4}[:=]\s{0,4}" + _QUOTE + ")",
+     r"(?!\[REDACTED)(?=[A-Za-z_.~-]{0,1000}[0-9+/=!@#$%^&*]|(?=[a-z_.~-]{0,1000}[A-Z])[A-Za-z0-9_.~-]{8})"
+     r"[A-Za-z0-9_+/=.~!@#$%^&*-]{4,1000}(?![A-Za-z0-9_+/=.~!@#$%^&*(-])"),
+    # mysql's password glued to its flag: `mysql -u root -pSECRET db` (mysqldump, mysqladmin, mariadb too)
+    ("password", r"\b(?:mysql|mariadb)[a-z-]{0,10}[ \t][^\n]{0,200}?[ \t]-p",
+     r"(?!\[REDACTED)[^\s'\"\\]{3,200}"),
 )
 
 # Every match of a shape holds one of these at its start (``back``: or up to that many characters
@@ -57,7 +66,7 @@ ANCHORS: tuple[tuple[str, int], ...] = (
     ("-----BEGIN", 0), ("sk-", 0), ("AKIA", 0), ("ASIA", 0), ("gh", 0), ("github_pat_", 0), ("AIza", 0),
     ("xox", 0), ("eyJ", 0), ("://", 21), ("KEY", 0), ("TOKEN", 0), ("SECRET", 0), ("PASSW", 0),
 )
-LOWER_ANCHORS: tuple[str, ...] = ("bearer", "authorization")
+LOWER_ANCHORS: tuple[str, ...] = ("bearer", "authorization", "passw", "mysql", "mariadb")
 # Where a header or URL query shape may start (case-insensitive; a match starts where this does):
 # the name followed by its separator. Tried only ``back`` characters before each hit of a needle
 # (searched in lower-cased text), so that the word "token" in prose costs one failed match.
@@ -95,4 +104,7 @@ PREFILTERS: tuple[tuple[str, str, int | None], ...] = (
     ("i", r"[?&]" + _QUERY_NAMES + r"=[^&# \t\n\r\x0b\x0c\"'<>\\]{6}", None),
     ("", r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]{0,60}" + _PQ + _WS + "{0,4}[=:]" + _WS + "{0,4}" + _PQ
      + r"[A-Za-z0-9_+/=.~!@$%^&*-]{8}", None),
+    ("i", r"passw(?:or)?d\\{0,3}[\"']?" + _WS + "{0,4}[:=]" + _WS + "{0,4}" + _PQ
+     + r"[A-Za-z0-9_+/=.~!@#$%^&*-]{4}", None),
+    ("", r"(?:mysql|mariadb)[a-z-]{0,10}[ \t][^\n]{0,200}[ \t]-p[^ \t\n\r\x0b\x0c'\"\\]{3}", None),
 )
