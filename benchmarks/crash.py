@@ -12,10 +12,10 @@ and a last ``resume`` runs to the end. After every kill the harness checks:
   start of the transcript after the next process, and parses; a torn last line is moved, exactly,
   to ``transcript.torn-N.jsonl`` (records are small and written with one ``write``, so a real kill
   never tears one here: after some kills the harness cuts the last record at a random byte itself);
-- after the last resume: it **answered** (exit 0, or exit 2 "nothing left to do" when the kill
-  came after the answer was recorded), message ``seq`` numbers run 0..n-1 without a gap (**no
-  record lost**), the transcript's messages and the rebuilt view keep **PAIR**, every offloaded
-  output's file matches its record's sha256, and no spool file is left behind.
+- after the last resume: it **answered** (exit 0 and a final answer last, also when the kill came
+  after the answer was recorded: resume then reports that answer), message ``seq`` numbers run
+  0..n-1 without a gap (**no record lost**), the transcript's messages and the rebuilt view keep
+  **PAIR**, every offloaded output's file matches its record's sha256, and no spool file is left behind.
 
 Litellm chains run the real litellm HTTP code against a local ``FakeOpenAI`` that answers with a
 delay (so kills land inside model calls) and rejects every request that breaks PAIR with a 400:
@@ -221,8 +221,7 @@ class Chain:
         proc = subprocess.run(self._args(), cwd=self.work, env=self.env, stdin=subprocess.DEVNULL,
                               capture_output=True, text=True, timeout=timeout)
         self._check_previous()
-        if proc.returncode == 0 or (proc.returncode == 2 and "nothing left to do" in proc.stderr
-                                    and self._answered()):
+        if proc.returncode == 0 and self._answered():
             self.tally.resumed_ok += 1
         else:
             self.tally.failures.append(f"{self.name}: final resume exited {proc.returncode}: {proc.stderr[-600:]}")
@@ -232,8 +231,10 @@ class Chain:
         self._check_session()
 
     def _answered(self) -> bool:
-        messages = [r["message"] for r in self._records() if r.get("kind") == "message"]
-        return bool(messages) and messages[-1]["role"] == "assistant" and not messages[-1].get("tool_calls")
+        from ctxagent.sessions import records
+        from ctxagent.sessions.outcome import final_answer
+
+        return final_answer(records.loads(json.dumps(r)) for r in self._records()) is not None
 
     def _check_session(self) -> None:
         from ctxagent.agent.runner import INTERRUPTED
