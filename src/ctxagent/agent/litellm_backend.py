@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import logging
 import os
 import sys
@@ -42,6 +41,7 @@ from typing import Any
 from ctxagent.agent.model_types import Reply, Usage, read_usage
 from ctxagent.agent.provider_errors import RETRY_ONCE, Failure, classify, describe, read_error, retry_note
 from ctxagent.agent.replies import IncompleteReply, err_words, read_reply, read_stream, stream_cut, wire_message
+from ctxagent.collector import collector_paused
 from ctxagent.errors import ProviderContextError, ProviderError, ProviderQuotaError
 from ctxagent.messages import Message
 from ctxagent.sessions import redact
@@ -125,15 +125,8 @@ def _litellm() -> Any:
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        with _keep_tiktoken_dir():
-            import litellm
-    finally:
-        gc.freeze()
-        if paused:
-            gc.enable()
+    with collector_paused(freeze=True), _keep_tiktoken_dir():
+        import litellm
     litellm.suppress_debug_info = True
     if hasattr(litellm, "disable_hf_tokenizer_download"):
         litellm.disable_hf_tokenizer_download = True

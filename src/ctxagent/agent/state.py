@@ -12,15 +12,14 @@ token calibration, the session's usage totals, and the base view (:class:`~ctxag
 
 from __future__ import annotations
 
-import gc
 import json
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from ctxagent.agent import activity
 from ctxagent.agent.context import ContextState, compaction_of
+from ctxagent.collector import collector_paused
 from ctxagent.handles import base_handle, new_handle
 from ctxagent.messages import Message, ToolCall, call_ids
 from ctxagent.sessions import records
@@ -325,22 +324,10 @@ def fold(items: Iterable[Any], *, transcript_path: str = "transcript.jsonl") -> 
     up (a third of a 10,000-message resume). Nothing a fold makes is garbage in a cycle.
     """
     state = SessionState(context=ContextState(transcript_path=transcript_path))
-    with _collector_paused():
+    with collector_paused():
         for item in items:
             state.apply(item)
     return state
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Disable the cyclic garbage collector inside the block (as it was after; re-entrant)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def pins_of(message: Message) -> list[str]:
