@@ -19,7 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxagent.cli.batch_tasks import STDERR_KEPT, Standing, Task, command_for, standing
+from ctxagent.cli.batch_tasks import STDERR_KEPT, Standing, Task, command_for, reported, standing
 
 INTERRUPTED_EXIT = 130
 
@@ -117,12 +117,8 @@ class Pool:
         """Run ``task`` (or report it: a bad line, an answered session) and return its result object."""
         base = {"line": task.line, "session": task.session, "resumed": False}
         stand = standing(task) if task.error is None else Standing(error=task.error)
-        if stand.error is not None:
-            return {**base, "status": "usage_error", "error": stand.error, "exit_code": 2, "skipped": False,
-                    "is_error": True}
-        if stand.answer is not None:
-            return {**base, "status": "answered", "answer": stand.answer, "exit_code": 0, "skipped": True,
-                    "is_error": False}
+        if (done := reported(stand, base)) is not None:
+            return done
         if self.stopping.is_set():
             return {**base, "status": "interrupted", "exit_code": INTERRUPTED_EXIT, "skipped": True, "is_error": True}
         started = time.monotonic()

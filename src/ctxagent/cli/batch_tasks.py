@@ -157,3 +157,15 @@ def standing(task: Task) -> Standing:
         return Standing(error=f"line {task.line}: session {task.session!r} holds another task ({held[:80]!r}); "
                               "give this line its own \"session\", or delete that session")
     return Standing(started=True, answer=recorded_answer(session.transcript))
+
+
+def reported(stand: Standing, base: dict[str, Any]) -> dict[str, Any] | None:
+    """The result object of a task that is not run (``base``'s keys plus the outcome): its line's
+    usage error, or its session's recorded answer; None when the task is to run."""
+    if stand.error is not None:
+        return {**base, "status": "usage_error", "error": stand.error, "exit_code": 2, "skipped": False,
+                "is_error": True}
+    if stand.answer is not None:  # with or without its end record (sessions/outcome.py)
+        return {**base, "status": "answered", "answer": stand.answer, "exit_code": 0, "skipped": True,
+                "is_error": False}
+    return None

@@ -31,7 +31,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ctxagent.cli.batch_tasks import STDERR_KEPT, Task, command_for, standing
+from ctxagent.cli.batch_tasks import STDERR_KEPT, Task, command_for, reported, standing
 from ctxagent.cluster.guard import GRACE_S
 from ctxagent.cluster.temporal_workflow import ACTIVITY, SessionTask
 
@@ -76,12 +76,8 @@ class SessionActivity:
         base = {"line": task.line, "session": task.session, "resumed": False, "worker": self.identity,
                 "attempt": info.attempt}
         stand = await asyncio.to_thread(standing, task)
-        if stand.error is not None:
-            return {**base, "status": "usage_error", "error": stand.error, "exit_code": 2, "skipped": False,
-                    "is_error": True}
-        if stand.answer is not None:  # with or without its end record (sessions/outcome.py)
-            return bounded({**base, "status": "answered", "answer": stand.answer, "exit_code": 0, "skipped": True,
-                            "is_error": False})
+        if (done := reported(stand, base)) is not None:
+            return bounded(done)
         _log(f"{task.session}: {'resuming' if stand.started else 'starting'} (attempt {info.attempt})")
         started = time.monotonic()
         try:
