@@ -4,13 +4,17 @@ throughput, and the peak memory of a one-turn run. Run: ``python -m benchmarks.r
 
 Every figure is timed in alternating pairs with its floor, in one run (benchmarks/pairs.py; medians):
 
-- warm resume: ``fold(Transcript(path).records())``, the state a run starts from (open + fold).
-  Floor: reading the file's lines and ``msgspec.json.decode`` of each into plain dicts — the least
-  any resume that looks at every record must do.
+- warm resume: ``open_state(Transcript(path))``, the state a run starts from, as ``resume`` opens
+  it: the folded-state snapshot the session's last run or open left (agent/snapshot.py), checked
+  against the file (sha256 of the bytes it covers) and advanced by the records after it. Floor:
+  reading the file's lines and ``msgspec.json.decode`` of each into plain dicts — the least any
+  resume that looks at every record must do. Also timed: the whole fold with no snapshot (the first
+  open of a session written by an older ctxagent, or after the snapshot cache was cleared).
 - cold ``inspect context --session S`` into a pipe (plain output), a new process each time. Floor:
   a new interpreter that imports typer (the CLI framework) and decodes every line as above. The
-  count cache (ctxagent/tokens.py) holds what an earlier run or inspect of the session counted:
-  one untimed inspect fills it first, as any run of the session would have.
+  count cache (ctxagent/tokens.py) holds what an earlier run or inspect of the session counted,
+  and the snapshot cache the state it folded: one untimed inspect fills both first, as the end of
+  any run of the session would have.
 - decode throughput (MB/s of transcript): the record decoder (``records.loads``: msgspec, falling
   back to pydantic) and pydantic-core's JSON validation alone, against msgspec into dicts.
 - peak memory (``ru_maxrss`` of the child, MB): ``ctxagent run --batch --model scripted:FILE hi``
@@ -49,12 +53,12 @@ def _decode_all(path: Path) -> Callable[[], None]:
     return floor
 
 
-def _open_and_fold(path: Path) -> Callable[[], None]:
-    from ctxagent.agent.state import fold
+def _open(path: Path, snapshot: bool = True) -> Callable[[], None]:
+    from ctxagent.agent.snapshot import open_state
     from ctxagent.sessions.transcript import Transcript
 
     def warm() -> None:
-        fold(Transcript(path).records(), transcript_path=str(path))
+        open_state(Transcript(path), snapshot=snapshot)
 
     return warm
 
@@ -116,15 +120,16 @@ def run(quick: bool = False, pairs: int | None = None, messages: int = 10_000) -
         py = sys.executable
         inspect = [py, "-m", "ctxagent", "inspect", "context", "--session", "realistic"]
         subprocess.run(inspect, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
-        warm = paired(_decode_all(path), _open_and_fold(path), pairs)
+        warm = paired(_decode_all(path), _open(path), pairs)
+        whole = paired(_decode_all(path), _open(path, snapshot=False), pairs)
         cold = paired(command([py, "-c", FLOOR_CHILD, str(path)], env=env), command(inspect, env=env), pairs)
         ours = paired(_each_line(_dict_decoder(), lines), _each_line(records.loads, lines), pairs)
-        pydantic = paired(_each_line(_dict_decoder(), lines), _each_line(records._ADAPTER.validate_json, lines), pairs)
+        pydantic = paired(_each_line(_dict_decoder(), lines), _each_line(records.adapter().validate_json, lines), pairs)
         script = Path(tmp) / "hi.yaml"
         script.write_text("- content: hello\n", encoding="utf-8")
         memory = _memory(pairs, env, script, "realistic")
     return {"pairs": pairs, "messages": messages, "records": len(lines), "transcript_mb": round(mb, 1),
-            "build_s": round(built_s, 1), "warm": _as_dict(warm), "cold": _as_dict(cold),
+            "build_s": round(built_s, 1), "warm": _as_dict(warm), "whole_fold": _as_dict(whole), "cold": _as_dict(cold),
             "decode_mb_s": {"msgspec_dicts": round(mb / ours.a_s), "records_loads": round(mb / ours.b_s),
                             "pydantic": round(mb / pydantic.b_s)},
             "memory": memory}
@@ -150,7 +155,10 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
     """The result as ``(title, header, rows)``."""
     d, m = data["decode_mb_s"], data["memory"]
     rows = [
-        _row("warm resume (open + fold, in-process)", data["warm"], "read + msgspec-decode every line", 0.1),
+        _row("warm resume (open: snapshot + records after it, in-process)", data["warm"],
+             "read + msgspec-decode every line", 0.1),
+        *([_row("  the same with no snapshot (fold every record)", data["whole_fold"],
+                "read + msgspec-decode every line", 0.1)] if "whole_fold" in data else []),
         _row("cold `inspect context` (new process, plain output)", data["cold"],
              "new python: import typer + decode every line", 0.5),
         ["record decoder (`records.loads`)", f"{d['records_loads']} MB/s",

@@ -17,9 +17,9 @@ from ctxagent.agent.model import Model, make_model
 from ctxagent.agent.model_types import price_of
 from ctxagent.agent.runner import Runner
 from ctxagent.agent.sinks import MemorySink
-from ctxagent.agent.state import Settings, fold
+from ctxagent.agent.snapshot import open_state
+from ctxagent.agent.state import Settings
 from ctxagent.errors import ProfileError, UsageError
-from ctxagent.lessons.hooks import Learner
 from ctxagent.profile import EXTENDS, Path_, Profile, bundled_names, load_profile, parse_profile
 from ctxagent.profile_schema import Limits
 from ctxagent.sessions import records
@@ -33,7 +33,7 @@ from ctxagent.tools.toolset import Toolset, make_toolset
 from ctxagent.tools.user import absolute_spec, load_tools
 
 if TYPE_CHECKING:
-    from ctxagent.mcp_tools.mirror import McpTools
+    from ctxagent.mcp_tools.config import McpTools
 
 SCRIPTED_WINDOW = 128_000  # tokens: the window a scripted model has when the profile sets none
 
@@ -156,7 +156,7 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     nothing is written then. ``lessons``: False (``--no-lessons``) runs without lessons: none shown
     to a new session, nothing learned (else the profile's ``lessons`` decides; lessons/hooks.py).
     """
-    state = fold(session.transcript.records(repair=True), transcript_path=str(session.transcript.path))
+    state = open_state(session.transcript, repair=True)
     settings, profile = wanted_settings(state.settings, profile_spec=profile_spec, model_spec=model_spec,
                                         api_base=api_base, path=path, workdir=workdir, tools=tools,
                                         limits=session_limits, context_window=context_window,
@@ -198,6 +198,8 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     if "delegate" in toolset.tools:
         runner.delegator = Delegator(runner, _child_opener(settings, profile), profile.delegate)
     if lessons and profile.lessons.enabled and "/" not in session.name:  # sub-agents neither see nor teach
+        from ctxagent.lessons.hooks import Learner
+
         runner.learner = Learner(session.name, profile.lessons, Path(settings.workdir), settings.model)
     return runner
 
@@ -262,8 +264,7 @@ def mcp_for(session: Session, profile: Profile, settings: Settings, recorded: Ma
     the servers (a run) or not (``inspect``). A recorded config file deleted since is a warning
     (its servers' recorded tools answer with errors). Raises ``UsageError`` for a config file that
     cannot be read or is invalid (a run only)."""
-    from ctxagent.mcp_tools.config import servers_of
-    from ctxagent.mcp_tools.mirror import McpTools, mcp_tools
+    from ctxagent.mcp_tools.config import McpTools, servers_of
 
     gone = settings.mcp_config is not None and not Path(settings.mcp_config).is_file()
     try:
@@ -274,6 +275,8 @@ def mcp_for(session: Session, profile: Profile, settings: Settings, recorded: Ma
         servers = {}
     if not servers and not recorded:
         return McpTools()
+    from ctxagent.mcp_tools.mirror import mcp_tools  # the client (asyncio, the MCP SDK): only with servers
+
     workdir = Path(settings.workdir) if settings.workdir else Path.cwd()
     found = mcp_tools(servers, recorded, log_dir=session.transcript.path.parent / "mcp", workdir=workdir,
                       connect=connect)
@@ -327,6 +330,7 @@ class NextRequest:
     last: list[Entry] = field(default_factory=list)
     turn: int = 1  # the turn the request would be for
     lessons: records.LessonsRecord | None = None  # the lessons block the session was shown (lessons/)
+    counts: dict[str, int] = field(default_factory=dict)  # strategy -> compactions the session recorded
 
 
 class _NoModel:
@@ -338,10 +342,12 @@ class _NoModel:
         raise AssertionError("a peek never calls the model")
 
 
-def next_request(session: Session, path: Path_ | None = None) -> NextRequest:
+def next_request(session: Session, path: Path_ | None = None, *, every_compaction: bool = False) -> NextRequest:
     """The exact view the next request would send, computed by the runner's own code on a state
     folded from the transcript, with a sink that writes nothing (no model call, no litellm import).
 
+    ``recorded`` holds the session's newest compaction records (``state.RECENT_COMPACTIONS``), or
+    with ``every_compaction`` all of them (the transcript is then read whole, not from a snapshot).
     LLM strategies run without a summarizer here, so they show their deterministic fallback.
     Raises ``UsageError``/``ProfileError`` for a session without header or a bad profile.
     """

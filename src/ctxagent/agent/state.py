@@ -29,6 +29,9 @@ from ctxagent.tokens import calibration
 REPAIR_SOURCE = "transcript repair"
 """``source`` of the note records that record a repair the fold made to a damaged transcript."""
 
+RECENT_COMPACTIONS = 10
+"""Compaction records a state keeps whole (``inspect context`` lists them; the rest are counted)."""
+
 VIEW_STEPS = frozenset({"mask_observations", "prune", "dedupe", "role_selective"})
 """Steps that edit single results as they age, typically on every request (``trigger: 0``): their
 compactions are the plan, not thrashing, so the thrash guard does not count them."""
@@ -133,6 +136,8 @@ class SessionState:
     shown_files: list[activity.Touched] = field(default_factory=list)  # the ledger in the view (last compaction)
     pure: dict[str, tuple[str, int]] = field(default_factory=dict)  # signature -> (handle, turn), pure tools
     compacted_turns: int = 0  # consecutive requests that ran a reducing compaction (thrash guard)
+    compactions: dict[str, int] = field(default_factory=dict)  # strategy -> compaction records
+    recent_compactions: list[records.CompactionRecord] = field(default_factory=list)  # the newest RECENT_COMPACTIONS
     _compacted_at: int = field(default=-1, repr=False)  # the request (reply number + 1) of the last one
     _calls: dict[str, ToolCall] = field(default_factory=dict, repr=False)  # call id -> call, of the last reply
     _recent: list[ToolCall] = field(default_factory=list, repr=False)  # the latest calls, oldest first
@@ -149,6 +154,8 @@ class SessionState:
                 self.shown_pins = list(self.pins)  # a step cut old history too: a mask batch must not break the
                 self.shown_files = list(self.ledger.files.values())  # whole cached prefix for a new ledger line
             self._compaction(record)
+            self.compactions[record.strategy] = self.compactions.get(record.strategy, 0) + 1
+            self.recent_compactions = [*self.recent_compactions[1 - RECENT_COMPACTIONS:], record]
         elif isinstance(record, records.OutputRecord):
             self.handles.add(record.handle)
             self.stored.add(record.handle)
@@ -316,14 +323,16 @@ class SessionState:
             self.scale = calibration(record.prompt_tokens, record.estimated_prompt_tokens)
 
 
-def fold(items: Iterable[Any], *, transcript_path: str = "transcript.jsonl") -> SessionState:
-    """The state of a session whose records are ``items`` (oldest first).
+def fold(items: Iterable[Any], *, transcript_path: str = "transcript.jsonl",
+         state: SessionState | None = None) -> SessionState:
+    """The state of a session whose records are ``items`` (oldest first); with ``state``, that
+    state advanced by ``items`` (the records after a snapshot: agent/snapshot.py).
 
     The cyclic garbage collector is paused while the fold runs: it builds tens of thousands of
     objects that all live on, and CPython's collector would scan them again and again as they pile
     up (a third of a 10,000-message resume). Nothing a fold makes is garbage in a cycle.
     """
-    state = SessionState(context=ContextState(transcript_path=transcript_path))
+    state = state or SessionState(context=ContextState(transcript_path=transcript_path))
     with collector_paused():
         for item in items:
             state.apply(item)

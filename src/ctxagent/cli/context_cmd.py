@@ -40,7 +40,8 @@ def context(
 
     if path not in (None, "interactive", "batch"):
         raise typer.BadParameter("--path is interactive or batch")
-    nxt = next_request(pick(session), path="batch" if path == "batch" else "interactive" if path else None)
+    nxt = next_request(pick(session), path="batch" if path == "batch" else "interactive" if path else None,
+                       every_compaction=json_out)
     from ctxagent.strategies.pipeline import rule_in_force
 
     b = nxt.budget
@@ -91,7 +92,7 @@ def _notes(nxt: NextRequest, budget: dict[str, int | float], rule: str) -> list[
     if nxt.lessons is not None and nxt.lessons.text:  # in the pins message, as recorded when the session started
         lines.append(f"lessons shown ({', '.join(nxt.lessons.ids)}; in the pins message, chosen when the session "
                      f"started):\n{nxt.lessons.text}")
-    lines += _recorded(nxt.recorded)
+    lines += _recorded(nxt.recorded, nxt.counts)
     lines += [f"would compact next: {c.strategy} #{c.start}-#{c.end} ({c.tokens_before} -> {c.tokens} tokens)"
               for c in nxt.compactions]
     return lines
@@ -100,14 +101,15 @@ def _notes(nxt: NextRequest, budget: dict[str, int | float], rule: str) -> list[
 SHOWN_COMPACTIONS = 10  # the newest recorded compactions listed one per line (--json lists them all)
 
 
-def _recorded(recorded: list[Any]) -> list[str]:
+def _recorded(recorded: list[Any], counts: dict[str, int]) -> list[str]:
     """One line per recorded compaction, the newest :data:`SHOWN_COMPACTIONS` only, after a count per
-    strategy when there are more (a 500-turn session records thousands: mostly masks of old results)."""
+    strategy (``counts``) when there are more (a 500-turn session records thousands: mostly masks of
+    old results)."""
     lines = []
-    if len(recorded) > SHOWN_COMPACTIONS:
-        counts = Counter(r.strategy for r in recorded)
-        per = ", ".join(f"{name} {n:,}" for name, n in counts.most_common())
-        lines.append(f"recorded compactions: {len(recorded):,} ({per}); the newest {SHOWN_COMPACTIONS} "
+    total = sum(counts.values())
+    if total > SHOWN_COMPACTIONS:
+        per = ", ".join(f"{name} {n:,}" for name, n in Counter(counts).most_common())
+        lines.append(f"recorded compactions: {total:,} ({per}); the newest {SHOWN_COMPACTIONS} "
                      "(--json lists every one):")
     return lines + [f"recorded compaction: {r.strategy} #{r.start}-#{r.end} ({r.tokens_before} -> {r.tokens} tokens)"
                     for r in recorded[-SHOWN_COMPACTIONS:]]

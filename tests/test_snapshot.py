@@ -1,0 +1,141 @@
+"""Folded-state snapshots (agent/snapshot.py): a state loaded from a snapshot and advanced by the
+records after its mark is the state a fold of the whole transcript gives (ONE STATE), and a snapshot
+that does not provably belong to the file and the code is never used."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+from unittest.mock import patch
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ctxagent.agent import snapshot
+from ctxagent.agent.snapshot import load, open_state, state_file
+from ctxagent.agent.state import fold
+from ctxagent.sessions.transcript import Transcript, TranscriptWarning
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `benchmarks` is a top-level folder of the repository, not installed
+    sys.path.insert(0, str(ROOT))
+resume_transcript = importlib.import_module("benchmarks.resume_transcript")
+
+
+@functools.cache
+def realistic_bytes() -> bytes:
+    """A realistic transcript (benchmarks/resume_transcript.py: messages, usage, compaction, output
+    and end records) of 250 messages, as bytes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        data: bytes = resume_transcript.write(Path(tmp) / "s", 250).read_bytes()
+        return data
+
+
+@pytest.fixture
+def realistic() -> bytes:
+    return realistic_bytes()
+
+
+def whole(path: Path) -> object:
+    return fold(Transcript(path).records(), transcript_path=str(path))
+
+
+@settings(max_examples=25, deadline=None)
+@given(cut=st.floats(0, 1), torn=st.booleans())
+def test_a_snapshot_plus_the_records_after_it_is_the_whole_fold(cut: float, torn: bool) -> None:
+    realistic = realistic_bytes()
+    lines = realistic.splitlines(keepends=True)
+    k = round(cut * len(lines))
+    with tempfile.TemporaryDirectory() as tmp, patch.object(snapshot, "SAVE_AFTER_BYTES", 0):
+        path = Path(tmp) / "transcript.jsonl"
+        path.write_bytes(b"".join(lines[:k]) + (lines[k][:7] if torn and k < len(lines) else b""))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TranscriptWarning)  # the torn line, set aside
+            open_state(Transcript(path))
+        assert (load(Transcript(path)) is not None) == (k > 0)
+        path.write_bytes(realistic)  # the torn line completed, the rest appended
+        assert open_state(Transcript(path)) == whole(path)
+        assert load(Transcript(path)) is not None and open_state(Transcript(path)) == whole(path)
+
+
+def snapshotted(realistic: bytes, tmp_path: Path) -> Path:
+    path = tmp_path / "transcript.jsonl"
+    path.write_bytes(realistic)
+    with patch.object(snapshot, "SAVE_AFTER_BYTES", 0):
+        open_state(Transcript(path))
+    assert load(Transcript(path)) is not None
+    return path
+
+
+def test_an_edit_before_the_mark_discards_the_snapshot(realistic: bytes, tmp_path: Path) -> None:
+    path = snapshotted(realistic, tmp_path)
+    edited = realistic.replace(b'"turn":3,', b'"turn":4,', 1)
+    assert edited != realistic
+    path.write_bytes(edited)
+    assert load(Transcript(path)) is None
+    assert open_state(Transcript(path)) == whole(path)
+
+
+def test_a_snapshot_others_may_write_is_not_loaded(realistic: bytes, tmp_path: Path) -> None:
+    path = snapshotted(realistic, tmp_path)
+    assert state_file(Transcript(path)).stat().st_mode & 0o777 == 0o600
+    os.chmod(state_file(Transcript(path)), 0o666)  # a pickle runs code when loaded: only our own
+    assert load(Transcript(path)) is None
+
+
+def test_a_snapshot_of_other_code_or_a_damaged_one_is_not_loaded(realistic: bytes, tmp_path: Path) -> None:
+    path = snapshotted(realistic, tmp_path)
+    with patch.object(snapshot, "fingerprint", lambda: "another ctxagent"):
+        assert load(Transcript(path)) is None
+    target = state_file(Transcript(path))
+    target.write_bytes(target.read_bytes()[:-100])
+    assert load(Transcript(path)) is None
+    target.write_bytes(b"not a pickle")
+    assert load(Transcript(path)) is None and open_state(Transcript(path)) == whole(path)
+
+
+def test_a_small_session_leaves_no_snapshot(realistic: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "transcript.jsonl"
+    path.write_bytes(realistic)
+    assert len(realistic) < snapshot.SAVE_AFTER_BYTES
+    open_state(Transcript(path))
+    assert not state_file(Transcript(path)).exists()
+
+
+def test_warnings_after_a_snapshot_name_the_true_line(realistic: bytes, tmp_path: Path) -> None:
+    path = snapshotted(realistic, tmp_path)
+    lines = realistic.count(b"\n")
+    with path.open("ab") as fh:
+        fh.write(b'{"kind": "message", "seq": \n')
+    with pytest.warns(TranscriptWarning, match=rf"transcript.jsonl:{lines + 1}: unreadable record"):
+        open_state(Transcript(path))
+
+
+def test_the_newest_compactions_and_the_counts_survive_a_snapshot(realistic: bytes, tmp_path: Path) -> None:
+    path = snapshotted(realistic, tmp_path)
+    records = Transcript(path).load()
+    kept = [r for r in records if getattr(r, "kind", "") == "compaction"]
+    state = open_state(Transcript(path))
+    assert state.recent_compactions == kept[-10:] and sum(state.compactions.values()) == len(kept) > 10
+
+
+def test_a_run_that_ends_brings_the_snapshot_up_to_date(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from clihelp import run_cli
+
+    from ctxagent.sessions.session import Session
+
+    monkeypatch.setattr(snapshot, "SAVE_AFTER_BYTES", 1)
+    script = tmp_path / "hi.yaml"
+    script.write_text("- content: hello\n", encoding="utf-8")
+    out = run_cli("run", "--batch", "--session", "snap", "--model", f"scripted:{script}", "hi")
+    assert out.exit_code == 0 and out.stdout.strip() == "hello"
+    transcript = Session.at("snap").transcript
+    loaded = load(transcript)
+    assert loaded is not None and loaded[1].offset == transcript.path.stat().st_size  # up to the end record
+    assert loaded[0] == whole(transcript.path) and loaded[0].last_end == "answered"
