@@ -51,7 +51,7 @@ def test_every_record_kind_has_a_sample() -> None:
 def test_the_fast_path_gives_what_pydantic_gives_and_roundtrips(record: Any) -> None:
     line = records.dumps(record)
     fast = records.fast(line.encode())
-    slow = records._ADAPTER.validate_json(line)
+    slow = records.adapter().validate_json(line)
     assert fast is not None and type(fast) is type(slow)
     assert fast == slow == record
     assert records.dumps(fast) == line  # ROUNDTRIP: same bytes, same field order
@@ -76,7 +76,7 @@ def test_the_generated_structs_mirror_the_models() -> None:
 ])
 def test_a_line_the_fast_path_cannot_take_strictly_goes_through_pydantic(line: str) -> None:
     assert records.fast(line.encode()) is None
-    assert records.dumps(records.loads(line)) == records.dumps(records._ADAPTER.validate_json(line))
+    assert records.dumps(records.loads(line)) == records.dumps(records.adapter().validate_json(line))
     if "newer" in line:  # extras are kept, and written back
         assert json.loads(records.dumps(records.loads(line)))["newer"] == "field"
 
@@ -94,7 +94,7 @@ def test_any_message_text_decodes_as_pydantic_does(text: str, handle: str | None
                                    message={"role": "tool", "tool_call_id": "c", "content": text})
     line = records.dumps(record).encode("utf-8", "surrogatepass")
     try:
-        expected = records._ADAPTER.validate_json(line)
+        expected = records.adapter().validate_json(line)
     except ValueError:  # a lone surrogate pydantic will not read either
         assert records.fast(line) is None or records.fast(line) == record
         return
@@ -151,9 +151,10 @@ def test_inspect_context_listed_every_recorded_compaction_one_per_line():
 
     recorded = [CompactionRecord(strategy="mask_observations" if i % 3 else "truncate", start=i, end=i + 1,
                                  tokens=10, tokens_before=100) for i in range(25)]
-    lines = context_cmd._recorded(recorded)
+    counts = {"truncate": 9, "mask_observations": 16}  # as the session state counts them
+    lines = context_cmd._recorded(recorded[-10:], counts)
     assert lines[0].startswith("recorded compactions: 25 (mask_observations 16, truncate 9)")
     assert len(lines) == 1 + context_cmd.SHOWN_COMPACTIONS
     assert lines[-1] == "recorded compaction: truncate #24-#25 (100 -> 10 tokens)"  # 24 % 3 == 0
-    assert context_cmd._recorded(recorded[:3]) == [f"recorded compaction: {r.strategy} #{r.start}-#{r.end} "
+    assert context_cmd._recorded(recorded[:3], {"truncate": 1, "mask_observations": 2}) == [f"recorded compaction: {r.strategy} #{r.start}-#{r.end} "
                                                    "(100 -> 10 tokens)" for r in recorded[:3]]

@@ -130,15 +130,16 @@ def reasoning_text(message: Message) -> str:
     return "\n".join(t for t in blocks if isinstance(t, str) and t)
 
 
-def count_message(message: Message, model: str = "") -> int:
+def count_message(message: Message, model: str = "", *, cached: bool = False) -> int:
     """Tokens one message costs in a request: its text and reasoning plus :data:`PER_MESSAGE` framing
-    tokens. System messages (the prompt, the pinned facts: the same in request after request) are
-    counted through :func:`count_cached`."""
+    tokens. System messages (the prompt, the pinned facts: the same in request after request) and,
+    with ``cached``, any message (a strategy's replacement, made again by every peek of the same
+    view) are counted through :func:`count_cached`."""
     extra = 1 if message.get("name") else 0
     tool_id = message.get("tool_call_id") or ""
     ids = "".join(c.get("id", "") for c in message.get("tool_calls") or [])
     text = reasoning_text(message) + text_of(message) + tool_id + ids
-    count = count_cached if message.get("role") == "system" else count_text
+    count = count_cached if cached or message.get("role") == "system" else count_text
     return PER_MESSAGE + extra + count(text, model)
 
 

@@ -10,11 +10,12 @@ by a crash gets a synthetic "interrupted" result when the session is opened agai
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxagent.agent.budgets import Breaker, session_limits
 from ctxagent.agent.context import check_budget, check_protected, compaction_of, largest_parts, record_of, with_pins
@@ -36,7 +37,6 @@ from ctxagent.agent.turns import (
     with_call_ids,
 )
 from ctxagent.errors import ContextOverflowError, CtxagentError, LimitReached, ProviderContextError, ProviderError
-from ctxagent.lessons.hooks import Learner
 from ctxagent.messages import Message, ToolCall
 from ctxagent.profile import Path_, Profile, StrategyConfig
 from ctxagent.profile_schema import Limits
@@ -51,6 +51,9 @@ from ctxagent.tools.builtin import kill_running
 from ctxagent.tools.offload import settle, store_text
 from ctxagent.tools.permissions import Gate
 from ctxagent.tools.toolset import Toolset
+
+if TYPE_CHECKING:
+    from ctxagent.lessons.hooks import Learner
 
 MAX_RECOVERIES = 2  # emergency compactions per turn after a provider "context too long"
 SUMMARIZER_SYSTEM = "You compress an agent's working transcript. Follow the instructions in the user message exactly."
@@ -73,7 +76,6 @@ class Runner(ToolCalls):
         assert state.settings is not None, "a session state without header"
         self.session, self.state, self.profile, self.model, self.toolset = session, state, profile, model, toolset
         self.sink: Sink = sink or TranscriptSink(session)
-        self.store = RedactingStore(session.store.root, redact.default())  # secrets of the run's environment
         self._summarizer_model = summarizer_model
         self._tool_tokens: dict[tuple[str, ...], int] = {}  # by the deferred tools loaded (find_tools)
         self.notices: list[tuple[str, str]] = []  # (source, text) warned at the start of run() (MCP servers)
@@ -89,6 +91,11 @@ class Runner(ToolCalls):
         toolset.ctx = replace(toolset.ctx, stop=self.stop)
         self.replies_at_start = state.replies  # this run's model calls = state.replies - this
         self._close_open_calls()
+
+    @functools.cached_property
+    def store(self) -> RedactingStore:
+        """The output store, redacting the secrets of the run's environment (made when first used)."""
+        return RedactingStore(self.session.store.root, redact.default())
 
     @property
     def path(self) -> Path_:

@@ -359,7 +359,8 @@ def next_request(session: Session, path: Path_ | None = None, *, every_compactio
                 recorded.append(item)
             yield item
 
-    state = fold(noting(session.transcript.records()), transcript_path=str(session.transcript.path))
+    state = open_state(session.transcript, snapshot=False, each=noting) if every_compaction \
+        else open_state(session.transcript)
     if state.settings is None:
         raise UsageError(f"session {session.name!r} has no header record")
     if path is not None and path != state.settings.path:
@@ -370,8 +371,9 @@ def next_request(session: Session, path: Path_ | None = None, *, every_compactio
     runner = Runner(session, state, profile, _NoModel(), toolset, sink=MemorySink())
     last = runner.last_request()
     peek = runner.peek()
-    return NextRequest(peek.view, peek.budget, peek.compactions, recorded, runner.path, profile, peek.same, last,
-                       state.replies + 1, state.lessons)
+    return NextRequest(peek.view, peek.budget, peek.compactions, recorded if every_compaction else
+                       list(state.recent_compactions), runner.path, profile, peek.same, last, state.replies + 1,
+                       state.lessons, dict(state.compactions))
 
 
 def summarizer_factory(profile: Profile, settings: Settings, done: int) -> Callable[[], Model] | None:

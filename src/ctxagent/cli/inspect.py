@@ -5,12 +5,18 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from ctxagent.cli import outputs_cmd
 from ctxagent.cli.options import SessionOpt, StoreOpt, pick
 from ctxagent.messages import one_line
+
+
+def escape(text: str) -> str:
+    """rich's markup escape, imported when a transcript is shown (``inspect context`` into a pipe
+    never loads rich)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 app = typer.Typer(help="Look inside a session without changing it.", no_args_is_help=True)
 
@@ -80,6 +86,8 @@ def transcript(session: SessionOpt = None, json_out: JsonOpt = False) -> None:
         for rec in items:
             print(records.dumps(rec))
         return
+    from rich.console import Console
+
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"[dim]{target.transcript.path}[/dim]")
     for rec in items:

@@ -22,12 +22,16 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ctxagent.errors import UsageError
+
+if TYPE_CHECKING:
+    from ctxagent.tools.base import Tool
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -162,3 +166,14 @@ def servers_of(profile_servers: dict[str, ServerConfig], config_path: str | None
     (which win for a name both give). Raises ``UsageError`` as :func:`load_file`."""
     from_file = load_file(Path(config_path)) if config_path else {}
     return {**{k: v for k, v in profile_servers.items() if not v.disabled}, **from_file}
+
+
+@dataclass
+class McpTools:
+    """The MCP part of a run's toolset: the mirrored tools, the new tool lists to record
+    (``{server: [tool dicts]}``) and what could not start (one warning line each)."""
+
+    tools: list[Tool] = field(default_factory=list)
+    listed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    servers: list[str] = field(default_factory=list)  # configured or recorded, whether they started or not

@@ -18,12 +18,12 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from ctxagent.mcp_tools import hub
-from ctxagent.mcp_tools.config import ServerConfig
+from ctxagent.mcp_tools.config import McpTools, ServerConfig
 from ctxagent.mcp_tools.results import json_ready, value_of
 from ctxagent.tools.base import Tool, ToolContext, ToolError
 
@@ -64,17 +64,6 @@ def _lean(schema: Any) -> Any:
     return {key: ({name: _lean(sub) for name, sub in value.items()} if key in _NAMED and isinstance(value, dict)
                   else _lean(value))
             for key, value in schema.items() if not (key == "title" and isinstance(value, str))}
-
-
-@dataclass
-class McpTools:
-    """The MCP part of a run's toolset: the mirrored tools, the new tool lists to record
-    (``{server: [tool dicts]}``) and what could not start (one warning line each)."""
-
-    tools: list[Tool] = field(default_factory=list)
-    listed: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    servers: list[str] = field(default_factory=list)  # configured or recorded, whether they started or not
 
 
 def mcp_tools(servers: Mapping[str, ServerConfig], recorded: Mapping[str, list[dict[str, Any]]], *,

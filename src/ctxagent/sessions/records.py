@@ -49,7 +49,7 @@ def now() -> float:
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
     ts: float = Field(default_factory=now)
 
 
@@ -93,7 +93,7 @@ class FileTouch(BaseModel):
     canonical JSON (a read of lines 1-40 is not a read of the whole file).
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
     path: str
     op: Literal["read", "write"]
     sha256: str = ""
@@ -230,7 +230,13 @@ Record = Annotated[
     | PermissionRecord | NoteRecord | PinRecord | ToolsRecord | LessonsRecord,
     Field(discriminator="kind"),
 ]
-_ADAPTER: TypeAdapter[Any] = TypeAdapter(Record)
+
+
+@functools.cache
+def adapter() -> TypeAdapter[Any]:
+    """pydantic's validator of any record (built on first use: most opens never need it, every
+    intact line being decoded by :func:`fast`)."""
+    return TypeAdapter(Record)
 
 
 def dumps(record: _Record) -> str:
@@ -248,7 +254,7 @@ def loads(line: str | bytes) -> Any:
     so the result, the extras kept and the errors raised are pydantic's: one definition per record.
     """
     record = fast(line if isinstance(line, bytes) else line.encode())
-    return record if record is not None else _ADAPTER.validate_json(line)
+    return record if record is not None else adapter().validate_json(line)
 
 
 def fast(line: bytes) -> Any | None:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
 
-import regex
 from pydantic import Field
 
 from ctxagent.tools import values
@@ -158,7 +157,10 @@ def _grep(fh: BinaryIO, regex: Any, context: int) -> tuple[list[str], int, int]:
 
 
 def _compile(pattern: str) -> Any:
-    """``pattern`` compiled by the ``regex`` package (Python ``re`` syntax, plus a time limit)."""
+    """``pattern`` compiled by the ``regex`` package (Python ``re`` syntax, plus a time limit;
+    imported here: only a search needs it)."""
+    import regex
+
     try:
         return regex.compile(pattern)
     except (regex.error, OverflowError, RecursionError) as err:
