@@ -98,3 +98,23 @@ def _light(name: str) -> bpe_cache.LightCounter:
     counter = bpe_cache.light_counter(name, source)
     assert counter is not None
     return counter
+
+
+def test_the_rank_table_holds_exactly_the_ranks_and_refuses_other_files(tmp_path):
+    from ctxagent import rank_table
+
+    enc = tiktoken.get_encoding("cl100k_base")
+    ranks = enc._mergeable_ranks
+    path = tmp_path / "t.ranks"
+    rank_table.write(path, enc._pat_str, ranks)
+    table = rank_table.RankTable(path)
+    assert table.pattern == enc._pat_str
+    assert all(table.get(token) == rank for token, rank in ranks.items())
+    assert table.get(b"") is None and b"\xff\xfe not a token at all" not in table and "str" not in table
+    assert isinstance(_light("o200k_base")._ranks, rank_table.RankTable)  # the light counter maps it
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(ValueError):
+        rank_table.RankTable(path)
+    path.write_bytes(b"CTXRANK0" + bytes(100))
+    with pytest.raises(ValueError):
+        rank_table.RankTable(path)

@@ -23,6 +23,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ctxagent import rank_table
+
+Ranks = dict[bytes, int] | rank_table.RankTable
+"""Mergeable ranks: tiktoken's dict, or the same as a memory-mapped table."""
+
 FIELDS = ("name", "pat_str", "mergeable_ranks", "special_tokens")  # tiktoken.Encoding's arguments
 
 
@@ -77,7 +82,7 @@ class LightCounter:
     Rust's Unicode tables; for ASCII they cannot. A one-turn run counts only a short task this way.
     """
 
-    def __init__(self, pat_str: str, ranks: dict[bytes, int]):
+    def __init__(self, pat_str: str, ranks: Ranks):
         import regex
 
         self._split = regex.compile(pat_str).findall
@@ -92,12 +97,31 @@ class LightCounter:
 
 
 def light_counter(name: str, source_dir: str | None) -> LightCounter | None:
-    """A :class:`LightCounter` for ``name`` from the cache, or None when it holds no entry yet."""
+    """A :class:`LightCounter` for ``name`` over its memory-mapped rank table
+    (:mod:`ctxagent.rank_table`: a few pages read, not ~30 MB of ranks loaded), made from the cache
+    entry the first time; None when the cache holds no entry yet."""
+    path = _entry(name, source_dir)
+    if path is None:
+        return None
+    table_path = path.with_suffix(".ranks")
+    try:
+        table = rank_table.RankTable(table_path)
+        return LightCounter(table.pattern, table)
+    except (OSError, ValueError):
+        pass
     args = _cached_args(name, source_dir)
-    return LightCounter(args["pat_str"], args["mergeable_ranks"]) if args is not None else None
+    if args is None:
+        return None
+    try:
+        rank_table.write(table_path, args["pat_str"], args["mergeable_ranks"])
+        table = rank_table.RankTable(table_path)
+    except (OSError, ValueError):
+        return LightCounter(args["pat_str"], args["mergeable_ranks"])
+    _ARGS.pop((name, source_dir), None)
+    return LightCounter(table.pattern, table)
 
 
-def _merged(ranks: dict[bytes, int], piece: bytes) -> int:
+def _merged(ranks: Ranks, piece: bytes) -> int:
     """Tokens of one pre-split ``piece``: merge the adjacent pair of lowest rank (the first such
     pair on a tie) until no pair is in ``ranks``; the number of parts left."""
     parts = [piece[i:i + 1] for i in range(len(piece))]
