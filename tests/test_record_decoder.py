@@ -1,5 +1,5 @@
-"""The msgspec record decoder (sessions/records.py) against pydantic, the token-count cache, and the
-plain output of ``inspect context`` (issue 18)."""
+"""The record decoder (sessions/records.py), the token-count cache, and the plain output of
+``inspect context`` (issue 18)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, get_args
 
-import msgspec
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from ctxagent import tokens
 from ctxagent.sessions import records
@@ -48,62 +45,24 @@ def test_every_record_kind_has_a_sample() -> None:
 
 
 @pytest.mark.parametrize("record", SAMPLES, ids=lambda r: r.kind)
-def test_the_fast_path_gives_what_pydantic_gives_and_roundtrips(record: Any) -> None:
+def test_every_record_kind_roundtrips(record: Any) -> None:
     line = records.dumps(record)
-    fast = records.fast(line.encode())
-    slow = records.adapter().validate_json(line)
-    assert fast is not None and type(fast) is type(slow)
-    assert fast == slow == record
-    assert records.dumps(fast) == line  # ROUNDTRIP: same bytes, same field order
-    assert fast.model_extra == {} and fast.model_copy(update={"ts": 1.0}).ts == 1.0
+    back = records.loads(line.encode())
+    assert type(back) is type(record) and back == record
+    assert records.dumps(back) == line  # ROUNDTRIP: same bytes, same field order
+    assert back.model_extra == {} and back.model_copy(update={"ts": 1.0}).ts == 1.0
 
 
-def test_the_generated_structs_mirror_the_models() -> None:
-    decoder = records._decoder()
-    for model in get_args(get_args(records.Record)[0]):
-        struct = next(s for s, (m, _) in records._MODELS.items() if m is model)
-        assert struct.__struct_fields__ == tuple(f for f in model.model_fields if f != "kind")
-        assert struct.__struct_config__.tag == model.model_fields["kind"].default
-    assert decoder is records._decoder()  # generated once
-
-
-@pytest.mark.parametrize("line", [
-    '{"ts":1,"kind":"message","seq":1,"turn":1,"tokens":3,"message":{"role":"user","content":"x"},"newer":"field"}',
-    '{"ts":1,"kind":"message","seq":"1","turn":1,"tokens":3.0,"message":{"role":"user","content":"x"}}',
-    '{"ts":1,"kind":"usage","turn":1,"model":"m","prompt_tokens":1,"completion_tokens":1,'
-    '"estimated_prompt_tokens":1,"cost_usd":NaN}',
-    '{"ts":1,"kind":"end","reason":"answered","turn":1,"wall_s":"2.5"}',
-])
-def test_a_line_the_fast_path_cannot_take_strictly_goes_through_pydantic(line: str) -> None:
-    assert records.fast(line.encode()) is None
-    assert records.dumps(records.loads(line)) == records.dumps(records.adapter().validate_json(line))
-    if "newer" in line:  # extras are kept, and written back
-        assert json.loads(records.dumps(records.loads(line)))["newer"] == "field"
+def test_a_field_of_a_newer_ctxagent_is_kept_and_written_back() -> None:
+    line = ('{"ts":1,"kind":"message","seq":1,"turn":1,"tokens":3,"message":{"role":"user","content":"x"},'
+            '"newer":"field"}')
+    assert json.loads(records.dumps(records.loads(line)))["newer"] == "field"
 
 
 @pytest.mark.parametrize("line", ['{"kind":"thought","x":1}', '{"kind":"message","seq":1}', "not json", "", "[1]"])
 def test_bad_lines_raise_what_pydantic_raises(line: str) -> None:
     with pytest.raises(ValueError):
         records.loads(line)
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.text(), st.one_of(st.none(), st.text(max_size=20)), st.integers(0, 2**62), st.booleans())
-def test_any_message_text_decodes_as_pydantic_does(text: str, handle: str | None, seq: int, offloaded: bool) -> None:
-    record = records.MessageRecord(seq=seq, turn=1, tokens=seq, handle=handle, offloaded=offloaded,
-                                   message={"role": "tool", "tool_call_id": "c", "content": text})
-    line = records.dumps(record).encode("utf-8", "surrogatepass")
-    try:
-        expected = records.adapter().validate_json(line)
-    except ValueError:  # a lone surrogate pydantic will not read either
-        assert records.fast(line) is None or records.fast(line) == record
-        return
-    assert records.loads(line) == expected == record
-
-
-def test_msgspec_rejects_what_it_should() -> None:
-    with pytest.raises(msgspec.ValidationError):
-        records._decoder().decode(b'{"kind":"pin","turn":1,"fact":"x","extra":1}')
 
 
 def test_counts_of_repeated_texts_are_cached_across_processes(tmp_path: Path) -> None:
@@ -156,5 +115,6 @@ def test_inspect_context_listed_every_recorded_compaction_one_per_line():
     assert lines[0].startswith("recorded compactions: 25 (mask_observations 16, truncate 9)")
     assert len(lines) == 1 + context_cmd.SHOWN_COMPACTIONS
     assert lines[-1] == "recorded compaction: truncate #24-#25 (100 -> 10 tokens)"  # 24 % 3 == 0
-    assert context_cmd._recorded(recorded[:3], {"truncate": 1, "mask_observations": 2}) == [f"recorded compaction: {r.strategy} #{r.start}-#{r.end} "
+    few = {"truncate": 1, "mask_observations": 2}
+    assert context_cmd._recorded(recorded[:3], few) == [f"recorded compaction: {r.strategy} #{r.start}-#{r.end} "
                                                    "(100 -> 10 tokens)" for r in recorded[:3]]

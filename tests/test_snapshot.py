@@ -127,7 +127,6 @@ def test_the_newest_compactions_and_the_counts_survive_a_snapshot(realistic: byt
 
 def test_a_run_that_ends_brings_the_snapshot_up_to_date(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from clihelp import run_cli
-
     from ctxagent.sessions.session import Session
 
     monkeypatch.setattr(snapshot, "SAVE_AFTER_BYTES", 1)

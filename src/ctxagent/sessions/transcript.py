@@ -217,14 +217,15 @@ class _Reader:
         self.path = path
         self.unknown: dict[str, list[int]] = {}  # kind -> line numbers
         self.first_error = ""  # why line 1 could not be read, if it could not
-        self.fast = records.fast
+        self.loads = records.loads
 
     def parse(self, number: int, line: bytes) -> Any | None:
         """The record on line ``number`` (with or without its newline), or None when it was set aside."""
-        if NUL not in line and not line.endswith(b"\r\n"):  # an intact line: the fast path takes it whole
-            record = self.fast(line)
-            if record is not None:
-                return record
+        if NUL not in line and not line.endswith(b"\r\n"):  # an intact line: parsed whole, as it is
+            try:
+                return self.loads(line)
+            except ValueError:
+                pass
         return self._parse(number, line.removesuffix(b"\n"))
 
     def _parse(self, number: int, line: bytes) -> Any | None:
