@@ -15,8 +15,8 @@ Every figure is timed in alternating pairs with its floor, in one run (benchmark
   count cache (ctxagent/tokens.py) holds what an earlier run or inspect of the session counted,
   and the snapshot cache the state it folded: one untimed inspect fills both first, as the end of
   any run of the session would have.
-- decode throughput (MB/s of transcript): the record decoder (``records.loads``: msgspec, falling
-  back to pydantic) and pydantic-core's JSON validation alone, against msgspec into dicts.
+- decode throughput (MB/s of transcript): the record decoder (``records.loads``: pydantic-core's
+  JSON validation into the record models) against msgspec into plain dicts.
 - peak memory (``ru_maxrss`` of the child, MB): ``ctxagent run --batch --model scripted:FILE hi``
   beyond ``python -c pass``, and cold ``inspect context`` likewise.
 
@@ -124,14 +124,12 @@ def run(quick: bool = False, pairs: int | None = None, messages: int = 10_000) -
         whole = paired(_decode_all(path), _open(path, snapshot=False), pairs)
         cold = paired(command([py, "-c", FLOOR_CHILD, str(path)], env=env), command(inspect, env=env), pairs)
         ours = paired(_each_line(_dict_decoder(), lines), _each_line(records.loads, lines), pairs)
-        pydantic = paired(_each_line(_dict_decoder(), lines), _each_line(records.adapter().validate_json, lines), pairs)
         script = Path(tmp) / "hi.yaml"
         script.write_text("- content: hello\n", encoding="utf-8")
         memory = _memory(pairs, env, script, "realistic")
     return {"pairs": pairs, "messages": messages, "records": len(lines), "transcript_mb": round(mb, 1),
             "build_s": round(built_s, 1), "warm": _as_dict(warm), "whole_fold": _as_dict(whole), "cold": _as_dict(cold),
-            "decode_mb_s": {"msgspec_dicts": round(mb / ours.a_s), "records_loads": round(mb / ours.b_s),
-                            "pydantic": round(mb / pydantic.b_s)},
+            "decode_mb_s": {"msgspec_dicts": round(mb / ours.a_s), "records_loads": round(mb / ours.b_s)},
             "memory": memory}
 
 
@@ -164,8 +162,6 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
         ["record decoder (`records.loads`)", f"{d['records_loads']} MB/s",
          f"msgspec to dicts {d['msgspec_dicts']} MB/s",
          f"{d['msgspec_dicts'] / d['records_loads']:.2f}x", "–", ""],
-        ["pydantic-core `validate_json` (the old decoder)", f"{d['pydantic']} MB/s",
-         f"msgspec to dicts {d['msgspec_dicts']} MB/s", f"{d['msgspec_dicts'] / d['pydantic']:.2f}x", "–", ""],
         ["peak memory, one-turn scripted run (beyond the interpreter)", f"{m['run_beyond_mb']:.0f} MB",
          f"`python -c pass` {m['python_pass_mb']:.0f} MB", "–", "≤ 60 MB",
          "met" if m["run_beyond_mb"] <= 60 else f"not met (the tokenizer alone: {m['tokenizer_beyond_mb']:.0f} MB)"],
