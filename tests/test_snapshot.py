@@ -125,7 +125,8 @@ def test_the_newest_compactions_and_the_counts_survive_a_snapshot(realistic: byt
     assert state.recent_compactions == kept[-10:] and sum(state.compactions.values()) == len(kept) > 10
 
 
-def test_a_run_that_ends_brings_the_snapshot_up_to_date(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_that_ends_brings_the_snapshot_up_to_date_and_delete_removes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from clihelp import run_cli
     from ctxagent.sessions.session import Session
 
@@ -138,3 +139,5 @@ def test_a_run_that_ends_brings_the_snapshot_up_to_date(tmp_path: Path, monkeypa
     loaded = load(transcript)
     assert loaded is not None and loaded[1].offset == transcript.path.stat().st_size  # up to the end record
     assert loaded[0] == whole(transcript.path) and loaded[0].last_end == "answered"
+    assert run_cli("sessions", "delete", "snap", "--yes").exit_code == 0
+    assert not state_file(transcript).exists()  # no cache of a deleted session stays behind

@@ -88,6 +88,11 @@ def refresh(path: Path) -> None:
         return
 
 
+def forget(transcript: Transcript) -> None:
+    """Delete the snapshot of ``transcript``, if any (``sessions delete``)."""
+    state_file(transcript).unlink(missing_ok=True)
+
+
 def save(state: SessionState, transcript: Transcript) -> bool:
     """Write ``state`` as the snapshot of ``transcript`` at ``transcript.mark`` (it must be the
     state of exactly the lines before the mark). False when it could not be written (no mark, a
