@@ -37,7 +37,7 @@ call before the tool runs, in this order:
 A refused call becomes an error tool result the model reads, naming the policy that refused it;
 it never ends the run. Every decision that involved asking is handed back as a
 :class:`~ctxagent.sessions.records.PermissionRecord` (:meth:`Gate.take_decisions`) for the
-transcript.
+transcript. A run's tools are called through the gate by :mod:`ctxagent.tools.guard`.
 """
 
 from __future__ import annotations
