@@ -453,6 +453,7 @@ class CtxagentRun:
         from ctxagent.sessions import records
         from ctxagent.sessions.session import Session
         from ctxagent.tools.base import ToolContext
+        from ctxagent.tools.guard import Grants
 
         # a replayed trace cannot react to the loop guard's warning (its next call is fixed), so the guard
         # is off here; benchmarks/quality.py measures what it and the repeat notes save
@@ -480,9 +481,9 @@ class CtxagentRun:
             state = fold([header], transcript_path=str(self.session.transcript.path))
             self.store = self.session.store
             self.toolset = bench_toolset(prep, profile, ToolContext(self.store, workdir), self.policy)
-            self.runner = Runner(self.session, state, profile, self.model, self.toolset,
-                                 summarizer_model=lambda: self.summarizer)
-        self.runner.gate.allow_all = True  # as `ctxagent run --allow-all`: the trace's shell and write calls run
+            self.runner = Runner(self.session, state, profile, self.model, self.toolset,  # as `--allow-all`:
+                                 summarizer_model=lambda: self.summarizer,  # the trace's shell and write calls run
+                                 grants=Grants(allow_all=True))
         self.model.runner = self.runner
         _forget(self.store.root)
 

@@ -93,16 +93,15 @@ def run_task(project: Path, n: int, sub: str, target: str, lessons: bool) -> dic
     from ctxagent.sessions import records
     from ctxagent.sessions.session import Session
     from ctxagent.tokens import count_text
-    from ctxagent.tools.permissions import parse_grants
+    from ctxagent.tools.guard import Grants
 
     session = Session.at(f"task-{n:02d}")
     empty = project.parent / "empty.yaml"
     empty.write_text("[]\n", encoding="utf-8")
     with session.writer():
         runner = open_runner(session, profile_spec=None, model_spec=f"scripted:{empty}", api_base=None,
-                             path="batch", workdir=project, lessons=lessons)
+                             path="batch", workdir=project, lessons=lessons, grants=Grants.of("shell"))
         runner.model = Policy(sub, target)
-        runner.gate.granted |= parse_grants("shell", list(runner.toolset.tools))
         finished = [e for e in runner.run(f"{sub} {target} with ./tool") if type(e).__name__ == "Finished"][-1]
     recs = list(session.transcript.records())
     usage = [r for r in recs if isinstance(r, records.UsageRecord)]

@@ -6,8 +6,9 @@ budget headers) and the pointer paper's meta-harness (pass pointers, not values,
 - **Sessions.** A delegate call starts a child session ``<parent>/<child>`` (folder
   ``<parent>/agents/<child>/``), the child named after the call's handle, with the parent's model,
   server, working directory and path, and ``delegate.profile`` (else the parent's profile): never a
-  profile the model names. Whatever its profile, a child's permission gate has the parent's rules
-  and grants, and never prompts: a tool that asks is refused unless the parent's ``--allow`` grants it.
+  profile the model names. Whatever its profile, a child opens with its parent's permission rules and
+  grants (``GuardedToolset.inherited``, tools/guard.py: the parent's ``--allow``, ``--allow-all`` and
+  ``always`` answers so far) and never prompts: a tool that asks is refused unless the parent's grants cover it.
 - **Contracts, enforced by code.** An assignment over ``delegate.assignment_max_tokens`` tokens is
   refused back to the model with its size (nothing starts). A result over
   ``delegate.result_max_tokens`` is stored in the parent's output store under the call's handle
@@ -47,24 +48,26 @@ from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_text
 from ctxagent.tools.base import ERROR_PREFIX
+from ctxagent.tools.guard import Grants
 from ctxagent.tools.offload import envelope_overhead, settle
-from ctxagent.tools.permissions import Gate
 from ctxagent.tools.toolset import ToolOutcome
 
 PARENT_KEEPS = 0.9  # of what is left, the most all children together may get: the parent must still answer
 MIN_CHILD = {"max_input_tokens": 1500}  # a child's budget below this could not even send its first request
 LEFT = "\x00left\x00"  # where a message to the parent says its remaining budget, filled in when it is collected
-Opener = Callable[[Session, str | None, dict[str, float]], Runner]
-"""``opener(child_session, profile_spec, run_limits)``: the child's runner (the caller holds its lock)."""
+Opener = Callable[[Session, str | None, dict[str, float], Grants], Runner]
+"""``opener(child_session, profile_spec, run_limits, grants)``: the child's runner, opened with ``grants``
+(the caller holds its lock)."""
 
 
 @dataclass
 class _Child:
-    """One delegate call being run: its call, handle, session, assignment and outcome."""
+    """One delegate call being run: its call, handle, session, assignment, grants and outcome."""
 
     call: ToolCall
     handle: str
     session: Session
+    grants: Grants = field(default_factory=Grants)  # the parent's (GuardedToolset.inherited)
     task: str = ""
     profile: str | None = None
     limits: dict[str, float] = field(default_factory=dict)
@@ -84,13 +87,13 @@ class Delegator:
 
     # -- the parent's side --------------------------------------------------------------------
     def start(self, calls: Sequence[ToolCall], handles: Sequence[str]) -> dict[str, Callable[[], ToolOutcome]]:
-        """Start the delegate calls among ``calls`` (``handles``: theirs, same order); returns, by
-        call id, a function that waits for the child and returns the call's outcome (call it in
-        call order, from the parent's thread)."""
+        """Start the delegate calls among ``calls`` (``handles``: theirs, same order), which the
+        parent's permission gate has allowed; returns, by call id, a function that waits for the
+        child and returns the call's outcome (call it in call order, from the parent's thread)."""
         waits: dict[str, Callable[[], ToolOutcome]] = {}
         carved: dict[str, float] = {}
         for call, handle in zip(calls, handles, strict=True):
-            if call.name != "delegate" or self.parent.gate_refuses(call):
+            if call.name != "delegate":
                 continue
             child = self._prepare(call, handle, carved)
             if child.outcome is None:
@@ -118,7 +121,8 @@ class Delegator:
 
     def _prepare(self, call: ToolCall, handle: str, carved: dict[str, float], *, resuming: bool = False) -> _Child:
         """A child for ``call``, with its outcome already set when the call is refused."""
-        child = _Child(call, handle, self.parent.session.child(handle.lstrip("@").replace(".", "-")))
+        child = _Child(call, handle, self.parent.session.child(handle.lstrip("@").replace(".", "-")),
+                       grants=self.parent.toolset.inherited())  # taken on the parent's thread, as things stand
         refusal = self._refusal(child, carved, resuming)
         if refusal is not None:
             child.outcome = ToolOutcome(ERROR_PREFIX + f"delegate refused: {refusal}", True)
@@ -139,7 +143,7 @@ class Delegator:
             return (f"the assignment is {size:,} tokens, over the contract of {self.config.assignment_max_tokens:,} "
                     "(delegate.assignment_max_tokens); shorten it and pass large inputs as handles (@abc), "
                     "which the sub-agent can read")
-        child.task, child.profile = task.strip(), self.config.profile  # never the model's choice: see _gate
+        child.task, child.profile = task.strip(), self.config.profile  # never the model's choice
         for key in ("max_cost_usd", "max_input_tokens"):
             value = arguments.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
@@ -198,10 +202,9 @@ class Delegator:
             runner: Runner | None = None
             try:
                 with child.session.writer():
-                    runner = self.opener(child.session, child.profile, child.limits)
+                    runner = self.opener(child.session, child.profile, child.limits, child.grants)
                     runner.stop = self.parent.stop
                     runner.toolset.ctx = replace(runner.toolset.ctx, stop=self.parent.stop)
-                    runner.gate = self._gate(child, runner)
                     answer = self._answer(child, runner)
                 child.outcome = self._result(child, answer, runner)
             except CtxagentError as err:
@@ -216,16 +219,6 @@ class Delegator:
                 if runner is not None:  # all it spent, every run of it: _collect records what is new
                     child.spend = Spend.of(runner.state.usage, runner.state.wall_s)
                 child.done.set()
-
-    def _gate(self, child: _Child, runner: Runner) -> Gate:
-        """The child's permission gate: the parent's rules and grants (never looser, whatever the
-        child's profile says), confined to the same working directory; it never asks."""
-        parent = self.parent.gate
-        gate = Gate(parent.config, runner.path, granted=parent.granted, allow_all=parent.allow_all,
-                    workdir=runner.toolset.ctx.workdir, readable=[child.session.store.root],
-                    protected=list(parent.protected))
-        gate.always |= parent.always
-        return gate
 
     def _answer(self, child: _Child, runner: Runner) -> str:
         """The child's answer: read when it had already answered, else run for it."""

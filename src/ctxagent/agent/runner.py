@@ -48,8 +48,8 @@ from ctxagent.strategies.base import Budget, Entry
 from ctxagent.strategies.checkpoint import CheckpointStep
 from ctxagent.tokens import count_message
 from ctxagent.tools.builtin import kill_running
+from ctxagent.tools.guard import Grants, guard
 from ctxagent.tools.offload import settle, store_text
-from ctxagent.tools.permissions import Gate
 from ctxagent.tools.toolset import Toolset
 
 if TYPE_CHECKING:
@@ -68,20 +68,18 @@ class Runner(ToolCalls):
     Every record goes through :meth:`_append`: written by the sink, then applied to the state by
     the same :meth:`SessionState.apply` that folded the transcript on open (ONE STATE). The path
     (``batch`` or ``interactive``) that selects the profile's pipeline is the state's setting.
+    ``toolset`` runs behind the profile's permissions and ``grants`` (None: none; tools/guard.py).
     """
 
     def __init__(self, session: Session, state: SessionState, profile: Profile, model: Model, toolset: Toolset,
                  *, sink: Sink | None = None, summarizer_model: Callable[[], Model] | None = None,
-                 limits: Limits | None = None, started: float | None = None):
+                 limits: Limits | None = None, started: float | None = None, grants: Grants | None = None):
         assert state.settings is not None, "a session state without header"
-        self.session, self.state, self.profile, self.model, self.toolset = session, state, profile, model, toolset
+        self.session, self.state, self.profile, self.model = session, state, profile, model
         self.sink: Sink = sink or TranscriptSink(session)
         self._summarizer_model = summarizer_model
         self._tool_tokens: dict[tuple[str, ...], int] = {}  # by the deferred tools loaded (find_tools)
         self.notices: list[tuple[str, str]] = []  # (source, text) warned at the start of run() (MCP servers)
-        # permissions (tools/permissions.py): the profile's; the CLI adds --allow grants and a prompt
-        self.gate = Gate(profile.permissions, self.path, workdir=toolset.ctx.workdir, readable=[session.store.root],
-                         protected=[sessions_root()])
         self.breaker = Breaker(limits or profile.limits.run,
                                session_limits(profile.limits.session, state.settings.limits), state,
                                warn_at=profile.limits.warn_at, started=started)
@@ -89,6 +87,8 @@ class Runner(ToolCalls):
         self.learner: Learner | None = None  # set by agent/setup.py when lessons are on (lessons/hooks.py)
         self.stop = threading.Event()  # set: stop at the next step (shared with sub-agents and their tools)
         toolset.ctx = replace(toolset.ctx, stop=self.stop)
+        self.toolset = guard(toolset, profile.permissions, self.path, grants, readable=[session.store.root],
+                             protected=[sessions_root()])  # every call passes the permission gate first
         self.replies_at_start = state.replies  # this run's model calls = state.replies - this
         self._close_open_calls()
 
@@ -392,10 +392,6 @@ class Runner(ToolCalls):
     def record_usage(self, record: records.UsageRecord) -> None:
         """Append a usage record made elsewhere (a sub-agent's spend, agent/delegate.py)."""
         self._append(record)
-
-    def gate_refuses(self, call: Any) -> bool:
-        """Whether the permission gate refuses ``call``."""
-        return self._refused(call) is not None
 
     def _warn(self, source: str, text: str) -> Warned:
         """Record a note (transcript) and return the event that shows it (stderr)."""

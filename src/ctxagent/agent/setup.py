@@ -28,6 +28,7 @@ from ctxagent.strategies.base import Budget, Compaction, Entry
 from ctxagent.tokens import count_tools
 from ctxagent.tools.agent_tools import context_tools
 from ctxagent.tools.base import Tool, ToolContext
+from ctxagent.tools.guard import Grants, check_allowed
 from ctxagent.tools.offload import OffloadPolicy
 from ctxagent.tools.toolset import Toolset, make_toolset
 from ctxagent.tools.user import absolute_spec, load_tools
@@ -141,7 +142,7 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                 tools: Sequence[str] = (), run_limits: Mapping[str, float] | None = None,
                 session_limits: Mapping[str, float | None] | None = None, context_window: int | None = None,
                 timeout_s: float | None = None, started: float | None = None, mcp_config: str | None = None,
-                lessons: bool = True) -> Runner:
+                lessons: bool = True, grants: Grants | None = None) -> Runner:
     """A runner for ``session``: its records folded into a state (ONE STATE), then the header of
     a new session, or a ``settings`` record of what this run changes, appended and applied.
 
@@ -155,6 +156,10 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     ``ProfileError``/``UsageError`` for a bad profile, model, script, working directory or tool;
     nothing is written then. ``lessons``: False (``--no-lessons``) runs without lessons: none shown
     to a new session, nothing learned (else the profile's ``lessons`` decides; lessons/hooks.py).
+    ``grants``: what the command line grants beyond the profile's permissions (``--allow``,
+    ``--allow-all``, the prompt; tools/guard.py), given to the runner's guarded toolset; None grants
+    nothing. Its ``allow`` names are checked against the tools (``UsageError``, nothing written),
+    except a sub-agent's (``grants.rules`` set: its parent's, checked when the parent opened).
     """
     state = open_state(session.transcript, repair=True)
     settings, profile = wanted_settings(state.settings, profile_spec=profile_spec, model_spec=model_spec,
@@ -172,6 +177,8 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     mcp = mcp_for(session, profile, settings, state.mcp_tools, connect=True)
     toolset = toolset_for(session, profile, settings, mcp.tools)
     toolset.servers = mcp.servers
+    if grants is not None and grants.rules is None:
+        check_allowed(grants, toolset)
     limits = Limits.model_validate({**profile.limits.run.set(), **(run_limits or {})})
     check_limits(model, profile, limits, session_limits_of(profile.limits.session, settings.limits))
     if state.settings is None:  # written only once everything above has been checked: no half-made sessions
@@ -193,7 +200,7 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
             state.apply(record)
     summarizer = summarizer_factory(profile, settings, state.summaries)
     runner = Runner(session, state, profile, model, toolset, summarizer_model=summarizer, limits=limits,
-                    started=started)
+                    started=started, grants=grants)
     runner.notices = [("mcp", warning) for warning in mcp.warnings]
     if "delegate" in toolset.tools:
         runner.delegator = Delegator(runner, _child_opener(settings, profile), profile.delegate)
@@ -223,13 +230,14 @@ def _child_opener(parent: Settings, profile: Profile) -> Opener:
     """How a sub-agent of a session with ``parent`` settings is opened (agent/delegate.py): the
     parent's model (or ``delegate.model``), server, path, working directory and user tools; the
     profile the call names, else ``delegate.profile``, else the parent's; the budget carved for it
-    recorded as its session limits (so its resume keeps them)."""
-    def open_child(session: Session, profile_spec: str | None, limits: dict[str, float]) -> Runner:
+    recorded as its session limits (so its resume keeps them); the ``grants`` the delegator passes
+    (the parent's, agent/delegate.py)."""
+    def open_child(session: Session, profile_spec: str | None, limits: dict[str, float], grants: Grants) -> Runner:
         return open_runner(session, profile_spec=profile_spec or parent.profile,
                            model_spec=profile.delegate.model or parent.model, api_base=parent.api_base,
                            path=parent.path,
                            workdir=Path(parent.workdir) if parent.workdir else None, tools=parent.tools,
-                           session_limits=limits, mcp_config=parent.mcp_config)
+                           session_limits=limits, mcp_config=parent.mcp_config, grants=grants)
     return open_child
 
 

@@ -24,8 +24,8 @@ from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_tools
 from ctxagent.tools.base import ERROR_PREFIX
-from ctxagent.tools.permissions import Gate
-from ctxagent.tools.toolset import ToolOutcome, Toolset
+from ctxagent.tools.guard import GuardedToolset, Verdict
+from ctxagent.tools.toolset import ToolOutcome
 
 INTERRUPTED = "[ctxagent] interrupted: this tool call did not finish (the process stopped); run it again if needed"
 
@@ -44,8 +44,7 @@ class ToolCalls:
     session: Session
     state: SessionState
     profile: Profile
-    toolset: Toolset
-    gate: Gate
+    toolset: GuardedToolset
     delegator: Delegates | None
     stop: threading.Event
 
@@ -82,23 +81,31 @@ class ToolCalls:
 
     def _run_tools(self, reply: Reply) -> Iterator[Event]:
         """Run the calls of ``reply`` and append their results in call order (PAIR); delegate calls
-        start together first (agent/delegate.py) and are collected in their turn."""
+        the permission gate allows start together first (agent/delegate.py) and are collected in
+        their turn. Each call is checked by the gate (tools/guard.py) before it is announced, and
+        run with that verdict, so the user is asked once."""
         calls = reply.tool_calls
         handles = [self.state.new_handle(call.id) for call in calls]
-        children = self.delegator.start(calls, handles) if self.delegator is not None else {}
+        verdicts = {call.id: self._check(call) for call in calls
+                    if call.name == "delegate" and self.delegator is not None}
+        starting = [(call, handle) for call, handle in zip(calls, handles, strict=True)
+                    if call.id in verdicts and verdicts[call.id].refusal is None]
+        children = self.delegator.start([c for c, _ in starting], [h for _, h in starting]) \
+            if self.delegator is not None else {}
         for index, call in enumerate(calls):
             handle = handles[index]
             repeats = activity.streak(self.state.signatures, len(self.state.signatures) - len(calls) + index)
             if 0 < self.profile.loop_guard < repeats:
                 yield from self._stop_loop(calls[index:], repeats, handles[index:])
-            repeat = self._refused(call) or self._repeat(call)
+            verdict = verdicts.get(call.id) or self._check(call)
+            repeat = verdict.refusal or self._repeat(call)
             cut = None if repeat else cut_call_error(reply, call)  # arguments cut at the output limit
             if not (repeat or cut):
                 if self.stop.is_set():  # stopped (a sub-agent whose parent got Ctrl-C): start nothing new
                     raise KeyboardInterrupt
                 yield ToolStarted(call)
             outcome = repeat or (ToolOutcome(cut, True) if cut else children[call.id]() if call.id in children
-                                 else self.toolset.call(call, handle))
+                                 else self.toolset.call(call, handle, verdict=verdict, turn=self.state.replies))
             if repeats == self.profile.loop_guard > 0:
                 outcome = replace(outcome, content=outcome.content + activity.loop_warning(repeats))
                 yield self._warn("loop guard", f"{call.name}: {repeats} identical calls in a row")
@@ -107,7 +114,8 @@ class ToolCalls:
                                     self.state.replies, handle=handle, offloaded=outcome.output is not None,
                                     file=touch)
             loaded = [records.ToolsRecord(loaded=list(outcome.loaded))] if outcome.loaded else []
-            self._append(*([outcome.output] if outcome.output is not None else []), message, *loaded)
+            self._append(*outcome.decisions, *([outcome.output] if outcome.output is not None else []), message,
+                         *loaded)
             yield ToolDone(call, outcome.content, outcome.is_error, handle if outcome.output else None)
 
     def _repeat(self, call: Any) -> ToolOutcome | None:
@@ -150,17 +158,10 @@ class ToolCalls:
             self._append(*([outcome.output] if outcome.output is not None else []), message)
             yield ToolDone(call, outcome.content, outcome.is_error, handle if outcome.output else None)
 
-    def _refused(self, call: Any) -> ToolOutcome | None:
-        """The error outcome of a call the permission gate refuses (None: it may run); the
-        decisions that involved asking the user are written to the transcript first."""
-        tool = self.toolset.tools.get(call.name)
-        if tool is None:
-            return None  # the toolset answers unknown tools
-        try:
-            refusal = self.gate.check_call(tool, call.arguments, call_id=call.id, turn=self.state.replies)
-        except (ValueError, OSError) as err:  # e.g. a NUL byte in a path: the model's mistake, not ours
-            refusal = f"{call.name} refused: its arguments cannot be checked ({err})"
-        decisions = self.gate.take_decisions()
-        if decisions:
-            self._append(*decisions)
-        return None if refusal is None else ToolOutcome(ERROR_PREFIX + refusal, True)
+    def _check(self, call: ToolCall) -> Verdict:
+        """The permission gate's verdict on ``call`` (it may ask the user); the records of the
+        user's answers are written to the transcript at once."""
+        verdict = self.toolset.check(call, turn=self.state.replies)
+        if verdict.decisions:
+            self._append(*verdict.decisions)
+        return verdict

@@ -1,16 +1,21 @@
 """``--allow`` / ``--allow-all`` and the permission prompt: the CLI side of ``tools/permissions.py``.
 
-Imported by ``cli/run.py`` at start-up, so it imports only typer; the gate and rich load when a
-run opens.
+Imported by ``cli/run.py`` at start-up, so it imports only typer; the guard (tools/guard.py) and
+rich load when a run opens. The grants are given to ``open_runner``, which puts the toolset behind
+the permission gate; nothing is changed on the runner afterwards.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from ctxagent.tools.guard import Grants
+    from ctxagent.tools.permissions import Answer
 
 AllowOpt = Annotated[str | None, typer.Option(
     "--allow", help="Grant tools (or kinds: read, write, exec, network) whose profile policy is 'ask', "
@@ -25,31 +30,27 @@ ALLOW_ALL_WARNING = ("ctxagent: warning: --allow-all: every tool whose profile p
 PROMPT_ARGUMENT_CHARS = 400  # of one argument value shown at the prompt
 
 
-def grant(runner: Any, allow: str | None, allow_all: bool, *, interactive: bool) -> None:
-    """Apply the command line's grants to ``runner.gate`` and, on the interactive path, the prompt.
+def grants(allow: str | None, allow_all: bool, *, interactive: bool) -> Grants:
+    """The command line's grants, given to ``open_runner`` (tools/guard.py): ``--allow`` names (checked
+    when the run opens: ``UsageError`` for an unknown one), ``--allow-all``, and on the interactive
+    path the permission :func:`prompt` (None elsewhere: batch and JSON runs never prompt)."""
+    from ctxagent.tools.guard import Grants
 
-    ``--allow-all`` prints a warning on stderr. Raises ``UsageError`` for an unknown name in
-    ``--allow``.
-    """
-    from ctxagent.tools.permissions import parse_grants
+    return Grants.of(allow, allow_all, prompt if interactive else None)
 
-    gate = runner.gate
-    servers = runner.toolset.servers  # MCP servers configured, even one that did not start (its tools may come)
-    asked = [name.strip() for name in (allow or "").split(",")]
-    mcp_names = [name for name in asked if name.split("__")[0] in servers]
-    gate.granted |= parse_grants(allow, [*runner.toolset.tools, *runner.toolset.groups(), *servers, *mcp_names])
+
+def warn_allow_all(allow_all: bool) -> None:
+    """Print :data:`ALLOW_ALL_WARNING` on stderr when ``--allow-all`` was given (once the run opened)."""
     if allow_all:
-        gate.allow_all = True
         print(ALLOW_ALL_WARNING, file=sys.stderr, flush=True)
-    if interactive:
-        gate.ask = prompt
 
 
-ANSWERS = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "": "no", "a": "always", "always": "always"}
+ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "": "no",
+                              "a": "always", "always": "always"}
 ASK_TIMES = 3
 
 
-def prompt(tool: str, arguments: dict[str, Any], workdir: Path) -> str:
+def prompt(tool: str, arguments: dict[str, Any], workdir: Path) -> Answer:
     """Show a call (tool, arguments, working directory) and read yes / no / always on the terminal.
 
     Enter alone is "no"; an unclear reply is asked again (at most :data:`ASK_TIMES` times in all, then
@@ -81,9 +82,4 @@ def prompt(tool: str, arguments: dict[str, Any], workdir: Path) -> str:
         if answer in ANSWERS:
             return ANSWERS[answer]
         console.print(f"please answer y (yes), n (no) or a (always), not {escape(answer)!r}")
-    return "no"
-    if answer in ("y", "yes"):
-        return "yes"
-    if answer in ("a", "always"):
-        return "always"
     return "no"

@@ -15,7 +15,7 @@ import typer
 
 from ctxagent.cli import process
 from ctxagent.cli.options import RunOptions, with_run_options
-from ctxagent.cli.permissions import grant
+from ctxagent.cli.permissions import grants, warn_allow_all
 from ctxagent.cli.process import Interrupted
 from ctxagent.cli.render import BatchRenderer, InteractiveRenderer, Renderer
 from ctxagent.errors import CtxagentError, UsageError
@@ -84,9 +84,10 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
                                  run_limits=opts.run_limits(), session_limits=opts.session_limits(),
                                  context_window=opts.context_window, timeout_s=opts.timeout, started=process.STARTED,
                                  mcp_config=str(opts.mcp_config.resolve()) if opts.mcp_config else None,
-                                 lessons=not opts.no_lessons)
-            grant(runner, opts.allow, opts.allow_all,  # --allow, --allow-all, the prompt (never amid JSON events)
-                  interactive=not batch and opts.format() == "text")
+                                 lessons=not opts.no_lessons,  # --allow, --allow-all, the prompt (never amid JSON):
+                                 grants=grants(opts.allow, opts.allow_all,
+                                               interactive=not batch and opts.format() == "text"))
+            warn_allow_all(opts.allow_all)
             if stdin is not None and message is not None:
                 message = f"{message}\n\n{runner.attach(stdin, 'stdin')}"
             if message is None and runner.needs_input() and not runner.state.users:  # no task recorded

@@ -37,7 +37,7 @@ call before the tool runs, in this order:
 A refused call becomes an error tool result the model reads, naming the policy that refused it;
 it never ends the run. Every decision that involved asking is handed back as a
 :class:`~ctxagent.sessions.records.PermissionRecord` (:meth:`Gate.take_decisions`) for the
-transcript.
+transcript. A run's tools are called through the gate by :mod:`ctxagent.tools.guard`.
 """
 
 from __future__ import annotations
@@ -381,12 +381,16 @@ def _glob_match(parts: Sequence[str], segments: Sequence[str]) -> bool:
 
 def parse_grants(text: str | None, known: Iterable[str]) -> set[str]:
     """The names of ``--allow a,b`` (tool names or kinds). Raises ``UsageError`` for an unknown one."""
+    return check_grants({part.strip() for part in (text or "").split(",") if part.strip()}, known)
+
+
+def check_grants(names: Iterable[str], known: Iterable[str]) -> set[str]:
+    """``names`` granted (tool names, kinds or ``known`` names). Raises ``UsageError`` for an unknown one."""
     from ctxagent.errors import UsageError
 
-    names = {part.strip() for part in (text or "").split(",") if part.strip()}
-    valid = set(known) | set(KINDS)
-    unknown = sorted(names - valid)
+    asked, tools = set(names), set(known)
+    unknown = sorted(asked - tools - set(KINDS))
     if unknown:
         raise UsageError(f"--allow: unknown tool or kind {', '.join(map(repr, unknown))}; "
-                         f"tools: {', '.join(sorted(set(known)))}; kinds: {', '.join(KINDS)}")
-    return names
+                         f"tools: {', '.join(sorted(tools))}; kinds: {', '.join(KINDS)}")
+    return asked

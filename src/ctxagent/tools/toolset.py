@@ -18,7 +18,7 @@ from typing import Any
 
 from ctxagent.errors import UsageError
 from ctxagent.messages import ToolCall
-from ctxagent.sessions.records import OutputRecord
+from ctxagent.sessions.records import OutputRecord, PermissionRecord
 from ctxagent.tools import clean, deferral, permissions, user, values
 from ctxagent.tools.base import ERROR_PREFIX, Spooled, Tool, ToolContext, ToolError
 from ctxagent.tools.catalog import BUILTIN, registry
@@ -48,13 +48,15 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 @dataclass(frozen=True)
 class ToolOutcome:
     """The result of one tool call: the tool message content, whether it reports an error, the
-    record of the offloaded output (None when the content holds the whole output), and the
-    deferred tools a ``find_tools`` call loaded (the runner records them)."""
+    record of the offloaded output (None when the content holds the whole output), the
+    deferred tools a ``find_tools`` call loaded (the runner records them), and the permission
+    records of the user's answers made during the call (:mod:`ctxagent.tools.guard`; written first)."""
 
     content: str
     is_error: bool
     output: OutputRecord | None = None
     loaded: tuple[str, ...] = ()
+    decisions: tuple[PermissionRecord, ...] = ()
 
 
 class Toolset:

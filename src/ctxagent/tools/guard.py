@@ -1,0 +1,172 @@
+"""Permissions as a wrapper around the toolset: every call passes the gate before a tool runs.
+
+:class:`Grants` is what the person running ctxagent grants beyond the profile's permissions
+(``--allow``, ``--allow-all``, the interactive prompt). It is given when a run opens
+(``open_runner(..., grants=...)``, ``Runner(..., grants=...)``), never patched in afterwards.
+:func:`guard` wraps a :class:`~ctxagent.tools.toolset.Toolset` in a :class:`GuardedToolset` whose
+:meth:`~GuardedToolset.call` asks the :class:`~ctxagent.tools.permissions.Gate` first and returns a
+refusal as the call's error outcome (the model reads it; the run goes on). A sub-agent opens with
+:meth:`GuardedToolset.inherited`: its parent's rules and grants, never a prompt, by the same route.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from ctxagent.messages import ToolCall
+from ctxagent.sessions.records import PermissionRecord
+from ctxagent.tools.base import ERROR_PREFIX, Tool, ToolContext
+from ctxagent.tools.offload import OffloadPolicy
+from ctxagent.tools.permissions import Ask, Gate, PermissionsConfig, check_grants
+from ctxagent.tools.toolset import ToolOutcome, Toolset
+
+
+@dataclass(frozen=True)
+class Grants:
+    """What a run is granted beyond its profile's permissions (``deny`` and confinement always hold).
+
+    Args:
+        allow: names from ``--allow``: tools, kinds, MCP servers, ``server__tool`` names (checked
+            against the toolset by :func:`check_allowed`).
+        allow_all: ``--allow-all``: every ``ask`` is granted.
+        ask: the prompt of the interactive path (``ask(tool, arguments, workdir)`` returns ``yes``,
+            ``no`` or ``always``); None: never asks (a call that would ask is refused).
+        rules: the permissions that replace the profile's: a sub-agent keeps its parent's, whatever
+            its own profile says; None: the profile's.
+        always: tools already answered ``always`` (a sub-agent inherits its parent's answers).
+    """
+
+    allow: frozenset[str] = frozenset()
+    allow_all: bool = False
+    ask: Ask | None = None
+    rules: PermissionsConfig | None = None
+    always: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, allow: str | None, allow_all: bool = False, ask: Ask | None = None) -> Grants:
+        """The grants of a command line: ``allow`` as given to ``--allow`` (``"shell, write_file"``;
+        None: none), unchecked."""
+        return cls(frozenset(part.strip() for part in (allow or "").split(",") if part.strip()), allow_all, ask)
+
+
+def check_allowed(grants: Grants, toolset: Toolset) -> None:
+    """Raise ``UsageError`` when ``grants.allow`` names no tool, kind or MCP server of ``toolset``
+    (an MCP server that did not start counts, and so do ``server__tool`` names of its)."""
+    servers = toolset.servers  # MCP servers configured, even one that did not start (its tools may come)
+    mcp_names = [name for name in grants.allow if name.split("__")[0] in servers]
+    check_grants(grants.allow, [*toolset.tools, *toolset.groups(), *servers, *mcp_names])
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's decision on one call (:meth:`GuardedToolset.check`).
+
+    ``refusal``: the error outcome the model reads, naming the policy (None: the call may run).
+    ``decisions``: the permission records of the user's answers, oldest first, for the transcript.
+    """
+
+    call_id: str
+    refusal: ToolOutcome | None
+    decisions: tuple[PermissionRecord, ...] = ()
+
+
+class GuardedToolset:
+    """A toolset whose calls pass a permission gate first (see the module doc).
+
+    Everything but :meth:`check`, :meth:`call` and :meth:`inherited` is the wrapped toolset's:
+    ``tools``, ``ctx`` (setting it sets the wrapped one's), ``policy``, ``servers``, ``deferred``,
+    :meth:`specs`, :meth:`groups`.
+    """
+
+    def __init__(self, toolset: Toolset, gate: Gate):
+        self.toolset, self.gate = toolset, gate
+
+    # -- the wrapped toolset ------------------------------------------------------------------
+    @property
+    def tools(self) -> dict[str, Tool]:
+        return self.toolset.tools
+
+    @property
+    def ctx(self) -> ToolContext:
+        return self.toolset.ctx
+
+    @ctx.setter
+    def ctx(self, ctx: ToolContext) -> None:
+        self.toolset.ctx = ctx
+
+    @property
+    def policy(self) -> OffloadPolicy:
+        return self.toolset.policy
+
+    @property
+    def servers(self) -> list[str]:
+        return self.toolset.servers
+
+    @property
+    def deferred(self) -> list[str]:
+        return self.toolset.deferred
+
+    def specs(self, loaded: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """The wrapped toolset's :meth:`~ctxagent.tools.toolset.Toolset.specs`."""
+        return self.toolset.specs(loaded)
+
+    def groups(self) -> list[str]:
+        """The wrapped toolset's :meth:`~ctxagent.tools.toolset.Toolset.groups`."""
+        return self.toolset.groups()
+
+    # -- the guard ----------------------------------------------------------------------------
+    def check(self, call: ToolCall, *, turn: int = 0) -> Verdict:
+        """The gate's verdict on ``call`` (``turn``: recorded with the user's answers). May ask the
+        user (interactive path). An unknown tool, or arguments that do not parse to an object, are
+        let through: the toolset answers them with its own error and no tool runs. Never raises for a
+        bad call; Ctrl-C (``KeyboardInterrupt``) at the prompt propagates."""
+        tool = self.toolset.tools.get(call.name)
+        if tool is None:
+            return Verdict(call.id, None)
+        try:
+            refusal = self.gate.check_call(tool, call.arguments, call_id=call.id, turn=turn)
+        except (ValueError, OSError) as err:  # e.g. a NUL byte in a path: the model's mistake, not ours
+            refusal = f"{call.name} refused: its arguments cannot be checked ({err})"
+        decisions = tuple(self.gate.take_decisions())
+        return Verdict(call.id, None if refusal is None else ToolOutcome(ERROR_PREFIX + refusal, True), decisions)
+
+    def call(self, call: ToolCall, handle: str | None = None, *, verdict: Verdict | None = None,
+             turn: int = 0) -> ToolOutcome:
+        """Run ``call`` through the wrapped toolset if the gate allows it, else its refusal as the
+        outcome; never raises for a bad call (see :meth:`Toolset.call`).
+
+        ``verdict``: this call's :meth:`check`, already made (the runner checks before it announces
+        a call), so the user is not asked twice; None, or another call's: checked now, and the
+        records of the answers given now are the outcome's ``decisions``."""
+        decided: tuple[PermissionRecord, ...] = ()
+        if verdict is None or verdict.call_id != call.id:
+            verdict = self.check(call, turn=turn)
+            decided = verdict.decisions
+        if verdict.refusal is not None:
+            return replace(verdict.refusal, decisions=decided)
+        outcome = self.toolset.call(call, handle)
+        return replace(outcome, decisions=decided) if decided else outcome
+
+    def inherited(self) -> Grants:
+        """The grants a sub-agent opens with: this gate's rules and grants and the tools answered
+        ``always`` so far; it never asks."""
+        gate = self.gate
+        return Grants(frozenset(gate.granted), gate.allow_all, None, gate.config, frozenset(gate.always))
+
+
+def guard(toolset: Toolset, permissions: PermissionsConfig, path: Literal["batch", "interactive"],
+          grants: Grants | None = None, *, readable: Iterable[Path] = (),
+          protected: Iterable[Path] = ()) -> GuardedToolset:
+    """``toolset`` behind a gate of ``permissions`` (``grants.rules`` instead when set) on ``path``
+    with ``grants``, in the toolset's working directory. ``readable``: more folders read tools may
+    read (the session's output store); ``protected``: folders nothing may write into (ctxagent's
+    data folder). ``grants``: None grants nothing; ``grants.allow`` is not checked here
+    (:func:`check_allowed` does)."""
+    grants = grants or Grants()
+    gate = Gate(grants.rules or permissions, path, grants.allow, grants.allow_all, grants.ask,
+                workdir=toolset.ctx.workdir, readable=readable, protected=protected)
+    gate.always |= grants.always
+    return GuardedToolset(toolset, gate)
