@@ -25,7 +25,7 @@ from benchmarks import spine
 RESUME_CHILD = r"""
 import json, os, resource, sys, time
 os.environ["CTXAGENT_DATA_DIR"] = sys.argv[1]
-from ctxagent.agent.setup import next_request
+from ctxagent.agent.peek import next_request
 from ctxagent.sessions.session import Session
 def hwm():
     # VmHWM: this process's peak RSS (kB), reset at exec unlike ru_maxrss

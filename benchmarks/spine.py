@@ -111,7 +111,7 @@ def resume_time(messages: int, root: Path, runs: int) -> dict[str, float]:
     """Time to open a session for resume (load the JSONL, replay its compactions, scan, run the
     pipeline to build the next view), in-process, with the default profile."""
     os.environ["CTXAGENT_DATA_DIR"] = str(root)
-    from ctxagent.agent.setup import next_request
+    from ctxagent.agent.peek import next_request
     from ctxagent.sessions.session import Session
 
     session = Session.at(f"big{messages}")

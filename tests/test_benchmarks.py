@@ -329,7 +329,7 @@ def test_ctxagent_is_driven_through_the_real_runner(tmp_path: Path) -> None:
     outputs = [r for r in items if isinstance(r, records.OutputRecord)]
     assert outputs and all(run.store.path_of(r.handle).is_file() for r in outputs)
     assert any(p["status"] == "handle" for p in result.probes)  # a fact reached through the real store
-    from ctxagent.agent.setup import next_request
+    from ctxagent.agent.peek import next_request
 
     with harness.data_dir(run.data):  # a real session: ctxagent itself reads back the last request sent
         last = next_request(run.session).last

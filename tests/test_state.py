@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from ctxagent.agent.model import Reply, ToolCall, Usage
-from ctxagent.agent.setup import next_request, open_runner
+from ctxagent.agent.peek import next_request
+from ctxagent.agent.setup import open_runner
 from ctxagent.agent.state import fold
 from ctxagent.errors import LimitReached
 from ctxagent.handles import IN_TEXT_RE

@@ -10,7 +10,6 @@ by a crash gets a synthetic "interrupted" result when the session is opened agai
 
 from __future__ import annotations
 
-import functools
 import threading
 import warnings
 from collections.abc import Callable, Generator, Iterator
@@ -77,6 +76,7 @@ class Runner(ToolCalls):
         assert state.settings is not None, "a session state without header"
         self.session, self.state, self.profile, self.model = session, state, profile, model
         self.sink: Sink = sink or TranscriptSink(session)
+        self.store = RedactingStore(session.store.root)  # the environment's secrets, read when it writes (a peek never)
         self._summarizer_model = summarizer_model
         self._tool_tokens: dict[tuple[str, ...], int] = {}  # by the deferred tools loaded (find_tools)
         self.notices: list[tuple[str, str]] = []  # (source, text) warned at the start of run() (MCP servers)
@@ -91,11 +91,6 @@ class Runner(ToolCalls):
                              protected=[sessions_root()])  # every call passes the permission gate first
         self.replies_at_start = state.replies  # this run's model calls = state.replies - this
         self._close_open_calls()
-
-    @functools.cached_property
-    def store(self) -> RedactingStore:
-        """The output store, redacting the secrets of the run's environment (made when first used)."""
-        return RedactingStore(self.session.store.root, redact.default())
 
     @property
     def path(self) -> Path_:

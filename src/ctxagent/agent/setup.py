@@ -6,8 +6,7 @@ Call :func:`open_runner` while holding the session's writer lock.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +15,6 @@ from ctxagent.agent.delegate import Delegator, Opener
 from ctxagent.agent.model import Model, make_model
 from ctxagent.agent.model_types import price_of
 from ctxagent.agent.runner import Runner
-from ctxagent.agent.sinks import MemorySink
 from ctxagent.agent.snapshot import open_state
 from ctxagent.agent.state import Settings
 from ctxagent.errors import ProfileError, UsageError
@@ -24,7 +22,6 @@ from ctxagent.profile import EXTENDS, Path_, Profile, bundled_names, load_profil
 from ctxagent.profile_schema import Limits
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
-from ctxagent.strategies.base import Budget, Compaction, Entry
 from ctxagent.tokens import count_tools
 from ctxagent.tools.agent_tools import context_tools
 from ctxagent.tools.base import Tool, ToolContext
@@ -319,69 +316,6 @@ def offload_policy(profile: Profile, model_name: str, *, window: int | None = No
     return OffloadPolicy(limit_tokens=limit, head_lines=profile.preview.head_lines,
                          tail_lines=profile.preview.tail_lines, max_chars=profile.preview.max_chars,
                          model=model_name)
-
-
-@dataclass(frozen=True)
-class NextRequest:
-    """What the next request of a session would hold, computed without writing or calling anything.
-
-    ``same``: its leading messages identical to the last request sent (a prompt cache serves them).
-    """
-
-    view: list[Entry]
-    budget: Budget
-    compactions: list[Compaction]
-    recorded: list[records.CompactionRecord]
-    path: Path_
-    profile: Profile
-    same: int = 0
-    last: list[Entry] = field(default_factory=list)
-    turn: int = 1  # the turn the request would be for
-    lessons: records.LessonsRecord | None = None  # the lessons block the session was shown (lessons/)
-    counts: dict[str, int] = field(default_factory=dict)  # strategy -> compactions the session recorded
-
-
-class _NoModel:
-    """The model of a read-only peek: never called."""
-
-    name = "none"
-
-    def complete(self, messages: Any, tools: Any) -> Any:
-        raise AssertionError("a peek never calls the model")
-
-
-def next_request(session: Session, path: Path_ | None = None, *, every_compaction: bool = False) -> NextRequest:
-    """The exact view the next request would send, computed by the runner's own code on a state
-    folded from the transcript, with a sink that writes nothing (no model call, no litellm import).
-
-    ``recorded`` holds the session's newest compaction records (``state.RECENT_COMPACTIONS``), or
-    with ``every_compaction`` all of them (the transcript is then read whole, not from a snapshot).
-    LLM strategies run without a summarizer here, so they show their deterministic fallback.
-    Raises ``UsageError``/``ProfileError`` for a session without header or a bad profile.
-    """
-    recorded: list[records.CompactionRecord] = []
-
-    def noting(items: Iterable[Any]) -> Iterator[Any]:  # the fold streams; the compactions are kept to show
-        for item in items:
-            if isinstance(item, records.CompactionRecord):
-                recorded.append(item)
-            yield item
-
-    state = open_state(session.transcript, snapshot=False, each=noting) if every_compaction \
-        else open_state(session.transcript)
-    if state.settings is None:
-        raise UsageError(f"session {session.name!r} has no header record")
-    if path is not None and path != state.settings.path:
-        state.apply(records.SettingsRecord(path=path))
-    profile = session_profile(state.settings)
-    mcp = mcp_for(session, profile, state.settings, state.mcp_tools, connect=False)
-    toolset = toolset_for(session, profile, state.settings, mcp.tools)
-    runner = Runner(session, state, profile, _NoModel(), toolset, sink=MemorySink())
-    last = runner.last_request()
-    peek = runner.peek()
-    return NextRequest(peek.view, peek.budget, peek.compactions, recorded if every_compaction else
-                       list(state.recent_compactions), runner.path, profile, peek.same, last, state.replies + 1,
-                       state.lessons, dict(state.compactions))
 
 
 def summarizer_factory(profile: Profile, settings: Settings, done: int) -> Callable[[], Model] | None:

@@ -17,7 +17,7 @@ from ctxagent.cli.options import SessionOpt, pick
 from ctxagent.messages import one_line
 
 if TYPE_CHECKING:
-    from ctxagent.agent.setup import NextRequest
+    from ctxagent.agent.peek import NextRequest
 
 BAR = 50  # characters of the budget bar
 
@@ -36,7 +36,7 @@ def context(
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """The messages the next request would send, tokens per message, the budget, the compactions."""
-    from ctxagent.agent.setup import next_request
+    from ctxagent.agent.peek import next_request
 
     if path not in (None, "interactive", "batch"):
         raise typer.BadParameter("--path is interactive or batch")

@@ -119,9 +119,9 @@ def jsonl(session: Session) -> Iterator[str]:
 def openai_messages(session: Session) -> str:
     """The messages the next request of ``session`` would send (its current view: compactions
     applied), as the OpenAI chat wire carries them, as one indented JSON array. No model call.
-    Raises ``UsageError``/``ProfileError`` as :func:`ctxagent.agent.setup.next_request`."""
+    Raises ``UsageError``/``ProfileError`` as :func:`ctxagent.agent.peek.next_request`."""
+    from ctxagent.agent.peek import next_request
     from ctxagent.agent.replies import wire_message
-    from ctxagent.agent.setup import next_request
 
     view = next_request(session).view
     return json.dumps([wire_message(e.message, openai_wire=True) for e in view], ensure_ascii=False, indent=2) + "\n"

@@ -1,0 +1,85 @@
+"""What the next request of a session would send, without sending or writing anything: the read-only
+peek ``inspect context``, ``sessions export`` and the ONE STATE tests use. It runs the runner's own
+code on the session's state (agent/snapshot.py) with a sink that writes nothing and a model that is
+never called, so it shows exactly what a resume would send (no litellm import)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ctxagent.agent.runner import Runner
+from ctxagent.agent.setup import mcp_for, session_profile, toolset_for
+from ctxagent.agent.sinks import MemorySink
+from ctxagent.agent.snapshot import open_state
+from ctxagent.errors import UsageError
+from ctxagent.profile import Path_, Profile
+from ctxagent.sessions import records
+from ctxagent.sessions.session import Session
+from ctxagent.strategies.base import Budget, Compaction, Entry
+
+
+@dataclass(frozen=True)
+class NextRequest:
+    """What the next request of a session would hold, computed without writing or calling anything.
+
+    ``same``: its leading messages identical to the last request sent (a prompt cache serves them).
+    """
+
+    view: list[Entry]
+    budget: Budget
+    compactions: list[Compaction]
+    recorded: list[records.CompactionRecord]
+    path: Path_
+    profile: Profile
+    same: int = 0
+    last: list[Entry] = field(default_factory=list)
+    turn: int = 1  # the turn the request would be for
+    lessons: records.LessonsRecord | None = None  # the lessons block the session was shown (lessons/)
+    counts: dict[str, int] = field(default_factory=dict)  # strategy -> compactions the session recorded
+
+
+class _NoModel:
+    """The model of a read-only peek: never called."""
+
+    name = "none"
+
+    def complete(self, messages: Any, tools: Any) -> Any:
+        raise AssertionError("a peek never calls the model")
+
+
+def next_request(session: Session, path: Path_ | None = None, *, every_compaction: bool = False) -> NextRequest:
+    """The exact view the next request would send, computed by the runner's own code on a state
+    folded from the transcript, with a sink that writes nothing (no model call, no litellm import).
+
+    ``recorded`` holds the session's newest compaction records (``state.RECENT_COMPACTIONS``), or
+    with ``every_compaction`` all of them (the transcript is then read whole, not from a snapshot).
+    LLM strategies run without a summarizer here, so they show their deterministic fallback.
+    Raises ``UsageError``/``ProfileError`` for a session without header or a bad profile.
+    """
+    recorded: list[records.CompactionRecord] = []
+
+    def noting(items: Iterable[Any]) -> Iterator[Any]:  # the fold streams; the compactions are kept to show
+        for item in items:
+            if isinstance(item, records.CompactionRecord):
+                recorded.append(item)
+            yield item
+
+    state = open_state(session.transcript, snapshot=False, each=noting) if every_compaction \
+        else open_state(session.transcript)
+    if state.settings is None:
+        raise UsageError(f"session {session.name!r} has no header record")
+    if path is not None and path != state.settings.path:
+        state.apply(records.SettingsRecord(path=path))
+    profile = session_profile(state.settings)
+    mcp = mcp_for(session, profile, state.settings, state.mcp_tools, connect=False)
+    toolset = toolset_for(session, profile, state.settings, mcp.tools)
+    runner = Runner(session, state, profile, _NoModel(), toolset, sink=MemorySink())
+    last = runner.last_request()
+    peek = runner.peek()
+    return NextRequest(peek.view, peek.budget, peek.compactions, recorded if every_compaction else
+                       list(state.recent_compactions), runner.path, profile, peek.same, last, state.replies + 1,
+                       state.lessons, dict(state.compactions))
+
+
