@@ -180,8 +180,8 @@ class Chain:
         else:
             killed = False
         now = self._check_previous()
-        if killed and now.endswith(b"\n") and self.rng.random() < self.tear:
-            now = self._tear(now)
+        if killed and now.endswith(b"\n") and now.count(b"\n") > 1 and self.rng.random() < self.tear:
+            now = self._tear(now)  # never the first lines: they appear whole (written, then renamed into place)
         cut = now.rfind(b"\n") + 1
         if killed:
             phase = phase_of(now[:cut].splitlines())
@@ -199,7 +199,10 @@ class Chain:
         self._snapshot = now
 
     def _tear(self, data: bytes) -> bytes:
-        """Cut the last record at a random byte, as a kill in the middle of its write would."""
+        """Cut the last record at a random byte, as a kill in the middle of its write would (an append;
+        a transcript's first write is a temporary file renamed into place, so it is never torn: a torn
+        lone header made the next resume find an empty transcript and refuse it, a failure no kill
+        can cause)."""
         start = data.rstrip(b"\n").rfind(b"\n") + 1
         torn = data[: self.rng.randrange(start + 1, len(data))]  # at least one byte, never its newline
         with open(self.transcript, "r+b") as fh:

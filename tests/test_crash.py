@@ -22,10 +22,10 @@ crash = importlib.import_module("benchmarks.crash")
 
 
 def test_kill_anywhere_then_resume(tmp_path):
-    tally = crash.run(kills=24, seed=20240607, litellm_kills=2, root=tmp_path, steps=5)
+    tally = crash.run(kills=16, seed=20240607, litellm_kills=1, root=tmp_path, steps=5)  # 200+: benchmarks.crash
     report = crash.summary(tally)
     assert tally.failures == [], report
-    assert tally.kills >= 24, report
+    assert tally.kills >= 16, report
     assert tally.resumed_ok == tally.chains, report
     assert (tally.pair_violations, tally.records_lost, tally.bad_outputs, tally.spools_left) == (0, 0, 0, 0), report
 
