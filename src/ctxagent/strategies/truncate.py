@@ -13,6 +13,17 @@ User messages between the task and the current one are kept too (system and user
 kept in compaction by role; they hold instructions, corrections and decisions, and are short),
 while they add up to at most ``keep_user_tokens`` of the window; past that the oldest are dropped.
 
+Notes do not pile up (issue 18): a truncation that drops original messages and still cannot get
+to its target (what is left over it is earlier notes and the user messages kept between them) also
+takes in those notes and user messages, up to its last dropped unit, so the history they stand for
+becomes one note: it quotes the user messages verbatim and names the handles of the notes it
+replaces (both capped, newest kept; ``recall`` reaches the rest). Without that each truncation left
+its own note between two kept user messages, no later truncation could shrink them, and after 400
+turns in a 32K window they filled the room a truncation is meant to free: it ran on every request
+and the thrash guard stopped the run. The merge rides on a truncation that rewrites the view anyway
+(PREFIX: no extra prefix break; the one it makes moves to the first note), and a truncation that
+reaches its target leaves the earlier notes, and the cached prefix they are part of, alone.
+
 Parameters: ``target`` (fraction of the window; default the profile's ``target``),
 ``keep_user_tokens`` (fraction of the window; default 0.1; 0 drops user messages like the rest).
 """
@@ -91,17 +102,29 @@ class Truncate(Declared, params=TruncateStep):
 
     def _choose(self, view: list[Entry], ctx: StrategyContext, aim: float, users: float) -> tuple[set[int], float]:
         """Indexes of the oldest droppable units to drop so the calibrated total gets to ``aim`` tokens,
-        and that total (tokens, notes not counted); ``users``: fraction of the window kept user messages take."""
+        and that total (tokens, notes not counted); ``users``: fraction of the window kept user messages take.
+        Earlier notes and user messages are merged in when the rest cannot reach ``aim`` (module docstring)."""
         units = groups(view)
-        keep = protected(view) | _users_kept(view, users * ctx.budget.window)
+        head = protected(view)
+        keep = head | _users_kept(view, users * ctx.budget.window)
         total: float = ctx.budget.total(view)
         dropped: set[int] = set()
         for unit in (u for u in units[:-1] if not keep.intersection(u)):
             if total <= aim:
                 break
             dropped.update(unit)
-            total -= sum(view[i].tokens for i in unit) * ctx.budget.scale  # calibrated, like the total
-        return dropped, total
+            freed = sum(view[i].tokens for i in unit if view[i].kind != self.name)  # a note's text is carried over
+            total -= freed * ctx.budget.scale  # calibrated, like the total
+        if total <= aim or not any(view[i].kind == "message" for i in dropped):
+            return dropped, total  # at the aim, or nothing new dropped: earlier notes stay as they are (PREFIX)
+        merged = {i for i in range(max(dropped)) if i not in head and i not in dropped and self._merges(view[i])}
+        total -= sum(view[i].tokens for i in merged) * ctx.budget.scale
+        return dropped | merged, total
+
+    def _merges(self, entry: Entry) -> bool:
+        """Whether ``entry``, before the last unit a truncation drops, goes into its note: an earlier
+        truncation note (its quotes and handles carried over) or a user message (quoted verbatim)."""
+        return entry.kind == self.name or (entry.role == "user" and entry.kind == "message")
 
     def _rebuild(self, view: list[Entry], dropped: set[int], ctx: StrategyContext) -> Outcome:
         out: list[Entry] = []
@@ -112,7 +135,10 @@ class Truncate(Declared, params=TruncateStep):
             if entry is not None and index in dropped:
                 run.append(entry)
                 continue
-            if run:
+            if len(run) == 1 and run[0].kind == self.name:
+                out.extend(run)  # a note alone: noting it again would only rewrite it
+                run = []
+            elif run:
                 note = note_message(run, ctx)
                 tokens, before = count_message(note, ctx.model), sum(e.tokens for e in run)
                 if tokens >= before:  # a note as long as what it replaces would only grow the view
