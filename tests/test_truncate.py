@@ -98,3 +98,56 @@ def test_truncation_reaches_its_target_in_the_calibrated_size(scale):
     ctx = replace(base, budget=replace(base.budget, scale=scale))
     out = Truncate().apply(view, ctx)
     assert ctx.budget.total(out.view) <= ctx.budget.window * ctx.budget.target
+
+
+def test_adaptive_does_not_thrash_on_kept_notes():
+    """Issue 18: every truncation left its own "N earlier messages were dropped" note between two kept
+    user messages, and no later truncation could merge or shrink those notes. In a long session they
+    filled the room a truncation frees: `adaptive` truncated on every request and its thrash guard
+    stopped the run (turn ~405 of shell-1500 in a 32K window). Here, the same shape made small: the
+    adaptive batch pipeline over 260 turns of ~700-token outputs with a user message every 3 turns,
+    driven through the session state as the runner does (compaction records, the thrash guard).
+    Main stopped at turn 224 here with LimitReached; the merged notes also replay exactly on resume."""
+    from ctxagent.agent.context import record_of
+    from ctxagent.agent.state import SessionState, fold
+    from ctxagent.agent.turns import thrash_plan
+    from ctxagent.messages import tool_call
+    from ctxagent.profile import load_profile
+    from ctxagent.sessions.records import CompactionRecord, MessageRecord
+    from ctxagent.tokens import count_message
+
+    profile = load_profile("adaptive")
+    budget = Budget(window=16_000, tools=400, reserved=1_200, target=profile.target, trigger=profile.trigger)
+    state = SessionState()
+    written: list[MessageRecord | CompactionRecord] = []
+    seq = 0
+
+    def append(record):
+        written.append(record)
+        state.apply(record)
+
+    def add(message, turn, handle=None):
+        nonlocal seq
+        append(MessageRecord(seq=seq, turn=turn, tokens=count_message(message), message=message, handle=handle))
+        seq += 1
+
+    add({"role": "system", "content": "You are an agent."}, 0)
+    add({"role": "user", "content": "Find why the nightly build fails."}, 1)
+    truncations = 0
+    for turn in range(1, 261):
+        if turn % 3 == 0:
+            add({"role": "user", "content": f"Correction: value #{turn} is now {turn * 7919 % 10007}."}, turn)
+        plan, extra, _ = thrash_plan(profile, state.compaction_streak(), budget, "s")  # LimitReached: thrashing
+        built = state.context.build([*profile.pipeline("batch"), *extra], plan, turn=turn)
+        for comp in built.compactions:
+            append(record_of(comp))
+        truncations += any(c.strategy == "truncate" for c in built.compactions)
+        call = tool_call(f"c{turn}", "shell", f'{{"command": "make test-{turn}"}}')
+        add({"role": "assistant", "content": None, "tool_calls": [call]}, turn)
+        output = "\n".join(f"tests/test_{turn}_{n}.py ....F.... {n * turn}" for n in range(60))
+        add({"role": "tool", "tool_call_id": f"c{turn}", "content": output}, turn, handle=f"@c{turn}")
+    assert truncations > 20  # the retrieval rule kept working, past the point where the notes had filled the room
+    assert any(e.kind == "truncate" and e.quotes for e in state.context.view)  # kept user messages merged, quoted
+    floor = [e for e in state.context.view if e.role in ("system", "user")]  # the notes and what truncation keeps
+    assert budget.total(floor) <= 0.4 * budget.window  # under the retrieval rule's trigger (0.5), with room
+    assert fold(written).context.view == state.context.view  # SAME CONTEXT ON RESUME

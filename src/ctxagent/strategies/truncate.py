@@ -13,6 +13,18 @@ User messages between the task and the current one are kept too (system and user
 kept in compaction by role; they hold instructions, corrections and decisions, and are short),
 while they add up to at most ``keep_user_tokens`` of the window; past that the oldest are dropped.
 
+Notes do not pile up (issue 18): a truncation that drops original messages but would still leave the
+request over the middle of its target and its trigger (so the next request or two would truncate
+again) also takes in the earlier truncation notes and the user messages kept between them, up to its
+last dropped unit: the history they stand for becomes one note, which quotes those user messages
+verbatim and names the handles of the notes it replaces (both capped, newest kept; ``recall`` reaches
+the rest). Without that each truncation left its own note between two kept user messages, no later
+truncation could shrink them, and after 400 turns in a 32K window they filled the room a truncation
+is meant to free: `adaptive` truncated on every request and the thrash guard stopped the run. The
+merge rides on a truncation that rewrites the view anyway (PREFIX: no extra prefix break, the one it
+makes moves to the first note), and one that leaves room keeps the earlier notes, and the cached
+prefix they are part of, as they are.
+
 Parameters: ``target`` (fraction of the window; default the profile's ``target``),
 ``keep_user_tokens`` (fraction of the window; default 0.1; 0 drops user messages like the rest).
 """
@@ -77,9 +89,11 @@ class Truncate(Declared, params=TruncateStep):
         p = TruncateStep.of(ctx.params)
         target = p.target or ctx.budget.target
         limit = aim = ctx.budget.window * target
+        trigger = max(target, ctx.budget.trigger if p.trigger is None else p.trigger)
+        room = ctx.budget.window * (target + trigger) / 2  # over it after a cut, the next request cuts again
         out = Outcome(view)
         for _ in range(3):  # the notes cost tokens too: aim lower by what the last try was over
-            dropped, estimate = self._choose(view, ctx, aim, p.keep_user_tokens)
+            dropped, estimate = self._choose(view, ctx, aim, p.keep_user_tokens, room)
             if not dropped:
                 return out
             out = self._rebuild(view, dropped, ctx)
@@ -89,19 +103,33 @@ class Truncate(Declared, params=TruncateStep):
             aim = estimate - over - 1
         return out
 
-    def _choose(self, view: list[Entry], ctx: StrategyContext, aim: float, users: float) -> tuple[set[int], float]:
+    def _choose(self, view: list[Entry], ctx: StrategyContext, aim: float, users: float,
+                room: float) -> tuple[set[int], float]:
         """Indexes of the oldest droppable units to drop so the calibrated total gets to ``aim`` tokens,
-        and that total (tokens, notes not counted); ``users``: fraction of the window kept user messages take."""
+        and that total (tokens, notes not counted); ``users``: fraction of the window kept user messages take.
+        Earlier notes and user messages are merged in when the rest leaves the request over ``room``
+        tokens (module docstring)."""
         units = groups(view)
-        keep = protected(view) | _users_kept(view, users * ctx.budget.window)
+        head = protected(view)
+        keep = head | _users_kept(view, users * ctx.budget.window)
         total: float = ctx.budget.total(view)
         dropped: set[int] = set()
         for unit in (u for u in units[:-1] if not keep.intersection(u)):
             if total <= aim:
                 break
             dropped.update(unit)
-            total -= sum(view[i].tokens for i in unit) * ctx.budget.scale  # calibrated, like the total
-        return dropped, total
+            freed = sum(view[i].tokens for i in unit if view[i].kind != self.name)  # a note's text is carried over
+            total -= freed * ctx.budget.scale  # calibrated, like the total
+        if total <= max(aim, room) or not any(view[i].kind == "message" for i in dropped):
+            return dropped, total  # room enough, or nothing new dropped: earlier notes stay as they are (PREFIX)
+        merged = {i for i in range(max(dropped)) if i not in head and i not in dropped and self._merges(view[i])}
+        total -= sum(view[i].tokens for i in merged) * ctx.budget.scale
+        return dropped | merged, total
+
+    def _merges(self, entry: Entry) -> bool:
+        """Whether ``entry``, before the last unit a truncation drops, goes into its note: an earlier
+        truncation note (its quotes and handles carried over) or a user message (quoted verbatim)."""
+        return entry.kind == self.name or (entry.role == "user" and entry.kind == "message")
 
     def _rebuild(self, view: list[Entry], dropped: set[int], ctx: StrategyContext) -> Outcome:
         out: list[Entry] = []
@@ -112,7 +140,10 @@ class Truncate(Declared, params=TruncateStep):
             if entry is not None and index in dropped:
                 run.append(entry)
                 continue
-            if run:
+            if len(run) == 1 and run[0].kind == self.name:
+                out.extend(run)  # a note alone: noting it again would only rewrite it
+                run = []
+            elif run:
                 note = note_message(run, ctx)
                 tokens, before = count_message(note, ctx.model), sum(e.tokens for e in run)
                 if tokens >= before:  # a note as long as what it replaces would only grow the view
