@@ -236,8 +236,7 @@ class SessionSync:
         if not size:
             self._from_snapshot()
         new = self._new_segments()
-        if new or not self.root.exists():
-            private_dir(self.root)
+        private_dir(self.root)
         complete, torn = tail[: tail.rfind(b"\n") + 1], tail[tail.rfind(b"\n") + 1:]
         if torn:
             self._set_aside(self.state.bytes + len(complete), "torn-")
@@ -254,8 +253,7 @@ class SessionSync:
             self._upload_segment(complete, self.state.segments + 1)
             self.state.bytes += len(complete)
         self._append_local(chunks)
-        if self.root.exists():
-            self.state.save(self.root)
+        self.state.save(self.root)
         self._pull_outputs()
 
     def _from_snapshot(self) -> None:

@@ -84,11 +84,6 @@ def keep_pins(view: Sequence[Entry], outcome: Outcome, ctx: StrategyContext) -> 
     return Outcome(new_view, compactions, outcome.offloads)
 
 
-def pins_present(view: Sequence[Entry], pins: Sequence[str]) -> set[str]:
-    """The pins that occur in at least one message of ``view``."""
-    return set(pins_in((text(e) for e in view), pins))
-
-
 # --- tool calls and handles -------------------------------------------------------------------
 
 
@@ -252,19 +247,6 @@ def replaced(entry: Entry, message: Message, ctx: StrategyContext, kind: str) ->
     view again, and then needs no tokenizer."""
     return Entry(message, count_message(message, ctx.model, cached=True), entry.start, entry.end, entry.turn, kind,
                  entry.handle, entry.offloaded)
-
-
-def current_turn(view: Sequence[Entry], ctx: StrategyContext) -> int:
-    """The turn of the request being built: the context's, or the newest entry's if that is later."""
-    return max([ctx.turn, *(e.turn for e in view)])
-
-
-def unique(entries: Iterable[Entry]) -> list[Entry]:
-    """``entries`` without repeats (same seq range), first occurrence kept."""
-    seen: dict[tuple[int, int], Entry] = {}
-    for entry in entries:
-        seen.setdefault((entry.start, entry.end), entry)
-    return list(seen.values())
 
 
 # --- ranges to compact ------------------------------------------------------------------------

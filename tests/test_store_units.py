@@ -1,0 +1,296 @@
+"""The session store's pieces in process, on a ``file://`` store (fsspec's local filesystem,
+create-only with ``xb``): the lease's take, renew, check and release, and the sync's pull (lost,
+torn and foreign local bytes), snapshots, fence and upload. Milliseconds each; the S3 and CLI
+paths are in test_store_remote.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
+from ctxagent.sessions import records, remote
+from ctxagent.sessions.lease import Lease, host_name, lease_seconds
+from ctxagent.sessions.remote import SessionSync, Store, SyncState, segment_name
+from ctxagent.sessions.session import Session
+
+
+def _sync(tmp_path: Path, name: str = "s", store: Store | None = None) -> SessionSync:
+    store = store or Store((tmp_path / "store").as_uri())
+    return SessionSync(store, f"sessions/{name}", tmp_path / "cache" / name, name)
+
+
+def _lease_dir(tmp_path: Path, name: str = "s") -> Path:
+    return tmp_path / "store" / "sessions" / name / "lease"
+
+
+def _leases(tmp_path: Path, name: str = "s") -> dict[int, dict[str, object]]:
+    folder = _lease_dir(tmp_path, name)
+    return {int(p.name.split(".")[0]): json.loads(p.read_text()) for p in folder.iterdir()} if folder.is_dir() else {}
+
+
+def _write_lease(tmp_path: Path, number: int, **fields: object) -> None:
+    folder = _lease_dir(tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    data = {"owner": "other", "host": "elsewhere", "pid": 1, "expires": time.time() + 60, "released": False,
+            **fields}
+    (folder / f"{number:012d}.json").write_text(json.dumps(data))
+
+
+def _line(reason: str, turn: int = 1) -> bytes:
+    return records.dumps(records.EndRecord(reason=reason, turn=turn)).encode() + b"\n"
+
+
+# --- the lease -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "-3", "nan"])
+def test_lease_seconds_refuses_what_is_not_a_positive_number(raw, monkeypatch):
+    monkeypatch.setenv("CTXAGENT_LEASE_SECONDS", raw)
+    with pytest.raises(UsageError, match="CTXAGENT_LEASE_SECONDS"):
+        lease_seconds()
+    monkeypatch.setenv("CTXAGENT_LEASE_SECONDS", " 2.5 ")
+    assert lease_seconds() == 2.5
+
+
+def test_a_live_lease_of_another_host_is_busy_and_names_its_holder(tmp_path):
+    _write_lease(tmp_path, 3, host="build-7", pid=4242)
+    with pytest.raises(SessionBusyError, match=r"build-7 \(pid 4242\)"):
+        Lease(_sync(tmp_path), seconds=60).take()
+    assert list(_leases(tmp_path)) == [3]  # nothing written
+
+
+def test_a_lease_of_this_host_is_free_once_its_process_is_dead(tmp_path, monkeypatch):
+    monkeypatch.setenv("CTXAGENT_HOST", "here")
+    assert host_name() == "here"
+    _write_lease(tmp_path, 1, host="here", pid=os.getpid())  # alive: busy
+    with pytest.raises(SessionBusyError):
+        Lease(_sync(tmp_path), seconds=60).take()
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    _write_lease(tmp_path, 2, host="here", pid=dead.pid)
+    lease = Lease(_sync(tmp_path), seconds=60)
+    lease.take()
+    try:
+        assert lease.number == 3 and _leases(tmp_path)[3]["owner"] == lease.owner
+        assert 2 not in _leases(tmp_path)  # the older number deleted
+    finally:
+        lease.release()
+    assert _leases(tmp_path)[4]["released"] is True
+
+
+def test_a_pid_the_system_cannot_hold_counts_as_alive(tmp_path, monkeypatch):
+    """os.kill overflows: the holder cannot be ruled dead, so the lease stays busy."""
+    monkeypatch.setenv("CTXAGENT_HOST", "here")
+    _write_lease(tmp_path, 1, host="here", pid=2**70)
+    with pytest.raises(SessionBusyError):
+        Lease(_sync(tmp_path), seconds=60).take()
+
+
+def test_an_unreadable_newest_lease_counts_as_no_lease(tmp_path):
+    _lease_dir(tmp_path).mkdir(parents=True)
+    (_lease_dir(tmp_path) / f"{5:012d}.json").write_text("{not json")
+    lease = Lease(_sync(tmp_path), seconds=60)
+    lease.take()
+    lease.release()
+    assert _leases(tmp_path)[7]["released"] is True and lease.number == 7
+
+
+class _RacedStore(Store):
+    """A file store on which another writer creates ``lease/<n>`` right after this one lists it."""
+
+    def names(self, folder: str) -> list[str]:
+        found = super().names(folder)
+        if folder.endswith("/lease"):
+            taken = remote.numbers(found)
+            nxt = (taken[-1] if taken else 0) + 1
+            with open(f"{folder}/{nxt:012d}.json", "x") as fh:
+                json.dump({"owner": "racer", "host": "x", "pid": 1, "expires": time.time() + 60,
+                           "released": False}, fh)
+        return found
+
+
+def test_a_lease_taken_by_another_writer_between_the_listing_and_the_create_is_refused(tmp_path):
+    store = _RacedStore((tmp_path / "store").as_uri())
+    (tmp_path / "store" / "sessions" / "s" / "lease").mkdir(parents=True)
+    with pytest.raises(SessionBusyError, match="just taken by another"):
+        Lease(_sync(tmp_path, store=store), seconds=60).take()
+    assert _leases(tmp_path)[1]["owner"] == "racer"
+
+
+def test_renew_and_check_extend_the_lease_and_a_lost_race_fences_the_writer(tmp_path):
+    sync = _sync(tmp_path)
+    lease = Lease(sync, seconds=60)
+    lease.take()
+    lease._stop.set()  # no renewer thread ticking during the test
+    lease.check()  # far from expiry: nothing written
+    assert (lease.number, sorted(_leases(tmp_path))) == (1, [1])
+    lease.expires = time.time()  # past half its time: check renews now
+    lease.check()
+    assert (lease.number, sorted(_leases(tmp_path))) == (2, [2]) and lease.expires > time.time() + 50
+    _write_lease(tmp_path, 3, owner="thief")  # someone took the session over
+    lease.renew()
+    assert "taken over by another writer" in sync.fenced
+    with pytest.raises(SessionBusyError, match="taken over"):
+        lease.check()
+    lease.renew()  # fenced: writes nothing more
+    lease.release()
+    assert sorted(_leases(tmp_path)) == [2, 3] and _leases(tmp_path)[3]["owner"] == "thief"
+
+
+def _store_unreachable(tmp_path: Path) -> None:
+    """The session's key is a file: creating under it fails with an OSError (not 'it exists')."""
+    lease = _lease_dir(tmp_path)
+    for p in lease.iterdir():
+        p.unlink()
+    lease.rmdir()
+    lease.parent.rename(lease.parent.with_name("moved"))
+    lease.parent.write_text("in the way")
+
+
+def test_a_renewal_the_store_refuses_is_retried_until_the_lease_has_run_out(tmp_path):
+    sync = _sync(tmp_path)
+    lease = Lease(sync, seconds=60)
+    lease.take()
+    lease._stop.set()
+    _store_unreachable(tmp_path)
+    lease.renew()  # still within its time: try again at the next tick
+    assert sync.fenced == "" and lease.number == 1
+    lease.expires = time.time() - 1
+    lease.renew()
+    assert "could not be renewed" in sync.fenced and "failed" in sync.fenced
+    lease.release()  # fenced: nothing to release
+
+
+def test_release_of_a_lease_never_taken_marks_the_next_number_released(tmp_path):
+    lease = Lease(_sync(tmp_path), seconds=60)
+    lease.release()
+    assert _leases(tmp_path) == {1: {"owner": lease.owner, "host": host_name(), "pid": os.getpid(),
+                                     "expires": 0.0, "released": True}}
+
+
+# --- the store -------------------------------------------------------------------------------
+
+
+def test_a_store_url_of_an_unknown_protocol_is_a_usage_error():
+    with pytest.raises(UsageError, match=r"nosuch://bucket.*ctxagent\[s3\]"):
+        Store("nosuch://bucket/prefix")
+
+
+def test_store_errors_are_translated_once_and_existing_objects_are_not_overwritten(tmp_path):
+    store = Store((tmp_path / "store").as_uri())
+    source = tmp_path / "big.out"
+    source.write_bytes(b"first")
+    assert store.create_from(store.path("outputs", "big.out"), source) is True
+    source.write_bytes(b"second")
+    assert store.create_from(store.path("outputs", "big.out"), source) is False
+    assert (tmp_path / "store" / "outputs" / "big.out").read_bytes() == b"first"
+    (tmp_path / "store" / "file").write_text("x")
+    with pytest.raises(CtxagentError, match=r"writing .*file/sub/a failed"):
+        store.create(store.path("file", "sub", "a"), b"")
+    assert store.read_many([]) == {}
+    assert store.names(store.path("nowhere")) == []
+
+
+# --- the sync: pull, snapshot, fence, upload -------------------------------------------------
+
+
+def _writer(tmp_path: Path, name: str, lines: list[bytes]) -> Path:
+    """A session written through a writer (one segment per line); returns its local transcript."""
+    header = records.SessionHeader(name=name, model="scripted:x", profile="default", context_window=1000)
+    with Session.at(name).writer() as session:
+        session.transcript.append([header])
+        for line in lines:
+            session.transcript.append([records.loads(line.strip())])
+    return Session.at(name).transcript.path
+
+
+@pytest.fixture
+def on_store(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("CTXAGENT_STORE", (tmp_path / "store").as_uri())
+    return tmp_path / "store"
+
+
+def test_a_reader_leaves_a_cache_with_unsynced_lines_alone(on_store, tmp_path):
+    local = _writer(tmp_path, "r", [])
+    before = local.read_bytes() + _line("local only")
+    local.write_bytes(before)  # a live writer's step not uploaded yet
+    Session.at("r").pull()
+    assert local.read_bytes() == before and not list(local.parent.glob("transcript.*-*.jsonl"))
+
+
+def test_a_cache_that_lost_synced_bytes_starts_over_from_the_store(on_store, tmp_path):
+    local = _writer(tmp_path, "l", [_line("one")])
+    full = local.read_bytes()
+    local.write_bytes(full[:10])  # shorter than what it had synced
+    with pytest.warns(UserWarning, match="shorter than what it had synced"):
+        Session.at("l").pull()
+    assert local.read_bytes() == full
+    assert (local.parent / "transcript.cache-1.jsonl").read_bytes() == full[:10]
+    local.write_bytes(b"")  # emptied: no bytes to set aside
+    Session.at("l").pull()
+    assert local.read_bytes() == full
+
+
+def test_a_torn_last_line_is_set_aside_beside_earlier_ones(on_store, tmp_path):
+    local = _writer(tmp_path, "t", [])
+    synced = local.read_bytes()
+    (local.parent / "transcript.torn-1.jsonl").write_bytes(b"an earlier one")
+    local.write_bytes(synced + b'{"kind":"end","rea')
+    with pytest.warns(UserWarning, match="torn last line"), Session.at("t").writer():
+        pass
+    assert local.read_bytes() == synced
+    assert (local.parent / "transcript.torn-2.jsonl").read_bytes() == b'{"kind":"end","rea'
+
+
+def test_snapshots_are_left_every_64_segments_and_a_new_machine_starts_from_the_newest(
+        on_store, tmp_path, monkeypatch):
+    lines = [_line(f"step {i}", i) for i in range(remote.SNAPSHOT_EVERY)]
+    local = _writer(tmp_path, "snap", lines)
+    snaps = on_store / "sessions" / "snap" / "snapshots"
+    assert [p.name for p in snaps.iterdir()] == [segment_name(remote.SNAPSHOT_EVERY + 1)]  # the header, then the lines
+    with Session.at("snap").writer() as session:  # 64 more: a newer snapshot replaces it
+        for i, line in enumerate(lines):
+            session.transcript.append([records.loads(line.strip().replace(b"step", b"more"))])
+            assert i < remote.SNAPSHOT_EVERY
+    newest = sorted(p.name for p in snaps.iterdir())
+    assert len(newest) == 1 and newest[0] > segment_name(remote.SNAPSHOT_EVERY + 1)
+    for segment in (on_store / "sessions" / "snap" / "segments").iterdir():  # only the snapshot holds them
+        if segment.name <= newest[0]:
+            segment.unlink()
+    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "machine-b"))
+    other = Session.at("snap").pull().transcript.path
+    assert other.read_bytes() == local.read_bytes()
+    assert SyncState.load(other.parent).snapshot == int(newest[0].split(".")[0])
+
+
+def test_a_fence_that_finds_its_number_taken_pulls_the_late_segment_and_takes_the_next(tmp_path):
+    sync = _sync(tmp_path)
+    sync.root.mkdir(parents=True)
+    mine = _line("mine")
+    sync.transcript.write_bytes(mine)  # the transcript's append, then its mirror
+    sync.upload(mine)
+    late = tmp_path / "store" / "sessions" / "s" / "segments" / segment_name(2)
+    late.write_bytes(_line("a stale writer's late step"))
+    sync.fence()
+    assert sync.state.segments == 3 and sync.transcript.read_bytes() == mine + late.read_bytes()
+    assert (late.parent / segment_name(3)).read_bytes() == b""
+
+
+def test_upload_asks_the_guard_first_and_a_fenced_writer_uploads_nothing(tmp_path):
+    sync = _sync(tmp_path)
+    sync.root.mkdir(parents=True)
+    asked: list[int] = []
+    sync.guard = lambda: asked.append(sync.state.segments)
+    sync.upload(_line("one"))
+    assert asked == [0] and sync.state.segments == 1
+    sync.fenced = "taken over"
+    with pytest.raises(SessionBusyError, match="taken over"):
+        sync.upload(_line("two"))
+    assert sorted(p.name for p in (tmp_path / "store" / "sessions" / "s" / "segments").iterdir()) == [
+        segment_name(1)]
