@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:  # `benchmarks` is a top-level folder of the repos
 bench = importlib.import_module("benchmarks.__main__")
 # the quick run below drives ~70 real sessions (fsync per transcript append): on a loaded 2-core machine
 # it can take over the default 120 s without anything being wrong
-pytestmark = pytest.mark.timeout(360)
+pytestmark = pytest.mark.timeout(600)  # under coverage (CI) on a busy machine too
 harness = importlib.import_module("benchmarks.harness")
 workloads = importlib.import_module("benchmarks.workloads")
 
