@@ -576,3 +576,19 @@ def _long_view(units: int, lines: int = 40, dead: bool = False) -> list[Entry]:
             result += f"\n{PINS[0]}"
         calls.append(("shell", json.dumps({"command": f"cat f{n}.txt"}), result))
     return _calls_view(calls, task="Fix the failing test in /srv/app.")
+
+
+def test_a_labelled_step_without_a_trigger_of_its_own_is_in_force_past_the_profiles():
+    """Mutation testing (docs/mutation.md): every labelled step of the bundled profiles sets its own
+    trigger, so nothing checked that ``rule_in_force`` falls back to the profile's."""
+    from ctxagent.strategies.pipeline import rule_in_force
+
+    budget = Budget(window=1_000, tools=0, reserved=0, target=0.5, trigger=0.8)
+    steps = [TruncateStep(rule="cut")]
+
+    def view(tokens: int) -> list[Entry]:
+        return [Entry({"role": "system", "content": "s"}, 10, 0, 0, 0),
+                Entry({"role": "user", "content": "t"}, tokens, 1, 1, 1)]
+
+    assert rule_in_force(steps, view(700), budget, 3) == "no management"
+    assert rule_in_force(steps, view(850), budget, 3) == "cut"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from ctxagent.errors import SessionBusyError, UsageError
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session, check_name, list_sessions, summarize
-from ctxagent.sessions.transcript import Transcript, TranscriptWarning
+from ctxagent.sessions.transcript import Mark, Transcript, TranscriptError, TranscriptWarning
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
 message = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool"]), "content": text})
@@ -120,3 +120,149 @@ def test_a_kill_during_the_first_append_never_leaves_an_empty_transcript(tmp_pat
     monkeypatch.undo()
     transcript.append([header])
     assert transcript.path.read_text().count("\n") == 1 and oct(transcript.path.stat().st_mode & 0o777) == "0o600"
+
+
+# What mutation testing (docs/mutation.md) found unasserted: tail's window, the torn-line side files,
+# the header check of writers, the reasons and line numbers warnings give, and non-object lines.
+
+def end(turn: int, note: str = "") -> records.EndRecord:
+    return records.EndRecord(reason="answered", turn=turn, detail=note, ts=1.0)
+
+
+def test_tail_reads_whole_records_at_the_end_and_doubles_until_it_finds_one_of_want(tmp_path):
+    path = tmp_path / "transcript.jsonl"
+    header = records.SessionHeader(name="t", model="m", profile="default", context_window=1000, ts=1.0)
+    ends = [end(n, "words with spaces in them") for n in range(1, 40)]
+    Transcript(path).append([header, *ends])
+    assert Transcript(path).tail(nbytes=10 * path.stat().st_size) == [header, *ends]  # all of it, line 1 too
+    line = len(records.dumps(ends[-1])) + 1
+    last = Transcript(path).tail(nbytes=3 * line + line // 2)  # 3.5 lines: the cut one is not read
+    assert last == ends[-3:]
+    with open(path, "ab") as fh:
+        fh.write(b'{"kind": "end", "rea')  # a torn last line: ignored, silently
+    assert Transcript(path).tail(nbytes=3 * line + line // 2 + 20) == ends[-3:]
+    assert Transcript(path).tail(nbytes=line, want=records.SessionHeader) == [header, *ends]
+    assert Transcript(path).tail(nbytes=line, want=records.PinRecord) == [header, *ends]  # none: the whole file
+    assert Transcript(tmp_path / "missing.jsonl").tail() == []
+
+
+def test_head_is_the_first_record_or_none(tmp_path):
+    path = tmp_path / "transcript.jsonl"
+    header = records.SessionHeader(name="t", model="m", profile="default", context_window=1000, ts=1.0)
+    Transcript(path).append([header, end(1)])
+    assert Transcript(path).head() == header
+    path.write_bytes(b"\x00\x00" + path.read_bytes())  # NUL padding before it is stripped
+    assert Transcript(path).head() == header
+    path.write_bytes(b"garbage\n" + path.read_bytes())
+    assert Transcript(path).head() is None and Transcript(tmp_path / "missing.jsonl").head() is None
+
+
+def test_each_torn_line_gets_its_own_owner_only_side_file(tmp_path):
+    path = tmp_path / "transcript.jsonl"
+    Transcript(path).append([end(1)])
+    for n, torn in enumerate([b'{"kind": "end", "re', b'{"kind": "mess'], start=1):
+        with open(path, "ab") as fh:
+            fh.write(torn)
+        with pytest.warns(TranscriptWarning, match=rf"torn last line \({len(torn)} bytes\) set aside, "
+                                                   rf"moved to transcript.torn-{n}.jsonl"):
+            assert Transcript(path).load(repair=True) == [end(1)]
+        side = tmp_path / f"transcript.torn-{n}.jsonl"
+        assert side.read_bytes() == torn and side.stat().st_mode & 0o777 == 0o600
+    with open(path, "ab") as fh:
+        fh.write(b'{"kind": "')
+    with pytest.warns(TranscriptWarning, match=r"set aside, left in place \(read-only\)"):
+        assert Transcript(path).load() == [end(1)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "transcript.jsonl", "transcript.torn-1.jsonl", "transcript.torn-2.jsonl"]
+
+
+@pytest.mark.parametrize("line1", [b"\x00\x00\x00", b'{"kind": "session", "name": '])
+def test_an_unreadable_header_is_refused_to_a_writer_and_skipped_by_a_reader(tmp_path, line1):
+    path = tmp_path / "transcript.jsonl"
+    path.write_bytes(line1 + b"\n" + records.dumps(end(1)).encode() + b"\n")
+    why = "only NUL bytes"
+    if not line1.startswith(b"\x00"):
+        with pytest.raises(ValueError) as parse:
+            records.loads(line1)
+        why = str(parse.value)[:120]  # the head of the parser's reason
+    with pytest.raises(TranscriptError) as err, warnings.catch_warnings():
+        warnings.simplefilter("ignore", TranscriptWarning)
+        Transcript(path).load(repair=True)
+    assert str(err.value).startswith(f"{path}:1: the session header is damaged ({why}); ")
+    assert "the session's settings (model, profile, context window) are unknown, so it is not continued as a new " \
+           f"session. Restore line 1, or move the file aside to start over under this name (mv {path} {path}.damaged)" \
+           in str(err.value)
+    with pytest.warns(TranscriptWarning, match="transcript.jsonl:1: "):
+        assert Transcript(path).load() == [end(1)]
+
+
+@pytest.mark.parametrize("line2", [b"\x00\x00\x00", b'{"kind": "end", "turn": '])
+def test_a_damaged_second_line_is_no_damaged_header(tmp_path, line2):
+    path = tmp_path / "transcript.jsonl"
+    path.write_bytes(records.dumps(end(1)).encode() + b"\n" + line2 + b"\n" + records.dumps(end(2)).encode() + b"\n")
+    with pytest.warns(TranscriptWarning, match="transcript.jsonl:2: "):
+        assert Transcript(path).load(repair=True) == [end(1), end(2)]
+
+
+def test_an_unreadable_record_is_named_with_the_head_of_the_parsers_reason(tmp_path):
+    path = tmp_path / "transcript.jsonl"
+    bad = b'{"kind": "end", "reason": "answered", "turn": "first"}'
+    path.write_bytes(records.dumps(end(1)).encode() + b"\n" + bad + b"\n")
+    try:
+        records.loads(bad)
+    except ValueError as err:
+        reason = str(err)
+    assert len(reason) > 120
+    with pytest.warns(TranscriptWarning) as seen:
+        assert Transcript(path).load() == [end(1)]
+    assert [str(w.message) for w in seen] == [f"{path}:2: unreadable record skipped ({reason[:120]})"]
+
+
+@pytest.mark.parametrize("line", [b"[1, 2]", b'"end"', b'{"kind": 5}', b'{"kind": "end", "turn": []}'])
+def test_a_line_that_is_no_record_of_a_known_kind_is_unreadable_not_of_an_unknown_kind(tmp_path, line):
+    path = tmp_path / "transcript.jsonl"
+    path.write_bytes(records.dumps(end(1)).encode() + b"\n" + line + b"\n")
+    with pytest.warns(TranscriptWarning) as seen:
+        assert Transcript(path).load() == [end(1)]
+    assert [str(w.message).split(" (")[0] for w in seen] == [f"{path}:2: unreadable record skipped"]
+
+
+def test_records_of_unknown_kinds_are_reported_with_their_first_line(tmp_path):
+    path = tmp_path / "transcript.jsonl"
+    path.write_bytes(b"".join([records.dumps(end(1)).encode() + b"\n", b'{"kind": "thought"}\n',
+                               records.dumps(end(2)).encode() + b"\n", b'{"kind": "thought"}\n' * 2,
+                               b'{"kind": "vote"}\n', b'{"kind": "wish"}\n' * 2]))
+    with pytest.warns(TranscriptWarning) as seen:
+        assert Transcript(path).load() == [end(1), end(2)]
+    newer = "written by a newer ctxagent?"
+    assert [str(w.message) for w in seen] == [
+        f"{path}: 3 record(s) of unknown kind 'thought' skipped (line 2 and 2 more); {newer}",
+        f"{path}: 1 record(s) of unknown kind 'vote' skipped (line 6); {newer}",
+        f"{path}: 2 record(s) of unknown kind 'wish' skipped (line 7 and 1 more); {newer}"]
+
+
+def test_records_are_read_only_by_default_and_mark_where_a_full_read_ended(tmp_path):
+    path = tmp_path / "transcript.jsonl"
+    transcript = Transcript(path)
+    transcript.append([end(1), end(2)])
+    assert transcript.mark is None  # nothing read yet
+    size = path.stat().st_size
+    stream = transcript.records()
+    assert next(stream) == end(1) and transcript.mark is None  # a read under way marks nothing
+    assert list(stream) == [end(2)] and transcript.mark == Mark(size, 2)
+    assert list(transcript.records(since=Mark(size, 2))) == [] and transcript.mark == Mark(size, 2)
+    with open(path, "ab") as fh:
+        fh.write(b'{"kind": "end", "re')
+    with pytest.warns(TranscriptWarning, match="left in place"):
+        assert list(transcript.records()) == [end(1), end(2)]
+    assert path.stat().st_size == size + 19 and transcript.mark == Mark(size, 2)
+
+
+def test_a_mirror_receives_the_bytes_of_each_append(tmp_path):
+    path = tmp_path / "transcript.jsonl"
+    got: list[bytes] = []
+    transcript = Transcript(path, mirror=got.append)
+    transcript.append([end(1)])
+    transcript.append([])  # nothing to write: no file change, nothing mirrored
+    transcript.append([end(2), end(3)])
+    assert got == [path.read_bytes()[:len(got[0])], path.read_bytes()[len(got[0]):]] and len(got[1].splitlines()) == 2
