@@ -73,9 +73,19 @@ def _log_block(size: int, seed: int = 18) -> bytes:
 
 def make_inputs(root: Path, size: int) -> dict[str, Path]:
     """The three inputs of ``size`` bytes each, in ``root``."""
+    from ctxagent.sessions.redact import default
+
     paths = {name: root / name.replace(" ", "_") for name in INPUTS}
-    subprocess.run(["bash", "-c", f"head -c {size} /dev/urandom | base64 | head -c {size} > {paths['random base64']}"],
-                   check=True)
+    # 1 GB of random base64 holds a key-shaped string now and then (``AIza`` + 35 characters after a
+    # ``+``/``/``: about one in two inputs); the store would redact it, so the stored output would
+    # not be the input's bytes and the offload would take the rewrite path. Drawn again until clean.
+    base64 = f"head -c {size} /dev/urandom | base64 | head -c {size} > {paths['random base64']}"
+    for _ in range(20):
+        subprocess.run(["bash", "-c", base64], check=True)
+        if not default().scan_file(paths["random base64"]):
+            break
+    else:
+        raise RuntimeError("20 draws of random base64 all held a secret-shaped string")
     block = _log_block(min(size, 16 * 1024 * 1024))
     with open(paths["log"], "wb") as fh:
         for start in range(0, size, len(block)):
