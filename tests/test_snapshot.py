@@ -272,3 +272,12 @@ def test_open_state_moves_a_torn_line_aside_only_when_asked_to_repair(realistic:
     with pytest.warns(TranscriptWarning, match="moved to transcript.torn-1.jsonl"):
         open_state(Transcript(path), repair=True)
     assert path.read_bytes() == realistic and (tmp_path / "transcript.torn-1.jsonl").read_bytes() == b'{"kind": "mess'
+
+
+def test_a_snapshot_of_a_transcript_deleted_by_hand_is_ignored_not_a_crash(realistic: bytes, tmp_path: Path) -> None:
+    """Regression: ``rm -rf`` of a session folder left its snapshot in the cache, and the next run
+    under that name crashed with FileNotFoundError while checking the snapshot against the file."""
+    path = snapshotted(realistic, tmp_path)
+    path.unlink()
+    assert load(Transcript(path)) is None
+    assert open_state(Transcript(path)) == whole(path)  # an empty state, as for a new session

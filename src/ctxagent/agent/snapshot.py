@@ -121,7 +121,10 @@ def load(transcript: Transcript) -> tuple[SessionState, Mark] | None:
     """The saved state of ``transcript`` and its mark, or None when there is none that is valid
     (see the module doc)."""
     meta = _meta(transcript, state=True)
-    if meta is None or _prefix_digest(transcript.path, meta["offset"]) != meta["sha256"]:
+    try:
+        if meta is None or _prefix_digest(transcript.path, meta["offset"]) != meta["sha256"]:
+            return None
+    except OSError:  # the transcript is gone (a session folder deleted by hand, then run again)
         return None
     return meta["state"], Mark(meta["offset"], meta["line"])
 
