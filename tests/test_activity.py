@@ -136,6 +136,19 @@ def test_loop_guard_warns_at_k_then_stops_resumably(tmp_path):
     assert ends[-1]["reason"] == "loop_guard"
 
 
+def test_identical_parallel_calls_in_one_reply_are_one_step_for_the_loop_guard(tmp_path):
+    """Regression: six identical calls in one reply counted as six in a row, so the loop guard warned
+    at the 4th and refused the 5th and 6th, though the model had made one step."""
+    work = _work(tmp_path)
+    parallel = [{"tool_calls": [call(f"p{i}", "list_dir", path=".") for i in range(6)]}]
+    model = script(tmp_path / "s.yaml", [*parallel, {"content": "done"}])
+    out = ctxagent("run", "--batch", "--session", "parallel", "--model", model, "go", cwd=work)
+    assert (out.returncode, out.stdout) == (0, "done\n"), out.stderr
+    assert not any("loop guard" in text for text in tool_messages("parallel").values())
+    assert streak(["x", "x", "x", "y", "y"], 2, [1, 1, 1, 2, 3]) == 1  # one reply: one step
+    assert streak(["x", "x", "x", "y", "y"], 4, [1, 1, 1, 2, 3]) == 2
+
+
 def test_loop_guard_zero_turns_it_off(tmp_path):
     work = _work(tmp_path)
     profile = tmp_path / "p.yaml"

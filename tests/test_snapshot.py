@@ -87,6 +87,7 @@ def test_an_edit_before_the_mark_discards_the_snapshot(realistic: bytes, tmp_pat
 def test_a_snapshot_others_may_write_is_not_loaded(realistic: bytes, tmp_path: Path) -> None:
     path = snapshotted(realistic, tmp_path)
     assert state_file(Transcript(path)).stat().st_mode & 0o777 == 0o600
+    assert state_file(Transcript(path)).parent.stat().st_mode & 0o777 == 0o700
     os.chmod(state_file(Transcript(path)), 0o666)  # a pickle runs code when loaded: only our own
     assert load(Transcript(path)) is None
 

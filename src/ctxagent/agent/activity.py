@@ -187,12 +187,14 @@ def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[
             f"read_output('{read.handle}') shows it again."), read.handle
 
 
-def streak(signatures: Sequence[str], at: int) -> int:
-    """How many identical signatures end at index ``at`` (1 when the one before differs)."""
-    n = 1
-    while at - n >= 0 and signatures[at - n] == signatures[at]:
-        n += 1
-    return n
+def streak(signatures: Sequence[str], at: int, replies: Sequence[int] | None = None) -> int:
+    """How many identical signatures end at index ``at`` (1 when the one before differs). With
+    ``replies`` (the reply each call came in), calls of one reply count once: a model that sends
+    the same call three times in one reply has made one step, not three."""
+    start = at
+    while start > 0 and signatures[start - 1] == signatures[at]:
+        start -= 1
+    return at - start + 1 if replies is None else len(set(replies[start:at + 1]))
 
 
 def loop_warning(k: int) -> str:

@@ -105,8 +105,10 @@ def save(state: SessionState, transcript: Transcript) -> bool:
         if digest is None:
             return False
         meta = {"format": FORMAT, "code": fingerprint(), "offset": mark.offset, "line": mark.line, "sha256": digest}
+        from ctxagent.sessions.redact import private_dir
+
         target = state_file(transcript)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(target.parent)  # 0700, like the sessions' folders
         part = target.with_name(f".{target.name}.{os.getpid()}")
         with open(part, "wb", opener=_private) as fh:
             pickle.dump(meta, fh, protocol=pickle.HIGHEST_PROTOCOL)

@@ -140,7 +140,7 @@ class SessionState:
     recent_compactions: list[records.CompactionRecord] = field(default_factory=list)  # the newest RECENT_COMPACTIONS
     _compacted_at: int = field(default=-1, repr=False)  # the request (reply number + 1) of the last one
     _calls: dict[str, ToolCall] = field(default_factory=dict, repr=False)  # call id -> call, of the last reply
-    _recent: list[ToolCall] = field(default_factory=list, repr=False)  # the latest calls, oldest first
+    _recent: list[tuple[int, ToolCall]] = field(default_factory=list, repr=False)  # (reply, call), oldest first
     _outputs: dict[str, str] = field(default_factory=dict, repr=False)  # call id -> handle, legacy records
     _owners: dict[str, Message] = field(default_factory=dict, repr=False)  # open call id -> its reply's message
 
@@ -189,7 +189,13 @@ class SessionState:
         """Signatures (:func:`ctxagent.agent.activity.signature`) of the latest tool calls, oldest
         first, at most ``activity.SIGNATURES_KEPT`` (the loop guard). Computed when asked: a fold
         over thousands of replies does not canonicalize every call's arguments."""
-        return [activity.signature(call) for call in self._recent[-activity.SIGNATURES_KEPT:]]
+        return [activity.signature(call) for _, call in self._recent[-activity.SIGNATURES_KEPT:]]
+
+    @property
+    def signature_replies(self) -> list[int]:
+        """The reply (its number) each of :attr:`signatures` came in: the loop guard counts a
+        reply's identical parallel calls once."""
+        return [reply for reply, _ in self._recent[-activity.SIGNATURES_KEPT:]]
 
     @property
     def lesson_pins(self) -> list[str]:
@@ -289,7 +295,7 @@ class SessionState:
             function = call.get("function") or {}
             made = ToolCall(call.get("id", ""), function.get("name", ""), function.get("arguments", ""))
             self._calls[made.id] = made
-            self._recent.append(made)
+            self._recent.append((self.replies, made))
         if len(self._recent) > 2 * activity.SIGNATURES_KEPT:
             del self._recent[:-activity.SIGNATURES_KEPT]
 
