@@ -113,7 +113,7 @@ def test_inspect_context_listed_every_recorded_compaction_one_per_line():
     counts = {"truncate": 9, "mask_observations": 16}  # as the session state counts them
     lines = context_cmd._recorded(recorded[-10:], counts)
     assert lines[0].startswith("recorded compactions: 25 (mask_observations 16, truncate 9)")
-    assert len(lines) == 1 + context_cmd.SHOWN_COMPACTIONS
+    assert len(lines) == 1 + 10
     assert lines[-1] == "recorded compaction: truncate #24-#25 (100 -> 10 tokens)"  # 24 % 3 == 0
     few = {"truncate": 1, "mask_observations": 2}
     assert context_cmd._recorded(recorded[:3], few) == [f"recorded compaction: {r.strategy} #{r.start}-#{r.end} "

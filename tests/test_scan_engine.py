@@ -142,12 +142,17 @@ def test_a_spool_file_is_scanned_while_written_and_adopted_redacted(tmp_path):
     assert not [t for t in threading.enumerate() if t.name == "ctxagent-scan"]
 
 
-def test_deleted_and_numpy_spools_stop_their_follower(tmp_path):
+def _spooled(tmp_path, data):
+    """A redacting store, a spool file holding ``data``, and the scan follower watching it."""
     store = RedactingStore(tmp_path / "outputs", Redactor())
     fd, spooled = store.spool()
-    os.write(fd, b"small output\n")
+    os.write(fd, data)
     os.close(fd)
-    follower = store._followers[spooled]
+    return store, spooled, store._followers[spooled]
+
+
+def test_deleted_and_numpy_spools_stop_their_follower(tmp_path):
+    store, spooled, follower = _spooled(tmp_path, b"small output\n")
     spooled.unlink()  # a small output goes inline: its spool is deleted
     follower._thread.join(5)
     assert not follower.alive and follower.finish() is None
@@ -171,11 +176,7 @@ def test_stored_outputs_leave_no_follower_thread_behind(tmp_path):
 
 
 def test_a_spool_renamed_away_stops_its_follower(tmp_path):
-    store = RedactingStore(tmp_path / "outputs", Redactor())
-    fd, spooled = store.spool()
-    os.write(fd, b"output\n")
-    os.close(fd)
-    follower = store._followers[spooled]
+    _, spooled, follower = _spooled(tmp_path, b"output\n")
     os.replace(spooled, tmp_path / "elsewhere")  # nlink stays 1: only the name tells
     follower._thread.join(5)
     assert not follower.alive and follower.finish() is None

@@ -98,21 +98,18 @@ def _notes(nxt: NextRequest, budget: dict[str, int | float], rule: str) -> list[
     return lines
 
 
-SHOWN_COMPACTIONS = 10  # the newest recorded compactions listed one per line (--json lists them all)
-
-
 def _recorded(recorded: list[Any], counts: dict[str, int]) -> list[str]:
-    """One line per recorded compaction, the newest :data:`SHOWN_COMPACTIONS` only, after a count per
-    strategy (``counts``) when there are more (a 500-turn session records thousands: mostly masks of
-    old results)."""
+    """One line per compaction in ``recorded`` (the session's newest: the state keeps
+    ``state.RECENT_COMPACTIONS``), after a count per strategy (``counts``) when the session recorded
+    more (a 500-turn session records thousands: mostly masks of old results)."""
     lines = []
     total = sum(counts.values())
-    if total > SHOWN_COMPACTIONS:
+    if total > len(recorded):
         per = ", ".join(f"{name} {n:,}" for name, n in Counter(counts).most_common())
-        lines.append(f"recorded compactions: {total:,} ({per}); the newest {SHOWN_COMPACTIONS} "
+        lines.append(f"recorded compactions: {total:,} ({per}); the newest {len(recorded)} "
                      "(--json lists every one):")
     return lines + [f"recorded compaction: {r.strategy} #{r.start}-#{r.end} ({r.tokens_before} -> {r.tokens} tokens)"
-                    for r in recorded[-SHOWN_COMPACTIONS:]]
+                    for r in recorded]
 
 
 def _render(nxt: NextRequest, budget: dict[str, int | float], rule: str) -> None:
