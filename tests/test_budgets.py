@@ -207,7 +207,7 @@ def test_bounded_law_no_sequence_of_requests_crosses_a_limit(limit, output_cap, 
         state.apply(records.UsageRecord(turn=1, model="m", prompt_tokens=prompt, completion_tokens=reply,
                                         estimated_prompt_tokens=prompt, cost_usd=(prompt + reply) * price_share / 1e6))
         spent = breaker.run_spend(state)
-        assert spent.input_tokens <= limit and spent.output_tokens <= limit and spent.cost_usd <= limit / 1e6 + 1e-12
+        assert spent.prompt_tokens <= limit and spent.completion_tokens <= limit and spent.cost_usd <= limit / 1e6 + 1e-12
 
 
 def test_spend_of_a_run_excludes_the_session_before_it():

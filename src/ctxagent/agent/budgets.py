@@ -24,14 +24,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ctxagent.agent.state import SessionState, Usage
 from ctxagent.errors import LimitReached, UsageError
 from ctxagent.profile_schema import Limits
 
-UNITS = {"max_input_tokens": "input_tokens", "max_output_tokens_total": "output_tokens",
+UNITS = {"max_input_tokens": "prompt_tokens", "max_output_tokens_total": "completion_tokens",
          "max_cost_usd": "cost_usd", "max_wall_s": "wall_s"}
 """Each limit key and the :class:`Spend` field it bounds."""
 
@@ -39,23 +39,17 @@ FLAGS = {"max_input_tokens": "--max-input-tokens", "max_output_tokens_total": "-
          "max_cost_usd": "--max-cost-usd", "max_wall_s": "--max-wall-s"}
 
 
-@dataclass(frozen=True)
-class Spend:
-    """What was spent (or what one request may spend): tokens, US dollars, seconds, model calls."""
+@dataclass
+class Spend(Usage):
+    """What was spent (or what one request may spend): a session state's :class:`Usage` totals (tokens,
+    US dollars, model calls) and the ``wall_s`` seconds they took. Treated as a value: never mutated."""
 
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    cost_usd: float = 0.0
     wall_s: float = 0.0
-    calls: int = 0
-    priced: int = 0  # calls whose cost was known
 
     @classmethod
     def of(cls, usage: Usage, wall_s: float) -> Spend:
         """The spend of a session state's usage totals and ``wall_s`` seconds."""
-        return cls(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.cost_usd, wall_s,
-                   usage.calls, usage.priced)
+        return cls(**{f.name: getattr(usage, f.name) for f in fields(Usage)}, wall_s=wall_s)
 
     def amount(self, key: str) -> float:
         """The amount limit ``key`` (``max_cost_usd``...) bounds."""
@@ -63,14 +57,16 @@ class Spend:
 
     def minus(self, other: Spend) -> Spend:
         """This spend less ``other`` (wall time kept: it is measured, not summed)."""
-        return Spend(self.input_tokens - other.input_tokens, self.output_tokens - other.output_tokens,
-                     self.cached_tokens - other.cached_tokens, round(self.cost_usd - other.cost_usd, 9),
-                     self.wall_s, self.calls - other.calls, self.priced - other.priced)
+        return Spend(prompt_tokens=self.prompt_tokens - other.prompt_tokens,
+                     completion_tokens=self.completion_tokens - other.completion_tokens,
+                     cached_tokens=self.cached_tokens - other.cached_tokens,
+                     cost_usd=round(self.cost_usd - other.cost_usd, 9), calls=self.calls - other.calls,
+                     priced=self.priced - other.priced, wall_s=self.wall_s)
 
     def as_json(self) -> dict[str, Any]:
         """The ``--json`` usage object: ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``
         (tokens), ``cost_usd`` (None when no call had a known price), ``calls``, ``wall_s``."""
-        return {"prompt_tokens": self.input_tokens, "completion_tokens": self.output_tokens,
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
                 "cached_tokens": self.cached_tokens, "cost_usd": round(self.cost_usd, 6) if self.priced else None,
                 "calls": self.calls, "wall_s": round(self.wall_s, 3)}
 
@@ -159,7 +155,7 @@ class Breaker:
         """The first limit a request of ``tokens`` prompt tokens, ``output`` reply tokens at most and
         ``price`` US dollars would cross, or None. (A cost limit on a model without a price is refused
         when the run opens: agent/setup.py ``check_limits``.)"""
-        request = Spend(tokens, output, cost_usd=price or 0.0)
+        request = Spend(prompt_tokens=tokens, completion_tokens=output, cost_usd=price or 0.0)
         for scope, limits, spent in self._scopes(state):
             for key, limit in limits.items():
                 if spent.amount(key) + request.amount(key) > limit:

@@ -187,10 +187,10 @@ class Delegator:
             self._running.remove(child)
         model = f"agent:{child.session.name}"
         s = child.spend.minus(Spend.of(self.parent.state.agents.get(model, Usage()), 0.0))
-        if s.calls > 0 or s.input_tokens > 0:
+        if s.calls > 0 or s.prompt_tokens > 0:
             self.parent.record_usage(records.UsageRecord(
-                turn=self.parent.state.replies, model=model, prompt_tokens=s.input_tokens, calls=s.calls,
-                completion_tokens=s.output_tokens, estimated_prompt_tokens=0, cached_tokens=s.cached_tokens,
+                turn=self.parent.state.replies, model=model, prompt_tokens=s.prompt_tokens, calls=s.calls,
+                completion_tokens=s.completion_tokens, estimated_prompt_tokens=0, cached_tokens=s.cached_tokens,
                 cost_usd=s.cost_usd if s.priced else None))
         assert child.outcome is not None
         return replace(child.outcome, content=child.outcome.content.replace(LEFT, self._left_text(), 1))
@@ -252,7 +252,7 @@ class Delegator:
         stored = f", stored as {child.handle} (over the contract of {self.config.result_max_tokens:,})" \
             if record is not None else ""
         header = (f"[ctxagent result of sub-agent {child.session.name}: {size:,} tokens{stored}; it spent "
-                  f"{spent.input_tokens + spent.output_tokens:,} tokens in {spent.calls} calls, "
+                  f"{spent.prompt_tokens + spent.completion_tokens:,} tokens in {spent.calls} calls, "
                   f"{shown('max_cost_usd', spent.cost_usd)}; {LEFT}]")
         return ToolOutcome(f"{header}\n{content}", False, record)
 
