@@ -1,4 +1,4 @@
-"""Run the real ``ctxagent`` CLI in a subprocess and write scripts for the scripted backend."""
+"""Run the real ``ctxagent`` CLI (in this process or a subprocess) and write scripts for the scripted backend."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +14,54 @@ import yaml
 
 
 def ctxagent(*args: str, stdin: str | None = None, cwd: Path | None = None, timeout: float = 120,
-             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m ctxagent ARGS`` with the test's environment (data dir, no network)."""
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "ctxagent", *args], input=stdin if stdin is not None else "",
-        capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env,
-    )
+             env: dict[str, str] | None = None, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """``ctxagent ARGS`` with the test's environment (data dir, no network): its exit code, stdout
+    and stderr.
+
+    In this process by default: :func:`ctxagent.cli.invoke` (the entry point's own error mapping and
+    exit codes) under click's isolation (``stdin`` as standard input, standard output and error
+    captured), in ``cwd`` and with ``env`` added, all put back afterwards. A ``python -m ctxagent``
+    start costs ~1 s of CPU (more once litellm is imported), and most tests check what a command
+    does, not how a process ends. ``process=True`` runs it in a subprocess (``timeout`` seconds):
+    for what only a process shows (its exit path, signals, imports, the console encoding)."""
+    if process:
+        full_env = {**os.environ, **(env or {})}
+        return subprocess.run(
+            [sys.executable, "-m", "ctxagent", *args], input=stdin if stdin is not None else "",
+            capture_output=True, text=True, timeout=timeout, cwd=cwd, env=full_env,
+        )
+    return _in_process(list(args), stdin or "", cwd, env or {})
+
+
+def _in_process(args: list[str], stdin: str, cwd: Path | None, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    import tempfile
+
+    from click.testing import CliRunner
+
+    from ctxagent.cli import invoke
+
+    before = Path.cwd()
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with CliRunner().isolation(env=env) as (out, err, _), warnings.catch_warnings(), \
+                tempfile.TemporaryFile("w+", encoding="utf-8", errors="surrogateescape") as piped:
+            piped.write(stdin)  # standard input as a redirected file, as `ctxagent ... < file` gives it
+            piped.seek(0)
+            sys.stdin = piped
+            new_interpreter_warning_filters()
+            try:
+                code = invoke(args)
+            except SystemExit as stop:
+                code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            stdout, stderr = out.getvalue(), err.getvalue()
+    finally:
+        os.chdir(before)
+    return subprocess.CompletedProcess(["ctxagent", *args], code, stdout.decode("utf-8", "replace"),
+                                       stderr.decode("utf-8", "replace"))
 
 
 def script(path: Path, replies: list[Any]) -> str:
@@ -52,7 +94,18 @@ def run_cli(*args: str) -> Any:
 
     from ctxagent.cli import app
 
-    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+    with warnings.catch_warnings():
+        new_interpreter_warning_filters()
+        return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def new_interpreter_warning_filters() -> None:
+    """The warning filters a new interpreter starts with, not pytest's ``error``: a library's warning
+    (litellm builds pydantic models on first use, and pydantic warns about one of them) is a line on
+    stderr for the CLI, never an exception in the middle of a command. Use inside ``catch_warnings``."""
+    warnings.resetwarnings()
+    for quiet in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+        warnings.simplefilter("ignore", quiet)
 
 
 def result_of(out: Any) -> dict[str, Any]:

@@ -127,10 +127,10 @@ def test_a_litellm_run_ending_at_once_loses_no_output_and_keeps_its_exit_code(tm
     server = fake_openai([{"content": "fine"}, {"error": {"status": 401, "message": "bad key"}}])
     env = {"OPENAI_API_KEY": "sk-local"}
     ok = ctxagent("run", "--output-format", "stream-json", "--session", "x1", "--model", MODEL, "--api-base",
-                  server.base_url, "--profile", profile(tmp_path), "hi", env=env)
+                  server.base_url, "--profile", profile(tmp_path), "hi", env=env, process=True)
     assert ok.returncode == 0 and events_of(ok.stdout)[-1]["answer"] == "fine", ok.stderr
     bad = ctxagent("run", "--json", "--session", "x2", "--model", MODEL, "--api-base", server.base_url,
-                   "--profile", profile(tmp_path), "hi", env=env)
+                   "--profile", profile(tmp_path), "hi", env=env, process=True)
     assert bad.returncode == 4 and result_of(bad)["status"] == "provider_error", bad.stderr
 
 

@@ -62,34 +62,49 @@ def main() -> None:
     line on stderr. With ``--json``, an error that ends the command before it printed its object
     (a usage error, a bad session name, an unknown session) prints one (:func:`failure_json`).
     """
-    process.STARTED = time.monotonic()  # a run's wall time counts from here (litellm's import included)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
+    _exit(invoke(sys.argv[1:]))
+
+
+def invoke(args: list[str]) -> int:
+    """Run the command line ``args`` (without the program name) in this process and return its exit
+    code: what :func:`main` does, short of installing signal handlers and ending the process. A
+    ctxagent error, a usage error or an OS error prints its one line (and the ``--json`` object of the
+    failure when asked for) and gives the error's exit code; nothing is raised but ``SystemExit``
+    (a command that calls ``sys.exit``). The tests run most CLI commands through this."""
+    process.STARTED = time.monotonic()  # a run's wall time counts from here (litellm's import included)
+    try:
+        return _invoke(args)
+    finally:
+        process.STARTED = None  # the next command in this process counts its own
+
+
+def _invoke(args: list[str]) -> int:
     warnings.showwarning = _warning
     if isinstance(sys.stdout, io.TextIOWrapper):  # a lone surrogate prints as \udcff, never a traceback
         sys.stdout.reconfigure(errors="backslashreplace")
-    args = sys.argv[1:]
     try:
-        code = app(standalone_mode=False)
+        code = app(args, prog_name="ctxagent", standalone_mode=False)
     except typer.TyperException as err:  # click's usage errors: bad option, --max-turns 0, ...
         _show(err)
         message = err.format_message() if hasattr(err, "format_message") else str(err)
-        _fail(args, getattr(err, "exit_code", 2), "usage_error", message)
+        return _fail(args, getattr(err, "exit_code", 2), "usage_error", message)
     except typer.Abort:
         print("Aborted!", file=sys.stderr)
-        sys.exit(1)
+        return 1
     except CtxagentError as err:
         text = redacted(str(err))
         print(f"ctxagent: error: {text}", file=sys.stderr)
-        _fail(args, err.exit_code, err.status, text)
+        return _fail(args, err.exit_code, err.status, text)
     except BrokenPipeError:  # `ctxagent ... | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(141)
+        return 141
     except OSError as err:  # e.g. CTXAGENT_DATA_DIR names a file, or a disk is full
         text = redacted(f"{err.strerror or err}: {err.filename or ''}".rstrip(": "))
         print(f"ctxagent: error: {text}", file=sys.stderr)
-        _fail(args, 1, "error", text)
-    _exit(code if isinstance(code, int) else 0)
+        return _fail(args, 1, "error", text)
+    return code if isinstance(code, int) else 0
 
 
 def _exit(code: int) -> None:
@@ -120,8 +135,8 @@ def _show(err: Exception) -> None:
         print(f"ctxagent: error: {err}", file=sys.stderr)
 
 
-def _fail(args: list[str], code: int, status: str, message: str) -> None:
-    """Exit with ``code``, after printing the ``--json`` object of the failure when it was asked for."""
+def _fail(args: list[str], code: int, status: str, message: str) -> int:
+    """``code``, after printing the ``--json`` object of the failure when it was asked for."""
     wanted = wants_json(args)
     if wanted:
         failure = failure_json(args, status, message)
@@ -129,7 +144,7 @@ def _fail(args: list[str], code: int, status: str, message: str) -> None:
             print(json.dumps({"type": "error", "status": status, "message": failure["error"]}), flush=True)
             failure = {"type": "result", **failure}
         print(json.dumps(failure, ensure_ascii=False), flush=True)
-    _exit(code)
+    return code
 
 
 def wants_json(args: list[str]) -> str | None:

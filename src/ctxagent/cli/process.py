@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-STARTED: float | None = None  # set by cli.main: a run's wall time (--max-wall-s) counts start-up too
+STARTED: float | None = None  # set by cli.invoke for one command: its wall time (--max-wall-s) counts start-up too
 
 
 class Interrupted(KeyboardInterrupt):
