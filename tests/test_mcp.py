@@ -169,10 +169,11 @@ def test_ctrl_c_during_an_mcp_call_cancels_it_at_the_server_and_the_session_stay
     proc = subprocess.Popen([sys.executable, "-m", "ctxagent", "run", "go", "-s", "c", "-m", model, "--batch",
                              "--mcp-config", str(config), "-p", profile(tmp_path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while not pid_file.exists() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60  # the slow call is running (on a busy machine, a second after the
+    while not (cancel_file.exists() and cancel_file.read_text() == "started"):  # server started was too soon)
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         time.sleep(0.1)
-    time.sleep(1.0)  # the slow call is running
+    time.sleep(0.3)
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
     stderr = proc.communicate(timeout=30)[1]

@@ -5,7 +5,8 @@
     python demo.py stdio --many 60      # plus 60 tools with large schemas (schema budget tests)
 
 ``DEMO_PID_FILE``: a file the server writes its process id to when it starts (kill -9 tests);
-``DEMO_CANCEL_FILE``: a file ``slow`` writes when the client cancels it.
+``DEMO_CANCEL_FILE``: a file ``slow`` writes ``started`` to when it starts, ``cancelled`` when the
+client cancels it.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def digest(text: str) -> str:
 async def slow(seconds: float, ctx: Context) -> str:
     """Work for `seconds`, reporting progress every 0.2 s."""
     steps = max(1, int(seconds / 0.2))
+    if cancel_file := os.environ.get("DEMO_CANCEL_FILE"):
+        Path(cancel_file).write_text("started")
     try:
         for i in range(steps):
             await asyncio.sleep(0.2)
