@@ -1,8 +1,8 @@
 """Small pieces of the strategy family in milliseconds: the registry's checks, the tool-call
 helpers strategies name calls with, the checkpoint's rendering and parsing of odd values, and each
-rule of the pipeline (``changes``, ``replay``, ``fires``, the second and third passes) and of
-``dedupe`` stated exactly on hand-built views (issue 17, docs/mutation-strategies-a.md). The laws on
-random views are in test_strategies.py."""
+rule of the pipeline (``changes``, ``replay``, ``fires``, the second and third passes), of
+``dedupe`` and of ``mask_observations`` stated exactly on hand-built views (issue 17,
+docs/mutation-strategies-a.md). The laws on random views are in test_strategies.py."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from ctxagent.strategies.base import Compaction, Entry
 from ctxagent.strategies.checkpoint import agent_call, files_touched, parse_json_object, render_checkpoint
 from ctxagent.strategies.common import call_name, canonical_call, content_of, short_args, short_call
 from ctxagent.strategies.dedupe import Dedupe
+from ctxagent.strategies.mask_observations import MaskObservations, _kept
 from ctxagent.strategies.pipeline import changes, fires, replay, run
 from ctxagent.strategies.step import StrategyConfig
 from ctxagent.strategies.truncate import Truncate
@@ -361,3 +362,91 @@ def test_dedupe_answers_for_the_view_it_is_given_whatever_it_saw_before():
     without_c1 = Dedupe().apply([*units[:2], *units[4:]], ctx_for(units))
     assert without_c1.view[-1].message["content"].startswith(
         f"[this call was already made at turn 2; its result is handle {h('c2')}]\n")
+
+
+# --- mask_observations ---------------------------------------------------------------------------
+
+
+BIG = "x\n" * 300
+
+
+def _results(n: int, content: str = BIG):
+    return _calls_view([("shell", f'{{"command": "cat f{k}"}}', content) for k in range(n)])
+
+
+def test_kept_counts_the_newest_results_while_their_tokens_fit():
+    view = _calls_view([("shell", "{}", "a " * 10), ("shell", "{}", "b " * 20), ("shell", "{}", "c " * 30)])
+    recent = [3, 5, 7]
+    b, c = view[5].tokens, view[7].tokens
+    assert [_kept(view, recent, m) for m in (b + c, b + c - 1, 0, 10**9)] == [2, 1, 1, 3]
+    assert _kept(view, [], 10**9) == 0
+
+
+def test_mask_stub_is_exactly_the_call_the_size_and_the_handle():
+    args = '{"command": "' + "a" * 200 + '"}'
+    view = _calls_view([("shell", args, BIG), ("shell", "{}", "ok")])
+    out = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}))
+    call = tool_call("c1", "shell", args)
+    assert out.view[3].message["content"] == (
+        f"[ctxagent masked an old tool result: {short_call(call, 80)}, {view[3].tokens:,} tokens; "
+        f"full result: {handle_for('c1')} (read_output or grep_output)]")
+    assert out.view[3].kind == "mask_observations" and out.compactions == []
+
+
+def test_mask_stub_keeps_the_pinned_facts_of_each_request():
+    view = _results(2, BIG + "deploy key id-7f3a\n")
+    plain = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}, pins=()))
+    assert "[pinned]" not in plain.view[3].message["content"]
+    pinned = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}, pins=("id-7f3a",)))
+    assert pinned.view[3].message["content"].endswith("\n[pinned] id-7f3a")
+
+
+def test_mask_of_the_same_view_follows_a_change_of_min_tokens():
+    view = _results(2)
+    mask = MaskObservations()
+    assert mask.apply(view, ctx_for(view, params={"keep": 1})).view[3].kind == "mask_observations"
+    assert mask.apply(view, ctx_for(view, params={"keep": 1, "min_tokens": 10**6})).view is view
+
+
+def test_mask_leaves_results_of_at_most_min_tokens_and_results_a_stub_would_not_shrink():
+    view = _results(2)
+    assert MaskObservations().apply(view, ctx_for(view, params={"keep": 1, "min_tokens": view[3].tokens})).view \
+        is view
+    tiny = _results(2, "ok")
+    assert MaskObservations().apply(tiny, ctx_for(tiny, params={"keep": 1, "min_tokens": 0})).view is tiny
+
+
+def test_an_offloaded_result_is_masked_whatever_its_size_and_not_offloaded_again():
+    view = _results(2, "y " * 45)
+    assert view[3].tokens <= 50
+    view[3] = replace(view[3], handle="@c1.2", offloaded=True)
+    out = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}))
+    assert "@c1.2" in out.view[3].message["content"] and out.offloads == []
+
+
+def test_mask_keeps_every_result_when_keep_and_keep_tokens_cover_them():
+    view = _results(3)
+    assert MaskObservations().apply(view, ctx_for(view, params={"keep": 10, "keep_tokens": 1.0})).view is view
+
+
+def test_already_sent_results_are_masked_only_once_batch_of_them_qualify():
+    view = _results(3)
+    sent = {"free_from": view[-1].end + 1}
+
+    def masked(params, **ctx):
+        out = MaskObservations().apply(view, replace(ctx_for(view, window=100_000, params=params), **ctx))
+        return [e.start for e in out.view if e.kind == "mask_observations"]
+
+    assert masked({"keep": 1, "batch": 1}, **sent) == [3, 5]
+    assert masked({"keep": 1, "batch": 2}, **sent) == [3, 5]
+    assert masked({"keep": 2, "batch": 1}, **sent) == [3]
+    assert masked({"keep": 1, "batch": 3}, **sent) == []
+    assert masked({"keep": 2}, **sent) == []  # batch defaults to keep: one result qualifies, two needed
+    assert masked({"keep": 0}, **sent) == [3, 5, 7]  # keep 0: batch 1
+    one = _results(1)
+    alone = MaskObservations().apply(one, replace(ctx_for(one, window=100_000, params={"keep": 0}), **sent))
+    assert alone.view[3].kind == "mask_observations"
+    assert masked({"keep": 1, "batch": 3}, free_from=5) == [5]  # from free_from on, even under the batch
+    over = MaskObservations().apply(view, replace(ctx_for(view, window=2_000, params={"keep": 1, "batch": 3}),
+                                                  **sent))
+    assert over.view[3].kind == over.view[5].kind == "mask_observations"  # over the trigger: whatever the batch
