@@ -1,7 +1,7 @@
 """Small pieces of the strategy family in milliseconds: the registry's checks, the tool-call
 helpers strategies name calls with, the checkpoint's rendering and parsing of odd values, and each
 rule of the pipeline (``changes``, ``replay``, ``fires``, the second and third passes), of
-``dedupe`` and of ``mask_observations`` stated exactly on hand-built views (issue 17,
+``dedupe``, ``mask_observations`` and ``prune`` stated exactly on hand-built views (issue 17,
 docs/mutation-strategies-a.md). The laws on random views are in test_strategies.py."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from ctxagent.strategies.common import call_name, canonical_call, content_of, sh
 from ctxagent.strategies.dedupe import Dedupe
 from ctxagent.strategies.mask_observations import MaskObservations, _kept
 from ctxagent.strategies.pipeline import changes, fires, replay, run
+from ctxagent.strategies.prune import Prune
 from ctxagent.strategies.step import StrategyConfig
 from ctxagent.strategies.truncate import Truncate
 from ctxagent.tokens import count_message
@@ -450,3 +451,92 @@ def test_already_sent_results_are_masked_only_once_batch_of_them_qualify():
     over = MaskObservations().apply(view, replace(ctx_for(view, window=2_000, params={"keep": 1, "batch": 3}),
                                                   **sent))
     assert over.view[3].kind == over.view[5].kind == "mask_observations"  # over the trigger: whatever the batch
+
+
+# --- prune -------------------------------------------------------------------------------------
+
+
+GONE = "exit code: 1\n" + "cat: /a: No such file or directory\n" * 30
+
+
+def _dead_ends_view():
+    """Two wholly dead units, a unit with one dead and one good result, a success, the current turn."""
+    a, b = tool_call("c1", "shell", '{"command": "cat /a"}'), tool_call("c2", "shell", '{"command": "cat /b"}')
+    c, r = tool_call("c3", "shell", '{"command": "cat /c"}'), tool_call("c4", "read_file", '{"path": "x"}')
+    d = tool_call("c5", "shell", '{"command": "cat /d"}')
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"},
+                {"role": "assistant", "content": None, "tool_calls": [a]},
+                {"role": "tool", "tool_call_id": "c1", "content": GONE},
+                {"role": "assistant", "content": None, "tool_calls": [b]},
+                {"role": "tool", "tool_call_id": "c2", "content": "exit code: 2\nboom"},
+                {"role": "assistant", "content": None, "tool_calls": [c, r]},
+                {"role": "tool", "tool_call_id": "c3", "content": GONE.replace("/a", "/c")},
+                {"role": "tool", "tool_call_id": "c4", "content": "x = 1"},
+                {"role": "assistant", "content": None, "tool_calls": [d]},
+                {"role": "tool", "tool_call_id": "c5", "content": "exit code: 0\nok"},
+                {"role": "user", "content": "go on"}]
+    return _entries(messages, [0, 0, 1, 1, 2, 2, 3, 3, 3, 9, 9, 10])
+
+
+def test_consecutive_dead_units_become_one_note_and_a_dead_result_among_good_ones_a_stub():
+    view = _dead_ends_view()
+    ctx = ctx_for(view)
+    out = Prune().apply(view, ctx)
+    note = out.view[2]
+    assert note.message == {"role": "user", "content": (
+        "[ctxagent pruned dead ends (later attempts succeeded): "
+        f"shell(command=cat /a) → exit code: 1 | cat: /a: No such file or directory ({handle_for('c1')}); "
+        f"shell(command=cat /b) → exit code: 2 | boom ({handle_for('c2')})]")}
+    assert (note.kind, note.start, note.end, note.turn) == ("prune", 2, 5, 2)
+    assert note.tokens == count_message(note.message) and note.refs == (handle_for("c1"), handle_for("c2"))
+    assert out.view[3] == view[6] and out.view[5:] == view[8:]  # the call of the stubbed result, the rest
+    stub = out.view[4]
+    assert stub.message["content"] == (
+        "[ctxagent pruned dead end: shell(command=cat /c) → exit code: 1 | cat: /c: No such file or directory; "
+        f"superseded by a later shell call; full result: {handle_for('c3')}]")
+    assert (stub.kind, stub.start, stub.message["tool_call_id"]) == ("prune", 7, "c3")
+    assert [e.start for e in out.offloads] == [3, 5, 7] and out.compactions == []
+
+
+def test_pruned_notes_and_stubs_keep_the_pinned_facts_of_what_they_replace():
+    view = _dead_ends_view()
+    out = Prune().apply(view, ctx_for(view, pins=("No such file or directory",)))
+    assert out.view[2].message["content"].count("No such file or directory") == 1  # already in the note
+    pins = ("boom",)
+    out = Prune().apply(view, ctx_for(view, pins=pins))
+    assert "[pinned]" not in out.view[2].message["content"]
+    gone_pin = ("/a: No such file or directory\ncat",)  # spans two lines: only in the result itself
+    out = Prune().apply(view, ctx_for(view, pins=gone_pin))
+    assert out.view[2].message["content"].endswith("\n[pinned] " + gone_pin[0])
+
+
+def test_a_dead_end_is_pruned_from_min_age_turns_on():
+    view = _dead_ends_view()  # the dead end among good results is of turn 3, the session at turn 10
+    old_enough = Prune().apply(view, ctx_for(view, params={"min_age_turns": 7}))
+    assert [e.kind for e in old_enough.view[2:5]] == ["prune", "message", "prune"]
+    too_young = Prune().apply(view, ctx_for(view, params={"min_age_turns": 8}))
+    assert [e.kind for e in too_young.view[2:5]] == ["prune", "message", "message"]
+
+
+def test_already_sent_dead_ends_are_pruned_only_once_batch_of_them_qualify():
+    view = _dead_ends_view()
+
+    def pruned(batch, free_from):
+        ctx = replace(ctx_for(view, window=100_000, params={"batch": batch}), free_from=free_from)
+        return [e.start for e in Prune().apply(view, ctx).view if e.kind == "prune"]
+
+    sent = view[-1].end + 1
+    assert pruned(3, sent) == [2, 7]  # three dead results qualify: the note and the stub
+    assert pruned(4, sent) == []
+    assert pruned(4, 6) == [7]  # the unit from free_from on (not sent yet), even under the batch
+
+
+def test_a_stub_is_made_only_when_smaller_and_keeps_the_pinned_facts():
+    view = _dead_ends_view()
+    small = [*view[:7], replace(view[7], message={**view[7].message, "content": "exit code: 1"}), *view[8:]]
+    small = [replace(e, tokens=count_message(e.message)) for e in small]
+    part = small[6:]  # no wholly dead unit, and the stub would be larger than the dead result
+    out = Prune().apply(part, ctx_for(part))
+    assert out.view is part and out.offloads == []
+    pinned = Prune().apply(view, ctx_for(view, pins=("/c: No such file or directory\ncat",)))
+    assert pinned.view[4].message["content"].endswith("\n[pinned] /c: No such file or directory\ncat")
