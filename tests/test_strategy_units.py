@@ -21,7 +21,7 @@ from ctxagent.strategies.common import call_name, canonical_call, content_of, sh
 from ctxagent.strategies.dedupe import Dedupe
 from ctxagent.strategies.mask_observations import MaskObservations, _kept
 from ctxagent.strategies.pipeline import changes, fires, replay, run
-from ctxagent.strategies.prune import Prune
+from ctxagent.strategies.prune import Prune, is_dead
 from ctxagent.strategies.step import StrategyConfig
 from ctxagent.strategies.truncate import Truncate
 from ctxagent.tokens import count_message
@@ -540,3 +540,26 @@ def test_a_stub_is_made_only_when_smaller_and_keeps_the_pinned_facts():
     assert out.view is part and out.offloads == []
     pinned = Prune().apply(view, ctx_for(view, pins=("/c: No such file or directory\ncat",)))
     assert pinned.view[4].message["content"].endswith("\n[pinned] /c: No such file or directory\ncat")
+
+
+def test_prune_names_each_call_cut_to_60_characters():
+    view = _dead_ends_view()
+    long_a = tool_call("c1", "shell", '{"command": "cat ' + "a" * 200 + '"}')
+    long_c = tool_call("c3", "shell", '{"command": "cat ' + "c" * 200 + '"}')
+    view[2] = Entry({**view[2].message, "tool_calls": [long_a]}, view[2].tokens, 2, 2, 1)
+    view[6] = Entry({**view[6].message, "tool_calls": [long_c, view[6].message["tool_calls"][1]]},
+                    view[6].tokens, 6, 6, 3)
+    out = Prune().apply(view, ctx_for(view))
+    assert out.view[2].message["content"].startswith(
+        f"[ctxagent pruned dead ends (later attempts succeeded): {short_call(long_a, 60)} → exit code: 1")
+    assert out.view[4].message["content"].startswith(f"[ctxagent pruned dead end: {short_call(long_c, 60)} → ")
+
+
+def test_not_found_wordings_make_a_result_dead_up_to_max_tokens_only():
+    def result(text):
+        message = {"role": "tool", "tool_call_id": "c1", "content": text}
+        return Entry(message, count_message(message), 3, 3, 1)
+
+    gone = result("grep: pattern not found")
+    assert [is_dead(gone, gone.tokens), is_dead(gone, gone.tokens - 1)] == [True, False]
+    assert not is_dead(result("all good"), 200)
