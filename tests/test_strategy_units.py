@@ -1,7 +1,7 @@
 """Small pieces of the strategy family in milliseconds: the registry's checks, the tool-call
 helpers strategies name calls with, the checkpoint's rendering and parsing of odd values, and each
 rule of the pipeline (``changes``, ``replay``, ``fires``, the second and third passes), of
-``dedupe``, ``mask_observations`` and ``prune`` stated exactly on hand-built views (issue 17,
+``dedupe``, ``mask_observations``, ``prune`` and ``sliding_window`` stated exactly on hand-built views (issue 17,
 docs/mutation-strategies-a.md). The laws on random views are in test_strategies.py."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from ctxagent.strategies.dedupe import Dedupe
 from ctxagent.strategies.mask_observations import MaskObservations, _kept
 from ctxagent.strategies.pipeline import changes, fires, replay, run
 from ctxagent.strategies.prune import Prune, is_dead
+from ctxagent.strategies.sliding_window import SlidingWindow
 from ctxagent.strategies.step import StrategyConfig
 from ctxagent.strategies.truncate import Truncate
 from ctxagent.tokens import count_message
@@ -563,3 +564,39 @@ def test_not_found_wordings_make_a_result_dead_up_to_max_tokens_only():
     gone = result("grep: pattern not found")
     assert [is_dead(gone, gone.tokens), is_dead(gone, gone.tokens - 1)] == [True, False]
     assert not is_dead(result("all good"), 200)
+
+
+# --- sliding_window ----------------------------------------------------------------------------
+
+
+def _spaced():
+    return _calls_view([("shell", f'{{"command": "cat f{k}"}}', f"f{k} " * 300) for k in range(4)], spacing=3)
+
+
+def test_window_note_states_the_messages_turns_tokens_and_transcript():
+    view = _spaced()
+    ctx = ctx_for(view, window=3_000, params={"keep_turns": 1})
+    out = SlidingWindow().apply(view, ctx)
+    tokens = sum(e.tokens for e in view[2:8])
+    assert out.view[2].message == {"role": "user", "content": (
+        f"[ctxagent window: messages #2-#7 (turns 1-7, {tokens} tokens) are not shown; "
+        "the full transcript is at /data/sessions/x/transcript.jsonl]\n[full tool results of these messages, "
+        f"by handle (read_output, grep_output): {handle_for('c1')} {handle_for('c2')} {handle_for('c3')}]")}
+    assert out.view[3:] == view[8:] and out.warnings == []
+
+
+def test_a_failed_rolling_summary_is_reported_and_the_note_written_instead():
+    view = _spaced()
+    out = SlidingWindow().apply(view, ctx_for(view, window=3_000, summarizer=raises, params={"keep_turns": 1}))
+    assert out.warnings == ["sliding_window: the rolling summary of messages #2-#7 failed (the summarizer raised "
+                            "RuntimeError: provider down); wrote a deterministic window note instead"]
+    assert out.view[2].message["content"].startswith("[ctxagent window: messages #2-#7 ")
+
+
+def test_sliding_window_returns_the_view_itself_under_its_target_or_with_nothing_to_compact():
+    view = _spaced()
+    window = int(ctx_for(view).budget.total(view) / 0.7)  # over the profile's target (0.5), under 0.9
+    own_target = {"target": 0.9, "keep_turns": 1}
+    assert SlidingWindow().apply(view, ctx_for(view, window=window, params=own_target)).view is view
+    assert SlidingWindow().apply(view, ctx_for(view, window=window, params={"keep_turns": 1})).view is not view
+    assert SlidingWindow().apply(view, ctx_for(view, window=3_000, params={"keep_turns": 10})).view is view
