@@ -1,20 +1,32 @@
 """Small pieces of the strategy family in milliseconds: the registry's checks, the tool-call
-helpers strategies name calls with, and the checkpoint's rendering and parsing of odd values. The
-laws on random views are in test_strategies.py."""
+helpers strategies name calls with, the checkpoint's rendering and parsing of odd values, and each
+rule of the pipeline (``changes``, ``replay``, ``fires``, the second and third passes), of
+``dedupe``, ``mask_observations``, ``prune`` and ``sliding_window`` stated exactly on hand-built views (issue 17,
+docs/mutation-strategies-a.md). The laws on random views are in test_strategies.py."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from ctxagent.errors import UsageError
 from ctxagent.messages import tool_call
+from ctxagent.sessions.store import handle_for
 from ctxagent.strategies import registry
-from ctxagent.strategies.base import Entry
+from ctxagent.strategies.base import Compaction, Entry
 from ctxagent.strategies.checkpoint import agent_call, files_touched, parse_json_object, render_checkpoint
 from ctxagent.strategies.common import call_name, canonical_call, content_of, short_args, short_call
+from ctxagent.strategies.dedupe import Dedupe
+from ctxagent.strategies.mask_observations import MaskObservations, _kept
+from ctxagent.strategies.pipeline import changes, fires, replay, run
+from ctxagent.strategies.prune import Prune, is_dead
+from ctxagent.strategies.sliding_window import SlidingWindow
+from ctxagent.strategies.step import StrategyConfig
 from ctxagent.strategies.truncate import Truncate
+from ctxagent.tokens import count_message
+from test_strategies import _calls_view, _entries, ctx_for, raises
 
 
 def test_the_registry_refuses_a_name_twice_and_parameters_of_another_strategy():
@@ -90,3 +102,501 @@ def test_files_touched_reads_path_arguments_of_valid_calls_only():
              tool_call("c", "edit", '["src/b.py"]'), tool_call("d", "copy", '{"files": ["x.py", "y.py"], "n": 1}')]
     entry = _entry({"role": "assistant", "content": None, "tool_calls": calls})
     assert files_touched([entry]) == ["src/a.py", "x.py", "y.py"]
+
+
+# --- pipeline: changes, replay, fires, the passes of run ---------------------------------------
+
+
+def _e(message, seq, turn=None, **kw) -> Entry:
+    return Entry(message, count_message(message), seq, seq, seq if turn is None else turn, **kw)
+
+
+def _old() -> list[Entry]:
+    pins = Entry({"role": "user", "content": "[pinned facts] port 8080"}, 9, -1, -1, 0, kind="pins")
+    call1 = tool_call("c1", "shell", '{"command": "ls"}')
+    call2 = tool_call("c2", "shell", '{"command": "pwd"}')
+    return [pins, _e({"role": "system", "content": "sys"}, 0), _e({"role": "user", "content": "task"}, 1),
+            _e({"role": "assistant", "content": None, "tool_calls": [call1]}, 2),
+            _e({"role": "tool", "tool_call_id": "c1", "content": "a\n" * 50}, 3, handle="@c1"),
+            _e({"role": "assistant", "content": "a"}, 4), _e({"role": "assistant", "content": "b"}, 5),
+            _e({"role": "user", "content": "u"}, 6),
+            _e({"role": "assistant", "content": None, "tool_calls": [call2]}, 7),
+            _e({"role": "tool", "tool_call_id": "c2", "content": "b\n" * 50}, 8, handle="@c2.1", offloaded=True),
+            _e({"role": "assistant", "content": "c"}, 9), _e({"role": "user", "content": "go"}, 10)]
+
+
+def test_changes_name_each_replacement_and_each_removed_run_and_replay_rebuilds_the_new_view():
+    old = _old()
+    note_message = {"role": "user", "content": "[note of #2-#3]"}
+    note = Entry(note_message, 7, 2, 3, 3, kind="truncate", refs=("@c1",), quotes=("q",))
+    stub_message = {"role": "tool", "tool_call_id": "c2", "content": "[stub]"}
+    stub = Entry(stub_message, 5, 8, 8, 8, kind="mask_observations", handle="@c2.1", offloaded=True)
+    copy = Entry(dict(old[7].message), old[7].tokens, 6, 6, 6)  # equal, not the same object: unchanged
+    new = [old[0], old[1], old[2], note, copy, old[8], stub, old[11]]
+    found = changes(old, new, "prune")
+    assert found == [
+        Compaction("truncate", 2, 3, note_message, 7, old[3].tokens + old[4].tokens, ("@c1",), ("q",)),
+        Compaction("prune", 4, 5, None, 0, old[5].tokens + old[6].tokens),
+        Compaction("mask_observations", 8, 8, stub_message, 5, old[9].tokens),
+        Compaction("prune", 9, 9, None, 0, old[10].tokens),
+    ]
+    assert replay(old, found) == new
+    assert changes(old, list(old), "prune") == [] and changes(old, old[:1] + old[1:], "x") == []
+
+
+def test_replay_keeps_the_handle_of_one_replaced_tool_result_only():
+    old = _old()
+    tool = {"role": "tool", "tool_call_id": "c2", "content": "[short]"}
+    one = replay(old, [Compaction("role_selective", 8, 8, tool, 3, 50)])
+    assert (one[9].handle, one[9].offloaded, one[9].kind, one[9].turn) == ("@c2.1", True, "role_selective", 8)
+    two = replay(old, [Compaction("x", 8, 9, tool, 3, 50)])  # a call and its result: no single handle
+    assert (two[9].handle, two[9].offloaded, two[9].end) == (None, False, 9)
+    user = replay(old, [Compaction("x", 3, 3, {"role": "user", "content": "n"}, 3, 50)])
+    assert (user[4].handle, user[4].offloaded) == (None, False)
+
+
+def test_replay_skips_a_range_with_no_whole_entry_and_applies_the_next_compactions():
+    old = _old()
+    note = Compaction("summarize", 2, 3, {"role": "user", "content": "s"}, 1, 60)
+    view = replay(old, [note])
+    assert [e.start for e in view] == [-1, 0, 1, 2, 4, 5, 6, 7, 8, 9, 10]
+    assert replay(view, [Compaction("x", 3, 5, None, 0, 0)]) == [*view[:4], *view[6:]]  # the note is not split
+    later = Compaction("x", 10, 10, None, 0, 2)
+    assert replay(view, [Compaction("x", 20, 30, None, 0, 0), later]) == view[:-1]
+    assert replay(view, [Compaction("x", 2, 2, None, 0, 0), later]) == view[:-1]
+    whole = replay(view, [Compaction("summarize", 2, 10, {"role": "user", "content": "all"}, 1, 99)])
+    assert [(e.start, e.end, e.turn) for e in whole] == [(-1, -1, 0), (0, 0, 0), (1, 1, 1), (2, 10, 10)]
+
+
+def _step(**kw) -> StrategyConfig:
+    return StrategyConfig(strategy="truncate", **kw)
+
+
+def test_a_step_fires_from_its_min_turns_on_and_on_its_turn_count():
+    view = _calls_view([("shell", "{}", "x")])
+    ctx = ctx_for(view)
+
+    def at(step, turn):
+        return fires(step, view, replace(ctx, turn=turn), 0.0)
+
+    assert [at(_step(min_turns=3), t) for t in (2, 3)] == [False, True]
+    assert [at(_step(every_turns=3), t) for t in (0, 1, 2, 3, 4, 6)] == [False, False, False, True, False, True]
+    assert [at(_step(every_turns=1), t) for t in (0, 1, 2)] == [False, True, True]
+
+
+def test_changes_name_runs_removed_at_the_end_and_between_kept_entries():
+    old = _old()
+    t = [e.tokens for e in old]
+    assert changes(old, old[:-2], "x") == [Compaction("x", 9, 10, None, 0, t[10] + t[11])]
+    assert changes(old, [*old[:6], *old[7:10], old[11]], "x") == [Compaction("x", 5, 5, None, 0, t[6]),
+                                                                 Compaction("x", 9, 9, None, 0, t[10])]
+    stub_message = {"role": "tool", "tool_call_id": "c2", "content": "[stub]"}
+    stub = Entry(stub_message, 5, 8, 8, 8, kind="mask_observations")
+    assert changes(old, [*old[:8], stub, *old[10:]], "x") == [
+        Compaction("x", 7, 7, None, 0, t[8]), Compaction("mask_observations", 8, 8, stub_message, 5, t[9])]
+    note = Entry({"role": "user", "content": "n"}, 2, 9, 10, 10, kind="summarize")
+    assert changes(old, [*old[:10], note], "x") == [Compaction("summarize", 9, 10, note.message, 2, t[10] + t[11])]
+    same_text = replace(old[11], kind="role_selective")
+    assert changes(old, [*old[:11], same_text], "x") == [
+        Compaction("role_selective", 10, 10, old[11].message, old[11].tokens, t[11])]
+    extra = _e({"role": "user", "content": "new"}, 11)
+    assert changes(old, [*old, extra], "x") == [Compaction("message", 11, 11, extra.message, extra.tokens, 0)]
+
+
+def _units(n: int, lines: int = 40):
+    return _calls_view([("shell", f'{{"command": "cat f{k}"}}', "\n".join(f"f{k} line {i}: port=8080"
+                                                                        for i in range(lines)))
+                        for k in range(n)])
+
+
+def _window_for(view, fraction: float) -> int:
+    ctx = ctx_for(view)
+    return int(ctx.budget.total(view) / fraction)
+
+
+def test_a_build_that_breaks_the_cached_prefix_runs_the_batched_steps_again_from_that_point():
+    """The summary fails (a warning, truncation instead) and breaks the prefix; masking, held back
+    for results already sent, then masks the older results after the truncation note too."""
+    view = _units(8)
+    steps = [StrategyConfig(strategy="summarize", keep_turns=2),
+             StrategyConfig(strategy="mask_observations", trigger=0, keep=1, batch=100)]
+    ctx = replace(ctx_for(view, window=_window_for(view, 0.9), summarizer=raises, pins=()),
+                  free_from=view[-1].end + 1)
+    out = run(view, steps, ctx)
+    kinds = [c.strategy for c in out.compactions]
+    assert kinds[0] == "truncate" and set(kinds[1:]) == {"mask_observations"} and len(kinds) > 1
+    assert len(out.warnings) == 1 and out.warnings[0].startswith("summarize: the summary of messages #")
+    assert out.view == replay(view, out.compactions)
+    results = [e.start for e in view if e.role == "tool"]
+    assert sorted(e.start for e in out.offloads) == results[:-1]  # dropped by truncation or masked
+
+
+def test_a_step_that_grows_the_view_past_an_earlier_trigger_makes_the_pipeline_run_again():
+    """dedupe flags a repeated call (the view grows) over the trigger truncation checked before it."""
+    view = _units(6)
+    view = _calls_view([*[("shell", f'{{"command": "cat f{k}"}}', view[2 * k + 3].message["content"])
+                          for k in range(6)], ("shell", '{"command": "cat f0"}', "changed")])
+    ctx = ctx_for(view)
+    window = int(ctx.budget.total(view) / 0.8) + 1
+    ctx = ctx_for(view, window=window)
+    assert not ctx.budget.over(view, 0.8)
+    steps = [StrategyConfig(strategy="truncate"), StrategyConfig(strategy="dedupe", trigger=0.1)]
+    out = run(view, steps, ctx)
+    kinds = [c.strategy for c in out.compactions]
+    assert kinds[0] == "dedupe" and "truncate" in kinds[1:]
+    assert not ctx.budget.over(out.view, 0.8)
+    assert out.view == replay(view, out.compactions)
+
+
+def test_a_step_that_changes_nothing_does_not_stop_the_steps_after_it():
+    view = _calls_view([("shell", '{"command": "ls"}', "x " * 80), ("read_file", '{"path": "a"}', "x " * 80)])
+    steps = [StrategyConfig(strategy="mask_observations", trigger=0),
+             StrategyConfig(strategy="dedupe", trigger=0)]
+    out = run(view, steps, ctx_for(view))
+    assert [(c.strategy, c.start) for c in out.compactions] == [("dedupe", 5)]
+
+
+# --- dedupe ------------------------------------------------------------------------------------
+
+
+LONG = "exit code: 0\n" + "the same long output line\n" * 20
+
+
+def test_dedupe_returns_the_view_itself_when_no_result_repeats():
+    view = _calls_view([("shell", '{"command": "ls"}', LONG), ("shell", '{"command": "pwd"}', LONG + "x")])
+    out = Dedupe().apply(view, ctx_for(view))
+    assert out.view is view and (out.compactions, out.offloads) == ([], [])
+
+
+def test_dedupe_replaces_a_repeat_from_free_from_on_and_leaves_one_already_sent():
+    view = _calls_view([("shell", '{"command": "ls"}', LONG), ("read_file", '{"path": "a"}', LONG)])
+    at = Dedupe().apply(view, replace(ctx_for(view), free_from=view[5].start))
+    assert at.view[5].message["content"] == f"[same result as turn 1, handle {handle_for('c1')}]"
+    assert at.view[5].kind == "dedupe" and at.view[:5] == view[:5]
+    assert at.compactions == []  # the pipeline records the change (changes()), not the strategy
+    after = Dedupe().apply(view, replace(ctx_for(view), free_from=view[5].start + 1))
+    assert after.view is view
+
+
+def test_dedupe_references_only_results_over_min_tokens():
+    view = _calls_view([("shell", '{"command": "ls"}', LONG), ("read_file", '{"path": "a"}', LONG)])
+    size = view[5].tokens
+    assert Dedupe().apply(view, ctx_for(view, params={"min_tokens": size})).view is view
+    out = Dedupe().apply(view, ctx_for(view, params={"min_tokens": size - 1}))
+    assert out.view[5].kind == "dedupe"
+
+
+def test_dedupe_of_the_same_view_follows_a_change_of_min_tokens():
+    view = _calls_view([("shell", '{"command": "ls"}', LONG), ("read_file", '{"path": "a"}', LONG)])
+    dedupe = Dedupe()
+    assert dedupe.apply(view, ctx_for(view)).view[5].kind == "dedupe"
+    assert dedupe.apply(view, ctx_for(view, params={"min_tokens": 10**6})).view is view
+
+
+def test_dedupe_compares_original_tool_results_only():
+    user = {"role": "user", "content": LONG}
+    view = _entries([{"role": "system", "content": "sys"}, user,
+                     {"role": "assistant", "content": LONG}])
+    view += _calls_view([("shell", '{"command": "ls"}', LONG)])[2:]
+    view = [replace(e, start=i, end=i) for i, e in enumerate(view)]
+    assert Dedupe().apply(view, ctx_for(view)).view is view  # same text as the task and a reply: not a repeat
+    masked = _calls_view([("shell", '{"command": "ls"}', LONG), ("read_file", '{"path": "a"}', LONG)])
+    masked[3] = replace(masked[3], kind="mask_observations")
+    assert Dedupe().apply(masked, ctx_for(masked)).view is masked  # a replacement is not referenced
+
+
+def test_results_whose_call_is_not_in_the_view_are_never_flagged_as_repeated_calls():
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"},
+                {"role": "tool", "tool_call_id": "x1", "content": "one"}, {"role": "user", "content": "go"},
+                {"role": "tool", "tool_call_id": "x2", "content": "two"}, {"role": "user", "content": "go on"}]
+    view = _entries(messages)
+    assert Dedupe().apply(view, ctx_for(view)).view is view
+
+
+def test_dedupe_offloads_every_earlier_result_its_reference_names():
+    view = _calls_view([("shell", '{"command": "ls"}', LONG), ("shell", '{"command": "pwd"}', "/srv"),
+                        ("shell", '{"command": "pwd"}', LONG)])
+    out = Dedupe().apply(view, ctx_for(view))
+    assert out.view[7].message["content"] == (
+        f"[this call was already made at turn 2; its result is handle {handle_for('c2')}] "
+        f"[same result as turn 1, handle {handle_for('c1')}]")
+    assert sorted(e.start for e in out.offloads) == [3, 5, 7]
+
+
+def test_a_repeated_call_too_short_to_reference_is_flagged_and_names_only_its_call():
+    view = _calls_view([("shell", '{"command": "ls"}', "ok"), ("shell", '{"command": "pwd"}', "ok"),
+                        ("shell", '{"command": "pwd"}', "ok")])
+    out = Dedupe().apply(view, ctx_for(view, params={"min_tokens": 0}))
+    flag = f"[this call was already made at turn 2; its result is handle {handle_for('c2')}]"
+    assert [e.message["content"] for e in out.view[3::2]] == ["ok", "ok", f"{flag}\nok"]
+    assert out.view[7].kind == "dedupe"
+    assert sorted(e.start for e in out.offloads) == [5, 7]  # not c1: the flag does not name it
+
+
+def test_a_reference_as_long_as_the_result_is_not_made():
+    reference = f"[same result as turn 1, handle {handle_for('c1')}]"
+    view = _calls_view([("shell", '{"command": "ls"}', reference), ("read_file", '{"path": "a"}', reference)])
+    assert Dedupe().apply(view, ctx_for(view, params={"min_tokens": 0})).view is view
+
+
+def test_dedupe_reference_keeps_the_pinned_facts_of_the_result():
+    pinned = LONG + "deploy key id-7f3a\n"
+    view = _calls_view([("shell", '{"command": "ls"}', pinned), ("read_file", '{"path": "a"}', pinned)])
+    out = Dedupe().apply(view, ctx_for(view, pins=("id-7f3a",)))
+    assert out.view[5].message["content"] == (f"[same result as turn 1, handle {handle_for('c1')}]\n"
+                                              "[pinned] id-7f3a")
+
+
+def test_dedupe_answers_for_the_view_it_is_given_whatever_it_saw_before():
+    """The same result entries in two views: each reference names the earlier result of its own view
+    (the per-entry memo is keyed by what the reference names)."""
+    units = _calls_view([("shell", '{"command": "ls"}', LONG), ("shell", '{"command": "pwd"}', "/srv"),
+                         ("shell", '{"command": "pwd"}', "/srv/app"), ("shell", '{"command": "pwd"}', LONG)])
+    first = Dedupe().apply([*units[:6], *units[8:]], ctx_for(units))  # without c3
+    second = Dedupe().apply([*units[:4], *units[6:]], ctx_for(units))  # without c2
+    h = handle_for
+    assert first.view[-1].message["content"] == (
+        f"[this call was already made at turn 2; its result is handle {h('c2')}] "
+        f"[same result as turn 1, handle {h('c1')}]")
+    assert second.view[-1].message["content"] == (
+        f"[this call was already made at turn 3; its result is handle {h('c3')}] "
+        f"[same result as turn 1, handle {h('c1')}]")
+    without_c1 = Dedupe().apply([*units[:2], *units[4:]], ctx_for(units))
+    assert without_c1.view[-1].message["content"].startswith(
+        f"[this call was already made at turn 2; its result is handle {h('c2')}]\n")
+
+
+# --- mask_observations ---------------------------------------------------------------------------
+
+
+BIG = "x\n" * 300
+
+
+def _results(n: int, content: str = BIG):
+    return _calls_view([("shell", f'{{"command": "cat f{k}"}}', content) for k in range(n)])
+
+
+def test_kept_counts_the_newest_results_while_their_tokens_fit():
+    view = _calls_view([("shell", "{}", "a " * 10), ("shell", "{}", "b " * 20), ("shell", "{}", "c " * 30)])
+    recent = [3, 5, 7]
+    b, c = view[5].tokens, view[7].tokens
+    assert [_kept(view, recent, m) for m in (b + c, b + c - 1, 0, 10**9)] == [2, 1, 1, 3]
+    assert _kept(view, [], 10**9) == 0
+
+
+def test_mask_stub_is_exactly_the_call_the_size_and_the_handle():
+    args = '{"command": "' + "a" * 200 + '"}'
+    view = _calls_view([("shell", args, BIG), ("shell", "{}", "ok")])
+    out = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}))
+    call = tool_call("c1", "shell", args)
+    assert out.view[3].message["content"] == (
+        f"[ctxagent masked an old tool result: {short_call(call, 80)}, {view[3].tokens:,} tokens; "
+        f"full result: {handle_for('c1')} (read_output or grep_output)]")
+    assert out.view[3].kind == "mask_observations" and out.compactions == []
+
+
+def test_mask_stub_keeps_the_pinned_facts_of_each_request():
+    view = _results(2, BIG + "deploy key id-7f3a\n")
+    plain = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}, pins=()))
+    assert "[pinned]" not in plain.view[3].message["content"]
+    pinned = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}, pins=("id-7f3a",)))
+    assert pinned.view[3].message["content"].endswith("\n[pinned] id-7f3a")
+
+
+def test_mask_of_the_same_view_follows_a_change_of_min_tokens():
+    view = _results(2)
+    mask = MaskObservations()
+    assert mask.apply(view, ctx_for(view, params={"keep": 1})).view[3].kind == "mask_observations"
+    assert mask.apply(view, ctx_for(view, params={"keep": 1, "min_tokens": 10**6})).view is view
+
+
+def test_mask_leaves_results_of_at_most_min_tokens_and_results_a_stub_would_not_shrink():
+    view = _results(2)
+    assert MaskObservations().apply(view, ctx_for(view, params={"keep": 1, "min_tokens": view[3].tokens})).view \
+        is view
+    tiny = _results(2, "ok")
+    assert MaskObservations().apply(tiny, ctx_for(tiny, params={"keep": 1, "min_tokens": 0})).view is tiny
+
+
+def test_an_offloaded_result_is_masked_whatever_its_size_and_not_offloaded_again():
+    view = _results(2, "y " * 45)
+    assert view[3].tokens <= 50
+    view[3] = replace(view[3], handle="@c1.2", offloaded=True)
+    out = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}))
+    assert "@c1.2" in out.view[3].message["content"] and out.offloads == []
+
+
+def test_mask_keeps_every_result_when_keep_and_keep_tokens_cover_them():
+    view = _results(3)
+    assert MaskObservations().apply(view, ctx_for(view, params={"keep": 10, "keep_tokens": 1.0})).view is view
+
+
+def test_already_sent_results_are_masked_only_once_batch_of_them_qualify():
+    view = _results(3)
+    sent = {"free_from": view[-1].end + 1}
+
+    def masked(params, **ctx):
+        out = MaskObservations().apply(view, replace(ctx_for(view, window=100_000, params=params), **ctx))
+        return [e.start for e in out.view if e.kind == "mask_observations"]
+
+    assert masked({"keep": 1, "batch": 1}, **sent) == [3, 5]
+    assert masked({"keep": 1, "batch": 2}, **sent) == [3, 5]
+    assert masked({"keep": 2, "batch": 1}, **sent) == [3]
+    assert masked({"keep": 1, "batch": 3}, **sent) == []
+    assert masked({"keep": 2}, **sent) == []  # batch defaults to keep: one result qualifies, two needed
+    assert masked({"keep": 0}, **sent) == [3, 5, 7]  # keep 0: batch 1
+    one = _results(1)
+    alone = MaskObservations().apply(one, replace(ctx_for(one, window=100_000, params={"keep": 0}), **sent))
+    assert alone.view[3].kind == "mask_observations"
+    assert masked({"keep": 1, "batch": 3}, free_from=5) == [5]  # from free_from on, even under the batch
+    over = MaskObservations().apply(view, replace(ctx_for(view, window=2_000, params={"keep": 1, "batch": 3}),
+                                                  **sent))
+    assert over.view[3].kind == over.view[5].kind == "mask_observations"  # over the trigger: whatever the batch
+
+
+# --- prune -------------------------------------------------------------------------------------
+
+
+GONE = "exit code: 1\n" + "cat: /a: No such file or directory\n" * 30
+
+
+def _dead_ends_view():
+    """Two wholly dead units, a unit with one dead and one good result, a success, the current turn."""
+    a, b = tool_call("c1", "shell", '{"command": "cat /a"}'), tool_call("c2", "shell", '{"command": "cat /b"}')
+    c, r = tool_call("c3", "shell", '{"command": "cat /c"}'), tool_call("c4", "read_file", '{"path": "x"}')
+    d = tool_call("c5", "shell", '{"command": "cat /d"}')
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"},
+                {"role": "assistant", "content": None, "tool_calls": [a]},
+                {"role": "tool", "tool_call_id": "c1", "content": GONE},
+                {"role": "assistant", "content": None, "tool_calls": [b]},
+                {"role": "tool", "tool_call_id": "c2", "content": "exit code: 2\nboom"},
+                {"role": "assistant", "content": None, "tool_calls": [c, r]},
+                {"role": "tool", "tool_call_id": "c3", "content": GONE.replace("/a", "/c")},
+                {"role": "tool", "tool_call_id": "c4", "content": "x = 1"},
+                {"role": "assistant", "content": None, "tool_calls": [d]},
+                {"role": "tool", "tool_call_id": "c5", "content": "exit code: 0\nok"},
+                {"role": "user", "content": "go on"}]
+    return _entries(messages, [0, 0, 1, 1, 2, 2, 3, 3, 3, 9, 9, 10])
+
+
+def test_consecutive_dead_units_become_one_note_and_a_dead_result_among_good_ones_a_stub():
+    view = _dead_ends_view()
+    ctx = ctx_for(view)
+    out = Prune().apply(view, ctx)
+    note = out.view[2]
+    assert note.message == {"role": "user", "content": (
+        "[ctxagent pruned dead ends (later attempts succeeded): "
+        f"shell(command=cat /a) → exit code: 1 | cat: /a: No such file or directory ({handle_for('c1')}); "
+        f"shell(command=cat /b) → exit code: 2 | boom ({handle_for('c2')})]")}
+    assert (note.kind, note.start, note.end, note.turn) == ("prune", 2, 5, 2)
+    assert note.tokens == count_message(note.message) and note.refs == (handle_for("c1"), handle_for("c2"))
+    assert out.view[3] == view[6] and out.view[5:] == view[8:]  # the call of the stubbed result, the rest
+    stub = out.view[4]
+    assert stub.message["content"] == (
+        "[ctxagent pruned dead end: shell(command=cat /c) → exit code: 1 | cat: /c: No such file or directory; "
+        f"superseded by a later shell call; full result: {handle_for('c3')}]")
+    assert (stub.kind, stub.start, stub.message["tool_call_id"]) == ("prune", 7, "c3")
+    assert [e.start for e in out.offloads] == [3, 5, 7] and out.compactions == []
+
+
+def test_pruned_notes_and_stubs_keep_the_pinned_facts_of_what_they_replace():
+    view = _dead_ends_view()
+    out = Prune().apply(view, ctx_for(view, pins=("No such file or directory",)))
+    assert out.view[2].message["content"].count("No such file or directory") == 1  # already in the note
+    pins = ("boom",)
+    out = Prune().apply(view, ctx_for(view, pins=pins))
+    assert "[pinned]" not in out.view[2].message["content"]
+    gone_pin = ("/a: No such file or directory\ncat",)  # spans two lines: only in the result itself
+    out = Prune().apply(view, ctx_for(view, pins=gone_pin))
+    assert out.view[2].message["content"].endswith("\n[pinned] " + gone_pin[0])
+
+
+def test_a_dead_end_is_pruned_from_min_age_turns_on():
+    view = _dead_ends_view()  # the dead end among good results is of turn 3, the session at turn 10
+    old_enough = Prune().apply(view, ctx_for(view, params={"min_age_turns": 7}))
+    assert [e.kind for e in old_enough.view[2:5]] == ["prune", "message", "prune"]
+    too_young = Prune().apply(view, ctx_for(view, params={"min_age_turns": 8}))
+    assert [e.kind for e in too_young.view[2:5]] == ["prune", "message", "message"]
+
+
+def test_already_sent_dead_ends_are_pruned_only_once_batch_of_them_qualify():
+    view = _dead_ends_view()
+
+    def pruned(batch, free_from):
+        ctx = replace(ctx_for(view, window=100_000, params={"batch": batch}), free_from=free_from)
+        return [e.start for e in Prune().apply(view, ctx).view if e.kind == "prune"]
+
+    sent = view[-1].end + 1
+    assert pruned(3, sent) == [2, 7]  # three dead results qualify: the note and the stub
+    assert pruned(4, sent) == []
+    assert pruned(4, 6) == [7]  # the unit from free_from on (not sent yet), even under the batch
+
+
+def test_a_stub_is_made_only_when_smaller_and_keeps_the_pinned_facts():
+    view = _dead_ends_view()
+    small = [*view[:7], replace(view[7], message={**view[7].message, "content": "exit code: 1"}), *view[8:]]
+    small = [replace(e, tokens=count_message(e.message)) for e in small]
+    part = small[6:]  # no wholly dead unit, and the stub would be larger than the dead result
+    out = Prune().apply(part, ctx_for(part))
+    assert out.view is part and out.offloads == []
+    pinned = Prune().apply(view, ctx_for(view, pins=("/c: No such file or directory\ncat",)))
+    assert pinned.view[4].message["content"].endswith("\n[pinned] /c: No such file or directory\ncat")
+
+
+def test_prune_names_each_call_cut_to_60_characters():
+    view = _dead_ends_view()
+    long_a = tool_call("c1", "shell", '{"command": "cat ' + "a" * 200 + '"}')
+    long_c = tool_call("c3", "shell", '{"command": "cat ' + "c" * 200 + '"}')
+    view[2] = Entry({**view[2].message, "tool_calls": [long_a]}, view[2].tokens, 2, 2, 1)
+    view[6] = Entry({**view[6].message, "tool_calls": [long_c, view[6].message["tool_calls"][1]]},
+                    view[6].tokens, 6, 6, 3)
+    out = Prune().apply(view, ctx_for(view))
+    assert out.view[2].message["content"].startswith(
+        f"[ctxagent pruned dead ends (later attempts succeeded): {short_call(long_a, 60)} → exit code: 1")
+    assert out.view[4].message["content"].startswith(f"[ctxagent pruned dead end: {short_call(long_c, 60)} → ")
+
+
+def test_not_found_wordings_make_a_result_dead_up_to_max_tokens_only():
+    def result(text):
+        message = {"role": "tool", "tool_call_id": "c1", "content": text}
+        return Entry(message, count_message(message), 3, 3, 1)
+
+    gone = result("grep: pattern not found")
+    assert [is_dead(gone, gone.tokens), is_dead(gone, gone.tokens - 1)] == [True, False]
+    assert not is_dead(result("all good"), 200)
+
+
+# --- sliding_window ----------------------------------------------------------------------------
+
+
+def _spaced():
+    return _calls_view([("shell", f'{{"command": "cat f{k}"}}', f"f{k} " * 300) for k in range(4)], spacing=3)
+
+
+def test_window_note_states_the_messages_turns_tokens_and_transcript():
+    view = _spaced()
+    ctx = ctx_for(view, window=3_000, params={"keep_turns": 1})
+    out = SlidingWindow().apply(view, ctx)
+    tokens = sum(e.tokens for e in view[2:8])
+    assert out.view[2].message == {"role": "user", "content": (
+        f"[ctxagent window: messages #2-#7 (turns 1-7, {tokens} tokens) are not shown; "
+        "the full transcript is at /data/sessions/x/transcript.jsonl]\n[full tool results of these messages, "
+        f"by handle (read_output, grep_output): {handle_for('c1')} {handle_for('c2')} {handle_for('c3')}]")}
+    assert out.view[3:] == view[8:] and out.warnings == []
+
+
+def test_a_failed_rolling_summary_is_reported_and_the_note_written_instead():
+    view = _spaced()
+    out = SlidingWindow().apply(view, ctx_for(view, window=3_000, summarizer=raises, params={"keep_turns": 1}))
+    assert out.warnings == ["sliding_window: the rolling summary of messages #2-#7 failed (the summarizer raised "
+                            "RuntimeError: provider down); wrote a deterministic window note instead"]
+    assert out.view[2].message["content"].startswith("[ctxagent window: messages #2-#7 ")
+
+
+def test_sliding_window_returns_the_view_itself_under_its_target_or_with_nothing_to_compact():
+    view = _spaced()
+    window = int(ctx_for(view).budget.total(view) / 0.7)  # over the profile's target (0.5), under 0.9
+    own_target = {"target": 0.9, "keep_turns": 1}
+    assert SlidingWindow().apply(view, ctx_for(view, window=window, params=own_target)).view is view
+    assert SlidingWindow().apply(view, ctx_for(view, window=window, params={"keep_turns": 1})).view is not view
+    assert SlidingWindow().apply(view, ctx_for(view, window=3_000, params={"keep_turns": 10})).view is view
