@@ -10,11 +10,30 @@ import pytest
 
 from ctxagent.errors import UsageError
 from ctxagent.messages import tool_call
+from ctxagent.sessions.store import handle_for
 from ctxagent.strategies import registry
-from ctxagent.strategies.base import Entry
+from ctxagent.strategies.base import Budget, Compaction, Entry, Outcome, StrategyContext
 from ctxagent.strategies.checkpoint import agent_call, files_touched, parse_json_object, render_checkpoint
-from ctxagent.strategies.common import call_name, canonical_call, content_of, short_args, short_call
+from ctxagent.strategies.common import (
+    call_name,
+    canonical_call,
+    content_of,
+    handles_line,
+    keep_pins,
+    nothing_new,
+    quotes_block,
+    quotes_of,
+    refs_of,
+    replace_runs,
+    replaced,
+    runs_to_compact,
+    short_args,
+    short_call,
+    size_of,
+    stored_handle,
+)
 from ctxagent.strategies.truncate import Truncate
+from ctxagent.tokens import count_message, count_text
 
 
 def test_the_registry_refuses_a_name_twice_and_parameters_of_another_strategy():
@@ -90,3 +109,175 @@ def test_files_touched_reads_path_arguments_of_valid_calls_only():
              tool_call("c", "edit", '["src/b.py"]'), tool_call("d", "copy", '{"files": ["x.py", "y.py"], "n": 1}')]
     entry = _entry({"role": "assistant", "content": None, "tool_calls": calls})
     assert files_touched([entry]) == ["src/a.py", "x.py", "y.py"]
+
+
+# --- common.py: the helpers every range strategy builds its replacements with ------------------
+
+UNICODE = "héllo wörld — ünïcode"  # 9 tokens for the default tokenizer (o200k), 11 for gpt-4's (cl100k)
+
+
+def _ctx(window: int = 1000, model: str = "gpt-4", pins: tuple[str, ...] = ()) -> StrategyContext:
+    return StrategyContext(budget=Budget(window=window, tools=0, reserved=0, target=0.5, trigger=0.8),
+                           model=model, pins=pins)
+
+
+def _msg(role: str, content: str, seq: int, turn: int = 1, kind: str = "message", **fields) -> Entry:
+    return Entry({"role": role, "content": content}, 10, seq, seq, turn, kind, **fields)
+
+
+def test_the_unicode_sample_is_counted_differently_by_the_two_tokenizers():
+    assert (count_text(UNICODE), count_text(UNICODE, "gpt-4")) == (9, 11)  # what the tests below rely on
+
+
+def test_keep_pins_adds_the_pins_a_compaction_removed_to_its_note_in_the_compaction_and_the_view():
+    view = [_msg("system", "rules", 0), _msg("user", "task: keep TASK-PIN", 1),
+            _msg("assistant", "the key is K-1", 2), _msg("assistant", "and the port is K-2", 3),
+            _msg("user", "go on", 4, turn=2)]
+    note = {"role": "user", "content": f"[truncated 2 messages] {UNICODE}"}
+    skipped = Compaction("other", 9, 9, None, 0, 5)  # no message: nothing to add pins to, and not the last one
+    comp = Compaction("truncate", 2, 3, note, 7, 20, ("@a",), ("q",))
+    replacement = Entry(note, 7, 2, 3, 2, "truncate", "@h", True, ("@a",), ("q",))
+    offloads = [view[2]]
+    outcome = Outcome([view[0], view[1], replacement, view[4]], [skipped, comp], offloads)
+
+    got = keep_pins(view, outcome, _ctx(pins=("K-2", "TASK-PIN", "K-1", "absent")))
+
+    fixed = {"role": "user", "content": note["content"] + "\n[pinned] K-2\n[pinned] K-1"}  # pins order; range only
+    tokens = count_message(fixed, "gpt-4")
+    assert tokens != count_message(fixed)  # counted for the context's model
+    assert got.compactions == [skipped, Compaction("truncate", 2, 3, fixed, tokens, 20, ("@a",), ("q",))]
+    assert got.view == [view[0], view[1], Entry(fixed, tokens, 2, 3, 2, "truncate", "@h", True, ("@a",), ("q",)),
+                        view[4]]
+    assert got.offloads == offloads
+
+
+def test_keep_pins_returns_the_outcome_itself_when_no_pin_was_removed():
+    view = [_msg("system", "rules", 0), _msg("user", "task", 1), _msg("assistant", "K-1 is here", 2),
+            _msg("assistant", "nothing", 3), _msg("user", "go on", 4)]
+    note = {"role": "user", "content": "[truncated]"}
+    outcome = Outcome([view[0], view[1], view[2], Entry(note, 5, 3, 3, 1, "truncate"), view[4]],
+                      [Compaction("truncate", 3, 3, note, 5, 10)], warnings=["kept"])
+    assert keep_pins(view, outcome, _ctx(pins=("K-1",))) is outcome  # K-1 was not in the range
+    assert keep_pins(view, outcome, _ctx()) is outcome
+    assert keep_pins(view, Outcome(view), _ctx(pins=("K-1",))) == Outcome(view)
+
+
+def test_canonical_call_keeps_non_ascii_arguments_as_they_are():
+    assert canonical_call(tool_call("c", "write", '{"text": "héllo"}')) == ("write", '{"text":"héllo"}')
+
+
+def test_stored_handle_is_the_handle_of_an_offloaded_result_only():
+    assert stored_handle(_msg("tool", "x", 1, handle="@h", offloaded=True)) == "@h"
+    assert stored_handle(_msg("tool", "x", 1, handle="@h")) is None
+
+
+def test_refs_of_names_each_result_once_oldest_first_and_keeps_the_newest_that_fit_the_window():
+    results = [Entry({"role": "tool", "tool_call_id": "c9", "content": "x"}, 10, 1, 1, 1),
+               _msg("tool", "y", 2, handle="@a"), _msg("assistant", "z", 3, handle="@not-a-result"),
+               _msg("assistant", "note", 4, kind="summarize", refs=("@a", "@r"))]
+    assert refs_of(results, 1000) == (handle_for("c9"), "@a", "@r")
+    many = [_msg("tool", "x", i, handle=f"@h{i}") for i in range(30)]
+    assert refs_of(many, 1000) == tuple(f"@h{i}" for i in range(10, 30))  # at least 20
+    assert refs_of(many, 3000) == tuple(f"@h{i}" for i in range(5, 30))  # 5% of the window, 6 tokens each
+
+
+def test_quotes_of_keeps_user_messages_and_earlier_quotes_once_newest_first_within_the_budget():
+    entries = [_msg("user", "alpha", 1), _msg("assistant", "note", 2, kind="summarize", quotes=("beta",)),
+               _msg("user", "NOTE", 3, kind="truncate", quotes=("alpha",)), _msg("assistant", "gamma", 4)]
+    each = {q: count_text(q) + 2 for q in ("alpha", "beta")}
+    both = each["alpha"] + each["beta"]
+    assert quotes_of(entries, 1000) == ("alpha", "beta")
+    assert quotes_of(entries, both) == ("alpha", "beta")  # exactly the budget still fits
+    assert quotes_of(entries, both - 1) == ("beta",)  # the newest first
+    assert quotes_of(entries, each["beta"] - 1) == ()
+    # the newest that does not fit stops the walk, even when an older one would
+    assert quotes_of([_msg("user", "a", 1), _msg("user", "word " * 50, 2)], 10) == ()
+
+
+def test_quotes_of_counts_in_the_models_tokens():
+    entries = [_msg("user", UNICODE, 1)]
+    assert quotes_of(entries, 11) == (UNICODE,)  # 9 + 2
+    assert quotes_of(entries, 12, "gpt-4") == ()  # 11 + 2
+    assert quotes_of(entries, 13, "gpt-4") == (UNICODE,)
+
+
+def test_the_quotes_block_and_the_handles_line_word_what_a_replacement_ends_with():
+    assert quotes_block(()) == ""
+    assert quotes_block(("a", "b")) == "\n[user messages of these turns, verbatim]\n> a\n> b"
+    assert handles_line(()) == ""
+    assert handles_line(("@a", "@b")) == (
+        "\n[full tool results of these messages, by handle (read_output, grep_output): @a @b]")
+
+
+def test_size_of_reads_an_offloaded_previews_own_size_else_the_entrys_tokens():
+    preview = _msg("tool", "head...\n[full output: 80 lines, ~1,234 tokens; saved as @abc]", 1)
+    assert size_of(preview) == "~1,234"
+    assert size_of(Entry({"role": "tool", "content": "plain"}, 12345, 1, 1, 1)) == "12,345"
+
+
+def test_replaced_keeps_range_turn_and_handle_and_counts_the_new_message_for_the_model():
+    entry = Entry({"role": "tool", "tool_call_id": "c1", "content": "long"}, 500, 3, 4, 2, "message", "@h", True)
+    message = {"role": "tool", "tool_call_id": "c1", "content": UNICODE}
+    assert replaced(entry, message, _ctx(), "mask") == Entry(message, count_message(message, "gpt-4"), 3, 4, 2,
+                                                             "mask", "@h", True)
+    assert count_message(message, "gpt-4") != count_message(message)
+
+
+def _unit_view() -> list[Entry]:
+    """system, task, a call with its result, a message, the pinned facts, two messages, the current
+    user message, a reply: units 0, 1, [2, 3], 4, 5 (pins), 6, 7, 8 (last user), 9."""
+    calls = {"role": "assistant", "content": None, "tool_calls": [tool_call("c1", "read", "{}")]}
+    return [_msg("system", "rules", 0), _msg("user", "task", 1), Entry(calls, 10, 2, 2, 1),
+            Entry({"role": "tool", "tool_call_id": "c1", "content": "r"}, 10, 3, 3, 1), _msg("assistant", "a", 4),
+            _msg("system", "pins", 5, kind="pins"), _msg("assistant", "b", 6), _msg("assistant", "c", 7),
+            _msg("user", "now", 8, turn=2), _msg("assistant", "d", 9, turn=2)]
+
+
+def test_runs_to_compact_skips_head_and_protected_units_and_joins_neighbours():
+    view = _unit_view()
+    assert runs_to_compact(view, 0, 1) == [[2, 3, 4], [6, 7]]  # the pins split the runs; the last user stays
+    assert runs_to_compact(view, 1, 1) == [[4], [6, 7]]  # the call after the task is kept as setup
+    assert runs_to_compact(view, 0, 0) == [[2, 3, 4], [6, 7], [9]]  # keep_last 0: the last unit goes too
+    assert runs_to_compact(view, -3, -3) == [[2, 3, 4], [6, 7], [9]]  # negative counts are 0
+
+
+def test_runs_to_compact_without_a_task_or_a_system_message():
+    assert runs_to_compact([], 0, 0) == []
+    assert runs_to_compact([_msg("system", "rules", 0)], 0, 1) == []
+    talk = [_msg("assistant", f"a{i}", i) for i in range(4)]
+    assert runs_to_compact(talk, 0, 1) == [[0, 1, 2]]  # nothing anchors a head: from the first unit
+    assert runs_to_compact([_msg("system", "rules", 0), *talk[1:]], 0, 1) == [[1, 2]]
+
+
+def test_replace_runs_records_each_run_as_one_message_with_its_quotes_and_handles():
+    view = [_msg("system", "rules", 0), _msg("user", "task", 1), _msg("assistant", "a", 2),
+            _msg("user", UNICODE, 3, turn=2), Entry({"role": "tool", "tool_call_id": "c1", "content": "r"}, 30, 4, 4,
+                                                    2, handle="@r"),
+            _msg("assistant", "b", 5, turn=3), _msg("user", "now", 6, turn=4), _msg("assistant", "c", 7, turn=5),
+            _msg("assistant", "d", 8, turn=6)]
+    runs = [[2, 3, 4, 5], [7]]
+
+    def make(run: list[Entry]) -> dict:
+        return {"role": "assistant", "content": f"summary of {len(run)}"}
+
+    out = replace_runs(view, runs, make, _ctx(window=130), "summarize")  # quotes: 10% of 130 = 13 = 11 + 2
+    first = {"role": "assistant", "content": "summary of 4\n[user messages of these turns, verbatim]\n> " + UNICODE
+             + "\n[full tool results of these messages, by handle (read_output, grep_output): @r]"}
+    second = {"role": "assistant", "content": "summary of 1"}
+    t1, t2 = count_message(first, "gpt-4"), count_message(second, "gpt-4")
+    assert t1 != count_message(first)
+    assert out.compactions == [Compaction("summarize", 2, 5, first, t1, 60, ("@r",), (UNICODE,)),
+                               Compaction("summarize", 7, 7, second, t2, 10)]
+    assert out.view == [view[0], view[1], Entry(first, t1, 2, 5, 3, "summarize", refs=("@r",), quotes=(UNICODE,)),
+                        view[6], Entry(second, t2, 7, 7, 5, "summarize"), view[8]]
+    assert out.offloads == [view[4]]
+    # 10% of a window of 120 is 12 tokens: too few for the quote in gpt-4's tokens
+    assert replace_runs(view, runs, make, _ctx(window=120), "summarize").compactions[0].quotes == ()
+
+
+def test_nothing_new_is_a_run_of_one_earlier_replacement():
+    view = [_msg("assistant", "a", 1), _msg("assistant", "s", 2, kind="summarize"),
+            _msg("assistant", "t", 3, kind="checkpoint")]
+    assert nothing_new(view, [1]) is True
+    assert nothing_new(view, [0]) is False
+    assert nothing_new(view, [1, 2]) is False
