@@ -5,14 +5,28 @@ laws on random views are in test_strategies.py."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from typing import Literal
 
 import pytest
 
-from ctxagent.errors import UsageError
+from ctxagent.errors import ProfileError, UsageError
 from ctxagent.messages import tool_call
+from ctxagent.profile import parse_profile
 from ctxagent.sessions.store import handle_for
 from ctxagent.strategies import registry
-from ctxagent.strategies.base import Budget, Compaction, Entry, Outcome, StrategyContext
+from ctxagent.strategies.base import (
+    Budget,
+    Compaction,
+    Entry,
+    EntryMemo,
+    Fold,
+    Outcome,
+    StrategyContext,
+    ViewMemo,
+    groups,
+    protected,
+)
 from ctxagent.strategies.checkpoint import agent_call, files_touched, parse_json_object, render_checkpoint
 from ctxagent.strategies.common import (
     call_name,
@@ -32,8 +46,9 @@ from ctxagent.strategies.common import (
     size_of,
     stored_handle,
 )
+from ctxagent.strategies.step import Declared, StrategyConfig, known
 from ctxagent.strategies.truncate import Truncate
-from ctxagent.tokens import count_message, count_text
+from ctxagent.tokens import PER_REQUEST, count_message, count_text
 
 
 def test_the_registry_refuses_a_name_twice_and_parameters_of_another_strategy():
@@ -281,3 +296,133 @@ def test_nothing_new_is_a_run_of_one_earlier_replacement():
     assert nothing_new(view, [1]) is True
     assert nothing_new(view, [0]) is False
     assert nothing_new(view, [1, 2]) is False
+
+
+# --- base.py: memos, the fold, the budget, units and HEAD ---------------------------------------
+
+
+def test_an_entry_memo_computes_once_per_entry_and_key_and_forgets_all_at_its_limit():
+    memo, calls = EntryMemo(limit=2), []
+
+    def compute(value: str):
+        return lambda: calls.append(value) or value
+
+    a, b, c = _msg("user", "a", 1), _msg("user", "a", 1), _msg("user", "c", 2)  # a == b, not the same object
+    assert [memo.get(a, "k", compute("a1")), memo.get(a, "k", compute("a2"))] == ["a1", "a1"]
+    assert memo.get(a, "other", compute("a3")) == "a3"
+    assert memo.get(b, "k", compute("b1")) == "b1"  # full: cleared first, then b remembered
+    assert memo.get(a, "k", compute("a4")) == "a4"
+    assert memo.get(c, "k", compute("c1")) == "c1"
+    assert calls == ["a1", "a3", "b1", "a4", "c1"]
+    assert EntryMemo().get(a, "k", lambda: 5) == 5  # the default limit: a fresh memo works
+
+
+def test_a_view_memo_computes_once_per_view_object_and_recomputes_when_it_grew():
+    memo, calls = ViewMemo(limit=2), []
+    view: list[Entry] = [_msg("user", "a", 1)]
+
+    def compute(value: str):
+        return lambda: calls.append(value) or value
+
+    assert [memo.get(view, "k", compute("v1")), memo.get(view, "k", compute("v2"))] == ["v1", "v1"]
+    assert memo.get(list(view), "k", compute("copy")) == "copy"  # an equal list is another view
+    view.append(_msg("user", "b", 2))
+    assert memo.get(view, "k", compute("grown")) == "grown"  # two remembered: cleared first
+    assert memo.get(view, "k2", compute("k2")) == "k2"
+    assert memo.get(view, "k", compute("kept")) == "grown"
+    assert memo.get(view, "k3", compute("k3")) == "k3"  # two remembered: cleared first
+    assert memo.get(view, "k", compute("again")) == "again"
+    assert calls == ["v1", "copy", "grown", "k2", "k3", "again"]
+    assert ViewMemo().get(view, "k", lambda: 5) == 5
+
+
+def test_a_fold_folds_only_the_new_entries_of_a_view_that_extends_the_last_one():
+    folded: list[tuple[int, str]] = []
+
+    def step(state: list, index: int, entry: Entry) -> None:
+        folded.append((index, content_of(entry.message)))
+        state.append(index)
+
+    fold = Fold(lambda key: [key], step)
+    assert fold.run([]) == [None]  # a fresh fold starts with init(key), even for an empty view
+    a, b, c = _msg("user", "a", 1), _msg("user", "b", 2), _msg("user", "c", 3)
+    assert fold.run([a, b]) == [None, 0, 1]
+    assert fold.run([a, b, c]) == [None, 0, 1, 2]  # only c folded
+    assert folded == [(0, "a"), (1, "b"), (2, "c")]
+    folded.clear()
+    assert fold.run([a, b, c], key="k") == ["k", 0, 1, 2]  # another key: from the start
+    assert fold.run([a, b]) == [None, 0, 1]  # shorter (and another key)
+    assert fold.run([a, c]) == [None, 0, 1]  # not an extension: from the start
+    assert folded == [(0, "a"), (1, "b"), (2, "c"), (0, "a"), (1, "b"), (0, "a"), (1, "c")]
+
+
+def test_the_budget_counts_the_view_the_tools_the_scale_and_the_reserve():
+    view = [_msg("user", "a", 1), Entry({"role": "assistant", "content": "b"}, 25, 2, 2, 1)]
+    estimate = PER_REQUEST + 35 + 50
+    budget = Budget(window=1000, tools=50, reserved=100, target=0.5, trigger=0.8, scale=1.5)
+    assert budget.estimate(view) == estimate
+    assert budget.total(view) == int(estimate * 1.5 + 0.5) + 100  # rounded to the nearest token
+    total = budget.total(view)
+    exact = Budget(window=total, tools=50, reserved=100, target=0.5, trigger=0.8, scale=1.5)
+    assert exact.fits(view) and not replace(exact, window=total - 1).fits(view)
+    assert not exact.over(view, 1.0) and replace(exact, window=total - 1).over(view, 1.0)
+    assert exact.over(view, 0.5) and not replace(exact, window=2 * total).over(view, 0.5)
+
+
+def test_groups_keeps_a_call_with_its_results_and_every_other_message_alone():
+    calls = {"role": "assistant", "content": None, "tool_calls": [tool_call("c1", "read", "{}")]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "r"}
+    view = [Entry(result, 1, 0, 0, 1), _msg("user", "u", 1), Entry(calls, 1, 2, 2, 1), Entry(result, 1, 3, 3, 1),
+            Entry(result, 1, 4, 4, 1), _msg("assistant", "no calls", 5), Entry(result, 1, 6, 6, 1)]
+    assert groups(view) == [[0], [1], [2, 3, 4], [5], [6]]
+
+
+def test_protected_is_the_system_message_the_pins_the_task_and_the_current_user_message():
+    view = [_msg("system", "rules", 0), _msg("user", "task", 1), _msg("user", "note", 2, kind="truncate"),
+            _msg("system", "pins", 3, kind="pins"), _msg("user", "more", 4), _msg("user", "now", 5),
+            _msg("user", "a later note", 6, kind="truncate")]
+    assert protected(view) == {0, 1, 3, 5}
+    assert protected(view[1:2]) == {0}
+    assert protected([_msg("assistant", "a", 0), _msg("system", "late", 1)]) == set()
+    assert protected([]) == set()
+
+
+# --- step.py: step classes by name, and the words of a bad step -------------------------------
+
+
+def test_a_new_step_class_is_known_by_its_name_and_names_its_strategy_class():
+    try:
+        class ProbeStep(StrategyConfig):
+            strategy: Literal["probe"] = "probe"
+            depth: int = 1
+
+        class Probe(Declared, params=ProbeStep):
+            pass
+
+        assert "probe" in known() and type(StrategyConfig(strategy="probe", depth=2)) is ProbeStep
+        assert (Probe.name, Probe.Params) == ("probe", ProbeStep)
+    finally:
+        StrategyConfig._kinds.pop("probe", None)
+    assert "probe" not in known()
+
+
+def _step_error(text: str) -> tuple[str | None, str]:
+    with pytest.raises(ProfileError) as info:
+        parse_profile(text, source="p.yaml")
+    return info.value.key, str(info.value).split(": ", 1)[1]
+
+
+KNOWN = ", ".join(registry.names())
+
+
+def test_a_bad_step_is_refused_in_words_that_name_the_key_and_what_is_accepted():
+    assert _step_error("pipelines:\n  batch:\n    - strategy: nope\n") == (
+        "pipelines.batch.0.strategy", f"unknown strategy 'nope'; known: {KNOWN}")
+    assert _step_error("pipelines:\n  batch:\n    - trigger: 0.5\n") == (
+        "pipelines.batch.0.strategy", f"a step names its strategy (strategy: NAME); known: {KNOWN}")
+    assert _step_error("pipelines:\n  batch: [5]\n") == (
+        "pipelines.batch.0", "Input should be a valid dictionary or object to extract fields from")
+    assert _step_error("pipelines:\n  batch:\n    - strategy: prune\n      trigger: 2\n") == (
+        "pipelines.batch.0.trigger", "Input should be less than or equal to 1")  # a common key: pydantic's words
+    assert _step_error("pipelines:\n  batch:\n    - strategy: truncate\n      tgt: 0.4\n") == (
+        "pipelines.batch.0.tgt", "strategy 'truncate' has no parameter 'tgt' (it accepts: keep_user_tokens, target)")
