@@ -11,7 +11,7 @@ from typing import Literal
 import pytest
 
 from ctxagent.errors import ProfileError, UsageError
-from ctxagent.messages import tool_call
+from ctxagent.messages import one_line, tool_call
 from ctxagent.profile import parse_profile
 from ctxagent.sessions.store import handle_for
 from ctxagent.strategies import registry
@@ -27,7 +27,14 @@ from ctxagent.strategies.base import (
     groups,
     protected,
 )
-from ctxagent.strategies.checkpoint import agent_call, files_touched, parse_json_object, render_checkpoint
+from ctxagent.strategies.checkpoint import (
+    Checkpoint,
+    agent_call,
+    deterministic_checkpoint,
+    files_touched,
+    parse_json_object,
+    render_checkpoint,
+)
 from ctxagent.strategies.common import (
     call_name,
     canonical_call,
@@ -46,9 +53,11 @@ from ctxagent.strategies.common import (
     size_of,
     stored_handle,
 )
+from ctxagent.strategies.rendering import fact_lines
 from ctxagent.strategies.step import Declared, StrategyConfig, known
 from ctxagent.strategies.truncate import Truncate
 from ctxagent.tokens import PER_REQUEST, count_message, count_text
+from test_strategies import _calls_view, _long_view, ctx_for, good
 
 
 def test_the_registry_refuses_a_name_twice_and_parameters_of_another_strategy():
@@ -426,3 +435,57 @@ def test_a_bad_step_is_refused_in_words_that_name_the_key_and_what_is_accepted()
         "pipelines.batch.0.trigger", "Input should be less than or equal to 1")  # a common key: pydantic's words
     assert _step_error("pipelines:\n  batch:\n    - strategy: truncate\n      tgt: 0.4\n") == (
         "pipelines.batch.0.tgt", "strategy 'truncate' has no parameter 'tgt' (it accepts: keep_user_tokens, target)")
+
+
+# --- checkpoint.py: the deterministic checkpoint, applied once, the LLM's request ---------------
+
+
+def test_a_deterministic_checkpoint_lists_the_calls_done_and_failed_the_task_and_the_last_turn():
+    task = "Fix the failing test. " + "context " * 60  # over the 300 characters of a goal
+    long_command = "x" * 100
+    view = _calls_view([("read", json.dumps({"path": "src/a.py"}), "exit code: 0\nport 8080 open"),
+                        ("shell", json.dumps({"command": long_command}), "exit code: 1\nboom"),
+                        ("read", json.dumps({"path": "src/a.py"}), "exit code: 0\nagain")], task=task)
+    run = [*view[2:], Entry({"role": "assistant", "content": "done at /srv/app"}, 5, 8, 8, 9)]
+    assert deterministic_checkpoint(view, run, 1200) == {
+        "goal": one_line(task, 300),
+        "phase": "checkpoint after turn 9 (made without a summarizer: lines copied verbatim)",
+        "key_facts": fact_lines(run, 600),
+        "completed": ["read(path=src/a.py)"],  # once
+        "failed attempts": [f"shell({one_line('command=' + long_command, 80)})"],
+        "files_touched": ["src/a.py"],
+    }
+
+
+def test_an_agent_checkpoint_counts_as_applied_by_its_own_call_id_only():
+    done = _msg("user", "[ctxagent checkpoint (written by the agent, call c4) of messages #2-#5]", 6,
+                kind="checkpoint")
+    assert Checkpoint._applied([done], "c4")
+    assert not Checkpoint._applied([done], "c5")
+    assert not Checkpoint._applied([replace(done, kind="message")], "c4")  # a message quoting it is not it
+    assert not Checkpoint._applied([_msg("user", "other", 6, kind="checkpoint")], "c4")
+
+
+def test_the_llm_checkpoint_request_names_the_task_and_the_size_and_holds_the_messages():
+    view = _long_view(units=12)
+    prompts: list[str] = []
+
+    def summarizer(text: str, max_tokens: int) -> str:
+        prompts.append(text)
+        return json.dumps({"goal": "fix the test", "key_facts": ["port 8080"], "pending": ["patch"]})
+
+    ctx = ctx_for(view, window=3_000, summarizer=summarizer, params={"max_tokens": 700}, pins=())
+    out = Checkpoint().apply(view, ctx)
+    assert out.warnings == [] and "goal: fix the test" in out.compactions[0].message["content"]
+    assert len(prompts) == 1
+    assert "The task: Fix the failing test in /srv/app.. At most 700 tokens." in prompts[0]
+    assert "{task}" not in prompts[0] and "{max_tokens}" not in prompts[0]
+    assert "f3 line 39: port=8080" in prompts[0]  # the rendered messages of the range
+
+
+def test_the_llm_checkpoint_respects_the_summarizers_window():
+    view = _long_view(units=12)
+    ctx = replace(ctx_for(view, window=3_000, summarizer=good, params={"max_tokens": 800}), summarizer_window=1_000)
+    out = Checkpoint().apply(view, ctx)
+    assert "1000-token window" in out.warnings[0] and "made a deterministic checkpoint instead" in out.warnings[0]
+    assert "made without a summarizer" in out.compactions[0].message["content"]
