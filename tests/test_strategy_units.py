@@ -399,7 +399,7 @@ def test_protected_is_the_system_message_the_pins_the_task_and_the_current_user_
 # --- step.py: step classes by name, and the words of a bad step -------------------------------
 
 
-def test_a_new_step_class_is_known_by_its_name_and_names_its_strategy_class():
+def test_a_new_step_class_is_known_by_its_name_and_names_its_strategy_class_found_in_the_registry():
     try:
         class ProbeStep(StrategyConfig):
             strategy: Literal["probe"] = "probe"
@@ -410,9 +410,12 @@ def test_a_new_step_class_is_known_by_its_name_and_names_its_strategy_class():
 
         assert "probe" in known() and type(StrategyConfig(strategy="probe", depth=2)) is ProbeStep
         assert (Probe.name, Probe.Params) == ("probe", ProbeStep)
+        probe = Probe()
+        assert registry.register(probe) is probe and registry.get("probe") is probe
     finally:
         StrategyConfig._kinds.pop("probe", None)
-    assert "probe" not in known()
+        registry._REGISTRY.pop("probe", None)
+    assert "probe" not in known() and "probe" not in registry.names()
 
 
 def _step_error(text: str) -> tuple[str | None, str]:
