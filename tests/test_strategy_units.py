@@ -36,7 +36,9 @@ from ctxagent.strategies.checkpoint import (
     render_checkpoint,
 )
 from ctxagent.strategies.common import (
+    call_arguments,
     call_name,
+    calls_of_results,
     canonical_call,
     content_of,
     handles_line,
@@ -492,3 +494,25 @@ def test_the_llm_checkpoint_respects_the_summarizers_window():
     out = Checkpoint().apply(view, ctx)
     assert "1000-token window" in out.warnings[0] and "made a deterministic checkpoint instead" in out.warnings[0]
     assert "made without a summarizer" in out.compactions[0].message["content"]
+
+
+def test_call_helpers_read_a_call_without_a_function_and_values_that_are_not_strings_as_json():
+    assert (call_name({"id": "x"}), call_arguments({"id": "x"})) == ("?", "")
+    assert (call_name({"id": "x", "function": {}}), call_arguments({"id": "x", "function": {}})) == ("?", "")
+    assert short_args('{"flag": true, "x": null, "l": ["é"], "n": 5}') == 'flag=true, x=null, l=["é"], n=5'
+    assert short_args('["é", 1]') == '["é", 1]'
+    long = json.dumps({"text": "y" * 200})
+    assert len(short_args(long)) == 80 and len(short_call(tool_call("c", "f", long))) == len("f()") + 80
+    assert len(short_call(tool_call("c", "f", long), 20)) == len("f()") + 20
+
+
+def test_calls_of_results_finds_each_results_call_and_skips_a_result_before_any_call():
+    call = tool_call("c1", "read", "{}")
+    view = [Entry({"role": "tool", "tool_call_id": "c0", "content": "orphan"}, 1, 0, 0, 1),
+            Entry({"role": "assistant", "content": None, "tool_calls": [call]}, 1, 1, 1, 1),
+            Entry({"role": "tool", "tool_call_id": "c1", "content": "r"}, 1, 2, 2, 1)]
+    assert calls_of_results(view) == {2: call}
+
+
+def test_a_result_without_a_handle_or_a_call_id_is_named_by_the_handle_of_the_empty_id():
+    assert refs_of([Entry({"role": "tool", "content": "r"}, 1, 0, 0, 1)], 1000) == (handle_for(""),)
