@@ -13,6 +13,7 @@ import pytest
 from ctxagent.errors import ProfileError, UsageError
 from ctxagent.messages import one_line, tool_call
 from ctxagent.profile import parse_profile
+from ctxagent.profile_schema import Profile, thrash_problem
 from ctxagent.sessions.store import handle_for
 from ctxagent.strategies import registry
 from ctxagent.strategies.base import (
@@ -29,12 +30,14 @@ from ctxagent.strategies.base import (
 )
 from ctxagent.strategies.checkpoint import (
     Checkpoint,
+    CheckpointStep,
     agent_call,
     deterministic_checkpoint,
     files_touched,
     parse_json_object,
     render_checkpoint,
 )
+from ctxagent.strategies.checks import check_gaps, check_pipelines
 from ctxagent.strategies.common import (
     call_arguments,
     call_name,
@@ -55,9 +58,11 @@ from ctxagent.strategies.common import (
     size_of,
     stored_handle,
 )
+from ctxagent.strategies.mask_observations import MaskObservationsStep
 from ctxagent.strategies.rendering import fact_lines
 from ctxagent.strategies.step import Declared, StrategyConfig, known
-from ctxagent.strategies.truncate import Truncate
+from ctxagent.strategies.summarize import SummarizeStep
+from ctxagent.strategies.truncate import Truncate, TruncateStep
 from ctxagent.tokens import PER_REQUEST, count_message, count_text
 from test_strategies import _calls_view, _long_view, ctx_for, good
 
@@ -516,3 +521,46 @@ def test_calls_of_results_finds_each_results_call_and_skips_a_result_before_any_
 
 def test_a_result_without_a_handle_or_a_call_id_is_named_by_the_handle_of_the_empty_id():
     assert refs_of([Entry({"role": "tool", "content": "r"}, 1, 0, 0, 1)], 1000) == (handle_for(""),)
+
+
+# --- checks.py: the thrash guard and no LLM on batch paths, called on profile objects -----------
+
+
+def _refused(profile: Profile, source: str | None = None, check=check_gaps) -> tuple[str, str | None, str]:
+    with pytest.raises(ProfileError) as info:
+        check(profile, source)
+    return info.value.path, info.value.key, str(info.value).split(": ", 1)[1]
+
+
+def test_the_thrash_guard_names_the_key_that_set_the_gap():
+    assert _refused(Profile(name="p", target=0.75, trigger=0.8)) == (
+        "<profile:p>", "target", thrash_problem(0.75, 0.8))
+    assert _refused(Profile(name="p", trigger=0.6), "f.yaml") == ("f.yaml", "trigger", thrash_problem(0.5, 0.6))
+    assert _refused(Profile(name="p", target=0.5, trigger=0.6)) == ("<profile:p>", "target", thrash_problem(0.5, 0.6))
+
+
+def test_the_thrash_guard_names_the_step_key_that_set_the_gap():
+    for step, key, target, trigger in [(TruncateStep(target=0.7), "target", 0.7, 0.8),
+                                       (TruncateStep(trigger=0.6), "trigger", 0.5, 0.6),
+                                       (CheckpointStep(trigger=0, at=0.6, llm=False), "at", 0.5, 0.6),
+                                       (CheckpointStep(trigger=0.6, llm=False), "trigger", 0.5, 0.6)]:
+        profile = Profile(name="p", pipelines={"interactive": [MaskObservationsStep(), step]})
+        assert _refused(profile, "f.yaml") == ("f.yaml", f"pipelines.interactive.1.{key}",
+                                               f"{step.strategy!r}: {thrash_problem(target, trigger)}")
+
+
+def test_steps_without_a_trigger_to_keep_a_gap_from_pass_the_thrash_guard():
+    steps = [TruncateStep(trigger=0), TruncateStep(every_turns=5, target=0.7), MaskObservationsStep(trigger=0.55),
+             TruncateStep(trigger=0.9, target=0.6), TruncateStep(), CheckpointStep(trigger=0.6, at=0.9, llm=False)]
+    assert check_gaps(Profile(name="p", pipelines={"batch": steps})) is None
+
+
+def test_a_batch_step_that_calls_an_llm_is_refused_with_its_index_and_the_ways_out():
+    profile = Profile(name="p", pipelines={"batch": [MaskObservationsStep(), SummarizeStep()]})
+    assert _refused(profile, check=check_pipelines) == (
+        "<profile:p>", "pipelines.batch.1.strategy",
+        "the batch pipeline names 'summarize', which calls an LLM; batch paths never pay for compression calls. "
+        "Use a deterministic strategy (truncate, mask_observations, prune, ...), turn its LLM off (llm: false / "
+        "rolling: false where it has one) or set allow_llm_in_batch: true")
+    assert _refused(profile, "f.yaml", check=check_pipelines)[0] == "f.yaml"
+    assert check_pipelines(profile.model_copy(update={"allow_llm_in_batch": True})) is None
