@@ -17,7 +17,17 @@ from ctxagent.profile import StrategyConfig
 from ctxagent.strategies.base import Budget, Entry
 from ctxagent.strategies.checkpoint import Checkpoint
 from ctxagent.strategies.distill import Distill
-from ctxagent.strategies.facts import LABEL, LINE_CHARS, carried, extract, facts_block, pick, values_in, with_facts
+from ctxagent.strategies.facts import (
+    LABEL,
+    LINE_CHARS,
+    carried,
+    extract,
+    facts_block,
+    pick,
+    split_blocks,
+    values_in,
+    with_facts,
+)
 from ctxagent.strategies.pipeline import replay, run
 from ctxagent.strategies.rendering import render
 from ctxagent.strategies.role_selective import RoleSelective
@@ -312,3 +322,29 @@ def test_no_entries_or_no_values_make_no_block():
     plain = [Entry({"role": "user", "content": "nothing exact here"}, 5, 1, 1, 1)]
     assert facts_block(plain, "", 400) == ""
     assert with_facts("s", plain) == "s"
+
+
+def test_values_in_lists_values_by_first_position_counting_every_line_end():
+    assert values_in("(/srv/a.py) failed") == [(5, "(/srv/a.py) failed"), (3, "/srv/a.py")]  # the line starts first
+    assert values_in("x /srv/a.py\n" + " " * 20 + "failed") == [(3, "/srv/a.py"), (5, "failed")]
+    assert values_in("aaaaaaaaaa\n/srv/a.py\nfailed") == [(3, "/srv/a.py"), (5, "failed")]
+    assert values_in("a\nb\nc\nx @a\nfailed") == [(7, "@a"), (5, "failed")]
+    assert values_in("12 ms failed") == [(6, "12 ms"), (5, "12 ms failed")]  # a tie keeps the patterns' order
+    assert values_in("12 ms then /srv/a.py") == [(6, "12 ms"), (3, "/srv/a.py")]  # position, not rank
+
+
+def test_values_in_trims_trailing_punctuation_keeps_two_characters_and_never_spans_lines():
+    assert values_in("see /srv/a.py.") == [(3, "/srv/a.py")]
+    assert values_in("see @a") == [(7, "@a")]
+    assert values_in("port\n8443") == []
+    assert values_in("https://x.io/error") == [(1, "https://x.io/error")]  # also an error line: the lowest rank
+
+
+def test_split_blocks_takes_the_items_right_under_a_label_only():
+    content = f"- a plain list item\n{LABEL.format(range='#1-#2')}\n- v1\n- v2\nafter\n- item"
+    assert split_blocks(content) == ("- a plain list item\nafter\n- item", ["v1", "v2"])
+
+
+def test_extract_leaves_out_the_handles_of_the_ranges_own_results():
+    own = Entry({"role": "tool", "tool_call_id": "c1", "content": "saved as @h1, see @other"}, 5, 1, 1, 1, handle="@h1")
+    assert extract([own]) == [(7, "@other")]
