@@ -451,19 +451,19 @@ def test_a_bad_step_is_refused_in_words_that_name_the_key_and_what_is_accepted()
 
 
 def test_a_deterministic_checkpoint_lists_the_calls_done_and_failed_the_task_and_the_last_turn():
-    task = "Fix the failing test. " + "context " * 60  # over the 300 characters of a goal
-    long_command = "x" * 100
-    view = _calls_view([("read", json.dumps({"path": "src/a.py"}), "exit code: 0\nport 8080 open"),
+    task = "Fix:" + "x" * 400  # over the 300 characters of a goal
+    long_command, path = "x" * 100, "src/" + "a" * 100 + ".py"
+    view = _calls_view([("read", json.dumps({"path": path}), "exit code: 0\nport 8080 open"),
                         ("shell", json.dumps({"command": long_command}), "exit code: 1\nboom"),
-                        ("read", json.dumps({"path": "src/a.py"}), "exit code: 0\nagain")], task=task)
+                        ("read", json.dumps({"path": path}), "exit code: 0\nagain")], task=task)
     run = [*view[2:], Entry({"role": "assistant", "content": "done at /srv/app"}, 5, 8, 8, 9)]
     assert deterministic_checkpoint(view, run, 1200) == {
         "goal": one_line(task, 300),
         "phase": "checkpoint after turn 9 (made without a summarizer: lines copied verbatim)",
         "key_facts": fact_lines(run, 600),
-        "completed": ["read(path=src/a.py)"],  # once
+        "completed": [f"read({one_line('path=' + path, 80)})"],  # once
         "failed attempts": [f"shell({one_line('command=' + long_command, 80)})"],
-        "files_touched": ["src/a.py"],
+        "files_touched": [path],
     }
 
 
