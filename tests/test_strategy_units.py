@@ -564,3 +564,29 @@ def test_a_batch_step_that_calls_an_llm_is_refused_with_its_index_and_the_ways_o
         "rolling: false where it has one) or set allow_llm_in_batch: true")
     assert _refused(profile, "f.yaml", check=check_pipelines)[0] == "f.yaml"
     assert check_pipelines(profile.model_copy(update={"allow_llm_in_batch": True})) is None
+
+
+def test_the_memos_remember_each_entry_and_each_view_apart_and_clear_exactly_at_their_limit():
+    a, b = _msg("user", "a", 1), _msg("user", "b", 2)
+    memo, calls = EntryMemo(), []
+    for entry in (a, b, a, b):
+        memo.get(entry, "k", lambda e=entry: calls.append(e) or e)
+    assert calls == [a, b]  # one slot per entry, not one per key
+    views, seen = ViewMemo(), []
+    first, second = [a], [b]
+    for view in (first, second, first):
+        views.get(view, "k", lambda v=view: seen.append(v) or v)
+    assert seen == [first, second]
+    one, again = ViewMemo(limit=1), []
+    for key in ("k", "k2", "k"):
+        one.get(first, key, lambda k=key: again.append(k) or k)
+    assert again == ["k", "k2", "k"]  # the limit of one reached: the second key cleared the first
+
+
+def test_a_fold_run_again_on_the_same_view_folds_nothing():
+    folded: list[int] = []
+    fold = Fold(lambda key: [], lambda state, index, entry: folded.append(index))
+    view = [_msg("user", "a", 1), _msg("user", "b", 2)]
+    fold.run(view)
+    fold.run(list(view))
+    assert folded == [0, 1]
