@@ -35,6 +35,7 @@ from ctxagent.strategies.checkpoint import (
     deterministic_checkpoint,
     files_touched,
     parse_json_object,
+    place,
     render_checkpoint,
 )
 from ctxagent.strategies.checks import check_gaps, check_pipelines
@@ -497,7 +498,9 @@ def test_the_llm_checkpoint_respects_the_summarizers_window():
     view = _long_view(units=12)
     ctx = replace(ctx_for(view, window=3_000, summarizer=good, params={"max_tokens": 800}), summarizer_window=1_000)
     out = Checkpoint().apply(view, ctx)
-    assert "1000-token window" in out.warnings[0] and "made a deterministic checkpoint instead" in out.warnings[0]
+    assert out.warnings[0].startswith("checkpoint: the LLM checkpoint of messages #2-#")
+    assert "1000-token window" in out.warnings[0]
+    assert out.warnings[0].endswith("; made a deterministic checkpoint instead")
     assert "made without a summarizer" in out.compactions[0].message["content"]
 
 
@@ -590,3 +593,12 @@ def test_a_fold_run_again_on_the_same_view_folds_nothing():
     fold.run(view)
     fold.run(list(view))
     assert folded == [0, 1]
+
+
+def test_a_checkpoint_split_by_head_points_the_older_run_at_the_newer_one():
+    view = _unit_view()
+    out = place(view, [[2, 3, 4], [6, 7]], "BODY", "checkpoint", _ctx(), "checkpoint")
+    older = "[ctxagent: messages #2-#4 are covered by the checkpoint further down]" + handles_line((handle_for("c1"),))
+    assert out.view[2].message == {"role": "user", "content": older}
+    assert out.view[4].message == {"role": "user", "content": "[ctxagent checkpoint of messages #2-#4, #6-#7]\nBODY"}
+    assert [c.strategy for c in out.compactions] == ["checkpoint", "checkpoint"]
