@@ -602,3 +602,15 @@ def test_a_checkpoint_split_by_head_points_the_older_run_at_the_newer_one():
     assert out.view[2].message == {"role": "user", "content": older}
     assert out.view[4].message == {"role": "user", "content": "[ctxagent checkpoint of messages #2-#4, #6-#7]\nBODY"}
     assert [c.strategy for c in out.compactions] == ["checkpoint", "checkpoint"]
+
+
+def test_checkpoint_call_parsing_skips_calls_without_a_function_and_non_object_arguments():
+    with pytest.raises(ValueError, match=r"^not a non-empty JSON object$"):
+        parse_json_object("[1]")
+    calls = [{"id": "x"}, tool_call("c1", "checkpoint", ""), tool_call("c2", "checkpoint", "[1]")]
+    assert agent_call([_entry({"role": "assistant", "content": None, "tool_calls": calls})]) is None
+    paths = [tool_call(f"p{i}", "read", json.dumps({"path": f"f{i}.py"})) for i in range(21)]
+    long = "src/" + "b" * 130 + ".py"
+    entry = _entry({"role": "assistant", "content": None,
+                    "tool_calls": [{"id": "x"}, *paths, tool_call("l", "read", json.dumps({"path": long}))]})
+    assert files_touched([entry]) == [*(f"f{i}.py" for i in range(2, 21)), one_line(long, 120)]  # the newest 20
