@@ -331,6 +331,7 @@ def test_values_in_lists_values_by_first_position_counting_every_line_end():
     assert values_in("a\nb\nc\nx @a\nfailed") == [(7, "@a"), (5, "failed")]
     assert values_in("12 ms failed") == [(6, "12 ms"), (5, "12 ms failed")]  # a tie keeps the patterns' order
     assert values_in("12 ms then /srv/a.py") == [(6, "12 ms"), (3, "/srv/a.py")]  # position, not rank
+    assert values_in("f (/srv/a.py) failed") == [(5, "f (/srv/a.py) failed"), (3, "/srv/a.py")]
 
 
 def test_values_in_trims_trailing_punctuation_keeps_two_characters_and_never_spans_lines():
@@ -348,3 +349,6 @@ def test_split_blocks_takes_the_items_right_under_a_label_only():
 def test_extract_leaves_out_the_handles_of_the_ranges_own_results():
     own = Entry({"role": "tool", "tool_call_id": "c1", "content": "saved as @h1, see @other"}, 5, 1, 1, 1, handle="@h1")
     assert extract([own]) == [(7, "@other")]
+    carried_too = Entry({"role": "user", "content": f"see /srv/a.py\n{LABEL.format(range='#1-#1')}\n- /srv/a.py"},
+                        5, 2, 2, 1)
+    assert extract([carried_too]) == [(2, "/srv/a.py")]  # carried (2) and found (3): the lower rank
