@@ -111,6 +111,7 @@ def test_render_checkpoint_writes_known_fields_in_order_then_others():
     assert lines[:3] == ["goal: fix the test", "key facts:", "- port 8080"]
     assert lines[-1] == "extra notes: file: a.py; line: 3; 7"
     assert "phase" not in text and "constraints" not in text
+    assert render_checkpoint({"decisions": [["é", 1]]}) == 'decisions:\n- ["é", 1]'  # JSON, not escaped
 
 
 @pytest.mark.parametrize("reply", ['```json\n{"goal": "g"}\n```', '{"goal": "g"}'])
@@ -616,3 +617,10 @@ def test_checkpoint_call_parsing_skips_calls_without_a_function_and_non_object_a
     entry = _entry({"role": "assistant", "content": None,
                     "tool_calls": [{"id": "x"}, *paths, tool_call("l", "read", json.dumps({"path": long}))]})
     assert files_touched([entry]) == [*(f"f{i}.py" for i in range(2, 21)), one_line(long, 120)]  # the newest 20
+
+
+def test_a_checkpoint_step_with_its_own_target_waits_for_it():
+    view = _long_view(units=12)
+    window = int(ctx_for(view).budget.total(view) / 0.7)  # over the profile's target (0.5), under 0.9
+    assert Checkpoint().apply(view, ctx_for(view, window=window, params={"target": 0.9})).view == view
+    assert Checkpoint().apply(view, ctx_for(view, window=window, params={"target": 0.6})).compactions
