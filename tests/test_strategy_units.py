@@ -8,25 +8,70 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import Literal
 
 import pytest
 
-from ctxagent.errors import UsageError
-from ctxagent.messages import tool_call
+from ctxagent.errors import ProfileError, UsageError
+from ctxagent.messages import one_line, tool_call
+from ctxagent.profile import parse_profile
+from ctxagent.profile_schema import Profile, thrash_problem
 from ctxagent.sessions.store import handle_for
 from ctxagent.strategies import registry
-from ctxagent.strategies.base import Compaction, Entry
-from ctxagent.strategies.checkpoint import agent_call, files_touched, parse_json_object, render_checkpoint
-from ctxagent.strategies.common import call_name, canonical_call, content_of, short_args, short_call
+from ctxagent.strategies.base import (
+    Budget,
+    Compaction,
+    Entry,
+    EntryMemo,
+    Fold,
+    Outcome,
+    StrategyContext,
+    ViewMemo,
+    groups,
+    protected,
+)
+from ctxagent.strategies.checkpoint import (
+    Checkpoint,
+    CheckpointStep,
+    agent_call,
+    deterministic_checkpoint,
+    files_touched,
+    parse_json_object,
+    place,
+    render_checkpoint,
+)
+from ctxagent.strategies.checks import check_gaps, check_pipelines
+from ctxagent.strategies.common import (
+    call_arguments,
+    call_name,
+    calls_of_results,
+    canonical_call,
+    content_of,
+    handles_line,
+    keep_pins,
+    nothing_new,
+    quotes_block,
+    quotes_of,
+    refs_of,
+    replace_runs,
+    replaced,
+    runs_to_compact,
+    short_args,
+    short_call,
+    size_of,
+    stored_handle,
+)
 from ctxagent.strategies.dedupe import Dedupe
-from ctxagent.strategies.mask_observations import MaskObservations, _kept
+from ctxagent.strategies.mask_observations import MaskObservations, MaskObservationsStep, _kept
 from ctxagent.strategies.pipeline import changes, fires, replay, run
 from ctxagent.strategies.prune import Prune, is_dead
+from ctxagent.strategies.rendering import fact_lines
 from ctxagent.strategies.sliding_window import SlidingWindow
-from ctxagent.strategies.step import StrategyConfig
-from ctxagent.strategies.truncate import Truncate
-from ctxagent.tokens import count_message
-from test_strategies import _calls_view, _entries, ctx_for, raises
+from ctxagent.strategies.step import Declared, StrategyConfig, known
+from ctxagent.strategies.summarize import SummarizeStep
+from ctxagent.strategies.truncate import Truncate, TruncateStep
+from ctxagent.tokens import PER_REQUEST, count_message, count_text
+from test_strategies import _calls_view, _entries, _long_view, ctx_for, good, raises
 
 
 def test_the_registry_refuses_a_name_twice_and_parameters_of_another_strategy():
@@ -40,8 +85,10 @@ def test_the_registry_refuses_a_name_twice_and_parameters_of_another_strategy():
     with pytest.raises(ValueError, match="'renamed' declares the parameters of another strategy"):
         registry.register(Renamed())
     assert registry.names() == before
-    with pytest.raises(UsageError, match=r"unknown strategy 'nope'; known: .*truncate"):
+    with pytest.raises(UsageError) as info:
         registry.get("nope")
+    assert str(info.value) == ("unknown strategy 'nope'; known: checkpoint, dedupe, distill, mask_observations, "
+                               "prune, role_selective, sliding_window, summarize, truncate")
 
 
 def test_content_of_joins_text_parts_and_reads_none_as_empty():
@@ -65,11 +112,12 @@ def test_calls_are_named_in_short_whatever_their_arguments():
 
 def test_render_checkpoint_writes_known_fields_in_order_then_others():
     text = render_checkpoint({"extra_notes": [{"file": "a.py", "line": 3}, 7, ""], "goal": "  fix\n the  test ",
-                              "key_facts": ["port 8080"], "phase": None})
+                              "key_facts": ["port 8080"], "phase": None, "constraints": ""})
     lines = text.splitlines()
     assert lines[:3] == ["goal: fix the test", "key facts:", "- port 8080"]
     assert lines[-1] == "extra notes: file: a.py; line: 3; 7"
-    assert "phase" not in text
+    assert "phase" not in text and "constraints" not in text
+    assert render_checkpoint({"decisions": [["é", 1]]}) == 'decisions:\n- ["é", 1]'  # JSON, not escaped
 
 
 @pytest.mark.parametrize("reply", ['```json\n{"goal": "g"}\n```', '{"goal": "g"}'])
@@ -600,3 +648,483 @@ def test_sliding_window_returns_the_view_itself_under_its_target_or_with_nothing
     assert SlidingWindow().apply(view, ctx_for(view, window=window, params=own_target)).view is view
     assert SlidingWindow().apply(view, ctx_for(view, window=window, params={"keep_turns": 1})).view is not view
     assert SlidingWindow().apply(view, ctx_for(view, window=3_000, params={"keep_turns": 10})).view is view
+
+
+# --- common.py: the helpers every range strategy builds its replacements with ------------------
+
+UNICODE = "héllo wörld — ünïcode"  # 9 tokens for the default tokenizer (o200k), 11 for gpt-4's (cl100k)
+
+
+def _ctx(window: int = 1000, model: str = "gpt-4", pins: tuple[str, ...] = ()) -> StrategyContext:
+    return StrategyContext(budget=Budget(window=window, tools=0, reserved=0, target=0.5, trigger=0.8),
+                           model=model, pins=pins)
+
+
+def _msg(role: str, content: str, seq: int, turn: int = 1, kind: str = "message", **fields) -> Entry:
+    return Entry({"role": role, "content": content}, 10, seq, seq, turn, kind, **fields)
+
+
+def test_the_unicode_sample_is_counted_differently_by_the_two_tokenizers():
+    assert (count_text(UNICODE), count_text(UNICODE, "gpt-4")) == (9, 11)  # what the tests below rely on
+
+
+def test_keep_pins_adds_the_pins_a_compaction_removed_to_its_note_in_the_compaction_and_the_view():
+    view = [_msg("system", "rules", 0), _msg("user", "task: keep TASK-PIN", 1),
+            _msg("assistant", "the key is K-1", 2), _msg("assistant", "and the port is K-2", 3),
+            _msg("user", "go on", 4, turn=2)]
+    note = {"role": "user", "content": f"[truncated 2 messages] {UNICODE}"}
+    skipped = Compaction("other", 9, 9, None, 0, 5)  # no message: nothing to add pins to, and not the last one
+    comp = Compaction("truncate", 2, 3, note, 7, 20, ("@a",), ("q",))
+    replacement = Entry(note, 7, 2, 3, 2, "truncate", "@h", True, ("@a",), ("q",))
+    offloads = [view[2]]
+    outcome = Outcome([view[0], view[1], replacement, view[4]], [skipped, comp], offloads)
+
+    got = keep_pins(view, outcome, _ctx(pins=("K-2", "TASK-PIN", "K-1", "absent")))
+
+    fixed = {"role": "user", "content": note["content"] + "\n[pinned] K-2\n[pinned] K-1"}  # pins order; range only
+    tokens = count_message(fixed, "gpt-4")
+    assert tokens != count_message(fixed)  # counted for the context's model
+    assert got.compactions == [skipped, Compaction("truncate", 2, 3, fixed, tokens, 20, ("@a",), ("q",))]
+    assert got.view == [view[0], view[1], Entry(fixed, tokens, 2, 3, 2, "truncate", "@h", True, ("@a",), ("q",)),
+                        view[4]]
+    assert got.offloads == offloads
+
+
+def test_keep_pins_returns_the_outcome_itself_when_no_pin_was_removed():
+    view = [_msg("system", "rules", 0), _msg("user", "task", 1), _msg("assistant", "K-1 is here", 2),
+            _msg("assistant", "nothing", 3), _msg("user", "go on", 4)]
+    note = {"role": "user", "content": "[truncated]"}
+    outcome = Outcome([view[0], view[1], view[2], Entry(note, 5, 3, 3, 1, "truncate"), view[4]],
+                      [Compaction("truncate", 3, 3, note, 5, 10)], warnings=["kept"])
+    assert keep_pins(view, outcome, _ctx(pins=("K-1",))) is outcome  # K-1 was not in the range
+    assert keep_pins(view, outcome, _ctx()) is outcome
+    assert keep_pins(view, Outcome(view), _ctx(pins=("K-1",))) == Outcome(view)
+
+
+def test_canonical_call_keeps_non_ascii_arguments_as_they_are():
+    assert canonical_call(tool_call("c", "write", '{"text": "héllo"}')) == ("write", '{"text":"héllo"}')
+
+
+def test_stored_handle_is_the_handle_of_an_offloaded_result_only():
+    assert stored_handle(_msg("tool", "x", 1, handle="@h", offloaded=True)) == "@h"
+    assert stored_handle(_msg("tool", "x", 1, handle="@h")) is None
+
+
+def test_refs_of_names_each_result_once_oldest_first_and_keeps_the_newest_that_fit_the_window():
+    results = [Entry({"role": "tool", "tool_call_id": "c9", "content": "x"}, 10, 1, 1, 1),
+               _msg("tool", "y", 2, handle="@a"), _msg("assistant", "z", 3, handle="@not-a-result"),
+               _msg("assistant", "note", 4, kind="summarize", refs=("@a", "@r"))]
+    assert refs_of(results, 1000) == (handle_for("c9"), "@a", "@r")
+    many = [_msg("tool", "x", i, handle=f"@h{i}") for i in range(30)]
+    assert refs_of(many, 1000) == tuple(f"@h{i}" for i in range(10, 30))  # at least 20
+    assert refs_of(many, 3000) == tuple(f"@h{i}" for i in range(5, 30))  # 5% of the window, 6 tokens each
+
+
+def test_quotes_of_keeps_user_messages_and_earlier_quotes_once_newest_first_within_the_budget():
+    entries = [_msg("user", "alpha", 1), _msg("assistant", "note", 2, kind="summarize", quotes=("beta",)),
+               _msg("user", "NOTE", 3, kind="truncate", quotes=("alpha",)), _msg("assistant", "gamma", 4)]
+    each = {q: count_text(q) + 2 for q in ("alpha", "beta")}
+    both = each["alpha"] + each["beta"]
+    assert quotes_of(entries, 1000) == ("alpha", "beta")
+    assert quotes_of(entries, both) == ("alpha", "beta")  # exactly the budget still fits
+    assert quotes_of(entries, both - 1) == ("beta",)  # the newest first
+    assert quotes_of(entries, each["beta"] - 1) == ()
+    # the newest that does not fit stops the walk, even when an older one would
+    assert quotes_of([_msg("user", "a", 1), _msg("user", "word " * 50, 2)], 10) == ()
+
+
+def test_quotes_of_counts_in_the_models_tokens():
+    entries = [_msg("user", UNICODE, 1)]
+    assert quotes_of(entries, 11) == (UNICODE,)  # 9 + 2
+    assert quotes_of(entries, 12, "gpt-4") == ()  # 11 + 2
+    assert quotes_of(entries, 13, "gpt-4") == (UNICODE,)
+
+
+def test_the_quotes_block_and_the_handles_line_word_what_a_replacement_ends_with():
+    assert quotes_block(()) == ""
+    assert quotes_block(("a", "b")) == "\n[user messages of these turns, verbatim]\n> a\n> b"
+    assert handles_line(()) == ""
+    assert handles_line(("@a", "@b")) == (
+        "\n[full tool results of these messages, by handle (read_output, grep_output): @a @b]")
+
+
+def test_size_of_reads_an_offloaded_previews_own_size_else_the_entrys_tokens():
+    preview = _msg("tool", "head...\n[full output: 80 lines, ~1,234 tokens; saved as @abc]", 1)
+    assert size_of(preview) == "~1,234"
+    assert size_of(Entry({"role": "tool", "content": "plain"}, 12345, 1, 1, 1)) == "12,345"
+
+
+def test_replaced_keeps_range_turn_and_handle_and_counts_the_new_message_for_the_model():
+    entry = Entry({"role": "tool", "tool_call_id": "c1", "content": "long"}, 500, 3, 4, 2, "message", "@h", True)
+    message = {"role": "tool", "tool_call_id": "c1", "content": UNICODE}
+    assert replaced(entry, message, _ctx(), "mask") == Entry(message, count_message(message, "gpt-4"), 3, 4, 2,
+                                                             "mask", "@h", True)
+    assert count_message(message, "gpt-4") != count_message(message)
+
+
+def _unit_view() -> list[Entry]:
+    """system, task, a call with its result, a message, the pinned facts, two messages, the current
+    user message, a reply: units 0, 1, [2, 3], 4, 5 (pins), 6, 7, 8 (last user), 9."""
+    calls = {"role": "assistant", "content": None, "tool_calls": [tool_call("c1", "read", "{}")]}
+    return [_msg("system", "rules", 0), _msg("user", "task", 1), Entry(calls, 10, 2, 2, 1),
+            Entry({"role": "tool", "tool_call_id": "c1", "content": "r"}, 10, 3, 3, 1), _msg("assistant", "a", 4),
+            _msg("system", "pins", 5, kind="pins"), _msg("assistant", "b", 6), _msg("assistant", "c", 7),
+            _msg("user", "now", 8, turn=2), _msg("assistant", "d", 9, turn=2)]
+
+
+def test_runs_to_compact_skips_head_and_protected_units_and_joins_neighbours():
+    view = _unit_view()
+    assert runs_to_compact(view, 0, 1) == [[2, 3, 4], [6, 7]]  # the pins split the runs; the last user stays
+    assert runs_to_compact(view, 1, 1) == [[4], [6, 7]]  # the call after the task is kept as setup
+    assert runs_to_compact(view, 0, 0) == [[2, 3, 4], [6, 7], [9]]  # keep_last 0: the last unit goes too
+    assert runs_to_compact(view, -3, -3) == [[2, 3, 4], [6, 7], [9]]  # negative counts are 0
+
+
+def test_runs_to_compact_without_a_task_or_a_system_message():
+    assert runs_to_compact([], 0, 0) == []
+    assert runs_to_compact([_msg("system", "rules", 0)], 0, 1) == []
+    talk = [_msg("assistant", f"a{i}", i) for i in range(4)]
+    assert runs_to_compact(talk, 0, 1) == [[0, 1, 2]]  # nothing anchors a head: from the first unit
+    assert runs_to_compact([_msg("system", "rules", 0), *talk[1:]], 0, 1) == [[1, 2]]
+
+
+def test_replace_runs_records_each_run_as_one_message_with_its_quotes_and_handles():
+    view = [_msg("system", "rules", 0), _msg("user", "task", 1), _msg("assistant", "a", 2),
+            _msg("user", UNICODE, 3, turn=2), Entry({"role": "tool", "tool_call_id": "c1", "content": "r"}, 30, 4, 4,
+                                                    2, handle="@r"),
+            _msg("assistant", "b", 5, turn=3), _msg("user", "now", 6, turn=4), _msg("assistant", "c", 7, turn=5),
+            _msg("assistant", "d", 8, turn=6)]
+    runs = [[2, 3, 4, 5], [7]]
+
+    def make(run: list[Entry]) -> dict:
+        return {"role": "assistant", "content": f"summary of {len(run)}"}
+
+    out = replace_runs(view, runs, make, _ctx(window=130), "summarize")  # quotes: 10% of 130 = 13 = 11 + 2
+    first = {"role": "assistant", "content": "summary of 4\n[user messages of these turns, verbatim]\n> " + UNICODE
+             + "\n[full tool results of these messages, by handle (read_output, grep_output): @r]"}
+    second = {"role": "assistant", "content": "summary of 1"}
+    t1, t2 = count_message(first, "gpt-4"), count_message(second, "gpt-4")
+    assert t1 != count_message(first)
+    assert out.compactions == [Compaction("summarize", 2, 5, first, t1, 60, ("@r",), (UNICODE,)),
+                               Compaction("summarize", 7, 7, second, t2, 10)]
+    assert out.view == [view[0], view[1], Entry(first, t1, 2, 5, 3, "summarize", refs=("@r",), quotes=(UNICODE,)),
+                        view[6], Entry(second, t2, 7, 7, 5, "summarize"), view[8]]
+    assert out.offloads == [view[4]]
+    # 10% of a window of 120 is 12 tokens: too few for the quote in gpt-4's tokens
+    assert replace_runs(view, runs, make, _ctx(window=120), "summarize").compactions[0].quotes == ()
+
+
+def test_nothing_new_is_a_run_of_one_earlier_replacement():
+    view = [_msg("assistant", "a", 1), _msg("assistant", "s", 2, kind="summarize"),
+            _msg("assistant", "t", 3, kind="checkpoint")]
+    assert nothing_new(view, [1]) is True
+    assert nothing_new(view, [0]) is False
+    assert nothing_new(view, [1, 2]) is False
+
+
+# --- base.py: memos, the fold, the budget, units and HEAD ---------------------------------------
+
+
+def test_an_entry_memo_computes_once_per_entry_and_key_and_forgets_all_at_its_limit():
+    memo, calls = EntryMemo(limit=2), []
+
+    def compute(value: str):
+        return lambda: calls.append(value) or value
+
+    a, b, c = _msg("user", "a", 1), _msg("user", "a", 1), _msg("user", "c", 2)  # a == b, not the same object
+    assert [memo.get(a, "k", compute("a1")), memo.get(a, "k", compute("a2"))] == ["a1", "a1"]
+    assert memo.get(a, "other", compute("a3")) == "a3"
+    assert memo.get(b, "k", compute("b1")) == "b1"  # full: cleared first, then b remembered
+    assert memo.get(a, "k", compute("a4")) == "a4"
+    assert memo.get(c, "k", compute("c1")) == "c1"
+    assert calls == ["a1", "a3", "b1", "a4", "c1"]
+    assert EntryMemo().get(a, "k", lambda: 5) == 5  # the default limit: a fresh memo works
+
+
+def test_a_view_memo_computes_once_per_view_object_and_recomputes_when_it_grew():
+    memo, calls = ViewMemo(limit=2), []
+    view: list[Entry] = [_msg("user", "a", 1)]
+
+    def compute(value: str):
+        return lambda: calls.append(value) or value
+
+    assert [memo.get(view, "k", compute("v1")), memo.get(view, "k", compute("v2"))] == ["v1", "v1"]
+    assert memo.get(list(view), "k", compute("copy")) == "copy"  # an equal list is another view
+    view.append(_msg("user", "b", 2))
+    assert memo.get(view, "k", compute("grown")) == "grown"  # two remembered: cleared first
+    assert memo.get(view, "k2", compute("k2")) == "k2"
+    assert memo.get(view, "k", compute("kept")) == "grown"
+    assert memo.get(view, "k3", compute("k3")) == "k3"  # two remembered: cleared first
+    assert memo.get(view, "k", compute("again")) == "again"
+    assert calls == ["v1", "copy", "grown", "k2", "k3", "again"]
+    assert ViewMemo().get(view, "k", lambda: 5) == 5
+
+
+def test_a_fold_folds_only_the_new_entries_of_a_view_that_extends_the_last_one():
+    folded: list[tuple[int, str]] = []
+
+    def step(state: list, index: int, entry: Entry) -> None:
+        folded.append((index, content_of(entry.message)))
+        state.append(index)
+
+    fold = Fold(lambda key: [key], step)
+    assert fold.run([]) == [None]  # a fresh fold starts with init(key), even for an empty view
+    a, b, c = _msg("user", "a", 1), _msg("user", "b", 2), _msg("user", "c", 3)
+    assert fold.run([a, b]) == [None, 0, 1]
+    assert fold.run([a, b, c]) == [None, 0, 1, 2]  # only c folded
+    assert folded == [(0, "a"), (1, "b"), (2, "c")]
+    folded.clear()
+    assert fold.run([a, b, c], key="k") == ["k", 0, 1, 2]  # another key: from the start
+    assert fold.run([a, b]) == [None, 0, 1]  # shorter (and another key)
+    assert fold.run([a, c]) == [None, 0, 1]  # not an extension: from the start
+    assert folded == [(0, "a"), (1, "b"), (2, "c"), (0, "a"), (1, "b"), (0, "a"), (1, "c")]
+
+
+def test_the_budget_counts_the_view_the_tools_the_scale_and_the_reserve():
+    view = [_msg("user", "a", 1), Entry({"role": "assistant", "content": "b"}, 25, 2, 2, 1)]
+    estimate = PER_REQUEST + 35 + 50
+    budget = Budget(window=1000, tools=50, reserved=100, target=0.5, trigger=0.8, scale=1.5)
+    assert budget.estimate(view) == estimate
+    assert budget.total(view) == int(estimate * 1.5 + 0.5) + 100  # rounded to the nearest token
+    total = budget.total(view)
+    exact = Budget(window=total, tools=50, reserved=100, target=0.5, trigger=0.8, scale=1.5)
+    assert exact.fits(view) and not replace(exact, window=total - 1).fits(view)
+    assert not exact.over(view, 1.0) and replace(exact, window=total - 1).over(view, 1.0)
+    assert exact.over(view, 0.5) and not replace(exact, window=2 * total).over(view, 0.5)
+
+
+def test_groups_keeps_a_call_with_its_results_and_every_other_message_alone():
+    calls = {"role": "assistant", "content": None, "tool_calls": [tool_call("c1", "read", "{}")]}
+    result = {"role": "tool", "tool_call_id": "c1", "content": "r"}
+    view = [Entry(result, 1, 0, 0, 1), _msg("user", "u", 1), Entry(calls, 1, 2, 2, 1), Entry(result, 1, 3, 3, 1),
+            Entry(result, 1, 4, 4, 1), _msg("assistant", "no calls", 5), Entry(result, 1, 6, 6, 1)]
+    assert groups(view) == [[0], [1], [2, 3, 4], [5], [6]]
+
+
+def test_protected_is_the_system_message_the_pins_the_task_and_the_current_user_message():
+    view = [_msg("system", "rules", 0), _msg("user", "task", 1), _msg("user", "note", 2, kind="truncate"),
+            _msg("system", "pins", 3, kind="pins"), _msg("user", "more", 4), _msg("user", "now", 5),
+            _msg("user", "a later note", 6, kind="truncate")]
+    assert protected(view) == {0, 1, 3, 5}
+    assert protected(view[1:2]) == {0}
+    assert protected([_msg("assistant", "a", 0), _msg("system", "late", 1)]) == set()
+    assert protected([]) == set()
+
+
+# --- step.py: step classes by name, and the words of a bad step -------------------------------
+
+
+def test_a_new_step_class_is_known_by_its_name_and_names_its_strategy_class_found_in_the_registry():
+    try:
+        class ProbeStep(StrategyConfig):
+            strategy: Literal["probe"] = "probe"
+            depth: int = 1
+
+        class Probe(Declared, params=ProbeStep):
+            pass
+
+        assert "probe" in known() and type(StrategyConfig(strategy="probe", depth=2)) is ProbeStep
+        assert (Probe.name, Probe.Params) == ("probe", ProbeStep)
+        probe = Probe()
+        assert registry.register(probe) is probe and registry.get("probe") is probe
+    finally:
+        StrategyConfig._kinds.pop("probe", None)
+        registry._REGISTRY.pop("probe", None)
+    assert "probe" not in known() and "probe" not in registry.names()
+
+
+def _step_error(text: str) -> tuple[str | None, str]:
+    with pytest.raises(ProfileError) as info:
+        parse_profile(text, source="p.yaml")
+    return info.value.key, str(info.value).split(": ", 1)[1]
+
+
+KNOWN = ", ".join(registry.names())
+
+
+def test_a_bad_step_is_refused_in_words_that_name_the_key_and_what_is_accepted():
+    assert _step_error("pipelines:\n  batch:\n    - strategy: nope\n") == (
+        "pipelines.batch.0.strategy", f"unknown strategy 'nope'; known: {KNOWN}")
+    assert _step_error("pipelines:\n  batch:\n    - trigger: 0.5\n") == (
+        "pipelines.batch.0.strategy", f"a step names its strategy (strategy: NAME); known: {KNOWN}")
+    assert _step_error("pipelines:\n  batch: [5]\n") == (
+        "pipelines.batch.0", "Input should be a valid dictionary or object to extract fields from")
+    assert _step_error("pipelines:\n  batch:\n    - strategy: prune\n      trigger: 2\n") == (
+        "pipelines.batch.0.trigger", "Input should be less than or equal to 1")  # a common key: pydantic's words
+    assert _step_error("pipelines:\n  batch:\n    - strategy: truncate\n      tgt: 0.4\n") == (
+        "pipelines.batch.0.tgt", "strategy 'truncate' has no parameter 'tgt' (it accepts: keep_user_tokens, target)")
+
+
+# --- checkpoint.py: the deterministic checkpoint, applied once, the LLM's request ---------------
+
+
+def test_a_deterministic_checkpoint_lists_the_calls_done_and_failed_the_task_and_the_last_turn():
+    task = "Fix:" + "x" * 400  # over the 300 characters of a goal
+    long_command, path = "x" * 100, "src/" + "a" * 100 + ".py"
+    view = _calls_view([("read", json.dumps({"path": path}), "exit code: 0\nport 8080 open"),
+                        ("shell", json.dumps({"command": long_command}), "exit code: 1\nboom"),
+                        ("read", json.dumps({"path": path}), "exit code: 0\nagain")], task=task)
+    run = [*view[2:], Entry({"role": "assistant", "content": "done at /srv/app"}, 5, 8, 8, 9)]
+    assert deterministic_checkpoint(view, run, 1200) == {
+        "goal": one_line(task, 300),
+        "phase": "checkpoint after turn 9 (made without a summarizer: lines copied verbatim)",
+        "key_facts": fact_lines(run, 600),
+        "completed": [f"read({one_line('path=' + path, 80)})"],  # once
+        "failed attempts": [f"shell({one_line('command=' + long_command, 80)})"],
+        "files_touched": [path],
+    }
+
+
+def test_an_agent_checkpoint_counts_as_applied_by_its_own_call_id_only():
+    done = _msg("user", "[ctxagent checkpoint (written by the agent, call c4) of messages #2-#5]", 6,
+                kind="checkpoint")
+    assert Checkpoint._applied([done], "c4")
+    assert not Checkpoint._applied([done], "c5")
+    assert not Checkpoint._applied([replace(done, kind="message")], "c4")  # a message quoting it is not it
+    assert not Checkpoint._applied([_msg("user", "other", 6, kind="checkpoint")], "c4")
+
+
+def test_the_llm_checkpoint_request_names_the_task_and_the_size_and_holds_the_messages():
+    view = _long_view(units=12)
+    prompts: list[str] = []
+
+    def summarizer(text: str, max_tokens: int) -> str:
+        prompts.append(text)
+        return json.dumps({"goal": "fix the test", "key_facts": ["port 8080"], "pending": ["patch"]})
+
+    ctx = ctx_for(view, window=3_000, summarizer=summarizer, params={"max_tokens": 700}, pins=())
+    out = Checkpoint().apply(view, ctx)
+    assert out.warnings == [] and "goal: fix the test" in out.compactions[0].message["content"]
+    assert len(prompts) == 1
+    assert "The task: Fix the failing test in /srv/app.. At most 700 tokens." in prompts[0]
+    assert "{task}" not in prompts[0] and "{max_tokens}" not in prompts[0]
+    assert "f3 line 39: port=8080" in prompts[0]  # the rendered messages of the range
+
+
+def test_the_llm_checkpoint_respects_the_summarizers_window():
+    view = _long_view(units=12)
+    ctx = replace(ctx_for(view, window=3_000, summarizer=good, params={"max_tokens": 800}), summarizer_window=1_000)
+    out = Checkpoint().apply(view, ctx)
+    assert out.warnings[0].startswith("checkpoint: the LLM checkpoint of messages #2-#")
+    assert "1000-token window" in out.warnings[0]
+    assert out.warnings[0].endswith("; made a deterministic checkpoint instead")
+    assert "made without a summarizer" in out.compactions[0].message["content"]
+
+
+def test_call_helpers_read_a_call_without_a_function_and_values_that_are_not_strings_as_json():
+    assert (call_name({"id": "x"}), call_arguments({"id": "x"})) == ("?", "")
+    assert (call_name({"id": "x", "function": {}}), call_arguments({"id": "x", "function": {}})) == ("?", "")
+    assert short_args('{"flag": true, "x": null, "l": ["é"], "n": 5}') == 'flag=true, x=null, l=["é"], n=5'
+    assert short_args('["é", 1]') == '["é", 1]'
+    long = json.dumps({"text": "y" * 200})
+    assert len(short_args(long)) == 80 and len(short_call(tool_call("c", "f", long))) == len("f()") + 80
+    assert len(short_call(tool_call("c", "f", long), 20)) == len("f()") + 20
+
+
+def test_calls_of_results_finds_each_results_call_and_skips_a_result_before_any_call():
+    call = tool_call("c1", "read", "{}")
+    view = [Entry({"role": "tool", "tool_call_id": "c0", "content": "orphan"}, 1, 0, 0, 1),
+            Entry({"role": "assistant", "content": None, "tool_calls": [call]}, 1, 1, 1, 1),
+            Entry({"role": "tool", "tool_call_id": "c1", "content": "r"}, 1, 2, 2, 1)]
+    assert calls_of_results(view) == {2: call}
+
+
+def test_a_result_without_a_handle_or_a_call_id_is_named_by_the_handle_of_the_empty_id():
+    assert refs_of([Entry({"role": "tool", "content": "r"}, 1, 0, 0, 1)], 1000) == (handle_for(""),)
+
+
+# --- checks.py: the thrash guard and no LLM on batch paths, called on profile objects -----------
+
+
+def _refused(profile: Profile, source: str | None = None, check=check_gaps) -> tuple[str, str | None, str]:
+    with pytest.raises(ProfileError) as info:
+        check(profile, source)
+    return info.value.path, info.value.key, str(info.value).split(": ", 1)[1]
+
+
+def test_the_thrash_guard_names_the_key_that_set_the_gap():
+    assert _refused(Profile(name="p", target=0.75, trigger=0.8)) == (
+        "<profile:p>", "target", thrash_problem(0.75, 0.8))
+    assert _refused(Profile(name="p", trigger=0.6), "f.yaml") == ("f.yaml", "trigger", thrash_problem(0.5, 0.6))
+    assert _refused(Profile(name="p", target=0.5, trigger=0.6)) == ("<profile:p>", "target", thrash_problem(0.5, 0.6))
+
+
+def test_the_thrash_guard_names_the_step_key_that_set_the_gap():
+    for step, key, target, trigger in [(TruncateStep(target=0.7), "target", 0.7, 0.8),
+                                       (TruncateStep(trigger=0.6), "trigger", 0.5, 0.6),
+                                       (CheckpointStep(trigger=0, at=0.6, llm=False), "at", 0.5, 0.6),
+                                       (CheckpointStep(trigger=0.6, llm=False), "trigger", 0.5, 0.6)]:
+        profile = Profile(name="p", pipelines={"interactive": [MaskObservationsStep(), step]})
+        assert _refused(profile, "f.yaml") == ("f.yaml", f"pipelines.interactive.1.{key}",
+                                               f"{step.strategy!r}: {thrash_problem(target, trigger)}")
+
+
+def test_steps_without_a_trigger_to_keep_a_gap_from_pass_the_thrash_guard():
+    steps = [TruncateStep(trigger=0), TruncateStep(every_turns=5, target=0.7), MaskObservationsStep(trigger=0.55),
+             TruncateStep(trigger=0.9, target=0.6), TruncateStep(), CheckpointStep(trigger=0.6, at=0.9, llm=False)]
+    assert check_gaps(Profile(name="p", pipelines={"batch": steps})) is None
+
+
+def test_a_batch_step_that_calls_an_llm_is_refused_with_its_index_and_the_ways_out():
+    profile = Profile(name="p", pipelines={"batch": [MaskObservationsStep(), SummarizeStep()]})
+    assert _refused(profile, check=check_pipelines) == (
+        "<profile:p>", "pipelines.batch.1.strategy",
+        "the batch pipeline names 'summarize', which calls an LLM; batch paths never pay for compression calls. "
+        "Use a deterministic strategy (truncate, mask_observations, prune, ...), turn its LLM off (llm: false / "
+        "rolling: false where it has one) or set allow_llm_in_batch: true")
+    assert _refused(profile, "f.yaml", check=check_pipelines)[0] == "f.yaml"
+    assert check_pipelines(profile.model_copy(update={"allow_llm_in_batch": True})) is None
+
+
+def test_the_memos_remember_each_entry_and_each_view_apart_and_clear_exactly_at_their_limit():
+    a, b = _msg("user", "a", 1), _msg("user", "b", 2)
+    memo, calls = EntryMemo(), []
+    for entry in (a, b, a, b):
+        memo.get(entry, "k", lambda e=entry: calls.append(e) or e)
+    assert calls == [a, b]  # one slot per entry, not one per key
+    views, seen = ViewMemo(), []
+    first, second = [a], [b]
+    for view in (first, second, first):
+        views.get(view, "k", lambda v=view: seen.append(v) or v)
+    assert seen == [first, second]
+    one, again = ViewMemo(limit=1), []
+    for key in ("k", "k2", "k"):
+        one.get(first, key, lambda k=key: again.append(k) or k)
+    assert again == ["k", "k2", "k"]  # the limit of one reached: the second key cleared the first
+
+
+def test_a_fold_run_again_on_the_same_view_folds_nothing():
+    folded: list[int] = []
+    fold = Fold(lambda key: [], lambda state, index, entry: folded.append(index))
+    view = [_msg("user", "a", 1), _msg("user", "b", 2)]
+    fold.run(view)
+    fold.run(list(view))
+    assert folded == [0, 1]
+
+
+def test_a_checkpoint_split_by_head_points_the_older_run_at_the_newer_one():
+    view = _unit_view()
+    out = place(view, [[2, 3, 4], [6, 7]], "BODY", "checkpoint", _ctx(), "checkpoint")
+    older = "[ctxagent: messages #2-#4 are covered by the checkpoint further down]" + handles_line((handle_for("c1"),))
+    assert out.view[2].message == {"role": "user", "content": older}
+    assert out.view[4].message == {"role": "user", "content": "[ctxagent checkpoint of messages #2-#4, #6-#7]\nBODY"}
+    assert [c.strategy for c in out.compactions] == ["checkpoint", "checkpoint"]
+
+
+def test_checkpoint_call_parsing_skips_calls_without_a_function_and_non_object_arguments():
+    with pytest.raises(ValueError, match=r"^not a non-empty JSON object$"):
+        parse_json_object("[1]")
+    calls = [{"id": "x"}, tool_call("c1", "checkpoint", ""), tool_call("c2", "checkpoint", "[1]")]
+    assert agent_call([_entry({"role": "assistant", "content": None, "tool_calls": calls})]) is None
+    paths = [tool_call(f"p{i}", "read", json.dumps({"path": f"f{i}.py"})) for i in range(21)]
+    long = "src/" + "b" * 130 + ".py"
+    entry = _entry({"role": "assistant", "content": None,
+                    "tool_calls": [{"id": "x"}, *paths, tool_call("l", "read", json.dumps({"path": long}))]})
+    assert files_touched([entry]) == [*(f"f{i}.py" for i in range(2, 21)), one_line(long, 120)]  # the newest 20
+
+
+def test_a_checkpoint_step_with_its_own_target_waits_for_it():
+    view = _long_view(units=12)
+    window = int(ctx_for(view).budget.total(view) / 0.7)  # over the profile's target (0.5), under 0.9
+    assert Checkpoint().apply(view, ctx_for(view, window=window, params={"target": 0.9})).view == view
+    assert Checkpoint().apply(view, ctx_for(view, window=window, params={"target": 0.6})).compactions

@@ -12,11 +12,22 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ctxagent.agent.context import ContextState
+from ctxagent.messages import tool_call
 from ctxagent.profile import StrategyConfig
 from ctxagent.strategies.base import Budget, Entry
 from ctxagent.strategies.checkpoint import Checkpoint
 from ctxagent.strategies.distill import Distill
-from ctxagent.strategies.facts import LABEL, carried, extract, facts_block, values_in, with_facts
+from ctxagent.strategies.facts import (
+    LABEL,
+    LINE_CHARS,
+    carried,
+    extract,
+    facts_block,
+    pick,
+    split_blocks,
+    values_in,
+    with_facts,
+)
 from ctxagent.strategies.pipeline import replay, run
 from ctxagent.strategies.rendering import render
 from ctxagent.strategies.role_selective import RoleSelective
@@ -254,3 +265,90 @@ def test_an_error_line_cut_at_its_length_never_cuts_a_handle_in_two():
     line = "ERROR: " + "x" * (LINE_CHARS - 12) + " (@call_3_0) more"
     cut = next(value for _, value in values_in(line) if value.startswith("ERROR"))
     assert len(cut) <= LINE_CHARS and "@call" not in cut
+
+
+# --- 5. the extractor's edges, stated exactly (mutation testing, issue 17) ----------------------
+
+
+def test_an_error_line_of_exactly_the_line_length_is_kept_whole_and_a_longer_one_is_cut_without_its_tail_spaces():
+    whole = "error: " + "x" * 188 + " @abc"
+    assert len(whole) == LINE_CHARS and (5, whole) in values_in(whole)
+    cut = "error: " + "y" * 188 + " " * 5 + "z" * 20
+    assert (5, "error: " + "y" * 188) in values_in(cut)
+
+
+def test_call_values_read_command_or_cmd_up_to_the_line_length_and_skip_arguments_that_are_not_an_object():
+    calls = [tool_call("a", "shell", '{"cmd": "make test"}'), {"id": "b", "function": "not a mapping"},
+             {"id": "c", "function": {"name": "x"}}, tool_call("d", "x", '["a"]'),
+             tool_call("e", "shell", json.dumps({"command": "c" * LINE_CHARS})),
+             tool_call("f", "shell", json.dumps({"command": "d" * (LINE_CHARS + 1)}))]
+    entry = Entry({"role": "assistant", "content": None, "tool_calls": calls}, 10, 2, 2, 1)
+    assert [v for rank, v in extract([entry]) if rank == 2] == ["make test", "c" * LINE_CHARS]
+
+
+def _cost(value: str, model: str = "") -> int:
+    return count_text(f"\n- {value}", model) + 1
+
+
+def test_pick_takes_the_most_specific_then_the_newest_while_their_lines_fit_to_the_token():
+    values = [(3, "/a/one.py"), (3, "/b/two.py"), (0, "abc1234f"), (3, "abc1234f:9")]
+    assert pick(values[:3], "", 1000) == ["/a/one.py", "/b/two.py", "abc1234f"]  # listed in the given order
+    exact = _cost("abc1234f") + _cost("/b/two.py")
+    assert pick(values[:3], "", exact) == ["/b/two.py", "abc1234f"]
+    assert pick(values[:3], "", exact - 1) == ["abc1234f"]
+    assert pick(values[:3], "see /a/one.py", 1000) == ["/b/two.py", "abc1234f"]  # already in the summary
+    assert pick(values, "", 1000) == ["/a/one.py", "/b/two.py", "abc1234f:9"]  # a value inside another goes
+    assert pick(values, "", 2) == []  # no room for any line
+
+
+def test_pick_and_the_block_count_in_the_models_tokens():
+    value = "/srv/über/straße.py"
+    assert (_cost(value), _cost(value, "gpt-4")) == (10, 11)
+    assert pick([(3, value)], "", 10) == [value]
+    assert pick([(3, value)], "", 10, "gpt-4") == []
+    entries = [Entry({"role": "tool", "tool_call_id": "c1", "content": f"see /srv/héllo/wörld.py and {value}"},
+                     10, 3, 4, 1)]
+    label = LABEL.format(range="#3-#4")
+    full, newest = f"{label}\n- /srv/héllo/wörld.py\n- {value}", f"{label}\n- {value}"
+    # the lines are costed one by one (newest first), one token more each than they count
+    assert [facts_block(entries, "", n) for n in (25, 26, 37, 38)] == ["", newest, newest, full]
+    assert [facts_block(entries, "", n, "gpt-4") for n in (26, 27, 38, 39)] == ["", newest, newest, full]
+    assert with_facts("s", entries, 38) == f"s\n{full}"
+    assert with_facts("s", entries, 38, "gpt-4") == f"s\n{newest}"
+
+
+def test_no_entries_or_no_values_make_no_block():
+    assert facts_block([], "", 400) == ""
+    plain = [Entry({"role": "user", "content": "nothing exact here"}, 5, 1, 1, 1)]
+    assert facts_block(plain, "", 400) == ""
+    assert with_facts("s", plain) == "s"
+
+
+def test_values_in_lists_values_by_first_position_counting_every_line_end():
+    assert values_in("(/srv/a.py) failed") == [(5, "(/srv/a.py) failed"), (3, "/srv/a.py")]  # the line starts first
+    assert values_in("x /srv/a.py\n" + " " * 20 + "failed") == [(3, "/srv/a.py"), (5, "failed")]
+    assert values_in("aaaaaaaaaa\n/srv/a.py\nfailed") == [(3, "/srv/a.py"), (5, "failed")]
+    assert values_in("a\nb\nc\nx @a\nfailed") == [(7, "@a"), (5, "failed")]
+    assert values_in("12 ms failed") == [(6, "12 ms"), (5, "12 ms failed")]  # a tie keeps the patterns' order
+    assert values_in("12 ms then /srv/a.py") == [(6, "12 ms"), (3, "/srv/a.py")]  # position, not rank
+    assert values_in("f (/srv/a.py) failed") == [(5, "f (/srv/a.py) failed"), (3, "/srv/a.py")]
+
+
+def test_values_in_trims_trailing_punctuation_keeps_two_characters_and_never_spans_lines():
+    assert values_in("see /srv/a.py.") == [(3, "/srv/a.py")]
+    assert values_in("see @a") == [(7, "@a")]
+    assert values_in("port\n8443") == []
+    assert values_in("https://x.io/error") == [(1, "https://x.io/error")]  # also an error line: the lowest rank
+
+
+def test_split_blocks_takes_the_items_right_under_a_label_only():
+    content = f"- a plain list item\n{LABEL.format(range='#1-#2')}\n- v1\n- v2\nafter\n- item"
+    assert split_blocks(content) == ("- a plain list item\nafter\n- item", ["v1", "v2"])
+
+
+def test_extract_leaves_out_the_handles_of_the_ranges_own_results():
+    own = Entry({"role": "tool", "tool_call_id": "c1", "content": "saved as @h1, see @other"}, 5, 1, 1, 1, handle="@h1")
+    assert extract([own]) == [(7, "@other")]
+    carried_too = Entry({"role": "user", "content": f"see /srv/a.py\n{LABEL.format(range='#1-#1')}\n- /srv/a.py"},
+                        5, 2, 2, 1)
+    assert extract([carried_too]) == [(2, "/srv/a.py")]  # carried (2) and found (3): the lower rank
