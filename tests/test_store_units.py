@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -172,6 +173,149 @@ def test_release_of_a_lease_never_taken_marks_the_next_number_released(tmp_path)
     lease.release()
     assert _leases(tmp_path) == {1: {"owner": lease.owner, "host": host_name(), "pid": os.getpid(),
                                      "expires": 0.0, "released": True}}
+
+
+def test_a_lease_time_under_one_second_is_allowed_and_the_host_defaults_to_the_machine_name(monkeypatch):
+    monkeypatch.setenv("CTXAGENT_LEASE_SECONDS", "0.5")
+    assert lease_seconds() == 0.5
+    monkeypatch.delenv("CTXAGENT_LEASE_SECONDS")
+    assert lease_seconds() == 30.0
+    monkeypatch.delenv("CTXAGENT_HOST", raising=False)
+    assert host_name() == socket.gethostname()
+    monkeypatch.setenv("CTXAGENT_HOST", "  ")  # blank: the machine's name too
+    assert host_name() == socket.gethostname()
+
+
+def test_a_busy_lease_says_how_long_it_runs_and_what_to_do(tmp_path):
+    _write_lease(tmp_path, 1, host="build-7", pid=4242, expires=time.time() + 90)
+    with pytest.raises(SessionBusyError) as caught:
+        Lease(_sync(tmp_path), seconds=60).take()
+    store = (tmp_path / "store").as_uri()
+    assert str(caught.value) == (f"session 's' is in use by ctxagent on build-7 (pid 4242); its lease in {store} runs "
+                                 "90 s more unless renewed: wait for that run to finish")
+
+
+def test_a_released_lease_is_free_before_its_expiry_and_one_without_an_expiry_has_expired(tmp_path):
+    _write_lease(tmp_path, 1, released=True)  # expires in 60 s, but released
+    first = Lease(_sync(tmp_path), seconds=60)
+    first.take()
+    first._stop.set()
+    assert first.number == 2
+    _write_lease(tmp_path, 3, expires=None)
+    (_lease_dir(tmp_path) / f"{3:012d}.json").write_text(json.dumps(
+        {"owner": "other", "host": "elsewhere", "pid": 1, "released": False}))  # no "expires" at all
+    second = Lease(_sync(tmp_path), seconds=60)
+    second.take()
+    second._stop.set()
+    assert second.number == 4
+
+
+def test_a_lease_of_this_host_without_a_pid_is_not_ruled_dead(tmp_path, monkeypatch):
+    monkeypatch.setenv("CTXAGENT_HOST", "here")
+    (_lease_dir(tmp_path)).mkdir(parents=True)
+    (_lease_dir(tmp_path) / f"{1:012d}.json").write_text(json.dumps(
+        {"owner": "other", "host": "here", "expires": time.time() + 60, "released": False}))
+    with pytest.raises(SessionBusyError, match=r"on here \(pid None\)"):
+        Lease(_sync(tmp_path), seconds=60).take()
+
+
+def test_taking_and_renewing_write_a_live_lease_of_this_process(tmp_path):
+    lease = Lease(_sync(tmp_path), seconds=60)
+    lease.take()
+    lease._stop.set()
+    mine = {"owner": lease.owner, "host": host_name(), "pid": os.getpid(), "released": False}
+    held = _leases(tmp_path)[1]
+    assert {k: v for k, v in held.items() if k != "expires"} == mine and held["expires"] == lease.expires
+    assert time.time() + 55 < lease.expires <= time.time() + 60
+    lease.renew()
+    held = _leases(tmp_path)
+    assert list(held) == [2] and {k: v for k, v in held[2].items() if k != "expires"} == mine
+    lease.release()
+
+
+def test_the_renewer_is_a_daemon_thread_renewing_every_third_of_the_lease_time(tmp_path):
+    lease = Lease(_sync(tmp_path), seconds=1.5)  # a renewal every 0.5 s
+    lease.take()
+    try:
+        assert lease._thread is not None and lease._thread.daemon and lease._thread.name == "lease-s"
+        deadline = time.monotonic() + 1.4  # before 3 x 1.5 s; a renewer that never ticks fails too
+        while lease.number < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert lease.number >= 2
+    finally:
+        lease.release()
+    assert lease._thread is not None and not lease._thread.is_alive()
+
+
+def test_check_renews_once_less_than_half_the_lease_time_is_left(tmp_path):
+    lease = Lease(_sync(tmp_path), seconds=60)
+    lease.take()
+    lease._stop.set()
+    lease.expires = time.time() + 32  # more than half left: nothing to do
+    lease.check()
+    assert lease.number == 1
+    lease.expires = time.time() + 24  # 0.4 of its time left: renewed
+    lease.check()
+    assert lease.number == 2 and sorted(_leases(tmp_path)) == [2]
+    lease.release()
+
+
+class _UndeletableStore(Store):
+    """A file store whose deletes fail (as a store that refuses them fails: ``CtxagentError``)."""
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        raise CtxagentError(f"session store {self.url}: deleting {path} failed: denied")
+
+
+def test_an_older_lease_that_cannot_be_deleted_is_left_and_the_newer_one_holds(tmp_path):
+    _write_lease(tmp_path, 1, released=True)
+    lease = Lease(_sync(tmp_path, store=_UndeletableStore((tmp_path / "store").as_uri())), seconds=60)
+    lease.take()
+    lease._stop.set()
+    lease.renew()
+    assert lease.number == 3 and sorted(_leases(tmp_path)) == [1, 2, 3]
+    lease.release()
+    assert _leases(tmp_path)[4]["released"] is True
+
+
+def test_a_release_the_store_refuses_leaves_the_lease_to_expire(tmp_path):
+    sync = _sync(tmp_path)
+    lease = Lease(sync, seconds=60)
+    lease.take()
+    lease._stop.set()
+    _store_unreachable(tmp_path)
+    lease.release()  # no error: best effort
+    assert sync.fenced == "" and lease.number == 1
+
+
+def test_release_with_drop_deletes_the_lease(tmp_path):
+    lease = Lease(_sync(tmp_path), seconds=60)
+    lease.take()
+    lease.release(drop=True)
+    assert _leases(tmp_path) == {}
+
+
+class _VanishingStore(Store):
+    """A file store on which the holder deletes the newest lease right after it is listed, twice."""
+
+    vanish = 2
+
+    def names(self, folder: str) -> list[str]:
+        found = super().names(folder)
+        if folder.endswith("/lease") and found and self.vanish:
+            self.vanish -= 1
+            newest = max(found)
+            os.replace(f"{folder}/{newest}", f"{folder}/{int(newest.split('.')[0]) + 1:012d}.json")
+        return found
+
+
+def test_a_lease_deleted_between_the_listing_and_the_read_is_listed_again(tmp_path):
+    _write_lease(tmp_path, 1, released=True)
+    lease = Lease(_sync(tmp_path, store=_VanishingStore((tmp_path / "store").as_uri())), seconds=60)
+    lease.take()  # lists 1 (gone: 2), then 2 (gone: 3), then reads 3
+    lease._stop.set()
+    assert lease.number == 4
+    lease.release()
 
 
 # --- the store -------------------------------------------------------------------------------
