@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from ctxagent.dirs import data_dir
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
 from ctxagent.sessions import records, remote
 from ctxagent.sessions.lease import Lease, host_name, lease_seconds
 from ctxagent.sessions.remote import SessionSync, Store, SyncState, segment_name
-from ctxagent.sessions.session import Session
+from ctxagent.sessions.session import Session, list_sessions, sessions_root
+from ctxagent.sessions.store import OutputStore
 
 
 def _sync(tmp_path: Path, name: str = "s", store: Store | None = None) -> SessionSync:
@@ -438,3 +440,107 @@ def test_upload_asks_the_guard_first_and_a_fenced_writer_uploads_nothing(tmp_pat
         sync.upload(_line("two"))
     assert sorted(p.name for p in (tmp_path / "store" / "sessions" / "s" / "segments").iterdir()) == [
         segment_name(1)]
+
+
+# --- sessions/store.py: the output store (files named by handle) -------------------------------
+
+
+def test_an_output_file_is_named_by_its_handle_and_what_is_no_handle_is_refused(tmp_path):
+    store = OutputStore(tmp_path / "outputs")
+    assert store.path_of("@read1") == tmp_path / "outputs" / "read1.out"
+    assert store.path_of("@a.2", ".json") == tmp_path / "outputs" / "a.2.json"
+    with pytest.raises(UsageError) as caught:
+        store.path_of("read1")
+    assert str(caught.value) == "not a handle: 'read1' (handles look like @abc123)"
+
+
+def test_spooled_put_and_copied_outputs_are_whole_files_under_their_handle(tmp_path):
+    root = tmp_path / "deep" / "s" / "outputs"  # no parent exists yet
+    store = OutputStore(root)
+    fd, spooled = store.spool()
+    assert spooled.parent == root and spooled.name.startswith(".spool-")
+    os.write(fd, b"streamed")
+    os.close(fd)
+    assert store.adopt(spooled, "@a") == root / "a.out" and not spooled.exists()
+    assert store.put_bytes("@b", b"bytes") == root / "b.out"
+    assert store.put_bytes("@c", b"{}", ".json", durable=False) == root / "c.json"
+    source = tmp_path / "source.txt"
+    source.write_bytes(b"copied")
+    assert store.put_file("@d", source) == root / "d.out" and source.read_bytes() == b"copied"
+    fd, spooled = store.spool()
+    os.close(fd)
+    assert store.adopt(spooled, "@e", ".npy") == root / "e.npy"
+    assert {p.name: p.read_bytes() for p in root.iterdir()} == {  # no temporary file left
+        "a.out": b"streamed", "b.out": b"bytes", "c.json": b"{}", "d.out": b"copied", "e.npy": b""}
+
+
+def test_handles_are_listed_oldest_first_and_found_here_before_the_linked_stores(tmp_path):
+    root, other = tmp_path / "outputs", tmp_path / "parent-outputs"
+    store = OutputStore(root, linked=lambda: [other])
+    assert store.handles() == [] and store.find("@a") is None
+    root.mkdir()
+    other.mkdir()
+    for name, mtime in [("b.out", 2), ("a.json", 2), ("c.npy", 1), ("c.meta.json", 0), ("m.meta.json", 0),
+                        (".spool-x", 0), ("bad!.out", 0), ("notes.txt", 0), ("e.json", 3), ("e.out", 3)]:
+        (root / name).write_text(name)
+        os.utime(root / name, (mtime, mtime))
+    for name in ("z.npy", "z.meta.json", "e.out"):
+        (other / name).write_text("linked " + name)
+    assert store.handles() == ["@c", "@a", "@b", "@e"]  # by time, then by name; values only, linked not listed
+    assert store.find("@a") == root / "a.json" and store.find("@c") == root / "c.npy"
+    assert store.find("@e") == root / "e.out"  # .out first, and this store first
+    assert store.find("@z") == other / "z.npy" and store.find("@m") is None
+    assert store.meta_path("@c") == root / "c.meta.json"  # its own
+    assert store.meta_path("@z") == other / "z.meta.json"  # beside the linked value
+    assert store.meta_path("@n") == root / "n.meta.json"  # nowhere: where it will be written
+    assert OutputStore(root).meta_path("@z") == root / "z.meta.json"  # no linked stores
+    assert OutputStore(root).find("@z") is None
+    assert store.taken("@c") and store.taken("@m") and not store.taken("@z")  # a sidecar takes it too
+    assert store.unique_handle("call m") == "@callm" and store.unique_handle("m") == "@m.2"
+    (root / "m.2.out").write_text("")
+    assert store.unique_handle("m") == "@m.3"
+
+
+def test_clean_spools_removes_what_a_killed_process_left_and_counts_it(tmp_path):
+    store = OutputStore(tmp_path / "outputs")
+    assert store.clean_spools() == 0 and not store.root.exists()
+    fd, _ = store.spool()
+    os.close(fd)
+    (store.root / "a.out.redacting").write_text("half")
+    (store.root / "a.out").write_text("kept")
+    assert store.clean_spools() == 2
+    assert [p.name for p in store.root.iterdir()] == ["a.out"]
+
+
+# --- sessions/session.py with a store ------------------------------------------------------------
+
+
+def test_with_a_store_sessions_live_in_its_cache_and_have_a_sync(on_store, tmp_path):
+    assert Session.at("x").remote() is not None
+    url = on_store.as_uri()
+    assert sessions_root() == data_dir() / "stores" / remote.cache_key(url) / "sessions"
+    sync = Session.at("x").remote()
+    assert (sync.name, sync.root, sync.store.url) == ("x", sessions_root() / "x", url)
+
+
+def test_a_new_machine_lists_the_stores_sessions_and_opens_a_sub_agent_of_one_it_never_opened(
+        on_store, tmp_path, monkeypatch):
+    _writer(tmp_path, "p", [_line("parent")])
+    with Session.at("p/c").writer() as child:
+        child.transcript.append([records.EndRecord(reason="child", turn=1)])
+    bad = on_store / "sessions" / "bad..name" / "segments"
+    bad.mkdir(parents=True)
+    (bad / segment_name(1)).write_bytes(_line("not a session name"))
+    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "machine-b"))
+    opened = Session.at("p/c")  # its parent pulled first, and the parent's sub-agents with it
+    assert opened.root == sessions_root() / "p" / "agents" / "c"
+    assert [r.reason for r in opened.transcript.load() if isinstance(r, records.EndRecord)] == ["child"]
+    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "machine-c"))
+    assert [s.name for s in list_sessions()] == ["p"] and not (sessions_root() / "bad..name").exists()
+    assert not (sessions_root() / "p" / "agents").exists()  # the list fetched the head only
+    Session.at("p").pull()  # a reader's pull brings the sub-agents too
+    assert (sessions_root() / "p" / "agents" / "c" / "transcript.jsonl").is_file()
+
+
+def test_without_a_store_a_session_has_no_sync():
+    assert Session.at("x").remote() is None and sessions_root() == data_dir() / "sessions"
