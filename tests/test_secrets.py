@@ -223,6 +223,54 @@ def test_store_redacts_what_it_writes_and_keeps_npy_exact(tmp_path):
     assert store.clean_spools() == 1 and not list(store.root.glob(".spool-*"))
 
 
+def test_extra_values_get_the_api_key_marker_unless_the_environment_names_them():
+    keys = fake_keys()
+    redactor = Redactor.from_env({ENV_NAME: keys["env"]}, extra=[keys["secret"], keys["env"]])
+    assert redactor.text(f"a {keys['secret']} b {keys['env']}") == f"a [REDACTED:api-key] b [REDACTED:env:{ENV_NAME}]"
+
+
+def test_keys_of_a_structure_are_redacted_and_keys_that_are_no_text_are_kept():
+    keys = fake_keys()
+    redactor = Redactor()
+    assert redactor.value({keys["openai-key"]: 1, 5: keys["jwt"], None: "x"}) == {
+        "[REDACTED:openai-key]": 1, 5: "[REDACTED:jwt]", None: "x"}
+    assert redactor.value((keys["jwt"], 2.5, None, True)) == ["[REDACTED:jwt]", 2.5, None, True]
+    assert redactor.text("") == ""
+
+
+def test_a_redacted_record_line_holds_any_value_in_its_json_form():
+    record = recs.MessageRecord(seq=0, turn=1, tokens=1, message={"role": "tool", "content": b"caf\xc3\xa9"})
+    line = redact.dumps(record, Redactor())
+    assert json.loads(line)["message"] == {"role": "tool", "content": "café"} and '"café"' in line
+
+
+@pytest.mark.parametrize("prefilter", [True, False])
+def test_found_and_scan_file_tell_whether_there_is_a_secret(tmp_path, prefilter):
+    keys = fake_keys()
+    redactor = Redactor(prefilter=prefilter)
+    assert redactor.found(f"x {keys['github-token']} y") and not redactor.found("nothing to see")
+    clean = tmp_path / "clean.out"
+    clean.write_bytes(b"nothing to see here\n" * (CHUNK_BYTES // 10))  # two chunks and more
+    assert redactor.scan_file(clean) is False
+    straddling = tmp_path / "straddling.out"  # a key across the first chunk's end: found through the overlap
+    straddling.write_bytes(b"a" * (CHUNK_BYTES - 20) + f" {keys['openai-key']} ".encode() + b"b" * 100)
+    assert redactor.scan_file(straddling) is True
+
+
+def test_the_store_passes_the_suffix_on_however_it_is_given(tmp_path):
+    keys = fake_keys()
+    store = RedactingStore(tmp_path / "s" / "outputs")
+    raw = b"\x93NUMPY " + keys["openai-key"].encode()  # a key a redaction would replace
+    assert store.put_bytes("@a", raw, ".npy") == store.root / "a.npy" and (store.root / "a.npy").read_bytes() == raw
+    assert store.put_bytes("@b", raw, suffix=".npy").read_bytes() == raw
+    assert store.put_bytes("@c", b"{}", suffix=".json", durable=False) == store.root / "c.json"
+    source = tmp_path / "src.txt"
+    source.write_text(keys["slack-token"])
+    assert store.put_file("@d", source, ".json") == store.root / "d.json"
+    assert store.put_file("@e", source, suffix=".json") == store.root / "e.json"
+    assert (store.root / "e.json").read_bytes() == b"[REDACTED:slack-token]"
+
+
 # ---------------------------------------------------------------- a whole run
 
 
