@@ -357,6 +357,18 @@ def test_list_facts_read_the_header_the_tail_and_the_totals(tmp_path):
                                  "tokens": 0, "cost_usd": None, "status": "new"}
     with session.writer():
         assert list_facts(session)["status"] == "running"
+    plain = _session("plain", _header("plain"), *(_msg(i, "user", turn=i) for i in range(3)))
+    assert list_facts(plain) == {"created": 100.5, "model": "m0", "profile": "p0", "turns": 2, "messages": 3,
+                                 "tokens": 0, "cost_usd": None, "status": "interrupted"}
+
+
+def test_the_answer_and_the_message_count_are_found_behind_a_long_run_of_other_records():
+    """More than the first 64 KiB ``tail`` reads follows the last message: it reads on until it finds one."""
+    session = _session("long", _header("long"), _msg(0, "user", "q"), _msg(1, "assistant", "the answer"),
+                       *(records.NoteRecord(turn=1, source="test", text="n" * 1000) for _ in range(100)))
+    assert (session.root / "transcript.jsonl").stat().st_size > 100_000
+    assert recorded_answer(session.transcript) == "the answer"
+    assert list_facts(session)["messages"] == 2 and list_facts(session)["status"] == "answered"
 
 
 def test_totals_count_usage_and_settings_lines_once_and_cache_them_owner_only(tmp_path):
@@ -386,8 +398,8 @@ def test_totals_start_over_without_a_usable_cache_and_are_empty_without_a_transc
     line = records.dumps(_usage(10, 5, 0.1)).encode() + b"\n"
     path.write_bytes(line)
     cache = tmp_path / ".list-cache.json"
-    for stale in ('{"offset": 5, "tokens": 99}', "not json", '{"offset": 0, "tokens": 1, "cost_usd": null, '
-                  '"bogus": 1}'):  # from before cost_usd, unreadable, of another shape: count again
+    for stale in (f'{{"offset": {len(line)}, "tokens": 99}}', "not json", '{"offset": 0, "tokens": 1, '
+                  '"cost_usd": null, "bogus": 1}'):  # from before cost_usd, unreadable, of another shape: count again
         cache.write_text(stale)
         assert totals(path) == Totals(offset=len(line), tokens=15, cost_usd=0.1)
     cache.write_text(json.dumps({"offset": len(line), "tokens": 15, "cost_usd": 0.1, "model": None,
@@ -397,8 +409,10 @@ def test_totals_start_over_without_a_usable_cache_and_are_empty_without_a_transc
     kind_late = (b'{"ts":1.0,"detail":"' + b"x" * 200 + b'","kind":"usage","turn":1,"model":"m","prompt_tokens":7,'
                  b'"completion_tokens":0,"estimated_prompt_tokens":7}\n')
     bad = b'{"kind":"usage","turn":"not a number"}\n'
-    path.write_bytes(line + kind_late + bad)
-    assert totals(path) == Totals(offset=len(line + kind_late + bad), tokens=15, cost_usd=0.1)  # neither counted
+    tiny = records.dumps(_usage(1, 0, 0.0000004)).encode() + b"\n"
+    path.write_bytes(line + kind_late + bad + tiny)
+    assert totals(path) == Totals(offset=len(line + kind_late + bad + tiny), tokens=16,
+                                  cost_usd=0.1)  # neither of the two counted, the line after them is; 6 decimals
 
 
 def test_a_session_name_is_checked_and_a_bad_one_is_refused_with_the_rules():
@@ -417,8 +431,9 @@ def test_sub_agent_sessions_live_under_agents_and_link_their_ancestors_outputs()
     assert (child.name, child.root) == ("p/c", parent.root / "agents" / "c")
     assert Session.at("p/c") == child and Session.at("p") == parent
     assert "invalid session name '../x'" in _refused(parent.child, "../x")
-    for bad in ("nobody/c", "p//c", "p/", "p/../x"):  # a/b needs an existing a; no empty or dot parts
-        assert "invalid session name" in _refused(Session.at, bad)
+    for bad in ("nobody/c", "p//c", "p/"):  # a/b needs an existing a; an empty part: the whole name is refused
+        assert _refused(Session.at, bad).startswith(f"invalid session name {bad!r}:")
+    assert _refused(Session.at, "p/../x").startswith("invalid session name '..':")
     assert parent.children() == [] and parent.linked_outputs() == []
     with child.writer():
         child.transcript.append([_header("p/c")])
@@ -464,6 +479,8 @@ def test_running_is_whether_another_holder_has_the_writer_lock():
     with session.writer():
         assert session.running() is True
     assert session.running() is False
+    (fresh.root / ".lock").mkdir()  # a lock that cannot be opened: no run holds it
+    assert fresh.running() is False
 
 
 def test_the_latest_session_is_the_newest_and_none_is_a_usage_error():

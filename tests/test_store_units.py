@@ -496,6 +496,8 @@ def test_handles_are_listed_oldest_first_and_found_here_before_the_linked_stores
     assert OutputStore(root).meta_path("@z") == root / "z.meta.json"  # no linked stores
     assert OutputStore(root).find("@z") is None
     assert store.taken("@c") and store.taken("@m") and not store.taken("@z")  # a sidecar takes it too
+    (root / "z.meta.json").write_text("{}")  # its own sidecar, the value only in a linked store: its own
+    assert store.meta_path("@z") == root / "z.meta.json"
     assert store.unique_handle("call m") == "@callm" and store.unique_handle("m") == "@m.2"
     (root / "m.2.out").write_text("")
     assert store.unique_handle("m") == "@m.3"
