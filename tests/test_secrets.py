@@ -271,6 +271,66 @@ def test_the_store_passes_the_suffix_on_however_it_is_given(tmp_path):
     assert (store.root / "e.json").read_bytes() == b"[REDACTED:slack-token]"
 
 
+def test_environment_secrets_are_values_of_eight_characters_or_more_under_names_that_say_so():
+    environ = {"A_TOKEN": "12345678", "SHORT_KEY": "1234567", "PLAIN": "abcdefghijkl", "API_KEY_FILE": "/etc/k/x.pem",
+               "db_password": "  hunter2hunter2  ", "B_SECRET": "12345678"}
+    assert redact.env_secrets(environ) == {"12345678": "A_TOKEN", "hunter2hunter2": "db_password"}
+
+
+def test_copy_file_says_whether_any_chunk_changed(tmp_path):
+    keys = fake_keys()
+    for prefilter in (True, False):
+        redactor = Redactor(prefilter=prefilter)
+        clean, early = tmp_path / "clean.out", tmp_path / "early.out"
+        clean.write_bytes(b"nothing here\n" * (CHUNK_BYTES // 6))  # two chunks and more
+        early.write_bytes(f"{keys['openai-key']}\n".encode() + clean.read_bytes())  # in the first chunk only
+        assert redactor.copy_file(clean, tmp_path / "a") is False
+        assert (tmp_path / "a").read_bytes() == clean.read_bytes()
+        assert redactor.copy_file(early, tmp_path / "b") is True
+        assert (tmp_path / "b").read_bytes() == b"[REDACTED:openai-key]\n" + clean.read_bytes()
+
+
+def test_the_store_uses_its_own_redactor_and_its_linked_stores(tmp_path):
+    mine = "my-own-secret-value"
+    other = tmp_path / "parent"
+    other.mkdir()
+    (other / "z.out").write_text("linked")
+    store = RedactingStore(tmp_path / "s" / "outputs", Redactor({mine: "mine"}), linked=lambda: [other])
+    assert store.find("@z") == other / "z.out"
+    assert store.put_bytes("@a", f"x {mine}".encode()).read_bytes() == b"x [REDACTED:mine]"
+    fd, spool = store.spool()
+    os.write(fd, mine.encode())
+    os.close(fd)
+    adopted = store.adopt(spool, "@b")
+    assert adopted.read_bytes() == b"[REDACTED:mine]" and stat.S_IMODE(adopted.stat().st_mode) == 0o600
+
+
+def test_adopt_passes_the_suffix_on_and_keeps_npy_exact(tmp_path):
+    keys = fake_keys()
+    store = RedactingStore(tmp_path / "s" / "outputs")
+    raw = b"\x93NUMPY " + keys["openai-key"].encode()
+    for handle, args, kwargs in (("@n", (".npy",), {}), ("@m", (), {"suffix": ".npy"})):
+        fd, spool = store.spool()
+        os.write(fd, raw)
+        os.close(fd)
+        adopted = store.adopt(spool, handle, *args, **kwargs)
+        assert adopted == store.root / f"{handle[1:]}.npy" and adopted.read_bytes() == raw
+        assert stat.S_IMODE(adopted.stat().st_mode) == 0o600
+
+
+def test_a_secret_set_between_spool_and_adopt_is_redacted(tmp_path, monkeypatch):
+    """The spool's follower scanned with the patterns of the environment it started in; adopt uses the
+    environment's redactor of now, and the follower's windows only when they come from its patterns."""
+    monkeypatch.delenv("LATE_TOKEN", raising=False)
+    store = RedactingStore(tmp_path / "s" / "outputs")
+    late = "zq" + "late-value-" * 3
+    fd, spool = store.spool()
+    os.write(fd, b"x " * 1000 + f"{late} y".encode())
+    os.close(fd)
+    monkeypatch.setenv("LATE_TOKEN", late)
+    assert store.adopt(spool, "@l").read_bytes() == b"x " * 1000 + b"[REDACTED:env:LATE_TOKEN] y"
+
+
 # ---------------------------------------------------------------- a whole run
 
 
