@@ -21,7 +21,7 @@ import pytest
 
 from clihelp import call, ctxagent, records, script, tool_messages
 from ctxagent.sessions import records as recs
-from ctxagent.sessions import redact
+from ctxagent.sessions import redact, scan
 from ctxagent.sessions.redact import CHUNK_BYTES, OVERLAP_BYTES, RedactingStore, Redactor
 from ctxagent.testing import error
 
@@ -329,6 +329,19 @@ def test_a_secret_set_between_spool_and_adopt_is_redacted(tmp_path, monkeypatch)
     os.close(fd)
     monkeypatch.setenv("LATE_TOKEN", late)
     assert store.adopt(spool, "@l").read_bytes() == b"x " * 1000 + b"[REDACTED:env:LATE_TOKEN] y"
+
+
+def test_a_measurement_of_an_older_size_of_the_file_is_not_used(tmp_path):
+    """``redact_file(measured=...)``: a measurement taken before the file grew says nothing of the new bytes."""
+    keys = fake_keys()
+    redactor = Redactor()
+    path = tmp_path / "grown.out"
+    path.write_bytes(b"clean so far\n")
+    measured = scan.measure(path, redactor.prefilter) if redactor.prefilter is not None else None
+    with open(path, "ab") as fh:
+        fh.write(f"then {keys['github-token']}\n".encode())
+    assert redact.redact_file(path, redactor, measured) is True
+    assert path.read_bytes() == b"clean so far\nthen [REDACTED:github-token]\n"
 
 
 # ---------------------------------------------------------------- a whole run
