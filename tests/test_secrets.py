@@ -275,6 +275,8 @@ def test_environment_secrets_are_values_of_eight_characters_or_more_under_names_
     environ = {"A_TOKEN": "12345678", "SHORT_KEY": "1234567", "PLAIN": "abcdefghijkl", "API_KEY_FILE": "/etc/k/x.pem",
                "db_password": "  hunter2hunter2  ", "B_SECRET": "12345678"}
     assert redact.env_secrets(environ) == {"12345678": "A_TOKEN", "hunter2hunter2": "db_password"}
+    exact = Redactor({"12345678": "eight", "1234567": "seven"})  # exact values: 8 characters or more too
+    assert exact.text("a 12345678 b 1234567") == "a [REDACTED:eight] b 1234567"
 
 
 def test_copy_file_says_whether_any_chunk_changed(tmp_path):
