@@ -21,7 +21,7 @@ import pytest
 
 from clihelp import call, ctxagent, records, script, tool_messages
 from ctxagent.sessions import records as recs
-from ctxagent.sessions import redact
+from ctxagent.sessions import redact, scan
 from ctxagent.sessions.redact import CHUNK_BYTES, OVERLAP_BYTES, RedactingStore, Redactor
 from ctxagent.testing import error
 
@@ -221,6 +221,129 @@ def test_store_redacts_what_it_writes_and_keeps_npy_exact(tmp_path):
     fd, _ = store.spool()
     os.close(fd)
     assert store.clean_spools() == 1 and not list(store.root.glob(".spool-*"))
+
+
+def test_extra_values_get_the_api_key_marker_unless_the_environment_names_them():
+    keys = fake_keys()
+    redactor = Redactor.from_env({ENV_NAME: keys["env"]}, extra=[keys["secret"], keys["env"]])
+    assert redactor.text(f"a {keys['secret']} b {keys['env']}") == f"a [REDACTED:api-key] b [REDACTED:env:{ENV_NAME}]"
+
+
+def test_keys_of_a_structure_are_redacted_and_keys_that_are_no_text_are_kept():
+    keys = fake_keys()
+    redactor = Redactor()
+    assert redactor.value({keys["openai-key"]: 1, 5: keys["jwt"], None: "x"}) == {
+        "[REDACTED:openai-key]": 1, 5: "[REDACTED:jwt]", None: "x"}
+    assert redactor.value((keys["jwt"], 2.5, None, True)) == ["[REDACTED:jwt]", 2.5, None, True]
+    assert redactor.text("") == ""
+
+
+def test_a_redacted_record_line_holds_any_value_in_its_json_form():
+    record = recs.MessageRecord(seq=0, turn=1, tokens=1, message={"role": "tool", "content": b"caf\xc3\xa9"})
+    line = redact.dumps(record, Redactor())
+    assert json.loads(line)["message"] == {"role": "tool", "content": "café"} and '"café"' in line
+
+
+@pytest.mark.parametrize("prefilter", [True, False])
+def test_found_and_scan_file_tell_whether_there_is_a_secret(tmp_path, prefilter):
+    keys = fake_keys()
+    redactor = Redactor(prefilter=prefilter)
+    assert redactor.found(f"x {keys['github-token']} y") and not redactor.found("nothing to see")
+    clean = tmp_path / "clean.out"
+    clean.write_bytes(b"nothing to see here\n" * (CHUNK_BYTES // 10))  # two chunks and more
+    assert redactor.scan_file(clean) is False
+    straddling = tmp_path / "straddling.out"  # a key across the first chunk's end: found through the overlap
+    straddling.write_bytes(b"a" * (CHUNK_BYTES - 20) + f" {keys['openai-key']} ".encode() + b"b" * 100)
+    assert redactor.scan_file(straddling) is True
+
+
+def test_the_store_passes_the_suffix_on_however_it_is_given(tmp_path):
+    keys = fake_keys()
+    store = RedactingStore(tmp_path / "s" / "outputs")
+    raw = b"\x93NUMPY " + keys["openai-key"].encode()  # a key a redaction would replace
+    assert store.put_bytes("@a", raw, ".npy") == store.root / "a.npy" and (store.root / "a.npy").read_bytes() == raw
+    assert store.put_bytes("@b", raw, suffix=".npy").read_bytes() == raw
+    assert store.put_bytes("@c", b"{}", suffix=".json", durable=False) == store.root / "c.json"
+    source = tmp_path / "src.txt"
+    source.write_text(keys["slack-token"])
+    assert store.put_file("@d", source, ".json") == store.root / "d.json"
+    assert store.put_file("@e", source, suffix=".json") == store.root / "e.json"
+    assert (store.root / "e.json").read_bytes() == b"[REDACTED:slack-token]"
+
+
+def test_environment_secrets_are_values_of_eight_characters_or_more_under_names_that_say_so():
+    environ = {"A_TOKEN": "12345678", "SHORT_KEY": "1234567", "PLAIN": "abcdefghijkl", "API_KEY_FILE": "/etc/k/x.pem",
+               "db_password": "  hunter2hunter2  ", "B_SECRET": "12345678"}
+    assert redact.env_secrets(environ) == {"12345678": "A_TOKEN", "hunter2hunter2": "db_password"}
+    exact = Redactor({"12345678": "eight", "1234567": "seven"})  # exact values: 8 characters or more too
+    assert exact.text("a 12345678 b 1234567") == "a [REDACTED:eight] b 1234567"
+
+
+def test_copy_file_says_whether_any_chunk_changed(tmp_path):
+    keys = fake_keys()
+    for prefilter in (True, False):
+        redactor = Redactor(prefilter=prefilter)
+        clean, early = tmp_path / "clean.out", tmp_path / "early.out"
+        clean.write_bytes(b"nothing here\n" * (CHUNK_BYTES // 6))  # two chunks and more
+        early.write_bytes(f"{keys['openai-key']}\n".encode() + clean.read_bytes())  # in the first chunk only
+        assert redactor.copy_file(clean, tmp_path / "a") is False
+        assert (tmp_path / "a").read_bytes() == clean.read_bytes()
+        assert redactor.copy_file(early, tmp_path / "b") is True
+        assert (tmp_path / "b").read_bytes() == b"[REDACTED:openai-key]\n" + clean.read_bytes()
+
+
+def test_the_store_uses_its_own_redactor_and_its_linked_stores(tmp_path):
+    mine = "my-own-secret-value"
+    other = tmp_path / "parent"
+    other.mkdir()
+    (other / "z.out").write_text("linked")
+    store = RedactingStore(tmp_path / "s" / "outputs", Redactor({mine: "mine"}), linked=lambda: [other])
+    assert store.find("@z") == other / "z.out"
+    assert store.put_bytes("@a", f"x {mine}".encode()).read_bytes() == b"x [REDACTED:mine]"
+    fd, spool = store.spool()
+    os.write(fd, mine.encode())
+    os.close(fd)
+    adopted = store.adopt(spool, "@b")
+    assert adopted.read_bytes() == b"[REDACTED:mine]" and stat.S_IMODE(adopted.stat().st_mode) == 0o600
+
+
+def test_adopt_passes_the_suffix_on_and_keeps_npy_exact(tmp_path):
+    keys = fake_keys()
+    store = RedactingStore(tmp_path / "s" / "outputs")
+    raw = b"\x93NUMPY " + keys["openai-key"].encode()
+    for handle, args, kwargs in (("@n", (".npy",), {}), ("@m", (), {"suffix": ".npy"})):
+        fd, spool = store.spool()
+        os.write(fd, raw)
+        os.close(fd)
+        adopted = store.adopt(spool, handle, *args, **kwargs)
+        assert adopted == store.root / f"{handle[1:]}.npy" and adopted.read_bytes() == raw
+        assert stat.S_IMODE(adopted.stat().st_mode) == 0o600
+
+
+def test_a_secret_set_between_spool_and_adopt_is_redacted(tmp_path, monkeypatch):
+    """The spool's follower scanned with the patterns of the environment it started in; adopt uses the
+    environment's redactor of now, and the follower's windows only when they come from its patterns."""
+    monkeypatch.delenv("LATE_TOKEN", raising=False)
+    store = RedactingStore(tmp_path / "s" / "outputs")
+    late = "zq" + "late-value-" * 3
+    fd, spool = store.spool()
+    os.write(fd, b"x " * 1000 + f"{late} y".encode())
+    os.close(fd)
+    monkeypatch.setenv("LATE_TOKEN", late)
+    assert store.adopt(spool, "@l").read_bytes() == b"x " * 1000 + b"[REDACTED:env:LATE_TOKEN] y"
+
+
+def test_a_measurement_of_an_older_size_of_the_file_is_not_used(tmp_path):
+    """``redact_file(measured=...)``: a measurement taken before the file grew says nothing of the new bytes."""
+    keys = fake_keys()
+    redactor = Redactor()
+    path = tmp_path / "grown.out"
+    path.write_bytes(b"clean so far\n")
+    measured = scan.measure(path, redactor.prefilter) if redactor.prefilter is not None else None
+    with open(path, "ab") as fh:
+        fh.write(f"then {keys['github-token']}\n".encode())
+    assert redact.redact_file(path, redactor, measured) is True
+    assert path.read_bytes() == b"clean so far\nthen [REDACTED:github-token]\n"
 
 
 # ---------------------------------------------------------------- a whole run

@@ -2,19 +2,38 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from clihelp import call, ctxagent, script
 from ctxagent.cli import app
 from ctxagent.errors import UsageError
-from ctxagent.sessions.session import Session, sessions_root
+from ctxagent.sessions import records
+from ctxagent.sessions.outcome import final_answer, is_answer, recorded_answer, recorded_task
+from ctxagent.sessions.session import (
+    Session,
+    Totals,
+    check_name,
+    latest_session,
+    list_facts,
+    list_sessions,
+    new_name,
+    sessions_root,
+    status_of,
+    summarize,
+    totals,
+)
+from ctxagent.sessions.transcript import Transcript
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -242,3 +261,231 @@ def test_the_readme_lists_the_new_commands():
     for command in ("sessions show", "sessions export", "sessions rename", "sessions delete", "profiles list",
                     "profiles show", "profiles schema", "--version"):
         assert command in section, command
+
+
+# -- sessions/session.py and sessions/outcome.py, on real records and folders (issue 17) ------------
+
+
+def _refused(call, *args) -> str:
+    """The message of the ``UsageError`` that ``call(*args)`` raises."""
+    with pytest.raises(UsageError) as caught:
+        call(*args)
+    return str(caught.value)
+
+
+def _header(name: str = "s", model: str = "m0", profile: str = "p0") -> records.SessionHeader:
+    return records.SessionHeader(name=name, model=model, profile=profile, context_window=1000, ts=100.5)
+
+
+def _msg(seq: int, role: str, content: str | None = "x", turn: int = 1, **extra: object) -> records.MessageRecord:
+    return records.MessageRecord(seq=seq, turn=turn, tokens=1, message={"role": role, "content": content, **extra})
+
+
+def _usage(prompt: int, completion: int, cost: float | None = None) -> records.UsageRecord:
+    return records.UsageRecord(turn=1, model="m", prompt_tokens=prompt, completion_tokens=completion,
+                               estimated_prompt_tokens=prompt, cost_usd=cost)
+
+
+def _end(reason: str) -> records.EndRecord:
+    return records.EndRecord(reason=reason, turn=1)
+
+
+def test_a_final_answer_is_the_last_message_from_the_assistant_without_tool_calls():
+    calls = [{"id": "c", "type": "function", "function": {"name": "shell", "arguments": "{}"}}]
+    assert is_answer({"role": "assistant", "content": "a"}) and is_answer({"role": "assistant", "tool_calls": []})
+    assert not is_answer({"role": "user", "content": "a"}) and not is_answer({"role": "tool", "content": "a"})
+    assert not is_answer({"role": "assistant", "content": "a", "tool_calls": calls})
+    assert final_answer([]) is None and final_answer([_header(), _end("answered")]) is None
+    assert final_answer([_msg(0, "user"), _msg(1, "assistant", "the answer"), _end("interrupted")]) == "the answer"
+    assert final_answer([_msg(0, "assistant", None)]) == ""  # no content: an empty answer
+    assert final_answer([_msg(0, "assistant", "old"), _msg(1, "user", "more?")]) is None
+    assert final_answer([_msg(0, "assistant", "calls", tool_calls=calls)]) is None
+
+
+def test_the_status_is_the_answer_else_the_end_after_the_last_message_else_interrupted_or_new():
+    assert status_of([]) == "new" and status_of([_header()]) == "new"
+    assert status_of([_msg(0, "user")]) == "interrupted"
+    assert status_of([_header(), _msg(0, "user")]) == "interrupted"
+    assert status_of([_end("max_turns")]) == "max_turns"
+    assert status_of([_msg(0, "user"), _end("max_turns")]) == "max_turns"
+    assert status_of([_end("provider_error"), _msg(0, "user")]) == "interrupted"  # an older run's end
+    assert status_of([_msg(0, "user"), _msg(1, "assistant", "done"), _end("interrupted")]) == "answered"
+    assert status_of([_msg(0, "assistant", "done"), _end("max_cost")]) == "answered"
+
+
+def test_summarize_folds_the_header_the_settings_changes_the_usage_and_the_status():
+    assert summarize([]) == {"created": None, "model": None, "profile": None, "turns": 0, "messages": 0,
+                             "tokens": 0, "cost_usd": None, "status": "new"}
+    plain = [_header(), _msg(0, "user", turn=1), _usage(10, 5), _msg(1, "assistant", "a", turn=2)]
+    assert summarize(plain) == {"created": 100.5, "model": "m0", "profile": "p0", "turns": 2, "messages": 2,
+                                "tokens": 15, "cost_usd": None, "status": "answered"}
+    changed = [_header(), records.SettingsRecord(model="m1"), records.SettingsRecord(profile="p2"),
+               records.SettingsRecord(model="m3"), records.SettingsRecord(context_window=5),
+               _msg(0, "user", turn=4), _usage(10, 5, 0.1), _usage(1, 1), _usage(2, 0, 0.0000004)]
+    assert summarize(changed) == {"created": 100.5, "model": "m3", "profile": "p2", "turns": 4, "messages": 1,
+                                  "tokens": 19, "cost_usd": 0.1, "status": "interrupted"}
+
+
+def test_recorded_task_and_answer_are_read_from_the_transcript(tmp_path):
+    transcript = Transcript(tmp_path / "t.jsonl")
+    assert recorded_task(transcript) is None and recorded_answer(transcript) is None
+    transcript.append([_header(), _msg(0, "system", "rules"), _end("interrupted")])
+    assert recorded_task(transcript) is None and recorded_answer(transcript) is None
+    transcript.append([_msg(1, "user", None), _msg(2, "user", "second"), _msg(3, "assistant", "done")])
+    assert recorded_task(transcript) == "" and recorded_answer(transcript) == "done"
+    other = Transcript(tmp_path / "u.jsonl")
+    other.append([_header(), _msg(0, "user", "the task"), _msg(1, "assistant", "calls", tool_calls=[{"id": "c"}])])
+    assert recorded_task(other) == "the task" and recorded_answer(other) is None
+
+
+def _session(name: str, *recs: records.BaseModel) -> Session:
+    session = Session.at(name)
+    with session.writer():
+        session.transcript.append(list(recs))
+    return session
+
+
+def test_list_facts_read_the_header_the_tail_and_the_totals(tmp_path):
+    session = _session("facts", _header("facts"), records.SettingsRecord(model="m1"), _msg(0, "user", turn=1),
+                       _usage(10, 5, 0.25), _msg(1, "assistant", "a", turn=3), _usage(1, 2), _end("answered"))
+    assert list_facts(session) == {"created": 100.5, "model": "m1", "profile": "p0", "turns": 3, "messages": 2,
+                                   "tokens": 18, "cost_usd": 0.25, "status": "answered"}
+    empty = Session.at("empty")
+    empty.root.mkdir(parents=True)
+    (empty.root / "transcript.jsonl").write_bytes(b"")
+    assert list_facts(empty) == {"created": None, "model": None, "profile": None, "turns": 0, "messages": 0,
+                                 "tokens": 0, "cost_usd": None, "status": "new"}
+    with session.writer():
+        assert list_facts(session)["status"] == "running"
+    plain = _session("plain", _header("plain"), *(_msg(i, "user", turn=i) for i in range(3)))
+    assert list_facts(plain) == {"created": 100.5, "model": "m0", "profile": "p0", "turns": 2, "messages": 3,
+                                 "tokens": 0, "cost_usd": None, "status": "interrupted"}
+
+
+def test_the_answer_and_the_message_count_are_found_behind_a_long_run_of_other_records():
+    """More than the first 64 KiB ``tail`` reads follows the last message: it reads on until it finds one."""
+    session = _session("long", _header("long"), _msg(0, "user", "q"), _msg(1, "assistant", "the answer"),
+                       *(records.NoteRecord(turn=1, source="test", text="n" * 1000) for _ in range(100)))
+    assert (session.root / "transcript.jsonl").stat().st_size > 100_000
+    assert recorded_answer(session.transcript) == "the answer"
+    assert list_facts(session)["messages"] == 2 and list_facts(session)["status"] == "answered"
+
+
+def test_totals_count_usage_and_settings_lines_once_and_cache_them_owner_only(tmp_path):
+    path = tmp_path / "transcript.jsonl"
+    lines = [records.dumps(r).encode() + b"\n" for r in (
+        _header(), _usage(10, 5, 0.1), records.SettingsRecord(profile="p1"), _msg(0, "user"), _usage(3, 4, 0.2))]
+    path.write_bytes(b"".join(lines) + b'{"kind":"usage","tu')  # a torn last line: not counted yet
+    found = totals(path)
+    assert found == Totals(offset=sum(map(len, lines)), tokens=22, cost_usd=0.3, model=None, profile="p1")
+    cache = tmp_path / ".list-cache.json"
+    assert json.loads(cache.read_text()) == dataclasses.asdict(found) and cache.stat().st_mode & 0o777 == 0o600
+    assert not list(tmp_path.glob(".list-cache.json.*"))  # the temporary file was renamed
+    cache.write_text(json.dumps({**dataclasses.asdict(found), "tokens": 1000}))  # only new bytes are read
+    assert totals(path).tokens == 1000
+    more = records.dumps(records.SettingsRecord(model="m2")).encode() + b"\n\x00\x00" + records.dumps(
+        _usage(1, 1)).encode() + b"\r\n"
+    path.write_bytes(b"".join(lines) + more)  # the torn line replaced by whole ones (one NUL-padded)
+    assert totals(path) == Totals(offset=sum(map(len, lines)) + len(more), tokens=1002, cost_usd=0.3, model="m2",
+                                  profile="p1")
+    path.write_bytes(lines[0] + lines[1][:-1] + b" \n")  # rewritten: the cached offset is no line end now
+    assert totals(path) == Totals(offset=len(lines[0]) + len(lines[1]) + 1, tokens=15, cost_usd=0.1)
+
+
+def test_totals_start_over_without_a_usable_cache_and_are_empty_without_a_transcript(tmp_path):
+    path = tmp_path / "transcript.jsonl"
+    assert totals(path) == Totals() and not (tmp_path / ".list-cache.json").exists()
+    line = records.dumps(_usage(10, 5, 0.1)).encode() + b"\n"
+    path.write_bytes(line)
+    cache = tmp_path / ".list-cache.json"
+    for stale in (f'{{"offset": {len(line)}, "tokens": 99}}', "not json", '{"offset": 0, "tokens": 1, '
+                  '"cost_usd": null, "bogus": 1}'):  # from before cost_usd, unreadable, of another shape: count again
+        cache.write_text(stale)
+        assert totals(path) == Totals(offset=len(line), tokens=15, cost_usd=0.1)
+    cache.write_text(json.dumps({"offset": len(line), "tokens": 15, "cost_usd": 0.1, "model": None,
+                                 "profile": None}))
+    before = cache.stat().st_mtime_ns
+    assert totals(path).tokens == 15 and cache.stat().st_mtime_ns == before  # nothing new: not rewritten
+    kind_late = (b'{"ts":1.0,"detail":"' + b"x" * 200 + b'","kind":"usage","turn":1,"model":"m","prompt_tokens":7,'
+                 b'"completion_tokens":0,"estimated_prompt_tokens":7}\n')
+    bad = b'{"kind":"usage","turn":"not a number"}\n'
+    tiny = records.dumps(_usage(1, 0, 0.0000004)).encode() + b"\n"
+    path.write_bytes(line + kind_late + bad + tiny)
+    assert totals(path) == Totals(offset=len(line + kind_late + bad + tiny), tokens=16,
+                                  cost_usd=0.1)  # neither of the two counted, the line after them is; 6 decimals
+
+
+def test_a_session_name_is_checked_and_a_bad_one_is_refused_with_the_rules():
+    assert check_name("a.b_c-9") == "a.b_c-9" and check_name("x" * 128) == "x" * 128
+    for bad in ("", ".hidden", "a/b", "a..b", "x" * 129, "-a"):
+        assert _refused(check_name, bad) == (f"invalid session name {bad!r}: use letters, digits, '.', '_' or '-' "
+                                             "(no '/', no '..', at most 128 characters)")
+    day = time.strftime("%Y%m%d")
+    assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{4}", new_name()) and new_name()[:8] in {day, time.strftime("%Y%m%d")}
+    assert len({new_name() for _ in range(20)}) > 1  # random digits
+
+
+def test_sub_agent_sessions_live_under_agents_and_link_their_ancestors_outputs():
+    parent = _session("p", _header("p"))
+    child = parent.child("c")
+    assert (child.name, child.root) == ("p/c", parent.root / "agents" / "c")
+    assert Session.at("p/c") == child and Session.at("p") == parent
+    assert "invalid session name '../x'" in _refused(parent.child, "../x")
+    for bad in ("nobody/c", "p//c", "p/"):  # a/b needs an existing a; an empty part: the whole name is refused
+        assert _refused(Session.at, bad).startswith(f"invalid session name {bad!r}:")
+    assert _refused(Session.at, "p/../x").startswith("invalid session name '..':")
+    assert parent.children() == [] and parent.linked_outputs() == []
+    with child.writer():
+        child.transcript.append([_header("p/c")])
+    grandchild = Session.at("p/c/g")
+    assert grandchild.root == parent.root / "agents" / "c" / "agents" / "g"
+    with grandchild.writer():
+        grandchild.transcript.append([_header("g")])
+    (parent.root / "agents" / "a-no-transcript").mkdir()
+    _session("p/b", _header("b"))
+    assert parent.children() == [Session.at("p/b"), child]
+    for s in (parent, child, grandchild, Session.at("p/b")):
+        (s.root / "outputs").mkdir(exist_ok=True)
+    assert grandchild.linked_outputs() == [child.root / "outputs", parent.root / "outputs"]
+    assert parent.linked_outputs() == sorted([child.root / "outputs", grandchild.root / "outputs",
+                                              parent.root / "agents" / "b" / "outputs"])
+
+
+def test_require_refuses_a_missing_or_emptied_session_but_not_a_one_byte_one():
+    missing = Session.at("gone")
+    assert _refused(missing.require) == f"no session named 'gone' under {sessions_root()}"
+    missing.root.mkdir(parents=True)
+    path = missing.root / "transcript.jsonl"
+    path.write_bytes(b"")
+    assert _refused(missing.require) == (f"{path} is empty: the session's settings and history are gone, so it is not "
+                                         "continued as a new session; 'ctxagent run --session gone TASK' starts over")
+    path.write_bytes(b"\n")
+    assert missing.require() is missing
+
+
+def test_the_header_is_line_one_when_it_is_a_session_header():
+    assert Session.at("h").header() is None
+    session = _session("h", _header("h"), _end("answered"))
+    assert session.header() == _header("h")
+    assert _session("e", _end("answered")).header() is None
+
+
+def test_running_is_whether_another_holder_has_the_writer_lock():
+    session = _session("lock", _header("lock"))
+    assert (session.root / ".lock").exists() and session.running() is False
+    fresh = Session.at("fresh")
+    fresh.root.mkdir(parents=True)
+    assert fresh.running() is False and not (fresh.root / ".lock").exists()  # no lock file: none made
+    with session.writer():
+        assert session.running() is True
+    assert session.running() is False
+    (fresh.root / ".lock").mkdir()  # a lock that cannot be opened: no run holds it
+    assert fresh.running() is False
+
+
+def test_the_latest_session_is_the_newest_and_none_is_a_usage_error():
+    assert _refused(latest_session) == f"no sessions yet under {sessions_root()}; start one with 'ctxagent run'"
+    old = _session("old", _header("old"))
+    os.utime(old.root / "transcript.jsonl", (1, 1))
+    _session("new", _header("new"))
+    assert latest_session() == Session.at("new") and [s.name for s in list_sessions()] == ["new", "old"]

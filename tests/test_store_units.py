@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from ctxagent.dirs import data_dir
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
 from ctxagent.sessions import records, remote
 from ctxagent.sessions.lease import Lease, host_name, lease_seconds
 from ctxagent.sessions.remote import SessionSync, Store, SyncState, segment_name
-from ctxagent.sessions.session import Session
+from ctxagent.sessions.session import Session, list_sessions, sessions_root
+from ctxagent.sessions.store import OutputStore
 
 
 def _sync(tmp_path: Path, name: str = "s", store: Store | None = None) -> SessionSync:
@@ -174,6 +177,149 @@ def test_release_of_a_lease_never_taken_marks_the_next_number_released(tmp_path)
                                      "expires": 0.0, "released": True}}
 
 
+def test_a_lease_time_under_one_second_is_allowed_and_the_host_defaults_to_the_machine_name(monkeypatch):
+    monkeypatch.setenv("CTXAGENT_LEASE_SECONDS", "0.5")
+    assert lease_seconds() == 0.5
+    monkeypatch.delenv("CTXAGENT_LEASE_SECONDS")
+    assert lease_seconds() == 30.0
+    monkeypatch.delenv("CTXAGENT_HOST", raising=False)
+    assert host_name() == socket.gethostname()
+    monkeypatch.setenv("CTXAGENT_HOST", "  ")  # blank: the machine's name too
+    assert host_name() == socket.gethostname()
+
+
+def test_a_busy_lease_says_how_long_it_runs_and_what_to_do(tmp_path):
+    _write_lease(tmp_path, 1, host="build-7", pid=4242, expires=time.time() + 90)
+    with pytest.raises(SessionBusyError) as caught:
+        Lease(_sync(tmp_path), seconds=60).take()
+    store = (tmp_path / "store").as_uri()
+    assert str(caught.value) == (f"session 's' is in use by ctxagent on build-7 (pid 4242); its lease in {store} runs "
+                                 "90 s more unless renewed: wait for that run to finish")
+
+
+def test_a_released_lease_is_free_before_its_expiry_and_one_without_an_expiry_has_expired(tmp_path):
+    _write_lease(tmp_path, 1, released=True)  # expires in 60 s, but released
+    first = Lease(_sync(tmp_path), seconds=60)
+    first.take()
+    first._stop.set()
+    assert first.number == 2
+    _write_lease(tmp_path, 3, expires=None)
+    (_lease_dir(tmp_path) / f"{3:012d}.json").write_text(json.dumps(
+        {"owner": "other", "host": "elsewhere", "pid": 1, "released": False}))  # no "expires" at all
+    second = Lease(_sync(tmp_path), seconds=60)
+    second.take()
+    second._stop.set()
+    assert second.number == 4
+
+
+def test_a_lease_of_this_host_without_a_pid_is_not_ruled_dead(tmp_path, monkeypatch):
+    monkeypatch.setenv("CTXAGENT_HOST", "here")
+    (_lease_dir(tmp_path)).mkdir(parents=True)
+    (_lease_dir(tmp_path) / f"{1:012d}.json").write_text(json.dumps(
+        {"owner": "other", "host": "here", "expires": time.time() + 60, "released": False}))
+    with pytest.raises(SessionBusyError, match=r"on here \(pid None\)"):
+        Lease(_sync(tmp_path), seconds=60).take()
+
+
+def test_taking_and_renewing_write_a_live_lease_of_this_process(tmp_path):
+    lease = Lease(_sync(tmp_path), seconds=60)
+    lease.take()
+    lease._stop.set()
+    mine = {"owner": lease.owner, "host": host_name(), "pid": os.getpid(), "released": False}
+    held = _leases(tmp_path)[1]
+    assert {k: v for k, v in held.items() if k != "expires"} == mine and held["expires"] == lease.expires
+    assert time.time() + 55 < lease.expires <= time.time() + 60
+    lease.renew()
+    held = _leases(tmp_path)
+    assert list(held) == [2] and {k: v for k, v in held[2].items() if k != "expires"} == mine
+    lease.release()
+
+
+def test_the_renewer_is_a_daemon_thread_renewing_every_third_of_the_lease_time(tmp_path):
+    lease = Lease(_sync(tmp_path), seconds=1.5)  # a renewal every 0.5 s
+    lease.take()
+    try:
+        assert lease._thread is not None and lease._thread.daemon and lease._thread.name == "lease-s"
+        deadline = time.monotonic() + 1.4  # before 3 x 1.5 s; a renewer that never ticks fails too
+        while lease.number < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert lease.number >= 2
+    finally:
+        lease.release()
+    assert lease._thread is not None and not lease._thread.is_alive()
+
+
+def test_check_renews_once_less_than_half_the_lease_time_is_left(tmp_path):
+    lease = Lease(_sync(tmp_path), seconds=60)
+    lease.take()
+    lease._stop.set()
+    lease.expires = time.time() + 32  # more than half left: nothing to do
+    lease.check()
+    assert lease.number == 1
+    lease.expires = time.time() + 24  # 0.4 of its time left: renewed
+    lease.check()
+    assert lease.number == 2 and sorted(_leases(tmp_path)) == [2]
+    lease.release()
+
+
+class _UndeletableStore(Store):
+    """A file store whose deletes fail (as a store that refuses them fails: ``CtxagentError``)."""
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        raise CtxagentError(f"session store {self.url}: deleting {path} failed: denied")
+
+
+def test_an_older_lease_that_cannot_be_deleted_is_left_and_the_newer_one_holds(tmp_path):
+    _write_lease(tmp_path, 1, released=True)
+    lease = Lease(_sync(tmp_path, store=_UndeletableStore((tmp_path / "store").as_uri())), seconds=60)
+    lease.take()
+    lease._stop.set()
+    lease.renew()
+    assert lease.number == 3 and sorted(_leases(tmp_path)) == [1, 2, 3]
+    lease.release()
+    assert _leases(tmp_path)[4]["released"] is True
+
+
+def test_a_release_the_store_refuses_leaves_the_lease_to_expire(tmp_path):
+    sync = _sync(tmp_path)
+    lease = Lease(sync, seconds=60)
+    lease.take()
+    lease._stop.set()
+    _store_unreachable(tmp_path)
+    lease.release()  # no error: best effort
+    assert sync.fenced == "" and lease.number == 1
+
+
+def test_release_with_drop_deletes_the_lease(tmp_path):
+    lease = Lease(_sync(tmp_path), seconds=60)
+    lease.take()
+    lease.release(drop=True)
+    assert _leases(tmp_path) == {}
+
+
+class _VanishingStore(Store):
+    """A file store on which the holder deletes the newest lease right after it is listed, twice."""
+
+    vanish = 2
+
+    def names(self, folder: str) -> list[str]:
+        found = super().names(folder)
+        if folder.endswith("/lease") and found and self.vanish:
+            self.vanish -= 1
+            newest = max(found)
+            os.replace(f"{folder}/{newest}", f"{folder}/{int(newest.split('.')[0]) + 1:012d}.json")
+        return found
+
+
+def test_a_lease_deleted_between_the_listing_and_the_read_is_listed_again(tmp_path):
+    _write_lease(tmp_path, 1, released=True)
+    lease = Lease(_sync(tmp_path, store=_VanishingStore((tmp_path / "store").as_uri())), seconds=60)
+    lease.take()  # lists 1 (gone: 2), then 2 (gone: 3), then reads 3
+    lease._stop.set()
+    assert lease.number == 4
+    lease.release()
+
+
 # --- the store -------------------------------------------------------------------------------
 
 
@@ -294,3 +440,109 @@ def test_upload_asks_the_guard_first_and_a_fenced_writer_uploads_nothing(tmp_pat
         sync.upload(_line("two"))
     assert sorted(p.name for p in (tmp_path / "store" / "sessions" / "s" / "segments").iterdir()) == [
         segment_name(1)]
+
+
+# --- sessions/store.py: the output store (files named by handle) -------------------------------
+
+
+def test_an_output_file_is_named_by_its_handle_and_what_is_no_handle_is_refused(tmp_path):
+    store = OutputStore(tmp_path / "outputs")
+    assert store.path_of("@read1") == tmp_path / "outputs" / "read1.out"
+    assert store.path_of("@a.2", ".json") == tmp_path / "outputs" / "a.2.json"
+    with pytest.raises(UsageError) as caught:
+        store.path_of("read1")
+    assert str(caught.value) == "not a handle: 'read1' (handles look like @abc123)"
+
+
+def test_spooled_put_and_copied_outputs_are_whole_files_under_their_handle(tmp_path):
+    root = tmp_path / "deep" / "s" / "outputs"  # no parent exists yet
+    store = OutputStore(root)
+    fd, spooled = store.spool()
+    assert spooled.parent == root and spooled.name.startswith(".spool-")
+    os.write(fd, b"streamed")
+    os.close(fd)
+    assert store.adopt(spooled, "@a") == root / "a.out" and not spooled.exists()
+    assert store.put_bytes("@b", b"bytes") == root / "b.out"
+    assert store.put_bytes("@c", b"{}", ".json", durable=False) == root / "c.json"
+    source = tmp_path / "source.txt"
+    source.write_bytes(b"copied")
+    assert store.put_file("@d", source) == root / "d.out" and source.read_bytes() == b"copied"
+    fd, spooled = store.spool()
+    os.close(fd)
+    assert store.adopt(spooled, "@e", ".npy") == root / "e.npy"
+    assert {p.name: p.read_bytes() for p in root.iterdir()} == {  # no temporary file left
+        "a.out": b"streamed", "b.out": b"bytes", "c.json": b"{}", "d.out": b"copied", "e.npy": b""}
+
+
+def test_handles_are_listed_oldest_first_and_found_here_before_the_linked_stores(tmp_path):
+    root, other = tmp_path / "outputs", tmp_path / "parent-outputs"
+    store = OutputStore(root, linked=lambda: [other])
+    assert store.handles() == [] and store.find("@a") is None
+    root.mkdir()
+    other.mkdir()
+    for name, mtime in [("b.out", 2), ("a.json", 2), ("c.npy", 1), ("c.meta.json", 0), ("m.meta.json", 0),
+                        (".spool-x", 0), ("bad!.out", 0), ("notes.txt", 0), ("e.json", 3), ("e.out", 3)]:
+        (root / name).write_text(name)
+        os.utime(root / name, (mtime, mtime))
+    for name in ("z.npy", "z.meta.json", "e.out"):
+        (other / name).write_text("linked " + name)
+    assert store.handles() == ["@c", "@a", "@b", "@e"]  # by time, then by name; values only, linked not listed
+    assert store.find("@a") == root / "a.json" and store.find("@c") == root / "c.npy"
+    assert store.find("@e") == root / "e.out"  # .out first, and this store first
+    assert store.find("@z") == other / "z.npy" and store.find("@m") is None
+    assert store.meta_path("@c") == root / "c.meta.json"  # its own
+    assert store.meta_path("@z") == other / "z.meta.json"  # beside the linked value
+    assert store.meta_path("@n") == root / "n.meta.json"  # nowhere: where it will be written
+    assert OutputStore(root).meta_path("@z") == root / "z.meta.json"  # no linked stores
+    assert OutputStore(root).find("@z") is None
+    assert store.taken("@c") and store.taken("@m") and not store.taken("@z")  # a sidecar takes it too
+    (root / "z.meta.json").write_text("{}")  # its own sidecar, the value only in a linked store: its own
+    assert store.meta_path("@z") == root / "z.meta.json"
+    assert store.unique_handle("call m") == "@callm" and store.unique_handle("m") == "@m.2"
+    (root / "m.2.out").write_text("")
+    assert store.unique_handle("m") == "@m.3"
+
+
+def test_clean_spools_removes_what_a_killed_process_left_and_counts_it(tmp_path):
+    store = OutputStore(tmp_path / "outputs")
+    assert store.clean_spools() == 0 and not store.root.exists()
+    fd, _ = store.spool()
+    os.close(fd)
+    (store.root / "a.out.redacting").write_text("half")
+    (store.root / "a.out").write_text("kept")
+    assert store.clean_spools() == 2
+    assert [p.name for p in store.root.iterdir()] == ["a.out"]
+
+
+# --- sessions/session.py with a store ------------------------------------------------------------
+
+
+def test_with_a_store_sessions_live_in_its_cache_and_have_a_sync(on_store, tmp_path):
+    assert Session.at("x").remote() is not None
+    url = on_store.as_uri()
+    assert sessions_root() == data_dir() / "stores" / remote.cache_key(url) / "sessions"
+    sync = Session.at("x").remote()
+    assert (sync.name, sync.root, sync.store.url) == ("x", sessions_root() / "x", url)
+
+
+def test_a_new_machine_lists_the_stores_sessions_and_opens_a_sub_agent_of_one_it_never_opened(
+        on_store, tmp_path, monkeypatch):
+    _writer(tmp_path, "p", [_line("parent")])
+    with Session.at("p/c").writer() as child:
+        child.transcript.append([records.EndRecord(reason="child", turn=1)])
+    bad = on_store / "sessions" / "bad..name" / "segments"
+    bad.mkdir(parents=True)
+    (bad / segment_name(1)).write_bytes(_line("not a session name"))
+    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "machine-b"))
+    opened = Session.at("p/c")  # its parent pulled first, and the parent's sub-agents with it
+    assert opened.root == sessions_root() / "p" / "agents" / "c"
+    assert [r.reason for r in opened.transcript.load() if isinstance(r, records.EndRecord)] == ["child"]
+    monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "machine-c"))
+    assert [s.name for s in list_sessions()] == ["p"] and not (sessions_root() / "bad..name").exists()
+    assert not (sessions_root() / "p" / "agents").exists()  # the list fetched the head only
+    Session.at("p").pull()  # a reader's pull brings the sub-agents too
+    assert (sessions_root() / "p" / "agents" / "c" / "transcript.jsonl").is_file()
+
+
+def test_without_a_store_a_session_has_no_sync():
+    assert Session.at("x").remote() is None and sessions_root() == data_dir() / "sessions"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import warnings
 
 import pytest
@@ -266,3 +267,20 @@ def test_a_mirror_receives_the_bytes_of_each_append(tmp_path):
     transcript.append([])  # nothing to write: no file change, nothing mirrored
     transcript.append([end(2), end(3)])
     assert got == [path.read_bytes()[:len(got[0])], path.read_bytes()[len(got[0]):]] and len(got[1].splitlines()) == 2
+
+
+def test_a_record_timestamp_is_the_current_time_to_the_millisecond():
+    for _ in range(20):
+        before = round(time.time(), 3)
+        stamp = records.now()
+        after = round(time.time(), 3)
+        assert isinstance(stamp, float) and before <= stamp <= after and stamp == round(stamp, 3)
+    assert before <= records.EndRecord(reason="answered", turn=0).ts <= round(time.time(), 3)
+
+
+def test_a_record_line_holds_any_value_in_its_json_form():
+    """``dumps`` serializes in pydantic's JSON mode: bytes in a message become text, not a TypeError."""
+    record = records.MessageRecord(seq=0, turn=1, tokens=1, message={"role": "tool", "content": b"caf\xc3\xa9"})
+    line = records.dumps(record)
+    assert json.loads(line)["message"] == {"role": "tool", "content": "café"}
+    assert '"café"' in line and "\n" not in line
