@@ -36,6 +36,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes: 150 turns, a 32K window, 50 MB offload")
+    parser.add_argument("--turns", type=int, default=None, metavar="N",
+                        help="turns of workloads 1, 7 and 8 (default 500, 150 with --quick; at least 80, their "
+                        "first checkpoint); tests/test_benchmarks.py runs fewer")
     parser.add_argument("--out", type=Path, help="where to write latest.json and the PNGs "
                         "(default benchmarks/results, benchmarks/results/quick with --quick)")
     parser.add_argument("--only", help="regex: run only the configurations whose name matches (workloads 1 and "
@@ -123,6 +126,8 @@ def sized_results(runs: list[tuple[str, Any, Any]], ratio: float, model_ratio: f
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
+    if args.turns is not None and args.turns < 80:
+        raise SystemExit("--turns: at least 80 (the first checkpoint of workloads 7 and 8)")
     from rich.console import Console
 
     from benchmarks import harness, report, suite
@@ -158,9 +163,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "long" not in args.skip:
         err.print("[bold]workloads 1 + 5: long coding session with planted facts[/bold]")
         runner, setups = suite.long_session(args.quick, peers_on="peers" not in args.skip, only=args.only,
-                                            log=err.print, capture=capture)
+                                            log=err.print, capture=capture, turns=args.turns)
         baseline = next((r for r in runner.results if r.name == "no management"), None)
-        marks = [100, 150] if args.quick else [250, 500]
+        turns = len(runner.prep.trace.turns)
+        marks = [turns * 2 // 3, turns] if args.quick else [turns // 2, turns]  # [100, 150], [250, 500]
         cache_marks = [80, len(runner.prep.trace.turns)]
         rows = [harness.summary(r, baseline, sorted({*marks, *cache_marks}), ratio, model_ratio)
                 for r in runner.results]
@@ -182,7 +188,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "sized" not in args.skip:
         err.print("[bold]workloads 7 + 8 (issue 9): shell-1500 and logs-2300 in a 32K window[/bold]")
         results["sized_sessions"] = sized_results(suite.sized_sessions(
-            args.quick, peers_on="peers" not in args.skip, only=args.only, log=err.print), ratio, model_ratio)
+            args.quick, peers_on="peers" not in args.skip, only=args.only, log=err.print, turns=args.turns),
+            ratio, model_ratio)
     if "repeated" not in args.skip:
         err.print("[bold]workload 4: repeated calls[/bold]")
         results["repeated_calls"] = suite.repeated(args.quick, log=err.print)

@@ -58,17 +58,24 @@ def _profile(source: Path, target: Path) -> Path:
     return target
 
 
-def _run(data_dir: Path, session: str, script: Path, profile: Path, config: Path, task: str) -> dict[str, Any]:
-    """One ``ctxagent run --json --output``; the answer's value, prompt tokens, outputs, wall time."""
+def _run(data_dir: Path, session: str, script: Path, profile: Path, config: Path, task: str,
+         in_process: bool = False) -> dict[str, Any]:
+    """One ``ctxagent run --json --output``; the answer's value, prompt tokens, outputs, wall time.
+    ``in_process``: the CLI in this process (Typer's runner), its MCP server still a process of its own,
+    shut down after the run (the test suite: a ctxagent process start saved per run)."""
     answer = data_dir / f"{session}-answer.txt"
-    cmd = [sys.executable, "-m", "ctxagent", "run", "--json", "--session", session, "--model", f"scripted:{script}",
-           "--profile", str(profile), "--mcp-config", str(config), "--output", str(answer), task]
+    args = ["run", "--json", "--session", session, "--model", f"scripted:{script}", "--profile", str(profile),
+            "--mcp-config", str(config), "--output", str(answer), task]
     started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, check=False,
-                          env={**os.environ, "CTXAGENT_DATA_DIR": str(data_dir)})
+    if in_process:
+        code, stderr = _in_process(args, data_dir)
+    else:
+        proc = subprocess.run([sys.executable, "-m", "ctxagent", *args], capture_output=True, text=True, timeout=900,
+                              check=False, env={**os.environ, "CTXAGENT_DATA_DIR": str(data_dir)})
+        code, stderr = proc.returncode, proc.stderr
     wall = time.perf_counter() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"ctxagent exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    if code != 0:
+        raise RuntimeError(f"ctxagent exited {code}:\n{stderr[-3000:]}")
     transcript = data_dir / "sessions" / session / "transcript.jsonl"
     records = [json.loads(line) for line in transcript.read_text(encoding="utf-8").splitlines() if line.strip()]
     prompts = [r["prompt_tokens"] for r in records if r.get("kind") == "usage"]
@@ -78,7 +85,27 @@ def _run(data_dir: Path, session: str, script: Path, profile: Path, config: Path
             "session_dir": transcript.parent}
 
 
-def grid(data_dir: Path, config: Path, size: int) -> dict[str, Any]:
+def _in_process(args: list[str], data_dir: Path) -> tuple[int, str]:
+    """``ctxagent ARGS`` run by Typer's runner in this process with ``data_dir``; its exit code and stderr."""
+    from typer.testing import CliRunner
+
+    from ctxagent.cli import app
+    from ctxagent.mcp_tools import hub
+
+    saved = os.environ.get("CTXAGENT_DATA_DIR")
+    os.environ["CTXAGENT_DATA_DIR"] = str(data_dir)
+    try:
+        result = CliRunner().invoke(app, args, catch_exceptions=False)
+    finally:
+        hub.close_all()  # one server per run, as a process of its own would have
+        if saved is None:
+            os.environ.pop("CTXAGENT_DATA_DIR", None)
+        else:
+            os.environ["CTXAGENT_DATA_DIR"] = saved
+    return result.exit_code, result.stderr
+
+
+def grid(data_dir: Path, config: Path, size: int, in_process: bool = False) -> dict[str, Any]:
     """The grid workflow over MCP with handles; the grid's inline cost counted from the stored result."""
     from ctxagent.tokens import count_text
 
@@ -86,7 +113,7 @@ def grid(data_dir: Path, config: Path, size: int) -> dict[str, Any]:
     script = _script(EXAMPLES / "grid" / "script.yaml", data_dir / "grid.yaml", grid={"size": size})
     profile = _profile(EXAMPLES / "grid" / "profile.yaml", data_dir / "grid-profile.yaml")
     task = example.TASK.replace(f"{example.SIZE}x{example.SIZE}x{example.SIZE}", f"{size}x{size}x{size}")
-    run = _run(data_dir, "grid", script, profile, config, task)
+    run = _run(data_dir, "grid", script, profile, config, task, in_process)
     values = example.tools_module().make_grid(example.SEED, size)
     stored = run["session_dir"] / run["outputs"]["@grid"]["path"]
     inline = count_text(json.dumps(json.loads(stored.read_text(encoding="utf-8")), separators=(",", ":")))
@@ -98,7 +125,7 @@ def grid(data_dir: Path, config: Path, size: int) -> dict[str, Any]:
             "exact_answer": run["answer"] == example.expected_answer(values)}
 
 
-def extraction(data_dir: Path, config: Path) -> dict[str, Any]:
+def extraction(data_dir: Path, config: Path, in_process: bool = False) -> dict[str, Any]:
     """The extraction workflow over MCP: a run with handles and one with the sheet inline, both measured."""
     from ctxagent.tokens import count_text
 
@@ -108,12 +135,13 @@ def extraction(data_dir: Path, config: Path) -> dict[str, Any]:
     expected = tools.ingredients(example.SEED)
     source = EXAMPLES / "extraction"
     handles = _run(data_dir, "extraction", _script(source / "script.yaml", data_dir / "extraction.yaml"),
-                   _profile(source / "profile.yaml", data_dir / "extraction-profile.yaml"), config, example.TASK)
+                   _profile(source / "profile.yaml", data_dir / "extraction-profile.yaml"), config, example.TASK,
+                   in_process)
     inline = _run(data_dir, "extraction-inline",
                   _script(source / "script.yaml", data_dir / "extraction-inline.yaml",
                           ingredients={"document": document}),
                   _profile(source / "profile-inline.yaml", data_dir / "extraction-inline-profile.yaml"), config,
-                  example.TASK)
+                  example.TASK, in_process)
     return {"context_tokens_with_handles": handles["context_tokens"], "requests": handles["requests"],
             "tokens_inline": inline["context_tokens"], "inline": "measured (a real run with the sheet inline)",
             "document_tokens": count_text(document),
@@ -122,15 +150,16 @@ def extraction(data_dir: Path, config: Path) -> dict[str, Any]:
             "exact_answer": json.loads(handles["answer"]) == expected and json.loads(inline["answer"]) == expected}
 
 
-def run(quick: bool = False, grid_size: int = GRID_SIZE) -> dict[str, Any]:
+def run(quick: bool = False, grid_size: int = GRID_SIZE, in_process: bool = False) -> dict[str, Any]:
     """Both workflows over MCP in a temporary data folder; one summary dict per workflow (``quick``:
-    a 32^3 grid)."""
+    a 32^3 grid; ``in_process``: ctxagent runs in this process, the MCP servers still in their own)."""
     with tempfile.TemporaryDirectory(prefix="ctxagent-bench-mcp-") as tmp:
         data_dir = Path(tmp)
         config = data_dir / "mcp.json"
         config.write_text(json.dumps({"mcpServers": {"wf": {"command": sys.executable, "args": [str(SERVER)],
                                                             "timeout_s": 600}}}), encoding="utf-8")
-        return {"grid": grid(data_dir, config, 32 if quick else grid_size), "extraction": extraction(data_dir, config)}
+        return {"grid": grid(data_dir, config, 32 if quick else grid_size, in_process),
+                "extraction": extraction(data_dir, config, in_process)}
 
 
 def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:

@@ -187,9 +187,10 @@ LIVE_CONFIGS = ("profile default (interactive)", "profile default (batch)", "pro
 
 
 def long_session(quick: bool, peers_on: bool = True, only: str | None = None, log: Any = print,
-                 capture: bool = False) -> tuple[Runner, dict[str, Setup]]:
-    """Workloads 1 and 5: the long coding session with planted facts, every configuration."""
-    turns = 150 if quick else 500
+                 capture: bool = False, turns: int | None = None) -> tuple[Runner, dict[str, Setup]]:
+    """Workloads 1 and 5: the long coding session with planted facts, every configuration (``turns``:
+    500, 150 quick, unless given)."""
+    turns = turns or (150 if quick else 500)
     root = Path(tempfile.mkdtemp(prefix="ctxagent-bench-"))
     base_profile = load_profile("default")
     prep = prepare(coding_session(turns), base_profile.system_prompt)
@@ -242,10 +243,11 @@ def run_profiles(runner: Runner, setups: dict[str, Setup], step: Any) -> None:
 
 
 def sized_sessions(quick: bool, peers_on: bool = True, only: str | None = None,
-                   log: Any = print) -> list[tuple[str, Runner, Setup]]:
+                   log: Any = print, turns: int | None = None) -> list[tuple[str, Runner, Setup]]:
     """Workloads 7 and 8 (issue 9): every output ~1,500 (shell) or ~2,300 (logs) tokens, facts planted to
-    the end, in a 32,000-token window; no management, every bundled profile (both paths), the peers."""
-    turns = 150 if quick else 500
+    the end, in a 32,000-token window; no management, every bundled profile (both paths), the peers
+    (``turns``: 500, 150 quick, unless given)."""
+    turns = turns or (150 if quick else 500)
     out = []
     for name in SIZED:
         log(f" {name}")

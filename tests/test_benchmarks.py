@@ -27,12 +27,20 @@ harness = importlib.import_module("benchmarks.harness")
 workloads = importlib.import_module("benchmarks.workloads")
 
 
+# Turns of workloads 1, 7 and 8 here (150 in `python -m benchmarks --quick`): in a 32K window every bundled
+# profile compacts from turn 8-18 on and no management is over the window by turn 19, so 100 turns check
+# the same laws, past both checkpoints of workloads 7 and 8 (80 and the last turn), and every strategy
+# that cannot bound the context alone still stops (by turn 96); the quick fixture took 175 s of CPU at 150.
+TURNS = 100
+
+
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path]:
     """One quick run of the pure workloads (1, 4, 5, and 2+3 when benchmarks/handles.py exists)."""
     out = tmp_path_factory.mktemp("bench")
-    results = bench.main(["--quick", "--out", str(out), "--skip", "scale", "--skip", "startup", "--skip", "delegation",
-                          "--skip", "mcp", "--skip", "batch", "--skip", "floors"])  # tests/test_mcp.py, test_batch.py
+    results = bench.main(["--quick", "--turns", str(TURNS), "--out", str(out), "--skip", "scale", "--skip", "startup",
+                          "--skip", "delegation", "--skip", "mcp", "--skip", "batch",
+                          "--skip", "floors"])  # tests/test_mcp.py, test_batch.py
     return results, out
 
 
@@ -44,6 +52,7 @@ def test_quick_mode_runs_every_ctxagent_strategy_and_profile(quick: tuple[dict, 
     from ctxagent.strategies import registry
 
     results, _ = quick
+    assert results["long_session"]["turns"] == TURNS and results["long_session"]["marks"] == [TURNS * 2 // 3, TURNS]
     names = {r["name"] for r in ours(results)}
     assert {f"{s} alone" for s in registry.names()} <= names
     assert any(n.startswith("profile default") for n in names)
@@ -115,7 +124,7 @@ def test_every_configuration_reports_cache_billed_input(quick: tuple[dict, Path]
             expected = r["total_input_tokens"] - (1 - r["cache_ratio"]) * r["cached_input_tokens"]
             assert r["billed_input_tokens"] == pytest.approx(expected), r["name"]
     for name, data in sized.items():
-        assert data["marks"] == [80, 150] and data["facts"] > 15
+        assert data["turns"] == TURNS and data["marks"] == [80, TURNS] and data["facts"] > 15
         low, high = (workloads.SIZED[name][1] * f for f in (0.9, 1.1))
         assert low <= data["output_tokens"]["min"] and data["output_tokens"]["max"] <= high
         none = next(r for r in data["rows"] if r["name"] == "no management")
@@ -130,7 +139,7 @@ def test_every_configuration_reports_cache_billed_input(quick: tuple[dict, Path]
         if importlib.util.find_spec("langchain_core") is not None:
             assert any(r["group"] == "peer" for r in data["rows"])
     kinds = {(t["target"], t["workload"]) for t in results["cache_targets"]}
-    assert len(kinds) == 5 * 3 and all(set(t["met_at"]) == {"80", "150"} for t in results["cache_targets"])
+    assert len(kinds) == 5 * 3 and all(set(t["met_at"]) == {"80", str(TURNS)} for t in results["cache_targets"])
 
 
 def test_facts_are_probed_across_compactions_at_every_distance(quick: tuple[dict, Path]) -> None:

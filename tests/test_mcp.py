@@ -313,7 +313,7 @@ def test_the_papers_workflows_over_mcp_answer_exactly_with_far_fewer_tokens_than
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks import mcp_workflows
 
-    numbers = mcp_workflows.run(quick=True)
+    numbers = mcp_workflows.run(quick=True, in_process=True)  # the servers over stdio; ctxagent in this process
     for row in numbers.values():
         assert row["exact_answer"], row
         assert row["tokens_inline"] > 10 * row["context_tokens_with_handles"], row

@@ -116,8 +116,14 @@ def test_piped_stdin_is_attached_to_the_task_and_offloaded_when_large(tmp_path):
     assert len(user) < 10_000 and "@stdin" in user
     found = next(r for r in recs if r["kind"] == "message" and r["message"]["role"] == "tool")["message"]["content"]
     assert "value 162963" in found
-    dash = ctxagent("run", "--json", "--session", "p3", "--model", model, "-", stdin="the task itself")
-    assert dash.returncode == 0 and [r for r in records("p3") if r["kind"] == "message"][1]["message"][
+    # '-' reads the task from stdin (sys.stdin.buffer, no pipe check): in this process, a process start saved
+    from typer.testing import CliRunner
+
+    from ctxagent.cli import app
+
+    dash = CliRunner().invoke(app, ["run", "--json", "--session", "p3", "--model", model, "-"],
+                              input="the task itself", catch_exceptions=False)
+    assert dash.exit_code == 0 and [r for r in records("p3") if r["kind"] == "message"][1]["message"][
         "content"] == "the task itself"
 
 
