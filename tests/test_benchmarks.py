@@ -22,6 +22,8 @@ if str(ROOT) not in sys.path:  # `benchmarks` is a top-level folder of the repos
 bench = importlib.import_module("benchmarks.__main__")
 # the quick run below drives ~70 real sessions (fsync per transcript append): on a loaded 2-core machine
 # it can take over the default 120 s without anything being wrong
+# one xdist worker runs this module (`make test` uses --dist loadfile), so the quick run below is made once:
+# with --dist load both workers made it (2 x ~1 min of CPU, measured)
 pytestmark = pytest.mark.timeout(600)  # under coverage (CI) on a busy machine too
 harness = importlib.import_module("benchmarks.harness")
 workloads = importlib.import_module("benchmarks.workloads")
