@@ -74,6 +74,7 @@ from ctxagent.strategies.summarize import (
     Summarize,
     SummarizeStep,
     failure,
+    summarize_run,
     summary_message,
     under_target,
 )
@@ -1344,3 +1345,59 @@ def test_summarize_asks_for_the_pins_of_the_run_and_appends_the_exact_values_the
     assert "/srv/app/main.py" in content.split("\n", 2)[2]
     out = Summarize().apply(view, replace(ctx, params={"keep_turns": 1, "facts_tokens": 0}))
     assert out.compactions[0].message["content"] == "[ctxagent summary of messages #2-#3]\nfixed it on port 8080"
+
+
+def test_chunks_count_in_the_models_tokens_and_cut_only_lines_over_the_chunk():
+    assert chunks(UNICODE, 10) == [UNICODE]  # 9 tokens for the default tokenizer
+    assert chunks(UNICODE, 10, "gpt-4") == ["héllo wörld — ü", "nïcode"]  # 11 for gpt-4's
+    assert chunks("one\ntwo\nthree\nfour", 2) == ["one", "two", "three", "four"]  # a line of exactly 2 stays whole
+
+
+def test_condense_checks_every_reply_in_the_models_tokens():
+    def summarizer(prompt: str, max_tokens: int) -> str:
+        return "ok" if prompt.startswith("F") else UNICODE  # 9 tokens, 11 for gpt-4
+    material = "\n".join(f"line {i} at port 80{i}" for i in range(12))
+    assert condense(material, summarizer=summarizer, final_prompt="F", max_tokens=10, chunk_tokens=40) == "ok"
+    with pytest.raises(SummaryFailed, match=r"^the summary has 11 tokens, over its limit of 10$"):
+        condense(material, summarizer=summarizer, final_prompt="F", max_tokens=10, chunk_tokens=40, model="gpt-4")
+    with pytest.raises(SummaryFailed, match=r"^the summary has 11 tokens, over its limit of 10$"):
+        condense("text", summarizer=lambda p, n: UNICODE, final_prompt="F", max_tokens=10, chunk_tokens=40,
+                 model="gpt-4")
+
+
+def test_condense_refuses_chunks_no_larger_than_a_reply():
+    prompts = [CHUNK_PROMPT.format(part=999, parts=999, max_tokens=50), "F"]
+    window = next(w for w in range(420, 2_000) if room(w, 50, prompts, 8_000) == 50)
+    material = "\n".join(f"line {i} at port 80{i}" for i in range(30))
+    with pytest.raises(SummaryFailed, match=rf"^chunks of 50 tokens \(the most the summarizer's {window}-token "
+                                            r"window leaves\) cannot be condensed into replies of 50 tokens$"):
+        condense(material, summarizer=good, final_prompt="F", max_tokens=50, chunk_tokens=8_000, window=window)
+
+
+def test_summarize_run_without_a_summarizer_fails_saying_so():
+    view = _unit_view()
+    with pytest.raises(SummaryFailed, match=r"^no summarizer on this path$"):
+        summarize_run(view[2:5], _summarize_ctx(view, None), SummarizeStep())
+
+
+def test_summarize_checks_the_summary_in_the_models_tokens():
+    view = _unit_view()
+    ctx = _summarize_ctx(view, lambda p, n: UNICODE, max_tokens=10)
+    assert Summarize().apply(view, ctx).warnings == []
+    out = Summarize().apply(view, replace(ctx, model="gpt-4"))
+    assert out.warnings == ["summarize: the summary of messages #2-#4 failed (the summary has 11 tokens, over its "
+                            "limit of 10); fell back to truncation"]
+
+
+def test_summarize_uses_its_own_target_to_do_nothing_and_to_truncate_to():
+    view = _units(8)
+    total = ctx_for(view).budget.total(view)
+    window = int(total / 0.7)  # over the profile's target (0.5), under 0.9
+    ctx = ctx_for(view, window=window, summarizer=raises, pins=(), params={"keep_turns": 1, "target": 0.9})
+    out = Summarize().apply(view, ctx)
+    assert out.view is view and out.warnings == []
+    for summarizer in (raises, None):
+        ctx = ctx_for(view, window=window, summarizer=summarizer, pins=(), params={"keep_turns": 1, "target": 0.3})
+        out = Summarize().apply(view, ctx)
+        expected = Truncate().apply(view, replace(ctx, params=TruncateStep(target=0.3)))
+        assert out.view == expected.view and out.view != Truncate().apply(view, replace(ctx, params={})).view
