@@ -1401,3 +1401,17 @@ def test_summarize_uses_its_own_target_to_do_nothing_and_to_truncate_to():
         out = Summarize().apply(view, ctx)
         expected = Truncate().apply(view, replace(ctx, params=TruncateStep(target=0.3)))
         assert out.view == expected.view and out.view != Truncate().apply(view, replace(ctx, params={})).view
+
+
+def test_condense_leaves_room_for_the_pins_each_chunk_request_asks_for():
+    pins = ["alpha-" + "-".join(str(i * 7919) for i in range(20)),
+            "beta-" + "-".join(str(i * 104729) for i in range(20))]
+    material = "\n".join(f"line {i}: {pins[0]} {pins[1]}" for i in range(40))  # every line holds both pins
+    sizes: list[int] = []
+
+    def summarizer(prompt: str, max_tokens: int) -> str:
+        sizes.append(count_text(prompt) + max_tokens + MARGIN_TOKENS)
+        return " ".join(pins)
+    assert condense(material, summarizer=summarizer, final_prompt="F", max_tokens=200, chunk_tokens=8_000, pins=pins,
+                    window=2_000) == " ".join(pins)
+    assert len(sizes) > 2 and max(sizes) <= 2_000
