@@ -1415,3 +1415,13 @@ def test_condense_leaves_room_for_the_pins_each_chunk_request_asks_for():
     assert condense(material, summarizer=summarizer, final_prompt="F", max_tokens=200, chunk_tokens=8_000, pins=pins,
                     window=2_000) == " ".join(pins)
     assert len(sizes) > 2 and max(sizes) <= 2_000
+
+
+def test_condense_measures_the_window_in_the_models_tokens():
+    prompts = [CHUNK_PROMPT.format(part=999, parts=999, max_tokens=50), "F"]  # 101 tokens, 100 for gpt-4
+    window = next(w for w in range(420, 2_000) if room(w, 50, prompts, 8_000, "gpt-4") == 50)
+    assert room(window, 50, prompts, 8_000) == 49
+    material = "\n".join(f"line {i} at port 80{i}" for i in range(30))
+    with pytest.raises(SummaryFailed, match=r"^chunks of 50 tokens "):
+        condense(material, summarizer=good, final_prompt="F", max_tokens=50, chunk_tokens=8_000, window=window,
+                 model="gpt-4")
