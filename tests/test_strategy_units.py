@@ -67,6 +67,7 @@ from ctxagent.strategies.mask_observations import MaskObservations, MaskObservat
 from ctxagent.strategies.pipeline import changes, fires, replay, run
 from ctxagent.strategies.prune import Prune, is_dead
 from ctxagent.strategies.rendering import fact_lines, render
+from ctxagent.strategies.role_selective import conclusion, head_tail
 from ctxagent.strategies.sliding_window import SlidingWindow
 from ctxagent.strategies.step import Declared, StrategyConfig, known
 from ctxagent.strategies.summarize import (
@@ -1425,3 +1426,28 @@ def test_condense_measures_the_window_in_the_models_tokens():
     with pytest.raises(SummaryFailed, match=r"^chunks of 50 tokens "):
         condense(material, summarizer=good, final_prompt="F", max_tokens=50, chunk_tokens=8_000, window=window,
                  model="gpt-4")
+
+
+# --- role_selective.py: the deterministic cuts (docs/mutation-strategies-c.md) -------------------
+
+
+def test_head_tail_keeps_the_first_and_last_lines_around_the_marker_each_cut_to_200_characters():
+    lines = [f"l{i}" for i in range(6)]
+    text = "\n".join(lines)
+    assert head_tail(text, 2, 1, "[cut]") == "l0\nl1\n[cut]\nl5"
+    assert head_tail(text, 2, 0, "[cut]") == "l0\nl1\n[cut]"
+    assert head_tail(text, 3, 3, "[cut]") == text + "\n[cut]"  # exactly head + tail lines: all kept
+    assert head_tail(text, 5, 3, "[cut]") == text + "\n[cut]"
+    long = "y" * 200
+    assert head_tail(f"{long}\n{'x' * 201}\nm\n{'z' * 201}", 2, 1, "M") == f"{long}\n{'x' * 200}…\nM\n{'z' * 200}…"
+    assert head_tail(f"a\nb\n{long}", 1, 1, "M") == f"a\nM\n{long}"
+
+
+def test_conclusion_is_the_last_paragraph_cut_middle_out_to_max_tokens():
+    assert conclusion("a\n\nb b\n  \nlast para\nline2\n\n  \n", 100) == "last para\nline2"
+    assert conclusion(" \n\n ", 100) == ""
+    words = " ".join(f"w{i}" for i in range(200))
+    assert conclusion(words, 20) == "w0 w1 w2 w3 w4 w5 w6\n[... 380 tokens cut ...]\n w196 w197 w198 w199"
+    assert conclusion(UNICODE * 3, 27) == UNICODE * 3  # 27 tokens for the default tokenizer
+    assert conclusion(UNICODE * 3, 26) != UNICODE * 3
+    assert conclusion(UNICODE * 3, 27, "gpt-4") != UNICODE * 3  # 33 for gpt-4's
