@@ -1,7 +1,8 @@
 """Small pieces of the strategy family in milliseconds: the registry's checks, the tool-call
 helpers strategies name calls with, the checkpoint's rendering and parsing of odd values, and each
 rule of the pipeline (``changes``, ``replay``, ``fires``, the second and third passes), of
-``dedupe``, ``mask_observations``, ``prune`` and ``sliding_window`` stated exactly on hand-built views (issue 17,
+``dedupe``, ``mask_observations``, ``prune``, ``sliding_window``, ``summarize`` and the summarizer calls
+(``summarizing``) stated exactly on hand-built views (issue 17,
 docs/mutation-strategies-a.md). The laws on random views are in test_strategies.py."""
 
 from __future__ import annotations
@@ -65,10 +66,32 @@ from ctxagent.strategies.dedupe import Dedupe
 from ctxagent.strategies.mask_observations import MaskObservations, MaskObservationsStep, _kept
 from ctxagent.strategies.pipeline import changes, fires, replay, run
 from ctxagent.strategies.prune import Prune, is_dead
-from ctxagent.strategies.rendering import fact_lines
+from ctxagent.strategies.rendering import fact_lines, render
+from ctxagent.strategies.role_selective import conclusion, head_tail
 from ctxagent.strategies.sliding_window import SlidingWindow
 from ctxagent.strategies.step import Declared, StrategyConfig, known
-from ctxagent.strategies.summarize import SummarizeStep
+from ctxagent.strategies.summarize import (
+    SUMMARY_PROMPT,
+    Summarize,
+    SummarizeStep,
+    failure,
+    summarize_run,
+    summary_message,
+    under_target,
+)
+from ctxagent.strategies.summarizing import (
+    CHUNK_PROMPT,
+    MARGIN_TOKENS,
+    MAX_COMBINE_ROUNDS,
+    SummaryFailed,
+    call,
+    check,
+    chunks,
+    condense,
+    fits,
+    pins_block,
+    room,
+)
 from ctxagent.strategies.truncate import Truncate, TruncateStep
 from ctxagent.tokens import PER_REQUEST, count_message, count_text
 from test_strategies import _calls_view, _entries, _long_view, ctx_for, good, raises
@@ -1128,3 +1151,303 @@ def test_a_checkpoint_step_with_its_own_target_waits_for_it():
     window = int(ctx_for(view).budget.total(view) / 0.7)  # over the profile's target (0.5), under 0.9
     assert Checkpoint().apply(view, ctx_for(view, window=window, params={"target": 0.9})).view == view
     assert Checkpoint().apply(view, ctx_for(view, window=window, params={"target": 0.6})).compactions
+
+
+# --- summarizing.py: chunks, prompts, checks and the window (docs/mutation-strategies-c.md) -----
+
+
+def test_chunks_cut_at_line_ends_and_a_long_line_by_characters():
+    assert chunks("one\ntwo\nthree", 6) == ["one\ntwo\nthree"]  # fits: returned whole
+    assert chunks("one\ntwo\nthree\nfour", 4) == ["one\ntwo", "three\nfour"]  # 2 tokens a line with its end
+    assert chunks("one\ntwo\nthree\nfour", 5) == ["one\ntwo", "three\nfour"]
+    assert chunks("one\ntwo\nthree\nfour", 6) == ["one\ntwo\nthree", "four"]
+    line = "x" * 400  # 50 tokens: cut into steps of int(400 * 20 / 51 * 0.9) = 141 characters
+    assert chunks(line, 20) == [line[:141], line[141:282], line[282:]]
+    assert chunks(f"ab\n{line}\ncd", 20) == ["ab", line[:141], line[141:282], line[282:] + "\ncd"]
+    assert chunks("x" * 9, 0) == ["x"] * 9  # never a step of 0
+
+
+def test_pins_block_asks_for_each_pin_verbatim_or_is_empty():
+    assert pins_block([]) == ""
+    assert pins_block(["port 8080", "@abc"]) == (
+        "\nCopy each of these pinned facts verbatim into your answer:\n- port 8080\n- @abc")
+
+
+def test_call_strips_the_reply_and_names_an_exception_or_a_reply_that_is_not_text():
+    assert call(lambda p, n: f"  {p} {n}\n", "go", 7) == "go 7"
+    with pytest.raises(SummaryFailed, match=r"^the summarizer raised RuntimeError: provider down$"):
+        call(raises, "go", 7)
+    with pytest.raises(SummaryFailed, match=r"^the summarizer returned int, not text$"):
+        call(lambda p, n: 5, "go", 7)
+
+
+def test_check_refuses_an_empty_or_overlong_summary_or_one_without_its_pins():
+    assert check("a b c", 3, ["b"]) == "a b c"  # exactly max_tokens fits
+    with pytest.raises(SummaryFailed, match=r"^the summary has 3 tokens, over its limit of 2$"):
+        check("a b c", 2, [])
+    with pytest.raises(SummaryFailed, match=r"^the summary is empty$"):
+        check(" \n ", 3, [])
+    with pytest.raises(SummaryFailed, match=r"^the summary dropped pinned facts: \['d', 'e'\]$"):
+        check("a b c", 3, ["a", "d", "e"])
+    assert check(UNICODE, 9, [], model="") == UNICODE
+    with pytest.raises(SummaryFailed, match="11 tokens, over its limit of 9"):
+        check(UNICODE, 9, [], model="gpt-4")
+
+
+def test_fits_to_the_token_with_the_margin():
+    fits("x" * 10_000, 10**6, None)  # unknown window: anything fits
+    tokens = count_text(UNICODE, "gpt-4")
+    fits(UNICODE, 100, tokens + 100 + MARGIN_TOKENS, "gpt-4")
+    with pytest.raises(SummaryFailed, match=(
+            rf"^a summarizer request of {tokens} prompt tokens \+ 100 reply tokens \+ {MARGIN_TOKENS} margin "
+            rf"does not fit the summarizer's {tokens + 99 + MARGIN_TOKENS}-token window$")):
+        fits(UNICODE, 100, tokens + 99 + MARGIN_TOKENS, "gpt-4")
+
+
+def test_room_is_what_the_longest_prompt_reply_and_margin_leave_of_the_window():
+    assert room(None, 100, ["Sum up."], 8_000) == 8_000
+    # the longest prompt (4 tokens) + 2 for the blank line, 100 of reply, the margin, then 2% slack
+    assert room(2_000, 100, ["Sum up.", "a b c d"], 8_000) == int((2_000 - 6 - 100 - MARGIN_TOKENS) * 0.98)
+    assert room(2_000, 100, ["a b c d"], 1_000) == 1_000
+    assert room(2_000, 100, [UNICODE], 8_000, "gpt-4") == int((2_000 - 13 - 100 - MARGIN_TOKENS) * 0.98)
+    assert room(6 + 100 + MARGIN_TOKENS + 2, 100, ["a b c d"], 8_000) == 1  # int(2 * 0.98)
+    with pytest.raises(SummaryFailed, match=(
+            r"^the summarizer's 362-token window cannot hold a request: prompt 6 \+ reply 100 \+ margin 256 "
+            r"tokens leave 0 for the material$")):
+        room(6 + 100 + MARGIN_TOKENS, 100, ["a b c d"], 8_000)
+
+
+def _recording(final: str = "port 800 805"):
+    seen: list[tuple[str, int]] = []
+
+    def summarizer(prompt: str, max_tokens: int) -> str:
+        seen.append((prompt, max_tokens))
+        return final if prompt.startswith("F") else "s"
+    return seen, summarizer
+
+
+def test_condense_summarizes_each_chunk_with_its_own_pins_then_the_parts_with_all_of_them():
+    material = "\n".join(f"line {i} at port 80{i}" for i in range(6))  # 47 tokens: 3 chunks of 20
+    seen, summarizer = _recording()
+    pins = ["port 800", "805"]
+    out = condense(material, summarizer=summarizer, final_prompt="F", max_tokens=5, chunk_tokens=20, pins=pins)
+    assert out == "port 800 805"
+    pieces = chunks(material, 20)
+    assert seen == [
+        (CHUNK_PROMPT.format(part=1, parts=3, max_tokens=5) + pins_block(["port 800"]) + "\n\n" + pieces[0], 5),
+        (CHUNK_PROMPT.format(part=2, parts=3, max_tokens=5) + "\n\n" + pieces[1], 5),
+        (CHUNK_PROMPT.format(part=3, parts=3, max_tokens=5) + pins_block(["805"]) + "\n\n" + pieces[2], 5),
+        ("F" + pins_block(pins) + "\n\n[part 1] s\n\n[part 2] s\n\n[part 3] s", 5),
+    ]
+
+
+def test_condense_reads_at_least_four_replies_worth_of_material_at_a_time():
+    material = "\n".join(f"line {i} at port 80{i}" for i in range(6))  # 47 tokens
+    seen, summarizer = _recording("ok")
+    assert condense(material, summarizer=summarizer, final_prompt="F", max_tokens=12, chunk_tokens=20) == "ok"
+    assert seen == [(f"F\n\n{material}", 12)]  # 4 * 12 = 48 tokens: one request
+    seen, summarizer = _recording("ok")
+    condense(material, summarizer=summarizer, final_prompt="F", max_tokens=11, chunk_tokens=20)
+    assert len(seen) == 3  # 4 * 11 = 44 tokens: two chunks, then the final request
+
+
+def test_condense_gives_up_after_the_last_round_of_summaries_of_summaries():
+    """Replies of 1 token become parts of 4 (``[part n] s``) in chunks of 4: they never get shorter."""
+    seen: list[str] = []
+    with pytest.raises(SummaryFailed, match=rf"^still over 4 tokens after {MAX_COMBINE_ROUNDS} rounds of summaries$"):
+        condense("a\nb\nc\nd\ne\nf", summarizer=lambda p, n: seen.append(p) or "s", final_prompt="F",
+                 max_tokens=1, chunk_tokens=1)
+    assert MAX_COMBINE_ROUNDS == 4 and len(seen) == 48 and not any(p.startswith("F") for p in seen)
+    assert [p.split(" of an AI")[0][-8:] for p in seen[:4]] == ["t 1 of 3", "t 2 of 3", "t 3 of 3", "t 1 of 6"]
+
+
+def test_condense_refuses_chunks_a_reply_would_not_shrink():
+    material = "\n".join(f"line {i} at port 80{i}" for i in range(60))
+    with pytest.raises(SummaryFailed, match=r"^chunks of (\d+) tokens \(the most the summarizer's 1000-token window "
+                                            r"leaves\) cannot be condensed into replies of 400 tokens$"):
+        condense(material, summarizer=good, final_prompt="F", max_tokens=400, chunk_tokens=8_000, window=1_000)
+
+
+def test_condense_reports_a_reply_finish_cannot_use_and_checks_what_finish_returns():
+    def finish(reply: str) -> str:
+        if reply == "bad":
+            raise ValueError("not JSON")
+        return reply + " port 8080"
+    with pytest.raises(SummaryFailed, match=r"^the summarizer's reply is not usable: not JSON$"):
+        condense("text", summarizer=lambda p, n: "bad", final_prompt="F", max_tokens=9, chunk_tokens=10, finish=finish)
+    assert condense("text", summarizer=lambda p, n: " ok ", final_prompt="F", max_tokens=9, chunk_tokens=10,
+                    pins=["port 8080"], finish=finish) == "ok port 8080"
+    with pytest.raises(SummaryFailed, match="dropped pinned facts"):
+        condense("text", summarizer=lambda p, n: "ok", final_prompt="F", max_tokens=9, chunk_tokens=10, pins=["x y"])
+
+
+# --- summarize.py ------------------------------------------------------------------------------
+
+
+def _summarize_ctx(view, summarizer, window: int = 100, **params) -> StrategyContext:
+    budget = Budget(window=window, tools=0, reserved=0, target=0.5, trigger=0.8)
+    return StrategyContext(budget=budget, params={"keep_turns": 1, **params}, summarizer=summarizer,
+                           transcript_path="/data/sessions/x/transcript.jsonl")
+
+
+def test_under_target_is_at_or_under_the_fraction_of_the_window_to_the_token():
+    view = _unit_view()
+    total = _summarize_ctx(view, None).budget.total(view)
+    assert under_target(view, _summarize_ctx(view, None, window=2 * total), None)  # the profile's 0.5
+    assert not under_target(view, _summarize_ctx(view, None, window=2 * total - 1), None)
+    assert under_target(view, _summarize_ctx(view, None, window=4 * total), 0.25)  # its own target
+    assert not under_target(view, _summarize_ctx(view, None, window=4 * total - 1), 0.25)
+
+
+def test_summary_message_and_failure_say_which_messages():
+    run = _unit_view()[2:5]
+    assert summary_message(run, "S") == {"role": "user", "content": "[ctxagent summary of messages #2-#4]\nS"}
+    assert failure("summarize", "the summary", run, SummaryFailed("why"), "did this") == (
+        "summarize: the summary of messages #2-#4 failed (why); did this")
+
+
+def test_summarize_replaces_each_run_with_its_own_summary_and_skips_earlier_summaries():
+    view = _unit_view()
+    seen: list[tuple[str, int]] = []
+
+    def summarizer(prompt: str, max_tokens: int) -> str:
+        seen.append((prompt, max_tokens))
+        return f"S{len(seen)}"
+    out = Summarize().apply(view, _summarize_ctx(view, summarizer, max_tokens=7))
+    assert [(c.start, c.end) for c in out.compactions] == [(2, 4), (6, 7)]
+    assert [e.message["content"] for e in out.view] == [
+        "rules", "task", "[ctxagent summary of messages #2-#4]\nS1\n[full tool results of these messages, by handle "
+        "(read_output, grep_output): @c1]", "pins",
+        "[ctxagent summary of messages #6-#7]\nS2", "now", "d"]
+    prompt = SUMMARY_PROMPT.format(max_tokens=7)
+    assert seen == [(f"{prompt}\n\n{render(view[2:5])}", 7), (f"{prompt}\n\n{render(view[6:8])}", 7)]
+    assert out.warnings == [] and out.view == replay(view, out.compactions)
+    # a run that is one earlier summary gains nothing: not sent again, the other run is
+    again = [*view[:6], replace(view[6], kind="summarize"), *view[8:]]
+    seen.clear()
+    out = Summarize().apply(again, _summarize_ctx(again, summarizer))
+    assert [(c.start, c.end) for c in out.compactions] == [(2, 4)] and len(seen) == 1
+    # nothing but earlier summaries: the view itself, even without a summarizer (no truncation)
+    done = [*again[:2], replace(again[2], kind="summarize"), *again[5:]]
+    assert Summarize().apply(done, _summarize_ctx(done, None)).view is done
+
+
+def test_summarize_asks_for_the_pins_of_the_run_and_appends_the_exact_values_the_summary_lacks():
+    view = [_msg("system", "rules", 0), _msg("user", "task", 1),
+            _msg("assistant", "edited /srv/app/main.py on port 8080", 2), _msg("assistant", "ok", 3),
+            _msg("user", "now", 4, turn=2), _msg("assistant", "d", 5, turn=2)]
+    seen: list[str] = []
+    ctx = replace(_summarize_ctx(view, lambda p, n: seen.append(p) or "fixed it on port 8080"),
+                  pins=("port 8080", "not in the run"))
+    out = Summarize().apply(view, ctx)
+    assert seen[0].startswith(SUMMARY_PROMPT.format(max_tokens=1000) + pins_block(["port 8080"]) + "\n\n")
+    content = out.compactions[0].message["content"]
+    assert content.startswith("[ctxagent summary of messages #2-#3]\nfixed it on port 8080\n")
+    assert "/srv/app/main.py" in content.split("\n", 2)[2]
+    out = Summarize().apply(view, replace(ctx, params={"keep_turns": 1, "facts_tokens": 0}))
+    assert out.compactions[0].message["content"] == "[ctxagent summary of messages #2-#3]\nfixed it on port 8080"
+
+
+def test_chunks_count_in_the_models_tokens_and_cut_only_lines_over_the_chunk():
+    assert chunks(UNICODE, 10) == [UNICODE]  # 9 tokens for the default tokenizer
+    assert chunks(UNICODE, 10, "gpt-4") == ["héllo wörld — ü", "nïcode"]  # 11 for gpt-4's
+    assert chunks("one\ntwo\nthree\nfour", 2) == ["one", "two", "three", "four"]  # a line of exactly 2 stays whole
+
+
+def test_condense_checks_every_reply_in_the_models_tokens():
+    def summarizer(prompt: str, max_tokens: int) -> str:
+        return "ok" if prompt.startswith("F") else UNICODE  # 9 tokens, 11 for gpt-4
+    material = "\n".join(f"line {i} at port 80{i}" for i in range(12))
+    assert condense(material, summarizer=summarizer, final_prompt="F", max_tokens=10, chunk_tokens=40) == "ok"
+    with pytest.raises(SummaryFailed, match=r"^the summary has 11 tokens, over its limit of 10$"):
+        condense(material, summarizer=summarizer, final_prompt="F", max_tokens=10, chunk_tokens=40, model="gpt-4")
+    with pytest.raises(SummaryFailed, match=r"^the summary has 11 tokens, over its limit of 10$"):
+        condense("text", summarizer=lambda p, n: UNICODE, final_prompt="F", max_tokens=10, chunk_tokens=40,
+                 model="gpt-4")
+
+
+def test_condense_refuses_chunks_no_larger_than_a_reply():
+    prompts = [CHUNK_PROMPT.format(part=999, parts=999, max_tokens=50), "F"]
+    window = next(w for w in range(420, 2_000) if room(w, 50, prompts, 8_000) == 50)
+    material = "\n".join(f"line {i} at port 80{i}" for i in range(30))
+    with pytest.raises(SummaryFailed, match=rf"^chunks of 50 tokens \(the most the summarizer's {window}-token "
+                                            r"window leaves\) cannot be condensed into replies of 50 tokens$"):
+        condense(material, summarizer=good, final_prompt="F", max_tokens=50, chunk_tokens=8_000, window=window)
+
+
+def test_summarize_run_without_a_summarizer_fails_saying_so():
+    view = _unit_view()
+    with pytest.raises(SummaryFailed, match=r"^no summarizer on this path$"):
+        summarize_run(view[2:5], _summarize_ctx(view, None), SummarizeStep())
+
+
+def test_summarize_checks_the_summary_in_the_models_tokens():
+    view = _unit_view()
+    ctx = _summarize_ctx(view, lambda p, n: UNICODE, max_tokens=10)
+    assert Summarize().apply(view, ctx).warnings == []
+    out = Summarize().apply(view, replace(ctx, model="gpt-4"))
+    assert out.warnings == ["summarize: the summary of messages #2-#4 failed (the summary has 11 tokens, over its "
+                            "limit of 10); fell back to truncation"]
+
+
+def test_summarize_uses_its_own_target_to_do_nothing_and_to_truncate_to():
+    view = _units(8)
+    total = ctx_for(view).budget.total(view)
+    window = int(total / 0.7)  # over the profile's target (0.5), under 0.9
+    ctx = ctx_for(view, window=window, summarizer=raises, pins=(), params={"keep_turns": 1, "target": 0.9})
+    out = Summarize().apply(view, ctx)
+    assert out.view is view and out.warnings == []
+    for summarizer in (raises, None):
+        ctx = ctx_for(view, window=window, summarizer=summarizer, pins=(), params={"keep_turns": 1, "target": 0.3})
+        out = Summarize().apply(view, ctx)
+        expected = Truncate().apply(view, replace(ctx, params=TruncateStep(target=0.3)))
+        assert out.view == expected.view and out.view != Truncate().apply(view, replace(ctx, params={})).view
+
+
+def test_condense_leaves_room_for_the_pins_each_chunk_request_asks_for():
+    pins = ["alpha-" + "-".join(str(i * 7919) for i in range(20)),
+            "beta-" + "-".join(str(i * 104729) for i in range(20))]
+    material = "\n".join(f"line {i}: {pins[0]} {pins[1]}" for i in range(40))  # every line holds both pins
+    sizes: list[int] = []
+
+    def summarizer(prompt: str, max_tokens: int) -> str:
+        sizes.append(count_text(prompt) + max_tokens + MARGIN_TOKENS)
+        return " ".join(pins)
+    assert condense(material, summarizer=summarizer, final_prompt="F", max_tokens=200, chunk_tokens=8_000, pins=pins,
+                    window=2_000) == " ".join(pins)
+    assert len(sizes) > 2 and max(sizes) <= 2_000
+
+
+def test_condense_measures_the_window_in_the_models_tokens():
+    prompts = [CHUNK_PROMPT.format(part=999, parts=999, max_tokens=50), "F"]  # 101 tokens, 100 for gpt-4
+    window = next(w for w in range(420, 2_000) if room(w, 50, prompts, 8_000, "gpt-4") == 50)
+    assert room(window, 50, prompts, 8_000) == 49
+    material = "\n".join(f"line {i} at port 80{i}" for i in range(30))
+    with pytest.raises(SummaryFailed, match=r"^chunks of 50 tokens "):
+        condense(material, summarizer=good, final_prompt="F", max_tokens=50, chunk_tokens=8_000, window=window,
+                 model="gpt-4")
+
+
+# --- role_selective.py: the deterministic cuts (docs/mutation-strategies-c.md) -------------------
+
+
+def test_head_tail_keeps_the_first_and_last_lines_around_the_marker_each_cut_to_200_characters():
+    lines = [f"l{i}" for i in range(6)]
+    text = "\n".join(lines)
+    assert head_tail(text, 2, 1, "[cut]") == "l0\nl1\n[cut]\nl5"
+    assert head_tail(text, 2, 0, "[cut]") == "l0\nl1\n[cut]"
+    assert head_tail(text, 3, 3, "[cut]") == text + "\n[cut]"  # exactly head + tail lines: all kept
+    assert head_tail(text, 5, 3, "[cut]") == text + "\n[cut]"
+    long = "y" * 200
+    assert head_tail(f"{long}\n{'x' * 201}\nm\n{'z' * 201}", 2, 1, "M") == f"{long}\n{'x' * 200}…\nM\n{'z' * 200}…"
+    assert head_tail(f"a\nb\n{long}", 1, 1, "M") == f"a\nM\n{long}"
+
+
+def test_conclusion_is_the_last_paragraph_cut_middle_out_to_max_tokens():
+    assert conclusion("a\n\nb b\n  \nlast para\nline2\n\n  \n", 100) == "last para\nline2"
+    assert conclusion(" \n\n ", 100) == ""
+    words = " ".join(f"w{i}" for i in range(200))
+    assert conclusion(words, 20) == "w0 w1 w2 w3 w4 w5 w6\n[... 380 tokens cut ...]\n w196 w197 w198 w199"
+    assert conclusion(UNICODE * 3, 27) == UNICODE * 3  # 27 tokens for the default tokenizer
+    assert conclusion(UNICODE * 3, 26) != UNICODE * 3
+    assert conclusion(UNICODE * 3, 27, "gpt-4") != UNICODE * 3  # 33 for gpt-4's
