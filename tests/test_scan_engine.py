@@ -274,6 +274,28 @@ def test_at_most_max_windows_are_listed_then_the_scan_says_scan_everything(monke
     assert pre.windows(two + b" " * 100 + b"sk-" + b"c" * 20) is None
 
 
+class _Started:
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.result: object = None
+
+
+def _threads_started(call):
+    """``call()``'s result and the names of the threads started meanwhile (``threading.settrace``
+    runs its hook first thing in each new thread)."""
+    started = _Started()
+
+    def hook(frame, event, arg):
+        started.names.add(threading.current_thread().name)
+
+    threading.settrace(hook)
+    try:
+        started.result = call()
+    finally:
+        threading.settrace(None)
+    return started
+
+
 @pytest.mark.parametrize("data, lines", [(b"", 0), (b"\n", 1), (b"a", 1), (b"a\nb", 2), (b"a\nb\n", 2)])
 def test_measure_counts_a_last_line_without_newline(tmp_path, data, lines):
     path = tmp_path / "f.out"
@@ -290,10 +312,10 @@ def test_measure_in_several_chunks_hashed_in_a_thread_finds_the_windows_of_the_w
     for size in (40, 39):  # from THREAD_MIN_BYTES on, the hash runs in a thread
         path = tmp_path / f"f{size}.out"
         path.write_bytes(data[:size] if size == 39 else data)
-        before = {t for t in threading.enumerate() if t.name.startswith("ctxagent-sha256")}
-        measured = scan.measure(path, pre)
-        assert measured.stats == file_stats(path)
-        assert {t for t in threading.enumerate() if t.name.startswith("ctxagent-sha256")} <= before
+        started = _threads_started(lambda p=path: scan.measure(p, pre))
+        assert started.result.stats == file_stats(path)
+        assert [n.startswith("ctxagent-sha256") for n in started.names] == ([True] if size == 40 else [])
+        assert not [t for t in threading.enumerate() if t.name.startswith("ctxagent-sha256")]
     assert list(scan.measure(tmp_path / "f40.out", pre).windows) == [(29, 52)]
 
 
