@@ -306,17 +306,17 @@ def test_measure_counts_a_last_line_without_newline(tmp_path, data, lines):
 
 def test_measure_in_several_chunks_hashed_in_a_thread_finds_the_windows_of_the_whole_file(tmp_path, monkeypatch):
     monkeypatch.setattr(scan, "CHUNK_BYTES", 10)
-    monkeypatch.setattr(scan, "THREAD_MIN_BYTES", 40)
     data = b"line one\n" * 3 + b"x sk-" + b"a" * 20 + b"\nend"  # the key across chunk boundaries
     pre = scan.prefilter(())
-    for size in (40, 39):  # from THREAD_MIN_BYTES on, the hash runs in a thread
+    monkeypatch.setattr(scan, "THREAD_MIN_BYTES", len(data))
+    for size in (len(data), len(data) - 1):  # from THREAD_MIN_BYTES on, the hash runs in a thread
         path = tmp_path / f"f{size}.out"
-        path.write_bytes(data[:size] if size == 39 else data)
+        path.write_bytes(data[:size])
         started = _threads_started(lambda p=path: scan.measure(p, pre))
         assert started.result.stats == file_stats(path)
-        assert [n.startswith("ctxagent-sha256") for n in started.names] == ([True] if size == 40 else [])
+        assert [n.startswith("ctxagent-sha256") for n in started.names] == ([True] if size == len(data) else [])
         assert not [t for t in threading.enumerate() if t.name.startswith("ctxagent-sha256")]
-    assert list(scan.measure(tmp_path / "f40.out", pre).windows) == [(29, 52)]
+    assert list(scan.measure(tmp_path / f"f{len(data)}.out", pre).windows) == [(29, 52)]
 
 
 def test_a_digester_skips_empty_chunks_and_counts_the_last_line(tmp_path):
