@@ -562,6 +562,50 @@ def test_a_reader_pull_of_a_session_nowhere_makes_nothing_and_of_a_local_only_on
     local.root.mkdir(parents=True)
     replica.pull(local, asked.append)
     assert asked == [[]]
+    assert (local.root / ".lock").stat().st_mode & 0o777 == 0o600  # the writer lock, made owner-only
+
+
+def test_a_reader_pull_uploads_no_unsynced_line_of_the_cache(tmp_path):
+    from ctxagent.sessions import replica
+
+    sync = _sync(tmp_path, "u")
+    first = _line("first")
+    sync.store.create(sync.remote("segments", segment_name(1)), first)
+    replica.pull(sync, lambda names: None)
+    unsynced = _line("a live writer's step")
+    with open(sync.transcript, "ab") as fh:
+        fh.write(unsynced)
+    replica.pull(sync, lambda names: None)
+    assert sync.store.names(sync.remote("segments")) == [segment_name(1)]
+    assert sync.transcript.read_bytes() == first + unsynced
+
+
+class _CopyFailsStore(Store):
+    """A store whose server-side copy fails (its filesystem refuses it)."""
+
+    def __init__(self, url: str):
+        super().__init__(url)
+        real = self.fs
+
+        class _Fs:
+            def __getattr__(self, name: str) -> object:
+                return getattr(real, name)
+
+            def copy(self, *args: object, **kwargs: object) -> None:
+                raise OSError("copy refused")
+
+        self.fs = _Fs()
+
+
+def test_a_failed_copy_names_the_folder_it_was_copying(tmp_path):
+    from ctxagent.sessions import replica
+
+    store = _CopyFailsStore((tmp_path / "store").as_uri())
+    sync = _sync(tmp_path, "old", store)
+    store.create(sync.remote("segments", segment_name(1)), b"x")
+    with pytest.raises(CtxagentError) as err:
+        replica.copy(sync, _sync(tmp_path, "new", store))
+    assert str(err.value) == f"session store {store.url}: copying {sync.remote('segments')} failed: copy refused"
 
 
 def test_a_reader_pull_leaves_a_session_a_local_writer_holds_alone(tmp_path):
