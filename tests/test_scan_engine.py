@@ -15,6 +15,7 @@ import random
 import string
 import sys
 import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -350,6 +351,7 @@ def test_a_follower_measures_what_measure_does_and_a_cancelled_one_gives_nothing
     path.write_bytes(b"a\nsk-" + b"a" * 20)
     follower = scan.Follower(path, pre)
     assert follower.alive and follower._thread.daemon and follower._thread.name == "ctxagent-scan"
+    time.sleep(0.05)  # it caught up and polls: it asks whether the spool is still named so
     result = follower.finish()
     again = scan.measure(path, pre)
     assert result.stats == again.stats == file_stats(path) and not follower.alive
