@@ -15,6 +15,7 @@ import random
 import string
 import sys
 import threading
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -232,3 +233,129 @@ def test_stats_are_handed_over_once_and_only_for_the_same_file(tmp_path):
     scan.remember(moved, stats)
     moved.write_bytes(b"changed, longer\n")  # a changed file is measured again
     assert scan.stats_of(moved) == file_stats(moved)
+
+
+# --- the scan's pieces, stated exactly (issue 17: mutation testing) ------------------------------
+
+
+def test_a_window_runs_from_the_prefilters_width_before_its_match_end_and_not_before_the_start():
+    pre = scan.prefilter((b"ZZ(sec\x00ret)",))  # an exact value with a NUL and regex syntax, matched as bytes
+    assert list(pre.windows(b"xxxxZZ(sec\x00ret)yy")) == [(4, 15)]  # its width is its length (11)
+    assert list(pre.windows(b"xxxxZZsecretyy")) == []
+    # "-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY" is 62 wide: a match ending at 22 opens the window at 0
+    assert list(pre.windows(b"-----BEGIN PRIVATE KEY and more")) == [(0, 22)]
+    assert list(pre.windows(b"." * 100 + b"-----BEGIN PRIVATE KEY")) == [(60, 122)]
+
+
+def test_only_the_prefilters_marked_i_ignore_case():
+    pre = scan.prefilter(())
+    assert list(pre.windows(b"BEARER " + b"a" * 16)) == [(0, 23)]  # ("i", "bearer...")
+    assert list(pre.windows(b"SK-" + b"a" * 20)) == []  # ("", "sk-...")
+    assert list(pre.windows(b"sk-" + b"a" * 20)) == [(0, 23)]
+
+
+def test_the_python_engine_setting_ignores_case(monkeypatch):
+    monkeypatch.setenv(scan.ENGINE_ENV, "Python")
+    assert scan.prefilter(()) is None
+    monkeypatch.setenv(scan.ENGINE_ENV, "hyperscan")
+    assert scan.prefilter(()) is not None
+
+
+def test_the_width_of_a_bounded_pattern_is_its_longest_match():
+    assert scan._max_width("ab[0-9]{2,5}") == 7
+    with pytest.raises(ValueError, match=r"prefilter 'x\+' is unbounded: give its width"):
+        scan._max_width("x+")
+
+
+def test_at_most_max_windows_are_listed_then_the_scan_says_scan_everything(monkeypatch):
+    monkeypatch.setattr(scan, "MAX_WINDOWS", 2)
+    pre = scan.prefilter(())
+    two = b"sk-" + b"a" * 20 + b" " * 100 + b"sk-" + b"b" * 20
+    assert list(pre.windows(two)) == [(0, 23), (123, 146)]
+    assert pre.windows(two + b" " * 100 + b"sk-" + b"c" * 20) is None
+
+
+class _Started:
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.result: object = None
+
+
+def _threads_started(call):
+    """``call()``'s result and the names of the threads started meanwhile (``threading.settrace``
+    runs its hook first thing in each new thread)."""
+    started = _Started()
+
+    def hook(frame, event, arg):
+        started.names.add(threading.current_thread().name)
+
+    threading.settrace(hook)
+    try:
+        started.result = call()
+    finally:
+        threading.settrace(None)
+    return started
+
+
+@pytest.mark.parametrize("data, lines", [(b"", 0), (b"\n", 1), (b"a", 1), (b"a\nb", 2), (b"a\nb\n", 2)])
+def test_measure_counts_a_last_line_without_newline(tmp_path, data, lines):
+    path = tmp_path / "f.out"
+    path.write_bytes(data)
+    measured = scan.measure(path)
+    assert measured.stats == file_stats(path) and measured.stats.lines == lines and measured.windows is None
+
+
+def test_measure_in_several_chunks_hashed_in_a_thread_finds_the_windows_of_the_whole_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(scan, "CHUNK_BYTES", 10)
+    data = b"line one\n" * 3 + b"x sk-" + b"a" * 20 + b"\nend"  # the key across chunk boundaries
+    pre = scan.prefilter(())
+    monkeypatch.setattr(scan, "THREAD_MIN_BYTES", len(data))
+    for size in (len(data), len(data) - 1):  # from THREAD_MIN_BYTES on, the hash runs in a thread
+        path = tmp_path / f"f{size}.out"
+        path.write_bytes(data[:size])
+        started = _threads_started(lambda p=path: scan.measure(p, pre))
+        assert started.result.stats == file_stats(path)
+        assert [n.startswith("ctxagent-sha256") for n in started.names] == ([True] if size == len(data) else [])
+        assert not [t for t in threading.enumerate() if t.name.startswith("ctxagent-sha256")]
+    assert list(scan.measure(tmp_path / f"f{len(data)}.out", pre).windows) == [(29, 52)]
+
+
+def test_a_digester_skips_empty_chunks_and_counts_the_last_line(tmp_path):
+    digester = scan.Digester()
+    for chunk in (b"one\ntw", b"", b"o"):
+        digester.update(chunk)
+    path = tmp_path / "f"
+    path.write_bytes(b"one\ntwo")
+    assert digester.stats() == file_stats(path) and file_stats(path).lines == 2
+    threaded = scan.Digester(threaded=True)
+    threaded.update(b"one\ntwo")
+    assert threaded.stats() == file_stats(path)
+
+
+def test_remembered_stats_are_taken_once_and_only_the_newest_64_are_kept(tmp_path):
+    paths = []
+    for i in range(scan._KNOWN_MAX + 1):
+        path = tmp_path / f"{i}.out"
+        path.write_bytes(b"x" * (i + 1))
+        scan.remember(path, scan.FileStats(i, 99, "remembered"))
+        paths.append(path)
+    assert scan.stats_of(paths[0]) == file_stats(paths[0])  # the oldest went
+    assert scan.stats_of(paths[1]) == scan.FileStats(1, 99, "remembered")
+    assert scan.stats_of(paths[1]) == file_stats(paths[1])  # taken: measured now
+    assert scan.stats_of(paths[-1]) == scan.FileStats(scan._KNOWN_MAX, 99, "remembered")
+
+
+def test_a_follower_measures_what_measure_does_and_a_cancelled_one_gives_nothing(tmp_path):
+    pre = scan.prefilter(())
+    path = tmp_path / "spool"
+    path.write_bytes(b"a\nsk-" + b"a" * 20)
+    follower = scan.Follower(path, pre)
+    assert follower.alive and follower._thread.daemon and follower._thread.name == "ctxagent-scan"
+    time.sleep(0.05)  # it caught up and polls: it asks whether the spool is still named so
+    result = follower.finish()
+    again = scan.measure(path, pre)
+    assert result.stats == again.stats == file_stats(path) and not follower.alive
+    assert list(result.windows) == list(again.windows) == [(2, 25)]
+    cancelled = scan.Follower(path, pre)
+    cancelled.cancel()
+    assert not cancelled.alive and cancelled.finish() is None

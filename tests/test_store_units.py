@@ -546,3 +546,136 @@ def test_a_new_machine_lists_the_stores_sessions_and_opens_a_sub_agent_of_one_it
 
 def test_without_a_store_a_session_has_no_sync():
     assert Session.at("x").remote() is None and sessions_root() == data_dir() / "sessions"
+
+
+# --- sessions/replica.py: a reader's pull, the heads for `sessions list`, delete and rename ------
+
+
+def test_a_reader_pull_of_a_session_nowhere_makes_nothing_and_of_a_local_only_one_asks_for_its_children(tmp_path):
+    from ctxagent.sessions import replica
+
+    asked: list[list[str]] = []
+    sync = _sync(tmp_path, "nowhere")
+    replica.pull(sync, asked.append)
+    assert not sync.root.exists() and asked == []
+    local = _sync(tmp_path, "local")
+    local.root.mkdir(parents=True)
+    replica.pull(local, asked.append)
+    assert asked == [[]]
+    assert (local.root / ".lock").stat().st_mode & 0o777 == 0o600  # the writer lock, made owner-only
+
+
+def test_a_reader_pull_uploads_no_unsynced_line_of_the_cache(tmp_path):
+    from ctxagent.sessions import replica
+
+    sync = _sync(tmp_path, "u")
+    first = _line("first")
+    sync.store.create(sync.remote("segments", segment_name(1)), first)
+    replica.pull(sync, lambda names: None)
+    unsynced = _line("a live writer's step")
+    with open(sync.transcript, "ab") as fh:
+        fh.write(unsynced)
+    replica.pull(sync, lambda names: None)
+    assert sync.store.names(sync.remote("segments")) == [segment_name(1)]
+    assert sync.transcript.read_bytes() == first + unsynced
+
+
+class _CopyFailsStore(Store):
+    """A store whose server-side copy fails (its filesystem refuses it)."""
+
+    def __init__(self, url: str):
+        super().__init__(url)
+        real = self.fs
+
+        class _Fs:
+            def __getattr__(self, name: str) -> object:
+                return getattr(real, name)
+
+            def copy(self, *args: object, **kwargs: object) -> None:
+                raise OSError("copy refused")
+
+        self.fs = _Fs()
+
+
+def test_a_failed_copy_names_the_folder_it_was_copying(tmp_path):
+    from ctxagent.sessions import replica
+
+    store = _CopyFailsStore((tmp_path / "store").as_uri())
+    sync = _sync(tmp_path, "old", store)
+    store.create(sync.remote("segments", segment_name(1)), b"x")
+    with pytest.raises(CtxagentError) as err:
+        replica.copy(sync, _sync(tmp_path, "new", store))
+    assert str(err.value) == f"session store {store.url}: copying {sync.remote('segments')} failed: copy refused"
+
+
+def test_a_reader_pull_leaves_a_session_a_local_writer_holds_alone(tmp_path):
+    from filelock import FileLock
+
+    from ctxagent.sessions import replica
+
+    store = Store((tmp_path / "store").as_uri())
+    stored = _line("stored")
+    store.create(store.path("sessions", "s", "segments", segment_name(1)), stored)
+    asked: list[list[str]] = []
+    sync = _sync(tmp_path, "s", store)
+    sync.root.mkdir(parents=True)
+    with FileLock(str(sync.root / ".lock")):
+        replica.pull(sync, asked.append)
+    assert not sync.transcript.exists() and asked == []
+    replica.pull(sync, asked.append)
+    assert sync.transcript.read_bytes() == stored and asked == [[]]
+
+
+def test_fetch_heads_puts_the_first_segment_of_each_missing_session_in_the_cache(tmp_path):
+    from ctxagent.sessions import replica
+
+    store = Store((tmp_path / "store").as_uri())
+    a1 = _line("a1")
+    store.create(store.path("sessions", "a", "segments", segment_name(1)), a1)
+    store.create(store.path("sessions", "a", "segments", segment_name(2)), _line("a2"))
+    store.create(store.path("sessions", "b", "segments", segment_name(1)), _line("b in the store"))
+    store.create(store.path("sessions", "nohead", "lease", "000000000001.json"), b"{}")
+    store.create(store.path("sessions", "bad", "segments", segment_name(1)), _line("bad"))
+    root = tmp_path / "cache"
+    (root / "b").mkdir(parents=True)
+    b_here = _line("b here")
+    (root / "b" / "transcript.jsonl").write_bytes(b_here)
+    replica.fetch_heads(store.url, root, lambda name: name != "bad")
+    assert (root / "a" / "transcript.jsonl").read_bytes() == a1
+    assert (SyncState.load(root / "a").segments, SyncState.load(root / "a").bytes) == (1, len(a1))
+    assert (root / "b" / "transcript.jsonl").read_bytes() == b_here  # not fetched again
+    assert not (root / "nohead").exists() and not (root / "bad").exists()
+
+
+def test_remove_deletes_the_sessions_objects_and_says_so_to_the_lease(tmp_path):
+    from ctxagent.sessions import replica
+
+    sync = _sync(tmp_path, "gone")
+    sync.store.create(sync.remote("segments", segment_name(1)), _line("one"))
+    sync.store.create(sync.remote("agents", "c", "segments", segment_name(1)), _line("child"))
+    other = _sync(tmp_path, "kept", sync.store)
+    other.store.create(other.remote("segments", segment_name(1)), _line("kept"))
+    replica.remove(sync)
+    assert sync.removed is True and sync.store.names(sync.remote()) == []
+    assert sync.store.names(sync.store.path("sessions")) == ["kept"]
+
+
+def test_copy_copies_every_folder_but_the_lease_and_refuses_a_taken_place(tmp_path):
+    from ctxagent.sessions import replica
+
+    sync = _sync(tmp_path, "old")
+    for folder in ("segments", "snapshots", "outputs", "agents/c/segments", "lease"):
+        sync.store.create(sync.remote(*folder.split("/"), "x"), folder.encode())
+    into = _sync(tmp_path, "new", sync.store)
+    replica.copy(sync, into)
+    copied = tmp_path / "store" / "sessions" / "new"
+    assert sorted(p.relative_to(copied).as_posix() for p in copied.rglob("x")) == [
+        "agents/c/segments/x", "outputs/x", "segments/x", "snapshots/x"]
+    assert (copied / "agents" / "c" / "segments" / "x").read_bytes() == b"agents/c/segments"
+    with pytest.raises(UsageError) as err:
+        replica.copy(_sync(tmp_path, "other", sync.store), into)
+    assert str(err.value) == f"a session named 'new' exists already in {sync.store.url}"
+    half = _sync(tmp_path, "half", sync.store)
+    half.store.create(half.remote("segments", "x"), b"only segments")
+    replica.copy(half, _sync(tmp_path, "half2", sync.store))
+    assert [p.name for p in (tmp_path / "store" / "sessions" / "half2").iterdir()] == ["segments"]
