@@ -156,12 +156,18 @@ def _store_unreachable(tmp_path: Path) -> None:
     lease.parent.write_text("in the way")
 
 
-def test_a_renewal_the_store_refuses_is_retried_until_the_lease_has_run_out(tmp_path):
+def _taken_then_unreachable(tmp_path):
+    """A 60 s lease taken (its renewer thread stopped), then the store made unreachable."""
     sync = _sync(tmp_path)
     lease = Lease(sync, seconds=60)
     lease.take()
     lease._stop.set()
     _store_unreachable(tmp_path)
+    return sync, lease
+
+
+def test_a_renewal_the_store_refuses_is_retried_until_the_lease_has_run_out(tmp_path):
+    sync, lease = _taken_then_unreachable(tmp_path)
     lease.renew()  # still within its time: try again at the next tick
     assert sync.fenced == "" and lease.number == 1
     lease.expires = time.time() - 1
@@ -281,11 +287,7 @@ def test_an_older_lease_that_cannot_be_deleted_is_left_and_the_newer_one_holds(t
 
 
 def test_a_release_the_store_refuses_leaves_the_lease_to_expire(tmp_path):
-    sync = _sync(tmp_path)
-    lease = Lease(sync, seconds=60)
-    lease.take()
-    lease._stop.set()
-    _store_unreachable(tmp_path)
+    sync, lease = _taken_then_unreachable(tmp_path)
     lease.release()  # no error: best effort
     assert sync.fenced == "" and lease.number == 1
 
