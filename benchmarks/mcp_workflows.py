@@ -92,16 +92,10 @@ def _in_process(args: list[str], data_dir: Path) -> tuple[int, str]:
     from ctxagent.cli import app
     from ctxagent.mcp_tools import hub
 
-    saved = os.environ.get("CTXAGENT_DATA_DIR")
-    os.environ["CTXAGENT_DATA_DIR"] = str(data_dir)
-    try:
-        result = CliRunner().invoke(app, args, catch_exceptions=False)
+    try:  # click's runner sets the variable for the call and puts the environment back
+        result = CliRunner().invoke(app, args, env={"CTXAGENT_DATA_DIR": str(data_dir)}, catch_exceptions=False)
     finally:
         hub.close_all()  # one server per run, as a process of its own would have
-        if saved is None:
-            os.environ.pop("CTXAGENT_DATA_DIR", None)
-        else:
-            os.environ["CTXAGENT_DATA_DIR"] = saved
     return result.exit_code, result.stderr
 
 
