@@ -67,7 +67,11 @@ class Bucket:
 @pytest.fixture
 def bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Bucket:
     import boto3
+    from s3fs import S3FileSystem
 
+    # fsspec caches filesystems by their arguments: one made for an earlier server (an earlier pytest
+    # session in this process, as mutmut runs them, or its forks) would still call that server's port
+    S3FileSystem.clear_instance_cache()
     for key, value in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing",
                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)
