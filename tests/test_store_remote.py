@@ -218,8 +218,11 @@ def test_a_step_a_crash_kept_from_the_store_is_uploaded_next_time_or_set_aside_i
         fh.write(b'{"kind":"end","reason":"lost","turn":2}\n')
     other = segments[-1].with_name(f"{len(segments) + 1:012d}.jsonl")
     other.write_bytes(records.dumps(records.EndRecord(reason="elsewhere", turn=2)).encode() + b"\n")
-    with pytest.warns(UserWarning, match="never got"), Session.at("c").writer():
+    with pytest.warns(UserWarning) as caught, Session.at("c").writer():
         pass
+    assert [str(w.message) for w in caught] == [
+        f"{local}: lines the session store never got (another machine continued the session) (40 bytes) set aside, "
+        "moved to transcript.unsynced-1.jsonl"]
     assert b"elsewhere" in local.read_bytes() and b"lost" not in local.read_bytes()
     assert b"lost" in (local.parent / "transcript.unsynced-1.jsonl").read_bytes()
 
@@ -286,3 +289,23 @@ def test_sub_agent_sessions_live_under_their_parent_in_the_store(bucket, tmp_pat
     assert run_cli("inspect", "output", "@c", "--session", "par/d1").stdout.startswith("1\n2\n3\n")
     shown = run_cli("inspect", "transcript", "--session", "par").stdout
     assert "sub-agent par/d1" in shown and "ended answered" in shown
+
+
+def test_on_s3_a_create_never_replaces_an_object_and_a_check_sees_what_another_machine_just_wrote(bucket, tmp_path):
+    """In process, on the moto server: create-only puts (``If-None-Match: *``) also of no bytes (the
+    fence's empty segment, which a plain write would put over a stale writer's late one), and no
+    listings cache between a listing and an existence check."""
+    from ctxagent.sessions.remote import Store, segment_name
+
+    store = Store(bucket.url)
+    path = store.path("sessions", "s", "segments", segment_name(1))
+    assert store.create(path, b"late step") is True
+    empty = tmp_path / "empty.out"
+    empty.write_bytes(b"")
+    assert store.create(path, b"") is False and store.create(path, b"other") is False
+    assert store.create_from(path, empty) is False
+    key = "team/sessions/s/segments/000000000001.jsonl"
+    assert bucket.objects() == {key: b"late step"}
+    assert store.names(store.path("sessions", "s", "segments")) == [segment_name(1)]
+    bucket.client.put_object(Bucket=bucket.name, Key=key.replace("01.jsonl", "02.jsonl"), Body=b"another machine's")
+    assert store.exists(store.path("sessions", "s", "segments", segment_name(2)))

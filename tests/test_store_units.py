@@ -5,6 +5,7 @@ paths are in test_store_remote.py."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -21,6 +22,7 @@ from ctxagent.sessions.lease import Lease, host_name, lease_seconds
 from ctxagent.sessions.remote import SessionSync, Store, SyncState, segment_name
 from ctxagent.sessions.session import Session, list_sessions, sessions_root
 from ctxagent.sessions.store import OutputStore
+from ctxagent.sessions.transcript import TranscriptWarning
 
 
 def _sync(tmp_path: Path, name: str = "s", store: Store | None = None) -> SessionSync:
@@ -330,19 +332,75 @@ def test_a_store_url_of_an_unknown_protocol_is_a_usage_error():
         Store("nosuch://bucket/prefix")
 
 
+@pytest.mark.parametrize(("url", "slug"), [
+    ("s3://Bucket/team", "s3-Bucket-team"),  # letters of both cases kept, each run of the rest one dash
+    ("file:///tmp/x.", "file-tmp-x"),  # no dash or dot at either end
+    ("s3://a-very-long-bucket-name-for-testing/with/a/deep/prefix/Here",
+     "name-for-testing-with-a-deep-prefix-Here"),  # the last 40 characters
+    ("///", "store"),  # nothing left: a fixed word
+])
+def test_the_cache_folder_of_a_store_is_named_by_the_end_of_its_url_and_its_hash(url, slug):
+    assert remote.cache_key(url) == f"{slug}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
+
+
+@pytest.mark.parametrize(("value", "url"), [
+    (" s3://b/team/ ", "s3://b/team"),  # spaces, then slashes at the end only
+    ("/srv/store//", "/srv/store"),
+    ("  ", None), ("/", None), ("", None),
+])
+def test_the_store_url_comes_from_the_environment_without_a_trailing_slash(value, url, monkeypatch):
+    monkeypatch.setenv("CTXAGENT_STORE", value)
+    assert remote.store_url() == url
+
+
 def test_store_errors_are_translated_once_and_existing_objects_are_not_overwritten(tmp_path):
-    store = Store((tmp_path / "store").as_uri())
+    url = f"file://{tmp_path}/a store"  # a space in the path: object keys are whole paths, not words
+    store = Store(url)
+    base = tmp_path / "a store"
     source = tmp_path / "big.out"
     source.write_bytes(b"first")
     assert store.create_from(store.path("outputs", "big.out"), source) is True
     source.write_bytes(b"second")
     assert store.create_from(store.path("outputs", "big.out"), source) is False
-    assert (tmp_path / "store" / "outputs" / "big.out").read_bytes() == b"first"
-    (tmp_path / "store" / "file").write_text("x")
-    with pytest.raises(CtxagentError, match=r"writing .*file/sub/a failed"):
-        store.create(store.path("file", "sub", "a"), b"")
+    assert store.create_from(store.path("outputs", "other.out"), source) is True  # into a folder that exists
+    assert (base / "outputs" / "big.out").read_bytes() == b"first"
+    assert (base / "outputs" / "other.out").read_bytes() == b"second"
+    (base / "file").write_text("x")
+    under = store.path("file", "sub")
+    why = f"[Errno 20] Not a directory: '{under}"
+    for call, what in [(lambda: store.create(f"{under}/a", b""), f"writing {under}/a"),
+                       (lambda: store.create_from(f"{under}/a", source), f"writing {under}/a"),
+                       (lambda: store.names(under), f"listing {under}"),
+                       (lambda: store.read_many([under, store.path("file")]), f"reading {under}"),
+                       (lambda: store.remove(under), f"deleting {under}")]:
+        with pytest.raises(CtxagentError) as err:
+            call()
+        assert str(err.value).startswith(f"session store {url}: {what} failed: {why}"), str(err.value)
     assert store.read_many([]) == {}
     assert store.names(store.path("nowhere")) == []
+    found = store.path("outputs", "big.out")
+    assert store.read_many([found, store.path("outputs", "none")], missing_ok=True) == {found: b"first"}
+    with pytest.raises(FileNotFoundError):  # passes unchanged
+        store.read_many([store.path("outputs", "none")])
+    store.remove(store.path("outputs", "none"))  # a missing object is no error
+    store.remove(found)
+    assert store.names(store.path("outputs")) == ["other.out"]
+
+
+def test_the_protocols_of_a_filesystem_are_a_tuple_also_when_it_names_one():
+    import fsspec
+
+    assert remote._protocols(fsspec.filesystem("memory")) == ("memory",)
+    assert remote._protocols(fsspec.filesystem("file")) == ("file", "local")
+
+
+def test_the_sync_state_is_saved_owner_only_and_an_old_one_without_a_snapshot_is_read(tmp_path):
+    SyncState(3, 10, 2).save(tmp_path)
+    assert (tmp_path / remote.STATE).stat().st_mode & 0o777 == 0o600
+    assert SyncState.load(tmp_path) == SyncState(3, 10, 2)
+    (tmp_path / remote.STATE).write_text('{"segments": 3, "bytes": 10}')
+    assert SyncState.load(tmp_path) == SyncState(3, 10, 0)
+    assert [p.name for p in tmp_path.iterdir()] == [remote.STATE]  # no temporary file left
 
 
 # --- the sync: pull, snapshot, fence, upload -------------------------------------------------
@@ -376,10 +434,13 @@ def test_a_cache_that_lost_synced_bytes_starts_over_from_the_store(on_store, tmp
     local = _writer(tmp_path, "l", [_line("one")])
     full = local.read_bytes()
     local.write_bytes(full[:10])  # shorter than what it had synced
-    with pytest.warns(UserWarning, match="shorter than what it had synced"):
+    with pytest.warns(TranscriptWarning) as caught:
         Session.at("l").pull()
+    assert [str(w.message) for w in caught] == [
+        f"{local}: a cache shorter than what it had synced (10 bytes) set aside, moved to transcript.cache-1.jsonl"]
     assert local.read_bytes() == full
     assert (local.parent / "transcript.cache-1.jsonl").read_bytes() == full[:10]
+    assert (local.parent / "transcript.cache-1.jsonl").stat().st_mode & 0o777 == 0o600
     local.write_bytes(b"")  # emptied: no bytes to set aside
     Session.at("l").pull()
     assert local.read_bytes() == full
@@ -390,8 +451,10 @@ def test_a_torn_last_line_is_set_aside_beside_earlier_ones(on_store, tmp_path):
     synced = local.read_bytes()
     (local.parent / "transcript.torn-1.jsonl").write_bytes(b"an earlier one")
     local.write_bytes(synced + b'{"kind":"end","rea')
-    with pytest.warns(UserWarning, match="torn last line"), Session.at("t").writer():
+    with pytest.warns(TranscriptWarning) as caught, Session.at("t").writer():
         pass
+    assert [str(w.message) for w in caught] == [
+        f"{local}: torn last line (18 bytes) set aside, moved to transcript.torn-2.jsonl"]
     assert local.read_bytes() == synced
     assert (local.parent / "transcript.torn-2.jsonl").read_bytes() == b'{"kind":"end","rea'
 
@@ -442,6 +505,148 @@ def test_upload_asks_the_guard_first_and_a_fenced_writer_uploads_nothing(tmp_pat
         sync.upload(_line("two"))
     assert sorted(p.name for p in (tmp_path / "store" / "sessions" / "s" / "segments").iterdir()) == [
         segment_name(1)]
+
+
+def _step(sync: SessionSync, line: bytes) -> None:
+    """What a writer's append does: the line to the local transcript, then its mirror uploads it."""
+    with open(sync.transcript, "ab") as fh:
+        fh.write(line)
+    sync.upload(line)
+
+
+def test_a_snapshot_is_left_from_64_segments_on_of_the_synced_bytes_only_and_best_effort(tmp_path):
+    sync = _sync(tmp_path)
+    sync.root.mkdir(parents=True)
+    snaps = tmp_path / "store" / "sessions" / "s" / "snapshots"
+    for i in range(remote.SNAPSHOT_EVERY - 1):
+        _step(sync, _line(f"step {i}", i))
+    sync.snapshot()
+    assert not snaps.exists()  # 63 segments: not yet
+    _step(sync, _line("step 63", 63))
+    synced = sync.transcript.read_bytes()
+    with open(sync.transcript, "ab") as fh:
+        fh.write(_line("appended, not uploaded yet"))
+    sync.snapshot()
+    assert {p.name: p.read_bytes() for p in snaps.iterdir()} == {segment_name(64): synced}
+    assert (sync.state.snapshot, SyncState.load(sync.root).snapshot) == (64, 64)
+    sync.transcript.write_bytes(synced)
+    for i in range(6):
+        _step(sync, _line(f"more {i}", i))
+    sync.snapshot()  # 70 segments, 6 since the last snapshot
+    assert [p.name for p in snaps.iterdir()] == [segment_name(64)]
+    sync.state.snapshot = 6  # 64 since "the last one", but this writer was fenced
+    sync.fenced = "taken over"
+    sync.snapshot()
+    assert [p.name for p in snaps.iterdir()] == [segment_name(64)]
+    sync.fenced = ""
+    (tmp_path / "store" / "sessions" / "s" / "segments" / segment_name(64)).unlink()  # only the snapshot has it
+    local = sync.transcript.read_bytes()
+    sync.transcript.write_bytes(local[:10])  # this cache lost bytes: it starts over from the newest snapshot
+    again = _sync(tmp_path)
+    with pytest.warns(TranscriptWarning):
+        again.pull(writer=False)
+    assert again.transcript.read_bytes() == local
+    assert SyncState.load(again.root) == SyncState(70, len(local), 64)
+    fresh = _sync(tmp_path)
+    fresh.root = tmp_path / "machine-b" / "s"  # a new machine: from the snapshot too, into a file made 0600
+    fresh.pull(writer=False)
+    assert fresh.transcript.read_bytes() == local and fresh.transcript.stat().st_mode & 0o777 == 0o600
+    assert SyncState.load(fresh.root) == SyncState(70, len(local), 64)
+
+
+class _SnapshotFailsStore(Store):
+    """A store whose filesystem refuses to make the snapshots folder (a full or read-only store)."""
+
+    def __init__(self, url: str):
+        super().__init__(url)
+        real = self.fs
+
+        class _Fs:
+            def __getattr__(self, name: str) -> object:
+                return getattr(real, name)
+
+            def makedirs(self, path: str, **kwargs: object) -> None:
+                if path.endswith("/snapshots"):
+                    raise OSError("no space left")
+                real.makedirs(path, **kwargs)
+
+        self.fs = _Fs()
+
+
+def test_a_snapshot_the_store_refuses_is_left_out_and_the_writer_goes_on(tmp_path):
+    sync = _sync(tmp_path, store=_SnapshotFailsStore((tmp_path / "store").as_uri()))
+    sync.root.mkdir(parents=True)
+    for i in range(remote.SNAPSHOT_EVERY):
+        _step(sync, _line(f"step {i}", i))
+    sync.snapshot()
+    assert sync.state.snapshot == 0 and SyncState.load(sync.root).snapshot == 0
+
+
+def test_a_writers_pull_counts_the_lines_the_store_got_and_uploads_the_rest_as_one_segment(tmp_path):
+    sync = _sync(tmp_path)
+    sync.root.mkdir(parents=True)
+    first, second, third, fourth = (_line(f"line {i}", i) for i in range(4))
+    _step(sync, first)
+    with open(sync.transcript, "ab") as fh:  # appended and uploaded, killed before the state was saved
+        fh.write(second + third)
+    sync.store.create(sync.remote("segments", segment_name(2)), second)
+    sync.store.create(sync.remote("segments", segment_name(3)), third)
+    with open(sync.transcript, "ab") as fh:  # then two lines the store never got and a torn one
+        fh.write(fourth + first + b"{")
+    again = _sync(tmp_path)
+    with pytest.warns(TranscriptWarning) as caught:
+        again.pull(writer=True)
+    assert [str(w.message) for w in caught] == [
+        f"{again.transcript}: torn last line (1 bytes) set aside, moved to transcript.torn-1.jsonl"]
+    whole = first + second + third + fourth + first
+    assert again.transcript.read_bytes() == whole
+    assert (again.root / "transcript.torn-1.jsonl").read_bytes() == b"{"
+    segments = tmp_path / "store" / "sessions" / "s" / "segments"
+    assert [p.read_bytes() for p in sorted(segments.iterdir())] == [first, second, third, fourth + first]
+    assert SyncState.load(again.root) == SyncState(4, len(whole), 0) == again.state
+    again.pull(writer=True)  # nothing torn, nothing new: nothing set aside
+    assert sorted(p.name for p in again.root.glob("transcript.*-*.jsonl")) == ["transcript.torn-1.jsonl"]
+    assert SyncState.load(again.root) == SyncState(4, len(whole), 0)
+
+
+def test_a_writer_whose_next_segment_is_taken_is_fenced_and_says_so(tmp_path):
+    sync = _sync(tmp_path)
+    sync.root.mkdir(parents=True)
+    _step(sync, _line("one"))
+    sync.store.create(sync.remote("segments", segment_name(2)), _line("another writer's"))
+    why = (f"session 's' was taken over by another writer (segment 2 exists in {sync.store.url}); this process "
+           "stops, everything it wrote before is in the store")
+    with pytest.raises(SessionBusyError) as err:
+        sync.upload(_line("two"))
+    assert str(err.value) == why and sync.fenced == why and sync.state.segments == 1
+
+
+def test_outputs_are_pushed_and_pulled_as_whole_files_by_final_name_once(tmp_path):
+    sync = _sync(tmp_path)
+    outputs = sync.root / "outputs"
+    (outputs / "folder.out").mkdir(parents=True)
+    (outputs / "a.out").write_bytes(b"a")
+    (outputs / ".spool-1").write_bytes(b"half")
+    sync.push_outputs()
+    stored = tmp_path / "store" / "sessions" / "s" / "outputs"
+    assert sync.uploaded == {"a.out"} and [p.name for p in stored.iterdir()] == ["a.out"]
+    (stored / ".partial").write_bytes(b"another writer's spool")
+    (stored / "b.out").write_bytes(b"b")
+    other = _sync(tmp_path, "s")
+    other.root = tmp_path / "machine-b" / "s"
+    other.pull(writer=False)
+    got = other.root / "outputs"
+    assert {p.name: p.read_bytes() for p in got.iterdir()} == {"a.out": b"a", "b.out": b"b"}
+    assert {p.stat().st_mode & 0o777 for p in got.iterdir()} == {0o600}
+    assert other.uploaded == {".partial", "a.out", "b.out"}
+    inode = (got / "a.out").stat().st_ino
+    other.pull(writer=False)
+    assert (got / "a.out").stat().st_ino == inode  # had it: not downloaded again
+    (stored / "c.out").write_bytes(b"c")
+    (got / ".download-c.out").mkdir()  # the temporary name is taken: the download fails
+    with pytest.raises(CtxagentError) as err:
+        other.pull(writer=False)
+    assert str(err.value).startswith(f"session store {other.store.url}: downloading outputs failed: ")
 
 
 # --- sessions/store.py: the output store (files named by handle) -------------------------------
