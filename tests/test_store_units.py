@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -337,6 +338,8 @@ def test_a_store_url_of_an_unknown_protocol_is_a_usage_error():
     ("file:///tmp/x.", "file-tmp-x"),  # no dash or dot at either end
     ("s3://a-very-long-bucket-name-for-testing/with/a/deep/prefix/Here",
      "name-for-testing-with-a-deep-prefix-Here"),  # the last 40 characters
+    ("s3://bucket/abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH", "efghijklmnopqrstuvwxyz0123456789ABCDEFGH"),
+    ("s3://b/BOX", "s3-b-BOX"),  # only dashes and dots are stripped
     ("///", "store"),  # nothing left: a fixed word
 ])
 def test_the_cache_folder_of_a_store_is_named_by_the_end_of_its_url_and_its_hash(url, slug):
@@ -345,6 +348,7 @@ def test_the_cache_folder_of_a_store_is_named_by_the_end_of_its_url_and_its_hash
 
 @pytest.mark.parametrize(("value", "url"), [
     (" s3://b/team/ ", "s3://b/team"),  # spaces, then slashes at the end only
+    ("s3://b/BOX/", "s3://b/BOX"),
     ("/srv/store//", "/srv/store"),
     ("  ", None), ("/", None), ("", None),
 ])
@@ -604,9 +608,14 @@ def test_a_writers_pull_counts_the_lines_the_store_got_and_uploads_the_rest_as_o
     segments = tmp_path / "store" / "sessions" / "s" / "segments"
     assert [p.read_bytes() for p in sorted(segments.iterdir())] == [first, second, third, fourth + first]
     assert SyncState.load(again.root) == SyncState(4, len(whole), 0) == again.state
-    again.pull(writer=True)  # nothing torn, nothing new: nothing set aside
+    with open(again.transcript, "ab") as fh:  # two whole lines the store never got, nothing torn
+        fh.write(second + third)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is set aside
+        again.pull(writer=True)
     assert sorted(p.name for p in again.root.glob("transcript.*-*.jsonl")) == ["transcript.torn-1.jsonl"]
-    assert SyncState.load(again.root) == SyncState(4, len(whole), 0)
+    assert [p.read_bytes() for p in sorted(segments.iterdir())][4:] == [second + third]
+    assert SyncState.load(again.root) == SyncState(5, len(whole + second + third), 0)
 
 
 def test_a_writer_whose_next_segment_is_taken_is_fenced_and_says_so(tmp_path):
