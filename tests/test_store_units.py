@@ -391,6 +391,12 @@ def test_store_errors_are_translated_once_and_existing_objects_are_not_overwritt
     assert store.names(store.path("outputs")) == ["other.out"]
 
 
+@pytest.mark.parametrize("name", ["storeX", "store "])
+def test_an_objects_path_is_under_the_stores_root_whatever_the_root_ends_in(name, tmp_path):
+    store = Store(f"file://{tmp_path}/{name}/")
+    assert store.path("sessions", "s") == f"{tmp_path}/{name}/sessions/s"
+
+
 def test_the_protocols_of_a_filesystem_are_a_tuple_also_when_it_names_one():
     import fsspec
 
