@@ -2,8 +2,8 @@
 helpers strategies name calls with, the checkpoint's rendering and parsing of odd values, and each
 rule of the pipeline (``changes``, ``replay``, ``fires``, the second and third passes), of
 ``dedupe``, ``mask_observations``, ``prune``, ``sliding_window``, ``summarize`` and the summarizer calls
-(``summarizing``) stated exactly on hand-built views (issue 17,
-docs/mutation-strategies-a.md). The laws on random views are in test_strategies.py."""
+(``summarizing``), ``role_selective``, ``distill`` and its rendering helpers stated exactly on hand-built
+views (issue 17, docs/mutation-strategies-a.md to -d.md). The laws on random views are in test_strategies.py."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ from ctxagent.strategies.dedupe import Dedupe
 from ctxagent.strategies.mask_observations import MaskObservations, MaskObservationsStep, _kept
 from ctxagent.strategies.pipeline import changes, fires, replay, run
 from ctxagent.strategies.prune import Prune, is_dead
-from ctxagent.strategies.rendering import fact_lines, render
+from ctxagent.strategies.rendering import FACT_LINE_CHARS, clip, fact_lines, render, task_text
 from ctxagent.strategies.role_selective import conclusion, head_tail
 from ctxagent.strategies.sliding_window import SlidingWindow
 from ctxagent.strategies.step import Declared, StrategyConfig, known
@@ -1451,3 +1451,61 @@ def test_conclusion_is_the_last_paragraph_cut_middle_out_to_max_tokens():
     assert conclusion(UNICODE * 3, 27) == UNICODE * 3  # 27 tokens for the default tokenizer
     assert conclusion(UNICODE * 3, 26) != UNICODE * 3
     assert conclusion(UNICODE * 3, 27, "gpt-4") != UNICODE * 3  # 33 for gpt-4's
+
+
+# --- rendering.py: what summarizers and state documents are made of (docs/mutation-strategies-d.md) ---
+
+
+def test_render_labels_each_message_with_its_seq_or_range_and_names_each_call_in_200_characters():
+    long_call = tool_call("c1", "shell", json.dumps({"command": "cat " + "x" * 300}))
+    entries = [_msg("user", "the task", 1),
+               Entry({"role": "assistant", "content": "let me look", "tool_calls": [long_call]}, 10, 2, 2, 1),
+               Entry({"role": "tool", "tool_call_id": "c1", "content": "found it"}, 10, 3, 3, 1),
+               Entry({"role": "assistant", "content": None, "tool_calls": [tool_call("c2", "ls", "{}")]}, 10, 4, 4, 2),
+               Entry({"role": "tool", "tool_call_id": "c2", "content": "a.py"}, 10, 5, 5, 2),
+               Entry({"role": "user", "content": "[ctxagent summary] earlier work"}, 10, 6, 9, 3, "summarize"),
+               _msg("assistant", "done", 10, 4)]
+    call = short_call(long_call, 200)
+    assert len(call) == 207 and call != short_call(long_call, 201)  # the command is cut
+    assert render(entries) == "\n".join([
+        "#1 user: the task", "#2 assistant: let me look", f"#2 assistant called {call}",
+        f"#3 result of {call}: found it", "#4 assistant called ls()", "#5 result of ls(): a.py",
+        "#6-9 [ctxagent summary] earlier work", "#10 assistant: done"])
+
+
+def test_clip_to_nothing_keeps_only_the_marker():
+    value = "word " * 50  # 51 tokens
+    assert clip(value, 0) == "\n[... 51 tokens cut ...]\n"
+    assert clip(value, 1) == "wo\n[... 50 tokens cut ...]\nd "
+    assert clip(value, 51) == value
+
+
+def test_fact_lines_are_lines_of_four_characters_or_more_naming_a_fact_once_each_cut_to_160():
+    long = "port " + "9" * 300
+    body = f"intro\n  1234  \n123\nabcd\n/srv/a.py\n1234\n{long}"
+    expected = ["#7 user: intro", "1234", "/srv/a.py", one_line(long, FACT_LINE_CHARS)]
+    assert fact_lines([_msg("user", body, 7)], 1000) == expected
+
+
+def test_fact_lines_keep_the_newest_lines_in_order_while_their_tokens_and_one_each_fit():
+    lines = ["#7 user: intro", "1234", "/srv/a.py"]  # 5, 2 and 4 tokens: 6, 3 and 5 with their one
+    entries = [_msg("user", "intro\n1234\n/srv/a.py", 7)]
+    assert fact_lines(entries, 14) == lines
+    assert fact_lines(entries, 13) == lines[1:]
+    assert fact_lines(entries, 8) == lines[1:]
+    assert fact_lines(entries, 7) == lines[2:]
+    assert fact_lines(entries, 5) == lines[2:]
+    assert fact_lines(entries, 4) == []
+
+
+def test_fact_lines_count_in_the_models_tokens():
+    entries = [_msg("user", f"x\n1 {UNICODE}\n2 {UNICODE}", 7)]  # 10 tokens each for the default, 12 for gpt-4
+    assert fact_lines(entries, 22) == [f"1 {UNICODE}", f"2 {UNICODE}"]
+    assert fact_lines(entries, 22, "gpt-4") == [f"2 {UNICODE}"]
+
+
+def test_the_task_is_the_first_user_message_or_nothing():
+    pins = Entry({"role": "user", "content": "[pinned facts] x"}, 5, -1, -1, 0, kind="pins")
+    view = [pins, _msg("system", "rules", 0), _msg("user", "the task", 1), _msg("user", "more", 2)]
+    assert task_text(view) == "the task"
+    assert task_text(view[:2]) == ""
