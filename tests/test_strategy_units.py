@@ -63,6 +63,7 @@ from ctxagent.strategies.common import (
     stored_handle,
 )
 from ctxagent.strategies.dedupe import Dedupe
+from ctxagent.strategies.distill import DISTILL_PROMPT, Distill, _finish, deterministic_state, dumps, previous_state
 from ctxagent.strategies.mask_observations import MaskObservations, MaskObservationsStep, _kept
 from ctxagent.strategies.pipeline import changes, fires, replay, run
 from ctxagent.strategies.prune import Prune, is_dead
@@ -1509,3 +1510,178 @@ def test_the_task_is_the_first_user_message_or_nothing():
     view = [pins, _msg("system", "rules", 0), _msg("user", "the task", 1), _msg("user", "more", 2)]
     assert task_text(view) == "the task"
     assert task_text(view[:2]) == ""
+
+
+# --- distill.py: the state document, deterministic and by the LLM (docs/mutation-strategies-d.md) ---
+
+
+def _state_entry(doc, seq: int, extra: str = "") -> Entry:
+    return _e({"role": "user", "content": f"[ctxagent state of messages #{seq}-#{seq}]\n{dumps(doc)}{extra}"}, seq, 1,
+              kind="distill")
+
+
+def test_dumps_keeps_non_ascii_and_previous_state_reads_only_a_json_object_of_a_distill_message():
+    assert dumps({"a": "é"}) == '{"a": "é"}'
+    assert previous_state(_state_entry({"goal": "g"}, 2)) == {"goal": "g"}
+    assert previous_state(replace(_state_entry({"goal": "g"}, 2), kind="summarize")) is None
+    listed = _e({"role": "user", "content": "[ctxagent state of messages #2-#2]\n[1, 2]"}, 2, kind="distill")
+    broken = _e({"role": "user", "content": "[ctxagent state of messages #2-#2]\n{nope"}, 2, kind="distill")
+    assert previous_state(listed) is None and previous_state(broken) is None
+
+
+def test_a_deterministic_state_updates_the_previous_documents_with_the_new_facts_and_dead_ends():
+    older = {"goal": "older goal", "verified_facts": "not a list", "discarded_hypotheses": ["d0"],
+             "pending_actions": ["p0"]}
+    newer = {"goal": "newer goal", "verified_facts": ["f1", 2, {"k": "é"}], "discarded_hypotheses": ["d1"],
+             "pending_actions": ["p1", "p2"]}
+    cat = tool_call("c1", "shell", json.dumps({"command": "cat /srv/" + "x" * 100}))
+    view = [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "Fix it.\nnow"}, 1, 0),
+            _state_entry(older, 2), _state_entry(newer, 3, "\n[pinned] P-1"),
+            _e({"role": "assistant", "content": None, "tool_calls": [cat]}, 4, 2),
+            _e({"role": "tool", "tool_call_id": "c1", "content": "cat: /srv/x: No such file or directory"}, 5, 2),
+            _e({"role": "assistant", "content": "port is 8080, key PIN-2"}, 6, 3),
+            _e({"role": "user", "content": "go"}, 7, 4)]
+    call, gone = short_call(cat, 60), "cat: /srv/x: No such file or directory"
+    assert call.endswith("x…)") and call != short_call(cat, 61)
+    assert deterministic_state(view, view[2:7], ("P-1", "PIN-2", "absent"), 1000) == {
+        "goal": "newer goal",  # the newest document's; the older one's facts are not a list: none read
+        "verified_facts": ["f1", "2", '{"k": "é"}', f"#4 assistant called {short_call(cat, 200)}",
+                           one_line(f"#5 result of {short_call(cat, 200)}: {gone}", 160),
+                           "#6 assistant: port is 8080, key PIN-2"],
+        "discarded_hypotheses": ["d0", "d1", f"{call} → {gone}"],
+        "pending_actions": ["p1", "p2"],  # the newest document's only
+        "pinned": ["P-1"],  # PIN-2 is in the document already, "absent" not in the messages
+    }
+
+
+def test_without_a_previous_document_the_goal_is_the_task_cut_to_300_characters_and_nothing_is_pending():
+    task = "Fix  the\ntest " + "y" * 400
+    view = [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": task}, 1, 0),
+            _e({"role": "assistant", "content": "ok"}, 2), _e({"role": "user", "content": "go"}, 3)]
+    doc = deterministic_state(view, view[2:3], (), 1000)
+    assert doc == {"goal": one_line(task, 300), "verified_facts": ["#2 assistant: ok"], "discarded_hypotheses": [],
+                   "pending_actions": []}
+    assert len(doc["goal"]) == 300 and doc["goal"].startswith("Fix the test yyy")
+
+
+def _long_state_view():
+    prev = {"goal": "g", "verified_facts": [f"F{i:02} {UNICODE}" for i in range(20)],
+            "discarded_hypotheses": [f"D{i:02}" for i in range(10)], "pending_actions": []}
+    return [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "task"}, 1, 0),
+            _state_entry(prev, 2, "\n[pinned] PIN-9"), _e({"role": "assistant", "content": "noted"}, 3, 2),
+            _e({"role": "user", "content": "go"}, 4, 3)]
+
+
+# 21 facts (20 earlier, "#3 assistant: noted") and 10 discarded, trimmed from the longer list (facts on a
+# tie), oldest first, an eighth (at least one) at a time: 2, 2, 2, then 1 fact each time down to 10, then
+# one fact (10 and 10) and one discarded (9 and 10): 194 tokens for gpt-4 (180 for the default tokenizer).
+TRIMMED = {"goal": "g", "verified_facts": [*(f"F{i:02} {UNICODE}" for i in range(12, 20)), "#3 assistant: noted"],
+           "discarded_hypotheses": [f"D{i:02}" for i in range(1, 10)], "pending_actions": [], "pinned": ["PIN-9"]}
+
+
+def test_a_deterministic_state_over_max_tokens_drops_the_oldest_of_the_longer_list_in_the_models_tokens():
+    view = _long_state_view()
+    assert count_text(dumps(TRIMMED), "gpt-4") == 194 and count_text(dumps(TRIMMED)) == 180
+    assert deterministic_state(view, view[2:4], ("PIN-9",), 194, "gpt-4") == TRIMMED  # exactly max_tokens
+    one_less = deterministic_state(view, view[2:4], ("PIN-9",), 193, "gpt-4")  # then a fact again (9 and 9)
+    assert one_less == {**TRIMMED, "verified_facts": TRIMMED["verified_facts"][1:]}
+    facts = [*(f"F{i:02} {UNICODE}" for i in range(20)), "#3 assistant: noted"]
+    sixteen = count_text(dumps({**TRIMMED, "verified_facts": facts[5:], "discarded_hypotheses": [
+        f"D{i:02}" for i in range(10)]}), "gpt-4")  # the document with 16 facts fits, but 17 - 2 are 15
+    assert deterministic_state(view, view[2:4], ("PIN-9",), sixteen, "gpt-4")["verified_facts"] == facts[6:]
+
+
+def test_the_new_fact_lines_of_a_deterministic_state_are_picked_in_the_models_tokens():
+    lines = [f"{k} {UNICODE}" for k in range(30)]
+    view = [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "task"}, 1, 0),
+            _e({"role": "assistant", "content": "\n".join(lines)}, 2), _e({"role": "user", "content": "go"}, 3, 2)]
+    assert deterministic_state(view, view[2:3], (), 235, "gpt-4")["verified_facts"] == lines[16:]
+
+
+def test_a_deterministic_state_trims_discarded_hypotheses_alone_and_stops_when_both_lists_are_empty():
+    prev = {"goal": "g", "verified_facts": [], "discarded_hypotheses": [f"D{i:02}" for i in range(20)],
+            "pending_actions": ["p"]}
+    entries = [_state_entry(prev, 2)]
+    view = [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "task"}, 1, 0),
+            *entries, _e({"role": "user", "content": "go"}, 3, 2)]
+    full = deterministic_state(view, entries, (), 1000)
+    assert full == {**prev, "verified_facts": []}
+    tokens = count_text(dumps({**prev, "discarded_hypotheses": prev["discarded_hypotheses"][2:]}))
+    assert deterministic_state(view, entries, (), tokens)["discarded_hypotheses"] == prev["discarded_hypotheses"][2:]
+    assert deterministic_state(view, entries, (), 1) == {**prev, "discarded_hypotheses": []}
+
+
+def test_distill_writes_the_deterministic_state_of_the_range_after_the_task_with_the_pins_in_the_models_tokens():
+    view = _long_state_view()
+    ctx = replace(_ctx(pins=("PIN-9",)), params={"keep_turns": 1, "min_tokens": 0, "max_tokens": 194})
+    out = Distill().apply(view, ctx)
+    assert out.compactions[0].message == {"role": "user",
+                                          "content": f"[ctxagent state of messages #2-#3]\n{dumps(TRIMMED)}"}
+    assert out.view[2].message == out.compactions[0].message and out.view[3:] == view[4:] and out.warnings == []
+
+
+def test_distill_leaves_a_range_of_at_most_min_tokens_or_of_only_the_previous_document():
+    view = [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "task"}, 1, 0),
+            _e({"role": "assistant", "content": "a 1"}, 2), _e({"role": "assistant", "content": "b 2"}, 3),
+            _e({"role": "user", "content": "go"}, 4)]
+    tokens = view[2].tokens + view[3].tokens
+
+    def distilled(min_tokens, on=view):
+        return Distill().apply(on, replace(_ctx(), params={"keep_turns": 1, "min_tokens": min_tokens}))
+
+    assert distilled(tokens).view is view
+    assert distilled(tokens - 1).view[2].kind == "distill"
+    only_state = [*view[:2], _state_entry({"goal": "g"}, 2), view[4]]
+    assert distilled(0, only_state).view is only_state
+
+
+def _recording_summarizer(reply: str, seen: list):
+    def summarizer(prompt: str, max_tokens: int) -> str:
+        seen.append((prompt, max_tokens))
+        return reply
+    return summarizer
+
+
+def _llm_view():
+    return [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "task"}, 1, 0),
+            _e({"role": "assistant", "content": "port 8080 at /srv/a.py"}, 2),
+            _e({"role": "assistant", "content": "PIN-1 noted"}, 3), _e({"role": "user", "content": "go"}, 4)]
+
+
+def test_the_llm_state_document_is_asked_for_with_the_rendered_range_and_its_pins_and_put_in_key_order():
+    view, seen = _llm_view(), []
+    ctx = replace(_ctx(model="", pins=("PIN-1",)), params={"keep_turns": 1, "min_tokens": 0, "max_tokens": 321},
+                  summarizer=_recording_summarizer('{"extra": 1, "pending_actions": ["p"], "goal": "g PIN-1"}', seen))
+    out = Distill().apply(view, ctx)
+    assert out.compactions[0].message["content"] == (
+        '[ctxagent state of messages #2-#3]\n{"goal": "g PIN-1", "pending_actions": ["p"], "extra": 1}')
+    prompt = DISTILL_PROMPT.replace("{max_tokens}", "321")
+    assert prompt.endswith("At most 321 tokens.") and out.warnings == []
+    assert seen == [(f"{prompt}{pins_block(['PIN-1'])}\n\n{render(view[2:4])}", 321)]
+    assert _finish('{"x": 1, "pending_actions": [], "goal": "g"}') == '{"goal": "g", "pending_actions": [], "x": 1}'
+
+
+def test_a_failed_llm_state_document_is_reported_and_distilled_deterministically_instead():
+    view = _llm_view()
+
+    def warnings(reply: str, model: str = "", max_tokens: int = 321, **fields) -> list[str]:
+        ctx = replace(_ctx(model=model), params={"keep_turns": 1, "min_tokens": 0, "max_tokens": max_tokens},
+                      summarizer=_recording_summarizer(reply, []), **fields)
+        out = Distill().apply(view, ctx)
+        assert out.compactions[0].message["content"].endswith(dumps(deterministic_state(view, view[2:4], (),
+                                                                                        max_tokens, model)))
+        return out.warnings
+
+    def failed(why: str) -> list[str]:
+        return [f"distill: the LLM state document of messages #2-#3 failed ({why}); distilled the state "
+                "deterministically instead"]
+
+    assert warnings('{"x": 1}') == failed("the summarizer's reply is not usable: none of the keys ('goal', "
+                                          "'verified_facts', 'discarded_hypotheses', 'pending_actions')")
+    assert warnings('{"goal": "g"}', summarizer_window=300) == failed(
+        "the summarizer's 300-token window cannot hold a request: prompt 146 + reply 321 + margin 256 tokens "
+        "leave 0 for the material")
+    reply = dumps({"goal": UNICODE * 3})
+    limit = count_text(reply)
+    assert warnings(reply, "gpt-4", limit) == failed(f"the summary has {count_text(reply, 'gpt-4')} tokens, over "
+                                                     f"its limit of {limit}")
