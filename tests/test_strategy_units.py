@@ -68,7 +68,7 @@ from ctxagent.strategies.mask_observations import MaskObservations, MaskObservat
 from ctxagent.strategies.pipeline import changes, fires, replay, run
 from ctxagent.strategies.prune import Prune, is_dead
 from ctxagent.strategies.rendering import FACT_LINE_CHARS, clip, fact_lines, render, task_text
-from ctxagent.strategies.role_selective import conclusion, head_tail
+from ctxagent.strategies.role_selective import FINDINGS_PROMPT, RoleSelective, conclusion, head_tail
 from ctxagent.strategies.sliding_window import SlidingWindow
 from ctxagent.strategies.step import Declared, StrategyConfig, known
 from ctxagent.strategies.summarize import (
@@ -1685,3 +1685,155 @@ def test_a_failed_llm_state_document_is_reported_and_distilled_deterministically
     limit = count_text(reply)
     assert warnings(reply, "gpt-4", limit) == failed(f"the summary has {count_text(reply, 'gpt-4')} tokens, over "
                                                      f"its limit of {limit}")
+
+
+# --- role_selective.py: which entries are reduced, how, and the LLM findings (docs/mutation-strategies-d.md) ---
+
+LONG_CALL = tool_call("c1", "shell", json.dumps({"command": "cat " + "z" * 300}))
+
+
+def _role_view(content: str, call=LONG_CALL, *more: dict) -> list[Entry]:
+    """pins, system, task, one call and its result (``content``), ``more`` messages, the current user message."""
+    pins = Entry({"role": "user", "content": "[pinned facts] x"}, 5, -1, -1, 0, kind="pins")
+    messages = [{"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call["id"], "content": content}, *more]
+    return [pins, _e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "task"}, 1, 0),
+            *(_e(m, 2 + i, 1) for i, m in enumerate(messages)), _e({"role": "user", "content": "go"}, 9, 2)]
+
+
+def _role_ctx(model: str = "", pins: tuple[str, ...] = (), summarizer=None, **params) -> StrategyContext:
+    return replace(_ctx(model=model, pins=pins), params={"keep_turns": 1, **params}, summarizer=summarizer)
+
+
+LINES = "\n".join(f"line {i}" for i in range(40))  # 164 tokens as a tool message
+
+
+def test_role_selective_cuts_an_old_tool_result_to_head_and_tail_naming_the_call_in_80_characters():
+    view = _role_view(LINES + "\nK-7 here")
+    out = RoleSelective().apply(view, _role_ctx(pins=("K-7",), tool_tokens=view[4].tokens - 1, head_lines=1,
+                                                tail_lines=1))
+    marker = (f"[... ctxagent cut this {view[4].tokens}-token result of {short_call(LONG_CALL, 80)} to its head and "
+              f"tail; full result: {handle_for('c1')} (read_output or grep_output) ...]")
+    assert short_call(LONG_CALL, 80) != short_call(LONG_CALL, 81)
+    new = out.view[4]
+    assert new.message == {**view[4].message, "content": f"line 0\n{marker}\nK-7 here"}  # the pin is in the tail
+    assert (new.kind, new.start, new.turn, new.tokens) == ("role_selective", 3, 1, count_message(new.message))
+    assert out.offloads == [view[4]] and out.compactions == [] and out.view[:4] == view[:4]
+    pinned = RoleSelective().apply(view, _role_ctx(pins=("line 7",), tool_tokens=1, head_lines=1, tail_lines=1))
+    assert pinned.view[4].message["content"].endswith("\nK-7 here\n[pinned] line 7")
+    assert RoleSelective().apply(view, _role_ctx(tool_tokens=view[4].tokens)).view is view  # not over tool_tokens
+
+
+def test_role_selective_leaves_the_newest_units_other_kinds_and_a_cut_that_would_not_shrink():
+    view = _role_view(LINES)
+    assert RoleSelective().apply(view, _role_ctx(tool_tokens=1, keep_turns=2)).view is view
+    stub = [*view[:4], replace(view[4], kind="dedupe"), view[5]]
+    assert RoleSelective().apply(stub, _role_ctx(tool_tokens=1)).view is stub
+    lines = [f"line {i}" for i in range(19)]
+    lines[5] += " w w w"  # its head and tail (1 line each and the marker) are exactly as long: 83 tokens
+    even = _role_view("\n".join(lines))
+    assert RoleSelective()._head_tail(even[4], LONG_CALL, _role_ctx(), 1, 1).tokens == even[4].tokens == 83
+    assert RoleSelective().apply(even, _role_ctx(tool_tokens=1, head_lines=1, tail_lines=1)).view is even
+
+
+def test_role_selective_cuts_long_reasoning_to_its_conclusion_in_the_models_tokens_and_keeps_its_calls():
+    last = " ".join(f"w{i}" for i in range(40)) + f" {UNICODE}"
+    content = f"first thoughts K-7\n\n{last}"
+    call = tool_call("c2", "ls", "{}")
+    view = _role_view("ok", LONG_CALL, {"role": "assistant", "content": content, "tool_calls": [call]},
+                      {"role": "tool", "tool_call_id": "c2", "content": "a.py"})
+    gpt4, default = count_text(content, "gpt-4"), count_text(content)
+    assert gpt4 > default
+
+    def reduced(limit: int, model: str = "gpt-4"):
+        return RoleSelective().apply(view, _role_ctx(model=model, pins=("K-7",), assistant_tokens=limit, keep_turns=1))
+
+    assert reduced(gpt4).view is view  # the text has exactly assistant_tokens
+    out = reduced(default)  # over it in gpt-4's tokens only
+    kept = conclusion(content, default // 2, "gpt-4")
+    assert kept not in (conclusion(content, default // 2), conclusion(content, default // 3, "gpt-4"))
+    new = out.view[5]
+    assert new.message == {"role": "assistant", "tool_calls": [call], "content": (
+        f"[ctxagent cut {gpt4} tokens of reasoning to the conclusion]\n{kept}\n[pinned] K-7")}
+    assert (new.kind, new.start, new.turn, new.tokens) == ("role_selective", 4, 1, count_message(new.message, "gpt-4"))
+    assert out.offloads == [] and out.view[6:] == view[6:]
+    assert reduced(default, model="").view is view  # the default tokenizer counts it at the limit
+
+
+def _findings_summarizer(reply: str, seen: list):
+    def summarizer(prompt: str, max_tokens: int) -> str:
+        seen.append((prompt, max_tokens))
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+    return summarizer
+
+
+def test_llm_findings_are_asked_for_each_result_up_to_max_calls_and_recorded_with_their_label():
+    results = [LINES.replace("line", f"r{n}") for n in range(3)]
+    calls = [LONG_CALL, tool_call("c2", "grep", "{}"), tool_call("c3", "grep", "{}")]
+    more = [m for n in (1, 2) for m in ({"role": "assistant", "content": None, "tool_calls": [calls[n]]},
+                                         {"role": "tool", "tool_call_id": f"c{n + 1}", "content": results[n]})]
+    view = _role_view(results[0], LONG_CALL, *more)
+    seen: list = []
+    ctx = _role_ctx(summarizer=_findings_summarizer("found 8080", seen), tool_tokens=1, llm=True, max_calls=2,
+                    findings_tokens=321)
+    out = RoleSelective().apply(view, ctx)
+    prompt = FINDINGS_PROMPT.format(max_tokens=321)
+    assert seen == [(f"{prompt}\n\nresult of {short_call(LONG_CALL, 200)}:\n{results[0]}", 321),
+                    (f"{prompt}\n\nresult of grep():\n{results[1]}", 321)]
+    assert short_call(LONG_CALL, 200) != short_call(LONG_CALL, 201)
+    label = (f"[ctxagent findings of {short_call(LONG_CALL, 80)}, a {view[4].tokens}-token result; full result: "
+             f"{handle_for('c1')} (read_output or grep_output)]")
+    assert out.view[4].message == {**view[4].message, "content": f"{label}\nfound 8080"}
+    assert [(c.strategy, c.start, c.end, c.message, c.tokens, c.tokens_before) for c in out.compactions] == [
+        ("role_selective", e.start, e.end, e.message, e.tokens, view[i].tokens)
+        for i, e in ((4, out.view[4]), (6, out.view[6]))]
+    assert out.view[8].message["content"].startswith("r2 0\nr2 1\n")  # the third: head and tail
+    assert out.offloads == [view[4], view[6], view[8]]
+    assert RoleSelective().apply(view, replace(ctx, params={**ctx.params, "llm": False})).compactions == []
+
+
+def test_llm_findings_as_long_as_the_result_are_not_used_and_the_head_and_tail_is():
+    view = _role_view(LINES, tool_call("c1", "shell", json.dumps({"command": "cat log"})))
+    reply = " ".join(f"f{i}" for i in range(64)) + "!"
+    ctx = _role_ctx(summarizer=_findings_summarizer(reply, []), tool_tokens=1, llm=True)
+    assert RoleSelective()._findings(view[4], view[3].message["tool_calls"][0], ctx, 200, []).tokens == 164
+    out = RoleSelective().apply(view, ctx)
+    assert out.compactions == [] and out.view[4].message["content"].startswith("line 0\nline 1\n")
+
+
+def test_failed_llm_findings_are_reported_even_when_nothing_else_changes():
+    view = _role_view("\n".join(["x " * 100] * 3))  # three lines: the head and tail would be longer
+
+    def warnings(summarizer_reply, model: str = "", **fields) -> tuple:
+        ctx = replace(_role_ctx(model=model, summarizer=_findings_summarizer(summarizer_reply, []), tool_tokens=1,
+                                llm=True, findings_tokens=50), **fields)
+        out = RoleSelective().apply(view, ctx)
+        return out.view is view, out.warnings
+
+    def failed(why: str) -> list[str]:
+        return [f"role_selective: the LLM findings of {short_call(LONG_CALL, 60)} (message #3) failed ({why}); "
+                "cut it to its head and tail instead"]
+
+    assert short_call(LONG_CALL, 60) != short_call(LONG_CALL, 61)
+    assert warnings(RuntimeError("down")) == (True, failed("the summarizer raised RuntimeError: down"))
+    tiny = warnings("ok", summarizer_window=200)
+    assert tiny[0] and tiny[1][0].startswith(f"role_selective: the LLM findings of {short_call(LONG_CALL, 60)} "
+                                             "(message #3) failed (the summarizer's 200-token window cannot hold")
+    reply = UNICODE * 5
+    limit = count_text(reply)  # gpt-4 counts more
+    ctx = _role_ctx(model="gpt-4", summarizer=_findings_summarizer(reply, []), tool_tokens=1, llm=True,
+                    findings_tokens=limit)
+    assert RoleSelective().apply(view, ctx).warnings == failed(
+        f"the summary has {count_text(reply, 'gpt-4')} tokens, over its limit of {limit}")
+
+
+def test_llm_findings_read_a_result_in_chunks_of_8000_tokens():
+    call = tool_call("c1", "shell", "{}")
+    content = "x\n" * 3998 + "x"
+    assert count_text(f"result of shell():\n{content}") == 8001
+    seen: list = []
+    view = _role_view(content, call)
+    RoleSelective().apply(view, _role_ctx(summarizer=_findings_summarizer("found", seen), tool_tokens=1, llm=True))
+    assert len(seen) == 3  # two chunks, then the parts
