@@ -1800,7 +1800,9 @@ def test_llm_findings_as_long_as_the_result_are_not_used_and_the_head_and_tail_i
     ctx = _role_ctx(summarizer=_findings_summarizer(reply, []), tool_tokens=1, llm=True)
     assert RoleSelective()._findings(view[4], view[3].message["tool_calls"][0], ctx, 200, []).tokens == 164
     out = RoleSelective().apply(view, ctx)
-    assert out.compactions == [] and out.view[4].message["content"].startswith("line 0\nline 1\n")
+    assert out.compactions == [] and out.view[4].kind == "role_selective"
+    assert out.view[4].message["content"].startswith("line 0\nline 1\n") and "ctxagent cut this" in out.view[4].message[
+        "content"]
 
 
 def test_failed_llm_findings_are_reported_even_when_nothing_else_changes():
