@@ -1839,3 +1839,92 @@ def test_llm_findings_read_a_result_in_chunks_of_8000_tokens():
     view = _role_view(content, call)
     RoleSelective().apply(view, _role_ctx(summarizer=_findings_summarizer("found", seen), tool_tokens=1, llm=True))
     assert len(seen) == 3  # two chunks, then the parts
+
+
+# --- prune.py: units, tools, max_tokens, batch 1, notes and stubs (docs/mutation-strategies-d.md) ---
+
+
+def _dead_then(*units, turns=None) -> list[Entry]:
+    """system, task, one unit per ``(calls, results)``, the current user message; calls are
+    ``(id, tool, command)``."""
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
+    for calls, results in units:
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [tool_call(i, t, json.dumps({"command": c})) for i, t, c in calls]})
+        messages += [{"role": "tool", "tool_call_id": i, "content": r} for (i, _, _), r in zip(calls, results,
+                                                                                                 strict=True)]
+    messages.append({"role": "user", "content": "go"})
+    return _entries(messages, turns or [0, 0, *([1] * (len(messages) - 4)), 9, 9])
+
+
+OK = "exit code: 0\nok"
+
+
+def test_a_success_in_the_same_unit_or_of_another_tool_does_not_supersede_a_dead_end():
+    same_unit = _dead_then(([("c1", "shell", "cat /a"), ("c2", "shell", "cat /b")], [GONE, OK]),
+                           ([("c3", "read", "x")], [OK]))
+    assert Prune().apply(same_unit, ctx_for(same_unit)).view is same_unit
+    other_tool = _dead_then(([("c1", "shell", "cat /a")], [GONE]), ([("c2", "read", "x")], [OK]),
+                            ([("c3", "read", "y")], [OK]))
+    assert Prune().apply(other_tool, ctx_for(other_tool)).view is other_tool
+
+
+def test_prune_judges_not_found_wordings_up_to_its_max_tokens_and_prunes_from_a_batch_of_one():
+    view = _dead_then(([("c1", "shell", "grep x")], ["grep: pattern not found"]), ([("c2", "shell", "ls")], [OK]),
+                      ([("c3", "read", "y")], [OK]))
+    tokens = view[3].tokens
+
+    def kinds(**params):
+        ctx = replace(ctx_for(view, window=100_000, params=params), free_from=view[-1].end + 1)  # all sent
+        return [e.kind for e in Prune().apply(view, ctx).view]
+
+    assert kinds(max_tokens=tokens, batch=1) == ["message", "message", "prune", *["message"] * 5]
+    assert kinds(max_tokens=tokens - 1, batch=1) == ["message"] * 9
+    assert kinds(max_tokens=tokens, batch=2) == ["message"] * 9
+
+
+def test_one_note_names_consecutive_dead_units_with_empty_and_long_first_lines_counted_in_the_models_tokens():
+    error = "ERROR: " + "e" * 150
+    view = _dead_then(([("c1", "shell", f"cat {UNICODE}"), ("c2", "shell", "cat /b")], ["", error]),
+                      ([("c3", "shell", "cat /c")], [error.replace("e", "f")]), ([("c4", "shell", "ls")], [OK]))
+    out = Prune().apply(view, replace(ctx_for(view), model="gpt-4"))
+    note = out.view[2]
+    calls = [view[2].message["tool_calls"][0], view[2].message["tool_calls"][1], view[5].message["tool_calls"][0]]
+    assert note.message["content"] == (
+        "[ctxagent pruned dead ends (later attempts succeeded): "
+        f"{short_call(calls[0], 60)} → (empty) ({handle_for('c1')}); "
+        f"{short_call(calls[1], 60)} → {error[:99]}… ({handle_for('c2')}); "
+        f"{short_call(calls[2], 60)} → {error.replace('e', 'f')[:99]}… ({handle_for('c3')})]")
+    assert (note.start, note.end, note.turn) == (2, 6, 1) and out.view[3:] == view[7:]
+    assert note.tokens == count_message(note.message, "gpt-4") != count_message(note.message)
+
+
+def test_a_stub_as_long_as_the_dead_result_is_not_made_and_each_stub_has_the_pins_of_its_request():
+    view = _dead_ends_view()
+    even = replace(view[7], message={**view[7].message, "content": "exit code: 1\nboom\n" + "pad " * 31})
+    even = replace(even, tokens=count_message(even.message))
+    assert even.tokens == 44  # and so is its stub
+    view_even = [*view[:7], even, *view[8:]]
+    assert Prune().apply(view_even, ctx_for(view_even)).view[4] is even
+    view = _dead_ends_view()
+    assert "[pinned]" not in Prune().apply(view, ctx_for(view, pins=())).view[4].message["content"]
+    pinned = Prune().apply(view, ctx_for(view, pins=("/c: No such file or directory\ncat",))).view[4]
+    assert pinned.message["content"].endswith("\n[pinned] /c: No such file or directory\ncat")
+
+
+def test_a_dead_result_another_strategy_replaced_is_not_pruned():
+    view = _dead_ends_view()
+    view[7] = replace(view[7], kind="role_selective")  # still starts with "exit code: 1"
+    assert is_dead(view[7])
+    out = Prune().apply(view, ctx_for(view))
+    assert out.view[4] is view[7] and [e.start for e in out.offloads] == [3, 5]
+
+
+def test_distill_discards_a_not_found_result_of_at_most_200_tokens():
+    def discarded(pad: int) -> list[str]:
+        view = _dead_then(([("c1", "shell", "cat /a")], ["cat: /a: No such file or directory\n" + "x " * pad]))
+        assert view[3].tokens == pad + 16
+        return deterministic_state(view, view[2:4], (), 1000)["discarded_hypotheses"]
+
+    assert discarded(184) == ["shell(command=cat /a) → cat: /a: No such file or directory"]
+    assert discarded(185) == []
