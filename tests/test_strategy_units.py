@@ -2,8 +2,8 @@
 helpers strategies name calls with, the checkpoint's rendering and parsing of odd values, and each
 rule of the pipeline (``changes``, ``replay``, ``fires``, the second and third passes), of
 ``dedupe``, ``mask_observations``, ``prune``, ``sliding_window``, ``summarize`` and the summarizer calls
-(``summarizing``) stated exactly on hand-built views (issue 17,
-docs/mutation-strategies-a.md). The laws on random views are in test_strategies.py."""
+(``summarizing``), ``role_selective``, ``distill`` and its rendering helpers stated exactly on hand-built
+views (issue 17, docs/mutation-strategies-a.md to -d.md). The laws on random views are in test_strategies.py."""
 
 from __future__ import annotations
 
@@ -63,11 +63,12 @@ from ctxagent.strategies.common import (
     stored_handle,
 )
 from ctxagent.strategies.dedupe import Dedupe
+from ctxagent.strategies.distill import DISTILL_PROMPT, Distill, _finish, deterministic_state, dumps, previous_state
 from ctxagent.strategies.mask_observations import MaskObservations, MaskObservationsStep, _kept
 from ctxagent.strategies.pipeline import changes, fires, replay, run
 from ctxagent.strategies.prune import Prune, is_dead
-from ctxagent.strategies.rendering import fact_lines, render
-from ctxagent.strategies.role_selective import conclusion, head_tail
+from ctxagent.strategies.rendering import FACT_LINE_CHARS, clip, fact_lines, render, task_text
+from ctxagent.strategies.role_selective import FINDINGS_PROMPT, RoleSelective, conclusion, head_tail
 from ctxagent.strategies.sliding_window import SlidingWindow
 from ctxagent.strategies.step import Declared, StrategyConfig, known
 from ctxagent.strategies.summarize import (
@@ -1451,3 +1452,479 @@ def test_conclusion_is_the_last_paragraph_cut_middle_out_to_max_tokens():
     assert conclusion(UNICODE * 3, 27) == UNICODE * 3  # 27 tokens for the default tokenizer
     assert conclusion(UNICODE * 3, 26) != UNICODE * 3
     assert conclusion(UNICODE * 3, 27, "gpt-4") != UNICODE * 3  # 33 for gpt-4's
+
+
+# --- rendering.py: what summarizers and state documents are made of (docs/mutation-strategies-d.md) ---
+
+
+def test_render_labels_each_message_with_its_seq_or_range_and_names_each_call_in_200_characters():
+    long_call = tool_call("c1", "shell", json.dumps({"command": "cat " + "x" * 300}))
+    entries = [_msg("user", "the task", 1),
+               Entry({"role": "assistant", "content": "let me look", "tool_calls": [long_call]}, 10, 2, 2, 1),
+               Entry({"role": "tool", "tool_call_id": "c1", "content": "found it"}, 10, 3, 3, 1),
+               Entry({"role": "assistant", "content": None, "tool_calls": [tool_call("c2", "ls", "{}")]}, 10, 4, 4, 2),
+               Entry({"role": "tool", "tool_call_id": "c2", "content": "a.py"}, 10, 5, 5, 2),
+               Entry({"role": "user", "content": "[ctxagent summary] earlier work"}, 10, 6, 9, 3, "summarize"),
+               _msg("assistant", "done", 10, 4)]
+    call = short_call(long_call, 200)
+    assert len(call) == 207 and call != short_call(long_call, 201)  # the command is cut
+    assert render(entries) == "\n".join([
+        "#1 user: the task", "#2 assistant: let me look", f"#2 assistant called {call}",
+        f"#3 result of {call}: found it", "#4 assistant called ls()", "#5 result of ls(): a.py",
+        "#6-9 [ctxagent summary] earlier work", "#10 assistant: done"])
+
+
+def test_clip_to_nothing_keeps_only_the_marker():
+    value = "word " * 50  # 51 tokens
+    assert clip(value, 0) == "\n[... 51 tokens cut ...]\n"
+    assert clip(value, 1) == "wo\n[... 50 tokens cut ...]\nd "
+    assert clip(value, 51) == value
+
+
+def test_fact_lines_are_lines_of_four_characters_or_more_naming_a_fact_once_each_cut_to_160():
+    long = "port " + "9" * 300
+    body = f"intro\n  1234  \n123\nabcd\n/srv/a.py\n1234\n{long}"
+    expected = ["#7 user: intro", "1234", "/srv/a.py", one_line(long, FACT_LINE_CHARS)]
+    assert fact_lines([_msg("user", body, 7)], 1000) == expected
+
+
+def test_fact_lines_keep_the_newest_lines_in_order_while_their_tokens_and_one_each_fit():
+    lines = ["#7 user: intro", "1234", "/srv/a.py"]  # 5, 2 and 4 tokens: 6, 3 and 5 with their one
+    entries = [_msg("user", "intro\n1234\n/srv/a.py", 7)]
+    assert fact_lines(entries, 14) == lines
+    assert fact_lines(entries, 13) == lines[1:]
+    assert fact_lines(entries, 8) == lines[1:]
+    assert fact_lines(entries, 7) == lines[2:]
+    assert fact_lines(entries, 5) == lines[2:]
+    assert fact_lines(entries, 4) == []
+
+
+def test_fact_lines_count_in_the_models_tokens():
+    entries = [_msg("user", f"x\n1 {UNICODE}\n2 {UNICODE}", 7)]  # 10 tokens each for the default, 12 for gpt-4
+    assert fact_lines(entries, 22) == [f"1 {UNICODE}", f"2 {UNICODE}"]
+    assert fact_lines(entries, 22, "gpt-4") == [f"2 {UNICODE}"]
+
+
+def test_the_task_is_the_first_user_message_or_nothing():
+    pins = Entry({"role": "user", "content": "[pinned facts] x"}, 5, -1, -1, 0, kind="pins")
+    view = [pins, _msg("system", "rules", 0), _msg("user", "the task", 1), _msg("user", "more", 2)]
+    assert task_text(view) == "the task"
+    assert task_text(view[:2]) == ""
+
+
+# --- distill.py: the state document, deterministic and by the LLM (docs/mutation-strategies-d.md) ---
+
+
+def _state_entry(doc, seq: int, extra: str = "") -> Entry:
+    return _e({"role": "user", "content": f"[ctxagent state of messages #{seq}-#{seq}]\n{dumps(doc)}{extra}"}, seq, 1,
+              kind="distill")
+
+
+def test_dumps_keeps_non_ascii_and_previous_state_reads_only_a_json_object_of_a_distill_message():
+    assert dumps({"a": "é"}) == '{"a": "é"}'
+    assert previous_state(_state_entry({"goal": "g"}, 2)) == {"goal": "g"}
+    assert previous_state(replace(_state_entry({"goal": "g"}, 2), kind="summarize")) is None
+    listed = _e({"role": "user", "content": "[ctxagent state of messages #2-#2]\n[1, 2]"}, 2, kind="distill")
+    broken = _e({"role": "user", "content": "[ctxagent state of messages #2-#2]\n{nope"}, 2, kind="distill")
+    assert previous_state(listed) is None and previous_state(broken) is None
+
+
+def test_a_deterministic_state_updates_the_previous_documents_with_the_new_facts_and_dead_ends():
+    older = {"goal": "older goal", "verified_facts": "not a list", "discarded_hypotheses": ["d0"],
+             "pending_actions": ["p0"]}
+    newer = {"goal": "newer goal", "verified_facts": ["f1", 2, {"k": "é"}], "discarded_hypotheses": ["d1"],
+             "pending_actions": ["p1", "p2"]}
+    cat = tool_call("c1", "shell", json.dumps({"command": "cat /srv/" + "x" * 100}))
+    view = [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "Fix it.\nnow"}, 1, 0),
+            _state_entry(older, 2), _state_entry(newer, 3, "\n[pinned] P-1"),
+            _e({"role": "assistant", "content": None, "tool_calls": [cat]}, 4, 2),
+            _e({"role": "tool", "tool_call_id": "c1", "content": "cat: /srv/x: No such file or directory"}, 5, 2),
+            _e({"role": "assistant", "content": "port is 8080, key PIN-2"}, 6, 3),
+            _e({"role": "user", "content": "go"}, 7, 4)]
+    call, gone = short_call(cat, 60), "cat: /srv/x: No such file or directory"
+    assert call.endswith("x…)") and call != short_call(cat, 61)
+    assert deterministic_state(view, view[2:7], ("P-1", "PIN-2", "absent"), 1000) == {
+        "goal": "newer goal",  # the newest document's; the older one's facts are not a list: none read
+        "verified_facts": ["f1", "2", '{"k": "é"}', f"#4 assistant called {short_call(cat, 200)}",
+                           one_line(f"#5 result of {short_call(cat, 200)}: {gone}", 160),
+                           "#6 assistant: port is 8080, key PIN-2"],
+        "discarded_hypotheses": ["d0", "d1", f"{call} → {gone}"],
+        "pending_actions": ["p1", "p2"],  # the newest document's only
+        "pinned": ["P-1"],  # PIN-2 is in the document already, "absent" not in the messages
+    }
+
+
+def test_without_a_previous_document_the_goal_is_the_task_cut_to_300_characters_and_nothing_is_pending():
+    task = "Fix  the\ntest " + "y" * 400
+    view = [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": task}, 1, 0),
+            _e({"role": "assistant", "content": "ok"}, 2), _e({"role": "user", "content": "go"}, 3)]
+    doc = deterministic_state(view, view[2:3], (), 1000)
+    assert doc == {"goal": one_line(task, 300), "verified_facts": ["#2 assistant: ok"], "discarded_hypotheses": [],
+                   "pending_actions": []}
+    assert len(doc["goal"]) == 300 and doc["goal"].startswith("Fix the test yyy")
+
+
+def _long_state_view():
+    prev = {"goal": "g", "verified_facts": [f"F{i:02} {UNICODE}" for i in range(20)],
+            "discarded_hypotheses": [f"D{i:02}" for i in range(10)], "pending_actions": []}
+    return [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "task"}, 1, 0),
+            _state_entry(prev, 2, "\n[pinned] PIN-9"), _e({"role": "assistant", "content": "noted"}, 3, 2),
+            _e({"role": "user", "content": "go"}, 4, 3)]
+
+
+# 21 facts (20 earlier, "#3 assistant: noted") and 10 discarded, trimmed from the longer list (facts on a
+# tie), oldest first, an eighth (at least one) at a time: 2, 2, 2, then 1 fact each time down to 10, then
+# one fact (10 and 10) and one discarded (9 and 10): 194 tokens for gpt-4 (180 for the default tokenizer).
+TRIMMED = {"goal": "g", "verified_facts": [*(f"F{i:02} {UNICODE}" for i in range(12, 20)), "#3 assistant: noted"],
+           "discarded_hypotheses": [f"D{i:02}" for i in range(1, 10)], "pending_actions": [], "pinned": ["PIN-9"]}
+
+
+def test_a_deterministic_state_over_max_tokens_drops_the_oldest_of_the_longer_list_in_the_models_tokens():
+    view = _long_state_view()
+    assert count_text(dumps(TRIMMED), "gpt-4") == 194 and count_text(dumps(TRIMMED)) == 180
+    assert deterministic_state(view, view[2:4], ("PIN-9",), 194, "gpt-4") == TRIMMED  # exactly max_tokens
+    one_less = deterministic_state(view, view[2:4], ("PIN-9",), 193, "gpt-4")  # then a fact again (9 and 9)
+    assert one_less == {**TRIMMED, "verified_facts": TRIMMED["verified_facts"][1:]}
+    facts = [*(f"F{i:02} {UNICODE}" for i in range(20)), "#3 assistant: noted"]
+    sixteen = count_text(dumps({**TRIMMED, "verified_facts": facts[5:], "discarded_hypotheses": [
+        f"D{i:02}" for i in range(10)]}), "gpt-4")  # the document with 16 facts fits, but 17 - 2 are 15
+    assert deterministic_state(view, view[2:4], ("PIN-9",), sixteen, "gpt-4")["verified_facts"] == facts[6:]
+
+
+def test_the_new_fact_lines_of_a_deterministic_state_are_picked_in_the_models_tokens():
+    lines = [f"{k} {UNICODE}" for k in range(30)]
+    view = [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "task"}, 1, 0),
+            _e({"role": "assistant", "content": "\n".join(lines)}, 2), _e({"role": "user", "content": "go"}, 3, 2)]
+    assert deterministic_state(view, view[2:3], (), 235, "gpt-4")["verified_facts"] == lines[16:]
+
+
+def test_a_deterministic_state_trims_discarded_hypotheses_alone_and_stops_when_both_lists_are_empty():
+    prev = {"goal": "g", "verified_facts": [], "discarded_hypotheses": [f"D{i:02}" for i in range(20)],
+            "pending_actions": ["p"]}
+    entries = [_state_entry(prev, 2)]
+    view = [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "task"}, 1, 0),
+            *entries, _e({"role": "user", "content": "go"}, 3, 2)]
+    full = deterministic_state(view, entries, (), 1000)
+    assert full == {**prev, "verified_facts": []}
+    tokens = count_text(dumps({**prev, "discarded_hypotheses": prev["discarded_hypotheses"][2:]}))
+    assert deterministic_state(view, entries, (), tokens)["discarded_hypotheses"] == prev["discarded_hypotheses"][2:]
+    assert deterministic_state(view, entries, (), 1) == {**prev, "discarded_hypotheses": []}
+
+
+def test_distill_writes_the_deterministic_state_of_the_range_after_the_task_with_the_pins_in_the_models_tokens():
+    view = _long_state_view()
+    ctx = replace(_ctx(pins=("PIN-9",)), params={"keep_turns": 1, "min_tokens": 0, "max_tokens": 194})
+    out = Distill().apply(view, ctx)
+    assert out.compactions[0].message == {"role": "user",
+                                          "content": f"[ctxagent state of messages #2-#3]\n{dumps(TRIMMED)}"}
+    assert out.view[2].message == out.compactions[0].message and out.view[3:] == view[4:] and out.warnings == []
+
+
+def test_distill_leaves_a_range_of_at_most_min_tokens_or_of_only_the_previous_document():
+    view = [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "task"}, 1, 0),
+            _e({"role": "assistant", "content": "a 1"}, 2), _e({"role": "assistant", "content": "b 2"}, 3),
+            _e({"role": "user", "content": "go"}, 4)]
+    tokens = view[2].tokens + view[3].tokens
+
+    def distilled(min_tokens, on=view):
+        return Distill().apply(on, replace(_ctx(), params={"keep_turns": 1, "min_tokens": min_tokens}))
+
+    assert distilled(tokens).view is view
+    assert distilled(tokens - 1).view[2].kind == "distill"
+    only_state = [*view[:2], _state_entry({"goal": "g"}, 2), view[4]]
+    assert distilled(0, only_state).view is only_state
+
+
+def _recording_summarizer(reply: str, seen: list):
+    def summarizer(prompt: str, max_tokens: int) -> str:
+        seen.append((prompt, max_tokens))
+        return reply
+    return summarizer
+
+
+def _llm_view():
+    return [_e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "task"}, 1, 0),
+            _e({"role": "assistant", "content": "port 8080 at /srv/a.py"}, 2),
+            _e({"role": "assistant", "content": "PIN-1 noted"}, 3), _e({"role": "user", "content": "go"}, 4)]
+
+
+def test_the_llm_state_document_is_asked_for_with_the_rendered_range_and_its_pins_and_put_in_key_order():
+    view, seen = _llm_view(), []
+    ctx = replace(_ctx(model="", pins=("PIN-1",)), params={"keep_turns": 1, "min_tokens": 0, "max_tokens": 321},
+                  summarizer=_recording_summarizer('{"extra": 1, "pending_actions": ["p"], "goal": "g PIN-1"}', seen))
+    out = Distill().apply(view, ctx)
+    assert out.compactions[0].message["content"] == (
+        '[ctxagent state of messages #2-#3]\n{"goal": "g PIN-1", "pending_actions": ["p"], "extra": 1}')
+    prompt = DISTILL_PROMPT.replace("{max_tokens}", "321")
+    assert prompt.endswith("At most 321 tokens.") and out.warnings == []
+    assert seen == [(f"{prompt}{pins_block(['PIN-1'])}\n\n{render(view[2:4])}", 321)]
+    assert _finish('{"x": 1, "pending_actions": [], "goal": "g"}') == '{"goal": "g", "pending_actions": [], "x": 1}'
+
+
+def test_a_failed_llm_state_document_is_reported_and_distilled_deterministically_instead():
+    view = _llm_view()
+
+    def warnings(reply: str, model: str = "", max_tokens: int = 321, **fields) -> list[str]:
+        ctx = replace(_ctx(model=model), params={"keep_turns": 1, "min_tokens": 0, "max_tokens": max_tokens},
+                      summarizer=_recording_summarizer(reply, []), **fields)
+        out = Distill().apply(view, ctx)
+        assert out.compactions[0].message["content"].endswith(dumps(deterministic_state(view, view[2:4], (),
+                                                                                        max_tokens, model)))
+        return out.warnings
+
+    def failed(why: str) -> list[str]:
+        return [f"distill: the LLM state document of messages #2-#3 failed ({why}); distilled the state "
+                "deterministically instead"]
+
+    assert warnings('{"x": 1}') == failed("the summarizer's reply is not usable: none of the keys ('goal', "
+                                          "'verified_facts', 'discarded_hypotheses', 'pending_actions')")
+    assert warnings('{"goal": "g"}', summarizer_window=300) == failed(
+        "the summarizer's 300-token window cannot hold a request: prompt 146 + reply 321 + margin 256 tokens "
+        "leave 0 for the material")
+    reply = dumps({"goal": UNICODE * 3})
+    limit = count_text(reply)
+    assert warnings(reply, "gpt-4", limit) == failed(f"the summary has {count_text(reply, 'gpt-4')} tokens, over "
+                                                     f"its limit of {limit}")
+
+
+# --- role_selective.py: which entries are reduced, how, and the LLM findings (docs/mutation-strategies-d.md) ---
+
+LONG_CALL = tool_call("c1", "shell", json.dumps({"command": "cat " + "z" * 300}))
+
+
+def _role_view(content: str, call=LONG_CALL, *more: dict) -> list[Entry]:
+    """pins, system, task, one call and its result (``content``), ``more`` messages, the current user message."""
+    pins = Entry({"role": "user", "content": "[pinned facts] x"}, 5, -1, -1, 0, kind="pins")
+    messages = [{"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": call["id"], "content": content}, *more]
+    return [pins, _e({"role": "system", "content": "sys"}, 0, 0), _e({"role": "user", "content": "task"}, 1, 0),
+            *(_e(m, 2 + i, 1) for i, m in enumerate(messages)), _e({"role": "user", "content": "go"}, 9, 2)]
+
+
+def _role_ctx(model: str = "", pins: tuple[str, ...] = (), summarizer=None, **params) -> StrategyContext:
+    return replace(_ctx(model=model, pins=pins), params={"keep_turns": 1, **params}, summarizer=summarizer)
+
+
+LINES = "\n".join(f"line {i}" for i in range(40))  # 164 tokens as a tool message
+
+
+def test_role_selective_cuts_an_old_tool_result_to_head_and_tail_naming_the_call_in_80_characters():
+    view = _role_view(LINES + "\nK-7 here")
+    out = RoleSelective().apply(view, _role_ctx(pins=("K-7",), tool_tokens=view[4].tokens - 1, head_lines=1,
+                                                tail_lines=1))
+    marker = (f"[... ctxagent cut this {view[4].tokens}-token result of {short_call(LONG_CALL, 80)} to its head and "
+              f"tail; full result: {handle_for('c1')} (read_output or grep_output) ...]")
+    assert short_call(LONG_CALL, 80) != short_call(LONG_CALL, 81)
+    new = out.view[4]
+    assert new.message == {**view[4].message, "content": f"line 0\n{marker}\nK-7 here"}  # the pin is in the tail
+    assert (new.kind, new.start, new.turn, new.tokens) == ("role_selective", 3, 1, count_message(new.message))
+    assert out.offloads == [view[4]] and out.compactions == [] and out.view[:4] == view[:4]
+    pinned = RoleSelective().apply(view, _role_ctx(pins=("line 7",), tool_tokens=1, head_lines=1, tail_lines=1))
+    assert pinned.view[4].message["content"].endswith("\nK-7 here\n[pinned] line 7")
+    assert RoleSelective().apply(view, _role_ctx(tool_tokens=view[4].tokens)).view is view  # not over tool_tokens
+
+
+def test_role_selective_leaves_the_newest_units_other_kinds_and_a_cut_that_would_not_shrink():
+    view = _role_view(LINES)
+    assert RoleSelective().apply(view, _role_ctx(tool_tokens=1, keep_turns=2)).view is view
+    stub = [*view[:4], replace(view[4], kind="dedupe"), view[5]]
+    assert RoleSelective().apply(stub, _role_ctx(tool_tokens=1)).view is stub
+    lines = [f"line {i}" for i in range(19)]
+    lines[5] += " w w w"  # its head and tail (1 line each and the marker) are exactly as long: 83 tokens
+    even = _role_view("\n".join(lines))
+    assert RoleSelective()._head_tail(even[4], LONG_CALL, _role_ctx(), 1, 1).tokens == even[4].tokens == 83
+    assert RoleSelective().apply(even, _role_ctx(tool_tokens=1, head_lines=1, tail_lines=1)).view is even
+
+
+def test_role_selective_cuts_long_reasoning_to_its_conclusion_in_the_models_tokens_and_keeps_its_calls():
+    last = " ".join(f"w{i}" for i in range(40)) + f" {UNICODE}"
+    content = f"first thoughts K-7\n\n{last}"
+    call = tool_call("c2", "ls", "{}")
+    view = _role_view("ok", LONG_CALL, {"role": "assistant", "content": content, "tool_calls": [call]},
+                      {"role": "tool", "tool_call_id": "c2", "content": "a.py"})
+    gpt4, default = count_text(content, "gpt-4"), count_text(content)
+    assert gpt4 > default
+
+    def reduced(limit: int, model: str = "gpt-4"):
+        return RoleSelective().apply(view, _role_ctx(model=model, pins=("K-7",), assistant_tokens=limit, keep_turns=1))
+
+    assert reduced(gpt4).view is view  # the text has exactly assistant_tokens
+    out = reduced(default)  # over it in gpt-4's tokens only
+    kept = conclusion(content, default // 2, "gpt-4")
+    assert kept not in (conclusion(content, default // 2), conclusion(content, default // 3, "gpt-4"))
+    new = out.view[5]
+    assert new.message == {"role": "assistant", "tool_calls": [call], "content": (
+        f"[ctxagent cut {gpt4} tokens of reasoning to the conclusion]\n{kept}\n[pinned] K-7")}
+    assert (new.kind, new.start, new.turn, new.tokens) == ("role_selective", 4, 1, count_message(new.message, "gpt-4"))
+    assert out.offloads == [] and out.view[6:] == view[6:]
+    assert reduced(default, model="").view is view  # the default tokenizer counts it at the limit
+
+
+def _findings_summarizer(reply: str, seen: list):
+    def summarizer(prompt: str, max_tokens: int) -> str:
+        seen.append((prompt, max_tokens))
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+    return summarizer
+
+
+def test_llm_findings_are_asked_for_each_result_up_to_max_calls_and_recorded_with_their_label():
+    results = [LINES.replace("line", f"r{n}") for n in range(3)]
+    calls = [LONG_CALL, tool_call("c2", "grep", "{}"), tool_call("c3", "grep", "{}")]
+    more = [m for n in (1, 2) for m in ({"role": "assistant", "content": None, "tool_calls": [calls[n]]},
+                                         {"role": "tool", "tool_call_id": f"c{n + 1}", "content": results[n]})]
+    view = _role_view(results[0], LONG_CALL, *more)
+    seen: list = []
+    ctx = _role_ctx(summarizer=_findings_summarizer("found 8080", seen), tool_tokens=1, llm=True, max_calls=2,
+                    findings_tokens=321)
+    out = RoleSelective().apply(view, ctx)
+    prompt = FINDINGS_PROMPT.format(max_tokens=321)
+    assert seen == [(f"{prompt}\n\nresult of {short_call(LONG_CALL, 200)}:\n{results[0]}", 321),
+                    (f"{prompt}\n\nresult of grep():\n{results[1]}", 321)]
+    assert short_call(LONG_CALL, 200) != short_call(LONG_CALL, 201)
+    label = (f"[ctxagent findings of {short_call(LONG_CALL, 80)}, a {view[4].tokens}-token result; full result: "
+             f"{handle_for('c1')} (read_output or grep_output)]")
+    assert out.view[4].message == {**view[4].message, "content": f"{label}\nfound 8080"}
+    assert [(c.strategy, c.start, c.end, c.message, c.tokens, c.tokens_before) for c in out.compactions] == [
+        ("role_selective", e.start, e.end, e.message, e.tokens, view[i].tokens)
+        for i, e in ((4, out.view[4]), (6, out.view[6]))]
+    assert out.view[8].message["content"].startswith("r2 0\nr2 1\n")  # the third: head and tail
+    assert out.offloads == [view[4], view[6], view[8]]
+    assert RoleSelective().apply(view, replace(ctx, params={**ctx.params, "llm": False})).compactions == []
+
+
+def test_llm_findings_as_long_as_the_result_are_not_used_and_the_head_and_tail_is():
+    view = _role_view(LINES, tool_call("c1", "shell", json.dumps({"command": "cat log"})))
+    reply = " ".join(f"f{i}" for i in range(64)) + "!"
+    ctx = _role_ctx(summarizer=_findings_summarizer(reply, []), tool_tokens=1, llm=True)
+    assert RoleSelective()._findings(view[4], view[3].message["tool_calls"][0], ctx, 200, []).tokens == 164
+    out = RoleSelective().apply(view, ctx)
+    assert out.compactions == [] and out.view[4].kind == "role_selective"
+    assert out.view[4].message["content"].startswith("line 0\nline 1\n") and "ctxagent cut this" in out.view[4].message[
+        "content"]
+
+
+def test_failed_llm_findings_are_reported_even_when_nothing_else_changes():
+    view = _role_view("\n".join(["x " * 100] * 3))  # three lines: the head and tail would be longer
+
+    def warnings(summarizer_reply, model: str = "", **fields) -> tuple:
+        ctx = replace(_role_ctx(model=model, summarizer=_findings_summarizer(summarizer_reply, []), tool_tokens=1,
+                                llm=True, findings_tokens=50), **fields)
+        out = RoleSelective().apply(view, ctx)
+        return out.view is view, out.warnings
+
+    def failed(why: str) -> list[str]:
+        return [f"role_selective: the LLM findings of {short_call(LONG_CALL, 60)} (message #3) failed ({why}); "
+                "cut it to its head and tail instead"]
+
+    assert short_call(LONG_CALL, 60) != short_call(LONG_CALL, 61)
+    assert warnings(RuntimeError("down")) == (True, failed("the summarizer raised RuntimeError: down"))
+    tiny = warnings("ok", summarizer_window=200)
+    assert tiny[0] and tiny[1][0].startswith(f"role_selective: the LLM findings of {short_call(LONG_CALL, 60)} "
+                                             "(message #3) failed (the summarizer's 200-token window cannot hold")
+    reply = UNICODE * 5
+    limit = count_text(reply)  # gpt-4 counts more
+    ctx = _role_ctx(model="gpt-4", summarizer=_findings_summarizer(reply, []), tool_tokens=1, llm=True,
+                    findings_tokens=limit)
+    assert RoleSelective().apply(view, ctx).warnings == failed(
+        f"the summary has {count_text(reply, 'gpt-4')} tokens, over its limit of {limit}")
+
+
+def test_llm_findings_read_a_result_in_chunks_of_8000_tokens():
+    call = tool_call("c1", "shell", "{}")
+    content = "x\n" * 3998 + "x"
+    assert count_text(f"result of shell():\n{content}") == 8001
+    seen: list = []
+    view = _role_view(content, call)
+    RoleSelective().apply(view, _role_ctx(summarizer=_findings_summarizer("found", seen), tool_tokens=1, llm=True))
+    assert len(seen) == 3  # two chunks, then the parts
+
+
+# --- prune.py: units, tools, max_tokens, batch 1, notes and stubs (docs/mutation-strategies-d.md) ---
+
+
+def _dead_then(*units, turns=None) -> list[Entry]:
+    """system, task, one unit per ``(calls, results)``, the current user message; calls are
+    ``(id, tool, command)``."""
+    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "task"}]
+    for calls, results in units:
+        messages.append({"role": "assistant", "content": None,
+                         "tool_calls": [tool_call(i, t, json.dumps({"command": c})) for i, t, c in calls]})
+        messages += [{"role": "tool", "tool_call_id": i, "content": r} for (i, _, _), r in zip(calls, results,
+                                                                                                 strict=True)]
+    messages.append({"role": "user", "content": "go"})
+    return _entries(messages, turns or [0, 0, *([1] * (len(messages) - 4)), 9, 9])
+
+
+OK = "exit code: 0\nok"
+
+
+def test_a_success_in_the_same_unit_or_of_another_tool_does_not_supersede_a_dead_end():
+    same_unit = _dead_then(([("c1", "shell", "cat /a"), ("c2", "shell", "cat /b")], [GONE, OK]),
+                           ([("c3", "read", "x")], [OK]))
+    assert Prune().apply(same_unit, ctx_for(same_unit)).view is same_unit
+    other_tool = _dead_then(([("c1", "shell", "cat /a")], [GONE]), ([("c2", "read", "x")], [OK]),
+                            ([("c3", "read", "y")], [OK]))
+    assert Prune().apply(other_tool, ctx_for(other_tool)).view is other_tool
+
+
+def test_prune_judges_not_found_wordings_up_to_its_max_tokens_and_prunes_from_a_batch_of_one():
+    view = _dead_then(([("c1", "shell", "grep x")], ["grep: pattern not found"]), ([("c2", "shell", "ls")], [OK]),
+                      ([("c3", "read", "y")], [OK]))
+    tokens = view[3].tokens
+
+    def kinds(**params):
+        ctx = replace(ctx_for(view, window=100_000, params=params), free_from=view[-1].end + 1)  # all sent
+        return [e.kind for e in Prune().apply(view, ctx).view]
+
+    assert kinds(max_tokens=tokens, batch=1) == ["message", "message", "prune", *["message"] * 5]
+    assert kinds(max_tokens=tokens - 1, batch=1) == ["message"] * 9
+    assert kinds(max_tokens=tokens, batch=2) == ["message"] * 9
+
+
+def test_one_note_names_consecutive_dead_units_with_empty_and_long_first_lines_counted_in_the_models_tokens():
+    error = "ERROR: " + "e" * 150
+    view = _dead_then(([("c1", "shell", f"cat {UNICODE}"), ("c2", "shell", "cat /b")], ["", error]),
+                      ([("c3", "shell", "cat /c")], [error.replace("e", "f")]), ([("c4", "shell", "ls")], [OK]))
+    out = Prune().apply(view, replace(ctx_for(view), model="gpt-4"))
+    note = out.view[2]
+    calls = [view[2].message["tool_calls"][0], view[2].message["tool_calls"][1], view[5].message["tool_calls"][0]]
+    assert note.message["content"] == (
+        "[ctxagent pruned dead ends (later attempts succeeded): "
+        f"{short_call(calls[0], 60)} → (empty) ({handle_for('c1')}); "
+        f"{short_call(calls[1], 60)} → {error[:99]}… ({handle_for('c2')}); "
+        f"{short_call(calls[2], 60)} → {error.replace('e', 'f')[:99]}… ({handle_for('c3')})]")
+    assert (note.start, note.end, note.turn) == (2, 6, 1) and out.view[3:] == view[7:]
+    assert note.tokens == count_message(note.message, "gpt-4") != count_message(note.message)
+
+
+def test_a_stub_as_long_as_the_dead_result_is_not_made_and_each_stub_has_the_pins_of_its_request():
+    view = _dead_ends_view()
+    even = replace(view[7], message={**view[7].message, "content": "exit code: 1\nboom\n" + "pad " * 31})
+    even = replace(even, tokens=count_message(even.message))
+    assert even.tokens == 44  # and so is its stub
+    view_even = [*view[:7], even, *view[8:]]
+    assert Prune().apply(view_even, ctx_for(view_even)).view[4] is even
+    view = _dead_ends_view()
+    assert "[pinned]" not in Prune().apply(view, ctx_for(view, pins=())).view[4].message["content"]
+    pinned = Prune().apply(view, ctx_for(view, pins=("/c: No such file or directory\ncat",))).view[4]
+    assert pinned.message["content"].endswith("\n[pinned] /c: No such file or directory\ncat")
+
+
+def test_a_dead_result_another_strategy_replaced_is_not_pruned():
+    view = _dead_ends_view()
+    view[7] = replace(view[7], kind="role_selective")  # still starts with "exit code: 1"
+    assert is_dead(view[7])
+    out = Prune().apply(view, ctx_for(view))
+    assert out.view[4] is view[7] and [e.start for e in out.offloads] == [3, 5]
+
+
+def test_distill_discards_a_not_found_result_of_at_most_200_tokens():
+    def discarded(pad: int) -> list[str]:
+        view = _dead_then(([("c1", "shell", "cat /a")], ["cat: /a: No such file or directory\n" + "x " * pad]))
+        assert view[3].tokens == pad + 16
+        return deterministic_state(view, view[2:4], (), 1000)["discarded_hypotheses"]
+
+    assert discarded(184) == ["shell(command=cat /a) → cat: /a: No such file or directory"]
+    assert discarded(185) == []
