@@ -11,8 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
+import examplecount  # noqa: F401 (registers the suite's hypothesis profiles)
 from ctxagent.testing import FakeOpenAI, Item
+
+settings.load_profile("suite")  # `pytest --hypothesis-profile=thorough` loads another after this
 
 DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens, so connections fail at once
 KEY_VARS = (

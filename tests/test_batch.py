@@ -4,7 +4,6 @@ one bad task never stopping the others, Ctrl-C leaving every session resumable."
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from clihelp import call, script
+from clihelp import call, ctxagent, script
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 
 
 def batch(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ctxagent", "batch", *args], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=120, env=os.environ)
+    """``ctxagent batch ARGS`` in ``tmp_path``: the command in this process (tests/clihelp.py), each task in
+    its own ``ctxagent`` subprocess, as always."""
+    return ctxagent("batch", *args, cwd=tmp_path)
 
 
 def results(out: str) -> dict[str, dict]:

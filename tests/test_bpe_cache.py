@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxagent import bpe_cache, tokens
+from examplecount import examples
 
 SAMPLE = "def fn(x):\n    return x ** 2  # ünïcödé, 中文, emoji 🎉 and <|endoftext|> as text\n"
 
@@ -64,7 +65,7 @@ def test_cache_key_follows_the_source_files(monkeypatch, tmp_path):
 ASCII = st.text(st.characters(min_codepoint=0, max_codepoint=127), max_size=300)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(text=st.one_of(ASCII, st.lists(st.sampled_from(
     ["def", " f", "(x)", "  ", "\n", "\t", "1234567", "'s", "HTTP", "!!", "  \n  ", "x" * 40, "#", "_id"]),
     max_size=60).map("".join)))

@@ -21,6 +21,7 @@ from ctxagent.messages import pair_violations
 from ctxagent.profile_schema import Limits
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
+from examplecount import examples
 
 MODEL = "openai/gpt-4o-mini"  # litellm has its prices: the cost limit can be kept
 
@@ -203,7 +204,7 @@ class Clock:
         return self.now
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(limit=st.integers(100, 5000), output_cap=st.integers(1, 300),
        calls=st.lists(st.tuples(st.integers(1, 800), st.floats(0, 1), st.floats(0, 1)), max_size=40))
 def test_bounded_law_no_sequence_of_requests_crosses_a_limit(limit, output_cap, calls):

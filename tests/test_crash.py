@@ -23,15 +23,15 @@ if str(ROOT) not in sys.path:
 crash = importlib.import_module("benchmarks.crash")
 
 
-@pytest.mark.timeout(360)  # real processes killed after calibrated delays: ~2 min of wall on a busy 2-core machine
+@pytest.mark.timeout(360)  # real processes killed after calibrated delays: ~1 min of wall on a busy 2-core machine
 def test_kill_anywhere_then_resume(tmp_path):
-    # 16 kills as 4 kills in each session rather than 2: the same kills (and more resumes of a resumed run
-    # killed again) in about half the sessions, each of which costs a process start (~3 s of CPU) to finish
-    tally = crash.run(kills=16, seed=20240607, litellm_kills=1, root=tmp_path, steps=5,  # 200+: benchmarks.crash
-                      kills_per_chain=4)
+    # 8 kills in 2 sessions of 4 (each kill and resume is a process start, ~1 s of CPU; the litellm session's
+    # two processes ~5 s each), plus one kill of a litellm run: a smoke run of the harness, which
+    # `python -m benchmarks.crash` runs with 200+ kills (80 s of CPU at 16 kills here, measured)
+    tally = crash.run(kills=8, seed=20240607, litellm_kills=1, root=tmp_path, steps=5, kills_per_chain=4)
     report = crash.summary(tally)
     assert tally.failures == [], report
-    assert tally.kills >= 16, report
+    assert tally.kills >= 8 + 1 and tally.chains >= 3, report
     assert tally.resumed_ok == tally.chains, report
     assert (tally.pair_violations, tally.records_lost, tally.bad_outputs, tally.spools_left) == (0, 0, 0, 0), report
 

@@ -1,4 +1,6 @@
-"""The README's offline demo runs on real data and answers with a value only the full output holds."""
+"""The README's offline demo runs on real data and answers with a value only the full output holds;
+run again in the same data dir (a second ``make demo`` with CTXAGENT_DATA_DIR set), it starts a new
+session instead of resuming the first one (which once failed with "script exhausted")."""
 
 from __future__ import annotations
 
@@ -10,12 +12,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_prices_demo_runs_offline(tmp_path):
+def test_prices_demo_runs_offline_twice_in_one_data_dir(tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "CTXAGENT_DATA_DIR": str(tmp_path / "data")}
-    out = subprocess.run(["bash", str(ROOT / "examples/prices/demo.sh")], capture_output=True, text=True,
-                         env=env, timeout=120, stdin=subprocess.DEVNULL)
-    assert out.returncode == 0, out.stderr
-    assert "input_cost_per_token 2.5e-06" in out.stdout
-    assert "'\"gpt-4o\": {' in the preview: False" in out.stdout  # the value came from the full output
-    assert "output @prices from shell: 3" in out.stdout
+    for _ in range(2):
+        out = subprocess.run(["bash", str(ROOT / "examples/prices/demo.sh")], capture_output=True, text=True,
+                             env=env, timeout=120, stdin=subprocess.DEVNULL)
+        assert out.returncode == 0, out.stderr
+        assert "input_cost_per_token 2.5e-06" in out.stdout
+        assert "'\"gpt-4o\": {' in the preview: False" in out.stdout  # the value came from the full output
+        assert "output @prices from shell: 3" in out.stdout
+    names = sorted(p.name for p in (tmp_path / "data" / "sessions").iterdir())
+    assert len(names) == 2 and all(n.startswith("prices-demo-") for n in names), names

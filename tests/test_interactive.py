@@ -106,3 +106,23 @@ def test_an_answer_value_over_the_terminal_size_is_cut_and_says_how_to_get_it():
     assert len(shown) < 25_000 and shown.startswith("row 0\n") and shown.endswith("row 99999")
     assert "--output FILE" in shown and f"{len(text):,} characters" in shown
     assert for_terminal("short", "s1") == "short"
+
+
+def test_a_heartbeat_after_the_spool_was_adopted_does_not_report_0_bytes(tmp_path):
+    """Regression (seen under load): the tool ended and its spool file was adopted before the ticker was
+    stopped, and the last heartbeat said "0 bytes of output so far" after "23.9 kB"."""
+    from ctxagent.cli.render import Ticker
+
+    spool = tmp_path / ".spool-1"
+    spool.write_bytes(b"x" * 23_894)
+    seen: list[int] = []
+    ticker = Ticker(0.01, lambda _s, n: seen.append(n), tmp_path)
+    deadline = time.monotonic() + 10
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    spool.rename(tmp_path / "c1.txt")  # adopted: no spool file left
+    count = len(seen)
+    while len(seen) < count + 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    ticker.stop()
+    assert len(seen) >= count + 3 and set(seen) == {23_894}, seen

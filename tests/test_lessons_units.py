@@ -18,6 +18,7 @@ from ctxagent.lessons.rank import Query, block, rank, render
 from ctxagent.lessons.store import LessonStore, scrub
 from ctxagent.sessions import records
 from ctxagent.tokens import count_text
+from examplecount import examples
 
 SCOPE = "project:/work/p"
 
@@ -40,7 +41,7 @@ lessons_st = st.lists(
     max_size=12, unique_by=lambda x: x.id)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(lessons_st, st.integers(0, 400), st.lists(words, max_size=5))
 def test_the_block_never_exceeds_max_tokens(items: list[Lesson], max_tokens: int, task: list[str]) -> None:
     chosen = block(rank(items, Query(" ".join(task), "/work/p", SCOPE), now=1e7), max_tokens)
@@ -48,7 +49,7 @@ def test_the_block_never_exceeds_max_tokens(items: list[Lesson], max_tokens: int
     assert len(set(chosen.ids)) == len(chosen.ids)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(lessons_st, st.lists(words, max_size=5), st.randoms(use_true_random=False))
 def test_ranking_is_deterministic_whatever_the_order_of_the_store(items: list[Lesson], task: list[str],
                                                                    rnd: random.Random) -> None:
@@ -58,7 +59,7 @@ def test_ranking_is_deterministic_whatever_the_order_of_the_store(items: list[Le
     assert [x.id for x in rank(items, query, 5e6)] == [x.id for x in rank(shuffled, query, 5e6)]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(lessons_st)
 def test_a_contradiction_never_raises_a_lessons_rank(items: list[Lesson]) -> None:
     if not items:

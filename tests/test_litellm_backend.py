@@ -241,13 +241,21 @@ def test_model_modules_do_not_import_litellm():
     assert result.returncode == 0, result.stderr
 
 
-def test_litellm_prints_nothing_on_stdout_and_keeps_tiktoken_dir(tmp_path):
+@pytest.fixture(scope="module")
+def fresh_process(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """One new interpreter that imports litellm through ctxagent and talks to a FakeOpenAI (an import of
+    litellm costs ~4 s of CPU, so the two tests below share it)."""
+    tiktoken_dir = str(tmp_path_factory.mktemp("tiktoken"))
     code = f"""
-import os, sys
-os.environ["TIKTOKEN_CACHE_DIR"] = {str(tmp_path)!r}
+import gc, os, sys
+os.environ["TIKTOKEN_CACHE_DIR"] = {tiktoken_dir!r}
+from ctxagent.agent import litellm_backend
 from ctxagent.agent.litellm_backend import LiteLLMModel
 from ctxagent.errors import ProviderError
 from ctxagent.testing import FakeOpenAI, error
+before = gc.get_freeze_count()
+litellm_backend._litellm()
+print("collector:", gc.isenabled(), before, gc.get_freeze_count() > 100_000, file=sys.stderr)
 with FakeOpenAI([error(500, "boom"), error(500, "boom"), error(400, "bad request")]) as server:
     for _ in range(2):
         try:
@@ -259,9 +267,13 @@ try:
     LiteLLMModel("gpt-4o", retries=0).complete([{{"role": "user", "content": "hi"}}], [])
 except ProviderError as err:
     print("mapped:", err, file=sys.stderr)
-assert os.environ["TIKTOKEN_CACHE_DIR"] == {str(tmp_path)!r}, os.environ["TIKTOKEN_CACHE_DIR"]
+assert os.environ["TIKTOKEN_CACHE_DIR"] == {tiktoken_dir!r}, os.environ["TIKTOKEN_CACHE_DIR"]
 """
-    result = run_python(code)
+    return run_python(code)
+
+
+def test_litellm_prints_nothing_on_stdout_and_keeps_tiktoken_dir(fresh_process):
+    result = fresh_process
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
     assert result.stderr.count("mapped:") == 3, result.stderr
@@ -275,12 +287,10 @@ def test_fake_server_reports_exhaustion_clearly(fake_openai):
     assert json.loads(json.dumps(server.requests)) == server.requests
 
 
-def test_litellm_is_imported_with_the_collector_paused_then_frozen():
+def test_litellm_is_imported_with_the_collector_paused_then_frozen(fresh_process):
     """Issue 16: a plain import spends ~1 s in collections that free nothing; ctxagent pauses the
     collector for it and freezes what it made. In a fresh process: the collector is on again after,
     and litellm's objects are in the permanent generation."""
-    child = ("import gc; from ctxagent.agent import litellm_backend as b; before = gc.get_freeze_count(); "
-             "b._litellm(); print(gc.isenabled(), before, gc.get_freeze_count() > 100_000)")
-    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True,
-                         env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
-    assert out.stdout.split() == ["True", "0", "True"]
+    result = fresh_process
+    line = next(line for line in result.stderr.splitlines() if line.startswith("collector:"))
+    assert line.split()[1:] == ["True", "0", "True"], result.stderr

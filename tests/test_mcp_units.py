@@ -20,6 +20,7 @@ from ctxagent.tools.deferral import FIND_TOOLS, select
 from ctxagent.tools.offload import OffloadPolicy
 from ctxagent.tools.toolset import Toolset
 from ctxagent.tools.user import NAME_RE
+from examplecount import examples
 
 types = pytest.importorskip("mcp_types", reason="the mcp extra is not installed")
 
@@ -63,7 +64,7 @@ def test_references_expand_from_the_environment_with_defaults(monkeypatch):
 
 @given(st.text(min_size=1, max_size=30, alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",))),
        st.text(min_size=1, max_size=200))
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 def test_a_tool_name_is_always_one_providers_accept_and_keeps_the_server_prefix(server, tool):
     server = re.sub(r"[^A-Za-z0-9_-]", "x", server)[:32]
     name = tool_name(server, tool)
@@ -92,7 +93,7 @@ def test_find_tools_selects_exact_names_first_then_keywords():
 
 
 @given(st.lists(st.integers(0, 11), max_size=12), st.integers(0, 11))
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 def test_loading_a_deferred_tool_only_appends_to_the_tool_list(tmp_path_factory, loaded, more):
     """The schemas a request sends before a ``find_tools`` call are a prefix of those after it, so a
     provider's cached prefix survives the load (FIELD-NOTES, prompt caching)."""

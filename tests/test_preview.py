@@ -19,6 +19,7 @@ from ctxagent.tools.preview import (
     looks_binary,
     preview_file,
 )
+from examplecount import examples
 
 
 def write(tmp_path: Path, data: bytes | str) -> Path:
@@ -162,7 +163,7 @@ _payloads = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     data=_payloads,
     head_lines=st.integers(0, 6),

@@ -323,3 +323,14 @@ def test_an_embedding_failure_falls_back_to_bm25_with_a_note(session, embedder) 
     assert "1. seq 0 (user, turn 0): the red car is parked on level 3" in content
     assert "[embedding with openai/hash-embed failed (" in content and "ranked by BM25 only]" in content
     assert handler.inputs, content  # it was asked
+
+
+@pytest.mark.timeout(60)
+def test_a_long_run_of_word_characters_is_indexed_in_linear_time():
+    """Regression: the identifier pattern (``\\w*[^\\W_]_+[^\\W_]\\w*``) backtracked over every start in a run
+    of word characters without an inner "_": a 32,000-character run (a hex or base64 blob in a tool output)
+    took 48 s to index, 200,000 characters hours. The terms are the same (letters and digits; identifiers
+    with an inner "_", whole)."""
+    blob = "9f" * 100_000
+    assert recall_index.words(f"see {blob} and max_tokens or __init__ _a_b_ X__Y") == [
+        "see", blob, "and", "max", "tokens", "or", "init", "a", "b", "x", "y", "max_tokens", "_a_b_", "x__y"]

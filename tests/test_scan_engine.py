@@ -25,6 +25,7 @@ from ctxagent.sessions import redact, scan
 from ctxagent.sessions.redact import RedactingStore, Redactor
 from ctxagent.sessions.secret_shapes import PREFILTERS
 from ctxagent.tools.preview import file_stats
+from examplecount import examples
 
 pytest.importorskip("hyperscan", reason="the prefilter needs the hyperscan wheel (the fallback is tested below)")
 
@@ -81,7 +82,7 @@ def _pair() -> tuple[Redactor, Redactor]:
     return old, new
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(texts(3000, (1000, 2000)))
 def test_in_memory_the_prefilter_redacts_exactly_what_the_patterns_do(blob):
     old, new = _pair()
@@ -93,7 +94,7 @@ def test_in_memory_the_prefilter_redacts_exactly_what_the_patterns_do(blob):
 CHUNK, OVERLAP = 4096, 1024  # small chunks: many boundaries in a small file (same for old and new)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(texts(3 * CHUNK, (CHUNK - OVERLAP, CHUNK, 2 * CHUNK - OVERLAP, 2 * CHUNK, 3 * CHUNK - OVERLAP)))
 def test_in_files_the_prefilter_redacts_exactly_what_the_patterns_do(tmp_path, blob):
     old, new = _pair()

@@ -240,21 +240,6 @@ def test_new_commands_start_without_litellm():
     assert out.returncode == 0, out.stderr
 
 
-# -- the demo ---------------------------------------------------------------------------------------
-
-def test_the_demo_runs_twice_in_one_data_dir(tmp_path):
-    """A second ``make demo`` with CTXAGENT_DATA_DIR set resumed the first session: "script exhausted"."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "CTXAGENT_DATA_DIR": str(tmp_path / "data")}
-    for _ in range(2):
-        out = subprocess.run(["bash", str(ROOT / "examples/prices/demo.sh")], capture_output=True, text=True,
-                             env=env, timeout=120, stdin=subprocess.DEVNULL)
-        assert out.returncode == 0, out.stderr
-        assert "input_cost_per_token 2.5e-06" in out.stdout
-    names = sorted(p.name for p in (tmp_path / "data" / "sessions").iterdir())
-    assert len(names) == 2 and all(n.startswith("prices-demo-") for n in names), names
-
-
 def test_the_readme_lists_the_new_commands():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Sessions and profiles commands", 1)[1].split("\n### ", 1)[0]

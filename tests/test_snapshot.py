@@ -23,6 +23,7 @@ from ctxagent.agent import snapshot
 from ctxagent.agent.snapshot import load, open_state, state_file
 from ctxagent.agent.state import fold
 from ctxagent.sessions.transcript import Transcript, TranscriptWarning
+from examplecount import examples
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `benchmarks` is a top-level folder of the repository, not installed
@@ -48,7 +49,7 @@ def whole(path: Path) -> object:
     return fold(Transcript(path).records(), transcript_path=str(path))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(cut=st.floats(0, 1), torn=st.booleans())
 def test_a_snapshot_plus_the_records_after_it_is_the_whole_fold(cut: float, torn: bool) -> None:
     realistic = realistic_bytes()

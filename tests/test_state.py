@@ -31,6 +31,7 @@ from ctxagent.messages import pair_violations
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_messages
+from examplecount import examples
 
 TOOL_FILE = '''
 def emit(n: int, fact: str = "") -> str:
@@ -151,7 +152,7 @@ ids = st.sampled_from(["", "call_1", "x", "call_9f8XkQ2mZbL0aYv7", "call-1", "du
 
 # 15 random sessions (each a real runner, resumed up to twice, checked on every request) plus the fixed one
 # below: 30 cost 12 s of CPU, a third of a minute on a busy machine, for the same laws (issue 17)
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 @example(data=None)  # a fixed session: stops after 3 and 6 calls, window shrinks then grows

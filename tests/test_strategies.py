@@ -34,12 +34,13 @@ from ctxagent.strategies.step import COMMON, StrategyConfig
 from ctxagent.strategies.summarize import Summarize
 from ctxagent.strategies.truncate import Truncate, TruncateStep
 from ctxagent.tokens import count_message, count_text
+from examplecount import examples
 from viewgen import views
 from viewgen2 import PINS, rich_views
 
 HANDLE = re.compile(r"@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?")
 VIEW_ONLY = {"mask_observations", "prune", "dedupe", "role_selective"}
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+FAST = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.data_too_large])
 
 
@@ -460,7 +461,7 @@ def test_bundled_profiles_pass_the_load_checks():
 
 
 @pytest.mark.parametrize(("name", "path"), CASES)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.data_too_large])
 @given(view=rich_views(pins_entry=True), factor=st.floats(0.2, 3.0))
 def test_bundled_pipelines_keep_the_laws(name, path, view, factor):
@@ -471,7 +472,7 @@ def test_bundled_pipelines_keep_the_laws(name, path, view, factor):
 
 
 @pytest.mark.parametrize(("name", "path"), CASES)
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.data_too_large])
 @given(view=rich_views(pins_entry=True, checkpoint=False))
 def test_bundled_pipelines_under_target_only_batched_steps_change_anything(name, path, view):

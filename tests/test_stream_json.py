@@ -123,16 +123,19 @@ def test_piped_stdin_is_attached_to_the_task_and_offloaded_when_large(tmp_path):
 
 
 def test_a_litellm_run_ending_at_once_loses_no_output_and_keeps_its_exit_code(tmp_path, fake_openai):
-    """After the answer the process ends without the interpreter's teardown (cli._exit): stdout must
-    still hold every event, and a failing run its exit code."""
-    server = fake_openai([{"content": "fine"}, {"error": {"status": 401, "message": "bad key"}}])
-    env = {"OPENAI_API_KEY": "sk-local"}
-    ok = ctxagent("run", "--output-format", "stream-json", "--session", "x1", "--model", MODEL, "--api-base",
-                  server.base_url, "--profile", profile(tmp_path), "hi", env=env, process=True)
-    assert ok.returncode == 0 and events_of(ok.stdout)[-1]["answer"] == "fine", ok.stderr
-    bad = ctxagent("run", "--json", "--session", "x2", "--model", MODEL, "--api-base", server.base_url,
-                   "--profile", profile(tmp_path), "hi", env=env, process=True)
-    assert bad.returncode == 4 and result_of(bad)["status"] == "provider_error", bad.stderr
+    """After its last event the process ends without the interpreter's teardown (cli._exit): stdout
+    must still hold every event, and a failing run its exit code. One process (an import of litellm
+    costs ~4 s of CPU): a tool call answered, then a provider error."""
+    server = fake_openai([{"tool_calls": [{"id": "e1", "name": "shell", "arguments": {"command": "echo fine"}}]},
+                          {"error": {"status": 401, "message": "bad key"}}])
+    out = ctxagent("run", "--output-format", "stream-json", "--session", "x1", "--model", MODEL, "--api-base",
+                   server.base_url, "--profile", profile(tmp_path), "hi", env={"OPENAI_API_KEY": "sk-local"},
+                   process=True)
+    events = events_of(out.stdout)
+    assert out.returncode == 4, out.stderr
+    assert [e["type"] for e in events][-2:] == ["error", "result"] and events[-1]["status"] == "provider_error"
+    results = [e["item"] for e in events if e["type"] == "item.completed" and e["item"]["type"] == "tool_result"]
+    assert [r["call_id"] for r in results] == ["e1"] and "fine" in results[0]["text"], events
 
 
 def test_a_misspelled_model_gets_a_did_you_mean():

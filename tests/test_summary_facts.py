@@ -35,6 +35,7 @@ from ctxagent.strategies.sliding_window import SlidingWindow
 from ctxagent.strategies.summarize import Summarize
 from ctxagent.strategies.summarizing import MARGIN_TOKENS, SummaryFailed, condense
 from ctxagent.tokens import count_text
+from examplecount import examples
 from test_strategies import _calls_view, _with, assert_laws, ctx_for, good, raises
 
 PORT, CONFIG, COMMAND = "port 8443", "/etc/payments/config.yaml", "pytest -x tests/test_io.py -k slow"
@@ -144,7 +145,7 @@ TEXT_PARTS = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(parts=st.lists(TEXT_PARTS, max_size=30), cap=st.integers(0, 120), summary=st.text(max_size=40))
 @example(parts=["port 8443", "\n", "%"], cap=31, summary="")  # a value across a line end split the block line
 def test_extractor_properties(parts, cap, summary):

@@ -14,12 +14,13 @@ from ctxagent.errors import SessionBusyError, UsageError
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session, check_name, list_sessions, summarize
 from ctxagent.sessions.transcript import Mark, Transcript, TranscriptError, TranscriptWarning
+from examplecount import examples
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
 message = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool"]), "content": text})
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(message, max_size=20))
 def test_roundtrip_any_text(tmp_path_factory, msgs):
     path = tmp_path_factory.mktemp("t") / "transcript.jsonl"

@@ -10,6 +10,7 @@ from ctxagent.strategies.base import Budget, Compaction, Entry, StrategyContext
 from ctxagent.strategies.pipeline import replay
 from ctxagent.strategies.truncate import Truncate, _users_kept, note_message
 from ctxagent.tokens import PER_REQUEST, count_message
+from examplecount import examples
 from viewgen import views
 
 
@@ -18,7 +19,7 @@ def ctx_for(window: int) -> StrategyContext:
                            transcript_path="/data/sessions/x/transcript.jsonl")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(views(), st.integers(2_000, 300_000))
 def test_truncate_keeps_pair_head_and_replays(view, window):
     ctx = ctx_for(window)
@@ -38,7 +39,7 @@ def test_truncate_keeps_pair_head_and_replays(view, window):
         assert ctx.budget.total(out.view) <= window * 0.5 or len(kept_units) <= len(view)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(views())
 def test_identity_under_target(view):
     window = 10 * sum(e.tokens for e in view) + 10_000
@@ -46,7 +47,7 @@ def test_identity_under_target(view):
     assert out.view == view and out.compactions == []
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(views(), st.integers(2_000, 100_000))
 def test_truncating_twice_is_stable(view, window):
     ctx = ctx_for(window)
@@ -79,7 +80,7 @@ def test_a_truncation_note_of_thousands_of_results_stays_small():
     assert note.refs[-1] == dropped[-1] and dropped[0] not in note.refs  # the newest dropped are named
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(scale=st.floats(0.2, 3.0))
 def test_truncation_reaches_its_target_in_the_calibrated_size(scale):
     """Failure pinned: with provider counts below our estimate (scale < 1) truncation subtracted raw

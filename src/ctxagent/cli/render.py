@@ -65,7 +65,8 @@ def spooled_bytes(folder: Path) -> int:
 
 class Ticker:
     """While a tool runs: ``tick(seconds elapsed, bytes of output so far)`` every ``every_s`` seconds,
-    from a daemon thread, until :meth:`stop`."""
+    from a daemon thread, until :meth:`stop`. The bytes never go down: once the tool ends, its spool
+    file is adopted (renamed) before the ticker is stopped, and a tick in between finds no spool."""
 
     def __init__(self, every_s: float, tick: Callable[[float, int], None], spool_folder: Path):
         self.every_s, self.tick, self.folder = every_s, tick, spool_folder
@@ -75,8 +76,10 @@ class Ticker:
         self._thread.start()
 
     def _run(self) -> None:
+        most = 0
         while not self._stop.wait(self.every_s):
-            self.tick(time.monotonic() - self._started, spooled_bytes(self.folder))
+            most = max(most, spooled_bytes(self.folder))
+            self.tick(time.monotonic() - self._started, most)
 
     def stop(self) -> None:
         self._stop.set()

@@ -27,7 +27,8 @@ CACHED_SESSIONS = 4  # indexes kept in memory
 RECALL_NAME = "recall"
 
 _WORD = re.compile(r"[^\W_]+")
-_COMPOUND = re.compile(r"\w*[^\W_]_+[^\W_]\w*")  # identifiers with an inner "_"
+_RUN = re.compile(r"\w+")
+_INNER = re.compile(r"[^\W_]_+[^\W_]")  # a run of word characters with an inner "_" is an identifier
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -35,7 +36,7 @@ def words(text: str) -> list[str]:
     """The BM25 terms of ``text``: lowercase runs of letters and digits, plus each identifier with
     ``_`` (``max_tokens`` gives ``max``, ``tokens`` and ``max_tokens``)."""
     text = text.lower()
-    return _WORD.findall(text) + _COMPOUND.findall(text)
+    return _WORD.findall(text) + [run for run in _RUN.findall(text) if _INNER.search(run)]
 
 
 @dataclass
