@@ -184,14 +184,28 @@ def test_a_spool_renamed_away_stops_its_follower(tmp_path):
 
 
 def test_too_many_prefilter_matches_fall_back_to_the_patterns_everywhere(tmp_path, monkeypatch):
+    """More prefilter windows than MAX_WINDOWS: the scan lists none (None) and the patterns are tried
+    everywhere, in memory (``Redactor.data``) and in files (``secret_windows``, ``redact_file``).
+
+    Regression (issue 17, mutation testing): this test's data had exactly MAX_WINDOWS (2) windows, so it
+    never reached that path, and a ``data()`` that returned such "dense" data unredacted passed it. The
+    limits are patched (shipped: 256 KiB, 200,000 windows) so a few KiB are dense."""
     old, new = _pair()
-    blob = _planted(200_000)
+    rnd = random.Random(7)
+    keys = ["sk-" + _chars(rnd, 30), "gh" + "p_" + _chars(rnd, 36), "AK" + "IA" + "Q" * 16, EXACT,
+            "sk-" + _chars(rnd, 40)]
+    blob = b"".join(_chars(rnd, 500, FILLER).encode() + f" {key} ".encode() for key in keys)
     monkeypatch.setattr(scan, "MAX_WINDOWS", 2)
     monkeypatch.setattr(redact, "FAST_MIN_BYTES", 0)
-    assert new.data(blob) == old.data(blob)
+    assert new.prefilter.windows(blob) is None  # dense: the path under test
+    expected = old.data(blob)
+    assert expected != blob and not any(key.encode() in expected for key in keys)
+    assert new.data(blob) == expected
     path = tmp_path / "dense.out"
     path.write_bytes(blob)
-    assert redact.redact_file(path, new) and path.read_bytes() == old.data(blob)
+    assert scan.measure(path, new.prefilter).windows is None
+    assert new.secret_windows(path) == (True, None)
+    assert redact.redact_file(path, new) and path.read_bytes() == expected
 
 
 def test_without_hyperscan_the_patterns_scan_everything(tmp_path, monkeypatch):
