@@ -10,12 +10,14 @@ literal is committed).
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import string
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -266,6 +268,8 @@ def test_only_the_prefilters_marked_i_ignore_case():
     assert list(pre.windows(b"BEARER " + b"a" * 16)) == [(0, 23)]  # ("i", "bearer...")
     assert list(pre.windows(b"SK-" + b"a" * 20)) == []  # ("", "sk-...")
     assert list(pre.windows(b"sk-" + b"a" * 20)) == [(0, 23)]
+    exact = scan.Prefilter((b"ZZsecretZZ",))  # an exact value is matched in its own case only
+    assert list(exact.windows(b"ZZsecretZZ")) == [(0, 10)] and list(exact.windows(b"zzSECRETzz")) == []
 
 
 def test_the_python_engine_setting_ignores_case(monkeypatch):
@@ -279,6 +283,11 @@ def test_the_width_of_a_bounded_pattern_is_its_longest_match():
     assert scan._max_width("ab[0-9]{2,5}") == 7
     with pytest.raises(ValueError, match=r"prefilter 'x\+' is unbounded: give its width"):
         scan._max_width("x+")
+    # a width of MAXREPEAT itself counts as unbounded: it is what an unbounded pattern measures where the
+    # parser caps widths at MAXREPEAT (this Python reports 2**64 for "x+")
+    maxrepeat = int(importlib.import_module("re._parser").MAXREPEAT)
+    with pytest.raises(ValueError, match="unbounded"):
+        scan._max_width(f"x{{0,{maxrepeat - 1}}}y")
 
 
 def test_at_most_max_windows_are_listed_then_the_scan_says_scan_everything(monkeypatch):
@@ -373,3 +382,47 @@ def test_a_follower_measures_what_measure_does_and_a_cancelled_one_gives_nothing
     cancelled = scan.Follower(path, pre)
     cancelled.cancel()
     assert not cancelled.alive and cancelled.finish() is None
+
+
+def test_a_follower_hashes_in_a_second_thread(tmp_path):
+    path = tmp_path / "spool"
+    path.write_bytes(b"some output\n")
+    started = _threads_started(lambda: scan.Follower(path, scan.prefilter(())).finish())
+    assert started.result.stats == file_stats(path)
+    assert "ctxagent-scan" in started.names and any(n.startswith("ctxagent-sha256") for n in started.names)
+
+
+class _FailingScan(scan.Prefilter):
+    """A prefilter whose scan fails mid-stream (as a hyperscan error would)."""
+
+    @contextmanager
+    def stream(self, hits):
+        def fail(chunk):
+            raise RuntimeError("scan failed")
+
+        yield fail
+
+
+def test_a_follower_whose_scan_fails_gives_nothing_and_leaves_no_hashing_thread(tmp_path):
+    path = tmp_path / "spool"
+    path.write_bytes(b"some output\n")
+    follower = scan.Follower(path, _FailingScan(()))
+    follower._thread.join(5)
+    assert not [t for t in threading.enumerate() if t.name.startswith("ctxagent-sha256")]
+    assert follower.finish() is None
+
+
+def test_a_follower_gives_up_after_idle_give_up_s_without_new_bytes_and_not_before(tmp_path, monkeypatch):
+    """Counted from the last new bytes, for an empty file as for one read already (0.25 s here, not 60)."""
+    monkeypatch.setattr(scan, "IDLE_GIVE_UP_S", 0.25)
+    pre = scan.prefilter(())
+    followers = []
+    for name, data in (("empty", b""), ("read", b"some output\n")):
+        path = tmp_path / name
+        path.write_bytes(data)
+        followers.append(scan.Follower(path, pre))
+    time.sleep(0.08)  # idle for less than 0.25 s: both still follow (the wait counted is at most the time)
+    assert all(f.alive for f in followers)
+    for follower in followers:
+        follower._thread.join(5)
+        assert not follower.alive and follower.finish() is None
