@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from ctxagent.sessions import redact, scan
 from ctxagent.sessions.redact import RedactingStore, Redactor
+from ctxagent.sessions.secret_engine import Engine, Windows, _buffers
 from ctxagent.sessions.secret_shapes import PREFILTERS
 from ctxagent.tools.preview import file_stats
 
@@ -426,3 +427,49 @@ def test_a_follower_gives_up_after_idle_give_up_s_without_new_bytes_and_not_befo
     for follower in followers:
         follower._thread.join(5)
         assert not follower.alive and follower.finish() is None
+
+
+# --- secret_engine's file search, stated exactly (issue 17: mutation testing) --------------------
+
+KEY = "sk-" + "A" * 30  # an openai-key shape: `\bsk-`, so not after a letter (unless nothing is before it)
+
+
+def _windows(*pairs):
+    windows = Windows()
+    for start, end in pairs:
+        windows.add(start, end)
+    return windows.finish()
+
+
+def _file(tmp_path, text: str):
+    path = tmp_path / "f.out"
+    path.write_bytes(text.encode())
+    return path
+
+
+def test_found_in_file_looks_only_at_candidates_inside_the_windows(tmp_path):
+    engine = Engine({}, as_bytes=True)
+    path = _file(tmp_path, "." * 100 + KEY + "." * 100)
+    assert engine.found_in_file(path, _windows((100, 101)), 4096, 1024) is True
+    assert engine.found_in_file(path, _windows((90, 100)), 4096, 1024) is False  # a window's end is not in it
+    assert engine.found_in_file(path, _windows(), 4096, 1024) is False
+    near = _file(tmp_path, "." * 100 + "sk-short" + "." * 100)  # a candidate, but no match
+    assert engine.found_in_file(near, _windows((100, 101)), 4096, 1024) is False
+    # a candidate before the window (in the context read with it) does not stop the search
+    before = _file(tmp_path, "." * 60 + "sk-x" + "." * 36 + KEY + "." * 100)
+    assert engine.found_in_file(before, _windows((80, 101)), 4096, 1024) is True
+
+
+def test_found_in_file_tries_each_candidate_in_the_buffer_a_chunked_copy_tries_it_in(tmp_path, monkeypatch):
+    """chunk 100, overlap 40, 300 bytes: the copy tries [0, 60) in [0, 100), [60, 160) in [60, 200),
+    [160, 260) in [160, 300). At a buffer's start there is no text before it, so `x` + KEY with KEY at
+    160 is a key there (``\\b``), while at 120 it is not: found_in_file says what the copy does."""
+    engine = Engine({}, as_bytes=True)
+    assert list(_buffers(300, 100, 40)) == [(0, 60, 100), (60, 160, 200), (160, 260, 300), (260, 300, 300)]
+    for at, replaced in ((160, True), (120, False)):
+        text = "." * (at - 1) + "x" + KEY
+        path = _file(tmp_path, text + "." * (300 - len(text)))
+        assert engine.found_in_file(path, _windows((at, at + 1)), 100, 40) is replaced
+        monkeypatch.setattr(redact, "CHUNK_BYTES", 100)
+        monkeypatch.setattr(redact, "OVERLAP_BYTES", 40)
+        assert Redactor(prefilter=False).copy_file(path, tmp_path / "copy.out") is replaced
