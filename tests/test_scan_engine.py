@@ -354,6 +354,14 @@ def test_a_digester_skips_empty_chunks_and_counts_the_last_line(tmp_path):
     threaded = scan.Digester(threaded=True)
     threaded.update(b"one\ntwo")
     assert threaded.stats() == file_stats(path)
+    # the hash runs in the calling thread by default, in a second one when asked
+    def digest(**kwargs):
+        digester = scan.Digester(**kwargs)
+        digester.update(b"x")
+        return digester.stats()
+
+    assert _threads_started(digest).names == set()
+    assert [n.startswith("ctxagent-sha256") for n in _threads_started(lambda: digest(threaded=True)).names] == [True]
 
 
 def test_remembered_stats_are_taken_once_and_only_the_newest_64_are_kept(tmp_path):
@@ -473,3 +481,22 @@ def test_found_in_file_tries_each_candidate_in_the_buffer_a_chunked_copy_tries_i
         monkeypatch.setattr(redact, "CHUNK_BYTES", 100)
         monkeypatch.setattr(redact, "OVERLAP_BYTES", 40)
         assert Redactor(prefilter=False).copy_file(path, tmp_path / "copy.out") is replaced
+
+
+def test_windows_merge_sort_and_list_those_overlapping_a_range():
+    windows = Windows()
+    for start, end in ((40, 50), (0, 10), (20, 30), (8, 12), (45, 47)):
+        windows.add(start, end)
+    assert list(windows.finish()) == [(0, 12), (20, 30), (40, 50)] and len(windows) == 3
+    assert list(windows.within(25, 45)) == [(20, 30), (40, 50)]
+    assert list(windows.within(30, 40)) == []  # [start, end): (20, 30) ends where the range starts
+    assert list(windows.within(12, 21)) == [(20, 30)]
+
+
+def test_windowed_candidates_are_absolute_and_inside_the_windows():
+    engine = Engine({}, as_bytes=True)
+    buf = ("." * 100 + KEY + "." * 20 + KEY).encode()
+    assert engine.windowed(buf, _windows((100, 101))) == [100]  # buf starts at 0 by default
+    assert engine.windowed(buf[50:], _windows((100, 101)), 50) == [50]  # at 50: window 100 is buf[50]
+    assert engine.windowed(buf, _windows((90, 100), (101, 140))) == []
+    assert engine.windowed(buf, _windows((0, len(buf)))) == [100, 153]

@@ -111,6 +111,15 @@ def test_context_shapes_and_exact_environment_values():
     assert redactor.text(f'export {ENV_NAME}="{keys["env"]}"') == f'export {ENV_NAME}="[REDACTED:env:CI_DEPLOY_TOKEN]"'
 
 
+def test_a_value_after_a_prefix_is_named_by_its_own_shape_only_when_that_shape_has_no_prefix():
+    """``Authorization: Bearer sk-...`` is an openai-key; a header value that reads as another prefixed
+    shape (``TOKEN=...``, an assignment) keeps the header's kind."""
+    redactor = Redactor()
+    assert redactor.text("Authorization: Bearer sk-" + "A" * 30) == "Authorization: Bearer [REDACTED:openai-key]"
+    assert redactor.text("Authorization: Bearer " + "A" * 30) == "Authorization: Bearer [REDACTED:bearer-token]"
+    assert redactor.text("x-api-key: TOKEN=abcdefgh1") == "x-api-key: [REDACTED:header]"
+
+
 def test_ordinary_text_is_left_alone():
     benign = ["task-" + "a" * 40, "sk-local-no-key", "KEY_PATTERN = re.compile(r'x')", "MAX_TOKENS=4096",
               "max_tokens: 4096", "bearer tokens in Authorization headers", "see https://example.com/a:b@c",
