@@ -152,6 +152,14 @@ def test_values_inside_json_text_and_structures():
     redactor = Redactor.from_env({ENV_NAME: value})
     arguments = json.dumps({"command": f"deploy --token '{value}'"})  # the value appears JSON-escaped
     assert value not in json.loads(redactor.text(arguments))["command"]
+    # an exact value in each form it takes: as is, in JSON text with non-ASCII kept (as the transcript
+    # writes it) and with \u escapes (json.dumps' default); not a character of it left
+    odd = 'caf\u00e9 "quoted" back\\slash-' + keys["env"]
+    exact = Redactor({odd: "env:X"})
+    for text, expected in ((f"run {odd}", "run [REDACTED:env:X]"),
+                           (json.dumps({"c": f"run {odd}"}, ensure_ascii=False), '{"c": "run [REDACTED:env:X]"}'),
+                           (json.dumps({"c": f"run {odd}"}), '{"c": "run [REDACTED:env:X]"}')):
+        assert exact.text(text) == expected and exact.data(text.encode()) == expected.encode()
     data = {"message": {"role": "tool", "content": keys["openai-key"], "tool_calls": [{"x": [keys["jwt"]]}]}, "n": 3}
     clean = redactor.value(data)
     assert clean == {"message": {"role": "tool", "content": "[REDACTED:openai-key]",
