@@ -485,10 +485,14 @@ def test_found_in_file_tries_each_candidate_in_the_buffer_a_chunked_copy_tries_i
 
 def test_windows_merge_sort_and_list_those_overlapping_a_range():
     windows = Windows()
-    for start, end in ((40, 50), (0, 10), (20, 30), (8, 12), (45, 47)):
+    for start, end in ((40, 50), (0, 10), (20, 30), (8, 12), (45, 47), (50, 52)):
         windows.add(start, end)
-    assert list(windows.finish()) == [(0, 12), (20, 30), (40, 50)] and len(windows) == 3
-    assert list(windows.within(25, 45)) == [(20, 30), (40, 50)]
+    assert list(windows.finish()) == [(0, 12), (20, 30), (40, 52)] and len(windows) == 3  # touching ones merge
+    in_order = Windows()
+    for start, end in ((0, 10), (10, 20), (21, 30)):
+        in_order.add(start, end)
+    assert list(in_order) == [(0, 20), (21, 30)]
+    assert list(windows.within(25, 45)) == [(20, 30), (40, 52)]
     assert list(windows.within(30, 40)) == []  # [start, end): (20, 30) ends where the range starts
     assert list(windows.within(12, 21)) == [(20, 30)]
 
@@ -500,3 +504,16 @@ def test_windowed_candidates_are_absolute_and_inside_the_windows():
     assert engine.windowed(buf[50:], _windows((100, 101)), 50) == [50]  # at 50: window 100 is buf[50]
     assert engine.windowed(buf, _windows((90, 100), (101, 140))) == []
     assert engine.windowed(buf, _windows((0, len(buf)))) == [100, 153]
+
+
+def test_each_thread_has_its_own_scratch_space_kept_for_its_scans():
+    """A hyperscan scratch space serves one scan at a time: the follower's thread and the caller's
+    must not share one; a thread reuses its own."""
+    pre = scan.Prefilter(())
+    mine = pre.scratch()
+    assert mine is not None and pre.scratch() is mine
+    other = []
+    thread = threading.Thread(target=lambda: other.append(pre.scratch()))
+    thread.start()
+    thread.join()
+    assert other[0] is not None and other[0] is not mine
