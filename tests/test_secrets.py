@@ -120,6 +120,16 @@ def test_a_value_after_a_prefix_is_named_by_its_own_shape_only_when_that_shape_h
     assert redactor.text("x-api-key: TOKEN=abcdefgh1") == "x-api-key: [REDACTED:header]"
 
 
+def test_the_userinfo_of_a_url_is_redacted_and_its_scheme_kept():
+    """The URL shapes start at the scheme, up to 21 characters before the "://" that anchors them."""
+    redactor = Redactor()
+    for text, clean in (("git clone https://bob:hunter22pw@github.com/x",
+                         "git clone https://bob:[REDACTED:url-password]@github.com/x"),
+                        ("curl ftp://" + "Zk9" * 6 + "@files.example/x",
+                         "curl ftp://[REDACTED:url-userinfo]@files.example/x")):
+        assert redactor.text(text) == clean and redactor.data(text.encode()) == clean.encode()
+
+
 def test_ordinary_text_is_left_alone():
     benign = ["task-" + "a" * 40, "sk-local-no-key", "KEY_PATTERN = re.compile(r'x')", "MAX_TOKENS=4096",
               "max_tokens: 4096", "bearer tokens in Authorization headers", "see https://example.com/a:b@c",
