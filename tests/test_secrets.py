@@ -314,6 +314,9 @@ def test_environment_secrets_are_values_of_eight_characters_or_more_under_names_
     assert redact.env_secrets(environ) == {"12345678": "A_TOKEN", "hunter2hunter2": "db_password"}
     exact = Redactor({"12345678": "eight", "1234567": "seven"})  # exact values: 8 characters or more too
     assert exact.text("a 12345678 b 1234567") == "a [REDACTED:eight] b 1234567"
+    # found one character into another anchor ("gh", a GitHub token's start, that matches nothing here)
+    glued = Redactor({"hunter2hunter2": "pw"})
+    assert glued.text("ghunter2hunter2") == "g[REDACTED:pw]" and glued.data(b"ghunter2hunter2") == b"g[REDACTED:pw]"
 
 
 def test_copy_file_says_whether_any_chunk_changed(tmp_path):
