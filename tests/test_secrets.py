@@ -130,6 +130,32 @@ def test_the_userinfo_of_a_url_is_redacted_and_its_scheme_kept():
         assert redactor.text(text) == clean and redactor.data(text.encode()) == clean.encode()
 
 
+def test_an_ocp_apim_subscription_key_header_was_left_in_clear():
+    """Regression (issue 17, found by mutation testing): a ``subscription-key`` header, named in the
+    header shape, was never tried in ASCII text or bytes: its only anchor, "key", looked back 4, 3 or 0
+    characters for the start of the name, not the 13 of "subscription-"."""
+    for redactor in (Redactor(), Redactor(prefilter=False)):
+        for text, clean in (("Ocp-Apim-Subscription-Key: AbCdEf12345678",
+                             "Ocp-Apim-Subscription-Key: [REDACTED:header]"),
+                            ("subscription-key: AbCdEf12345678", "subscription-key: [REDACTED:header]")):
+            assert redactor.text(text) == clean and redactor.data(text.encode()) == clean.encode()
+
+
+@pytest.mark.parametrize("text, clean", [
+    ('curl -H "X-Api-Key: Zq81abcdefgh" https://h', 'curl -H "X-Api-Key: [REDACTED:header]" https://h'),
+    ("x-goog-api-key: AbCdEf12345678", "x-goog-api-key: [REDACTED:header]"),
+    ("apikey: AbCdEf12345678", "apikey: [REDACTED:header]"),
+    ("X-Auth-Token: AbCdEf12345678", "X-Auth-Token: [REDACTED:header]"),
+    ("Cookie: sid=abcdef123456", "Cookie: [REDACTED:header]"),
+    ("GET https://h/p?api_key=abc123xyz&x=1", "GET https://h/p?api_key=[REDACTED:url-query]&x=1"),
+    ("GET https://h/p?x=1&access_token=abc123xyz", "GET https://h/p?x=1&access_token=[REDACTED:url-query]"),
+    ("hotkey: Ctrl1234567", "hotkey: Ctrl1234567"),
+])
+def test_headers_and_query_parameters_named_like_keys(text, clean):
+    redactor = Redactor()
+    assert redactor.text(text) == clean and redactor.data(text.encode()) == clean.encode()
+
+
 def test_ordinary_text_is_left_alone():
     benign = ["task-" + "a" * 40, "sk-local-no-key", "KEY_PATTERN = re.compile(r'x')", "MAX_TOKENS=4096",
               "max_tokens: 4096", "bearer tokens in Authorization headers", "see https://example.com/a:b@c",
