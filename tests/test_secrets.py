@@ -144,6 +144,7 @@ def test_an_ocp_apim_subscription_key_header_was_left_in_clear():
 @pytest.mark.parametrize("text, clean", [
     ('curl -H "X-Api-Key: Zq81abcdefgh" https://h', 'curl -H "X-Api-Key: [REDACTED:header]" https://h'),
     ("x-goog-api-key: AbCdEf12345678", "x-goog-api-key: [REDACTED:header]"),
+    ("X-Api-Key: Zq81abcdefgh, not the key", "X-Api-Key: [REDACTED:header], not the key"),  # every hit of a needle
     ("apikey: AbCdEf12345678", "apikey: [REDACTED:header]"),
     ("X-Auth-Token: AbCdEf12345678", "X-Auth-Token: [REDACTED:header]"),
     ("Cookie: sid=abcdef123456", "Cookie: [REDACTED:header]"),
