@@ -10,12 +10,14 @@ literal is committed).
 
 from __future__ import annotations
 
+import importlib
 import os
 import random
 import string
 import sys
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,6 +25,7 @@ from hypothesis import strategies as st
 
 from ctxagent.sessions import redact, scan
 from ctxagent.sessions.redact import RedactingStore, Redactor
+from ctxagent.sessions.secret_engine import Engine, Windows, _buffers
 from ctxagent.sessions.secret_shapes import PREFILTERS
 from ctxagent.tools.preview import file_stats
 from examplecount import examples
@@ -185,14 +188,28 @@ def test_a_spool_renamed_away_stops_its_follower(tmp_path):
 
 
 def test_too_many_prefilter_matches_fall_back_to_the_patterns_everywhere(tmp_path, monkeypatch):
+    """More prefilter windows than MAX_WINDOWS: the scan lists none (None) and the patterns are tried
+    everywhere, in memory (``Redactor.data``) and in files (``secret_windows``, ``redact_file``).
+
+    Regression (issue 17, mutation testing): this test's data had exactly MAX_WINDOWS (2) windows, so it
+    never reached that path, and a ``data()`` that returned such "dense" data unredacted passed it. The
+    limits are patched (shipped: 256 KiB, 200,000 windows) so a few KiB are dense."""
     old, new = _pair()
-    blob = _planted(200_000)
+    rnd = random.Random(7)
+    keys = ["sk-" + _chars(rnd, 30), "gh" + "p_" + _chars(rnd, 36), "AK" + "IA" + "Q" * 16, EXACT,
+            "sk-" + _chars(rnd, 40)]
+    blob = b"".join(_chars(rnd, 500, FILLER).encode() + f" {key} ".encode() for key in keys)
     monkeypatch.setattr(scan, "MAX_WINDOWS", 2)
     monkeypatch.setattr(redact, "FAST_MIN_BYTES", 0)
-    assert new.data(blob) == old.data(blob)
+    assert new.prefilter.windows(blob) is None  # dense: the path under test
+    expected = old.data(blob)
+    assert expected != blob and not any(key.encode() in expected for key in keys)
+    assert new.data(blob) == expected
     path = tmp_path / "dense.out"
     path.write_bytes(blob)
-    assert redact.redact_file(path, new) and path.read_bytes() == old.data(blob)
+    assert scan.measure(path, new.prefilter).windows is None
+    assert new.secret_windows(path) == (True, None)
+    assert redact.redact_file(path, new) and path.read_bytes() == expected
 
 
 def test_without_hyperscan_the_patterns_scan_everything(tmp_path, monkeypatch):
@@ -253,6 +270,8 @@ def test_only_the_prefilters_marked_i_ignore_case():
     assert list(pre.windows(b"BEARER " + b"a" * 16)) == [(0, 23)]  # ("i", "bearer...")
     assert list(pre.windows(b"SK-" + b"a" * 20)) == []  # ("", "sk-...")
     assert list(pre.windows(b"sk-" + b"a" * 20)) == [(0, 23)]
+    exact = scan.Prefilter((b"ZZsecretZZ",))  # an exact value is matched in its own case only
+    assert list(exact.windows(b"ZZsecretZZ")) == [(0, 10)] and list(exact.windows(b"zzSECRETzz")) == []
 
 
 def test_the_python_engine_setting_ignores_case(monkeypatch):
@@ -266,6 +285,11 @@ def test_the_width_of_a_bounded_pattern_is_its_longest_match():
     assert scan._max_width("ab[0-9]{2,5}") == 7
     with pytest.raises(ValueError, match=r"prefilter 'x\+' is unbounded: give its width"):
         scan._max_width("x+")
+    # a width of MAXREPEAT itself counts as unbounded: it is what an unbounded pattern measures where the
+    # parser caps widths at MAXREPEAT (this Python reports 2**64 for "x+")
+    maxrepeat = int(importlib.import_module("re._parser").MAXREPEAT)
+    with pytest.raises(ValueError, match="unbounded"):
+        scan._max_width(f"x{{0,{maxrepeat - 1}}}y")
 
 
 def test_at_most_max_windows_are_listed_then_the_scan_says_scan_everything(monkeypatch):
@@ -331,6 +355,14 @@ def test_a_digester_skips_empty_chunks_and_counts_the_last_line(tmp_path):
     threaded = scan.Digester(threaded=True)
     threaded.update(b"one\ntwo")
     assert threaded.stats() == file_stats(path)
+    # the hash runs in the calling thread by default, in a second one when asked
+    def digest(**kwargs):
+        digester = scan.Digester(**kwargs)
+        digester.update(b"x")
+        return digester.stats()
+
+    assert _threads_started(digest).names == set()
+    assert [n.startswith("ctxagent-sha256") for n in _threads_started(lambda: digest(threaded=True)).names] == [True]
 
 
 def test_remembered_stats_are_taken_once_and_only_the_newest_64_are_kept(tmp_path):
@@ -360,3 +392,129 @@ def test_a_follower_measures_what_measure_does_and_a_cancelled_one_gives_nothing
     cancelled = scan.Follower(path, pre)
     cancelled.cancel()
     assert not cancelled.alive and cancelled.finish() is None
+
+
+def test_a_follower_hashes_in_a_second_thread(tmp_path):
+    path = tmp_path / "spool"
+    path.write_bytes(b"some output\n")
+    started = _threads_started(lambda: scan.Follower(path, scan.prefilter(())).finish())
+    assert started.result.stats == file_stats(path)
+    assert "ctxagent-scan" in started.names and any(n.startswith("ctxagent-sha256") for n in started.names)
+
+
+class _FailingScan(scan.Prefilter):
+    """A prefilter whose scan fails mid-stream (as a hyperscan error would)."""
+
+    @contextmanager
+    def stream(self, hits):
+        def fail(chunk):
+            raise RuntimeError("scan failed")
+
+        yield fail
+
+
+def test_a_follower_whose_scan_fails_gives_nothing_and_leaves_no_hashing_thread(tmp_path):
+    path = tmp_path / "spool"
+    path.write_bytes(b"some output\n")
+    follower = scan.Follower(path, _FailingScan(()))
+    follower._thread.join(5)
+    assert not [t for t in threading.enumerate() if t.name.startswith("ctxagent-sha256")]
+    assert follower.finish() is None
+
+
+def test_a_follower_gives_up_after_idle_give_up_s_without_new_bytes_and_not_before(tmp_path, monkeypatch):
+    """Counted from the last new bytes, for an empty file as for one read already (0.25 s here, not 60)."""
+    monkeypatch.setattr(scan, "IDLE_GIVE_UP_S", 0.25)
+    pre = scan.prefilter(())
+    followers = []
+    for name, data in (("empty", b""), ("read", b"some output\n")):
+        path = tmp_path / name
+        path.write_bytes(data)
+        followers.append(scan.Follower(path, pre))
+    time.sleep(0.08)  # idle for less than 0.25 s: both still follow (the wait counted is at most the time)
+    assert all(f.alive for f in followers)
+    for follower in followers:
+        follower._thread.join(5)
+        assert not follower.alive and follower.finish() is None
+
+
+# --- secret_engine's file search, stated exactly (issue 17: mutation testing) --------------------
+
+KEY = "sk-" + "A" * 30  # an openai-key shape: `\bsk-`, so not after a letter (unless nothing is before it)
+
+
+def _windows(*pairs):
+    windows = Windows()
+    for start, end in pairs:
+        windows.add(start, end)
+    return windows.finish()
+
+
+def _file(tmp_path, text: str):
+    path = tmp_path / "f.out"
+    path.write_bytes(text.encode())
+    return path
+
+
+def test_found_in_file_looks_only_at_candidates_inside_the_windows(tmp_path):
+    engine = Engine({}, as_bytes=True)
+    path = _file(tmp_path, "." * 100 + KEY + "." * 100)
+    assert engine.found_in_file(path, _windows((100, 101)), 4096, 1024) is True
+    assert engine.found_in_file(path, _windows((90, 100)), 4096, 1024) is False  # a window's end is not in it
+    assert engine.found_in_file(path, _windows(), 4096, 1024) is False
+    near = _file(tmp_path, "." * 100 + "sk-short" + "." * 100)  # a candidate, but no match
+    assert engine.found_in_file(near, _windows((100, 101)), 4096, 1024) is False
+    # a candidate before the window (in the context read with it) does not stop the search
+    before = _file(tmp_path, "." * 60 + "sk-x" + "." * 36 + KEY + "." * 100)
+    assert engine.found_in_file(before, _windows((80, 101)), 4096, 1024) is True
+
+
+def test_found_in_file_tries_each_candidate_in_the_buffer_a_chunked_copy_tries_it_in(tmp_path, monkeypatch):
+    """chunk 100, overlap 40, 300 bytes: the copy tries [0, 60) in [0, 100), [60, 160) in [60, 200),
+    [160, 260) in [160, 300). At a buffer's start there is no text before it, so `x` + KEY with KEY at
+    160 is a key there (``\\b``), while at 120 it is not: found_in_file says what the copy does."""
+    engine = Engine({}, as_bytes=True)
+    assert list(_buffers(300, 100, 40)) == [(0, 60, 100), (60, 160, 200), (160, 260, 300), (260, 300, 300)]
+    for at, replaced in ((160, True), (120, False)):
+        text = "." * (at - 1) + "x" + KEY
+        path = _file(tmp_path, text + "." * (300 - len(text)))
+        assert engine.found_in_file(path, _windows((at, at + 1)), 100, 40) is replaced
+        monkeypatch.setattr(redact, "CHUNK_BYTES", 100)
+        monkeypatch.setattr(redact, "OVERLAP_BYTES", 40)
+        assert Redactor(prefilter=False).copy_file(path, tmp_path / "copy.out") is replaced
+
+
+def test_windows_merge_sort_and_list_those_overlapping_a_range():
+    windows = Windows()
+    for start, end in ((40, 50), (0, 10), (20, 30), (8, 12), (45, 47), (50, 52)):
+        windows.add(start, end)
+    assert list(windows.finish()) == [(0, 12), (20, 30), (40, 52)] and len(windows) == 3  # touching ones merge
+    in_order = Windows()
+    for start, end in ((0, 10), (10, 20), (21, 30)):
+        in_order.add(start, end)
+    assert list(in_order) == [(0, 20), (21, 30)]
+    assert list(windows.within(25, 45)) == [(20, 30), (40, 52)]
+    assert list(windows.within(30, 40)) == []  # [start, end): (20, 30) ends where the range starts
+    assert list(windows.within(12, 21)) == [(20, 30)]
+
+
+def test_windowed_candidates_are_absolute_and_inside_the_windows():
+    engine = Engine({}, as_bytes=True)
+    buf = ("." * 100 + KEY + "." * 20 + KEY).encode()
+    assert engine.windowed(buf, _windows((100, 101))) == [100]  # buf starts at 0 by default
+    assert engine.windowed(buf[50:], _windows((100, 101)), 50) == [50]  # at 50: window 100 is buf[50]
+    assert engine.windowed(buf, _windows((90, 100), (101, 140))) == []
+    assert engine.windowed(buf, _windows((0, len(buf)))) == [100, 153]
+
+
+def test_each_thread_has_its_own_scratch_space_kept_for_its_scans():
+    """A hyperscan scratch space serves one scan at a time: the follower's thread and the caller's
+    must not share one; a thread reuses its own."""
+    pre = scan.Prefilter(())
+    mine = pre.scratch()
+    assert mine is not None and pre.scratch() is mine
+    other = []
+    thread = threading.Thread(target=lambda: other.append(pre.scratch()))
+    thread.start()
+    thread.join()
+    assert other[0] is not None and other[0] is not mine

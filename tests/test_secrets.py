@@ -111,6 +111,52 @@ def test_context_shapes_and_exact_environment_values():
     assert redactor.text(f'export {ENV_NAME}="{keys["env"]}"') == f'export {ENV_NAME}="[REDACTED:env:CI_DEPLOY_TOKEN]"'
 
 
+def test_a_value_after_a_prefix_is_named_by_its_own_shape_only_when_that_shape_has_no_prefix():
+    """``Authorization: Bearer sk-...`` is an openai-key; a header value that reads as another prefixed
+    shape (``TOKEN=...``, an assignment) keeps the header's kind."""
+    redactor = Redactor()
+    assert redactor.text("Authorization: Bearer sk-" + "A" * 30) == "Authorization: Bearer [REDACTED:openai-key]"
+    assert redactor.text("Authorization: Bearer " + "A" * 30) == "Authorization: Bearer [REDACTED:bearer-token]"
+    assert redactor.text("x-api-key: TOKEN=abcdefgh1") == "x-api-key: [REDACTED:header]"
+
+
+def test_the_userinfo_of_a_url_is_redacted_and_its_scheme_kept():
+    """The URL shapes start at the scheme, up to 21 characters before the "://" that anchors them."""
+    redactor = Redactor()
+    for text, clean in (("git clone https://bob:hunter22pw@github.com/x",
+                         "git clone https://bob:[REDACTED:url-password]@github.com/x"),
+                        ("curl ftp://" + "Zk9" * 6 + "@files.example/x",
+                         "curl ftp://[REDACTED:url-userinfo]@files.example/x")):
+        assert redactor.text(text) == clean and redactor.data(text.encode()) == clean.encode()
+
+
+def test_an_ocp_apim_subscription_key_header_was_left_in_clear():
+    """Regression (issue 17, found by mutation testing): a ``subscription-key`` header, named in the
+    header shape, was never tried in ASCII text or bytes: its only anchor, "key", looked back 4, 3 or 0
+    characters for the start of the name, not the 13 of "subscription-"."""
+    for redactor in (Redactor(), Redactor(prefilter=False)):
+        for text, clean in (("Ocp-Apim-Subscription-Key: AbCdEf12345678",
+                             "Ocp-Apim-Subscription-Key: [REDACTED:header]"),
+                            ("subscription-key: AbCdEf12345678", "subscription-key: [REDACTED:header]")):
+            assert redactor.text(text) == clean and redactor.data(text.encode()) == clean.encode()
+
+
+@pytest.mark.parametrize("text, clean", [
+    ('curl -H "X-Api-Key: Zq81abcdefgh" https://h', 'curl -H "X-Api-Key: [REDACTED:header]" https://h'),
+    ("x-goog-api-key: AbCdEf12345678", "x-goog-api-key: [REDACTED:header]"),
+    ("X-Api-Key: Zq81abcdefgh, not the key", "X-Api-Key: [REDACTED:header], not the key"),  # every hit of a needle
+    ("apikey: AbCdEf12345678", "apikey: [REDACTED:header]"),
+    ("X-Auth-Token: AbCdEf12345678", "X-Auth-Token: [REDACTED:header]"),
+    ("Cookie: sid=abcdef123456", "Cookie: [REDACTED:header]"),
+    ("GET https://h/p?api_key=abc123xyz&x=1", "GET https://h/p?api_key=[REDACTED:url-query]&x=1"),
+    ("GET https://h/p?x=1&access_token=abc123xyz", "GET https://h/p?x=1&access_token=[REDACTED:url-query]"),
+    ("hotkey: Ctrl1234567", "hotkey: Ctrl1234567"),
+])
+def test_headers_and_query_parameters_named_like_keys(text, clean):
+    redactor = Redactor()
+    assert redactor.text(text) == clean and redactor.data(text.encode()) == clean.encode()
+
+
 def test_ordinary_text_is_left_alone():
     benign = ["task-" + "a" * 40, "sk-local-no-key", "KEY_PATTERN = re.compile(r'x')", "MAX_TOKENS=4096",
               "max_tokens: 4096", "bearer tokens in Authorization headers", "see https://example.com/a:b@c",
@@ -143,6 +189,14 @@ def test_values_inside_json_text_and_structures():
     redactor = Redactor.from_env({ENV_NAME: value})
     arguments = json.dumps({"command": f"deploy --token '{value}'"})  # the value appears JSON-escaped
     assert value not in json.loads(redactor.text(arguments))["command"]
+    # an exact value in each form it takes: as is, in JSON text with non-ASCII kept (as the transcript
+    # writes it) and with \u escapes (json.dumps' default); not a character of it left
+    odd = 'caf\u00e9 "quoted" back\\slash-' + keys["env"]
+    exact = Redactor({odd: "env:X"})
+    for text, expected in ((f"run {odd}", "run [REDACTED:env:X]"),
+                           (json.dumps({"c": f"run {odd}"}, ensure_ascii=False), '{"c": "run [REDACTED:env:X]"}'),
+                           (json.dumps({"c": f"run {odd}"}), '{"c": "run [REDACTED:env:X]"}')):
+        assert exact.text(text) == expected and exact.data(text.encode()) == expected.encode()
     data = {"message": {"role": "tool", "content": keys["openai-key"], "tool_calls": [{"x": [keys["jwt"]]}]}, "n": 3}
     clean = redactor.value(data)
     assert clean == {"message": {"role": "tool", "content": "[REDACTED:openai-key]",
@@ -287,6 +341,9 @@ def test_environment_secrets_are_values_of_eight_characters_or_more_under_names_
     assert redact.env_secrets(environ) == {"12345678": "A_TOKEN", "hunter2hunter2": "db_password"}
     exact = Redactor({"12345678": "eight", "1234567": "seven"})  # exact values: 8 characters or more too
     assert exact.text("a 12345678 b 1234567") == "a [REDACTED:eight] b 1234567"
+    # found one character into another anchor ("gh", a GitHub token's start, that matches nothing here)
+    glued = Redactor({"hunter2hunter2": "pw"})
+    assert glued.text("ghunter2hunter2") == "g[REDACTED:pw]" and glued.data(b"ghunter2hunter2") == b"g[REDACTED:pw]"
 
 
 def test_copy_file_says_whether_any_chunk_changed(tmp_path):

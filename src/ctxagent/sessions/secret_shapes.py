@@ -73,7 +73,7 @@ LOWER_ANCHORS: tuple[str, ...] = ("bearer", "authorization", "passw", "mysql", "
 ANCHOR_PATTERN = (_HEADER_NAMES + r"(?=\\{0,3}[\"']?\s{0,4}:)|cookie(?=\\{0,3}[\"']?\s{0,4}:)"
                   r"|[?&](?=" + _QUERY_NAMES + "=)")
 NAMED_NEEDLES: tuple[tuple[str, tuple[int, ...]], ...] = (
-    ("key", (4, 3, 0)), ("token", (0,)), ("authorization", (0,)), ("cookie", (0,)), ("?", (0,)), ("&", (0,)),
+    ("key", (13, 4, 3, 0)), ("token", (0,)), ("authorization", (0,)), ("cookie", (0,)), ("?", (0,)), ("&", (0,)),
 )
 
 # The prefilter (:mod:`ctxagent.sessions.scan`): regexes for hyperscan, one or more per shape, each a
