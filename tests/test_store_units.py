@@ -12,6 +12,7 @@ import socket
 import subprocess
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -564,27 +565,31 @@ def test_a_snapshot_is_left_from_64_segments_on_of_the_synced_bytes_only_and_bes
     assert SyncState.load(fresh.root) == SyncState(70, len(local), 64)
 
 
-class _SnapshotFailsStore(Store):
-    """A store whose filesystem refuses to make the snapshots folder (a full or read-only store)."""
+def _refusing_store(url: str, method: str, refuses: Callable[[str], bool] = lambda _path: True) -> Store:
+    """A real store whose filesystem raises ``OSError("<method> refused")`` from ``method`` (``makedirs``,
+    ``copy``) when ``refuses(its first argument)``: a full or read-only store, a server-side copy refused.
+    Every other call goes to the real filesystem."""
+    store = Store(url)
+    real = store.fs
 
-    def __init__(self, url: str):
-        super().__init__(url)
-        real = self.fs
+    class _Fs:
+        def __getattr__(self, name: str) -> object:
+            return getattr(real, name)
 
-        class _Fs:
-            def __getattr__(self, name: str) -> object:
-                return getattr(real, name)
+    def refused(path: str, *args: object, **kwargs: object) -> object:
+        if refuses(path):
+            raise OSError(f"{method} refused")
+        return getattr(real, method)(path, *args, **kwargs)
 
-            def makedirs(self, path: str, **kwargs: object) -> None:
-                if path.endswith("/snapshots"):
-                    raise OSError("no space left")
-                real.makedirs(path, **kwargs)
-
-        self.fs = _Fs()
+    fs = _Fs()
+    setattr(fs, method, refused)
+    store.fs = fs
+    return store
 
 
 def test_a_snapshot_the_store_refuses_is_left_out_and_the_writer_goes_on(tmp_path):
-    sync = _sync(tmp_path, store=_SnapshotFailsStore((tmp_path / "store").as_uri()))
+    sync = _sync(tmp_path, store=_refusing_store((tmp_path / "store").as_uri(), "makedirs",
+                                              lambda path: path.endswith("/snapshots")))
     sync.root.mkdir(parents=True)
     for i in range(remote.SNAPSHOT_EVERY):
         _step(sync, _line(f"step {i}", i))
@@ -802,27 +807,10 @@ def test_a_reader_pull_uploads_no_unsynced_line_of_the_cache(tmp_path):
     assert sync.transcript.read_bytes() == first + unsynced
 
 
-class _CopyFailsStore(Store):
-    """A store whose server-side copy fails (its filesystem refuses it)."""
-
-    def __init__(self, url: str):
-        super().__init__(url)
-        real = self.fs
-
-        class _Fs:
-            def __getattr__(self, name: str) -> object:
-                return getattr(real, name)
-
-            def copy(self, *args: object, **kwargs: object) -> None:
-                raise OSError("copy refused")
-
-        self.fs = _Fs()
-
-
 def test_a_failed_copy_names_the_folder_it_was_copying(tmp_path):
     from ctxagent.sessions import replica
 
-    store = _CopyFailsStore((tmp_path / "store").as_uri())
+    store = _refusing_store((tmp_path / "store").as_uri(), "copy")
     sync = _sync(tmp_path, "old", store)
     store.create(sync.remote("segments", segment_name(1)), b"x")
     with pytest.raises(CtxagentError) as err:
