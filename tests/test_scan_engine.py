@@ -423,15 +423,16 @@ def test_a_follower_whose_scan_fails_gives_nothing_and_leaves_no_hashing_thread(
 
 
 def test_a_follower_gives_up_after_idle_give_up_s_without_new_bytes_and_not_before(tmp_path, monkeypatch):
-    """Counted from the last new bytes, for an empty file as for one read already (0.25 s here, not 60)."""
-    monkeypatch.setattr(scan, "IDLE_GIVE_UP_S", 0.25)
+    """Counted from the last new bytes, for an empty file as for one read already (0.75 s here, not 60: room
+    for this thread to be descheduled between starting the followers and looking, on a busy machine)."""
+    monkeypatch.setattr(scan, "IDLE_GIVE_UP_S", 0.75)
     pre = scan.prefilter(())
     followers = []
     for name, data in (("empty", b""), ("read", b"some output\n")):
         path = tmp_path / name
         path.write_bytes(data)
         followers.append(scan.Follower(path, pre))
-    time.sleep(0.08)  # idle for less than 0.25 s: both still follow (the wait counted is at most the time)
+    time.sleep(0.08)  # idle for less than 0.75 s: both still follow (the wait counted is at most the time)
     assert all(f.alive for f in followers)
     for follower in followers:
         follower._thread.join(5)
