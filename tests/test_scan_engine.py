@@ -281,6 +281,23 @@ def test_the_python_engine_setting_ignores_case(monkeypatch):
     assert scan.prefilter(()) is not None
 
 
+def test_an_exact_value_over_4000_bytes_has_no_prefilter_and_is_still_redacted(monkeypatch):
+    """Each byte of an exact value is escaped (``\\xNN``, 4 characters), and hyperscan refuses a pattern
+    over 16,000 characters: a value over 4,000 bytes (a long PEM key in the environment) makes the database
+    fail to compile. ``prefilter()`` then warns once where it was called and returns None; the redactor
+    falls back to the Python patterns everywhere."""
+    value = "".join(random.Random(4001).choice(string.ascii_letters) for _ in range(4001))
+    with pytest.warns(RuntimeWarning, match=r"secret scan without its prefilter \(slower\): ") as caught:
+        assert scan.prefilter((value.encode(),)) is None
+    # stacklevel=2: the caller's line, not scan.py's nor the caller's caller's (under mutmut, the two frames
+    # above prefilter() are both in its trampoline)
+    caller = "trampoline.py" if hasattr(scan, "x_prefilter__mutmut_orig") else "test_scan_engine.py"
+    assert [os.path.basename(w.filename) for w in caught] == [caller]
+    monkeypatch.setattr(redact, "FAST_MIN_BYTES", 0)
+    with pytest.warns(RuntimeWarning):
+        assert Redactor({value: "pem"}).data(f"a {value} b".encode()) == b"a [REDACTED:pem] b"
+
+
 def test_the_width_of_a_bounded_pattern_is_its_longest_match():
     assert scan._max_width("ab[0-9]{2,5}") == 7
     with pytest.raises(ValueError, match=r"prefilter 'x\+' is unbounded: give its width"):

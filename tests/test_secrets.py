@@ -130,6 +130,15 @@ def test_the_userinfo_of_a_url_is_redacted_and_its_scheme_kept():
         assert redactor.text(text) == clean and redactor.data(text.encode()) == clean.encode()
 
 
+def test_case_insensitive_shapes_are_found_in_non_ascii_text():
+    """Non-ASCII text takes the branch that finds the lower-case anchors with a case-insensitive regex
+    (``lower()`` may move positions there), whatever their case: ``BEARER``, ``Password``."""
+    redactor = Redactor()
+    for text, clean in (("caf\u00e9 BEARER " + "A1b2" * 5, "caf\u00e9 BEARER [REDACTED:bearer-token]"),
+                        ("na\u00efve Password: Hunter2hunter", "na\u00efve Password: [REDACTED:password]")):
+        assert redactor.text(text) == clean
+
+
 def test_an_ocp_apim_subscription_key_header_was_left_in_clear():
     """Regression (issue 17, found by mutation testing): a ``subscription-key`` header, named in the
     header shape, was never tried in ASCII text or bytes: its only anchor, "key", looked back 4, 3 or 0
@@ -150,6 +159,9 @@ def test_an_ocp_apim_subscription_key_header_was_left_in_clear():
     ("Cookie: sid=abcdef123456", "Cookie: [REDACTED:header]"),
     ("GET https://h/p?api_key=abc123xyz&x=1", "GET https://h/p?api_key=[REDACTED:url-query]&x=1"),
     ("GET https://h/p?x=1&access_token=abc123xyz", "GET https://h/p?x=1&access_token=[REDACTED:url-query]"),
+    # every "&" tried, the one right after another too, and one between two others
+    ("GET https://h/p?x=1&&token=abc123xyz", "GET https://h/p?x=1&&token=[REDACTED:url-query]"),
+    ("GET https://h/p?x=1&y=2&token=abc123xyz&z=3", "GET https://h/p?x=1&y=2&token=[REDACTED:url-query]&z=3"),
     ("hotkey: Ctrl1234567", "hotkey: Ctrl1234567"),
 ])
 def test_headers_and_query_parameters_named_like_keys(text, clean):
@@ -344,6 +356,23 @@ def test_environment_secrets_are_values_of_eight_characters_or_more_under_names_
     # found one character into another anchor ("gh", a GitHub token's start, that matches nothing here)
     glued = Redactor({"hunter2hunter2": "pw"})
     assert glued.text("ghunter2hunter2") == "g[REDACTED:pw]" and glued.data(b"ghunter2hunter2") == b"g[REDACTED:pw]"
+
+
+def test_exact_values_nested_long_and_undecodable_are_redacted_whole(monkeypatch):
+    """An exact value that extends another is replaced whole (the longest is tried first); one longer
+    than the context read after a prefilter window (256 bytes) is still found through the prefilter;
+    and an environment value with an undecodable byte (a lone surrogate in ``os.environ``) is matched
+    as that byte."""
+    nested = Redactor({"hunter2hunter2": "short", "hunter2hunter2-and-more": "long"})
+    assert nested.text("x hunter2hunter2-and-more y") == "x [REDACTED:long] y"
+    assert nested.data(b"x hunter2hunter2-and-more y") == b"x [REDACTED:long] y"
+    odd = Redactor.from_env({"A_TOKEN": "s3cret-\udcff-value"})
+    assert odd.data(b"x s3cret-\xff-value y") == b"x [REDACTED:env:A_TOKEN] y"
+    monkeypatch.setattr(redact, "FAST_MIN_BYTES", 0)  # the prefilter for every size
+    long_value = "".join(random.Random(3).choice(ALNUM) for _ in range(400))
+    long = Redactor({long_value: "long"})
+    assert long.prefilter is not None
+    assert long.data(f"a {long_value} b".encode()) == b"a [REDACTED:long] b"
 
 
 def test_copy_file_says_whether_any_chunk_changed(tmp_path):
