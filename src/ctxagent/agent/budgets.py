@@ -57,11 +57,8 @@ class Spend(Usage):
 
     def minus(self, other: Spend) -> Spend:
         """This spend less ``other`` (wall time kept: it is measured, not summed)."""
-        return Spend(prompt_tokens=self.prompt_tokens - other.prompt_tokens,
-                     completion_tokens=self.completion_tokens - other.completion_tokens,
-                     cached_tokens=self.cached_tokens - other.cached_tokens,
-                     cost_usd=round(self.cost_usd - other.cost_usd, 9), calls=self.calls - other.calls,
-                     priced=self.priced - other.priced, wall_s=self.wall_s)
+        less = {f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(Usage)}
+        return Spend(**{**less, "cost_usd": round(less["cost_usd"], 9)}, wall_s=self.wall_s)
 
     def as_json(self) -> dict[str, Any]:
         """The ``--json`` usage object: ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``
