@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from hypothesis import settings
 
-DEFAULT = 100  # hypothesis' own max_examples
+DEFAULT = settings.get_profile("default").max_examples  # hypothesis' own (100)
 settings.register_profile("suite", max_examples=DEFAULT // 2)
 settings.register_profile("thorough", max_examples=DEFAULT * 5)
 

@@ -250,7 +250,6 @@ def fresh_process(tmp_path_factory: pytest.TempPathFactory) -> subprocess.Comple
 import gc, os, sys
 os.environ["TIKTOKEN_CACHE_DIR"] = {tiktoken_dir!r}
 from ctxagent.agent import litellm_backend
-from ctxagent.agent.litellm_backend import LiteLLMModel
 from ctxagent.errors import ProviderError
 from ctxagent.testing import FakeOpenAI, error
 before = gc.get_freeze_count()
@@ -259,12 +258,12 @@ print("collector:", gc.isenabled(), before, gc.get_freeze_count() > 100_000, fil
 with FakeOpenAI([error(500, "boom"), error(500, "boom"), error(400, "bad request")]) as server:
     for _ in range(2):
         try:
-            LiteLLMModel("openai/fake", api_base=server.base_url, retries=1, backoff_s=0.01).complete(
+            litellm_backend.LiteLLMModel("openai/fake", api_base=server.base_url, retries=1, backoff_s=0.01).complete(
                 [{{"role": "user", "content": "hi"}}], [])
         except ProviderError as err:
             print("mapped:", err, file=sys.stderr)
 try:
-    LiteLLMModel("gpt-4o", retries=0).complete([{{"role": "user", "content": "hi"}}], [])
+    litellm_backend.LiteLLMModel("gpt-4o", retries=0).complete([{{"role": "user", "content": "hi"}}], [])
 except ProviderError as err:
     print("mapped:", err, file=sys.stderr)
 assert os.environ["TIKTOKEN_CACHE_DIR"] == {tiktoken_dir!r}, os.environ["TIKTOKEN_CACHE_DIR"]
