@@ -267,7 +267,7 @@ def tool_context(outputs: Path, transcript: Path | None = None) -> Any:
 
 
 _CONTEXTS: dict[tuple[Path, Path | None], Any] = {}
-_TEXT_CACHE: dict[Path, str] = {}
+_TEXT_CACHE: dict[tuple[Path, str], str] = {}
 
 
 def store_texts(outputs: Path, view_text: str) -> list[str]:
@@ -282,16 +282,16 @@ def store_refs(outputs: Path, view_text: str) -> dict[str, str]:
     store = OutputStore(outputs)
     found: dict[str, str] = {}
     for handle in set(HANDLE.findall(view_text)):
-        try:
-            path = store.path_of(handle)
-        except Exception:  # not a handle this store can name
-            continue
-        text = _TEXT_CACHE.get(path)
+        text = _TEXT_CACHE.get((outputs, handle))  # asked for every request: a lookup, not a path and a stat
         if text is None:
+            try:
+                path = store.path_of(handle)
+            except Exception:  # not a handle this store can name
+                continue
             if not path.is_file():
                 continue
             text = path.read_text(encoding="utf-8", errors="replace")
-            _TEXT_CACHE[path] = text
+            _TEXT_CACHE[(outputs, handle)] = text
         found[handle] = text
     return found
 
@@ -588,9 +588,9 @@ class CtxagentRun:
 
 
 def _forget(outputs: Path) -> None:
-    for path in list(_TEXT_CACHE):
-        if path.parent == outputs:
-            del _TEXT_CACHE[path]
+    for key in list(_TEXT_CACHE):
+        if key[0] == outputs:
+            del _TEXT_CACHE[key]
 
 
 # --- prompt caching -------------------------------------------------------------------------------
