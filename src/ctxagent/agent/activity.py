@@ -106,7 +106,21 @@ def signature(call: ToolCall) -> str:
 
 
 def canonical(arguments: str) -> str:
-    """Arguments JSON with sorted keys and no spaces (the raw text when it is not JSON)."""
+    """Arguments JSON with sorted keys and no spaces (the raw text when it is not JSON). Arguments of
+    up to :data:`REMEMBERED_CHARS` characters are remembered: the loop guard asks for the signatures
+    of the latest calls at every call."""
+    return _remembered(arguments) if len(arguments) <= REMEMBERED_CHARS else _canonical(arguments)
+
+
+REMEMBERED_CHARS = 4096
+
+
+@lru_cache(maxsize=1024)
+def _remembered(arguments: str) -> str:
+    return _canonical(arguments)
+
+
+def _canonical(arguments: str) -> str:
     try:
         return json.dumps(json.loads(arguments or "{}"), sort_keys=True, separators=(",", ":"))
     except ValueError:
