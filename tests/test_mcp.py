@@ -4,6 +4,7 @@ stdio and streamable HTTP on 127.0.0.1 (tests/mcp_servers/demo.py); only the mod
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -53,6 +54,13 @@ def mcp_config(tmp_path: Path, *extra: str, name: str = "demo", **options: objec
     server = {"command": sys.executable, "args": [str(DEMO), "stdio", *extra], **options}
     path = tmp_path / f"mcp-{name}.json"
     path.write_text(json.dumps({"mcpServers": {name: server}}), encoding="utf-8")
+    return path
+
+
+def http_config(tmp_path: Path, url: str, name: str = "demo", **options: object) -> Path:
+    """An ``--mcp-config`` file naming the shared HTTP server ``name`` (its tools: ``name__...``)."""
+    path = tmp_path / f"mcp-{name}-http.json"
+    path.write_text(json.dumps({"mcpServers": {name: {"url": url, **options}}}), encoding="utf-8")
     return path
 
 
@@ -204,6 +212,27 @@ def test_streamable_http_server_with_a_header_from_the_environment(tmp_path, mon
     assert tool_results("m")["h"].startswith("received 5 characters")
     text = Session.at("m").transcript.path.read_text()
     assert "s3cr3t-token-value" not in text and str(config) in text  # the path is kept, not the values
+
+
+def test_closing_an_http_connection_closes_its_sockets(tmp_path, http_url):
+    port = int(http_url.split(":")[-1].split("/")[0])
+    result = run(tmp_path, [{"tool_calls": [call("w", "demo__whoami")]}, "done"],
+                 "--mcp-config", str(http_config(tmp_path, http_url)), "-p", profile(tmp_path))
+    assert result["status"] == "answered" and tool_results("m")["w"].startswith("pid ")
+    hub.close_all()
+    assert _sockets_to(port) == 0  # the server lives on (it is shared): an open client would keep them
+
+
+def _sockets_to(port: int) -> int:
+    """How many of this process's open sockets are TCP connections to 127.0.0.1:PORT (from /proc)."""
+    remote = f"0100007F:{port:04X}"
+    inodes = {f"socket:[{fields[9]}]" for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+              if (fields := line.split())[2] == remote}
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed since the listing
+            count += os.readlink(fd) in inodes
+    return count
 
 
 def _wait_port(port: int) -> None:
