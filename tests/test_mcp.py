@@ -1,5 +1,9 @@
 """MCP servers as mirrored tools (ctxagent/mcp_tools): real servers written with the SDK, over
 stdio and streamable HTTP on 127.0.0.1 (tests/mcp_servers/demo.py); only the model is scripted.
+
+A server start costs ~1.6 s of CPU (the SDK's import). Tests about the server's process (its crash,
+kill, stderr, environment) or the stdio transport (a 3 MB result) start their own; the others share
+one HTTP server (``http_url``, one per module: its tools keep no state), each with its own connection.
 """
 
 from __future__ import annotations
@@ -34,9 +38,10 @@ def _close_servers():
     hub.close_all()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def http_url():
-    """The demo server over streamable HTTP on a free 127.0.0.1 port; its URL."""
+    """The demo server over streamable HTTP on a free 127.0.0.1 port; its URL. One for the module:
+    its tools keep no state, and each test connects anew (``_close_servers`` closes the connections)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -102,11 +107,11 @@ def test_a_3mb_result_is_offloaded_and_a_builtin_handle_arrives_at_an_mcp_tool_a
     assert f"received {len(big_text)} characters" in results["d2"]
 
 
-def test_structured_content_is_stored_as_json_and_answers_query_output(tmp_path):
+def test_structured_content_is_stored_as_json_and_answers_query_output(tmp_path, http_url):
     result = run(tmp_path, [
         {"tool_calls": [call("t", "demo__cities", count=2000)]},
         {"tool_calls": [call("q", "query_output", handle="@t", path="$.rows[1234].population")]},
-        "done"], "--mcp-config", str(mcp_config(tmp_path)), "-p", profile(tmp_path))
+        "done"], "--mcp-config", str(http_config(tmp_path, http_url)), "-p", profile(tmp_path))
     assert result["status"] == "answered"
     output = next(r for r in transcript("m") if isinstance(r, records.OutputRecord))
     assert output.type == "json" and output.path.endswith(".json")
@@ -114,8 +119,12 @@ def test_structured_content_is_stored_as_json_and_answers_query_output(tmp_path)
 
 
 def test_error_results_images_and_the_servers_stderr(tmp_path):
-    run(tmp_path, [{"tool_calls": [call("r", "demo__refuse", reason="no such account"), call("i", "demo__picture")]},
-                   "done"], "--mcp-config", str(mcp_config(tmp_path)), "-p", profile(tmp_path))
+    result = run(tmp_path, [{"tool_calls": [call("r", "demo__refuse", reason="no such account"),
+                                            call("i", "demo__picture")]},
+                            "done"], "--mcp-config", str(mcp_config(tmp_path)), "-p", profile(tmp_path))
+    hub.close_all()  # the log is complete once the server is gone
+    log = (Session.at("m").root / "mcp" / "demo.log").read_text()  # the server logs the failed call on its
+    assert "Tool 'refuse' failed" in log and "Tool 'refuse'" not in result["_stderr"]  # stderr: the log, not ours
     results = tool_results("m")
     assert results["r"].startswith("ERROR: ") and "no such account" in results["r"]
     assert "image image/png" in results["i"] and "@i" in results["i"]
@@ -124,8 +133,8 @@ def test_error_results_images_and_the_servers_stderr(tmp_path):
     assert stored.startswith(b"\x89PNG") and len(stored) == 8 + 1024
 
 
-def test_a_slow_tool_that_reports_progress_outlives_its_timeout_and_a_silent_one_does_not(tmp_path):
-    config = mcp_config(tmp_path, timeout_s=0.8)
+def test_a_slow_tool_that_reports_progress_outlives_its_timeout_and_a_silent_one_does_not(tmp_path, http_url):
+    config = http_config(tmp_path, http_url, timeout_s=0.8)
     started = time.monotonic()
     run(tmp_path, [{"tool_calls": [call("slow", "demo__slow", seconds=2.0), call("quiet", "demo__silent", seconds=30)]},
                    "done"], "--mcp-config", str(config), "-p", profile(tmp_path))
@@ -271,8 +280,8 @@ def test_sixty_large_schemas_are_deferred_and_the_selected_tools_arrive_in_the_n
     assert [t["function"]["name"] for t in server.requests[-1]["tools"]] == names[-1]
 
 
-def test_mcp_tools_ask_by_default_and_a_server_grant_allows_its_tools(tmp_path):
-    config = mcp_config(tmp_path)
+def test_mcp_tools_ask_by_default_and_a_server_grant_allows_its_tools(tmp_path, http_url):
+    config = http_config(tmp_path, http_url)
     bare = tmp_path / "bare.yaml"
     bare.write_text("tools: [read_output]\n")
     run(tmp_path, [{"tool_calls": [call("w", "demo__whoami")]}, "done"], "--mcp-config", str(config),
@@ -300,8 +309,8 @@ def test_the_server_env_references_the_users_environment_and_unset_names_say_whi
     assert "MY_SECRET_FOR_DEMO is not set" in result["_stderr"]
 
 
-def test_resume_offers_the_recorded_tools_when_the_server_is_gone(tmp_path):
-    config = mcp_config(tmp_path)
+def test_resume_offers_the_recorded_tools_when_the_server_is_gone(tmp_path, http_url):
+    config = http_config(tmp_path, http_url)
     run(tmp_path, [{"tool_calls": [call("w", "demo__whoami")]}, "done", {"tool_calls": [call("x", "demo__whoami")]},
                    "done again"], "--mcp-config", str(config), "-p", profile(tmp_path))
     hub.close_all()
@@ -371,11 +380,11 @@ def test_the_servers_stderr_is_logged_owner_only_and_redacted(tmp_path, monkeypa
     assert oct(log.stat().st_mode & 0o777) == "0o600" and oct(log.parent.stat().st_mode & 0o777) == "0o700"
 
 
-def test_a_binary_handle_reaches_a_string_parameter_as_base64_and_clashing_names_both_work(tmp_path):
+def test_a_binary_handle_reaches_a_string_parameter_as_base64_and_clashing_names_both_work(tmp_path, http_url):
     run(tmp_path, [{"tool_calls": [call("p", "demo__picture")]},
                    {"tool_calls": [call("b", "demo__b64len", data="@p")]},
                    {"tool_calls": [call("d1", "demo__dot_name")]}, "done"],
-        "--mcp-config", str(mcp_config(tmp_path)), "-p", profile(tmp_path))
+        "--mcp-config", str(http_config(tmp_path, http_url)), "-p", profile(tmp_path))
     results = tool_results("m")
     assert results["b"] == "1032 bytes, starting 89504e47"
     assert results["d1"] in ("dotted", "underscored")
