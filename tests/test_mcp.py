@@ -55,6 +55,13 @@ def http_url():
         server.wait(10)
 
 
+# `python ARGS` with SIGINT as at a terminal: a suite run as a background job of a script (`make test &`)
+# has SIGINT ignored, a child inherits that, and Ctrl-C would not reach ctxagent (python -S: the launcher
+# imports nothing; exec keeps the process id the test signals)
+AS_AT_A_TERMINAL = [sys.executable, "-S", "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
+
+
 def mcp_config(tmp_path: Path, *extra: str, name: str = "demo", **options: object) -> Path:
     server = {"command": sys.executable, "args": [str(DEMO), "stdio", *extra], **options}
     path = tmp_path / f"mcp-{name}.json"
@@ -183,7 +190,7 @@ def test_ctrl_c_during_an_mcp_call_cancels_it_at_the_server_and_the_session_stay
     pid_file, cancel_file = tmp_path / "server.pid", tmp_path / "cancelled"
     config = mcp_config(tmp_path, env={"DEMO_PID_FILE": str(pid_file), "DEMO_CANCEL_FILE": str(cancel_file)})
     model = script(tmp_path / "c.yaml", [{"tool_calls": [call("s", "demo__slow", seconds=60)]}, "done"])
-    proc = subprocess.Popen([sys.executable, "-m", "ctxagent", "run", "go", "-s", "c", "-m", model, "--batch",
+    proc = subprocess.Popen([*AS_AT_A_TERMINAL, "-m", "ctxagent", "run", "go", "-s", "c", "-m", model, "--batch",
                              "--mcp-config", str(config), "-p", profile(tmp_path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60  # the slow call is running (on a busy machine, a second after the
