@@ -1,9 +1,14 @@
 """MCP servers as mirrored tools (ctxagent/mcp_tools): real servers written with the SDK, over
 stdio and streamable HTTP on 127.0.0.1 (tests/mcp_servers/demo.py); only the model is scripted.
+
+A server start costs ~1.6 s of CPU (the SDK's import). Tests about the server's process (its crash,
+kill, stderr, environment) or the stdio transport (a 3 MB result) start their own; the others share
+one HTTP server (``http_url``, one per module: its tools keep no state), each with its own connection.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -33,9 +38,10 @@ def _close_servers():
     hub.close_all()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def http_url():
-    """The demo server over streamable HTTP on a free 127.0.0.1 port; its URL."""
+    """The demo server over streamable HTTP on a free 127.0.0.1 port; its URL. One for the module:
+    its tools keep no state, and each test connects anew (``_close_servers`` closes the connections)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -49,10 +55,24 @@ def http_url():
         server.wait(10)
 
 
+# `python ARGS` with SIGINT as at a terminal: a suite run as a background job of a script (`make test &`)
+# has SIGINT ignored, a child inherits that, and Ctrl-C would not reach ctxagent (python -S: the launcher
+# imports nothing; exec keeps the process id the test signals)
+AS_AT_A_TERMINAL = [sys.executable, "-S", "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
+
+
 def mcp_config(tmp_path: Path, *extra: str, name: str = "demo", **options: object) -> Path:
     server = {"command": sys.executable, "args": [str(DEMO), "stdio", *extra], **options}
     path = tmp_path / f"mcp-{name}.json"
     path.write_text(json.dumps({"mcpServers": {name: server}}), encoding="utf-8")
+    return path
+
+
+def http_config(tmp_path: Path, url: str, name: str = "demo", **options: object) -> Path:
+    """An ``--mcp-config`` file naming the shared HTTP server ``name`` (its tools: ``name__...``)."""
+    path = tmp_path / f"mcp-{name}-http.json"
+    path.write_text(json.dumps({"mcpServers": {name: {"url": url, **options}}}), encoding="utf-8")
     return path
 
 
@@ -94,11 +114,11 @@ def test_a_3mb_result_is_offloaded_and_a_builtin_handle_arrives_at_an_mcp_tool_a
     assert f"received {len(big_text)} characters" in results["d2"]
 
 
-def test_structured_content_is_stored_as_json_and_answers_query_output(tmp_path):
+def test_structured_content_is_stored_as_json_and_answers_query_output(tmp_path, http_url):
     result = run(tmp_path, [
         {"tool_calls": [call("t", "demo__cities", count=2000)]},
         {"tool_calls": [call("q", "query_output", handle="@t", path="$.rows[1234].population")]},
-        "done"], "--mcp-config", str(mcp_config(tmp_path)), "-p", profile(tmp_path))
+        "done"], "--mcp-config", str(http_config(tmp_path, http_url)), "-p", profile(tmp_path))
     assert result["status"] == "answered"
     output = next(r for r in transcript("m") if isinstance(r, records.OutputRecord))
     assert output.type == "json" and output.path.endswith(".json")
@@ -106,8 +126,12 @@ def test_structured_content_is_stored_as_json_and_answers_query_output(tmp_path)
 
 
 def test_error_results_images_and_the_servers_stderr(tmp_path):
-    run(tmp_path, [{"tool_calls": [call("r", "demo__refuse", reason="no such account"), call("i", "demo__picture")]},
-                   "done"], "--mcp-config", str(mcp_config(tmp_path)), "-p", profile(tmp_path))
+    result = run(tmp_path, [{"tool_calls": [call("r", "demo__refuse", reason="no such account"),
+                                            call("i", "demo__picture")]},
+                            "done"], "--mcp-config", str(mcp_config(tmp_path)), "-p", profile(tmp_path))
+    hub.close_all()  # the log is complete once the server is gone
+    log = (Session.at("m").root / "mcp" / "demo.log").read_text()  # the server logs the failed call on its
+    assert "Tool 'refuse' failed" in log and "Tool 'refuse'" not in result["_stderr"]  # stderr: the log, not ours
     results = tool_results("m")
     assert results["r"].startswith("ERROR: ") and "no such account" in results["r"]
     assert "image image/png" in results["i"] and "@i" in results["i"]
@@ -116,8 +140,8 @@ def test_error_results_images_and_the_servers_stderr(tmp_path):
     assert stored.startswith(b"\x89PNG") and len(stored) == 8 + 1024
 
 
-def test_a_slow_tool_that_reports_progress_outlives_its_timeout_and_a_silent_one_does_not(tmp_path):
-    config = mcp_config(tmp_path, timeout_s=0.8)
+def test_a_slow_tool_that_reports_progress_outlives_its_timeout_and_a_silent_one_does_not(tmp_path, http_url):
+    config = http_config(tmp_path, http_url, timeout_s=0.8)
     started = time.monotonic()
     run(tmp_path, [{"tool_calls": [call("slow", "demo__slow", seconds=2.0), call("quiet", "demo__silent", seconds=30)]},
                    "done"], "--mcp-config", str(config), "-p", profile(tmp_path))
@@ -166,7 +190,7 @@ def test_ctrl_c_during_an_mcp_call_cancels_it_at_the_server_and_the_session_stay
     pid_file, cancel_file = tmp_path / "server.pid", tmp_path / "cancelled"
     config = mcp_config(tmp_path, env={"DEMO_PID_FILE": str(pid_file), "DEMO_CANCEL_FILE": str(cancel_file)})
     model = script(tmp_path / "c.yaml", [{"tool_calls": [call("s", "demo__slow", seconds=60)]}, "done"])
-    proc = subprocess.Popen([sys.executable, "-m", "ctxagent", "run", "go", "-s", "c", "-m", model, "--batch",
+    proc = subprocess.Popen([*AS_AT_A_TERMINAL, "-m", "ctxagent", "run", "go", "-s", "c", "-m", model, "--batch",
                              "--mcp-config", str(config), "-p", profile(tmp_path)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60  # the slow call is running (on a busy machine, a second after the
@@ -206,6 +230,27 @@ def test_streamable_http_server_with_a_header_from_the_environment(tmp_path, mon
     assert "s3cr3t-token-value" not in text and str(config) in text  # the path is kept, not the values
 
 
+def test_closing_an_http_connection_closes_its_sockets(tmp_path, http_url):
+    port = int(http_url.split(":")[-1].split("/")[0])
+    result = run(tmp_path, [{"tool_calls": [call("w", "demo__whoami")]}, "done"],
+                 "--mcp-config", str(http_config(tmp_path, http_url)), "-p", profile(tmp_path))
+    assert result["status"] == "answered" and tool_results("m")["w"].startswith("pid ")
+    hub.close_all()
+    assert _sockets_to(port) == 0  # the server lives on (it is shared): an open client would keep them
+
+
+def _sockets_to(port: int) -> int:
+    """How many of this process's open sockets are TCP connections to 127.0.0.1:PORT (from /proc)."""
+    remote = f"0100007F:{port:04X}"
+    inodes = {f"socket:[{fields[9]}]" for line in Path("/proc/net/tcp").read_text().splitlines()[1:]
+              if (fields := line.split())[2] == remote}
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed since the listing
+            count += os.readlink(fd) in inodes
+    return count
+
+
 def _wait_port(port: int) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -242,8 +287,8 @@ def test_sixty_large_schemas_are_deferred_and_the_selected_tools_arrive_in_the_n
     assert [t["function"]["name"] for t in server.requests[-1]["tools"]] == names[-1]
 
 
-def test_mcp_tools_ask_by_default_and_a_server_grant_allows_its_tools(tmp_path):
-    config = mcp_config(tmp_path)
+def test_mcp_tools_ask_by_default_and_a_server_grant_allows_its_tools(tmp_path, http_url):
+    config = http_config(tmp_path, http_url)
     bare = tmp_path / "bare.yaml"
     bare.write_text("tools: [read_output]\n")
     run(tmp_path, [{"tool_calls": [call("w", "demo__whoami")]}, "done"], "--mcp-config", str(config),
@@ -271,8 +316,8 @@ def test_the_server_env_references_the_users_environment_and_unset_names_say_whi
     assert "MY_SECRET_FOR_DEMO is not set" in result["_stderr"]
 
 
-def test_resume_offers_the_recorded_tools_when_the_server_is_gone(tmp_path):
-    config = mcp_config(tmp_path)
+def test_resume_offers_the_recorded_tools_when_the_server_is_gone(tmp_path, http_url):
+    config = http_config(tmp_path, http_url)
     run(tmp_path, [{"tool_calls": [call("w", "demo__whoami")]}, "done", {"tool_calls": [call("x", "demo__whoami")]},
                    "done again"], "--mcp-config", str(config), "-p", profile(tmp_path))
     hub.close_all()
@@ -309,11 +354,17 @@ def test_a_malformed_mcp_config_names_the_server_and_key(tmp_path):
     assert not Session.at("z").exists()
 
 
-def test_the_papers_workflows_over_mcp_answer_exactly_with_far_fewer_tokens_than_inline():
+def test_the_papers_workflows_over_mcp_answer_exactly_with_far_fewer_tokens_than_inline(monkeypatch):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from benchmarks import mcp_workflows
 
-    numbers = mcp_workflows.run(quick=True, in_process=True)  # the servers over stdio; ctxagent in this process
+    # ctxagent in this process, the server over stdio: one for the three runs, as the runners of one
+    # process share it (the benchmark closes it after each run, as a process of its own would: a
+    # server start is ~2 s of CPU, and its lifetime is not this test's point). A 16^3 grid: its
+    # result is already 14 times the run's tokens.
+    with monkeypatch.context() as patch:
+        patch.setattr(hub, "close_all", lambda: None)  # put back before _close_servers closes the server
+        numbers = mcp_workflows.run(grid_size=16, in_process=True)
     for row in numbers.values():
         assert row["exact_answer"], row
         assert row["tokens_inline"] > 10 * row["context_tokens_with_handles"], row
@@ -342,11 +393,11 @@ def test_the_servers_stderr_is_logged_owner_only_and_redacted(tmp_path, monkeypa
     assert oct(log.stat().st_mode & 0o777) == "0o600" and oct(log.parent.stat().st_mode & 0o777) == "0o700"
 
 
-def test_a_binary_handle_reaches_a_string_parameter_as_base64_and_clashing_names_both_work(tmp_path):
+def test_a_binary_handle_reaches_a_string_parameter_as_base64_and_clashing_names_both_work(tmp_path, http_url):
     run(tmp_path, [{"tool_calls": [call("p", "demo__picture")]},
                    {"tool_calls": [call("b", "demo__b64len", data="@p")]},
                    {"tool_calls": [call("d1", "demo__dot_name")]}, "done"],
-        "--mcp-config", str(mcp_config(tmp_path)), "-p", profile(tmp_path))
+        "--mcp-config", str(http_config(tmp_path, http_url)), "-p", profile(tmp_path))
     results = tool_results("m")
     assert results["b"] == "1032 bytes, starting 89504e47"
     assert results["d1"] in ("dotted", "underscored")

@@ -198,7 +198,9 @@ class Connection:
 
             assert config.url is not None
             self._log_from = None
-            return streamable_http_client(config.url, http_client=create_mcp_http_client(headers=config.headers),
+            client = create_mcp_http_client(headers=config.headers)
+            stack.push_async_callback(client.aclose)  # the SDK leaves a client it was given open (its sockets)
+            return streamable_http_client(config.url, http_client=client,
                                           max_sse_event_size=None)  # a result's size is ctxagent's to manage
         from mcp import StdioServerParameters, stdio_client
 
