@@ -714,6 +714,8 @@ def test_handles_are_listed_oldest_first_and_found_here_before_the_linked_stores
     for name in ("z.npy", "z.meta.json", "e.out"):
         (other / name).write_text("linked " + name)
     assert store.handles() == ["@c", "@a", "@b", "@e"]  # by time, then by name; values only, linked not listed
+    assert [(handle, path, stat.st_size) for handle, path, stat in store.value_files()] == [  # in one scan
+        ("@c", root / "c.npy", 5), ("@a", root / "a.json", 6), ("@b", root / "b.out", 5), ("@e", root / "e.out", 5)]
     assert store.find("@a") == root / "a.json" and store.find("@c") == root / "c.npy"
     assert store.find("@e") == root / "e.out"  # .out first, and this store first
     assert store.find("@z") == other / "z.npy" and store.find("@m") is None

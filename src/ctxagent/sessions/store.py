@@ -12,6 +12,7 @@ pipeline of agents passes handles, never values.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -71,18 +72,27 @@ class OutputStore:
 
     def handles(self) -> list[str]:
         """Every handle with a value file in the store, oldest first."""
+        return [handle for handle, _, _ in self.value_files()]
+
+    def value_files(self) -> list[tuple[str, Path, os.stat_result]]:
+        """``(handle, value file, its stat)`` of every handle with a value file in this store (linked
+        stores not listed), oldest first (modification time, then handle); of a handle with more than
+        one value file, the one :meth:`find` returns. One scan of the folder, one stat a file."""
         if not self.root.is_dir():
             return []
-        found: dict[str, float] = {}
-        for path in self.root.iterdir():
-            name = path.name
-            suffix = next((s for s in SUFFIXES if name.endswith(s) and not name.endswith(META_SUFFIX)), None)
-            if suffix is None or name.startswith("."):
-                continue
-            handle = "@" + name[: -len(suffix)]
-            if HANDLE_RE.match(handle):
-                found[handle] = path.stat().st_mtime
-        return sorted(found, key=lambda h: (found[h], h))
+        found: dict[str, tuple[int, str, os.stat_result]] = {}
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                name = entry.name
+                rank = next((i for i, s in enumerate(SUFFIXES) if name.endswith(s)), None)
+                if rank is None or name.startswith(".") or name.endswith(META_SUFFIX):
+                    continue
+                handle = "@" + name[: -len(SUFFIXES[rank])]
+                if HANDLE_RE.match(handle) and rank < found.get(handle, (len(SUFFIXES),))[0]:
+                    with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                        found[handle] = (rank, entry.path, entry.stat())
+        ordered = sorted(found.items(), key=lambda item: (item[1][2].st_mtime, item[0]))
+        return [(handle, Path(path), stat) for handle, (_, path, stat) in ordered]
 
     def taken(self, handle: str) -> bool:
         """Whether ``handle`` has a value file or a sidecar in this store (linked ones not counted)."""

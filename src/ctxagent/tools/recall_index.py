@@ -5,7 +5,6 @@ ranks them). Units: chunk sizes in lines and characters, limits in bytes.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from collections import Counter, OrderedDict, defaultdict
@@ -150,11 +149,7 @@ def _add_record(index: Index, line: bytes) -> None:
 
 
 def _read_outputs(index: Index, ctx: ToolContext) -> bool:
-    files: dict[str, tuple[int, int]] = {}  # oldest first
-    for path in filter(None, map(ctx.store.find, ctx.store.handles())):
-        with contextlib.suppress(OSError):  # deleted meanwhile
-            stat = path.stat()
-            files[path.name] = (stat.st_size, stat.st_mtime_ns)
+    files = {path.name: (stat.st_size, stat.st_mtime_ns) for _, path, stat in ctx.store.value_files()}  # oldest first
     if any(files.get(name) != stamp for name, stamp in index.outputs.items()):
         return False
     for name in [name for name in files if name not in index.outputs]:
