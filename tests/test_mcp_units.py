@@ -22,8 +22,6 @@ from ctxagent.tools.toolset import Toolset
 from ctxagent.tools.user import NAME_RE
 from examplecount import examples
 
-types = pytest.importorskip("mcp_types", reason="the mcp extra is not installed")
-
 
 def test_the_mcp_servers_shape_of_claude_code_and_cursor_parses_and_disabled_servers_are_left_out():
     servers = parse_servers({"mcpServers": {
@@ -110,11 +108,13 @@ def test_loading_a_deferred_tool_only_appends_to_the_tool_list(tmp_path_factory,
                                                               if n not in ("srv__op0", "srv__op1"))}
 
 
-def _result(content: list, structured: object = None, is_error: bool = False) -> types.CallToolResult:
-    return types.CallToolResult(content=content, structured_content=structured, is_error=is_error)
-
-
 def test_result_shapes_become_tool_values(tmp_path):
+    # imported here: the SDK's types cost ~0.6 s to import, in every worker that collects this file
+    types = pytest.importorskip("mcp_types", reason="the mcp extra is not installed")
+
+    def _result(content: list, structured: object = None, is_error: bool = False) -> object:
+        return types.CallToolResult(content=content, structured_content=structured, is_error=is_error)
+
     store = OutputStore(tmp_path)
     text = types.TextContent(type="text", text="hello")
     assert value_of(_result([text]), store) == "hello"
