@@ -25,7 +25,9 @@ a rejected request counts as a PAIR violation. They are slow (each process impor
 server process that imported what a run imports once (litellm too, for the litellm chains), then
 runs ``python -m ctxagent ARGS`` from its entry point on: still a process of its own, killed with a
 real SIGKILL, but without a new interpreter's ~1 s of CPU of imports (~5 s with litellm), and the
-kills land in the run, not in the imports (without it, on a busy machine, most of them did).
+kills land in the run, not in the imports (without it, on a busy machine, most of them did). As a
+resumed process has less left to run than a fresh one, each delay is then scaled by the share of the
+script's replies not yet recorded (else most kills of a resume came after its end, and did not land).
 """
 
 from __future__ import annotations
@@ -300,9 +302,9 @@ class Chain:
     """One session killed again and again, then resumed to the end."""
 
     def __init__(self, root: Path, name: str, model: str, profile: str, api_base: str | None = None,
-                 tear: float = 0.0, rng: random.Random | None = None, forks: Forks | None = None):
+                 tear: float = 0.0, rng: random.Random | None = None, forks: Forks | None = None, replies: int = 0):
         self.root, self.name, self.model, self.profile, self.api_base = root, name, model, profile, api_base
-        self.tear, self.rng, self.forks = tear, rng or random.Random(0), forks
+        self.tear, self.rng, self.forks, self.replies = tear, rng or random.Random(0), forks, replies
         self.session = root / "data" / "sessions" / name
         self.transcript = self.session / "transcript.jsonl"
         self.env = chain_env(root)
@@ -332,6 +334,11 @@ class Chain:
             return subprocess.Popen([sys.executable, "-m", "ctxagent", *self._args()], cwd=self.work,
                                     env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
 
+    def _left(self) -> float:
+        """The share of the script's replies not recorded yet (at least a tenth)."""
+        used = sum(1 for r in self._records() if r.get("kind") == "message" and r["message"].get("role") == "assistant")
+        return max(0.1, 1 - used / self.replies)
+
     def _has_task(self) -> bool:
         return any(r.get("kind") == "message" and r["message"].get("role") == "user" for r in self._records())
 
@@ -344,7 +351,11 @@ class Chain:
 
     def kill(self, delay: float) -> None:
         """Start the next process and SIGKILL it after ``delay`` seconds; check what the previous
-        kill left against what this process found, then what this one leaves."""
+        kill left against what this process found, then what this one leaves. A forked process
+        (``self.forks``) runs at once and a resumed one has less left to run than a fresh one: with
+        ``self.replies`` (the script's) its delay is scaled by the share of replies not yet recorded."""
+        if self.forks is not None and self.replies:
+            delay *= self._left()
         proc = self.start()
         try:
             proc.wait(timeout=delay)
@@ -520,7 +531,8 @@ def _litellm_chain(root: Path, index: int, profile: str, delays: list[float], fo
     from ctxagent.testing import FakeOpenAI
 
     with FakeOpenAI(litellm_script()) as server:
-        chain = Chain(root, f"litellm-{index}", "openai/fake", profile, api_base=server.base_url, forks=forks)
+        chain = Chain(root, f"litellm-{index}", "openai/fake", profile, api_base=server.base_url, forks=forks,
+                      replies=STEPS + 1)
         run_chain(chain, delays, finish_timeout=180)
         if server.rejected:
             chain.tally.pair_violations += len(server.rejected)
@@ -562,7 +574,8 @@ def run(kills: int, seed: int = 7, litellm_kills: int = 0, workers: int = 2, kil
                 rng = random.Random(seed * 100_003 + index)
                 delays = [rng.uniform(0.05, first) if rng.random() < 0.1 else rng.uniform(first * 0.9, span * 1.05)
                           for _ in range(kills_per_chain)]
-                chain = Chain(root, f"chain-{index}", model, profile, tear=tear, rng=rng, forks=forks)
+                chain = Chain(root, f"chain-{index}", model, profile, tear=tear, rng=rng, forks=forks,
+                              replies=steps + 1)
                 tally = run_chain(chain, delays, 120)
                 with lock:
                     total.add(tally)
