@@ -261,8 +261,10 @@ def run_forked(args: list[str] | None) -> None:
     try:
         main()
         code = 0
-    except SystemExit as stop:
+    except SystemExit as stop:  # as the interpreter ends on it: an int is the code, other values print
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+        if stop.code is not None and not isinstance(stop.code, int):
+            print(stop.code, file=sys.stderr)
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
