@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from clihelp import call, ctxagent, script
+from ctxagent.cli.batch_tasks import command_for, read_tasks
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 
@@ -30,6 +31,18 @@ def results(out: str) -> dict[str, dict]:
 def write_tasks(path: Path, lines: list) -> Path:
     path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
     return path
+
+
+def answered_as_a_batch_would(tmp_path: Path, tasks: Path, **options: str) -> None:
+    """The sessions a first ``ctxagent batch TASKS`` (with ``options``, e.g. ``allow="shell"``) leaves
+    when every task answers: each task's own command line and environment, as the batch starts its
+    process (batch_tasks.command_for), run in this process. For tests whose point is what a later
+    batch does with those sessions (a task process costs ~1 s of CPU)."""
+    for task in read_tasks(tasks, options):
+        command = command_for(task, started=False)
+        assert command[:3] == [sys.executable, "-m", "ctxagent"]
+        out = ctxagent(*command[3:], cwd=tmp_path, env={"CTXAGENT_HEARTBEAT_S": "86400"})  # the pool's env
+        assert out.returncode == 0 and json.loads(out.stdout.splitlines()[-1])["status"] == "answered", out.stderr
 
 
 def test_a_batch_runs_every_task_reports_each_and_a_bad_one_stops_no_other(tmp_path):
@@ -172,7 +185,7 @@ def test_a_session_killed_after_its_answer_before_its_end_record_is_reported_ans
     model = script(tmp_path / "s.yaml", [{"tool_calls": [call("a", "shell", command="echo a")]}, "the answer"])
     tasks = write_tasks(tmp_path / "t.jsonl", [{"task": "killed", "model": model},
                                                {"task": "stopped", "model": model}])
-    assert batch(tmp_path, str(tasks), "--allow", "shell").returncode == 0
+    answered_as_a_batch_would(tmp_path, tasks, allow="shell")
     for name in ("t-1", "t-2"):
         path = Session.at(name).transcript.path
         lines = path.read_bytes().splitlines(keepends=True)
@@ -197,7 +210,7 @@ def test_a_line_that_now_holds_another_task_is_refused_not_given_the_old_answer(
     option; a NUL in a task crashed the whole batch."""
     ok = script(tmp_path / "ok.yaml", ["answer"])
     tasks = write_tasks(tmp_path / "t.jsonl", [{"task": "question A", "model": ok}])
-    assert batch(tmp_path, str(tasks)).returncode == 0
+    answered_as_a_batch_would(tmp_path, tasks)
     write_tasks(tasks, [{"task": "question NEW", "model": ok}, {"task": "question A", "model": ok},
                         {"task": "-v: what does this flag do?", "model": ok, "session": "dash"},
                         {"task": "nul\u0000here", "model": ok}])

@@ -25,10 +25,14 @@ crash = importlib.import_module("benchmarks.crash")
 
 @pytest.mark.timeout(360)  # real processes killed after calibrated delays: ~1 min of wall on a busy 2-core machine
 def test_kill_anywhere_then_resume(tmp_path):
-    # 8 kills in 2 sessions of 4 (each kill and resume is a process start, ~1 s of CPU; the litellm session's
-    # two processes ~5 s each), plus one kill of a litellm run: a smoke run of the harness, which
-    # `python -m benchmarks.crash` runs with 200+ kills (80 s of CPU at 16 kills here, measured)
-    tally = crash.run(kills=8, seed=20240607, litellm_kills=1, root=tmp_path, steps=5, kills_per_chain=4)
+    # 8 kills in sessions of 4 (one session at a time: none started once 8 kills landed), plus one kill
+    # of a litellm run: a smoke run of the harness, which `python -m benchmarks.crash` runs with 200+
+    # kills (80 s of CPU at 16 kills here, measured). Each process is forked from a server that imported
+    # ctxagent (the litellm runs' server: litellm too) and SIGKILLed (crash.Forks): ~0.1-0.4 s of CPU a
+    # process instead of ~1 s (~5 s with litellm), and the kills land in the runs, not in a new
+    # interpreter's imports (where most landed on a busy machine)
+    tally = crash.run(kills=8, seed=20240607, litellm_kills=1, root=tmp_path, steps=5, kills_per_chain=4,
+                      workers=1, fork=True)
     report = crash.summary(tally)
     assert tally.failures == [], report
     assert tally.kills >= 8 + 1 and tally.chains >= 3, report
