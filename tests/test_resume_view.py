@@ -31,15 +31,19 @@ def profile_file(tmp_path: Path, name: str) -> str:
     """The bundled profile ``name`` with a small window (so its pipelines act) and a scripted summarizer."""
     summaries = [f"SUMMARY-{n}: steps so far ran seq over numbered ranges." for n in range(1, 40)]
     (tmp_path / "summaries.yaml").write_text(yaml.safe_dump(summaries), encoding="utf-8")
-    data = load_profile(name).model_dump(mode="json")
+    bundled = load_profile(name)
+    # only what differs from the defaults (each of a test's five runs parses this file, twice): the same profile
+    data = bundled.model_dump(mode="json", exclude_defaults=True)
+    data["pipelines"] = {path: [{"strategy": step.strategy, **step.model_dump(mode="json", exclude_defaults=True)}
+                                for step in steps] for path, steps in bundled.pipelines.items()}
     data.update(context_window=7_000, max_output_tokens=300, margin_tokens=50, tool_result_limit=900,
                 max_turns=100, summarizer={"model": f"scripted:{tmp_path / 'summaries.yaml'}", "max_tokens": 300})
     for steps in data["pipelines"].values():  # masking alone would keep this small window under the trigger
         for step in steps:
             if step["strategy"] == "mask_observations":
                 step["keep_tokens"] = 0.6
-    if "permissions" in data:  # this test is about the context, not about asking before the shell runs
-        data["permissions"]["kinds"] = {"exec": "allow"}
+    # this test is about the context, not about asking before the shell runs
+    data["permissions"] = {**data.get("permissions", {}), "kinds": {"exec": "allow"}}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return str(path)

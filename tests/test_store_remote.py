@@ -31,9 +31,16 @@ moto_server = pytest.importorskip("moto.server", reason="moto[server] is not ins
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """A moto S3 server on 127.0.0.1 (a free port) for the whole test session."""
+    from s3fs import S3FileSystem
+
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
+    # fsspec caches filesystems by their arguments (and process): one made for an earlier server (an earlier
+    # pytest session in this process, as mutmut runs them) would still call that server's port. Once per
+    # server, not per test: a new filesystem is a new botocore session, which parses botocore's endpoint
+    # and S3 model files again (~0.1 s of CPU each time); the tests' buckets are their own anyway.
+    S3FileSystem.clear_instance_cache()
     host, port = server.get_host_and_port()
     yield f"http://{host}:{port}"
     server.stop()
@@ -67,11 +74,7 @@ class Bucket:
 @pytest.fixture
 def bucket(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Bucket:
     import boto3
-    from s3fs import S3FileSystem
 
-    # fsspec caches filesystems by their arguments: one made for an earlier server (an earlier pytest
-    # session in this process, as mutmut runs them, or its forks) would still call that server's port
-    S3FileSystem.clear_instance_cache()
     for key, value in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing",
                        "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}.items():
         monkeypatch.setenv(key, value)

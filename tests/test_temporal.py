@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from clihelp import call, script
+from clihelp import call, ctxagent, script
 from conftest import DEAD_PROXY, KEY_VARS
 from ctxagent.messages import pair_violations
 from ctxagent.sessions import records
@@ -126,8 +126,11 @@ class Workers:
         return (self.folder / f"worker-{i}.log").read_text(errors="replace")
 
     def batch(self, tasks: Path, *args: str) -> list[str]:
-        return [sys.executable, "-m", "ctxagent", "batch", str(tasks), "--backend", "temporal", "--address",
-                self.address, "--task-queue", self.queue, "--heartbeat-s", HEARTBEAT_S, *args]
+        return [sys.executable, "-m", "ctxagent", *self.batch_args(tasks, *args)]
+
+    def batch_args(self, tasks: Path, *args: str) -> list[str]:
+        return ["batch", str(tasks), "--backend", "temporal", "--address", self.address, "--task-queue", self.queue,
+                "--heartbeat-s", HEARTBEAT_S, *args]
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -197,8 +200,7 @@ def test_a_batch_runs_on_two_workers_payloads_stay_small_and_a_resubmit_skips_an
     prefix = f"jobs{uuid.uuid4().hex[:6]}"  # session names are workflow ids: the server's, shared by the tests
     tasks = write_tasks(tmp_path / f"{prefix}.jsonl", [{"task": "one", "model": ok}, {"task": "two", "model": ok},
                                                        {"task": "big", "model": big}, "not json"])
-    out = subprocess.run(workers.batch(tasks, "--allow", "shell"), capture_output=True, text=True, cwd=tmp_path,
-                         timeout=120)
+    out = ctxagent(*workers.batch_args(tasks, "--allow", "shell"), cwd=tmp_path)  # the client: in this process
     assert out.returncode == 1, out.stderr  # the line that is not JSON
     got = results(out.stdout)
     assert [got[f"{prefix}-{i}"]["status"] for i in (1, 2, 3)] == ["answered"] * 3, out.stdout
@@ -216,8 +218,7 @@ def test_a_batch_runs_on_two_workers_payloads_stay_small_and_a_resubmit_skips_an
     assert not any(b"TOOLOUT" in p for p in everything)  # the 210 KB tool output stayed in the session
     assert max(len(p) for p in everything) < 8_000, sorted(len(p) for p in everything)
 
-    again = subprocess.run(workers.batch(tasks, "--allow", "shell"), capture_output=True, text=True, cwd=tmp_path,
-                           timeout=120)
+    again = ctxagent(*workers.batch_args(tasks, "--allow", "shell"), cwd=tmp_path)
     got = results(again.stdout)
     assert all(got[f"{prefix}-{i}"]["skipped"] and got[f"{prefix}-{i}"]["status"] == "answered" for i in (1, 2, 3))
     assert got[f"{prefix}-1"]["answer"] == "done"
@@ -250,7 +251,6 @@ def test_a_session_stopped_between_its_answer_and_its_end_record_is_reported_ans
     """A worker killed right after the run recorded its answer: the run's SIGTERM handler writes
     an ``interrupted`` end (or kill -9, none); the activity decides with ``standing``, shared with
     the pool backend (tests/test_batch.py), which reports the recorded answer."""
-    from clihelp import ctxagent
     from ctxagent.cli.batch_tasks import Task, standing
 
     def answered_unrecorded(name: str) -> str | None:
@@ -296,8 +296,7 @@ def test_a_worker_killed_mid_session_its_session_finishes_on_the_other_and_a_dup
             time.sleep(0.1)
         shell_pid = int(started.read_text())
 
-        duplicate = subprocess.run(workers.batch(tasks, "--allow", "shell"), capture_output=True, text=True,
-                                   cwd=tmp_path, timeout=60)
+        duplicate = ctxagent(*workers.batch_args(tasks, "--allow", "shell"), cwd=tmp_path)  # in this process
         assert duplicate.returncode == 1, duplicate.stderr
         refused = results(duplicate.stdout)[name]
         assert refused["status"] == "session_busy" and "already running on the cluster" in refused["error"]

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from ctxagent.messages import tool_call
 from ctxagent.strategies.base import Entry
 
+KINDS = st.sampled_from(["calls", "calls", "calls", "text", "user"])  # made once: a new one costs more than a draw
 sizes = st.one_of(st.integers(1, 50), st.integers(50, 2_000), st.integers(2_000, 40_000))
 
 
@@ -26,7 +27,7 @@ def views(draw, max_units: int = 30):
     turn = 1
     add({"role": "user", "content": "the task"}, draw(st.integers(5, 500)))
     for _ in range(draw(st.integers(0, max_units))):
-        kind = draw(st.sampled_from(["calls", "calls", "calls", "text", "user"]))
+        kind = draw(KINDS)
         if kind == "user":
             turn += 1
             add({"role": "user", "content": f"follow-up {seq}"}, draw(sizes))
