@@ -471,11 +471,10 @@ def test_inspect_outputs_does_not_import_litellm(cli: dict[str, Any]) -> None:
     model = script(tmp / "a.yaml", [{"tool_calls": [call("n", "note", text="hello")]}, {"content": "@n"}])
     out = ctxagent("run", "--batch", "--session", "t1", "--model", model, *cli["args"], "go")
     assert out.returncode == 0 and out.stdout == "hello\n" * 3000, out.stderr[-2000:]
-    code = ("import sys, runpy\n"
+    code = ("import sys\n"
+            "from ctxagent.cli import invoke\n"  # main() would end the process after the first command
             "for argv in (['inspect', 'outputs'], ['inspect', 'output', '@n']):\n"
-            "    sys.argv = ['ctxagent', *argv]\n"
-            "    try:\n        runpy.run_module('ctxagent', run_name='__main__')\n"
-            "    except SystemExit as e:\n        assert not e.code, e.code\n"
+            "    assert invoke(argv) == 0, argv\n"
             "assert 'litellm' not in sys.modules, 'litellm imported'\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -240,11 +240,9 @@ def test_learner_block_fits_max_tokens_from_the_profile(project: Path) -> None:
 
 
 def test_lessons_commands_start_without_litellm() -> None:
-    code = ("import sys, runpy\n"
+    code = ("import sys\nfrom ctxagent.cli import invoke\n"  # main() would end the process after one command
             "for argv in (['lessons', '--help'], ['lessons', 'list'], ['lessons', 'export']):\n"
-            "    sys.argv = ['ctxagent', *argv]\n"
-            "    try:\n        runpy.run_module('ctxagent', run_name='__main__')\n"
-            "    except SystemExit:\n        pass\n"
+            "    assert invoke(argv) == 0, argv\n"
             "    assert 'litellm' not in sys.modules, argv\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ})

@@ -229,12 +229,10 @@ def test_version_and_completion():
 
 
 def test_new_commands_start_without_litellm():
-    code = ("import sys, runpy\n"
+    code = ("import sys\nfrom ctxagent.cli import invoke\n"  # main() would end the process after one command
             "for argv in (['--version'], ['sessions', '--help'], ['profiles', '--help'], ['sessions', 'list'],"
             " ['profiles', 'list']):\n"
-            "    sys.argv = ['ctxagent', *argv]\n"
-            "    try:\n        runpy.run_module('ctxagent', run_name='__main__')\n"
-            "    except SystemExit:\n        pass\n"
+            "    assert invoke(argv) == 0, argv\n"
             "    assert 'litellm' not in sys.modules, argv\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
