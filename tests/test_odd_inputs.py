@@ -372,3 +372,46 @@ def _readable(fd: int) -> bool:
     import select
 
     return bool(select.select([fd], [], [], 0)[0])
+
+
+class _SignalAfterStart:
+    """``os`` as tools/builtin.py sees it, but its first ``close`` (the spool's, right after the shell
+    command started, before the tool waits for it) raises KeyboardInterrupt once the command runs:
+    a signal that arrives in that window."""
+
+    def __init__(self, pidfile: Path) -> None:
+        self.pidfile, self.fired = pidfile, False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+        if not self.fired:
+            self.fired = True
+            deadline = time.monotonic() + 30
+            while not (self.pidfile.exists() and self.pidfile.read_text().strip()) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            raise KeyboardInterrupt
+
+
+def test_a_signal_between_a_shell_commands_start_and_its_wait_still_kills_its_group(tmp_path, monkeypatch):
+    """Failure pinned (seen once in a loaded suite run of the SIGHUP test): a signal that reached the
+    run after the command started but before the shell tool waited for it left the command running,
+    as only a run with sub-agents killed the running commands. Every interrupted run kills them now."""
+    from ctxagent.tools import builtin
+
+    pidfile = tmp_path / "sleep.pid"
+    model = script(tmp_path / "s.yaml", [
+        {"tool_calls": [call("slow", "shell", command=f"sleep 30 & echo $! > {pidfile}; wait")]},
+        {"content": "after resume"}])
+    fake_os = _SignalAfterStart(pidfile)
+    monkeypatch.setattr(builtin, "os", fake_os)
+    out = ctxagent("run", "--batch", "--allow", "shell", "--session", "window", "--model", model, "go", cwd=tmp_path)
+    assert fake_os.fired and out.returncode == 130, out.stderr
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the shell command outlived the interrupted run"
+    assert [e["reason"] for e in records("window") if e["kind"] == "end"] == ["interrupted"]

@@ -179,8 +179,10 @@ class Runner(ToolCalls):
                                bound="max_turns")
         except KeyboardInterrupt:
             self.stop.set()  # sub-agents stop at their next step and write their end records
+            # every shell command's group: a sub-agent's (the signal reached this thread only), and ours when the
+            # signal came after its start but before the tool waited for it (there, the tool kills it itself)
+            kill_running()
             if self.delegator is not None:
-                kill_running()  # their shell commands too: the signal reached this thread only
                 self.delegator.stop()
             self._end("interrupted", "Ctrl-C or a signal")
             raise
