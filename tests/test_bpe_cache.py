@@ -92,6 +92,22 @@ def test_a_short_ascii_count_builds_no_encoding_and_a_long_or_unicode_one_does(m
     tokens.encoding.cache_clear()
 
 
+def test_a_costly_merge_is_left_to_the_encoding(monkeypatch):
+    """Letters in a row are one piece, merged pair by pair in quadratic time (4,000 took 12 s): the
+    light counter refuses such a text, and count_text counts it with the encoding, exactly."""
+    text = "a" * 4000
+    with pytest.raises(ValueError):
+        _light("o200k_base").count(text)
+    short = text[:200]  # a piece this long still merges (~40K), exactly
+    assert _light("o200k_base").count(short) == len(tiktoken.get_encoding("o200k_base").encode_ordinary(short))
+    monkeypatch.setattr(tokens, "_built", set())
+    monkeypatch.setattr(tokens, "_light_chars", {})
+    tokens.encoding.cache_clear()
+    assert tokens.count_text(text) == len(tiktoken.get_encoding("o200k_base").encode_ordinary(text))
+    assert tokens._built == {"o200k_base"}
+    tokens.encoding.cache_clear()
+
+
 @functools.cache
 def _light(name: str) -> bpe_cache.LightCounter:
     source = _source()

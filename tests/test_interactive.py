@@ -126,3 +126,23 @@ def test_a_heartbeat_after_the_spool_was_adopted_does_not_report_0_bytes(tmp_pat
         time.sleep(0.01)
     ticker.stop()
     assert len(seen) >= count + 3 and set(seen) == {23_894}, seen
+
+
+def test_batch_progress_is_printed_as_rich_printed_it_but_an_emoji_code_stays_text(capsys):
+    """Batch progress on stderr goes through PlainErr, not rich (~30 ms of imports a run): the same
+    text rich's console printed (control codes dropped, tabs expanded), except that rich turned
+    ``:b:`` or ``:smile:`` in a tool's arguments into an emoji."""
+    import io
+
+    from rich.console import Console
+
+    from ctxagent.cli.render import PlainErr
+
+    for text in ["turn 1: asking the model (5/100 tokens)", "a\tb\n\tc", "x\ry\bz\a\x0b\x0c!", "e\x1b[31mred\x00",
+                 "uni ünï 漢字", "trailing  \n", "[bold]not markup[/bold]"]:
+        rich = io.StringIO()
+        Console(file=rich, highlight=False, soft_wrap=True).print(text, markup=False)
+        PlainErr().print(text)
+        assert capsys.readouterr().err == rich.getvalue(), repr(text)
+    PlainErr().print('  tool shell({"command": "echo a:b:c :smile:"}) ok')
+    assert capsys.readouterr().err == '  tool shell({"command": "echo a:b:c :smile:"}) ok\n'

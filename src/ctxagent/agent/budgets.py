@@ -27,9 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from ctxagent.agent.state import SessionState, Usage
+from ctxagent.agent.state import SessionState
 from ctxagent.errors import LimitReached, UsageError
 from ctxagent.profile_schema import Limits
+from ctxagent.sessions.outcome import Usage
 
 UNITS = {"max_input_tokens": "prompt_tokens", "max_output_tokens_total": "completion_tokens",
          "max_cost_usd": "cost_usd", "max_wall_s": "wall_s"}

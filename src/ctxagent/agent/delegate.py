@@ -40,11 +40,11 @@ from typing import Any
 
 from ctxagent.agent.budgets import UNITS, Spend, shown
 from ctxagent.agent.runner import Runner
-from ctxagent.agent.state import Usage
 from ctxagent.errors import CtxagentError
 from ctxagent.messages import ToolCall
 from ctxagent.profile_schema import DelegateConfig
 from ctxagent.sessions import records
+from ctxagent.sessions.outcome import Usage
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_text
 from ctxagent.tools.base import ERROR_PREFIX

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxagent.agent.budgets import session_limits as session_limits_of
-from ctxagent.agent.delegate import Delegator, Opener
 from ctxagent.agent.model import Model, make_model
 from ctxagent.agent.model_types import price_of
 from ctxagent.agent.runner import Runner
@@ -31,6 +30,7 @@ from ctxagent.tools.toolset import Toolset, make_toolset
 from ctxagent.tools.user import absolute_spec, load_tools
 
 if TYPE_CHECKING:
+    from ctxagent.agent.delegate import Opener
     from ctxagent.mcp_tools.config import McpTools
 
 SCRIPTED_WINDOW = 128_000  # tokens: the window a scripted model has when the profile sets none
@@ -200,6 +200,8 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                     started=started, grants=grants)
     runner.notices = [("mcp", warning) for warning in mcp.warnings]
     if "delegate" in toolset.tools:
+        from ctxagent.agent.delegate import Delegator  # only where sub-agents are allowed
+
         runner.delegator = Delegator(runner, _child_opener(settings, profile), profile.delegate)
     if lessons and profile.lessons.enabled and "/" not in session.name:  # sub-agents neither see nor teach
         from ctxagent.lessons.hooks import Learner

@@ -163,11 +163,12 @@ def fingerprint() -> str:
     and fold make the state, and the Python version (pickle's and the classes' layout)."""
     from ctxagent import handles, messages
     from ctxagent.agent import activity, context, state
-    from ctxagent.sessions import records
+    from ctxagent.sessions import outcome, records
     from ctxagent.strategies import base, pipeline
 
     digest = hashlib.sha256(repr(sys.version_info[:2]).encode())
-    for module in (state, context, activity, records, messages, handles, base, pipeline, sys.modules[__name__]):
+    for module in (state, context, activity, records, outcome, messages, handles, base, pipeline,
+                   sys.modules[__name__]):
         digest.update(Path(str(module.__file__)).read_bytes())
     return digest.hexdigest()
 

@@ -23,7 +23,7 @@ from ctxagent.collector import collector_paused
 from ctxagent.handles import base_handle, new_handle
 from ctxagent.messages import Message, ToolCall, call_ids
 from ctxagent.sessions import records
-from ctxagent.sessions.outcome import is_answer
+from ctxagent.sessions.outcome import Usage, is_answer
 from ctxagent.tokens import calibration
 
 REPAIR_SOURCE = "transcript repair"
@@ -82,26 +82,6 @@ class Settings:
             if new != getattr(self, f.name):
                 out[f.name] = dict(new) if f.name == "limits" else list(new) if isinstance(new, tuple) else new
         return out
-
-
-@dataclass
-class Usage:
-    """Totals of provider-reported usage (tokens; cost in US dollars, when known)."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-    cost_usd: float = 0.0
-    calls: int = 0
-    priced: int = 0  # calls whose cost was known
-
-    def add(self, record: records.UsageRecord) -> None:
-        self.calls += record.calls
-        self.priced += record.cost_usd is not None
-        self.prompt_tokens += record.prompt_tokens
-        self.completion_tokens += record.completion_tokens
-        self.cached_tokens += record.cached_tokens
-        self.cost_usd += record.cost_usd or 0.0
 
 
 @dataclass

@@ -96,19 +96,22 @@ def trusted(path: Path) -> bool:
 
 def read_file(path: Path) -> ConfigFile:
     """Parse and validate one configuration file. Raises ``ProfileError`` naming file, line and key."""
+    import yaml
+
     from ctxagent.profile import line_of, parse_yaml
 
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise ProfileError(f"cannot read configuration ({err})", path=str(path)) from err
-    node, data = parse_yaml(text, str(path))
+    data = parse_yaml(text, str(path))
     try:
         return ConfigFile.model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         loc = [str(p) for p in first["loc"]]
-        raise ProfileError(first["msg"], path=str(path), line=line_of(node, loc[:1]), key=".".join(loc)) from err
+        line = line_of(yaml.compose(text), loc[:1])
+        raise ProfileError(first["msg"], path=str(path), line=line, key=".".join(loc)) from err
 
 
 def effective(cli: dict[str, Any] | None = None, *, start: Path | None = None) -> dict[str, Value]:

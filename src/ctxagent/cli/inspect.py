@@ -119,8 +119,8 @@ def _spend_lines(items: list[Any]) -> list[str]:
 
 
 def _spent(recs: list[Any]) -> str:
-    from ctxagent.agent.state import Usage  # the fold's totals (imports no litellm)
     from ctxagent.sessions import records
+    from ctxagent.sessions.outcome import Usage  # the fold's totals (not agent/state.py: ~0.1 s of imports)
 
     usage = Usage()
     for rec in recs:

@@ -1,6 +1,7 @@
-"""Rendering the runner's events: rich for people, plain stdout/stderr for scripts.
+"""Rendering the runner's events: rich for people (cli/interactive.py), plain stdout/stderr for scripts.
 
-Batch: the answer alone on stdout (or one JSON object with ``--json``); progress on stderr.
+Batch: the answer alone on stdout (or one JSON object with ``--json``); progress on stderr, plain
+(:class:`PlainErr`: a batch run never imports rich, ~30 ms).
 Interactive: the answer rendered as Markdown, tool calls shown compactly, a spinner while the model
 works, then a prompt for the next message.
 """
@@ -9,17 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from rich.console import Console
-from rich.markup import escape
-from rich.status import Status
-
-from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, ToolStarted, Warned
+from ctxagent.agent.events import Compacted, Event, Finished, Requesting, ToolDone, ToolStarted, Warned
 from ctxagent.errors import CtxagentError
 from ctxagent.messages import one_line
 from ctxagent.sessions.session import Session
@@ -93,15 +91,22 @@ def size_text(n: int) -> str:
     return decimal(n)
 
 
-def _waiting(timeout_s: float = 0.03) -> bool:
-    """Whether more input is already waiting on stdin (the rest of a paste), on a terminal only."""
-    import select
-    import sys
+_DROPPED = dict.fromkeys((7, 8, 11, 12, 13))  # bell, backspace, vertical tab, form feed, carriage return
 
-    try:
-        return sys.stdin.isatty() and bool(select.select([sys.stdin], [], [], timeout_s)[0])
-    except (OSError, ValueError):
-        return False
+
+class PlainErr:
+    """Lines on stderr for batch mode, as rich's console printed them there before (markup off):
+    the control codes rich drops dropped, tabs expanded to 8 columns; but ``:b:`` or ``:smile:`` in
+    a tool's arguments or an error stays as it is (rich made them emoji)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # the heartbeat ticker prints from its own thread
+
+    def print(self, text: str) -> None:
+        line = text.translate(_DROPPED).expandtabs(8) + "\n"
+        with self._lock:
+            sys.stderr.write(line)
+            sys.stderr.flush()
 
 
 class Renderer(Protocol):
@@ -122,13 +127,13 @@ class BatchRenderer:
         self.json_out = json_out
         self.answer: str | None = None
         self.warnings: list[str] = []  # said on stderr as they come, and in the --json object
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.err = PlainErr()
         self.ticker: Ticker | None = None
         self.outputs = Path(".")
 
     def start(self, session: Session, runner: Any) -> None:
         self.outputs = session.root / "outputs"
-        self.err.print(f"session {session.name} ({session.root})", markup=False)
+        self.err.print(f"session {session.name} ({session.root})")
 
     def event(self, event: Event) -> None:
         if self.ticker is not None:
@@ -137,14 +142,14 @@ class BatchRenderer:
         if isinstance(event, ToolStarted):  # a heartbeat on stderr while a long tool runs
             name = event.call.name
             self.ticker = Ticker(heartbeat_s(), lambda s, n: self.err.print(
-                f"  tool {name} still running: {s:.0f} s, {size_text(n)} of output so far", markup=False), self.outputs)
+                f"  tool {name} still running: {s:.0f} s, {size_text(n)} of output so far"), self.outputs)
         if isinstance(event, Finished):
             self.answer = event.answer
         elif isinstance(event, Warned):
             self.warnings.append(f"{event.source}: {event.text}")
         line = describe(event)
         if line:
-            self.err.print(line, markup=False)
+            self.err.print(line)
 
     def ask(self) -> str | None:
         return None
@@ -152,95 +157,15 @@ class BatchRenderer:
     def error(self, err: CtxagentError) -> None:
         if self.ticker is not None:
             self.ticker.stop()
-        self.err.print(f"ctxagent: error: {err}", markup=False)
+        self.err.print(f"ctxagent: error: {err}")
 
     def interrupted(self, session: Session) -> None:
         if self.ticker is not None:
             self.ticker.stop()
-        self.err.print(f"interrupted; 'ctxagent resume --session {session.name}' continues", markup=False)
+        self.err.print(f"interrupted; 'ctxagent resume --session {session.name}' continues")
 
     def finish(self, result: dict[str, Any]) -> None:
         if self.json_out:
             print(json.dumps({**result, "warnings": self.warnings}, ensure_ascii=False), flush=True)
         elif result.get("answer") is not None:
             print(result["answer"], flush=True)
-
-
-class InteractiveRenderer:
-    """People: rich output, a spinner while the model works, a prompt after each answer."""
-
-    def __init__(self) -> None:
-        self.out = Console()
-        self.answer: str | None = None
-        self.status: Status | None = None
-        self.session: Session | None = None
-        self.ticker: Ticker | None = None
-
-    def start(self, session: Session, runner: Any) -> None:
-        self.session = session
-        self.out.print(f"[dim]session {session.name} · {runner.model_name}[/dim]")
-
-    def _stop_spinner(self) -> None:
-        if self.ticker is not None:
-            self.ticker.stop()
-            self.ticker = None
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
-
-    def event(self, event: Event) -> None:
-        if isinstance(event, Requesting):
-            self._stop_spinner()
-            self.status = self.out.status(f"turn {event.turn} · {event.tokens}/{event.window} tokens")
-            self.status.start()
-            return
-        self._stop_spinner()
-        if isinstance(event, ToolStarted):  # a live status: elapsed time, output so far
-            status = self.status = self.out.status(f"running {escape(event.call.name)}")
-            status.start()
-            name, folder = escape(event.call.name), self.session.root / "outputs" if self.session else Path(".")
-            self.ticker = Ticker(1.0, lambda s, n: status.update(f"running {name} · {s:.0f} s · {size_text(n)}"),
-                                 folder)
-            return
-        if isinstance(event, Replied) and event.reply.tool_calls and event.reply.content:
-            self.out.print(f"[italic]{escape(one_line(event.reply.content, 200))}[/italic]")
-        elif isinstance(event, Finished) and event.status == "answered":
-            from rich.markdown import Markdown  # 25 ms of imports: only when an answer is rendered
-
-            self.answer = event.answer
-            self.out.print(Markdown(event.answer or ""))
-        elif isinstance(event, Warned):  # warnings go to stderr, as in batch mode
-            Console(stderr=True).print(f"[yellow]{escape(describe(event) or '')}[/yellow]", highlight=False)
-        elif (line := describe(event)) is not None:
-            self.out.print(f"[dim]{escape(line)}[/dim]", highlight=False)
-
-    def ask(self) -> str | None:
-        """The next message: one line; a paste keeps all its lines (lines already waiting on stdin
-        join the first); a line of three double quotes starts a block that ends at the next one.
-        None at end of input or on an empty line."""
-        try:
-            text = self.out.input("[bold]> [/bold]")
-            if text.strip() == '"""':
-                return self._block()
-            while _waiting():
-                text += "\n" + input()
-        except EOFError:
-            return None
-        return text if text.strip() else None
-
-    def _block(self) -> str | None:
-        lines: list[str] = []
-        while (line := self.out.input("[dim]. [/dim]")).strip() != '"""':
-            lines.append(line)
-        return "\n".join(lines) if any(line.strip() for line in lines) else None
-
-    def error(self, err: CtxagentError) -> None:
-        self._stop_spinner()
-        self.out.print(f"[red]ctxagent: error:[/red] {escape(str(err))}", highlight=False)
-
-    def interrupted(self, session: Session) -> None:
-        self._stop_spinner()
-        self.out.print(f"\n[yellow]interrupted[/yellow]; 'ctxagent resume --session {session.name}' continues")
-
-    def finish(self, result: dict[str, Any]) -> None:
-        self._stop_spinner()

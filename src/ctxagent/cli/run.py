@@ -17,7 +17,7 @@ from ctxagent.cli import process
 from ctxagent.cli.options import RunOptions, with_run_options
 from ctxagent.cli.permissions import grants, warn_allow_all
 from ctxagent.cli.process import Interrupted
-from ctxagent.cli.render import BatchRenderer, InteractiveRenderer, Renderer
+from ctxagent.cli.render import BatchRenderer, Renderer
 from ctxagent.errors import CtxagentError, UsageError
 from ctxagent.sessions.session import Session, latest_session, new_name
 from ctxagent.tools.clean import mend, plain
@@ -190,7 +190,11 @@ def _renderer(output_format: str, batch: bool) -> Renderer:
         from ctxagent.cli.stream import StreamRenderer
 
         return StreamRenderer(interactive=not batch)
-    return BatchRenderer(output_format == "json") if batch else InteractiveRenderer()
+    if batch:
+        return BatchRenderer(output_format == "json")
+    from ctxagent.cli.interactive import InteractiveRenderer  # rich: only for people
+
+    return InteractiveRenderer()
 
 
 def _spend(runner: Any, started: float) -> dict[str, Any]:

@@ -24,16 +24,19 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ctxagent.errors import UsageError
-from ctxagent.lessons import curate, extract, llm, rank
+from ctxagent.lessons import curate, extract, rank
 from ctxagent.lessons.model import USER_SCOPE, Lesson, Scope, scope_for
 from ctxagent.lessons.store import LessonStore
 from ctxagent.profile_schema import LessonsConfig
 from ctxagent.sessions import records
 from ctxagent.sessions.records import now
 from ctxagent.sessions.session import Session
+
+if TYPE_CHECKING:
+    from ctxagent.lessons import llm
 
 
 def session_exists(name: str) -> bool:
@@ -111,6 +114,8 @@ class Learner:
         found = extract.extract(items, session=self.session, scope=self.scope.name, workdir=self.workdir)
         problems: list[str] = []
         if ask is not None and self.config.llm:
+            from ctxagent.lessons import llm  # its pydantic models: only where a model may be asked
+
             proposed, problems = llm.propose(items, ask, session=self.session, scope=self.scope.name)
             found += proposed
         try:

@@ -1,4 +1,4 @@
-"""What a session's records say it holds: its task and its final answer.
+"""What a session's records say it holds: its task, its final answer, its usage totals (:class:`Usage`).
 
 The one rule every command uses to tell an answered session (``resume``, ``batch`` on either
 backend, ``sessions list``, the fold of agent/state.py): its last message is a final answer, an
@@ -10,11 +10,13 @@ after recording its answer wrote no end record; one stopped by a signal there wr
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ctxagent.messages import Message
 
 if TYPE_CHECKING:
+    from ctxagent.sessions.records import UsageRecord
     from ctxagent.sessions.transcript import Transcript
 
 
@@ -54,3 +56,24 @@ def recorded_task(transcript: Transcript) -> str | None:
         if isinstance(record, records.MessageRecord) and record.message.get("role") == "user":
             return str(record.message.get("content") or "")
     return None
+
+
+@dataclass
+class Usage:
+    """Totals of provider-reported usage (tokens; cost in US dollars, when known): the fold's
+    (agent/state.py), and ``inspect transcript``'s, which needs no more of the agent."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+    calls: int = 0
+    priced: int = 0  # calls whose cost was known
+
+    def add(self, record: UsageRecord) -> None:
+        self.calls += record.calls
+        self.priced += record.cost_usd is not None
+        self.prompt_tokens += record.prompt_tokens
+        self.completion_tokens += record.completion_tokens
+        self.cached_tokens += record.cached_tokens
+        self.cost_usd += record.cost_usd or 0.0

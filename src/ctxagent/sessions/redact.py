@@ -49,7 +49,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +91,15 @@ class Redactor:
     def __init__(self, exact: Mapping[str, str] | None = None, prefilter: bool = True):
         self.exact = {v: k for v, k in (exact or {}).items() if len(v) >= MIN_SECRET_CHARS}
         self._text = Engine(self.exact, as_bytes=False)
-        self._bytes = Engine(self.exact, as_bytes=True)
         self._use_prefilter = prefilter
         # a record repeats its keys, roles, tool names and ids: each costs ~10 us to scan, ~0.1 us to look up
         self._short = lru_cache(maxsize=SHORT_KEPT)(self._text_of)
+
+    @cached_property
+    def _bytes(self) -> Engine:
+        """The engine over bytes (data, files), compiled on first use (~5 ms: a run that stores no
+        output never needs it)."""
+        return Engine(self.exact, as_bytes=True)
 
     @property
     def prefilter(self) -> scan.Prefilter | None:
