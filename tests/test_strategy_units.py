@@ -8,6 +8,7 @@ views (issue 17, docs/mutation-strategies-a.md to -d.md). The laws on random vie
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import replace
 from typing import Literal
 
@@ -863,6 +864,26 @@ def test_an_entry_memo_computes_once_per_entry_and_key_and_forgets_all_at_its_li
     assert memo.get(c, "k", compute("c1")) == "c1"
     assert calls == ["a1", "a3", "b1", "a4", "c1"]
     assert EntryMemo().get(a, "k", lambda: 5) == 5  # the default limit: a fresh memo works
+
+
+def test_an_entry_memo_never_serves_a_freed_calls_value_to_a_new_call_at_the_same_address():
+    """Regression: strategies put ``id(call)`` in the memo's key without holding the call; once the
+    call was freed, a new call dict (another tool call) could take its address, and the entry got
+    the old call's stub. The objects a computation depends on are now ``deps``: held, told apart by
+    identity. Without holding them, CPython's free list hands the address straight back."""
+    memo, entry = EntryMemo(), _msg("tool", "result", 1)
+    call = {"id": "c1", "function": {"name": "first"}}
+    gone = weakref.ref(first_key := _Key())
+    memo.get(entry, "stub", lambda: "of the first call", (call, first_key))
+    del call, first_key
+    assert gone() is not None  # held by the memo: its address cannot be reused while remembered
+    for n in range(50):  # new calls, some at the freed addresses if they were free
+        new_call = {"id": f"c{n + 2}", "function": {"name": "other"}}
+        assert memo.get(entry, "stub", lambda: "fresh", (new_call, _Key())) == "fresh"
+
+
+class _Key:
+    """A weak-referenceable object (a dict is not)."""
 
 
 def test_a_view_memo_computes_once_per_view_object_and_recomputes_when_it_grew():

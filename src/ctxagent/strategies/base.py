@@ -57,25 +57,30 @@ class EntryMemo:
 
     Entries of the base view are the same objects from one request to the next, so a strategy
     that derives something from one entry (a stub, a verdict, a normalized text) computes it once
-    instead of on every request: per-turn cost stops growing with the history. The memo holds the
-    entry itself, so its ``id`` cannot be reused while remembered; it is cleared when it reaches
+    instead of on every request: per-turn cost stops growing with the history. A computation that
+    also depends on other objects (the entry's tool call, the earlier result it repeats) names them
+    in ``deps``: they are told apart by identity, and the memo holds them with the entry, so no
+    ``id`` in a remembered slot can be reused by a new object (an ``id`` in ``key`` alone could:
+    once its object is freed, a new call at the same address got the old call's stub, and a fresh
+    fold of the transcript built another request than the live run). It is cleared when it reaches
     ``limit`` items (memory stays bounded in sessions of any length).
     """
 
     def __init__(self, limit: int = 200_000):
         self.limit = limit
-        self._items: dict[tuple[int, Any], tuple[Entry, Any]] = {}
+        self._items: dict[tuple[Any, ...], tuple[Entry, tuple[object, ...], Any]] = {}
 
-    def get(self, entry: Entry, key: Any, compute: Callable[[], T]) -> T:
-        """``compute()`` for (``entry``, ``key``), from memory when it was computed before."""
-        slot = (id(entry), key)
+    def get(self, entry: Entry, key: Any, compute: Callable[[], T], deps: tuple[object, ...] = ()) -> T:
+        """``compute()`` for (``entry``, ``key``, the objects ``deps``), from memory when it was
+        computed before. ``key`` holds values (compared by equality), ``deps`` objects (by identity)."""
+        slot = (id(entry), key, *map(id, deps))
         hit = self._items.get(slot)
         if hit is not None and hit[0] is entry:
-            return cast(T, hit[1])  # one key, one computation: the value compute() returned before
+            return cast(T, hit[2])  # one slot, one computation: the value compute() returned before
         value = compute()
         if len(self._items) >= self.limit:
             self._items.clear()
-        self._items[slot] = (entry, value)
+        self._items[slot] = (entry, deps, value)
         return value
 
 

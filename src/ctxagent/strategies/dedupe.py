@@ -79,13 +79,14 @@ class Dedupe(Declared, params=DedupeStep):
             return
         assert self._ctx is not None
         ctx = self._ctx
-        norm, key = MEMO.get(entry, (self.name, id(call)), lambda: self._keys(entry, call))
+        norm, key = MEMO.get(entry, self.name, lambda: self._keys(entry, call), (call,))
         if entry.start >= ctx.free_from:
             same_text = scan.by_text.get(norm) if entry.tokens > self._min_tokens else None
             same_call = scan.by_call.get(key) if key is not None else None
             if same_text is not None or same_call is not None:
-                new, flags = MEMO.get(entry, (self.name, id(same_text), id(same_call), ctx.pins, ctx.model),
-                                      lambda: self._replacement(entry, same_text, same_call, ctx))
+                new, flags = MEMO.get(entry, (self.name, ctx.pins, ctx.model),
+                                      lambda: self._replacement(entry, same_text, same_call, ctx),
+                                      (same_text, same_call))
                 if new is not None:
                     used = [e for e, flag in zip((same_text, same_call), flags, strict=True) if flag and e is not None]
                     scan.replaced.append((index, new, used))

@@ -135,8 +135,8 @@ class MaskObservations(Declared, params=MaskObservationsStep):
             return
         assert self._ctx is not None
         ctx, min_tokens = self._ctx, self._min_tokens
-        new, stored = MEMO.get(entry, (self.name, id(call), min_tokens, ctx.pins, ctx.model),
-                               lambda: self._masked(entry, call, ctx, min_tokens))
+        new, stored = MEMO.get(entry, (self.name, min_tokens, ctx.pins, ctx.model),
+                               lambda: self._masked(entry, call, ctx, min_tokens), (call,))
         if new is not None:
             scan.maskable.append((index, new, stored))
 

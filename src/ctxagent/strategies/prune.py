@@ -180,16 +180,15 @@ class Prune(Declared, params=PruneStep):
         for run in self._consecutive(whole):
             entries = [view[i] for i in run]
             results = [i for i in run if view[i].role == "tool"]
-            out[run[0]] = MEMO.get(entries[0], (self.name, *map(id, entries), ctx.pins, ctx.model),
-                                   partial(self._note_entry, view, run, entries, calls, ctx))
+            out[run[0]] = MEMO.get(entries[0], (self.name, ctx.pins, ctx.model),
+                                   partial(self._note_entry, view, run, entries, calls, ctx), tuple(entries[1:]))
             for i in run[1:]:
                 out[i] = None
             offloads.extend(view[i] for i in results)
         in_whole = {i for u in whole for i in u}
         for index in sorted(dead - in_whole):
             entry, call = view[index], calls.get(index)
-            new = MEMO.get(entry, (self.name, id(call), ctx.pins, ctx.model),
-                           partial(self._stub, entry, call, ctx))
+            new = MEMO.get(entry, (self.name, ctx.pins, ctx.model), partial(self._stub, entry, call, ctx), (call,))
             if new is not None:
                 out[index] = new
                 offloads.append(entry)
