@@ -199,6 +199,24 @@ def test_a_repeated_call_flag_that_pushes_the_view_over_the_trigger_is_cut_in_th
     check_transcript(session, sent)
 
 
+def test_a_repeated_call_flag_that_leaves_masking_fewer_results_to_keep_is_applied_in_the_same_build(tmp_path):
+    """Regression (found by the property test above, seed 113310969455929418284982300947893527404):
+    at request 8 ``dedupe`` flagged an empty result as a repeated call (7 tokens became 27), after
+    ``mask_observations`` had decided: the verbatim results then overran ``keep_tokens`` (720 of a
+    3,600 window), so masking would have kept one result fewer and reached its batch. The live run
+    sent the results whole while a fresh fold of the transcript masked three of them (ONE STATE
+    broken). The pipeline now runs again on its own result until a pass changes nothing."""
+    os.environ["CTXAGENT_DATA_DIR"] = str(tmp_path / "data")
+    long = "call_9f8XkQ2mZbL0aYv7"
+    ids = ["dup", long, long, "call-1", "call-1", "dup", "call-1", "call_1", "dup"]
+    sizes = [138, 38, 91, 25, 97, 12, 7, 45, 72]
+    pins = [True, False, True, False, False, False, False, False, True]
+    session, sent = drive(tmp_path, make_plan(ids, sizes, pins), [4, 2], [2_600, 3_600, 3_600])
+    check_transcript(session, sent)
+    kinds = [r.strategy for r in session.transcript.load() if isinstance(r, records.CompactionRecord)]
+    assert kinds.count("mask_observations") >= 4 and "dedupe" in kinds, kinds  # the case it pins happened
+
+
 # --- regressions -------------------------------------------------------------------------------
 
 

@@ -71,38 +71,53 @@ def rule_in_force(steps: Sequence[StrategyConfig], view: Sequence[Entry], budget
     return fired[-1] if fired else "no management"
 
 
+MAX_PASSES = 4
+"""Passes of the whole pipeline a build makes at most: the first, then one more per pass that still
+changed the view (a later step's change can move what an earlier one decides; see :func:`run`)."""
+
+
 def run(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
     """Run ``steps`` in order over ``view``; returns the final view and the compactions that turn
     ``view`` into it (in order; replaying them on ``view`` gives the final view), with the warnings
-    of every step that ran (both passes), in order.
+    of every step that ran (every pass), in order.
+
+    The result is a fixed point (IDENTITY, ONE STATE): running the steps again on it changes
+    nothing, so a state folded afresh from the transcript, which starts from the result, builds the
+    very request the live run sends. A step decides on the view the steps before it left, so a later
+    step's change can move an earlier one's decision (``dedupe``'s repeated-call flag grows a tool
+    result, which leaves ``mask_observations`` fewer verbatim results to keep); the pipeline then
+    runs again on its result, at most :data:`MAX_PASSES` times in all.
 
     Raises ``UsageError`` for an unknown strategy name.
     """
+    result = _pass(view, steps, ctx)
+    for _ in range(MAX_PASSES - 1):
+        if not result.compactions:
+            break
+        again = _pass(result.view, steps, ctx)
+        if not again.compactions:
+            break
+        result = _joined(result, again)
+    return result
+
+
+def _pass(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
+    """One pass of ``steps``; when it broke the cached prefix before ``ctx.free_from``, the batched
+    steps run again with ``free_from`` moved back to that point (their pending edits are then free)."""
     first = _run_steps(view, steps, ctx)
     if not first.compactions:
         return first
     batched = [s for s in steps if getattr(registry.get(s.strategy), "batched", False)]
     broken_from = min(c.start for c in first.compactions)
-    result = first
     if batched and broken_from < ctx.free_from:
-        second = _run_steps(first.view, batched, replace(ctx, free_from=broken_from))
-        result = _joined(first, second)
-    if _over_a_trigger(result.view, steps, ctx):  # a later step grew the view (dedupe's repeated-call flag)
-        result = _joined(result, _run_steps(result.view, steps, ctx))  # past a trigger an earlier one checked
-    return result
+        return _joined(first, _run_steps(first.view, batched, replace(ctx, free_from=broken_from)))
+    return first
 
 
 def _joined(first: Outcome, second: Outcome) -> Outcome:
     """The outcome of ``first`` then ``second`` (run on ``first.view``)."""
     return Outcome(second.view, [*first.compactions, *second.compactions], [*first.offloads, *second.offloads],
                    [*first.warnings, *second.warnings])
-
-
-def _over_a_trigger(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> bool:
-    """Whether a step that runs over a trigger (not on every request, not on a turn count) would fire
-    on ``view``: then the pipeline's result is not what a fresh build of it would send (IDENTITY)."""
-    return any(fires(step, view, replace(ctx, params=step), ctx.budget.trigger) for step in steps
-               if step.trigger != 0 and not step.every_turns)
 
 
 def _run_steps(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
