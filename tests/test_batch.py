@@ -241,3 +241,24 @@ def test_sigterm_stops_the_tasks_of_a_batch_started_in_the_background_of_a_scrip
     assert proc.returncode == 130, err
     assert time.monotonic() - started < 15
     assert {r["status"] for r in results(out).values()} == {"interrupted"}
+
+
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_each_task_runs_in_its_batchs_folder_and_environment_forked_or_not(tmp_path, fork):
+    """Tasks are forked from a fork server (cli/batch_fork.py) that outlives one batch in a process
+    that runs several (a program embedding the app; this suite): it was started in another folder with
+    another environment. Each task must still run where, and with what, its own batch runs.
+    ``CTXAGENT_BATCH_FORK=0``: each task a new ``python -m ctxagent`` process, the same way."""
+    for n in (1, 2):
+        here = tmp_path / f"batch{n}"
+        here.mkdir()
+        model = script(here / "m.yaml", [{"tool_calls": [call("s", "shell", command="pwd -P; echo v=$CTX_PROBE")]},
+                                         "done"])
+        tasks = write_tasks(here / f"t{n}.jsonl", [{"task": "where am I", "model": model}])
+        out = ctxagent("batch", str(tasks), "--allow", "shell", cwd=here,
+                       env={"CTX_PROBE": f"value-{n}", "CTXAGENT_BATCH_FORK": fork})
+        assert out.returncode == 0, out.stderr
+        assert results(out.stdout)[f"t{n}-1"]["answer"] == "done"
+        result = next(r.message["content"] for r in Session.at(f"t{n}-1").transcript.records()
+                      if isinstance(r, records.MessageRecord) and r.message["role"] == "tool")
+        assert str(here.resolve()) in result and f"v=value-{n}" in result, result

@@ -134,6 +134,12 @@ def _litellm() -> Any:
     return litellm
 
 
+def load_litellm() -> None:
+    """Import litellm now, as the first model call would (see :func:`_litellm`): for a process that
+    forks others (``ctxagent batch``'s fork server), so none of them imports it again."""
+    _litellm()
+
+
 # ---------------------------------------------------------------- model info
 
 

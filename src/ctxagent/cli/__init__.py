@@ -53,8 +53,9 @@ def _root(
     """An agent runner that keeps its context: transcripts, compaction strategies, tool output offloading."""
 
 
-def main() -> None:
-    """Console-script entry point: run the app; a ctxagent error prints one line and sets the exit code.
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: run the app on ``argv`` (default: the process's arguments); a
+    ctxagent error prints one line and sets the exit code. Never returns: the process ends.
 
     SIGTERM (CI timeouts, ``timeout``, service managers) ends a run like Ctrl-C, and so does SIGHUP
     (the terminal closed; exit 129): the shell tool kills its process group, an interrupted end
@@ -64,7 +65,7 @@ def main() -> None:
     """
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
-    _exit(invoke(sys.argv[1:]))
+    _exit(invoke(sys.argv[1:] if argv is None else argv))
 
 
 def invoke(args: list[str]) -> int:

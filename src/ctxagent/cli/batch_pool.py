@@ -1,6 +1,7 @@
 """The worker pool of ``ctxagent batch`` (cli/batch.py): each task a ``ctxagent`` process, N at once.
 
-A thread per worker starts one process and waits for it; the main thread collects results in the
+A thread per worker starts one process (forked from a server that imported ctxagent once:
+cli/batch_fork.py) and waits for it; the main thread collects results in the
 order tasks end, prints each as one JSON line on stdout, and keeps the progress on stderr. On Ctrl-C
 or SIGTERM no task starts any more, each running process gets SIGTERM (which a run handles as
 Ctrl-C: it records an ``interrupted`` end and exits 130), and the pool waits for them.
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -19,7 +19,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxagent.cli.batch_tasks import STDERR_KEPT, Standing, Task, command_for, reported, standing
+from ctxagent.cli.batch_fork import Starter, TaskProcess, needs_litellm
+from ctxagent.cli.batch_tasks import STDERR_KEPT, Standing, Task, args_for, reported, standing
 
 INTERRUPTED_EXIT = 130
 
@@ -74,13 +75,16 @@ class Pool:
     def __init__(self, workers: int, env: dict[str, str]):
         self.workers, self.env = workers, env
         self.stopping = threading.Event()
-        self._procs: set[subprocess.Popen[str]] = set()
+        self._procs: set[TaskProcess] = set()
         self._lock = threading.Lock()
+        self._starter: Starter | None = None
 
     def run(self, tasks: Iterable[Task], emit: Callable[[dict[str, Any]], None]) -> bool:
         """Run every task, ``emit`` each result as it ends; True when interrupted (Ctrl-C, SIGTERM)."""
         pending = list(tasks)
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="ctxagent-batch") as pool:
+        litellm = needs_litellm([t.options.get("model") for t in pending if t.error is None])
+        with Starter(self.env, litellm) as self._starter, \
+                ThreadPoolExecutor(self.workers, thread_name_prefix="ctxagent-batch") as pool:
             running: set[Future[dict[str, Any]]] = set()
             try:
                 while pending or running:
@@ -110,8 +114,7 @@ class Pool:
         self.stopping.set()
         with self._lock:
             for proc in self._procs:
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGTERM)
+                proc.send_signal(signal.SIGTERM)
 
     def one(self, task: Task) -> dict[str, Any]:
         """Run ``task`` (or report it: a bad line, an answered session) and return its result object."""
@@ -122,20 +125,19 @@ class Pool:
         if self.stopping.is_set():
             return {**base, "status": "interrupted", "exit_code": INTERRUPTED_EXIT, "skipped": True, "is_error": True}
         started = time.monotonic()
-        with subprocess.Popen(command_for(task, stand.started), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=self.env,
-                              start_new_session=True) as proc:  # Ctrl-C reaches it through stop(), once
+        assert self._starter is not None, "Pool.one runs inside Pool.run"
+        with self._lock:  # started under the lock: stop() cannot miss it
+            proc = self._starter.start(args_for(task, stand.started))
+            self._procs.add(proc)
+        try:
+            code, out, err = proc.finish()
+        finally:
             with self._lock:
-                self._procs.add(proc)
-            try:
-                out, err = proc.communicate()
-            finally:
-                with self._lock:
-                    self._procs.discard(proc)
+                self._procs.discard(proc)
         result = _parsed(out)
         if result is None:
             result = {"status": "error", "error": (err or "no output").strip()[-STDERR_KEPT:], "is_error": True}
-        return {**result, **base, "exit_code": proc.returncode, "skipped": False,
+        return {**result, **base, "exit_code": code, "skipped": False,
                 "resumed": stand.started and result.get("status") != "session_busy",
                 "wall_s": round(time.monotonic() - started, 3)}
 

@@ -117,15 +117,19 @@ def _first_error(err: Exception) -> str:
 
 
 def command_for(task: Task, started: bool, output: str = "json") -> list[str]:
-    """The ``ctxagent`` command line of ``task``: ``resume`` when its session holds the task
-    (``started``, :class:`Standing`), else ``run`` with the task; ``--batch`` and
+    """The ``python -m ctxagent`` command line of ``task`` (see :func:`args_for`)."""
+    return [sys.executable, "-m", "ctxagent", *args_for(task, started, output)]
+
+
+def args_for(task: Task, started: bool, output: str = "json") -> list[str]:
+    """The ``ctxagent`` arguments of ``task`` (without the program): ``resume`` when its session
+    holds the task (``started``, :class:`Standing`), else ``run`` with the task; ``--batch`` and
     ``--output-format OUTPUT`` always (``json``: one object; ``stream-json``: an event per line,
     the object last)."""
     flags = [part for key, value in task.options.items() if value is not None and key in OPTION_FLAGS
              for part in (OPTION_FLAGS[key], str(value))]
     flags += [flag for key, flag in SWITCHES.items() if task.options.get(key)]
-    head = [sys.executable, "-m", "ctxagent", "resume" if started else "run", "--session", task.session,
-            "--batch", "--output-format", output, *flags]
+    head = ["resume" if started else "run", "--session", task.session, "--batch", "--output-format", output, *flags]
     return head if started else [*head, "--", task.text]  # a task may start with "-"
 
 
