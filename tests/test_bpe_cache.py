@@ -135,3 +135,29 @@ def test_the_rank_table_holds_exactly_the_ranks_and_refuses_other_files(tmp_path
     path.write_bytes(b"CTXRANK0" + bytes(100))
     with pytest.raises(ValueError):
         rank_table.RankTable(path)
+
+
+def test_a_long_text_is_encoded_once_while_it_is_among_the_latest_and_again_once_pushed_out(monkeypatch):
+    """One tool output is counted by several layers (offload threshold, tool message, stored file): the
+    count of a long text is remembered, also for an equal text read back, within a character budget."""
+    long = "\n".join(f"line {i}: ünïcödé value={i * 7}" for i in range(300))  # over LONG_CHARS, not ASCII
+    assert len(long) > tokens.LONG_CHARS
+    monkeypatch.setattr(tokens, "_LONG", tokens._LongCounts())
+    monkeypatch.setattr(tokens, "LONG_KEPT_CHARS", 3 * len(long) + 100)  # room for three such texts
+    encoded: list[int] = []
+    real = tokens._encoded
+    monkeypatch.setattr(tokens, "_encoded", lambda text, name: encoded.append(len(text)) or real(text, name))
+    first = tokens.count_text(long)  # (sets TIKTOKEN_CACHE_DIR for tiktoken below: it is offline)
+    expected = len(tiktoken.get_encoding("o200k_base").encode_ordinary(long))
+    assert first == tokens.count_text("".join(list(long))) == expected  # an equal copy hits
+    assert encoded == [len(long)]
+    assert tokens.count_text(long, "gpt-4") == len(tiktoken.get_encoding("cl100k_base").encode_ordinary(long))
+    assert len(encoded) == 2  # another encoding, another count
+    tokens.count_text(long + " 0")  # three texts kept
+    assert tokens.count_text(long) == expected and len(encoded) == 3  # still kept, and now the latest used
+    tokens.count_text(long + " 1")  # a fourth: the least recently used (the cl100k count) goes
+    assert tokens.count_text(long) == expected and len(encoded) == 4
+    tokens.count_text(long, "gpt-4")
+    assert len(encoded) == 5  # pushed out: encoded again
+    assert tokens.count_text("short text, ünïcödé") and len(encoded) == 6  # short texts are not remembered
+    assert tokens.count_text("short text, ünïcödé") and len(encoded) == 7

@@ -26,6 +26,8 @@ import importlib.util
 import json
 import os
 import tempfile
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -109,17 +111,62 @@ def encoding_for(model: str) -> str:
 
 
 def count_text(text: str, model: str = "") -> int:
-    """Tokens in ``text`` (no message framing). Long text is cut into 64 KiB chunks first."""
+    """Tokens in ``text`` (no message framing). Long text is cut into 64 KiB chunks first; the counts
+    of the latest long texts are remembered (:class:`_LongCounts`)."""
     if not text:
         return 0
     name = encoding_for(model)
     light = _light_count(text, name)
     if light is not None:
         return light
+    if len(text) < LONG_CHARS:
+        return _encoded(text, name)
+    hit = _LONG.get(name, text)
+    if hit is None:
+        hit = _LONG.put(name, text, _encoded(text, name))
+    return hit
+
+
+def _encoded(text: str, name: str) -> int:
     enc = encoding(name)
-    return sum(
-        len(enc.encode_ordinary(text[i : i + CHUNK_CHARS])) for i in range(0, len(text), CHUNK_CHARS)
-    )
+    return sum(len(enc.encode_ordinary(text[i : i + CHUNK_CHARS])) for i in range(0, len(text), CHUNK_CHARS))
+
+
+LONG_CHARS = 4 * 1024  # a text this long is counted once while it is among the latest ones
+LONG_KEPT_CHARS = 32 * 1024 * 1024  # characters of long texts whose counts are kept (the oldest go first)
+
+
+class _LongCounts:
+    """Token counts of the latest long texts. One tool output is counted by several layers (the
+    offload threshold, the tool message, the stored file, a sub-agent's result): ~5 times for a
+    sub-agent's 55K-token result, each ~40 ms (measured, benchmarks/delegation.py). Keyed by the
+    text itself (an equal text read back from a file hits too); holds at most
+    :data:`LONG_KEPT_CHARS` characters. Thread-safe (sub-agents count in their threads)."""
+
+    def __init__(self) -> None:
+        self._counts: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def get(self, name: str, text: str) -> int | None:
+        with self._lock:
+            count = self._counts.get((name, text))
+            if count is not None:
+                self._counts.move_to_end((name, text))
+            return count
+
+    def put(self, name: str, text: str, count: int) -> int:
+        with self._lock:
+            if (name, text) not in self._counts:
+                self._chars += len(text)
+            self._counts[(name, text)] = count
+            while self._chars > LONG_KEPT_CHARS and len(self._counts) > 1:
+                (_, old), _count = self._counts.popitem(last=False)
+                self._chars -= len(old)
+        return count
+
+
+_LONG = _LongCounts()
 
 
 def reasoning_text(message: Message) -> str:
