@@ -5,13 +5,14 @@ prompt-cache accounting. Pure functions, no sockets. See :mod:`ctxagent.testing`
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
 from typing import Any
 
 from ctxagent.messages import Message, text_of, tool_call
-from ctxagent.tokens import count_message, count_messages, count_text, count_tools, reasoning_text
+from ctxagent.tokens import PER_REQUEST, count_message, count_text, count_tools, reasoning_text
 
 Item = dict[str, Any]
 
@@ -124,9 +125,20 @@ def _cached_tokens(request: dict[str, Any], matched: int, prompt: int) -> int:
         return 0
     model = str(request.get("model", ""))
     messages = (request.get("messages") or [])[: matched - 1]
-    prefix = count_tools(request.get("tools") or [], model) + sum(count_message(m, model) for m in messages)
+    prefix = count_tools(request.get("tools") or [], model) + sum(_message_tokens(m, model) for m in messages)
     tokens = min(prompt, prefix)
     return 0 if tokens < CACHE_MIN_TOKENS else tokens // CACHE_STEP_TOKENS * CACHE_STEP_TOKENS
+
+
+def _message_tokens(message: Message, model: str) -> int:
+    """:func:`ctxagent.tokens.count_message` of a request's message, counted once per server process:
+    every request resends the conversation so far (a sub-agent benchmark resends 55K-token results)."""
+    return _counted(json.dumps(message, sort_keys=True), model)
+
+
+@functools.lru_cache(maxsize=4096)
+def _counted(message_json: str, model: str) -> int:
+    return count_message(json.loads(message_json), model)
 
 
 def reported_cached(usage: dict[str, Any]) -> int:
@@ -161,7 +173,9 @@ def _usage(item: Item, request: dict[str, Any], message: Message, matched: int) 
     """The usage object: fields the item gives, the rest counted (tokens; see module doc)."""
     model = str(request.get("model", ""))
     given = item.get("usage") or {}
-    counted = count_messages(request.get("messages") or [], model) + count_tools(request.get("tools") or [], model)
+    messages = request.get("messages") or []
+    counted = PER_REQUEST + sum(_message_tokens(m, model) for m in messages) + count_tools(request.get("tools") or [],
+                                                                                          model)
     prompt = int(given.get("prompt_tokens", counted))
     reply = int(given.get("completion_tokens", count_text(reasoning_text(message) + text_of(message), model)))
     details = {"cached_tokens": _cached_tokens(request, matched, prompt)}
