@@ -29,9 +29,8 @@ COVERAGE ?= $(filter-out false 0,$(CI))
 CACHE_REWRITES := PYTHONDONTWRITEBYTECODE=
 
 # --dist loadfile: a test file runs on one worker, so a module's expensive fixture (the benchmark's quick run,
-# a Temporal dev server and its workers, a moto S3 server) is built once; the largest files start first.
-# (--dist loadgroup with xdist_group marks would be finer, but pytest-xdist 3.8 cannot group under pytest 9.2:
-# it renames item._nodeid, which pytest 9.2 no longer reads; measured: the benchmark ran on both workers.)
+# a Temporal dev server and its workers, a moto S3 server) is built once; the largest files start first. The
+# files that import litellm in process run on one worker as one unit (tests/conftest.py, LITELLM_FILES).
 test: setup
 ifneq ($(strip $(COVERAGE)),)
 	$(MAKE) --no-print-directory coverage TESTS="$(TESTS)"
