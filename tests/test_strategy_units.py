@@ -1949,3 +1949,39 @@ def test_distill_discards_a_not_found_result_of_at_most_200_tokens():
 
     assert discarded(184) == ["shell(command=cat /a) → cat: /a: No such file or directory"]
     assert discarded(185) == []
+
+
+def test_the_pipeline_runs_again_on_its_result_until_a_pass_changes_nothing_and_at_most_max_passes():
+    """ONE STATE: a later step's change can move an earlier step's decision, so ``run`` passes over
+    its own result again until nothing changes (then a fresh fold, which starts from that result,
+    builds the same request); a pipeline that never settles stops after MAX_PASSES passes."""
+    from ctxagent.strategies import pipeline
+
+    class ShrinkStep(StrategyConfig):
+        strategy: Literal["shrink_probe"] = "shrink_probe"
+        floor: int = 0
+
+    class Shrink(Declared, params=ShrinkStep):
+        """Drops the last character of the user message while it is longer than ``floor`` characters."""
+
+        def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
+            floor = ShrinkStep.of(ctx.params).floor
+            user = next(e for e in view if e.role == "user")
+            if len(user.message["content"]) <= floor:
+                return Outcome(view)
+            new = replace(user, message={**user.message, "content": user.message["content"][:-1]},
+                          kind="shrink_probe")
+            return Outcome([new if e is user else e for e in view])
+
+    try:
+        registry.register(Shrink())
+        view = [_msg("system", "s", 0), _msg("user", "abcdefgh", 1)]
+        settles = run(view, [ShrinkStep(trigger=0, floor=6)], _ctx())  # two changes, then a pass with none
+        assert [e.message["content"] for e in settles.view][1] == "abcdef" and len(settles.compactions) == 2
+        assert run(settles.view, [ShrinkStep(trigger=0, floor=6)], _ctx()).compactions == []  # a fixed point
+        never = run(view, [ShrinkStep(trigger=0, floor=0)], _ctx())  # would shrink 8 times: stops at the bound
+        assert len(never.compactions) == pipeline.MAX_PASSES and never.view[1].message["content"] == "abcd"
+        assert replay(view, never.compactions) == never.view
+    finally:
+        StrategyConfig._kinds.pop("shrink_probe", None)
+        registry._REGISTRY.pop("shrink_probe", None)
