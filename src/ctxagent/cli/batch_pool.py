@@ -126,9 +126,11 @@ class Pool:
             return {**base, "status": "interrupted", "exit_code": INTERRUPTED_EXIT, "skipped": True, "is_error": True}
         started = time.monotonic()
         assert self._starter is not None, "Pool.one runs inside Pool.run"
-        with self._lock:  # started under the lock: stop() cannot miss it
-            proc = self._starter.start(args_for(task, stand.started))
+        proc = self._starter.start(args_for(task, stand.started))
+        with self._lock:
             self._procs.add(proc)
+            if self.stopping.is_set():  # stop() ran while it started: it did not see it
+                proc.send_signal(signal.SIGTERM)
         try:
             code, out, err = proc.finish()
         finally:

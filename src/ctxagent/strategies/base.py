@@ -60,10 +60,9 @@ class EntryMemo:
     instead of on every request: per-turn cost stops growing with the history. A computation that
     also depends on other objects (the entry's tool call, the earlier result it repeats) names them
     in ``deps``: they are told apart by identity, and the memo holds them with the entry, so no
-    ``id`` in a remembered slot can be reused by a new object (an ``id`` in ``key`` alone could:
-    once its object is freed, a new call at the same address got the old call's stub, and a fresh
-    fold of the transcript built another request than the live run). It is cleared when it reaches
-    ``limit`` items (memory stays bounded in sessions of any length).
+    ``id`` in a remembered slot can be reused by a new object (an ``id`` in ``key`` alone could be:
+    once its object is freed, a new call at the same address would get the old call's stub). It is
+    cleared when it reaches ``limit`` items (memory stays bounded in sessions of any length).
     """
 
     def __init__(self, limit: int = 200_000):
