@@ -5,7 +5,6 @@ prompt-cache accounting. Pure functions, no sockets. See :mod:`ctxagent.testing`
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import time
@@ -130,15 +129,22 @@ def _cached_tokens(request: dict[str, Any], matched: int, prompt: int) -> int:
     return 0 if tokens < CACHE_MIN_TOKENS else tokens // CACHE_STEP_TOKENS * CACHE_STEP_TOKENS
 
 
+_COUNTS: dict[tuple[bytes, str], int] = {}  # (digest of a message's JSON, model) -> count_message
+COUNTS_KEPT = 4096
+
+
 def _message_tokens(message: Message, model: str) -> int:
-    """:func:`ctxagent.tokens.count_message` of a request's message, counted once per server process:
-    every request resends the conversation so far (a sub-agent benchmark resends 55K-token results)."""
-    return _counted(json.dumps(message, sort_keys=True), model)
-
-
-@functools.lru_cache(maxsize=4096)
-def _counted(message_json: str, model: str) -> int:
-    return count_message(json.loads(message_json), model)
+    """:func:`ctxagent.tokens.count_message` of a request's message, counted once per server process
+    (up to :data:`COUNTS_KEPT` messages): every request resends the conversation so far (a sub-agent
+    benchmark resends 55K-token results). Keyed by a digest: the texts themselves are not kept."""
+    text = json.dumps(message, sort_keys=True)  # ASCII: any message's JSON encodes
+    key = (hashlib.blake2b(text.encode(), digest_size=16).digest(), model)
+    count = _COUNTS.get(key)
+    if count is None:
+        if len(_COUNTS) >= COUNTS_KEPT:
+            _COUNTS.clear()
+        count = _COUNTS[key] = count_message(message, model)
+    return count
 
 
 def reported_cached(usage: dict[str, Any]) -> int:
