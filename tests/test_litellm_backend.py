@@ -293,3 +293,24 @@ def test_litellm_is_imported_with_the_collector_paused_then_frozen(fresh_process
     result = fresh_process
     line = next(line for line in result.stderr.splitlines() if line.startswith("collector:"))
     assert line.split()[1:] == ["True", "0", "True"], result.stderr
+
+
+def test_pydantics_readonly_typeddict_warnings_about_litellms_types_are_silenced_in_a_model_call():
+    """Regression: run with other files on two workers (`pytest -n 2`), seven litellm tests failed on
+    "Items 'device_code', 'user_code', 'verification_uri' on TypedDict class '_DeviceCode' are using the
+    `ReadOnly` qualifier" (a module litellm imports on its first call), which a run would print as a
+    warning: only the singular wording was silenced. Both are; other UserWarnings are not."""
+    import warnings
+
+    from ctxagent.agent.litellm_backend import _no_typeddict_warning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with _no_typeddict_warning():
+            warnings.warn("Item 'index' on TypedDict class 'ChatCompletionThinkingBlock' is using the `ReadOnly` "
+                          "qualifier. Pydantic will not protect items from any mutation.", UserWarning, stacklevel=1)
+            warnings.warn("Items 'device_code', 'user_code', 'verification_uri' on TypedDict class '_DeviceCode' "
+                          "are using the `ReadOnly` qualifier. Pydantic will not protect items from any mutation.",
+                          UserWarning, stacklevel=1)
+            with pytest.raises(UserWarning):
+                warnings.warn("something else", UserWarning, stacklevel=1)

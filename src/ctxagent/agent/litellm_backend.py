@@ -83,9 +83,11 @@ def _keep_tiktoken_dir() -> Iterator[None]:
 def _no_typeddict_warning() -> Iterator[None]:
     """Silence pydantic's "Item 'index' on TypedDict class 'ChatCompletionThinkingBlock' is using the
     `ReadOnly` qualifier" UserWarning, which litellm 1.110.2 triggers on the stderr of a run when it
-    reads a streamed reply with reasoning (nothing is wrong with the reply)."""
+    reads a streamed reply with reasoning (nothing is wrong with the reply), and its plural ("Items
+    'device_code', 'user_code', 'verification_uri' on TypedDict class '_DeviceCode'"), which a
+    module litellm imports on a first call can trigger."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"Item '\w+' on TypedDict class", category=UserWarning)
+        warnings.filterwarnings("ignore", message=r"Items? '\w+'.* on TypedDict class", category=UserWarning)
         yield
 
 
