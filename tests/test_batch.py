@@ -252,8 +252,8 @@ def test_each_task_runs_in_its_batchs_folder_and_environment_forked_or_not(tmp_p
     for n in (1, 2):
         here = tmp_path / f"batch{n}"
         here.mkdir()
-        model = script(here / "m.yaml", [{"tool_calls": [call("s", "shell", command="pwd -P; echo v=$CTX_PROBE")]},
-                                         "done"])
+        probe = "pwd -P; echo v=$CTX_PROBE; readlink /proc/$PPID/fd/0"
+        model = script(here / "m.yaml", [{"tool_calls": [call("s", "shell", command=probe)]}, "done"])
         tasks = write_tasks(here / f"t{n}.jsonl", [{"task": "where am I", "model": model}])
         out = ctxagent("batch", str(tasks), "--allow", "shell", cwd=here,
                        env={"CTX_PROBE": f"value-{n}", "CTXAGENT_BATCH_FORK": fork})
@@ -262,3 +262,24 @@ def test_each_task_runs_in_its_batchs_folder_and_environment_forked_or_not(tmp_p
         result = next(r.message["content"] for r in Session.at(f"t{n}-1").transcript.records()
                       if isinstance(r, records.MessageRecord) and r.message["role"] == "tool")
         assert str(here.resolve()) in result and f"v=value-{n}" in result, result
+        assert result.rstrip().endswith("/dev/null"), result  # the task's stdin, not the batch's
+
+
+def test_the_fork_server_ignores_ctrl_c_from_its_start_and_holds_none_of_the_batchs_streams(tmp_path):
+    """Found by a new user: a Ctrl-C at the terminal while the fork server was still importing (the
+    standard library's server ignores SIGINT only after its imports) killed it, and the batch ended
+    with exit 1 and no results instead of 130; and after a ``kill -9`` of the batch, a reader of its
+    output waited until the last task ended, because the server held the batch's stdout. The server
+    now starts with SIGINT ignored and stdin, stdout and stderr on /dev/null."""
+    import os
+    from multiprocessing import forkserver
+
+    from ctxagent.cli.batch_fork import Starter
+
+    with Starter(dict(os.environ), litellm=False):
+        pid = forkserver._forkserver._forkserver_pid  # started (or kept) by the Starter
+        assert pid is not None
+        status = Path(f"/proc/{pid}/status").read_text()
+        ignored = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+        assert ignored & (1 << (signal.SIGINT - 1)), status
+        assert [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (0, 1, 2)] == ["/dev/null"] * 3

@@ -148,12 +148,41 @@ def needs_litellm(models: Sequence[str | None]) -> bool:
 
 
 def _fork_context(litellm: bool) -> Any:
-    """The fork server context with what to preload, None where there is no fork server."""
+    """The fork server context, its server started with what to preload; None where there is none."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return None
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([*RUN_MODULES, *([LITELLM_MODULE] if litellm else [])])
+    _start_server()
     return context
+
+
+def _start_server() -> None:
+    """Start the fork server (when not running yet) with SIGINT ignored and stdin, stdout and stderr
+    on ``/dev/null``, both inherited by it and by every task forked from it: a Ctrl-C at the terminal
+    during its imports (seconds with litellm) would kill it, and the batch with it (the standard
+    library's server ignores SIGINT only once it has imported); and a reader of the batch's output
+    would wait, after a ``kill -9`` of the batch, until the last task ended (the server held the pipe)."""
+    from multiprocessing import forkserver
+
+    main = threading.current_thread() is threading.main_thread()  # only it may change a signal handler
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    null = os.open(os.devnull, os.O_RDWR)
+    saved = [os.dup(fd) for fd in (0, 1, 2)]
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        forkserver.ensure_running()
+    finally:
+        for fd, copy in zip((0, 1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(null)
+        if main:
+            signal.signal(signal.SIGINT, handler)
 
 
 def _task(args: list[str], env: dict[str, str], out: str, err: str) -> None:
@@ -161,6 +190,9 @@ def _task(args: list[str], env: dict[str, str], out: str, err: str) -> None:
     ``env``, stdout and stderr in the files ``out`` and ``err`` (multiprocessing has already moved
     it to the folder the pool started it from: its preparation data)."""
     os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # stdin: /dev/null, as a new process of the pool gets it
+    os.close(null)
     for fd, path in ((1, out), (2, err)):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(target, fd)

@@ -129,7 +129,8 @@ class Pool:
         proc = self._starter.start(args_for(task, stand.started))
         with self._lock:
             self._procs.add(proc)
-            if self.stopping.is_set():  # stop() ran while it started: it did not see it
+            late = self.stopping.is_set()  # stop() ran while it started (the fork server may take seconds)
+            if late:
                 proc.send_signal(signal.SIGTERM)
         try:
             code, out, err = proc.finish()
@@ -137,6 +138,8 @@ class Pool:
             with self._lock:
                 self._procs.discard(proc)
         result = _parsed(out)
+        if result is None and late:  # stopped before it ran: as a task the stop kept from starting
+            return {**base, "status": "interrupted", "exit_code": INTERRUPTED_EXIT, "skipped": True, "is_error": True}
         if result is None:
             result = {"status": "error", "error": (err or "no output").strip()[-STDERR_KEPT:], "is_error": True}
         return {**result, **base, "exit_code": code, "skipped": False,
