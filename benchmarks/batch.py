@@ -16,6 +16,7 @@ and way of starting: wall time, sessions per minute, and the coordination cost: 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -69,7 +70,7 @@ def run(quick: bool = False, tasks: int = 200, litellm: bool = False) -> dict[st
     rows = []
     with tempfile.TemporaryDirectory(prefix="ctxagent-bench-batch-") as tmp:
         folder = Path(tmp)
-        for (workers, (mode, fork)) in [(w, m) for w in WORKERS for m in MODES.items()]:
+        for workers, (mode, fork) in itertools.product(WORKERS, MODES.items()):
             data = folder / f"data-{workers}-{fork}"
             with FakeOpenAI(routes={f"<{i}>": list(REPLIES) for i in range(n)}) as server:
                 path = _tasks(folder, n, server.base_url if litellm else None)
