@@ -1,4 +1,4 @@
-"""The README's offline demo runs on real data and answers with a value only the full output holds;
+"""The offline demo (docs/demo.md) runs on real data and answers with a value only the full output holds;
 run again in the same data dir (a second ``make demo`` with CTXAGENT_DATA_DIR set), it starts a new
 session instead of resuming the first one (which once failed with "script exhausted")."""
 

@@ -3,7 +3,7 @@
 For every fault the tests check the outcome (exception class, or exit code through the CLI), the
 number of requests the server received, and that no payload is sent twice after an overflow. The
 wordings are the servers' own (see ``ctxagent.agent.provider_errors.RULES`` for their sources).
-README.md "Provider failures" summarises the outcomes.
+docs/usage.md "Provider failures" summarises the outcomes.
 """
 
 from __future__ import annotations

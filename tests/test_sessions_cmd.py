@@ -238,9 +238,9 @@ def test_new_commands_start_without_litellm():
     assert out.returncode == 0, out.stderr
 
 
-def test_the_readme_lists_the_new_commands():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Sessions and profiles commands", 1)[1].split("\n### ", 1)[0]
+def test_the_usage_page_lists_the_new_commands():
+    page = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    section = page.split("## Sessions and profiles commands", 1)[1].split("\n## ", 1)[0]
     for command in ("sessions show", "sessions export", "sessions rename", "sessions delete", "profiles list",
                     "profiles show", "profiles schema", "--version"):
         assert command in section, command
