@@ -57,6 +57,13 @@ def _secret(rnd: random.Random) -> str:
         pem + "-----END RSA " + "PRIVATE KEY-----\n", EXACT, '"' + EXACT + '"', "-----BEGIN", "://", "&", "?",
         '"pass' + 'word": "' + c(rnd.randint(3, 12)) + '"', "Passwd=" + c(9, ALNUM + "!@#"), "password = get_x()",
         "mysql -u root -p" + c(rnd.randint(2, 9)) + " db", "mariadb -p " + c(5), "passw", "mysql",
+        # issue 31: quoted values of any characters, names of any case, more formats, values that fail a check
+        '"Old' + 'Password": "' + c(rnd.randint(3, 14), ALNUM + ";]{}~ ") + '"', "client_" + "secret: " + c(20),
+        '"access_' + 'token": "' + c(rnd.randint(6, 30)) + '"', "aws_secret_access_" + "key = " + c(40, ALNUM + "+/"),
+        "token-efficient-2025: 1.25e-05", '"NextToken": "' + c(24) + '"', "secretsmanager:us-east-1",
+        "gl" + "pat-" + c(20), "sk" + "_live_" + c(24), "hf" + "_" + c(34, string.ascii_letters), "np" + "m_" + c(36),
+        "S" + "G." + c(22) + "." + c(43), "AK" + "IA" + c(9, string.ascii_uppercase) + "EXAMPLE",
+        "apiKey: ${" + c(8) + "}", '"password": "' + c(6, "0123456789") + '"',
     ])
 
 
