@@ -543,3 +543,17 @@ def test_each_thread_has_its_own_scratch_space_kept_for_its_scans():
     thread.start()
     thread.join()
     assert other[0] is not None and other[0] is not mine
+
+
+def test_a_quoted_value_of_any_characters_is_seen_by_the_prefilter(monkeypatch):
+    """Regression (issue 31, while writing it): a value in quotes runs to its closing quote whatever it
+    holds (``"OldPassword": "3s0K_;xh4~8XXI"``), but the prefilters still asked for a bare value's
+    characters after the name, so the prefiltered scan left ``]35d/{pB9`` and ``h]6Esz`` where the
+    patterns alone replaced them."""
+    monkeypatch.setattr(redact, "FAST_MIN_BYTES", 0)  # the prefilter for every size
+    rnd = random.Random(31)
+    for first in ";]}~#":
+        value = first + _chars(rnd, 11, ALNUM + ";]{}~")
+        for text in (f'{{"OldPassword": "{value}"}}', f"DB_PASSWORD='{value}'", f'"client_secret": "{value}xyz"'):
+            data = f"{'x' * 300}\n{text}\n".encode()
+            assert Redactor().data(data) == Redactor(prefilter=False).data(data) != data, text

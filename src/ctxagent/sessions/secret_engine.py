@@ -121,6 +121,9 @@ class Engine:
         self.backs = {needle: max(b for other, b in backs.items() if needle.startswith(other)) for needle in backs}
         longest_first = sorted(self.backs, key=len, reverse=True)
         self.anchor_re: re.Pattern[Any] = re.compile(self._raw("|").join(re.escape(n) for n in longest_first))
+        self.scheme = self._raw("://")
+        # where a URL's scheme can start before a "://" (a word's start, then scheme characters)
+        self.scheme_re: re.Pattern[Any] = re.compile(self._raw(r"(?<![A-Za-z0-9_])[a-z][a-z0-9+.-]{1,20}://"))
         self.lower = [self._raw(needle) for needle in _LOWER_ANCHORS]
         self.lower_re: re.Pattern[Any] = re.compile(self._raw(_LOWER_RE.pattern), re.IGNORECASE)
         self.named_re: re.Pattern[Any] = re.compile(self._raw(ANCHOR_PATTERN), re.IGNORECASE)
@@ -138,8 +141,11 @@ class Engine:
         found = self.anchor_re.search(buf)
         while found is not None:  # restarting one past each hit: anchors may overlap
             hit = found.start()
-            back = self.backs[found.group()]
-            if back:
+            needle = found.group()
+            back = self.backs[needle]
+            if needle == self.scheme:  # the first start of a scheme before it (a later one matches no more)
+                starts.update(m.start() for m in self.scheme_re.finditer(buf, max(0, hit - back), hit + 3))
+            elif back:
                 starts.update(range(max(0, hit - back), hit + 1))
             else:
                 starts.add(hit)
