@@ -267,6 +267,18 @@ def _for_env(secrets: tuple[tuple[str, str], ...]) -> Redactor:
     return Redactor({value: f"env:{name}" for value, name in secrets})
 
 
+def clip(text: str, limit: int, redactor: Redactor | None = None) -> str:
+    """``text`` redacted, then cut to at most ``limit`` characters (a marker the limit would split is
+    left out whole). Redact first: cut first, a key's first characters are no longer a key's shape and
+    would be written as they are (issue 31)."""
+    out = (redactor or default()).text(text)
+    if len(out) <= limit:
+        return out
+    marker = out.rfind("[REDACTED:", 0, limit)
+    end = out.find("]", marker) if marker != -1 else -1
+    return out[:marker] if marker != -1 and end >= limit else out[:limit]
+
+
 def dumps(record: Any, redactor: Redactor | None = None) -> str:
     """A transcript record as one line of JSON with every string in it redacted.
 

@@ -17,11 +17,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxagent.sessions.secret_shapes import ANCHOR_PATTERN, NAMED_NEEDLES
+from ctxagent.sessions.secret_shapes import ANCHOR_PATTERN, NAMED_NEEDLES, looks_secret
 from ctxagent.sessions.secret_shapes import ANCHORS as _ANCHORS
 from ctxagent.sessions.secret_shapes import LOWER_ANCHORS as _LOWER_ANCHORS
 from ctxagent.sessions.secret_shapes import SHAPES as _SHAPES
-from ctxagent.sessions.secret_shapes import looks_secret
 
 MARKER = "[REDACTED:{}]"
 BEFORE_BYTES = 64  # context read before a window to find its candidates
@@ -203,7 +202,7 @@ class Engine:
         match = self.regex.match(buf, pos, endpos)
         if match is None or match.end() == pos:
             return None
-        index = int(match.lastgroup[1:])  # "a<i>": the alternative that matched (it closes last)
+        index = int(str(match.lastgroup)[1:])  # "a<i>": the alternative that matched (it closes last)
         if not self._passes(match, index):
             found = self._after(buf, pos, endpos, index)
             if found is None:
@@ -241,14 +240,14 @@ class Engine:
                 if exact.start() >= end:
                     break
                 if exact.end() > end:
-                    end, kind = exact.end(), self.kinds[int(exact.lastgroup[1:])]
+                    end, kind = exact.end(), self.kinds[int(str(exact.lastgroup)[1:])]
         if kind is None:
             return end, self.replacement(match, index)
         return end, ("" if keep is None else self._text(keep)) + MARKER.format(kind)
 
     def replacement(self, match: re.Match[Any], index: int | None = None) -> str:
         """The marker for ``match`` (after the prefix it keeps, for prefixed shapes)."""
-        index = int(match.lastgroup[1:]) if index is None else index
+        index = int(str(match.lastgroup)[1:]) if index is None else index
         kind = self.kinds[index]
         if not self.prefixed[index]:
             return MARKER.format(kind)
@@ -261,7 +260,7 @@ class Engine:
         whole = self.regex.fullmatch(self._raw(secret))
         if whole is None:
             return default
-        index = int(whole.lastgroup[1:])
+        index = int(str(whole.lastgroup)[1:])
         return default if self.prefixed[index] else self.kinds[index]
 
     def windowed(self, buf: bytes, windows: Windows, base: int = 0) -> list[int]:

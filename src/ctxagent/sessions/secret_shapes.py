@@ -29,6 +29,7 @@ are JSON text), once or twice.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import Counter
@@ -53,14 +54,14 @@ _KEY_WORDS = (r"(?:key(?:" + "|".join(f"(?<={name}key)" for name in (
     "master-", "encryption_", "encryption-")) + r")|secret|credentials?|" + _TOKEN + ")")
 # a value under a name: in quotes, up to the closing quote (JSON-escaped or not); else up to a space, a
 # quote, a comma or a bracket, and whole (not the start of a call: ``get_key()``)
-_VALUE = r"[A-Za-z0-9_+/=.~!@#$%^&*-]"
-_VALUE_END = r"(?![A-Za-z0-9_+/=.~!@#$%^&*(-])"
+_VALUE_CHARS = "A-Za-z0-9_+/=.~!@#$%^&*-"  # a bare value's characters (the "-" last: a literal)
 
 
-def _value(least: int, chars: str = _VALUE) -> str:
-    """A value of at least ``least`` characters, quoted or bare (see above)."""
-    return (r"(?!\[REDACTED)(?:(?<=[\"'])[^\"'\\\r\n]{%d,1000}(?=\\{0,3}[\"'])" % least
-            + r"|(?<![\"'])" + chars + "{%d,1000}" % least + r"(?![A-Za-z0-9_+/=.~!@#$%^&*(-]))")
+def _value(least: int, chars: str = _VALUE_CHARS) -> str:
+    """A value of at least ``least`` characters of ``chars`` (bare), or any in quotes (see above)."""
+    count = "{" + str(least) + ",1000}"
+    return (r"(?!\[REDACTED)(?:(?<=[\"'])[^\"'\\\r\n]" + count + r"(?=\\{0,3}[\"'])"
+            + r"|(?<![\"'])[" + chars + "]" + count + "(?![" + chars[:-1] + "(-]))")
 
 
 SHAPES: tuple[tuple[str, str, str, str | None], ...] = (
@@ -103,7 +104,7 @@ SHAPES: tuple[tuple[str, str, str, str | None], ...] = (
     # ARN's ``:secret:name`` or ``secretsmanager:us-east-1``)
     ("secret", r"(?i:" + _KEY_WORDS + r"[a-z0-9_.-]{0,30}?(?:" + _SEP + r"(?:=>|:=|=)|"
      r"\\{0,3}[\"']\s{0,4}:|\s{0,4}:(?=\s|\\{0,3}[\"']))\s{0,4}" + _QUOTE + ")",
-     _value(8, r"[A-Za-z0-9_+/=.~!@#$%^*-]"), "token"),
+     _value(8, "A-Za-z0-9_+/=.~!@#$%^*-"), "token"),  # a "&" ends it (a form body, a query)
     # mysql's password glued to its flag: `mysql -u root -pSECRET db` (mysqldump, mysqladmin, mariadb too)
     ("password", r"\b(?:mysql|mariadb)[a-z-]{0,10}[ \t][^\n]{0,200}?[ \t]-p",
      r"(?!\[REDACTED)[^\s'\"\\]{3,200}", "password"),
@@ -166,7 +167,7 @@ def _word(part: str) -> bool:
 def _sequential(value: str) -> bool:
     """Made of runs of consecutive characters, as test and documentation keys are (``abc123def456``,
     ``abcdefg123``): half the neighbours or more (detect-secrets' sequential-string filter)."""
-    pairs = list(zip(value, value[1:], strict=False))
+    pairs = list(itertools.pairwise(value))
     return bool(pairs) and sum(ord(b) - ord(a) == 1 for a, b in pairs) * 2 >= len(pairs)
 
 
@@ -240,7 +241,7 @@ NAMED_NEEDLES: tuple[tuple[str, tuple[int, ...]], ...] = (
 _WS = r"[ \t\n\r\x0b\x0c]"
 _PQ = r"(?:\\{0,3}[\"'])?"  # the optional quote, as in _QUOTE
 _PSEP = r"\\{0,3}[\"']?" + _WS + "{0,4}"  # as _SEP
-_PVALUE = r"[^\"'\\\r\n]"  # a value's characters, quoted or not (a superset of _VALUE)
+_PVALUE = r"[^\"'\\\r\n]"  # a value's characters, quoted or not (a superset of _VALUE_CHARS)
 PREFILTERS: tuple[tuple[str, str, int | None], ...] = (
     ("", r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY", None),
     ("", r"sk-[A-Za-z0-9_-]{20}", None),  # anthropic-key and openai-key ("ant-", "proj-" are of the class)
@@ -253,7 +254,8 @@ PREFILTERS: tuple[tuple[str, str, int | None], ...] = (
     ("i", r"authorization" + _PSEP + "[:=]" + _WS + "{0,4}" + _PQ + "(?:bearer|basic|token)"
      + _WS + "{1,4}[A-Za-z0-9._~+/=-]{8}", None),
     ("i", r"bearer" + _WS + r"{1,4}[A-Za-z0-9._~+/-]{16}", None),
-    ("i", r"(?:api-?key|token|subscription-key|authorization)" + _PSEP + ":" + _WS + "{0,4}" + _PQ + r"[A-Za-z0-9._~+/=-]{8}", None),
+    ("i", r"(?:api-?key|token|subscription-key|authorization)" + _PSEP + ":" + _WS + "{0,4}" + _PQ
+     + r"[A-Za-z0-9._~+/=-]{8}", None),
     ("i", r"cookie" + _PSEP + ":" + _WS + "{0,4}" + _PQ + r"[^\r\n\"'\\]{8}", None),
     ("", r"[a-z][a-z0-9+.-]{1,20}://[^/ \t\n\r\x0b\x0c:@\"'\[]{0,200}:[^/ \t\n\r\x0b\x0c:@\"']{3,200}@", None),
     ("", r"[a-z][a-z0-9+.-]{1,20}://[^/ \t\n\r\x0b\x0c:@\"'\\]{16,200}@", None),
