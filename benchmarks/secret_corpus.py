@@ -450,3 +450,27 @@ def score_secrets(cases: list[Case], redactor_for: object) -> SecretScore:
             else:
                 score.over.append((case.kind, out))
     return score
+
+
+RANDOM_VALUES: tuple[tuple[str, str, int, str], ...] = (
+    # (what, alphabet, length, where it stands): random credentials whose form says nothing by itself
+    ("hex, 32", "0123456789abcdef", 32, "api_key: {v}"),
+    ("base62, 20", ALNUM, 20, "api_key: {v}"),
+    ("base62, 40", ALNUM, 40, "client_secret = {v}"),
+    ("base64, 40", B64, 40, "aws_secret_access_key = {v}"),
+    ("letters, 20", string.ascii_letters, 20, "x-api-key: {v}"),
+    ("letters, 12", string.ascii_letters, 12, "password: {v}"),
+    ("lower case and digits, 16", string.ascii_lowercase + string.digits, 16, "TOKEN={v}"),
+)
+
+
+def random_recall(redactor: object, n: int = 1000, seed: int = 31) -> dict[str, float]:
+    """For random values of each alphabet and length (:data:`RANDOM_VALUES`), the share removed whole
+    by ``redactor.text`` where a key or password stands: what the entropy and word tests cost in recall."""
+    g = _Gen(seed)
+    out: dict[str, float] = {}
+    for what, alphabet, length, place in RANDOM_VALUES:
+        values = [g.chars(length, alphabet) for _ in range(n)]
+        caught = sum(not leaked(v, redactor.text(place.format(v=v))) for v in values)  # type: ignore[attr-defined]
+        out[what] = caught / n
+    return out

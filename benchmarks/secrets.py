@@ -40,6 +40,7 @@ def run(show: int = 0) -> dict[str, Any]:
     documented = corpus.score_no_change(examples, redactor.data)
     cases = corpus.secret_cases()
     secrets = corpus.score_secrets(cases, lambda env: Redactor.from_env(env))
+    randoms = corpus.random_recall(Redactor())
     under_fields = sum(bool(re.search(corpus.EXAMPLE_CREDENTIAL, context[:context.index("[REDACTED")]))
                        for _, _, context in documented.altered)
     return {
@@ -54,6 +55,7 @@ def run(show: int = 0) -> dict[str, Any]:
                     "recall": round(secrets.recall, 4), "replaced_texts": secrets.replaced_cases,
                     "exact_texts": secrets.exact_cases, "precision": round(secrets.precision, 4),
                     "near_misses": secrets.near_misses, "missed": secrets.missed[:show], "over": secrets.over[:show]},
+        "random_values": randoms,
     }
 
 
@@ -69,6 +71,8 @@ def table(data: dict[str, Any]) -> str:
         f"secret corpus: {sec['planted']} planted credentials in {sec['cases']} texts (inline, JSON-escaped, "
         f"twice-escaped; {sec['near_misses']} near misses): recall {sec['caught']}/{sec['planted']} = "
         f"{sec['recall']:.1%}, precision {sec['exact_texts']}/{sec['replaced_texts']} = {sec['precision']:.1%}",
+        "random values under a key or password name (share removed whole, 1,000 each): "
+        + ", ".join(f"{what} {share:.1%}" for what, share in data["random_values"].items()),
     ]
     for name, count, context in keep["altered"] + doc["altered"]:
         lines.append(f"  altered {name} ({count}): {context!r}")

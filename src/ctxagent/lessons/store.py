@@ -57,11 +57,11 @@ def scrubbed_words(words: list[str], said: str) -> list[str]:
     the command they come from: a word after an option named like ``--password`` is its value, and a
     word that :func:`scrub` removes from ``said`` (the text they were taken from) is a secret there
     (a word alone has no context: ``hunter2`` is a password only after ``--password``)."""
-    clean = scrub(said)
+    said, clean = said.lower(), scrub(said).lower()  # terms are lower-cased words of the rule
     out = []
     for i, word in enumerate(words):
         value = i > 0 and _SECRET_FLAG.fullmatch(words[i - 1]) is not None and not word.startswith("-")
-        gone = len(word) >= 3 and word in said and word not in clean
+        gone = len(word) >= 3 and word.lower() in said and word.lower() not in clean
         out.append(OPTION_MARKER if value or gone else scrub(word))
     return out
 

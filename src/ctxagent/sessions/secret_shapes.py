@@ -119,8 +119,18 @@ _REFERENCE = re.compile(  # a value that names where the secret is, not the secr
     re.IGNORECASE)
 _PLACEHOLDER = re.compile(r"example|x{4}|\*{3}|\.{3}|placeholder|changeme|redacted|your[_-]|dummy|sample",
                           re.IGNORECASE)
-_PATH = re.compile(r"^(?:~|\.{1,2})?/|^[a-z][a-z0-9+.-]{1,20}://|^arn:|^[A-Za-z]:[\\/]|\.(?:pem|key|crt|cer|json|ya?ml|txt|env|p12|pfx|jks|ini|cfg|"
-                   r"conf|toml|py|sh|js)$", re.IGNORECASE)
+_NAMED_PLACE = re.compile(r"^[a-z][a-z0-9+.-]{1,20}://|^arn:|^[A-Za-z]:[\\/]|\.(?:pem|key|crt|cer|json|ya?ml|txt|env|"
+                          r"p12|pfx|jks|ini|cfg|conf|toml|py|sh|js)$", re.IGNORECASE)  # a URL, an ARN, a file
+_PATH_START = re.compile(r"(?:~|\.{1,2})?/")
+
+
+def _path(value: str) -> bool:
+    """A URL, an ARN, a file by its extension, or a path: ``/``, ``~/``, ``./`` then names (a segment
+    over 24 characters must read as an identifier: base64 text may start with ``/`` too)."""
+    if _NAMED_PLACE.search(value):
+        return True
+    return _PATH_START.match(value) is not None and all(
+        len(part) <= 24 or _identifier(part) for part in value.split("/"))
 _NUMBER = re.compile(  # integers, decimals, exponents (``1.25e-05``), hex, versions, dates and times
     r"[-+]?(?:0x[0-9a-f]+|[0-9][0-9_,.]*(?:e[-+]?[0-9]+)?|\.[0-9]+(?:e[-+]?[0-9]+)?)"
     r"|[0-9]{4}-[0-9]{2}-[0-9]{2}(?:[t ][0-9:.]{5,15}(?:z|[-+][0-9:]{4,5})?)?", re.IGNORECASE)
@@ -138,13 +148,21 @@ def entropy(value: str) -> float:
     return -sum(c / n * math.log2(c / n) for c in counts.values())
 
 
+_VOWELS = frozenset("aeiouyAEIOUY")
+_CONSONANTS = re.compile(r"[^aeiouyAEIOUY]{5}")  # five consonants in a row: no word has them ("strength" 4)
+
+
 def _wordy(value: str) -> bool:
     """Words and an identifier's parts, not random text: letters (and separators) only, in runs of 3+
-    on average (``the_token``, ``getAuthHeader``, ``your-api-key``, ``Hunter``; not ``xKcdQpLm``)."""
+    on average, pronounceable: a quarter of the letters vowels, never five consonants in a row within
+    a run (``the_token``, ``getAuthHeader``, ``your-api-key``, ``Hunter``; not ``xKcdQpLm`` nor
+    ``PwhZNlwsekkq``: random letters are a fifth vowels)."""
     if not value.isascii() or any(c.isdigit() for c in value):
         return False
     runs = _RUNS.findall(value)
-    return bool(runs) and sum(map(len, runs)) / len(runs) >= 3
+    letters = sum(map(len, runs))
+    return (bool(runs) and letters / len(runs) >= 3 and sum(c in _VOWELS for c in value) * 4 >= letters
+            and not any(_CONSONANTS.search(run) for run in runs))
 
 
 _NUMERIC_PART = re.compile(r"[0-9]+|[0-9]{1,4}[a-z]{1,2}")  # 2024, 4o, 24h
@@ -174,7 +192,7 @@ def _sequential(value: str) -> bool:
 def _plausible(value: str) -> bool:
     """Not a reference, a placeholder, a path, a number or date, a UUID (an id, as detect-secrets'
     filters hold), a word or identifier."""
-    return not (_REFERENCE.search(value) or _PLACEHOLDER.search(value) or _PATH.search(value)
+    return not (_REFERENCE.search(value) or _PLACEHOLDER.search(value) or _path(value)
                 or not _LETTER.search(value) or _NUMBER.fullmatch(value) or _UUID.fullmatch(value) or _wordy(value))
 
 
