@@ -238,3 +238,25 @@ def test_a_profile_passes_named_variables_to_the_shell(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "gh=[REDACTED:env:GITHUB_TOKEN] openai=\n" in tool_messages("pass")["env"]  # passed, then redacted
     assert not [r for r in records("pass") if GITHUB in json.dumps(r)]
+
+
+def test_without_leases_a_detached_writer_is_found_in_proc(tmp_path, monkeypatch):
+    """Where Linux's file leases are not to be had, the processes' open files tell the same: the
+    detached writer is found, and a file only read (the store's scan of the spool) is no writer."""
+    import fcntl
+    import subprocess
+
+    from ctxagent.tools import builtin
+
+    monkeypatch.delattr(fcntl, "F_SETLEASE")
+    path = tmp_path / "spool"
+    with open(path, "wb") as fh:
+        child = subprocess.Popen(["sleep", "5"], stdout=fh)
+    try:
+        with open(path, "rb"):  # a reader, as the store's follower is
+            assert builtin._held_for_writing(path)
+    finally:
+        child.kill()
+        child.wait()
+    with open(path, "rb"):
+        assert not builtin._held_for_writing(path)

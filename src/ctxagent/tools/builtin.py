@@ -11,7 +11,7 @@ import contextlib
 import fcntl
 import os
 import re
-import select
+import shutil
 import signal
 import subprocess
 import threading
@@ -53,18 +53,18 @@ def resolve(ctx: ToolContext, path: str) -> Path:
 
 def shell(ctx: ToolContext, command: str,
           timeout_s: Annotated[int, Field(ge=1, le=SHELL_TIMEOUT_MAX_S)] = 60) -> Spooled:
-    """Run ``bash -c command`` in ``ctx.workdir``; stdout and stderr, merged, go through a pipe
-    straight to a spool file of the store (never through Python memory: ``splice(2)`` where the
-    kernel has it).
+    """Run ``bash -c command`` in ``ctx.workdir``; stdout and stderr, merged, go straight to a
+    spool file of the store (never through Python memory).
 
     stdin is /dev/null; the environment is ctxagent's without the run's credentials
     (:func:`ctxagent.tools.environment.tool_environment`, ``ctx.pass_env`` passing anyway); the
     command runs in its own session (process group). On timeout, or when the command leaves
     background processes behind, the whole group is killed (SIGTERM, then SIGKILL after 2 s) and the
-    note says so. Once the command has returned the pipe is closed: a process it detached from its
-    group (``setsid``) writes nowhere (``EPIPE``), never into the stored, redacted output. Returns
-    ``Spooled(path, note="exit code: N")``. Raises ``ToolError`` for a bad timeout or when bash
-    cannot start.
+    note says so. A process the command detached from its group (``setsid``) may still hold the
+    spool file when the command returns: then what it wrote is copied to a new spool file, and the old
+    one, which that process goes on writing, is deleted (:func:`_away_from_writers`), so nothing is
+    written into the stored, redacted output after the fact. Returns ``Spooled(path, note="exit code:
+    N")``. Raises ``ToolError`` for a bad timeout or when bash cannot start.
 
     Args:
         command: bash command line
@@ -73,111 +73,94 @@ def shell(ctx: ToolContext, command: str,
     if not 0 < timeout_s <= SHELL_TIMEOUT_MAX_S:
         raise ToolError(f"timeout_s must be between 1 and {SHELL_TIMEOUT_MAX_S} seconds, not {timeout_s}")
     fd, path = ctx.store.spool()
-    pump = None
     try:
-        read, write = os.pipe()
-        pump = _Pump(read, fd)
         with _STARTING:  # registered before kill_running() can look, or started after it saw the stop
-            try:
-                proc = subprocess.Popen(
-                    ["bash", "-c", command],
-                    cwd=ctx.workdir,
-                    env=tool_environment(pass_through=ctx.pass_env),
-                    stdin=subprocess.DEVNULL,
-                    stdout=write,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            finally:
-                os.close(write)
+            proc = subprocess.Popen(
+                ["bash", "-c", command],
+                cwd=ctx.workdir,
+                env=tool_environment(pass_through=ctx.pass_env),
+                stdin=subprocess.DEVNULL,
+                stdout=fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             RUNNING.add(proc)
     except OSError as err:
-        if pump is not None:
-            pump.finish()
-        os.close(fd)
         path.unlink(missing_ok=True)
         raise ToolError(mend(f"cannot run bash in {ctx.workdir}: {err}")) from err
-    try:
-        return _wait(ctx, proc, path, timeout_s)
-    except BaseException:  # Ctrl-C reaches only us: the command runs in its own session
-        _kill_group(proc)
-        path.unlink(missing_ok=True)
-        raise
     finally:
-        RUNNING.discard(proc)
-        pump.finish()
         os.close(fd)
-
-
-def _wait(ctx: ToolContext, proc: subprocess.Popen[bytes], path: Path, timeout_s: int) -> Spooled:
-    """Wait for the command (killing its group on timeout or when it left processes behind)."""
     if ctx.stop is not None and ctx.stop.is_set():  # the run was stopped while this command started
         _kill_group(proc)
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        return Spooled(path, note=f"timed out after {timeout_s} s, process group killed")
+        return Spooled(_away_from_writers(ctx, path), note=f"timed out after {timeout_s} s, process group killed")
+    except BaseException:  # Ctrl-C reaches only us: the command runs in its own session
+        _kill_group(proc)
+        path.unlink(missing_ok=True)
+        raise
+    finally:
+        RUNNING.discard(proc)
     note = _exit_note(code)
     if _group_alive(proc.pid):
         _kill_group(proc)
         note += "; background processes it left running were killed"
-    return Spooled(path, note=note)
+    return Spooled(_away_from_writers(ctx, path), note=note)
 
 
-PIPE_BYTES = 1024 * 1024  # the pipe's capacity, where the kernel lets us set it (64 KiB otherwise)
-_COPY_BYTES = 1024 * 1024
+def _away_from_writers(ctx: ToolContext, path: Path) -> Path:
+    """``path``, or a copy of it when a process still has it open for writing (one the command
+    detached): the copy goes to a new spool file, ``path`` is deleted (that process writes on into
+    a file nobody reads)."""
+    if not _held_for_writing(path):
+        return path
+    fd, copy = ctx.store.spool()
+    try:
+        with open(path, "rb") as source, os.fdopen(fd, "wb") as target:
+            shutil.copyfileobj(source, target, 1024 * 1024)
+    except BaseException:
+        copy.unlink(missing_ok=True)
+        raise
+    finally:
+        path.unlink(missing_ok=True)
+    return copy
 
 
-class _Pump:
-    """Copies a pipe into a file in a thread until :meth:`finish`; then copies what the pipe still
-    holds (at most its capacity: what the command wrote before it returned) and closes the pipe, so
-    that a process still holding its other end gets ``EPIPE`` (or ``SIGPIPE``) instead of a file."""
+def _held_for_writing(path: Path) -> bool:
+    """Whether a process has the file at ``path`` open for writing: Linux refuses a read lease
+    (``fcntl(F_SETLEASE, F_RDLCK)``) on such a file, at once. Where leases are not to be had (another
+    system, a file system without them), the processes' open files in ``/proc`` are looked at."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    except BlockingIOError:  # EAGAIN: someone writes it
+        return True
+    except (AttributeError, OSError):
+        return _open_in_proc(path)
+    else:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    finally:
+        os.close(fd)
 
-    def __init__(self, read: int, out: int):
-        self.read, self.out = read, out
-        with contextlib.suppress(AttributeError, OSError):  # Linux only; a smaller pipe works too
-            fcntl.fcntl(read, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-        os.set_blocking(read, False)
-        self._done = threading.Event()
-        self._splice = hasattr(os, "splice")
-        self._thread = threading.Thread(target=self._run, name="ctxagent-shell-output", daemon=True)
-        self._thread.start()
 
-    def _copy(self) -> int:
-        """Bytes copied from the pipe now: 0 at end of input, -1 when it is empty for now."""
-        try:
-            if self._splice:
-                try:
-                    return os.splice(self.read, self.out, _COPY_BYTES, flags=os.SPLICE_F_NONBLOCK)
-                except OSError as err:
-                    if isinstance(err, BlockingIOError):
-                        raise
-                    self._splice = False  # EINVAL: a file system splice cannot write to
-            data = os.read(self.read, _COPY_BYTES)
-        except BlockingIOError:
-            return -1
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self.out, view):]
-        return len(data)
-
-    def _run(self) -> None:
-        poller = select.poll()
-        poller.register(self.read, select.POLLIN | select.POLLHUP)
-        while not self._done.is_set():
-            if poller.poll(50) and self._copy() == 0:
-                return
-
-    def finish(self) -> None:
-        """Stop following the pipe, copy what it holds, close it. Safe to call once only."""
-        self._done.set()
-        self._thread.join()
-        with contextlib.suppress(OSError):
-            left = PIPE_BYTES + _COPY_BYTES
-            while left > 0 and (copied := self._copy()) > 0:
-                left -= copied
-        os.close(self.read)
+def _open_in_proc(path: Path) -> bool:
+    """Whether a process this user can see has ``path`` open for writing (``/proc/*/fd`` and the
+    access mode in ``fdinfo``; False without /proc)."""
+    target = str(path)
+    for link in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError, ValueError):
+            if os.readlink(link) == target:
+                info = (link.parent.parent / "fdinfo" / link.name).read_text()
+                flags = int(next(line.split()[1] for line in info.splitlines() if line.startswith("flags:")), 8)
+                if flags & (os.O_WRONLY | os.O_RDWR):
+                    return True
+    return False
 
 
 _STARTING = threading.Lock()
