@@ -415,3 +415,17 @@ def test_an_http_result_over_one_mib_is_offloaded_not_taken_for_a_crash(tmp_path
     outputs = {r.handle: r for r in transcript("m") if isinstance(r, records.OutputRecord)}
     assert outputs["@h"].bytes > 1_600_000
     assert tool_results("m")["w"].startswith("pid ")
+
+
+def test_an_mcp_server_gets_its_own_env_and_the_profiles_pass_through_but_no_other_credential(tmp_path, monkeypatch):
+    """Issue 31: a stdio server starts with the SDK's minimal environment, its own ``env`` entries (as
+    configured: tested above) and the names the profile's ``tool_environment.pass_through`` lists."""
+    monkeypatch.setenv("DEMO_SECRET", "from-ctxagent-env-" + "q7Z" * 4)
+    plain = run(tmp_path, [{"tool_calls": [call("w", "demo__whoami")]}, "done"],
+                "--mcp-config", str(mcp_config(tmp_path)), "-p", profile(tmp_path), session="plain")
+    assert plain["status"] == "answered" and tool_results("plain")["w"].endswith("secret <unset>")
+    passing = run(tmp_path, [{"tool_calls": [call("w", "demo__whoami")]}, "done"],
+                  "--mcp-config", str(mcp_config(tmp_path)),
+                  "-p", profile(tmp_path, "tool_environment: {pass_through: ['DEMO_*']}\n"), session="passing")
+    assert passing["status"] == "answered"
+    assert tool_results("passing")["w"].endswith("secret [REDACTED:env:DEMO_SECRET]")  # it got there

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
+import string
 import subprocess
 import sys
 import time
@@ -19,6 +21,10 @@ from ctxagent.sessions.redact import Redactor
 from ctxagent.tools.clean import clean, encode_exact, mend, plain
 
 NAME_FF = os.fsdecode(b"bad\xffname.txt")  # a file name holding byte 0xFF: "bad\udcffname.txt"
+# random values, as keys and tokens are (issue 31: sequential or repeating fakes such as abcdefgh12345678 or
+# ZZZZZZZZ are no secret's form, and a precise scan leaves them alone)
+_T = ["".join(random.Random(f"odd-{i}").choices(string.ascii_letters + string.digits, k=n))
+      for i, n in enumerate((16, 14, 13, 12, 12, 10, 32, 12, 12, 16))]
 
 
 def data() -> Path:
@@ -165,7 +171,7 @@ def test_a_profile_that_is_not_utf8_is_a_profile_error(tmp_path):
 def test_an_api_key_in_json_escaped_shell_arguments_never_reaches_the_transcript(tmp_path):
     """Failure pinned: `export API_KEY=\\"...\\"` in a shell call's arguments (JSON text, quotes
     escaped) was written to the transcript as is."""
-    secret = "h" + "unter2" * 4
+    secret = "h" + _T[6][1:24]  # random, as a key is (a repeated "unter2" is no key's form: issue 31)
     model = script(tmp_path / "s.yaml", [
         {"tool_calls": [call("sh", "shell", command=f'export API_KEY="{secret}"; echo set')]},
         {"content": "done"},
@@ -180,7 +186,7 @@ def test_an_api_key_in_json_escaped_shell_arguments_never_reaches_the_transcript
 def test_secrets_in_the_api_base_the_profile_copy_and_the_error_message(tmp_path):
     """The userinfo and query of api_base, in the header, the profile copy kept in it, and the
     provider error printed on stderr and in the --json object."""
-    password, key = "pw" + "Secret99", "q" + "Key" * 5
+    password, key = "pw" + "Secret99", "q" + _T[0]  # a random key (a repeated "Key" is no key's form: issue 31)
     base = f"http://user:{password}@127.0.0.1:9/v1?api_key={key}"
     profile = tmp_path / "p.yaml"
     profile.write_text(f"model: openai/gpt-4o-mini\ncontext_window: 8000\nretries: 0\napi_base: {base}\n",
@@ -195,17 +201,17 @@ def test_secrets_in_the_api_base_the_profile_copy_and_the_error_message(tmp_path
 
 
 @pytest.mark.parametrize(("text", "kept"), [
-    ('curl -H "x-api-key: abcdefgh12345678" -H "X-Goog-Api-Key: ZZZZZZZZZZZZZZ" https://h/v1', "x-api-key: "),
-    ("{'api-key': 'abcdefgh12345', 'Cookie': 'session=abcdefgh; theme=dark mode'}", "'api-key': '"),
-    ("GET https://h/v1/x?model=m&api_key=abcdef123456&sig=QQQQQQQQ HTTP/1.1", "?model=m&api_key="),
-    ("git clone https://abcdefghijklmnopqrstuvwxyz012345@git.example.com/r.git", "https://"),
-    ('{"access_token": "abcdefgh1234", "Set-Cookie": "a=bcdefghijk"}', '"access_token": "'),
-    ("Proxy-Authorization: rawtokenvalue123", "Proxy-Authorization: "),
+    (f'curl -H "x-api-key: {_T[0]}" -H "X-Goog-Api-Key: {_T[1]}" https://h/v1', "x-api-key: "),
+    (f"{{'api-key': '{_T[2]}', 'Cookie': 'session={_T[3]}; theme=dark mode'}}", "'api-key': '"),
+    (f"GET https://h/v1/x?model=m&api_key={_T[4]}&sig={_T[5]} HTTP/1.1", "?model=m&api_key="),
+    (f"git clone https://{_T[6]}@git.example.com/r.git", "https://"),
+    (f'{{"access_token": "{_T[7]}", "Set-Cookie": "a={_T[8]}"}}', '"access_token": "'),
+    (f"Proxy-Authorization: {_T[9]}", "Proxy-Authorization: "),
 ])
 def test_secrets_in_headers_and_urls_are_redacted(text, kept):
     out = Redactor().text(text)
     assert kept in out and "[REDACTED:" in out
-    for secret in ("abcdefgh", "ZZZZZZZZ", "QQQQQQQQ", "abcdef123456", "bcdefghijk", "rawtoken", "session="):
+    for secret in (*_T, "session="):
         assert secret not in out
     assert Redactor().text(out) == out
 

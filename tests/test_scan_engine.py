@@ -57,6 +57,13 @@ def _secret(rnd: random.Random) -> str:
         pem + "-----END RSA " + "PRIVATE KEY-----\n", EXACT, '"' + EXACT + '"', "-----BEGIN", "://", "&", "?",
         '"pass' + 'word": "' + c(rnd.randint(3, 12)) + '"', "Passwd=" + c(9, ALNUM + "!@#"), "password = get_x()",
         "mysql -u root -p" + c(rnd.randint(2, 9)) + " db", "mariadb -p " + c(5), "passw", "mysql",
+        # issue 31: quoted values of any characters, names of any case, more formats, values that fail a check
+        '"Old' + 'Password": "' + c(rnd.randint(3, 14), ALNUM + ";]{}~ ") + '"', "client_" + "secret: " + c(20),
+        '"access_' + 'token": "' + c(rnd.randint(6, 30)) + '"', "aws_secret_access_" + "key = " + c(40, ALNUM + "+/"),
+        "token-efficient-2025: 1.25e-05", '"NextToken": "' + c(24) + '"', "secretsmanager:us-east-1",
+        "gl" + "pat-" + c(20), "sk" + "_live_" + c(24), "hf" + "_" + c(34, string.ascii_letters), "np" + "m_" + c(36),
+        "S" + "G." + c(22) + "." + c(43), "AK" + "IA" + c(9, string.ascii_uppercase) + "EXAMPLE",
+        "apiKey: ${" + c(8) + "}", '"password": "' + c(6, "0123456789") + '"',
     ])
 
 
@@ -536,3 +543,17 @@ def test_each_thread_has_its_own_scratch_space_kept_for_its_scans():
     thread.start()
     thread.join()
     assert other[0] is not None and other[0] is not mine
+
+
+def test_a_quoted_value_of_any_characters_is_seen_by_the_prefilter(monkeypatch):
+    """Regression (issue 31, while writing it): a value in quotes runs to its closing quote whatever it
+    holds (``"OldPassword": "3s0K_;xh4~8XXI"``), but the prefilters still asked for a bare value's
+    characters after the name, so the prefiltered scan left ``]35d/{pB9`` and ``h]6Esz`` where the
+    patterns alone replaced them."""
+    monkeypatch.setattr(redact, "FAST_MIN_BYTES", 0)  # the prefilter for every size
+    rnd = random.Random(31)
+    for first in ";]}~#":
+        value = first + _chars(rnd, 11, ALNUM + ";]{}~")
+        for text in (f'{{"OldPassword": "{value}"}}', f"DB_PASSWORD='{value}'", f'"client_secret": "{value}xyz"'):
+            data = f"{'x' * 300}\n{text}\n".encode()
+            assert Redactor().data(data) == Redactor(prefilter=False).data(data) != data, text

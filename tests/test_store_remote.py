@@ -196,8 +196,10 @@ def test_a_secret_in_a_tool_output_never_reaches_the_store(bucket, tmp_path):
     model = script(tmp_path / "s.yaml", [
         {"tool_calls": [call("big", "shell", command='echo "$MY_SERVICE_TOKEN"; seq 1 30000; echo "$MY_SERVICE_TOKEN"'),
                         call("small", "shell", command='echo "token: $MY_SERVICE_TOKEN"')]}, "done"])
-    out = ctxagent("run", "--batch", "--session", "sec", "--model", model, "--allow", "shell", "go",
-                   env=bucket.machine("A", MY_SERVICE_TOKEN=secret))
+    profile = tmp_path / "p.yaml"  # the shell gets no credential variable unless the profile passes it (issue 31)
+    profile.write_text("tool_environment: {pass_through: [MY_SERVICE_TOKEN]}\n", encoding="utf-8")
+    out = ctxagent("run", "--batch", "--session", "sec", "--model", model, "--allow", "shell", "--profile",
+                   str(profile), "go", env=bucket.machine("A", MY_SERVICE_TOKEN=secret))
     assert out.returncode == 0, out.stderr
     objects = bucket.objects()
     assert "team/sessions/sec/outputs/big.out" in objects

@@ -125,6 +125,14 @@ class LessonsConfig(_Strict):
     llm: bool = Field(True, description="also ask the summarizer model for lessons where LLM calls may run")
 
 
+class ToolEnvironmentConfig(_Strict):
+    """The ``tool_environment`` key: what the shell's commands and MCP servers get of ctxagent's
+    environment (tools/environment.py: credentials are withheld)."""
+
+    pass_through: list[str] = Field(default_factory=list, description="variable names (or fnmatch patterns) "
+                                    "passed to tools although they look like credentials")
+
+
 class McpConfig(_Strict):
     """The ``mcp`` key: how MCP servers' tools enter requests (``mcp_servers`` names the servers)."""
 
@@ -168,6 +176,7 @@ class Profile(_Strict):
     pins: list[str] = Field(default_factory=list, description="facts kept verbatim in every view")
     permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)  # tools/permissions.py
     redact: Literal["persist", "always"] = "persist"  # sessions/redact.py; README "Secrets"
+    tool_environment: ToolEnvironmentConfig = ToolEnvironmentConfig()  # tools/environment.py
     # explicit prompt-cache breakpoints for providers that need them (Anthropic, Bedrock, Gemini);
     # OpenAI-style automatic caching needs none. README "Prompt caching".
     prompt_cache: Literal["auto", "off"] = "auto"

@@ -258,7 +258,7 @@ def toolset_for(session: Session, profile: Profile, settings: Settings, mcp: Seq
     recall = profile.recall
     ctx = ToolContext(session.store, workdir, transcript=session.transcript.path,
                       recall_model=recall.embedding_model, recall_api_base=recall.api_base,
-                      recall_top_k=recall.top_k)
+                      recall_top_k=recall.top_k, pass_env=tuple(profile.tool_environment.pass_through))
     budget = profile.mcp.schema_budget * settings.context_window
     deferred = [t.name for t in mcp] if mcp and count_tools([t.spec() for t in mcp], settings.model) > budget else []
     return make_toolset(names, ctx, policy, [*extra, *mcp], deferred)
@@ -272,6 +272,7 @@ def mcp_for(session: Session, profile: Profile, settings: Settings, recorded: Ma
     (its servers' recorded tools answer with errors). Raises ``UsageError`` for a config file that
     cannot be read or is invalid (a run only)."""
     from ctxagent.mcp_tools.config import McpTools, servers_of
+    from ctxagent.tools.environment import passed_through
 
     gone = settings.mcp_config is not None and not Path(settings.mcp_config).is_file()
     try:
@@ -284,6 +285,10 @@ def mcp_for(session: Session, profile: Profile, settings: Settings, recorded: Ma
         return McpTools()
     from ctxagent.mcp_tools.mirror import mcp_tools  # the client (asyncio, the MCP SDK): only with servers
 
+    passed = passed_through(pass_through=profile.tool_environment.pass_through)
+    if passed:  # a server's own env entries win
+        servers = {name: config.model_copy(update={"env": {**passed, **config.env}})
+                   for name, config in servers.items()}
     workdir = Path(settings.workdir) if settings.workdir else Path.cwd()
     found = mcp_tools(servers, recorded, log_dir=session.transcript.path.parent / "mcp", workdir=workdir,
                       connect=connect)

@@ -154,17 +154,40 @@ def untrusted_note(start: Path | None = None) -> str | None:
 
 @app.command("show")
 def show(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False) -> None:
-    """The defaults ``run`` would use here, each with where it came from."""
-    values = effective()
+    """The defaults ``run`` would use here, each with where it came from (a value's secrets, such as
+    a password or token in ``api_base``, shown as markers), and the environment variables the
+    shell's commands and MCP servers do not get (tools/environment.py)."""
+    from ctxagent.cli import redacted
+
+    values = {key: Value(redacted(v.value) if isinstance(v.value, str) else v.value, v.source)
+              for key, v in effective().items()}
+    kept, passes = _withheld(values["profile"].value)
     if json_out:
-        print(json.dumps({k: {"value": v.value, "source": v.source} for k, v in values.items()}))
+        print(json.dumps({**{k: {"value": v.value, "source": v.source} for k, v in values.items()},
+                          "withheld_from_tools": {"value": kept, "source": "environment",
+                                                  "pass_through": passes}}))
         return
     for key, value in values.items():
         shown = "-" if value.value is None else value.value
         print(f"{key:15} {shown}  ({value.source})")
+    through = f"; tool_environment.pass_through: {', '.join(passes)}" if passes else ""
+    print(f"withheld from tools: {', '.join(kept) or '-'}  (environment{through})")
     note = untrusted_note()
     if note:
         print(f"note: {note}")
+
+
+def _withheld(profile: str | None) -> tuple[list[str], list[str]]:
+    """The names withheld from tools here, and the profile's pass-through list (none when the
+    profile does not load: ``run`` says why)."""
+    from ctxagent.profile import load_profile
+    from ctxagent.tools.environment import withheld
+
+    try:
+        passes = list(load_profile(profile or "default").tool_environment.pass_through)
+    except (ProfileError, UsageError, OSError):
+        passes = []
+    return withheld(pass_through=passes), passes
 
 
 @app.command("trust")

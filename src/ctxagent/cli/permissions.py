@@ -68,10 +68,12 @@ def prompt(tool: str, arguments: dict[str, Any], workdir: Path) -> Answer:
     why = arguments.pop(WHY_KEY, None)
     if why:  # why a call of this tool asks although its kind was granted (a write that runs code later)
         console.print(f"[bold]why:[/bold] {escape(str(why))}")
+    from ctxagent.sessions.redact import clip  # what is printed is redacted as what is written
+
     for name, value in arguments.items():
         text = value if isinstance(value, str) else repr(value)
-        if len(text) > PROMPT_ARGUMENT_CHARS:
-            text = text[:PROMPT_ARGUMENT_CHARS] + f"… ({len(text):,} characters)"
+        shown = clip(text, PROMPT_ARGUMENT_CHARS)
+        text = shown if len(text) <= PROMPT_ARGUMENT_CHARS else shown + f"… ({len(text):,} characters)"
         console.print(f"  {escape(name)}: {escape(text)}")
     for _ in range(ASK_TIMES):
         try:

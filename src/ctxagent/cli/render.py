@@ -165,7 +165,11 @@ class BatchRenderer:
         self.err.print(f"interrupted; 'ctxagent resume --session {session.name}' continues")
 
     def finish(self, result: dict[str, Any]) -> None:
+        """The answer (or the ``--json`` object) on stdout, redacted as the transcript is."""
+        from ctxagent.sessions.redact import default
+
+        shown = default().value({**result, "warnings": self.warnings})
         if self.json_out:
-            print(json.dumps({**result, "warnings": self.warnings}, ensure_ascii=False), flush=True)
-        elif result.get("answer") is not None:
-            print(result["answer"], flush=True)
+            print(json.dumps(shown, ensure_ascii=False), flush=True)
+        elif shown.get("answer") is not None:
+            print(shown["answer"], flush=True)

@@ -256,11 +256,12 @@ def _discard_if_unstarted(session: Session) -> None:
 def _deliver(session: Session, answer: str, output: Path | None, result: dict[str, Any], json_out: bool) -> int:
     """Batch: the answer's handles resolved (what stdout shows, or ``handles`` with ``--json``).
 
-    Returns the exit code: 0, or 1 when ``--output`` could not be written (``result`` says why)."""
+    Returns the exit code: 0, or 1 when ``--output`` could not be written (``result`` says why). The
+    answer is redacted first, as the transcript holds it: stdout and ``--output`` show the same text."""
     from ctxagent.cli.outputs_cmd import deliver
 
     try:
-        shown = deliver(session.store, answer, output)
+        shown = deliver(session.store, _redacted(answer), output)
     except OSError as err:
         message = f"cannot write --output {output}: {err.strerror or err}"
         print(f"ctxagent: error: {message}", file=sys.stderr)

@@ -6,7 +6,7 @@ calls and tool results, ``turn.*`` events with usage, and a final ``result`` eve
 ``--json`` object. The schema of every event is ``src/ctxagent/cli/events.schema.json`` (tested
 against real runs). Progress lines still go to stderr. An offloaded value never appears: a tool
 result event carries what the model saw (its preview, cut to :data:`CONTENT_CHARS`) with its
-handle and size.
+handle and size. Every string of every event is redacted, as the transcript is (cut after).
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ CONTENT_CHARS = 2000  # characters of a message or tool result shown in an event
 
 
 def _cut(text: str) -> dict[str, Any]:
-    return {"text": text[:CONTENT_CHARS], "chars": len(text), "truncated": len(text) > CONTENT_CHARS}
+    """``text`` redacted, then cut to :data:`CONTENT_CHARS` (a key cut first keeps its first characters)."""
+    from ctxagent.sessions.redact import clip
+
+    return {"text": clip(text, CONTENT_CHARS), "chars": len(text), "truncated": len(text) > CONTENT_CHARS}
 
 
 def event_of(event: Event) -> list[dict[str, Any]]:
@@ -34,7 +37,7 @@ def event_of(event: Event) -> list[dict[str, Any]]:
         reply, usage = event.reply, event.reply.usage
         out: list[dict[str, Any]] = [{"type": "item.completed", "item": {
             "type": "assistant_message", "turn": event.turn, **_cut(reply.content or ""),
-            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments[:CONTENT_CHARS]}
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": _cut(c.arguments)["text"]}
                            for c in reply.tool_calls]}}]
         out.append({"type": "turn.completed", "turn": event.turn, "finish_reason": reply.finish_reason,
                     "usage": None if usage is None else {
@@ -81,7 +84,11 @@ class StreamRenderer(BatchRenderer):
         return text
 
     def _emit(self, data: dict[str, Any]) -> None:
-        print(json.dumps(data, ensure_ascii=False), flush=True)
+        """One event on stdout, every string in it redacted as the transcript is (stdout ends up in
+        CI logs and other programs: what ctxagent prints is redacted as what it writes)."""
+        from ctxagent.sessions.redact import default
+
+        print(json.dumps(default().value(data), ensure_ascii=False), flush=True)
 
     def start(self, session: Session, runner: Any) -> None:
         super().start(session, runner)

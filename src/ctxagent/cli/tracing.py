@@ -128,7 +128,7 @@ class Tracing:
         if result.get("error"):
             from opentelemetry.trace import Status, StatusCode
 
-            self.run.set_status(Status(StatusCode.ERROR, _redacted(str(result["error"]))[:500]))
+            self.run.set_status(Status(StatusCode.ERROR, _redacted(str(result["error"]), 500)))
         self.run.end()
         provider = getattr(self.tracer, "_tracer_provider", None) or _provider_of(self.tracer)
         if provider is not None and hasattr(provider, "force_flush"):
@@ -146,7 +146,7 @@ def _provider(model: str) -> str:
     return model.split("/", 1)[0] if "/" in model else "openai"
 
 
-def _redacted(text: str) -> str:
-    from ctxagent.sessions.redact import default
+def _redacted(text: str, limit: int = CONTENT_CHARS) -> str:
+    from ctxagent.sessions.redact import clip  # redact, then cut
 
-    return default().text(text[:CONTENT_CHARS])
+    return clip(text, limit)

@@ -47,13 +47,34 @@ def scrub(text: str) -> str:
     return _OTHER_HOME.sub("/home/<user>", text)
 
 
+_SECRET_FLAG = re.compile(r"--?[A-Za-z0-9_-]*(?:pass|token|secret|apikey|api-key|api_key|auth)[A-Za-z0-9_-]*",
+                          re.IGNORECASE)
+OPTION_MARKER = "[REDACTED:option]"
+
+
+def scrubbed_words(words: list[str], said: str) -> list[str]:
+    """The words of a command (a lesson's ``tokens`` or ``terms``) scrubbed one by one, and also as
+    the command they come from: a word after an option named like ``--password`` is its value, and a
+    word that :func:`scrub` removes from ``said`` (the text they were taken from) is a secret there
+    (a word alone has no context: ``hunter2`` is a password only after ``--password``)."""
+    said, clean = said.lower(), scrub(said).lower()  # terms are lower-cased words of the rule
+    out = []
+    for i, word in enumerate(words):
+        value = i > 0 and _SECRET_FLAG.fullmatch(words[i - 1]) is not None and not word.startswith("-")
+        gone = len(word) >= 3 and word.lower() in said and word.lower() not in clean
+        out.append(OPTION_MARKER if value or gone else scrub(word))
+    return out
+
+
 def scrubbed(lesson: Lesson) -> Lesson:
-    """``lesson`` with every free-text field passed through :func:`scrub` (the scope is kept: it is
-    this user's own working directory, the key the store files lessons under)."""
+    """``lesson`` with every free-text field passed through :func:`scrub`, the words of its command
+    through :func:`scrubbed_words` (the scope is kept: it is this user's own working directory, the
+    key the store files lessons under)."""
+    said = " ".join([lesson.rule, lesson.key.replace("\x00", " "), *lesson.tokens])
     return lesson.model_copy(update={
         "rule": scrub(lesson.rule), "key": scrub(lesson.key), "program": scrub(lesson.program),
-        "tokens": [scrub(t) for t in lesson.tokens], "path": scrub(lesson.path),
-        "terms": [scrub(t) for t in lesson.terms],
+        "tokens": scrubbed_words(list(lesson.tokens), said), "path": scrub(lesson.path),
+        "terms": scrubbed_words(list(lesson.terms), said),
         "evidence": [e.model_copy(update={"note": scrub(e.note)}) for e in lesson.evidence]})
 
 

@@ -1,26 +1,18 @@
-"""Secrets kept off disk: known secret shapes replaced by typed markers before anything is written.
+"""Secrets kept off disk: secrets replaced by typed markers before anything is written or printed.
 
-A :class:`Redactor` replaces, in text or bytes, every match of:
-
-- provider keys by shape: OpenAI (``sk-...``, ``sk-proj-...``), Anthropic (``sk-ant-...``), AWS
-  access key ids (``AKIA...``/``ASIA...``), GitHub tokens (``ghp_...``, ``github_pat_...``), Google
-  API keys (``AIza...``), Slack tokens (``xox?-...``), JWTs (``eyJ....eyJ....sig``);
-- the token of an ``Authorization: Bearer|Basic|Token ...`` header and of a lone ``Bearer ...``;
-  the value of API-key, token and cookie headers (``x-api-key: ...``, ``Cookie: ...``, any case);
-- PEM private key blocks (``-----BEGIN ... PRIVATE KEY----- ... -----END ... PRIVATE KEY-----``);
-- in URLs, the password or a long user of the userinfo (``https://user:pw@host``) and query
-  parameters named like keys, tokens, secrets, passwords or signatures (``?api_key=...``);
-- the value of an assignment to an upper-case name that says KEY, TOKEN, SECRET, PASSWORD or PASSWD
-  (``DB_PASSWORD=hunter22``, ``"GITHUB_TOKEN": "..."``, ``export API_KEY=...``), quotes JSON-escaped
-  or not (``export API_KEY=\\"...\\"`` inside a tool call's arguments);
-- the exact values (8 characters or more) of the environment variables whose names say KEY, TOKEN,
-  SECRET, PASSWORD or PASSWD (names ending ``_DIR``, ``_PATH``, ``_FILE`` or ``_HOME`` excepted:
-  those hold paths), and any extra exact values given (the keys a run uses).
-
-by a marker naming what was there: ``[REDACTED:openai-key]``, ``[REDACTED:env:GITHUB_TOKEN]``.
+A :class:`Redactor` replaces, in text or bytes, what :mod:`ctxagent.sessions.secret_shapes` describes
+(the rules, after gitleaks' and detect-secrets' published ones): credentials recognisable by their
+format (provider and cloud keys, VCS and chat tokens, JWTs, PEM private keys), values that are secrets
+because of where they stand (after ``Authorization: Bearer``, under a header, name or URL part that
+says so) when they look like one (never a number, date, path, word or reference), and the exact
+values (8 characters or more) of the environment variables whose names say KEY, TOKEN, SECRET,
+PASSWORD or PASSWD (names ending ``_DIR``, ``_PATH``, ``_FILE`` or ``_HOME`` excepted: those hold
+paths), plus any extra exact values given (the keys a run uses); an exact value is replaced whole,
+also where a shape matched only its start. Each by a marker naming what was there:
+``[REDACTED:openai-key]``, ``[REDACTED:env:GITHUB_TOKEN]``.
 Markers never match a pattern again, so redacting twice changes nothing.
 
-Where it applies (the transcript and the output store call it; see README "Secrets"):
+Where it applies (the transcript and the output store call it; see docs/security.md "Secrets"):
 
 - :func:`dumps` — a transcript record as one JSON line, every string in it redacted (structured:
   the JSON stays valid whatever was replaced);
@@ -28,6 +20,8 @@ Where it applies (the transcript and the output store call it; see README "Secre
 - :func:`redact_file` — a file rewritten in 1 MiB chunks with a 64 KiB overlap, so a 1 GB spool
   file costs a few MiB of memory; every pattern's match is bounded (16 KiB at most), so a secret
   that straddles two chunks is still found;
+- :func:`clip` — text redacted, then cut to a length limit (a key cut first keeps its first
+  characters out of any shape);
 - :class:`RedactingStore` — the session's output store (``Session.store``): every file it writes or
   adopts is redacted first (numpy ``.npy`` files excepted: their bytes are not text) and owner-only.
 
@@ -265,6 +259,18 @@ _last_env: list[tuple[dict[Any, Any], tuple[tuple[str, str], ...]] | None] = [No
 @lru_cache(maxsize=4)
 def _for_env(secrets: tuple[tuple[str, str], ...]) -> Redactor:
     return Redactor({value: f"env:{name}" for value, name in secrets})
+
+
+def clip(text: str, limit: int, redactor: Redactor | None = None) -> str:
+    """``text`` redacted, then cut to at most ``limit`` characters (a marker the limit would split is
+    left out whole). Redact first: cut first, a key's first characters are no longer a key's shape and
+    would be written as they are (issue 31)."""
+    out = (redactor or default()).text(text)
+    if len(out) <= limit:
+        return out
+    marker = out.rfind("[REDACTED:", 0, limit)
+    end = out.find("]", marker) if marker != -1 else -1
+    return out[:marker] if marker != -1 and end >= limit else out[:limit]
 
 
 def dumps(record: Any, redactor: Redactor | None = None) -> str:

@@ -51,11 +51,21 @@ def store_url() -> str | None:
 
 
 def cache_key(url: str) -> str:
-    """The folder name, under ``<data dir>/stores/``, of the cache of the store at ``url``."""
+    """The folder name, under ``<data dir>/stores/``, of the cache of the store at ``url``: the end of
+    its :func:`shown` form without userinfo and query (where credentials travel), then a digest of
+    the whole URL (two stores, two folders)."""
     import hashlib
 
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", url)[-40:].strip("-.") or "store"
+    public = re.sub(r"[?#].*$", "", re.sub(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", r"\1", shown(url), flags=re.I))
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", public.replace("[REDACTED:", ""))[-40:].strip("-.") or "store"
     return f"{slug}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
+
+
+def shown(url: str) -> str:
+    """``url`` as messages show it: its secrets (a password, a token in the query) as markers."""
+    from ctxagent.sessions.redact import default
+
+    return default().text(url)
 
 
 def segment_name(number: int) -> str:
@@ -76,8 +86,9 @@ class Store:
             # no listings cache: an existence check must see what another machine wrote a moment ago
             self.fs, self.root = url_to_fs(url, use_listings_cache=False)
         except (ImportError, ValueError) as err:
-            raise UsageError(f"session store {url!r}: {err} (the extras: ctxagent[s3], [gcs], [azure])") from err
-        self.url = url
+            raise UsageError(f"session store {shown(url)!r}: {shown(str(err))} (the extras: ctxagent[s3], [gcs], "
+                             "[azure])") from err
+        self.url = shown(url)  # in messages only: the filesystem above holds what it needs
         self.atomic_pipe = "s3" in _protocols(self.fs)  # pipe_file(mode="create") sends If-None-Match: *
 
     def path(self, *parts: str) -> str:
@@ -92,7 +103,7 @@ class Store:
         except (FileNotFoundError, FileExistsError, CtxagentError):
             raise
         except Exception as err:  # the vendor's errors, translated once, here
-            raise CtxagentError(f"session store {self.url}: {what} failed: {err}") from err
+            raise CtxagentError(f"session store {self.url}: {what} failed: {shown(str(err))}") from err
 
     def create(self, path: str, data: bytes) -> bool:
         """Write ``data`` at ``path`` unless an object is there already; returns whether it was

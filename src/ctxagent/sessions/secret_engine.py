@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxagent.sessions.secret_shapes import ANCHOR_PATTERN, NAMED_NEEDLES
+from ctxagent.sessions.secret_shapes import ANCHOR_PATTERN, NAMED_NEEDLES, looks_secret
 from ctxagent.sessions.secret_shapes import ANCHORS as _ANCHORS
 from ctxagent.sessions.secret_shapes import LOWER_ANCHORS as _LOWER_ANCHORS
 from ctxagent.sessions.secret_shapes import SHAPES as _SHAPES
@@ -76,34 +76,53 @@ _LOWER_RE = re.compile("|".join(_LOWER_ANCHORS), re.IGNORECASE)
 class Engine:
     """One combined regex (exact values first, then shapes) over ``str`` or ``bytes``, tried only
     at the positions its anchors allow. Bytes are matched as latin-1, so an exact value given as
-    text matches its UTF-8 bytes."""
+    text matches its UTF-8 bytes.
+
+    A shape's match counts only when its secret passes the shape's check (:func:`looks_secret`);
+    when it does not, the shapes after it are tried at the same position, one by one. An exact value
+    that starts inside a shape's match and runs past its end is replaced with it, whole: a shape
+    stops at a space or a ``#`` the value holds (``DB_PASSWORD=This is#Strong99``).
+    """
 
     def __init__(self, exact: Mapping[str, str], as_bytes: bool):
         self.as_bytes = as_bytes
         variants: dict[str, str] = {}
         for value, kind in exact.items():
-            for variant in (value, json.dumps(value, ensure_ascii=False)[1:-1], json.dumps(value)[1:-1]):
-                variants.setdefault(variant, kind)  # the JSON-escaped forms: as inside JSON text
+            once = json.dumps(value, ensure_ascii=False)[1:-1]
+            for variant in (value, once, json.dumps(value)[1:-1], json.dumps(once, ensure_ascii=False)[1:-1]):
+                variants.setdefault(variant, kind)  # JSON-escaped, once or twice: as inside JSON text
         if as_bytes:
             variants = {v.encode("utf-8", "surrogateescape").decode("latin-1"): k for v, k in variants.items()}
         exacts = sorted(variants, key=len, reverse=True)
         self.exact_bytes = [value.encode("latin-1") for value in exacts] if as_bytes else []
-        self.after = AFTER_BYTES + max((len(value) for value in exacts), default=0)
-        parts = [re.escape(value) for value in exacts]
+        self.n_exact = len(exacts)
+        self.longest = max((len(value) for value in exacts), default=0)
+        self.after = AFTER_BYTES + self.longest
+        self.parts = [re.escape(value) for value in exacts]
         self.kinds = [variants[value] for value in exacts]
         self.prefixed = [False] * len(exacts)
-        for kind, prefix, secret in _SHAPES:
-            parts.append(f"(?P<p{len(parts)}>{prefix}){secret}" if prefix else secret)
+        self.checks: list[str | None] = [None] * len(exacts)
+        for kind, prefix, secret, check in _SHAPES:
+            self.parts.append(f"(?P<p{len(self.parts)}>{prefix}){secret}" if prefix else secret)
             self.kinds.append(kind)
             self.prefixed.append(bool(prefix))
-        source = "|".join(f"(?P<a{i}>{part})" for i, part in enumerate(parts))
+            self.checks.append(check)
+        source = "|".join(f"(?P<a{i}>{part})" for i, part in enumerate(self.parts))
         self.regex: re.Pattern[Any] = re.compile(self._raw(source))
+        self.exact_re: re.Pattern[Any] | None = re.compile(self._raw("|".join(
+            f"(?P<a{i}>{part})" for i, part in enumerate(self.parts[:self.n_exact])))) if exacts else None
+        self._singles: dict[int, re.Pattern[Any]] = {}  # one shape alone, compiled when first needed
         self.anchors = [(self._raw(value), 0) for value in exacts]
         self.anchors += [(self._raw(needle), back) for needle, back in _ANCHORS]
         # one alternation finds every anchor in a single pass (about twice as fast as one find each)
-        self.backs = {needle: back for needle, back in reversed(self.anchors)}
+        backs = {needle: back for needle, back in reversed(self.anchors)}
+        # the needle found at a position is the longest there; the others there are its prefixes
+        self.backs = {needle: max(b for other, b in backs.items() if needle.startswith(other)) for needle in backs}
         longest_first = sorted(self.backs, key=len, reverse=True)
         self.anchor_re: re.Pattern[Any] = re.compile(self._raw("|").join(re.escape(n) for n in longest_first))
+        self.scheme = self._raw("://")
+        # where a URL's scheme can start before a "://" (a word's start, then scheme characters)
+        self.scheme_re: re.Pattern[Any] = re.compile(self._raw(r"(?<![A-Za-z0-9_])[a-z][a-z0-9+.-]{1,20}://"))
         self.lower = [self._raw(needle) for needle in _LOWER_ANCHORS]
         self.lower_re: re.Pattern[Any] = re.compile(self._raw(_LOWER_RE.pattern), re.IGNORECASE)
         self.named_re: re.Pattern[Any] = re.compile(self._raw(ANCHOR_PATTERN), re.IGNORECASE)
@@ -112,14 +131,23 @@ class Engine:
     def _raw(self, text: str) -> Any:
         return text.encode("latin-1") if self.as_bytes else text
 
+    def _text(self, raw: Any) -> str:
+        return raw.decode("latin-1") if self.as_bytes else str(raw)
+
     def candidates(self, buf: Any) -> list[int]:
         """Sorted positions of ``buf`` where a match may start."""
         starts: set[int] = set()
         found = self.anchor_re.search(buf)
         while found is not None:  # restarting one past each hit: anchors may overlap
             hit = found.start()
-            back = max(b for needle, b in self.backs.items() if buf.startswith(needle, hit))
-            starts.update(range(max(0, hit - back), hit + 1))
+            needle = found.group()
+            back = self.backs[needle]
+            if needle == self.scheme:  # the first start of a scheme before it (a later one matches no more)
+                starts.update(m.start() for m in self.scheme_re.finditer(buf, max(0, hit - back), hit + 3))
+            elif back:
+                starts.update(range(max(0, hit - back), hit + 1))
+            else:
+                starts.add(hit)
             found = self.anchor_re.search(buf, hit + 1)
         if self.as_bytes or buf.isascii():  # lower() keeps positions
             lowered = buf.lower()
@@ -135,7 +163,7 @@ class Engine:
         return sorted(starts)
 
     def _named(self, buf: Any, lowered: Any) -> Iterator[int]:
-        """Positions where a header or URL query shape may start (:data:`NAMED_NEEDLES`)."""
+        """Positions where a header, URL query or named-key shape may start (:data:`NAMED_NEEDLES`)."""
         for needle, backs in self.named:
             hit = lowered.find(needle)
             while hit != -1:
@@ -153,44 +181,87 @@ class Engine:
                 break
             if start < pos:
                 continue
-            match = self.regex.match(buf, start)
-            if match is None or match.end() == start:
+            hit = self.hit(buf, start)
+            if hit is None:
                 continue
-            pieces += [buf[pos:start], self._raw(self.replacement(match))]
-            pos = match.end()
+            end, text = hit
+            pieces += [buf[pos:start], self._raw(text)]
+            pos = end
         cut = len(buf) if limit is None else max(limit, pos)
         pieces.append(buf[pos:cut])
         return buf[:0].join(pieces), cut
 
     def search(self, buf: Any) -> bool:
         """Whether ``buf`` holds anything to replace."""
-        return any(self.regex.match(buf, start) for start in self.candidates(buf))
+        return any(self.hit(buf, start) is not None for start in self.candidates(buf))
 
-    def replacement(self, match: re.Match[Any]) -> str:
+    def hit(self, buf: Any, pos: int, endpos: int | None = None) -> tuple[int, str] | None:
+        """What replaces a secret starting at ``pos`` of ``buf[:endpos]``: ``(end, text)``, the text
+        standing for ``buf[pos:end]`` (a kept prefix, then the marker); None: no secret starts there."""
+        endpos = len(buf) if endpos is None else endpos
+        match = self.regex.match(buf, pos, endpos)
+        if match is None or match.end() == pos:
+            return None
+        index = int(str(match.lastgroup)[1:])  # "a<i>": the alternative that matched (it closes last)
+        if not self._passes(match, index):
+            found = self._after(buf, pos, endpos, index)
+            if found is None:
+                return None
+            match, index = found
+        return self._extended(buf, match, index, endpos)
+
+    def _passes(self, match: re.Match[Any], index: int) -> bool:
+        check = self.checks[index]
+        if check is None:
+            return True
+        whole = match.group(f"a{index}")
+        keep = match.group(f"p{index}") if self.prefixed[index] else whole[:0]
+        return looks_secret(check, self._text(whole[len(keep):]), self._text(keep))
+
+    def _after(self, buf: Any, pos: int, endpos: int, index: int) -> tuple[re.Match[Any], int] | None:
+        """The first shape after ``index`` that matches at ``pos`` and passes its check."""
+        for i in range(index + 1, len(self.parts)):
+            single = self._singles.get(i)
+            if single is None:
+                single = self._singles[i] = re.compile(self._raw(f"(?P<a{i}>{self.parts[i]})"))
+            match = single.match(buf, pos, endpos)
+            if match is not None and match.end() > pos and self._passes(match, i):
+                return match, i
+        return None
+
+    def _extended(self, buf: Any, match: re.Match[Any], index: int, endpos: int) -> tuple[int, str]:
+        """``(end, text)`` of a match, run on to the end of any exact value that starts inside it."""
+        keep = match.group(f"p{index}") if self.prefixed[index] else None
+        start, end = match.start(), match.end()
+        kind: str | None = None
+        if self.exact_re is not None and index >= self.n_exact:
+            cut = start + (len(keep) if keep is not None else 0)
+            for exact in self.exact_re.finditer(buf, cut, min(endpos, end + self.longest)):
+                if exact.start() >= end:
+                    break
+                if exact.end() > end:
+                    end, kind = exact.end(), self.kinds[int(str(exact.lastgroup)[1:])]
+        if kind is None:
+            return end, self.replacement(match, index)
+        return end, ("" if keep is None else self._text(keep)) + MARKER.format(kind)
+
+    def replacement(self, match: re.Match[Any], index: int | None = None) -> str:
         """The marker for ``match`` (after the prefix it keeps, for prefixed shapes)."""
-        index = self._alternative(match)
+        index = int(str(match.lastgroup)[1:]) if index is None else index
         kind = self.kinds[index]
         if not self.prefixed[index]:
             return MARKER.format(kind)
         keep = match.group(f"p{index}")
         secret = match.group(f"a{index}")[len(keep):]
-        if self.as_bytes:
-            keep, secret = keep.decode("latin-1"), secret.decode("latin-1")
-        prefix: str = keep  # text in both modes by now
-        return prefix + MARKER.format(self._kind_of(secret, kind))
-
-    def _alternative(self, match: re.Match[Any]) -> int:
-        return next(i for i in range(len(self.kinds)) if match.group(f"a{i}") is not None)
+        return self._text(keep) + MARKER.format(self._kind_of(self._text(secret), kind))
 
     def _kind_of(self, secret: str, default: str) -> str:
         """The most specific kind of a secret found after a prefix (an env value, a key shape)."""
         whole = self.regex.fullmatch(self._raw(secret))
         if whole is None:
             return default
-        index = self._alternative(whole)
+        index = int(str(whole.lastgroup)[1:])
         return default if self.prefixed[index] else self.kinds[index]
-
-
 
     def windowed(self, buf: bytes, windows: Windows, base: int = 0) -> list[int]:
         """The :meth:`candidates` of ``buf`` inside ``windows`` (absolute positions: ``buf`` starts
@@ -226,8 +297,7 @@ class Engine:
                         index += 1
                     start, _, end = buffers[index]
                     # at a buffer's start there is no text before it (as in the copy)
-                    match = self.regex.match(mm[p:end]) if p == start else self.regex.match(mm, p, end)
-                    if match is not None and match.end() > match.start():
+                    if (self.hit(mm[p:end], 0) if p == start else self.hit(mm, p, end)) is not None:
                         return True
         return False
 

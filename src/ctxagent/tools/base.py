@@ -57,6 +57,8 @@ class ToolContext:
     recall_api_base: str | None = None
     recall_top_k: int = 8
     stop: Any = None  # a threading.Event set when the run is stopped: a command started after it is killed
+    # variables the shell's commands get although they look like credentials (tools/environment.py)
+    pass_env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

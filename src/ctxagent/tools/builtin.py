@@ -8,8 +8,10 @@ raised as :class:`ToolError`. Large values are not cut here: the toolset offload
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -21,6 +23,7 @@ from pydantic import Field
 
 from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError
 from ctxagent.tools.clean import mend
+from ctxagent.tools.environment import tool_environment
 from ctxagent.tools.offload import as_text
 from ctxagent.tools.signature import function_tool
 
@@ -53,10 +56,15 @@ def shell(ctx: ToolContext, command: str,
     """Run ``bash -c command`` in ``ctx.workdir``; stdout and stderr, merged, go straight to a
     spool file of the store (never through Python memory).
 
-    stdin is /dev/null; the command runs in its own session (process group). On timeout, or when
-    the command leaves background processes behind, the whole group is killed (SIGTERM, then
-    SIGKILL after 2 s) and the note says so. Returns ``Spooled(path, note="exit code: N")``.
-    Raises ``ToolError`` for a bad timeout or when bash cannot start.
+    stdin is /dev/null; the environment is ctxagent's without the run's credentials
+    (:func:`ctxagent.tools.environment.tool_environment`, ``ctx.pass_env`` passing anyway); the
+    command runs in its own session (process group). On timeout, or when the command leaves
+    background processes behind, the whole group is killed (SIGTERM, then SIGKILL after 2 s) and the
+    note says so. A process the command detached from its group (``setsid``) may still hold the
+    spool file when the command returns: then what it wrote is copied to a new spool file, and the old
+    one, which that process goes on writing, is deleted (:func:`_away_from_writers`), so nothing is
+    written into the stored, redacted output after the fact. Returns ``Spooled(path, note="exit code:
+    N")``. Raises ``ToolError`` for a bad timeout or when bash cannot start.
 
     Args:
         command: bash command line
@@ -70,6 +78,7 @@ def shell(ctx: ToolContext, command: str,
             proc = subprocess.Popen(
                 ["bash", "-c", command],
                 cwd=ctx.workdir,
+                env=tool_environment(pass_through=ctx.pass_env),
                 stdin=subprocess.DEVNULL,
                 stdout=fd,
                 stderr=subprocess.STDOUT,
@@ -87,7 +96,7 @@ def shell(ctx: ToolContext, command: str,
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        return Spooled(path, note=f"timed out after {timeout_s} s, process group killed")
+        return Spooled(_away_from_writers(ctx, path), note=f"timed out after {timeout_s} s, process group killed")
     except BaseException:  # Ctrl-C reaches only us: the command runs in its own session
         _kill_group(proc)
         path.unlink(missing_ok=True)
@@ -98,7 +107,60 @@ def shell(ctx: ToolContext, command: str,
     if _group_alive(proc.pid):
         _kill_group(proc)
         note += "; background processes it left running were killed"
-    return Spooled(path, note=note)
+    return Spooled(_away_from_writers(ctx, path), note=note)
+
+
+def _away_from_writers(ctx: ToolContext, path: Path) -> Path:
+    """``path``, or a copy of it when a process still has it open for writing (one the command
+    detached): the copy goes to a new spool file, ``path`` is deleted (that process writes on into
+    a file nobody reads)."""
+    if not _held_for_writing(path):
+        return path
+    fd, copy = ctx.store.spool()
+    try:
+        with open(path, "rb") as source, os.fdopen(fd, "wb") as target:
+            shutil.copyfileobj(source, target, 1024 * 1024)
+    except BaseException:
+        copy.unlink(missing_ok=True)
+        raise
+    finally:
+        path.unlink(missing_ok=True)
+    return copy
+
+
+def _held_for_writing(path: Path) -> bool:
+    """Whether a process has the file at ``path`` open for writing: Linux refuses a read lease
+    (``fcntl(F_SETLEASE, F_RDLCK)``) on such a file, at once. Where leases are not to be had (another
+    system, a file system without them), the processes' open files in ``/proc`` are looked at."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+    except BlockingIOError:  # EAGAIN: someone writes it
+        return True
+    except (AttributeError, OSError):
+        return _open_in_proc(path)
+    else:
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    finally:
+        os.close(fd)
+
+
+def _open_in_proc(path: Path) -> bool:
+    """Whether a process this user can see has ``path`` open for writing (``/proc/*/fd`` and the
+    access mode in ``fdinfo``; False without /proc)."""
+    target = str(path)
+    for link in Path("/proc").glob("[0-9]*/fd/*"):
+        with contextlib.suppress(OSError, ValueError):
+            if os.readlink(link) == target:
+                info = (link.parent.parent / "fdinfo" / link.name).read_text()
+                flags = int(next(line.split()[1] for line in info.splitlines() if line.startswith("flags:")), 8)
+                if flags & (os.O_WRONLY | os.O_RDWR):
+                    return True
+    return False
 
 
 _STARTING = threading.Lock()

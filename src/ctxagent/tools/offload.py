@@ -242,8 +242,11 @@ def _offloaded(path: Path, handle: str, note: str, job: _Job) -> tuple[str, Outp
 
 
 def _job_record(path: Path, handle: str, job: _Job, **value: Any) -> OutputRecord:
+    from ctxagent.sessions.redact import clip  # redact, then cut: a cut key is no key's shape
+
     return _record(path, handle, job.store, call_id=job.call.id, tool_name=job.tool_name,
-                   arguments=job.call.arguments[:ARGUMENTS_MAX_CHARS], model=job.policy.model, **value)
+                   arguments=clip(job.call.arguments, ARGUMENTS_MAX_CHARS, getattr(job.store, "redactor", None)),
+                   model=job.policy.model, **value)
 
 
 def _record(path: Path, handle: str, store: OutputStore, *, call_id: str, tool_name: str,

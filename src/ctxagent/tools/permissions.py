@@ -283,10 +283,11 @@ class Gate:
     def _record(self, tool: Tool, arguments: Mapping[str, Any], where: str, answer: Answer, call_id: str,
                 turn: int) -> None:
         from ctxagent.sessions.records import PermissionRecord
+        from ctxagent.sessions.redact import clip  # redact, then cut: a cut key is no key's shape
 
         text = json.dumps(dict(arguments), ensure_ascii=False)
         self._decisions.append(PermissionRecord(call_id=call_id, tool=tool.name, turn=turn,
-                                                arguments=text[:ARGUMENTS_KEPT], policy=f"{where}: ask",
+                                                arguments=clip(text, ARGUMENTS_KEPT), policy=f"{where}: ask",
                                                 decision=answer))
 
     def _shell(self, command: str) -> tuple[str | None, bool]:

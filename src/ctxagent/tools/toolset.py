@@ -195,7 +195,9 @@ def make_toolset(names: Sequence[str], ctx: ToolContext, policy: OffloadPolicy,
 def _error(message: str) -> ToolOutcome:
     message = clean.mend(message)  # an error quoting a lone surrogate must still be sendable and writable
     if len(message) > ERROR_MAX_CHARS:
-        message = message[:ERROR_MAX_CHARS] + f" [... {len(message) - ERROR_MAX_CHARS:,} characters cut]"
+        from ctxagent.sessions.redact import clip  # redact, then cut
+
+        message = clip(message, ERROR_MAX_CHARS) + f" [... {len(message) - ERROR_MAX_CHARS:,} characters cut]"
     return ToolOutcome(ERROR_PREFIX + message, True, None)
 
 
@@ -206,8 +208,10 @@ def _parse(tool: str, raw: str) -> dict[str, Any]:
     try:
         arguments = json.loads(raw)
     except json.JSONDecodeError as err:
+        from ctxagent.sessions.redact import clip  # redact, then cut: a cut key is no key's shape
+
         raise ToolError(f"the arguments of {tool} are not valid JSON ({err}): "
-                        f"{raw[:RAW_ARGUMENTS_SHOWN]!r}") from err
+                        f"{clip(raw, RAW_ARGUMENTS_SHOWN)!r}") from err
     if not isinstance(arguments, dict):
         raise ToolError(f"the arguments of {tool} must be a JSON object, not {type(arguments).__name__}")
     return arguments

@@ -1,0 +1,71 @@
+"""The environment a tool's process gets: ctxagent's own, without the run's credentials (issue 31).
+
+A model that can run ``printenv OPENAI_API_KEY | base64`` would otherwise send the run's key to the
+provider (and an encoded copy, which no redaction recognises, to the transcript). So the shell
+tool's commands (and MCP servers, through their ``env``) get every variable of ctxagent's
+environment except:
+
+- a name that says it holds a credential: ``KEY``, ``TOKEN``, ``SECRET``, ``PASSWORD``, ``PASSWD``
+  or ``CREDENTIAL`` anywhere in it, in any case (``OPENAI_API_KEY``, ``AWS_SESSION_TOKEN``,
+  ``GOOGLE_APPLICATION_CREDENTIALS``, ``PGPASSWORD``), as Codex's ``shell_environment_policy``
+  excludes ``*KEY*``, ``*SECRET*`` and ``*TOKEN*`` by default; names ending ``_DIR``, ``_PATH`` or
+  ``_HOME`` are places, and pass (``TIKTOKEN_CACHE_DIR``);
+- the credential variables litellm and common clients read whose names say none of that
+  (:data:`PROVIDER_VARIABLES`: ``SNOWFLAKE_JWT``, ``LITELLM_LICENSE``, ``MYSQL_PWD``...);
+- a value that is a credential by its form (a provider key, a password in a URL: ``DATABASE_URL=
+  postgres://app:PASSWORD@db``), or that is the value of a withheld variable under another name.
+
+A profile's ``tool_environment.pass_through`` lists names (or ``fnmatch`` patterns: ``GITHUB_*``)
+that pass anyway. ``ctxagent config show`` lists the names withheld here and now.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+CREDENTIAL_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
+PLACE = re.compile(r"_(?:DIR|PATH|HOME)$")
+# credentials litellm (and the clients it wraps) read from the environment under names without the words
+PROVIDER_VARIABLES = frozenset({"SNOWFLAKE_JWT", "LITELLM_LICENSE", "MYSQL_PWD"})
+MIN_VALUE_CHARS = 8  # a shorter value is not looked for under other names
+
+
+def _named_credential(name: str) -> bool:
+    upper = name.upper()
+    return upper in PROVIDER_VARIABLES or (any(word in upper for word in CREDENTIAL_WORDS) and not PLACE.search(upper))
+
+
+def _passes(name: str, pass_through: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in pass_through)
+
+
+def withheld(environ: Mapping[str, str] | None = None, pass_through: Iterable[str] = ()) -> list[str]:
+    """The names of ``environ`` (default ``os.environ``) a tool's process does not get, sorted."""
+    from ctxagent.sessions.redact import default  # the shapes of credentials (a value's form)
+
+    environ = os.environ if environ is None else environ
+    keep = tuple(pass_through)
+    by_name = {name for name in environ if _named_credential(name)}
+    values = {environ[name] for name in by_name if len(environ[name]) >= MIN_VALUE_CHARS}
+    redactor = default()
+    found = {name for name, value in environ.items()
+             if name not in by_name and (value in values or redactor.found(value))}
+    return sorted(name for name in by_name | found if not _passes(name, keep))
+
+
+def tool_environment(environ: Mapping[str, str] | None = None, pass_through: Iterable[str] = ()) -> dict[str, str]:
+    """``environ`` (default ``os.environ``) without the names :func:`withheld` gives."""
+    environ = os.environ if environ is None else environ
+    drop = set(withheld(environ, pass_through))
+    return {name: value for name, value in environ.items() if name not in drop}
+
+
+def passed_through(environ: Mapping[str, str] | None = None, pass_through: Iterable[str] = ()) -> dict[str, str]:
+    """The variables of ``environ`` that ``pass_through`` names: what an MCP server gets on top of
+    the SDK's minimal environment (``HOME``, ``PATH``, ``USER``...) and its own ``env:`` entries."""
+    environ = os.environ if environ is None else environ
+    keep = tuple(pass_through)
+    return {name: value for name, value in environ.items() if keep and _passes(name, keep)}
