@@ -50,8 +50,9 @@ def session(name: str) -> Iterator[list[records.MessageRecord]]:
         calls = [tool_call(ids[0], "shell", f'{{"command": "ls {name}/{turn // 2}"}}'),
                  tool_call(ids[1], "grep", f'{{"pattern": "{name}-{turn}"}}')]
         turn_messages = [message({"role": "assistant", "content": None, "tool_calls": calls}, turn, 30)]
+        failed = "exit code: 1\n" + f"grep: {name}/{turn}: no matches\n" * 12
         outputs = [f"listing of {name}/{turn // 2}\n" + f"{name} file {turn // 2}\n" * 40,  # the same two turns running
-                   "exit code: 1\n" + f"grep: {name}/{turn}: no matches\n" * 12 if turn % 3 else f"{name} match {turn}\n" * (10 + turn)]
+                   failed if turn % 3 else f"{name} match {turn}\n" * (10 + turn)]
         for call_id, output in zip(ids, outputs, strict=True):
             turn_messages.append(message({"role": "tool", "tool_call_id": call_id, "content": output}, turn,
                                          len(output) // 4))
