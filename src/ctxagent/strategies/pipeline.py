@@ -56,14 +56,17 @@ def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
     return view
 
 
-def fires(step: StrategyConfig, view: Sequence[Entry], ctx: StrategyContext, default_trigger: float) -> bool:
+def fires(step: StrategyConfig, view: Sequence[Entry], ctx: StrategyContext, default_trigger: float,
+          total: int | None = None) -> bool:
     """Whether a pipeline step runs: every N turns, or when the request is over its trigger
-    (a fraction of the window; ``0`` runs it on every request); never before turn ``min_turns``."""
+    (a fraction of the window; ``0`` runs it on every request); never before turn ``min_turns``.
+    ``total``: the request's tokens (``ctx.budget.total(view)``), when the caller has them already."""
     if step.min_turns and ctx.turn < step.min_turns:
         return False
     if step.every_turns:
         return ctx.turn > 0 and ctx.turn % step.every_turns == 0
-    return ctx.budget.over(view, default_trigger if step.trigger is None else step.trigger)
+    total = ctx.budget.total(view) if total is None else total
+    return total > ctx.budget.window * (default_trigger if step.trigger is None else step.trigger)
 
 
 def rule_in_force(steps: Sequence[StrategyConfig], view: Sequence[Entry], budget: Budget, turn: int) -> str:
@@ -136,8 +139,9 @@ class Engine:
         compactions: list[Compaction] = []
         offloads: list[Entry] = []
         warnings: list[str] = []
+        total = ctx.budget.total(view)  # summed again only when a step changed the view
         for step in steps:
-            if not fires(step, view, ctx, ctx.budget.trigger):
+            if not fires(step, view, ctx, ctx.budget.trigger, total):
                 continue
             outcome = step.apply(view, ctx, self.scan(step))
             warnings.extend(outcome.warnings)
@@ -145,7 +149,7 @@ class Engine:
                 continue
             compactions.extend(changes(view, outcome.view, step.strategy))
             offloads.extend(outcome.offloads)
-            view = outcome.view
+            view, total = outcome.view, ctx.budget.total(outcome.view)
         return Outcome(view, compactions, offloads, warnings)
 
 
