@@ -88,7 +88,7 @@ class Runner(ToolCalls):
         self.stop = threading.Event()  # set: stop at the next step (shared with sub-agents and their tools)
         toolset.ctx = replace(toolset.ctx, stop=self.stop)
         self.toolset = guard(toolset, profile.permissions, self.path, grants, readable=[session.store.root],
-                             protected=[sessions_root()])  # every call passes the permission gate first
+                             protected=[sessions_root(session.store_url)])  # every call passes the gate first
         self.replies_at_start = state.replies  # this run's model calls = state.replies - this
         self._close_open_calls()
 
