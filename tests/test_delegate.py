@@ -213,3 +213,63 @@ def test_sigterm_of_the_parent_kills_a_shell_command_a_child_is_running(tmp_path
     results = [m["content"] for m in messages("term/d1") if m["role"] == "tool"]
     assert results and "killed" in results[0], (log.read_text(), child)  # its result says so, not "did not finish"
     assert [r.reason for r in transcript("term") if isinstance(r, records.EndRecord)] == ["interrupted"]
+
+
+FOLDING = ("tools: [read_file, delegate]\npipelines:\n  batch:\n"
+           "    - {strategy: prune, trigger: 0, min_age_turns: 1, batch: 1}\n"
+           "    - {strategy: dedupe, trigger: 0}\n"
+           "    - {strategy: mask_observations, trigger: 0, keep: 3, batch: 1, min_tokens: 10}\n")
+TURNS = 16
+
+
+def _child_script(marker: str, folder: Path) -> list[dict]:
+    """A child that reads files for :data:`TURNS` replies, three calls each: distinct files, one
+    repeated from the turn before (dedupe) and missing ones later superseded (prune), all naming
+    ``marker``."""
+    letter = marker[-1]
+    for n in range(TURNS):
+        (folder / f"{letter}{n}.txt").write_text("".join(f"{marker} line {i} of file {n}\n" for i in range(60)),
+                                                 encoding="utf-8")
+    replies = []
+    for turn in range(TURNS):
+        names = [f"{letter}{turn}.missing{k}" for k in range(3)] if turn % 4 == 1 else \
+            [f"{letter}{turn}.txt", f"{letter}{turn // 2}.txt", f"{letter}0.txt"]
+        replies.append({"tool_calls": [{"id": f"{letter}{turn}r{k}", "name": "read_file",
+                                        "arguments": {"path": name}} for k, name in enumerate(names)]})
+    return [*replies, {"content": f"{marker} done"}]
+
+
+def test_sub_agents_at_once_send_the_requests_they_send_one_at_a_time(tmp_path, fake_openai):
+    """Issue 35: each sub-agent has its own context engine. The children of one reply run at once in
+    threads; their folding strategies once shared one instance per process, so a child's request
+    could carry the other's stub, or a child died with IndexError. Each child's requests are the
+    same whether the children run at once or one after the other."""
+    markers = ["child-A", "child-B"]
+    sent: dict[int, dict[str, list]] = {}
+    for concurrent in (1, 2):
+        routes = {m: _child_script(m, tmp_path) for m in markers}
+        server = fake_openai([{"tool_calls": [delegate(f"d{m[-1]}", f"{m}: read") for m in markers]},
+                              {"content": "both reported"}], routes=routes)
+        prof = profile(tmp_path, f"delegate: {{max_concurrent: {concurrent}, max_turns: {TURNS + 1}}}\n" + FOLDING)
+        name = f"at{concurrent}"
+        before = sys.getswitchinterval()
+        sys.setswitchinterval(1e-5)  # threads switch every 10 us (Python's default: 5 ms): collisions show in one run
+        try:
+            out = run_cli("run", "--json", "--session", name, "--model", MODEL, "--api-base", server.base_url,
+                          "--profile", prof, "--workdir", str(tmp_path), "split the work")
+        finally:
+            sys.setswitchinterval(before)
+        assert (out.exit_code, result_of(out)["answer"]) == (0, "both reported"), out.stdout
+        assert server.rejected == [], concurrent
+        sent[concurrent] = {m: [json.dumps(r["messages"]).replace(name, "NAME") for r in server.requests
+                                if m in json.dumps(r["messages"][:2])] for m in markers}
+        for m in markers:
+            child = transcript(f"{name}/d{m[-1]}")
+            assert [r.reason for r in child if isinstance(r, records.EndRecord)] == ["answered"], (m, concurrent)
+    spans = [(transcript(f"at2/d{m[-1]}")[0].ts, transcript(f"at2/d{m[-1]}")[-1].ts) for m in markers]
+    assert max(start for start, _ in spans) < min(end for _, end in spans)  # the two children overlapped
+    for m in markers:
+        assert len(sent[1][m]) == TURNS + 1  # the folding strategies act on these children:
+        for mark in ("[ctxagent masked", "[ctxagent pruned", "[same result"):
+            assert any(mark in r for r in sent[1][m]), mark
+        assert sent[2][m] == sent[1][m], f"{m}'s requests differ when the other child runs beside it"

@@ -16,7 +16,7 @@ from ctxagent.agent.model import ToolCall
 from ctxagent.errors import ProfileError
 from ctxagent.profile import MIN_GAP, bundled_names, load_profile, parse_profile
 from ctxagent.sessions.store import OutputStore
-from ctxagent.strategies.prune import Prune, first_line, is_dead, status_of
+from ctxagent.strategies.prune import PruneStep, first_line, is_dead, status_of
 from ctxagent.tools.base import ToolContext
 from ctxagent.tools.builtin import READ_FILE, WRITE_FILE
 from ctxagent.tools.offload import OffloadPolicy
@@ -231,7 +231,7 @@ def test_exit_code_0_output_mentioning_no_such_file_is_not_a_dead_end():
     view = _calls_view([("shell", '{"command": "grep -rn config.yaml logs"}', GREP_OK),
                         ("shell", '{"command": "cat /a"}', "exit code: 1\ncat: /a: No such file or directory"),
                         ("shell", '{"command": "ls"}', "exit code: 0\nsrc")], spacing=5)
-    out = Prune().apply(view, ctx_for(view))
+    out = PruneStep().apply(view, ctx_for(view))
     assert out.view[3] is view[3]  # the successful grep stays
     note = next(e for e in out.view if e.kind == "prune").message["content"]
     assert "cat /a" in note and "grep" not in note

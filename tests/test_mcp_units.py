@@ -33,6 +33,20 @@ def test_the_mcp_servers_shape_of_claude_code_and_cursor_parses_and_disabled_ser
     assert servers["web"].shown()["headers"] == {"X": "***"} and servers["fs"].shown()["env"] == {"ROOT": "${HOME}"}
 
 
+def test_a_server_is_shared_in_one_working_directory_only(tmp_path):
+    """Issue 35: two sessions of one process shared a server per config, so a session got a server
+    started in another session's working directory (and logging to its folder). Sub-agents, which
+    work in their parent's directory, still share its servers. Nothing starts here."""
+    from ctxagent.mcp_tools import hub
+
+    config = parse_servers({"s": {"command": "true"}}, source="cfg.json")["s"]
+    parent = hub.connection("s", config, log_dir=tmp_path / "a", workdir=tmp_path / "w")
+    child = hub.connection("s", config, log_dir=tmp_path / "a-child", workdir=tmp_path / "w")
+    other = hub.connection("s", config, log_dir=tmp_path / "b", workdir=tmp_path / "elsewhere")
+    assert child is parent and other is not parent
+    assert (other.workdir, other.log_path) == (tmp_path / "elsewhere", tmp_path / "b" / "s.log")
+
+
 @pytest.mark.parametrize(("entry", "message"), [
     ({"command": "x", "url": "http://h"}, "either 'command'"),
     ({"args": ["a"]}, "either 'command'"),

@@ -152,13 +152,14 @@ def test_the_shipped_schema_is_the_generated_one():
 
 def test_the_schema_describes_every_strategys_parameters():
     from ctxagent.strategies import registry
+    from ctxagent.strategies.step import kinds
 
     schema = json.loads(json_schema_text())
     steps = schema["properties"]["pipelines"]["additionalProperties"]["items"]
     assert set(steps["discriminator"]["mapping"]) == set(registry.names())
     for name, ref in steps["discriminator"]["mapping"].items():
         step = schema["$defs"][ref.rpartition("/")[2]]
-        declared = registry.get(name).Params.model_fields
+        declared = kinds()[name].model_fields
         assert set(step["properties"]) == set(declared) and step["additionalProperties"] is False
         assert all(prop.get("description") for key, prop in step["properties"].items() if key != "strategy"), name
     keep = schema["$defs"]["SummarizeStep"]["properties"]["keep_turns"]

@@ -129,7 +129,6 @@ def session(tmp_path: Path) -> Iterator[tuple[ToolContext, Path]]:
     transcript.write_text(rec.dumps(rec.SessionHeader(name="s", model="m", profile="default",
                                                       context_window=32000)) + "\n")
     yield ToolContext(store, tmp_path, transcript=transcript), transcript
-    recall_index._CACHE.clear()
 
 
 def append(transcript: Path, seq: int, role: str, content: str, handle: str | None = None, **extra: Any) -> None:
@@ -154,12 +153,12 @@ def test_new_outputs_and_messages_are_indexed_without_a_rebuild(session) -> None
     ctx, transcript = session
     append(transcript, 0, "user", "find the otter")
     assert call_recall(ctx, query="heron")[0].startswith("recall 'heron' (bm25): no match in 1 documents (")
-    index = recall_index._CACHE[ctx.store.root.resolve()]
+    index = ctx.state["recall"]  # the session's own: another session's context holds another
     ctx.store.put_bytes("@h1", b"line\n" * 50 + b"a grey heron waits\n")
     shell = {"name": "shell", "arguments": "{\"x\": \"heron\"}"}
     append(transcript, 1, "assistant", "", tool_calls=[{"id": "c", "type": "function", "function": shell}])
     content, error = call_recall(ctx, query="heron")
-    assert not error and recall_index._CACHE[ctx.store.root.resolve()] is index  # refreshed, not rebuilt
+    assert not error and ctx.state["recall"] is index  # refreshed, not rebuilt
     assert "@h1 lines 36-51 (stored output): " + "line " * 15 + "a grey heron waits" in content
     assert "seq 1 (assistant, turn 1): shell({\"x\": \"heron\"})" in content  # tool-call arguments count
 

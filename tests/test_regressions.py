@@ -189,7 +189,7 @@ def test_json_usage_said_zero_dollars_when_the_price_was_unknown(tmp_path, fake_
 def test_a_later_truncation_note_named_the_turns_of_the_note_it_replaced(tmp_path):
     from ctxagent.messages import tool_call
     from ctxagent.strategies.base import Budget, Entry, StrategyContext
-    from ctxagent.strategies.truncate import Truncate
+    from ctxagent.strategies.truncate import TruncateStep
 
     view = [Entry({"role": "system", "content": "s"}, 2, 0, 0, 0), Entry({"role": "user", "content": "t"}, 2, 1, 1, 1),
             Entry({"role": "user", "content": "[ctxagent] earlier note"}, 30, 2, 9, 5, kind="truncate")]
@@ -199,7 +199,7 @@ def test_a_later_truncation_note_named_the_turns_of_the_note_it_replaced(tmp_pat
                           20, seq, seq, n))
         view.append(Entry({"role": "tool", "tool_call_id": f"c{n}", "content": "x" * 900}, 300, seq + 1, seq + 1, n))
     ctx = StrategyContext(budget=Budget(window=2_000, tools=10, reserved=10, target=0.3, trigger=0.8))
-    note = next(e for e in Truncate().apply(view, ctx).view if e.kind == "truncate")
+    note = next(e for e in TruncateStep().apply(view, ctx).view if e.kind == "truncate")
     assert note.message["content"].startswith("[ctxagent] ") and "#2-#" in note.message["content"]
     assert "turns 5-" not in note.message["content"]
 

@@ -27,6 +27,7 @@ from ctxagent.sessions import redact, scan
 from ctxagent.sessions.redact import RedactingStore, Redactor
 from ctxagent.sessions.secret_engine import Engine, Windows, _buffers
 from ctxagent.sessions.secret_shapes import PREFILTERS
+from ctxagent.sessions.store import OutputStore
 from ctxagent.tools.preview import file_stats
 from examplecount import examples
 
@@ -116,9 +117,9 @@ def test_in_files_the_prefilter_redacts_exactly_what_the_patterns_do(tmp_path, b
         before.write_bytes(blob)
         after.write_bytes(blob)
         redact.redact_file(before, old)
-        redact.redact_file(after, new)
+        stats = redact.redact_file(after, new)[1]
         assert after.read_bytes() == before.read_bytes()
-        assert scan.stats_of(after) == file_stats(after)  # what the scan measured is what is there
+        assert stats == file_stats(after)  # what the scan measured is what is there
         source, copy = tmp_path / "source.out", tmp_path / "copy.out"
         source.write_bytes(blob)
         new.copy_file(source, copy)
@@ -148,9 +149,9 @@ def test_a_spool_file_is_scanned_while_written_and_adopted_redacted(tmp_path):
     writer = threading.Thread(target=write)
     writer.start()
     writer.join()
-    path = store.adopt(spooled, "@big")
+    path, stats = store.adopt_measured(spooled, "@big")
     assert path.read_bytes() == old.data(blob) != blob
-    assert scan.stats_of(path) == file_stats(path)
+    assert stats == file_stats(path)  # measured by the scans, not read again
     assert not [t for t in threading.enumerate() if t.name == "ctxagent-scan"]
 
 
@@ -216,7 +217,7 @@ def test_too_many_prefilter_matches_fall_back_to_the_patterns_everywhere(tmp_pat
     path.write_bytes(blob)
     assert scan.measure(path, new.prefilter).windows is None
     assert new.secret_windows(path) == (True, None)
-    assert redact.redact_file(path, new) and path.read_bytes() == expected
+    assert redact.redact_file(path, new)[0] and path.read_bytes() == expected
 
 
 def test_without_hyperscan_the_patterns_scan_everything(tmp_path, monkeypatch):
@@ -228,7 +229,7 @@ def test_without_hyperscan_the_patterns_scan_everything(tmp_path, monkeypatch):
     assert redactor.prefilter is None
     path = tmp_path / "out"
     path.write_bytes(blob)
-    assert redact.redact_file(path, redactor) and path.read_bytes() == expected
+    assert redact.redact_file(path, redactor)[0] and path.read_bytes() == expected
     monkeypatch.delitem(sys.modules, "hyperscan")
     monkeypatch.setenv(scan.ENGINE_ENV, "python")
     assert Redactor().prefilter is None
@@ -247,17 +248,21 @@ def test_every_prefilter_is_bounded_or_says_its_width():
         scan._max_width("eyJ[a-z]+")
 
 
-def test_stats_are_handed_over_once_and_only_for_the_same_file(tmp_path):
-    path = tmp_path / "f.out"
-    path.write_bytes(b"one\ntwo")
-    stats = scan.measure(path).stats
-    assert stats == file_stats(path) and stats.lines == 2
-    scan.remember(path, stats)
-    moved = path.rename(tmp_path / "g.out")  # a rename keeps the file's identity
-    assert scan.stats_of(moved) == stats
-    scan.remember(moved, stats)
-    moved.write_bytes(b"changed, longer\n")  # a changed file is measured again
-    assert scan.stats_of(moved) == file_stats(moved)
+def test_the_store_returns_the_stats_its_scans_measured_of_the_file_it_adopted(tmp_path):
+    """Issue 35: the stats went from the store's scan to the output record through a module-wide
+    table; the store returns them with the file. Clean, with a secret, and not scanned (an array)."""
+    store = RedactingStore(tmp_path / "outputs", Redactor({"hunter2-secret-value": "mine"}))
+    for handle, data, suffix in (("@a", b"one\ntwo", ".out"), ("@b", b"x hunter2-secret-value y\n" * 3, ".out"),
+                                 ("@c", b"\x93NUMPY hunter2-secret-value", ".npy")):
+        fd, spooled = store.spool()
+        os.write(fd, data)
+        os.close(fd)
+        path, stats = store.adopt_measured(spooled, handle, suffix)
+        scanned = handle == "@b" or (handle == "@a" and store.redactor.prefilter is not None)
+        assert stats == (file_stats(path) if scanned else None), handle
+    assert b"hunter2" not in (tmp_path / "outputs" / "b.out").read_bytes()
+    plain = OutputStore(tmp_path / "outputs")  # a store that scans nothing measures nothing
+    assert plain.adopt_measured(tmp_path / "outputs" / "a.out", "@d") == (tmp_path / "outputs" / "d.out", None)
 
 
 # --- the scan's pieces, stated exactly (issue 17: mutation testing) ------------------------------
@@ -387,19 +392,6 @@ def test_a_digester_skips_empty_chunks_and_counts_the_last_line(tmp_path):
 
     assert _threads_started(digest).names == set()
     assert [n.startswith("ctxagent-sha256") for n in _threads_started(lambda: digest(threaded=True)).names] == [True]
-
-
-def test_remembered_stats_are_taken_once_and_only_the_newest_64_are_kept(tmp_path):
-    paths = []
-    for i in range(scan._KNOWN_MAX + 1):
-        path = tmp_path / f"{i}.out"
-        path.write_bytes(b"x" * (i + 1))
-        scan.remember(path, scan.FileStats(i, 99, "remembered"))
-        paths.append(path)
-    assert scan.stats_of(paths[0]) == file_stats(paths[0])  # the oldest went
-    assert scan.stats_of(paths[1]) == scan.FileStats(1, 99, "remembered")
-    assert scan.stats_of(paths[1]) == file_stats(paths[1])  # taken: measured now
-    assert scan.stats_of(paths[-1]) == scan.FileStats(scan._KNOWN_MAX, 99, "remembered")
 
 
 def test_a_follower_measures_what_measure_does_and_a_cancelled_one_gives_nothing(tmp_path):

@@ -248,11 +248,11 @@ def test_file_redaction_streams_in_chunks_with_overlap(tmp_path):
     source.write_bytes(bytes(text))
     redactor = Redactor()
     expected = redactor.data(bytes(text))
-    assert redact.redact_file(source, redactor)
+    assert redact.redact_file(source, redactor)[0]
     assert source.read_bytes() == expected
     assert all(key.encode() not in expected for key in keys.values())
     assert stat.S_IMODE(source.stat().st_mode) == 0o600
-    assert not redact.redact_file(source, redactor)  # nothing left: not rewritten
+    assert not redact.redact_file(source, redactor)[0]  # nothing left: not rewritten
 
 
 def test_file_redaction_memory_stays_bounded(tmp_path, monkeypatch):
@@ -446,7 +446,7 @@ def test_a_measurement_of_an_older_size_of_the_file_is_not_used(tmp_path):
     measured = scan.measure(path, redactor.prefilter) if redactor.prefilter is not None else None
     with open(path, "ab") as fh:
         fh.write(f"then {keys['github-token']}\n".encode())
-    assert redact.redact_file(path, redactor, measured) is True
+    assert redact.redact_file(path, redactor, measured)[0] is True
     assert path.read_bytes() == b"clean so far\nthen [REDACTED:github-token]\n"
 
 

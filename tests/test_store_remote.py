@@ -116,7 +116,7 @@ def test_a_session_resumes_on_another_machine_exactly_and_reads_the_handles_made
         from ctxagent.cli import sessions_export
         from ctxagent.cli.options import pick
 
-        view_a = sessions_export.openai_messages(pick("s"))
+        view_a = sessions_export.openai_messages(pick("s", bucket.url))
     assert ctxagent("sessions", "export", "s", "--format", "openai", env=b).stdout == view_a != ""
 
     out = ctxagent("resume", "--batch", "--session", "s", "now read it", env=b)
@@ -176,7 +176,7 @@ def test_kill_9_then_resume_elsewhere_after_the_lease_expires_loses_nothing(buck
     killed_at = time.time()
     stored = bucket.segments("k")
     assert b'"tool_calls"' in stored and b'"id":"y"' in stored  # the step before the kill reached the store
-    with _on(b), pytest.raises(SessionBusyError, match="in use by ctxagent on A"), Session.at("k").writer():
+    with _on(b), pytest.raises(SessionBusyError, match="in use by ctxagent on A"), Session.at("k", bucket.url).writer():
         pass  # A's lease outlives A a while (checked in this process: a CLI would start too slowly)
     time.sleep(max(0.0, killed_at + 4.2 - time.time()))
     out = ctxagent("resume", "--batch", "--session", "k", env=b)
@@ -212,14 +212,14 @@ def test_a_step_a_crash_kept_from_the_store_is_uploaded_next_time_or_set_aside_i
     """In process, on a ``file://`` store (fsspec's local filesystem, create-only with ``xb``)."""
     from ctxagent.sessions import records
 
-    monkeypatch.setenv("CTXAGENT_STORE", (tmp_path / "store").as_uri())
+    url = (tmp_path / "store").as_uri()
     header = records.SessionHeader(name="c", model="scripted:x", profile="default", context_window=1000)
-    with Session.at("c").writer() as session:
+    with Session.at("c", url).writer() as session:
         session.transcript.append([header])
-    local = Session.at("c").transcript.path
+    local = Session.at("c", url).transcript.path
     with open(local, "ab") as fh:  # appended locally, killed before the upload
         fh.write(records.dumps(records.EndRecord(reason="answered", turn=1)).encode() + b"\n")
-    with Session.at("c").writer():
+    with Session.at("c", url).writer():
         pass
     segments = sorted((tmp_path / "store" / "sessions" / "c" / "segments").iterdir())
     assert b"".join(p.read_bytes() for p in segments) == local.read_bytes()  # uploaded, after the fence
@@ -228,7 +228,7 @@ def test_a_step_a_crash_kept_from_the_store_is_uploaded_next_time_or_set_aside_i
         fh.write(b'{"kind":"end","reason":"lost","turn":2}\n')
     other = segments[-1].with_name(f"{len(segments) + 1:012d}.jsonl")
     other.write_bytes(records.dumps(records.EndRecord(reason="elsewhere", turn=2)).encode() + b"\n")
-    with pytest.warns(UserWarning) as caught, Session.at("c").writer():
+    with pytest.warns(UserWarning) as caught, Session.at("c", url).writer():
         pass
     assert [str(w.message) for w in caught] == [
         f"{local}: lines the session store never got (another machine continued the session) (40 bytes) set aside, "
@@ -267,8 +267,8 @@ def test_rename_and_delete_move_and_remove_the_objects_in_the_store(tmp_path, mo
     from ctxagent.sessions import records
 
     store = tmp_path / "store"
-    monkeypatch.setenv("CTXAGENT_STORE", store.as_uri())
-    with Session.at("old").writer() as session:
+    monkeypatch.setenv("CTXAGENT_STORE", store.as_uri())  # for the commands: read at the command line's edge
+    with Session.at("old", store.as_uri()).writer() as session:
         session.transcript.append([records.SessionHeader(name="old", model="scripted:x", profile="default",
                                                          context_window=1000)])
         session.store.put_bytes("@h", b"value")

@@ -354,8 +354,12 @@ def test_the_cache_folder_of_a_store_is_named_by_the_end_of_its_url_and_its_hash
     ("  ", None), ("/", None), ("", None),
 ])
 def test_the_store_url_comes_from_the_environment_without_a_trailing_slash(value, url, monkeypatch):
+    """Read at the command line's edge only (cli/options.py), then passed on: ``--store`` first."""
+    from ctxagent.cli.options import use_store
+
     monkeypatch.setenv("CTXAGENT_STORE", value)
-    assert remote.store_url() == url
+    assert use_store(None) == url
+    assert use_store("s3://given/") == "s3://given"  # --store wins over the environment
 
 
 def test_store_errors_are_translated_once_and_existing_objects_are_not_overwritten(tmp_path):
@@ -417,52 +421,55 @@ def test_the_sync_state_is_saved_owner_only_and_an_old_one_without_a_snapshot_is
 # --- the sync: pull, snapshot, fence, upload -------------------------------------------------
 
 
-def _writer(tmp_path: Path, name: str, lines: list[bytes]) -> Path:
-    """A session written through a writer (one segment per line); returns its local transcript."""
+def _writer(tmp_path: Path, name: str, lines: list[bytes], url: str) -> Path:
+    """A session written through a writer in the store at ``url`` (one segment per line); returns
+    its local transcript."""
     header = records.SessionHeader(name=name, model="scripted:x", profile="default", context_window=1000)
-    with Session.at(name).writer() as session:
+    with Session.at(name, url).writer() as session:
         session.transcript.append([header])
         for line in lines:
             session.transcript.append([records.loads(line.strip())])
-    return Session.at(name).transcript.path
+    return Session.at(name, url).transcript.path
 
 
 @pytest.fixture
-def on_store(tmp_path, monkeypatch) -> Path:
-    monkeypatch.setenv("CTXAGENT_STORE", (tmp_path / "store").as_uri())
+def on_store(tmp_path) -> Path:
     return tmp_path / "store"
 
 
 def test_a_reader_leaves_a_cache_with_unsynced_lines_alone(on_store, tmp_path):
-    local = _writer(tmp_path, "r", [])
+    url = on_store.as_uri()
+    local = _writer(tmp_path, "r", [], url)
     before = local.read_bytes() + _line("local only")
     local.write_bytes(before)  # a live writer's step not uploaded yet
-    Session.at("r").pull()
+    Session.at("r", url).pull()
     assert local.read_bytes() == before and not list(local.parent.glob("transcript.*-*.jsonl"))
 
 
 def test_a_cache_that_lost_synced_bytes_starts_over_from_the_store(on_store, tmp_path):
-    local = _writer(tmp_path, "l", [_line("one")])
+    url = on_store.as_uri()
+    local = _writer(tmp_path, "l", [_line("one")], url)
     full = local.read_bytes()
     local.write_bytes(full[:10])  # shorter than what it had synced
     with pytest.warns(TranscriptWarning) as caught:
-        Session.at("l").pull()
+        Session.at("l", url).pull()
     assert [str(w.message) for w in caught] == [
         f"{local}: a cache shorter than what it had synced (10 bytes) set aside, moved to transcript.cache-1.jsonl"]
     assert local.read_bytes() == full
     assert (local.parent / "transcript.cache-1.jsonl").read_bytes() == full[:10]
     assert (local.parent / "transcript.cache-1.jsonl").stat().st_mode & 0o777 == 0o600
     local.write_bytes(b"")  # emptied: no bytes to set aside
-    Session.at("l").pull()
+    Session.at("l", url).pull()
     assert local.read_bytes() == full
 
 
 def test_a_torn_last_line_is_set_aside_beside_earlier_ones(on_store, tmp_path):
-    local = _writer(tmp_path, "t", [])
+    url = on_store.as_uri()
+    local = _writer(tmp_path, "t", [], url)
     synced = local.read_bytes()
     (local.parent / "transcript.torn-1.jsonl").write_bytes(b"an earlier one")
     local.write_bytes(synced + b'{"kind":"end","rea')
-    with pytest.warns(TranscriptWarning) as caught, Session.at("t").writer():
+    with pytest.warns(TranscriptWarning) as caught, Session.at("t", url).writer():
         pass
     assert [str(w.message) for w in caught] == [
         f"{local}: torn last line (18 bytes) set aside, moved to transcript.torn-2.jsonl"]
@@ -472,11 +479,12 @@ def test_a_torn_last_line_is_set_aside_beside_earlier_ones(on_store, tmp_path):
 
 def test_snapshots_are_left_every_64_segments_and_a_new_machine_starts_from_the_newest(
         on_store, tmp_path, monkeypatch):
+    url = on_store.as_uri()
     lines = [_line(f"step {i}", i) for i in range(remote.SNAPSHOT_EVERY)]
-    local = _writer(tmp_path, "snap", lines)
+    local = _writer(tmp_path, "snap", lines, url)
     snaps = on_store / "sessions" / "snap" / "snapshots"
     assert [p.name for p in snaps.iterdir()] == [segment_name(remote.SNAPSHOT_EVERY + 1)]  # the header, then the lines
-    with Session.at("snap").writer() as session:  # 64 more: a newer snapshot replaces it
+    with Session.at("snap", url).writer() as session:  # 64 more: a newer snapshot replaces it
         for i, line in enumerate(lines):
             session.transcript.append([records.loads(line.strip().replace(b"step", b"more"))])
             assert i < remote.SNAPSHOT_EVERY
@@ -486,7 +494,7 @@ def test_snapshots_are_left_every_64_segments_and_a_new_machine_starts_from_the_
         if segment.name <= newest[0]:
             segment.unlink()
     monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "machine-b"))
-    other = Session.at("snap").pull().transcript.path
+    other = Session.at("snap", url).pull().transcript.path
     assert other.read_bytes() == local.read_bytes()
     assert SyncState.load(other.parent).snapshot == int(newest[0].split(".")[0])
 
@@ -747,30 +755,52 @@ def test_clean_spools_removes_what_a_killed_process_left_and_counts_it(tmp_path)
 
 
 def test_with_a_store_sessions_live_in_its_cache_and_have_a_sync(on_store, tmp_path):
-    assert Session.at("x").remote() is not None
     url = on_store.as_uri()
-    assert sessions_root() == data_dir() / "stores" / remote.cache_key(url) / "sessions"
-    sync = Session.at("x").remote()
-    assert (sync.name, sync.root, sync.store.url) == ("x", sessions_root() / "x", url)
+    assert Session.at("x", url).remote() is not None
+    assert sessions_root(url) == data_dir() / "stores" / remote.cache_key(url) / "sessions"
+    sync = Session.at("x", url).remote()
+    assert (sync.name, sync.root, sync.store.url) == ("x", sessions_root(url) / "x", url)
 
 
 def test_a_new_machine_lists_the_stores_sessions_and_opens_a_sub_agent_of_one_it_never_opened(
         on_store, tmp_path, monkeypatch):
-    _writer(tmp_path, "p", [_line("parent")])
-    with Session.at("p/c").writer() as child:
+    url = on_store.as_uri()
+    _writer(tmp_path, "p", [_line("parent")], url)
+    with Session.at("p/c", url).writer() as child:
         child.transcript.append([records.EndRecord(reason="child", turn=1)])
     bad = on_store / "sessions" / "bad..name" / "segments"
     bad.mkdir(parents=True)
     (bad / segment_name(1)).write_bytes(_line("not a session name"))
     monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "machine-b"))
-    opened = Session.at("p/c")  # its parent pulled first, and the parent's sub-agents with it
-    assert opened.root == sessions_root() / "p" / "agents" / "c"
+    opened = Session.at("p/c", url)  # its parent pulled first, and the parent's sub-agents with it
+    assert opened.root == sessions_root(url) / "p" / "agents" / "c"
     assert [r.reason for r in opened.transcript.load() if isinstance(r, records.EndRecord)] == ["child"]
     monkeypatch.setenv("CTXAGENT_DATA_DIR", str(tmp_path / "machine-c"))
-    assert [s.name for s in list_sessions()] == ["p"] and not (sessions_root() / "bad..name").exists()
-    assert not (sessions_root() / "p" / "agents").exists()  # the list fetched the head only
-    Session.at("p").pull()  # a reader's pull brings the sub-agents too
-    assert (sessions_root() / "p" / "agents" / "c" / "transcript.jsonl").is_file()
+    assert [s.name for s in list_sessions(url)] == ["p"] and not (sessions_root(url) / "bad..name").exists()
+    assert not (sessions_root(url) / "p" / "agents").exists()  # the list fetched the head only
+    Session.at("p", url).pull()  # a reader's pull brings the sub-agents too
+    assert (sessions_root(url) / "p" / "agents" / "c" / "transcript.jsonl").is_file()
+
+
+def test_a_store_given_on_the_command_line_is_passed_on_and_never_put_in_the_environment(tmp_path, monkeypatch):
+    """Issue 35: ``--store`` set ``$CTXAGENT_STORE`` for the whole process, so every session the
+    process opened afterwards (a library caller's, a test's) went to that store. It is read at the
+    command line's edge and given to the sessions, their sub-agents and the batch's tasks."""
+    from clihelp import run_cli, script
+    from ctxagent.cli.batch_tasks import Task, args_for, standing
+
+    monkeypatch.delenv("CTXAGENT_STORE", raising=False)
+    url = (tmp_path / "store").as_uri()
+    model = script(tmp_path / "s.yaml", ["done"])
+    out = run_cli("run", "--batch", "--store", url, "--session", "s", "--model", model, "go")
+    assert (out.exit_code, out.stdout) == (0, "done\n") and "CTXAGENT_STORE" not in os.environ
+    assert (tmp_path / "store" / "sessions" / "s" / "segments").is_dir() and not Session.at("s").exists()
+    assert Session.at("s", url).exists()
+    assert [json.loads(line)["name"] for line in run_cli("sessions", "--store", url, "list", "--json")
+            .stdout.splitlines()] == ["s"]
+    assert run_cli("sessions", "list", "--json").stdout == ""  # local disk: no session
+    task = Task(1, "s", {"store": url}, "go")
+    assert args_for(task, True)[-2:] == ["--store", url] and standing(task).answer == "done"
 
 
 def test_without_a_store_a_session_has_no_sync():

@@ -20,19 +20,19 @@ from ctxagent.profile import bundled_names, load_profile, parse_profile
 from ctxagent.sessions.store import handle_for
 from ctxagent.strategies import registry
 from ctxagent.strategies.base import Budget, Entry, Outcome, StrategyContext
-from ctxagent.strategies.checkpoint import CHECKPOINT_TOOL_SCHEMA, Checkpoint, CheckpointStep
+from ctxagent.strategies.checkpoint import CHECKPOINT_TOOL_SCHEMA, CheckpointStep
 from ctxagent.strategies.checks import check_pipelines
 from ctxagent.strategies.common import keep_pins
-from ctxagent.strategies.dedupe import Dedupe
-from ctxagent.strategies.distill import Distill
-from ctxagent.strategies.mask_observations import MaskObservations
-from ctxagent.strategies.pipeline import replay, run
-from ctxagent.strategies.prune import Prune
-from ctxagent.strategies.role_selective import RoleSelective, RoleSelectiveStep
-from ctxagent.strategies.sliding_window import SlidingWindow
-from ctxagent.strategies.step import COMMON, StrategyConfig
-from ctxagent.strategies.summarize import Summarize
-from ctxagent.strategies.truncate import Truncate, TruncateStep
+from ctxagent.strategies.dedupe import DedupeStep
+from ctxagent.strategies.distill import DistillStep
+from ctxagent.strategies.mask_observations import MaskObservationsStep
+from ctxagent.strategies.pipeline import Engine, replay
+from ctxagent.strategies.prune import PruneStep
+from ctxagent.strategies.role_selective import RoleSelectiveStep
+from ctxagent.strategies.sliding_window import SlidingWindowStep
+from ctxagent.strategies.step import COMMON, StrategyConfig, kinds
+from ctxagent.strategies.summarize import SummarizeStep
+from ctxagent.strategies.truncate import TruncateStep
 from ctxagent.tokens import count_message, count_text
 from examplecount import examples
 from viewgen import views
@@ -79,12 +79,11 @@ def raises(text: str, max_tokens: int) -> str:
 BAD = [empty, overlong, drops_pin, raises]
 
 
-def ctx_for(view, window=None, summarizer=None, params=None, pins=PINS, factor=1.0) -> StrategyContext:
+def ctx_for(view, window=None, summarizer=None, pins=PINS, factor=1.0) -> StrategyContext:
     total = sum(e.tokens for e in view)
     window = window or max(2_000, int(total * factor))
     return StrategyContext(budget=Budget(window=window, tools=100, reserved=500, target=0.5, trigger=0.8),
-                           params=params or {}, transcript_path="/data/sessions/x/transcript.jsonl",
-                           summarizer=summarizer, pins=pins)
+                           transcript_path="/data/sessions/x/transcript.jsonl", summarizer=summarizer, pins=pins)
 
 
 # --- the laws -----------------------------------------------------------------------------------
@@ -132,8 +131,8 @@ def view_only(strategy, ctx):
 # --- view-only strategies -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", [MaskObservations(), Prune(), Dedupe(), RoleSelective()],
-                         ids=lambda s: s.name)
+@pytest.mark.parametrize("strategy", [MaskObservationsStep(), PruneStep(), DedupeStep(), RoleSelectiveStep()],
+                         ids=lambda s: s.strategy)
 @FAST
 @given(view=rich_views())
 def test_view_only_strategies_keep_the_laws_and_are_idempotent(strategy, view):
@@ -143,11 +142,11 @@ def test_view_only_strategies_keep_the_laws_and_are_idempotent(strategy, view):
     assert_laws(view, out, ctx, view_only(strategy, ctx))
     again = strategy.apply(out.view, ctx)
     assert again.view == out.view  # idempotent
-    assert all(e.kind == strategy.name for e in out.view if e not in view)
+    assert all(e.kind == strategy.strategy for e in out.view if e not in view)
 
 
-@pytest.mark.parametrize("strategy", [MaskObservations(), Prune(), Dedupe(), RoleSelective()],
-                         ids=lambda s: s.name)
+@pytest.mark.parametrize("strategy", [MaskObservationsStep(), PruneStep(), DedupeStep(), RoleSelectiveStep()],
+                         ids=lambda s: s.strategy)
 @FAST
 @given(view=views())
 def test_view_only_strategies_on_plain_views(strategy, view):
@@ -160,16 +159,15 @@ def test_view_only_strategies_on_plain_views(strategy, view):
 @given(view=rich_views())
 def test_identity_when_nothing_qualifies(view):
     results = sum(e.role == "tool" for e in view)
-    assert MaskObservations().apply(view, ctx_for(view, params={"keep": results, "keep_tokens": 1.0})).view is view
-    assert Prune().apply(view, ctx_for(view, params={"min_age_turns": 10_000})).view is view
-    big = {"tool_tokens": 10**9, "assistant_tokens": 10**9}
-    assert RoleSelective().apply(view, ctx_for(view, params=big)).view is view
+    assert MaskObservationsStep(keep=results, keep_tokens=1.0).apply(view, ctx_for(view)).view is view
+    assert PruneStep(min_age_turns=10_000).apply(view, ctx_for(view)).view is view
+    assert RoleSelectiveStep(tool_tokens=10**9, assistant_tokens=10**9).apply(view, ctx_for(view)).view is view
 
 
 def test_mask_stub_names_tool_args_size_and_handle():
     view = _calls_view([("shell", '{"command": "ls -la /srv"}', "x\n" * 300),
                         ("read_file", '{"path": "a.py"}', "y\n" * 300)])
-    out = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}))
+    out = MaskObservationsStep(keep=1).apply(view, ctx_for(view))
     stub = out.view[3].message["content"]
     assert stub.startswith("[ctxagent masked an old tool result: shell(command=ls -la /srv), ")
     assert f"{view[3].tokens:,} tokens" in stub and handle_for("c1") in stub
@@ -180,7 +178,7 @@ def test_mask_stub_names_tool_args_size_and_handle():
 def test_mask_points_an_offloaded_preview_at_its_stored_handle():
     preview = "head\n[full output: 9 lines, 900 bytes, 7,777 tokens; saved as @c1.2 at /x/c1.2.out]"
     view = _calls_view([("shell", '{"command": "make"}', preview), ("shell", "{}", "ok")])
-    out = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}))
+    out = MaskObservationsStep(keep=1).apply(view, ctx_for(view))
     assert "@c1.2" in out.view[3].message["content"] and "7,777 tokens" in out.view[3].message["content"]
     assert out.offloads == []
 
@@ -190,13 +188,13 @@ def test_prune_drops_superseded_dead_ends_only():
                         ("read_file", '{"path": "/b"}', "ERROR: read_file: no such file: /b"),
                         ("shell", '{"command": "cat /c"}', "exit code: 0\n" + "port=8080\n" * 30),
                         ("list_dir", '{"path": "."}', "a\nb")], spacing=5)
-    out = Prune().apply(view, ctx_for(view))
+    out = PruneStep().apply(view, ctx_for(view))
     kinds = [e.kind for e in out.view]
     assert kinds.count("prune") == 1  # the shell dead end; read_file was never retried successfully
     note = next(e for e in out.view if e.kind == "prune").message["content"]
     assert "shell(command=cat /a)" in note and "No such file" in note and handle_for("c1") in note
     assert any("ERROR: read_file" in (e.message.get("content") or "") for e in out.view)
-    young = Prune().apply(view, ctx_for(view, params={"min_age_turns": 100}))
+    young = PruneStep(min_age_turns=100).apply(view, ctx_for(view))
     assert young.view is view
 
 
@@ -205,7 +203,7 @@ def test_dedupe_references_the_earlier_handle_and_flags_repeated_calls():
     view = _calls_view([("shell", '{"command": "ls"}', same), ("shell", '{"command":"ls" }', same),
                         ("shell", '{"command": "pwd"}', same.replace("\n", "  \n")),
                         ("shell", '{"command": "ls"}', "changed")])
-    out = Dedupe().apply(view, ctx_for(view))
+    out = DedupeStep().apply(view, ctx_for(view))
     contents = [e.message.get("content") for e in out.view]
     h = handle_for("c1")
     assert contents[5] == f"[this call was already made at turn 1; its result is handle {h}] " \
@@ -223,8 +221,8 @@ def test_every_handle_a_later_compaction_names_resolves(view):
     original had never been stored. Run the batch pipeline, then a truncation to a tiny target:
     every handle the final view names is one whose original some step stored (or was stored)."""
     ctx = ctx_for(view, window=10 * sum(e.tokens for e in view) + 10_000)
-    first = run(view, BUNDLED["batch"].pipeline("batch"), ctx)
-    second = Truncate().apply(first.view, replace(ctx, params={"target": 0.01}))
+    first = Engine().run(view, BUNDLED["batch"].pipeline("batch"), ctx)
+    second = TruncateStep(target=0.01).apply(first.view, ctx)
     stored = {e.handle or handle_for(e.message["tool_call_id"]) for e in [*first.offloads, *second.offloads]}
     stored |= {handle_for(e.message["tool_call_id"]) for e in view if e.role == "tool" and e.offloaded}
     before = set(HANDLE.findall("\n".join(texts(view))))
@@ -238,7 +236,7 @@ def test_role_selective_reduces_tool_results_and_reasoning_not_users():
     view = _with(view, [{"role": "assistant", "content": long_text},
                         {"role": "user", "content": "u " * 2000}, {"role": "assistant", "content": "ok"},
                         {"role": "user", "content": "go"}])
-    out = RoleSelective().apply(view, ctx_for(view))
+    out = RoleSelectiveStep().apply(view, ctx_for(view))
     tool = out.view[3].message["content"]
     assert tool.startswith("l0\nl1") and tool.endswith("l399") and handle_for("c1") in tool
     assert out.view[4].message["content"].endswith("Conclusion: the port is 8080.")
@@ -250,44 +248,44 @@ def test_role_selective_llm_findings_are_recorded_and_keep_pair():
     log = "\n".join(f"l{i}" for i in range(400)) + f"\n{PINS[1]}"
     view = _calls_view([("shell", '{"command": "cat log"}', log), ("shell", "{}", "ok"),
                         ("shell", "{}", "ok")])
-    ctx = ctx_for(view, summarizer=good, params={"llm": True})
-    out = RoleSelective().apply(view, ctx)
+    ctx, step = ctx_for(view, summarizer=good), RoleSelectiveStep(llm=True)
+    out = step.apply(view, ctx)
     assert [(c.start, c.end) for c in out.compactions] == [(3, 3)]
     assert out.compactions[0].message["tool_call_id"] == "c1"
-    assert_laws(view, out, ctx, view_only(RoleSelective(), replace(ctx, summarizer=None)))
+    assert_laws(view, out, ctx, view_only(step, replace(ctx, summarizer=None)))
     for bad in BAD:
-        failed = RoleSelective().apply(view, replace(ctx, summarizer=bad))
-        assert failed.compactions == [] and failed.view == RoleSelective().apply(view, ctx_for(view)).view
+        failed = step.apply(view, replace(ctx, summarizer=bad))
+        assert failed.compactions == [] and failed.view == RoleSelectiveStep().apply(view, ctx_for(view)).view
 
 
 @FAST
 @given(view=rich_views())
 def test_role_selective_with_llm_keeps_the_laws(view):
-    ctx = ctx_for(view, summarizer=good, params={"llm": True, "max_calls": 2})
-    out = RoleSelective().apply(view, ctx)
-    assert_laws(view, out, ctx, view_only(RoleSelective(), replace(ctx, summarizer=None)))
+    ctx, step = ctx_for(view, summarizer=good), RoleSelectiveStep(llm=True, max_calls=2)
+    out = step.apply(view, ctx)
+    assert_laws(view, out, ctx, view_only(step, replace(ctx, summarizer=None)))
 
 
 # --- recorded strategies ------------------------------------------------------------------------
 
-RECORDED = [Summarize(), SlidingWindow(), Checkpoint(), Distill()]
+RECORDED = [SummarizeStep(), SlidingWindowStep(), CheckpointStep(), DistillStep()]
 
 
-@pytest.mark.parametrize("strategy", RECORDED, ids=lambda s: s.name)
+@pytest.mark.parametrize("strategy", RECORDED, ids=lambda s: s.strategy)
 @FAST
 @given(view=rich_views(), factor=st.floats(0.2, 3.0), with_llm=st.booleans())
 def test_recorded_strategies_keep_the_laws(strategy, view, factor, with_llm):
-    ctx = ctx_for(view, factor=factor, summarizer=good if with_llm else None,
-                  params={"min_tokens": 0} if strategy.name == "distill" else {})
+    ctx = ctx_for(view, factor=factor, summarizer=good if with_llm else None)
+    strategy = DistillStep(min_tokens=0) if strategy.strategy == "distill" else strategy
     out = strategy.apply(view, ctx)
     assert_laws(view, out, ctx)
     again = strategy.apply(out.view, ctx)  # the same request built twice does not compact again
-    if strategy.name != "distill" and not (strategy.name == "checkpoint" and out.compactions):
+    if strategy.strategy != "distill" and not (strategy.strategy == "checkpoint" and out.compactions):
         assert again.view == out.view or again.compactions  # only compacts further when it must
 
 
-@pytest.mark.parametrize("strategy", [Summarize(), SlidingWindow(), Checkpoint(), Truncate()],
-                         ids=lambda s: s.name)
+@pytest.mark.parametrize("strategy", [SummarizeStep(), SlidingWindowStep(), CheckpointStep(), TruncateStep()],
+                         ids=lambda s: s.strategy)
 @FAST
 @given(view=rich_views(checkpoint=False))
 def test_identity_under_target(strategy, view):
@@ -299,7 +297,7 @@ def test_identity_under_target(strategy, view):
 @FAST
 @given(view=rich_views(checkpoint=False))
 def test_distill_identity_for_small_ranges(view):
-    out = Distill().apply(view, ctx_for(view, summarizer=raises, params={"min_tokens": 10**9}))
+    out = DistillStep(min_tokens=10**9).apply(view, ctx_for(view, summarizer=raises))
     assert out.view is view
 
 
@@ -307,7 +305,7 @@ def test_summarize_replaces_the_oldest_units_with_a_labelled_summary():
     view = _long_view(units=12)
     seen = []
     ctx = ctx_for(view, window=3_000, summarizer=lambda t, n: seen.append(t) or good(t, n))
-    out = Summarize().apply(view, ctx)
+    out = SummarizeStep().apply(view, ctx)
     assert len(out.compactions) == 1
     comp = out.compactions[0]
     assert comp.message["role"] == "user"
@@ -322,9 +320,8 @@ def test_summarize_replaces_the_oldest_units_with_a_labelled_summary():
 def test_summarize_chunks_long_input_then_combines():
     view = _long_view(units=12, lines=400)
     prompts = []
-    ctx = ctx_for(view, window=3_000, summarizer=lambda t, n: prompts.append(t) or good(t, n),
-                  params={"chunk_tokens": 2_000, "max_tokens": 200})
-    out = Summarize().apply(view, ctx)
+    ctx = ctx_for(view, window=3_000, summarizer=lambda t, n: prompts.append(t) or good(t, n))
+    out = SummarizeStep(chunk_tokens=2_000, max_tokens=200).apply(view, ctx)
     assert out.compactions[0].strategy == "summarize"
     assert len(prompts) > 2 and all("part" in p for p in prompts[:-1])
     assert all(count_text(p) < 2_000 + 400 for p in prompts)
@@ -334,18 +331,18 @@ def test_summarize_chunks_long_input_then_combines():
 def test_summarize_falls_back_to_truncation(bad):
     view = _long_view(units=12)
     ctx = ctx_for(view, window=3_000, summarizer=bad)
-    out = Summarize().apply(view, ctx)
-    expected = keep_pins(view, Truncate().apply(view, replace(ctx, params={})), ctx)
+    out = SummarizeStep().apply(view, ctx)
+    expected = keep_pins(view, TruncateStep().apply(view, ctx), ctx)
     assert out == expected and {c.strategy for c in out.compactions} == {"truncate"}
     assert PINS[0] in out.compactions[0].message["content"]  # the note keeps the pinned fact
-    assert Summarize().apply(view, replace(ctx, summarizer=None)) == expected
+    assert SummarizeStep().apply(view, replace(ctx, summarizer=None)) == expected
 
 
 @pytest.mark.parametrize("bad", [*BAD, None], ids=lambda f: getattr(f, "__name__", "none"))
 def test_sliding_window_degrades_to_a_deterministic_note(bad):
     view = _long_view(units=14)
     ctx = ctx_for(view, window=3_000, summarizer=bad)
-    out = SlidingWindow().apply(view, ctx)
+    out = SlidingWindowStep().apply(view, ctx)
     assert len(out.compactions) == 1
     content = out.compactions[0].message["content"]
     assert content.startswith("[ctxagent window: messages #") and "transcript.jsonl" in content
@@ -355,19 +352,19 @@ def test_sliding_window_degrades_to_a_deterministic_note(bad):
 
 def test_sliding_window_rolls_earlier_summaries_forward():
     view = _long_view(units=14)
-    ctx = ctx_for(view, window=3_000, summarizer=good, params={"keep_first": 1})
-    first = SlidingWindow().apply(view, ctx)
+    ctx, step = ctx_for(view, window=3_000, summarizer=good), SlidingWindowStep(keep_first=1)
+    first = step.apply(view, ctx)
     assert first.view[3] == view[3]  # the first unit after the task: task setup, kept
     grown = _with(first.view, [{"role": "assistant", "content": f"more {i} " * 200} for i in range(6)])
     inputs = []
     spy = lambda t, n: inputs.append(t) or good(t, n)  # noqa: E731
-    second = SlidingWindow().apply(grown, replace(ctx, summarizer=spy))
+    second = step.apply(grown, replace(ctx, summarizer=spy))
     old = first.compactions[0]
     new = second.compactions[0]
     assert new.start <= old.start and old.end <= new.end  # supersedes the earlier summary
     assert old.message["content"].split("\n", 1)[1] in inputs[0]  # ... which fed the new one
     # without a summarizer the earlier summary's text is carried verbatim
-    plain = SlidingWindow().apply(grown, replace(ctx, summarizer=None))
+    plain = step.apply(grown, replace(ctx, summarizer=None))
     assert old.message["content"].split("\n", 1)[1] in plain.compactions[0].message["content"]
 
 
@@ -380,7 +377,7 @@ def test_agent_checkpoint_needs_no_llm_and_applies_once():
                          "tool_calls": [tool_call("cp1", "checkpoint", json.dumps(args))]},
                         {"role": "tool", "tool_call_id": "cp1", "content": "checkpoint saved"}])
     ctx = ctx_for(view, window=10**7, summarizer=raises)  # far under budget: the agent asked
-    out = Checkpoint().apply(view, ctx)
+    out = CheckpointStep().apply(view, ctx)
     assert len(out.compactions) == 1
     content = out.compactions[0].message["content"]
     assert content.startswith("[ctxagent checkpoint (written by the agent, call cp1) of messages #")
@@ -389,25 +386,24 @@ def test_agent_checkpoint_needs_no_llm_and_applies_once():
         assert line in content
     assert PINS[0] in content  # a pinned fact of the replaced range, added for the agent
     assert out.view[-4:] == view[-4:]
-    assert Checkpoint().apply(out.view, ctx).view == out.view  # applied once
+    assert CheckpointStep().apply(out.view, ctx).view == out.view  # applied once
     assert_laws(view, out, ctx)
 
 
 @pytest.mark.parametrize("bad", [*BAD, None], ids=lambda f: getattr(f, "__name__", "none"))
 def test_budget_checkpoint_falls_back_to_a_deterministic_one(bad):
     view = _long_view(units=12)
-    ctx = ctx_for(view, window=3_000, summarizer=bad, params={"at": 0.75})
-    out = Checkpoint().apply(view, ctx)
+    ctx, step = ctx_for(view, window=3_000, summarizer=bad), CheckpointStep(at=0.75)
+    out = step.apply(view, ctx)
     content = out.compactions[0].message["content"]
     assert content.startswith("[ctxagent checkpoint of messages #")
     assert "made without a summarizer" in content and "goal: Fix the failing test" in content
     assert PINS[0] in content
-    llm = Checkpoint().apply(view, replace(ctx, summarizer=good)).compactions[0].message["content"]
+    llm = step.apply(view, replace(ctx, summarizer=good)).compactions[0].message["content"]
     assert "goal: fix the test" in llm and "pending: patch" in llm
     window = int(ctx.budget.total(view) / 0.7)  # over the target (0.5), under ``at`` (0.75)
-    assert Checkpoint().apply(view, ctx_for(view, window=window, summarizer=good, params={"at": 0.75})).view \
-        == view
-    assert Checkpoint().apply(view, ctx_for(view, window=window, summarizer=good)).compactions
+    assert step.apply(view, ctx_for(view, window=window, summarizer=good)).view == view
+    assert CheckpointStep().apply(view, ctx_for(view, window=window, summarizer=good)).compactions
 
 
 def test_checkpoint_tool_schema():
@@ -423,7 +419,7 @@ def test_checkpoint_tool_schema():
 def test_distill_state_document(bad):
     view = _long_view(units=12, dead=True)
     ctx = ctx_for(view, window=3_000, summarizer=bad)
-    out = Distill().apply(view, ctx)
+    out = DistillStep().apply(view, ctx)
     header, _, body = out.compactions[0].message["content"].partition("\n")
     assert header.startswith("[ctxagent state of messages #")
     doc, _ = json.JSONDecoder().raw_decode(body)
@@ -432,7 +428,7 @@ def test_distill_state_document(bad):
     assert PINS[0] in body
     # the next distillation updates the previous document
     grown = _with(out.view, [{"role": "assistant", "content": f"found /srv/new{i}.py"} for i in range(6)])
-    again = Distill().apply(grown, replace(ctx, params={"min_tokens": 0}))
+    again = DistillStep(min_tokens=0).apply(grown, ctx)
     doc2, _ = json.JSONDecoder().raw_decode(again.compactions[0].message["content"].partition("\n")[2])
     assert set(doc["discarded_hypotheses"]) <= set(doc2["discarded_hypotheses"])
     assert PINS[0] in again.compactions[0].message["content"]
@@ -440,7 +436,7 @@ def test_distill_state_document(bad):
 
 def test_llm_distill_is_used_when_it_checks_out():
     view = _long_view(units=12)
-    out = Distill().apply(view, ctx_for(view, window=3_000, summarizer=good))
+    out = DistillStep().apply(view, ctx_for(view, window=3_000, summarizer=good))
     doc, _ = json.JSONDecoder().raw_decode(out.compactions[0].message["content"].partition("\n")[2])
     assert doc["goal"] == "fix the test" and PINS[0] in doc["verified_facts"]
 
@@ -467,7 +463,7 @@ def test_bundled_profiles_pass_the_load_checks():
 def test_bundled_pipelines_keep_the_laws(name, path, view, factor):
     steps = BUNDLED[name].pipeline(path)
     ctx = ctx_for(view, factor=factor, summarizer=good if path == "interactive" else raises)
-    out = run(view, steps, ctx)
+    out = Engine().run(view, steps, ctx)
     assert_laws(view, out, ctx)  # every change is a compaction: replaying them alone gives the view
 
 
@@ -478,10 +474,10 @@ def test_bundled_pipelines_keep_the_laws(name, path, view, factor):
 def test_bundled_pipelines_under_target_only_batched_steps_change_anything(name, path, view):
     steps = BUNDLED[name].pipeline(path)
     ctx = ctx_for(view, window=10 * sum(e.tokens for e in view) + 10_000, summarizer=raises)
-    out = run(view, steps, ctx)
+    out = Engine().run(view, steps, ctx)
     assert {c.strategy for c in out.compactions} <= VIEW_ONLY  # no range compaction under the target
     assert replay(list(view), out.compactions) == out.view  # each change recorded
-    assert run(view, steps, ctx) == out  # deterministic
+    assert Engine().run(view, steps, ctx) == out  # deterministic
 
 
 @pytest.mark.parametrize(("text", "key", "message"), [
@@ -520,14 +516,15 @@ def test_llm_in_batch_only_when_allowed_or_turned_off():
     check_pipelines(off)
 
 
-def test_every_strategy_declares_its_parameters():
-    steps = set(typing.get_args(typing.get_args(registry.Step)[0]))
-    assert {registry.get(name).Params for name in registry.names()} == steps  # the union is the registry
-    for name in registry.names():
-        step = registry.get(name).Params
+def test_every_strategy_is_a_step_class_that_declares_its_parameters_and_its_apply():
+    assert registry.names() == ["checkpoint", "dedupe", "distill", "mask_observations", "prune", "role_selective",
+                                "sliding_window", "summarize", "truncate"]
+    assert set(typing.get_args(typing.get_args(registry.Step)[0])) == set(kinds().values())
+    for name, step in kinds().items():
         assert step.model_fields["strategy"].default == name and set(step.model_fields) > COMMON
         assert StrategyConfig(strategy=name) == step() and type(StrategyConfig(strategy=name)) is step
         assert step.model_config.get("extra") == "forbid"  # an accepted key is a declared one
+        assert step.apply is not StrategyConfig.apply  # the class is the strategy, not only its parameters
 
 
 def test_a_step_built_from_a_name_is_validated_and_typed():
@@ -538,9 +535,8 @@ def test_a_step_built_from_a_name_is_validated_and_typed():
         StrategyConfig(strategy="truncate", target_scale=0.5)  # accepted but unused keys are impossible
     with pytest.raises(ValidationError):
         TruncateStep(keep_user_tokens=-1)
-    with pytest.raises(TypeError, match="not a TruncateStep"):
-        TruncateStep.of(step)
-    assert TruncateStep.of({"target": 0.3}).target == 0.3 and TruncateStep.of({}).keep_user_tokens == 0.1
+    with pytest.raises(ValidationError, match="frozen"):
+        step.keep_turns = 2  # a step is a frozen configuration: the same step always does the same thing
 
 
 # --- small hand-made views ----------------------------------------------------------------------

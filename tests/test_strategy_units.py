@@ -19,21 +19,18 @@ from ctxagent.messages import one_line, tool_call
 from ctxagent.profile import parse_profile
 from ctxagent.profile_schema import Profile, thrash_problem
 from ctxagent.sessions.store import handle_for
-from ctxagent.strategies import registry
 from ctxagent.strategies.base import (
     Budget,
     Compaction,
     Entry,
     EntryMemo,
-    Fold,
     Outcome,
+    Scan,
     StrategyContext,
-    ViewMemo,
     groups,
     protected,
 )
 from ctxagent.strategies.checkpoint import (
-    Checkpoint,
     CheckpointStep,
     agent_call,
     deterministic_checkpoint,
@@ -63,18 +60,17 @@ from ctxagent.strategies.common import (
     size_of,
     stored_handle,
 )
-from ctxagent.strategies.dedupe import Dedupe
-from ctxagent.strategies.distill import DISTILL_PROMPT, Distill, _finish, deterministic_state, dumps, previous_state
-from ctxagent.strategies.mask_observations import MaskObservations, MaskObservationsStep, _kept
-from ctxagent.strategies.pipeline import changes, fires, replay, run
-from ctxagent.strategies.prune import Prune, is_dead
+from ctxagent.strategies.dedupe import DedupeStep
+from ctxagent.strategies.distill import DISTILL_PROMPT, DistillStep, _finish, deterministic_state, dumps, previous_state
+from ctxagent.strategies.mask_observations import MaskObservationsStep, _kept
+from ctxagent.strategies.pipeline import Engine, changes, fires, replay
+from ctxagent.strategies.prune import PruneStep, is_dead
 from ctxagent.strategies.rendering import FACT_LINE_CHARS, clip, fact_lines, render, task_text
-from ctxagent.strategies.role_selective import FINDINGS_PROMPT, RoleSelective, conclusion, head_tail
-from ctxagent.strategies.sliding_window import SlidingWindow
-from ctxagent.strategies.step import Declared, StrategyConfig, known
+from ctxagent.strategies.role_selective import FINDINGS_PROMPT, RoleSelectiveStep, conclusion, head_tail
+from ctxagent.strategies.sliding_window import SlidingWindowStep
+from ctxagent.strategies.step import StrategyConfig, kinds, known
 from ctxagent.strategies.summarize import (
     SUMMARY_PROMPT,
-    Summarize,
     SummarizeStep,
     failure,
     summarize_run,
@@ -94,24 +90,23 @@ from ctxagent.strategies.summarizing import (
     pins_block,
     room,
 )
-from ctxagent.strategies.truncate import Truncate, TruncateStep
+from ctxagent.strategies.truncate import TruncateStep
 from ctxagent.tokens import PER_REQUEST, count_message, count_text
 from test_strategies import _calls_view, _entries, _long_view, ctx_for, good, raises
 
 
-def test_the_registry_refuses_a_name_twice_and_parameters_of_another_strategy():
-    before = registry.names()
-    with pytest.raises(ValueError, match="'truncate' is registered twice"):
-        registry.register(Truncate())
+def test_a_strategy_declared_twice_is_refused_and_an_unknown_name_is_named_with_the_known_ones():
+    before = kinds()
+    with pytest.raises(TypeError, match=r"'truncate' is declared twice: TruncateStep and .*Impostor"):
+        class Impostor(StrategyConfig):
+            strategy: Literal["truncate"] = "truncate"
 
-    class Renamed(Truncate):
-        name = "renamed"
+    class Variant(TruncateStep):  # keeps its parent's name: a variant of truncate, not a second one
+        keep_user_tokens: float = 0.0
 
-    with pytest.raises(ValueError, match="'renamed' declares the parameters of another strategy"):
-        registry.register(Renamed())
-    assert registry.names() == before
+    assert kinds() == before and Variant().strategy == "truncate"  # the registry is unchanged
     with pytest.raises(UsageError) as info:
-        registry.get("nope")
+        StrategyConfig(strategy="nope")
     assert str(info.value) == ("unknown strategy 'nope'; known: checkpoint, dedupe, distill, mask_observations, "
                                "prune, role_selective, sliding_window, summarize, truncate")
 
@@ -295,7 +290,7 @@ def test_a_build_that_breaks_the_cached_prefix_runs_the_batched_steps_again_from
              StrategyConfig(strategy="mask_observations", trigger=0, keep=1, batch=100)]
     ctx = replace(ctx_for(view, window=_window_for(view, 0.9), summarizer=raises, pins=()),
                   free_from=view[-1].end + 1)
-    out = run(view, steps, ctx)
+    out = Engine().run(view, steps, ctx)
     kinds = [c.strategy for c in out.compactions]
     assert kinds[0] == "truncate" and set(kinds[1:]) == {"mask_observations"} and len(kinds) > 1
     assert len(out.warnings) == 1 and out.warnings[0].startswith("summarize: the summary of messages #")
@@ -314,7 +309,7 @@ def test_a_step_that_grows_the_view_past_an_earlier_trigger_makes_the_pipeline_r
     ctx = ctx_for(view, window=window)
     assert not ctx.budget.over(view, 0.8)
     steps = [StrategyConfig(strategy="truncate"), StrategyConfig(strategy="dedupe", trigger=0.1)]
-    out = run(view, steps, ctx)
+    out = Engine().run(view, steps, ctx)
     kinds = [c.strategy for c in out.compactions]
     assert kinds[0] == "dedupe" and "truncate" in kinds[1:]
     assert not ctx.budget.over(out.view, 0.8)
@@ -325,7 +320,7 @@ def test_a_step_that_changes_nothing_does_not_stop_the_steps_after_it():
     view = _calls_view([("shell", '{"command": "ls"}', "x " * 80), ("read_file", '{"path": "a"}', "x " * 80)])
     steps = [StrategyConfig(strategy="mask_observations", trigger=0),
              StrategyConfig(strategy="dedupe", trigger=0)]
-    out = run(view, steps, ctx_for(view))
+    out = Engine().run(view, steps, ctx_for(view))
     assert [(c.strategy, c.start) for c in out.compactions] == [("dedupe", 5)]
 
 
@@ -337,33 +332,33 @@ LONG = "exit code: 0\n" + "the same long output line\n" * 20
 
 def test_dedupe_returns_the_view_itself_when_no_result_repeats():
     view = _calls_view([("shell", '{"command": "ls"}', LONG), ("shell", '{"command": "pwd"}', LONG + "x")])
-    out = Dedupe().apply(view, ctx_for(view))
+    out = DedupeStep().apply(view, ctx_for(view))
     assert out.view is view and (out.compactions, out.offloads) == ([], [])
 
 
 def test_dedupe_replaces_a_repeat_from_free_from_on_and_leaves_one_already_sent():
     view = _calls_view([("shell", '{"command": "ls"}', LONG), ("read_file", '{"path": "a"}', LONG)])
-    at = Dedupe().apply(view, replace(ctx_for(view), free_from=view[5].start))
+    at = DedupeStep().apply(view, replace(ctx_for(view), free_from=view[5].start))
     assert at.view[5].message["content"] == f"[same result as turn 1, handle {handle_for('c1')}]"
     assert at.view[5].kind == "dedupe" and at.view[:5] == view[:5]
     assert at.compactions == []  # the pipeline records the change (changes()), not the strategy
-    after = Dedupe().apply(view, replace(ctx_for(view), free_from=view[5].start + 1))
+    after = DedupeStep().apply(view, replace(ctx_for(view), free_from=view[5].start + 1))
     assert after.view is view
 
 
 def test_dedupe_references_only_results_over_min_tokens():
     view = _calls_view([("shell", '{"command": "ls"}', LONG), ("read_file", '{"path": "a"}', LONG)])
     size = view[5].tokens
-    assert Dedupe().apply(view, ctx_for(view, params={"min_tokens": size})).view is view
-    out = Dedupe().apply(view, ctx_for(view, params={"min_tokens": size - 1}))
+    assert DedupeStep(min_tokens=size).apply(view, ctx_for(view)).view is view
+    out = DedupeStep(min_tokens=size - 1).apply(view, ctx_for(view))
     assert out.view[5].kind == "dedupe"
 
 
 def test_dedupe_of_the_same_view_follows_a_change_of_min_tokens():
     view = _calls_view([("shell", '{"command": "ls"}', LONG), ("read_file", '{"path": "a"}', LONG)])
-    dedupe = Dedupe()
-    assert dedupe.apply(view, ctx_for(view)).view[5].kind == "dedupe"
-    assert dedupe.apply(view, ctx_for(view, params={"min_tokens": 10**6})).view is view
+    scan = Scan()  # one session's scan: its fold starts over for other parameters
+    assert DedupeStep().apply(view, ctx_for(view), scan).view[5].kind == "dedupe"
+    assert DedupeStep(min_tokens=10**6).apply(view, ctx_for(view), scan).view is view
 
 
 def test_dedupe_compares_original_tool_results_only():
@@ -372,10 +367,10 @@ def test_dedupe_compares_original_tool_results_only():
                      {"role": "assistant", "content": LONG}])
     view += _calls_view([("shell", '{"command": "ls"}', LONG)])[2:]
     view = [replace(e, start=i, end=i) for i, e in enumerate(view)]
-    assert Dedupe().apply(view, ctx_for(view)).view is view  # same text as the task and a reply: not a repeat
+    assert DedupeStep().apply(view, ctx_for(view)).view is view  # same text as the task and a reply: not a repeat
     masked = _calls_view([("shell", '{"command": "ls"}', LONG), ("read_file", '{"path": "a"}', LONG)])
     masked[3] = replace(masked[3], kind="mask_observations")
-    assert Dedupe().apply(masked, ctx_for(masked)).view is masked  # a replacement is not referenced
+    assert DedupeStep().apply(masked, ctx_for(masked)).view is masked  # a replacement is not referenced
 
 
 def test_results_whose_call_is_not_in_the_view_are_never_flagged_as_repeated_calls():
@@ -383,13 +378,13 @@ def test_results_whose_call_is_not_in_the_view_are_never_flagged_as_repeated_cal
                 {"role": "tool", "tool_call_id": "x1", "content": "one"}, {"role": "user", "content": "go"},
                 {"role": "tool", "tool_call_id": "x2", "content": "two"}, {"role": "user", "content": "go on"}]
     view = _entries(messages)
-    assert Dedupe().apply(view, ctx_for(view)).view is view
+    assert DedupeStep().apply(view, ctx_for(view)).view is view
 
 
 def test_dedupe_offloads_every_earlier_result_its_reference_names():
     view = _calls_view([("shell", '{"command": "ls"}', LONG), ("shell", '{"command": "pwd"}', "/srv"),
                         ("shell", '{"command": "pwd"}', LONG)])
-    out = Dedupe().apply(view, ctx_for(view))
+    out = DedupeStep().apply(view, ctx_for(view))
     assert out.view[7].message["content"] == (
         f"[this call was already made at turn 2; its result is handle {handle_for('c2')}] "
         f"[same result as turn 1, handle {handle_for('c1')}]")
@@ -399,7 +394,7 @@ def test_dedupe_offloads_every_earlier_result_its_reference_names():
 def test_a_repeated_call_too_short_to_reference_is_flagged_and_names_only_its_call():
     view = _calls_view([("shell", '{"command": "ls"}', "ok"), ("shell", '{"command": "pwd"}', "ok"),
                         ("shell", '{"command": "pwd"}', "ok")])
-    out = Dedupe().apply(view, ctx_for(view, params={"min_tokens": 0}))
+    out = DedupeStep(min_tokens=0).apply(view, ctx_for(view))
     flag = f"[this call was already made at turn 2; its result is handle {handle_for('c2')}]"
     assert [e.message["content"] for e in out.view[3::2]] == ["ok", "ok", f"{flag}\nok"]
     assert out.view[7].kind == "dedupe"
@@ -409,24 +404,25 @@ def test_a_repeated_call_too_short_to_reference_is_flagged_and_names_only_its_ca
 def test_a_reference_as_long_as_the_result_is_not_made():
     reference = f"[same result as turn 1, handle {handle_for('c1')}]"
     view = _calls_view([("shell", '{"command": "ls"}', reference), ("read_file", '{"path": "a"}', reference)])
-    assert Dedupe().apply(view, ctx_for(view, params={"min_tokens": 0})).view is view
+    assert DedupeStep(min_tokens=0).apply(view, ctx_for(view)).view is view
 
 
 def test_dedupe_reference_keeps_the_pinned_facts_of_the_result():
     pinned = LONG + "deploy key id-7f3a\n"
     view = _calls_view([("shell", '{"command": "ls"}', pinned), ("read_file", '{"path": "a"}', pinned)])
-    out = Dedupe().apply(view, ctx_for(view, pins=("id-7f3a",)))
+    out = DedupeStep().apply(view, ctx_for(view, pins=("id-7f3a",)))
     assert out.view[5].message["content"] == (f"[same result as turn 1, handle {handle_for('c1')}]\n"
                                               "[pinned] id-7f3a")
 
 
 def test_dedupe_answers_for_the_view_it_is_given_whatever_it_saw_before():
     """The same result entries in two views: each reference names the earlier result of its own view
-    (the per-entry memo is keyed by what the reference names)."""
+    (the per-entry memo of the session's scan is keyed by what the reference names)."""
     units = _calls_view([("shell", '{"command": "ls"}', LONG), ("shell", '{"command": "pwd"}', "/srv"),
                          ("shell", '{"command": "pwd"}', "/srv/app"), ("shell", '{"command": "pwd"}', LONG)])
-    first = Dedupe().apply([*units[:6], *units[8:]], ctx_for(units))  # without c3
-    second = Dedupe().apply([*units[:4], *units[6:]], ctx_for(units))  # without c2
+    scan = Scan()
+    first = DedupeStep().apply([*units[:6], *units[8:]], ctx_for(units), scan)  # without c3
+    second = DedupeStep().apply([*units[:4], *units[6:]], ctx_for(units), scan)  # without c2
     h = handle_for
     assert first.view[-1].message["content"] == (
         f"[this call was already made at turn 2; its result is handle {h('c2')}] "
@@ -434,7 +430,7 @@ def test_dedupe_answers_for_the_view_it_is_given_whatever_it_saw_before():
     assert second.view[-1].message["content"] == (
         f"[this call was already made at turn 3; its result is handle {h('c3')}] "
         f"[same result as turn 1, handle {h('c1')}]")
-    without_c1 = Dedupe().apply([*units[:2], *units[4:]], ctx_for(units))
+    without_c1 = DedupeStep().apply([*units[:2], *units[4:]], ctx_for(units), scan)
     assert without_c1.view[-1].message["content"].startswith(
         f"[this call was already made at turn 2; its result is handle {h('c2')}]\n")
 
@@ -460,7 +456,7 @@ def test_kept_counts_the_newest_results_while_their_tokens_fit():
 def test_mask_stub_is_exactly_the_call_the_size_and_the_handle():
     args = '{"command": "' + "a" * 200 + '"}'
     view = _calls_view([("shell", args, BIG), ("shell", "{}", "ok")])
-    out = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}))
+    out = MaskObservationsStep(keep=1).apply(view, ctx_for(view))
     call = tool_call("c1", "shell", args)
     assert out.view[3].message["content"] == (
         f"[ctxagent masked an old tool result: {short_call(call, 80)}, {view[3].tokens:,} tokens; "
@@ -470,38 +466,39 @@ def test_mask_stub_is_exactly_the_call_the_size_and_the_handle():
 
 def test_mask_stub_keeps_the_pinned_facts_of_each_request():
     view = _results(2, BIG + "deploy key id-7f3a\n")
-    plain = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}, pins=()))
+    scan = Scan()  # the same session, its pins changed: the fold starts over
+    plain = MaskObservationsStep(keep=1).apply(view, ctx_for(view, pins=()), scan)
     assert "[pinned]" not in plain.view[3].message["content"]
-    pinned = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}, pins=("id-7f3a",)))
+    pinned = MaskObservationsStep(keep=1).apply(view, ctx_for(view, pins=("id-7f3a",)), scan)
     assert pinned.view[3].message["content"].endswith("\n[pinned] id-7f3a")
 
 
 def test_mask_of_the_same_view_follows_a_change_of_min_tokens():
     view = _results(2)
-    mask = MaskObservations()
-    assert mask.apply(view, ctx_for(view, params={"keep": 1})).view[3].kind == "mask_observations"
-    assert mask.apply(view, ctx_for(view, params={"keep": 1, "min_tokens": 10**6})).view is view
+    scan = Scan()
+    assert MaskObservationsStep(keep=1).apply(view, ctx_for(view), scan).view[3].kind == "mask_observations"
+    assert MaskObservationsStep(keep=1, min_tokens=10**6).apply(view, ctx_for(view), scan).view is view
 
 
 def test_mask_leaves_results_of_at_most_min_tokens_and_results_a_stub_would_not_shrink():
     view = _results(2)
-    assert MaskObservations().apply(view, ctx_for(view, params={"keep": 1, "min_tokens": view[3].tokens})).view \
+    assert MaskObservationsStep(keep=1, min_tokens=view[3].tokens).apply(view, ctx_for(view)).view \
         is view
     tiny = _results(2, "ok")
-    assert MaskObservations().apply(tiny, ctx_for(tiny, params={"keep": 1, "min_tokens": 0})).view is tiny
+    assert MaskObservationsStep(keep=1, min_tokens=0).apply(tiny, ctx_for(tiny)).view is tiny
 
 
 def test_an_offloaded_result_is_masked_whatever_its_size_and_not_offloaded_again():
     view = _results(2, "y " * 45)
     assert view[3].tokens <= 50
     view[3] = replace(view[3], handle="@c1.2", offloaded=True)
-    out = MaskObservations().apply(view, ctx_for(view, params={"keep": 1}))
+    out = MaskObservationsStep(keep=1).apply(view, ctx_for(view))
     assert "@c1.2" in out.view[3].message["content"] and out.offloads == []
 
 
 def test_mask_keeps_every_result_when_keep_and_keep_tokens_cover_them():
     view = _results(3)
-    assert MaskObservations().apply(view, ctx_for(view, params={"keep": 10, "keep_tokens": 1.0})).view is view
+    assert MaskObservationsStep(keep=10, keep_tokens=1.0).apply(view, ctx_for(view)).view is view
 
 
 def test_already_sent_results_are_masked_only_once_batch_of_them_qualify():
@@ -509,7 +506,7 @@ def test_already_sent_results_are_masked_only_once_batch_of_them_qualify():
     sent = {"free_from": view[-1].end + 1}
 
     def masked(params, **ctx):
-        out = MaskObservations().apply(view, replace(ctx_for(view, window=100_000, params=params), **ctx))
+        out = MaskObservationsStep(**params).apply(view, replace(ctx_for(view, window=100_000), **ctx))
         return [e.start for e in out.view if e.kind == "mask_observations"]
 
     assert masked({"keep": 1, "batch": 1}, **sent) == [3, 5]
@@ -519,11 +516,10 @@ def test_already_sent_results_are_masked_only_once_batch_of_them_qualify():
     assert masked({"keep": 2}, **sent) == []  # batch defaults to keep: one result qualifies, two needed
     assert masked({"keep": 0}, **sent) == [3, 5, 7]  # keep 0: batch 1
     one = _results(1)
-    alone = MaskObservations().apply(one, replace(ctx_for(one, window=100_000, params={"keep": 0}), **sent))
+    alone = MaskObservationsStep(keep=0).apply(one, replace(ctx_for(one, window=100_000), **sent))
     assert alone.view[3].kind == "mask_observations"
     assert masked({"keep": 1, "batch": 3}, free_from=5) == [5]  # from free_from on, even under the batch
-    over = MaskObservations().apply(view, replace(ctx_for(view, window=2_000, params={"keep": 1, "batch": 3}),
-                                                  **sent))
+    over = MaskObservationsStep(keep=1, batch=3).apply(view, replace(ctx_for(view, window=2_000), **sent))
     assert over.view[3].kind == over.view[5].kind == "mask_observations"  # over the trigger: whatever the batch
 
 
@@ -555,7 +551,7 @@ def _dead_ends_view():
 def test_consecutive_dead_units_become_one_note_and_a_dead_result_among_good_ones_a_stub():
     view = _dead_ends_view()
     ctx = ctx_for(view)
-    out = Prune().apply(view, ctx)
+    out = PruneStep().apply(view, ctx)
     note = out.view[2]
     assert note.message == {"role": "user", "content": (
         "[ctxagent pruned dead ends (later attempts succeeded): "
@@ -574,21 +570,21 @@ def test_consecutive_dead_units_become_one_note_and_a_dead_result_among_good_one
 
 def test_pruned_notes_and_stubs_keep_the_pinned_facts_of_what_they_replace():
     view = _dead_ends_view()
-    out = Prune().apply(view, ctx_for(view, pins=("No such file or directory",)))
+    out = PruneStep().apply(view, ctx_for(view, pins=("No such file or directory",)))
     assert out.view[2].message["content"].count("No such file or directory") == 1  # already in the note
     pins = ("boom",)
-    out = Prune().apply(view, ctx_for(view, pins=pins))
+    out = PruneStep().apply(view, ctx_for(view, pins=pins))
     assert "[pinned]" not in out.view[2].message["content"]
     gone_pin = ("/a: No such file or directory\ncat",)  # spans two lines: only in the result itself
-    out = Prune().apply(view, ctx_for(view, pins=gone_pin))
+    out = PruneStep().apply(view, ctx_for(view, pins=gone_pin))
     assert out.view[2].message["content"].endswith("\n[pinned] " + gone_pin[0])
 
 
 def test_a_dead_end_is_pruned_from_min_age_turns_on():
     view = _dead_ends_view()  # the dead end among good results is of turn 3, the session at turn 10
-    old_enough = Prune().apply(view, ctx_for(view, params={"min_age_turns": 7}))
+    old_enough = PruneStep(min_age_turns=7).apply(view, ctx_for(view))
     assert [e.kind for e in old_enough.view[2:5]] == ["prune", "message", "prune"]
-    too_young = Prune().apply(view, ctx_for(view, params={"min_age_turns": 8}))
+    too_young = PruneStep(min_age_turns=8).apply(view, ctx_for(view))
     assert [e.kind for e in too_young.view[2:5]] == ["prune", "message", "message"]
 
 
@@ -596,8 +592,8 @@ def test_already_sent_dead_ends_are_pruned_only_once_batch_of_them_qualify():
     view = _dead_ends_view()
 
     def pruned(batch, free_from):
-        ctx = replace(ctx_for(view, window=100_000, params={"batch": batch}), free_from=free_from)
-        return [e.start for e in Prune().apply(view, ctx).view if e.kind == "prune"]
+        ctx = replace(ctx_for(view, window=100_000), free_from=free_from)
+        return [e.start for e in PruneStep(batch=batch).apply(view, ctx).view if e.kind == "prune"]
 
     sent = view[-1].end + 1
     assert pruned(3, sent) == [2, 7]  # three dead results qualify: the note and the stub
@@ -610,9 +606,9 @@ def test_a_stub_is_made_only_when_smaller_and_keeps_the_pinned_facts():
     small = [*view[:7], replace(view[7], message={**view[7].message, "content": "exit code: 1"}), *view[8:]]
     small = [replace(e, tokens=count_message(e.message)) for e in small]
     part = small[6:]  # no wholly dead unit, and the stub would be larger than the dead result
-    out = Prune().apply(part, ctx_for(part))
+    out = PruneStep().apply(part, ctx_for(part))
     assert out.view is part and out.offloads == []
-    pinned = Prune().apply(view, ctx_for(view, pins=("/c: No such file or directory\ncat",)))
+    pinned = PruneStep().apply(view, ctx_for(view, pins=("/c: No such file or directory\ncat",)))
     assert pinned.view[4].message["content"].endswith("\n[pinned] /c: No such file or directory\ncat")
 
 
@@ -623,7 +619,7 @@ def test_prune_names_each_call_cut_to_60_characters():
     view[2] = Entry({**view[2].message, "tool_calls": [long_a]}, view[2].tokens, 2, 2, 1)
     view[6] = Entry({**view[6].message, "tool_calls": [long_c, view[6].message["tool_calls"][1]]},
                     view[6].tokens, 6, 6, 3)
-    out = Prune().apply(view, ctx_for(view))
+    out = PruneStep().apply(view, ctx_for(view))
     assert out.view[2].message["content"].startswith(
         f"[ctxagent pruned dead ends (later attempts succeeded): {short_call(long_a, 60)} → exit code: 1")
     assert out.view[4].message["content"].startswith(f"[ctxagent pruned dead end: {short_call(long_c, 60)} → ")
@@ -648,8 +644,7 @@ def _spaced():
 
 def test_window_note_states_the_messages_turns_tokens_and_transcript():
     view = _spaced()
-    ctx = ctx_for(view, window=3_000, params={"keep_turns": 1})
-    out = SlidingWindow().apply(view, ctx)
+    out = SlidingWindowStep(keep_turns=1).apply(view, ctx_for(view, window=3_000))
     tokens = sum(e.tokens for e in view[2:8])
     assert out.view[2].message == {"role": "user", "content": (
         f"[ctxagent window: messages #2-#7 (turns 1-7, {tokens} tokens) are not shown; "
@@ -660,7 +655,7 @@ def test_window_note_states_the_messages_turns_tokens_and_transcript():
 
 def test_a_failed_rolling_summary_is_reported_and_the_note_written_instead():
     view = _spaced()
-    out = SlidingWindow().apply(view, ctx_for(view, window=3_000, summarizer=raises, params={"keep_turns": 1}))
+    out = SlidingWindowStep(keep_turns=1).apply(view, ctx_for(view, window=3_000, summarizer=raises))
     assert out.warnings == ["sliding_window: the rolling summary of messages #2-#7 failed (the summarizer raised "
                             "RuntimeError: provider down); wrote a deterministic window note instead"]
     assert out.view[2].message["content"].startswith("[ctxagent window: messages #2-#7 ")
@@ -669,10 +664,9 @@ def test_a_failed_rolling_summary_is_reported_and_the_note_written_instead():
 def test_sliding_window_returns_the_view_itself_under_its_target_or_with_nothing_to_compact():
     view = _spaced()
     window = int(ctx_for(view).budget.total(view) / 0.7)  # over the profile's target (0.5), under 0.9
-    own_target = {"target": 0.9, "keep_turns": 1}
-    assert SlidingWindow().apply(view, ctx_for(view, window=window, params=own_target)).view is view
-    assert SlidingWindow().apply(view, ctx_for(view, window=window, params={"keep_turns": 1})).view is not view
-    assert SlidingWindow().apply(view, ctx_for(view, window=3_000, params={"keep_turns": 10})).view is view
+    assert SlidingWindowStep(target=0.9, keep_turns=1).apply(view, ctx_for(view, window=window)).view is view
+    assert SlidingWindowStep(keep_turns=1).apply(view, ctx_for(view, window=window)).view is not view
+    assert SlidingWindowStep(keep_turns=10).apply(view, ctx_for(view, window=3_000)).view is view
 
 
 # --- common.py: the helpers every range strategy builds its replacements with ------------------
@@ -847,7 +841,7 @@ def test_nothing_new_is_a_run_of_one_earlier_replacement():
     assert nothing_new(view, [1, 2]) is False
 
 
-# --- base.py: memos, the fold, the budget, units and HEAD ---------------------------------------
+# --- base.py: the memo, the scan, the budget, units and HEAD ---------------------------------------
 
 
 def test_an_entry_memo_computes_once_per_entry_and_key_and_forgets_all_at_its_limit():
@@ -886,42 +880,27 @@ class _Key:
     """A weak-referenceable object (a dict is not)."""
 
 
-def test_a_view_memo_computes_once_per_view_object_and_recomputes_when_it_grew():
-    memo, calls = ViewMemo(limit=2), []
-    view: list[Entry] = [_msg("user", "a", 1)]
-
-    def compute(value: str):
-        return lambda: calls.append(value) or value
-
-    assert [memo.get(view, "k", compute("v1")), memo.get(view, "k", compute("v2"))] == ["v1", "v1"]
-    assert memo.get(list(view), "k", compute("copy")) == "copy"  # an equal list is another view
-    view.append(_msg("user", "b", 2))
-    assert memo.get(view, "k", compute("grown")) == "grown"  # two remembered: cleared first
-    assert memo.get(view, "k2", compute("k2")) == "k2"
-    assert memo.get(view, "k", compute("kept")) == "grown"
-    assert memo.get(view, "k3", compute("k3")) == "k3"  # two remembered: cleared first
-    assert memo.get(view, "k", compute("again")) == "again"
-    assert calls == ["v1", "copy", "grown", "k2", "k3", "again"]
-    assert ViewMemo().get(view, "k", lambda: 5) == 5
-
-
-def test_a_fold_folds_only_the_new_entries_of_a_view_that_extends_the_last_one():
+def test_a_scan_folds_only_the_new_entries_of_a_view_that_extends_the_last_one():
     folded: list[tuple[int, str]] = []
 
     def step(state: list, index: int, entry: Entry) -> None:
         folded.append((index, content_of(entry.message)))
         state.append(index)
 
-    fold = Fold(lambda key: [key], step)
-    assert fold.run([]) == [None]  # a fresh fold starts with init(key), even for an empty view
+    scan = Scan()
+
+    def fold(view: list[Entry], key: str | None = None) -> list:
+        return scan.fold(view, key, lambda: [key], step)
+
+    assert fold([]) == [None]  # a fresh fold starts with init(), even for an empty view
     a, b, c = _msg("user", "a", 1), _msg("user", "b", 2), _msg("user", "c", 3)
-    assert fold.run([a, b]) == [None, 0, 1]
-    assert fold.run([a, b, c]) == [None, 0, 1, 2]  # only c folded
+    assert fold([a, b]) == [None, 0, 1]
+    assert fold([a, b, c]) == [None, 0, 1, 2]  # only c folded
     assert folded == [(0, "a"), (1, "b"), (2, "c")]
     folded.clear()
-    assert fold.run([a, b, c], key="k") == ["k", 0, 1, 2]  # another key: from the start
-    assert fold.run([a, b]) == [None, 0, 1]  # shorter (and another key)
-    assert fold.run([a, c]) == [None, 0, 1]  # not an extension: from the start
+    assert fold([a, b, c], key="k") == ["k", 0, 1, 2]  # another key: from the start
+    assert fold([a, b]) == [None, 0, 1]  # shorter (and another key)
+    assert fold([a, c]) == [None, 0, 1]  # not an extension: from the start
     assert folded == [(0, "a"), (1, "b"), (2, "c"), (0, "a"), (1, "b"), (0, "a"), (1, "c")]
 
 
@@ -959,23 +938,21 @@ def test_protected_is_the_system_message_the_pins_the_task_and_the_current_user_
 # --- step.py: step classes by name, and the words of a bad step -------------------------------
 
 
-def test_a_new_step_class_is_known_by_its_name_and_names_its_strategy_class_found_in_the_registry():
+def test_declaring_a_step_class_registers_its_strategy_by_name():
     try:
         class ProbeStep(StrategyConfig):
             strategy: Literal["probe"] = "probe"
             depth: int = 1
 
-        class Probe(Declared, params=ProbeStep):
-            pass
+            def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
+                return Outcome(view[: self.depth])
 
         assert "probe" in known() and type(StrategyConfig(strategy="probe", depth=2)) is ProbeStep
-        assert (Probe.name, Probe.Params) == ("probe", ProbeStep)
-        probe = Probe()
-        assert registry.register(probe) is probe and registry.get("probe") is probe
+        view = [_msg("system", "s", 0), _msg("user", "t", 1)]
+        assert StrategyConfig(strategy="probe").apply(view, _ctx()).view == view[:1]
     finally:
         StrategyConfig._kinds.pop("probe", None)
-        registry._REGISTRY.pop("probe", None)
-    assert "probe" not in known() and "probe" not in registry.names()
+    assert "probe" not in known()
 
 
 def _step_error(text: str) -> tuple[str | None, str]:
@@ -984,7 +961,7 @@ def _step_error(text: str) -> tuple[str | None, str]:
     return info.value.key, str(info.value).split(": ", 1)[1]
 
 
-KNOWN = ", ".join(registry.names())
+KNOWN = ", ".join(known())
 
 
 def test_a_bad_step_is_refused_in_words_that_name_the_key_and_what_is_accepted():
@@ -1023,10 +1000,10 @@ def test_a_deterministic_checkpoint_lists_the_calls_done_and_failed_the_task_and
 def test_an_agent_checkpoint_counts_as_applied_by_its_own_call_id_only():
     done = _msg("user", "[ctxagent checkpoint (written by the agent, call c4) of messages #2-#5]", 6,
                 kind="checkpoint")
-    assert Checkpoint._applied([done], "c4")
-    assert not Checkpoint._applied([done], "c5")
-    assert not Checkpoint._applied([replace(done, kind="message")], "c4")  # a message quoting it is not it
-    assert not Checkpoint._applied([_msg("user", "other", 6, kind="checkpoint")], "c4")
+    assert CheckpointStep._applied([done], "c4")
+    assert not CheckpointStep._applied([done], "c5")
+    assert not CheckpointStep._applied([replace(done, kind="message")], "c4")  # a message quoting it is not it
+    assert not CheckpointStep._applied([_msg("user", "other", 6, kind="checkpoint")], "c4")
 
 
 def test_the_llm_checkpoint_request_names_the_task_and_the_size_and_holds_the_messages():
@@ -1037,8 +1014,7 @@ def test_the_llm_checkpoint_request_names_the_task_and_the_size_and_holds_the_me
         prompts.append(text)
         return json.dumps({"goal": "fix the test", "key_facts": ["port 8080"], "pending": ["patch"]})
 
-    ctx = ctx_for(view, window=3_000, summarizer=summarizer, params={"max_tokens": 700}, pins=())
-    out = Checkpoint().apply(view, ctx)
+    out = CheckpointStep(max_tokens=700).apply(view, ctx_for(view, window=3_000, summarizer=summarizer, pins=()))
     assert out.warnings == [] and "goal: fix the test" in out.compactions[0].message["content"]
     assert len(prompts) == 1
     assert "The task: Fix the failing test in /srv/app.. At most 700 tokens." in prompts[0]
@@ -1048,8 +1024,8 @@ def test_the_llm_checkpoint_request_names_the_task_and_the_size_and_holds_the_me
 
 def test_the_llm_checkpoint_respects_the_summarizers_window():
     view = _long_view(units=12)
-    ctx = replace(ctx_for(view, window=3_000, summarizer=good, params={"max_tokens": 800}), summarizer_window=1_000)
-    out = Checkpoint().apply(view, ctx)
+    ctx = replace(ctx_for(view, window=3_000, summarizer=good), summarizer_window=1_000)
+    out = CheckpointStep(max_tokens=800).apply(view, ctx)
     assert out.warnings[0].startswith("checkpoint: the LLM checkpoint of messages #2-#")
     assert "1000-token window" in out.warnings[0]
     assert out.warnings[0].endswith("; made a deterministic checkpoint instead")
@@ -1121,29 +1097,20 @@ def test_a_batch_step_that_calls_an_llm_is_refused_with_its_index_and_the_ways_o
     assert check_pipelines(profile.model_copy(update={"allow_llm_in_batch": True})) is None
 
 
-def test_the_memos_remember_each_entry_and_each_view_apart_and_clear_exactly_at_their_limit():
+def test_the_memo_remembers_each_entry_apart():
     a, b = _msg("user", "a", 1), _msg("user", "b", 2)
     memo, calls = EntryMemo(), []
     for entry in (a, b, a, b):
         memo.get(entry, "k", lambda e=entry: calls.append(e) or e)
     assert calls == [a, b]  # one slot per entry, not one per key
-    views, seen = ViewMemo(), []
-    first, second = [a], [b]
-    for view in (first, second, first):
-        views.get(view, "k", lambda v=view: seen.append(v) or v)
-    assert seen == [first, second]
-    one, again = ViewMemo(limit=1), []
-    for key in ("k", "k2", "k"):
-        one.get(first, key, lambda k=key: again.append(k) or k)
-    assert again == ["k", "k2", "k"]  # the limit of one reached: the second key cleared the first
 
 
-def test_a_fold_run_again_on_the_same_view_folds_nothing():
+def test_a_scan_run_again_on_the_same_view_folds_nothing():
     folded: list[int] = []
-    fold = Fold(lambda key: [], lambda state, index, entry: folded.append(index))
+    scan = Scan()
     view = [_msg("user", "a", 1), _msg("user", "b", 2)]
-    fold.run(view)
-    fold.run(list(view))
+    for again in (view, list(view)):
+        scan.fold(again, None, list, lambda state, index, entry: folded.append(index))
     assert folded == [0, 1]
 
 
@@ -1171,8 +1138,8 @@ def test_checkpoint_call_parsing_skips_calls_without_a_function_and_non_object_a
 def test_a_checkpoint_step_with_its_own_target_waits_for_it():
     view = _long_view(units=12)
     window = int(ctx_for(view).budget.total(view) / 0.7)  # over the profile's target (0.5), under 0.9
-    assert Checkpoint().apply(view, ctx_for(view, window=window, params={"target": 0.9})).view == view
-    assert Checkpoint().apply(view, ctx_for(view, window=window, params={"target": 0.6})).compactions
+    assert CheckpointStep(target=0.9).apply(view, ctx_for(view, window=window)).view == view
+    assert CheckpointStep(target=0.6).apply(view, ctx_for(view, window=window)).compactions
 
 
 # --- summarizing.py: chunks, prompts, checks and the window (docs/mutation-strategies-c.md) -----
@@ -1306,10 +1273,12 @@ def test_condense_reports_a_reply_finish_cannot_use_and_checks_what_finish_retur
 # --- summarize.py ------------------------------------------------------------------------------
 
 
-def _summarize_ctx(view, summarizer, window: int = 100, **params) -> StrategyContext:
+def _summarize_ctx(view, summarizer, window: int = 100) -> StrategyContext:
     budget = Budget(window=window, tools=0, reserved=0, target=0.5, trigger=0.8)
-    return StrategyContext(budget=budget, params={"keep_turns": 1, **params}, summarizer=summarizer,
-                           transcript_path="/data/sessions/x/transcript.jsonl")
+    return StrategyContext(budget=budget, summarizer=summarizer, transcript_path="/data/sessions/x/transcript.jsonl")
+
+
+ONE = SummarizeStep(keep_turns=1)
 
 
 def test_under_target_is_at_or_under_the_fraction_of_the_window_to_the_token():
@@ -1335,7 +1304,7 @@ def test_summarize_replaces_each_run_with_its_own_summary_and_skips_earlier_summ
     def summarizer(prompt: str, max_tokens: int) -> str:
         seen.append((prompt, max_tokens))
         return f"S{len(seen)}"
-    out = Summarize().apply(view, _summarize_ctx(view, summarizer, max_tokens=7))
+    out = SummarizeStep(keep_turns=1, max_tokens=7).apply(view, _summarize_ctx(view, summarizer))
     assert [(c.start, c.end) for c in out.compactions] == [(2, 4), (6, 7)]
     assert [e.message["content"] for e in out.view] == [
         "rules", "task", "[ctxagent summary of messages #2-#4]\nS1\n[full tool results of these messages, by handle "
@@ -1347,11 +1316,11 @@ def test_summarize_replaces_each_run_with_its_own_summary_and_skips_earlier_summ
     # a run that is one earlier summary gains nothing: not sent again, the other run is
     again = [*view[:6], replace(view[6], kind="summarize"), *view[8:]]
     seen.clear()
-    out = Summarize().apply(again, _summarize_ctx(again, summarizer))
+    out = ONE.apply(again, _summarize_ctx(again, summarizer))
     assert [(c.start, c.end) for c in out.compactions] == [(2, 4)] and len(seen) == 1
     # nothing but earlier summaries: the view itself, even without a summarizer (no truncation)
     done = [*again[:2], replace(again[2], kind="summarize"), *again[5:]]
-    assert Summarize().apply(done, _summarize_ctx(done, None)).view is done
+    assert ONE.apply(done, _summarize_ctx(done, None)).view is done
 
 
 def test_summarize_asks_for_the_pins_of_the_run_and_appends_the_exact_values_the_summary_lacks():
@@ -1361,12 +1330,12 @@ def test_summarize_asks_for_the_pins_of_the_run_and_appends_the_exact_values_the
     seen: list[str] = []
     ctx = replace(_summarize_ctx(view, lambda p, n: seen.append(p) or "fixed it on port 8080"),
                   pins=("port 8080", "not in the run"))
-    out = Summarize().apply(view, ctx)
+    out = ONE.apply(view, ctx)
     assert seen[0].startswith(SUMMARY_PROMPT.format(max_tokens=1000) + pins_block(["port 8080"]) + "\n\n")
     content = out.compactions[0].message["content"]
     assert content.startswith("[ctxagent summary of messages #2-#3]\nfixed it on port 8080\n")
     assert "/srv/app/main.py" in content.split("\n", 2)[2]
-    out = Summarize().apply(view, replace(ctx, params={"keep_turns": 1, "facts_tokens": 0}))
+    out = SummarizeStep(keep_turns=1, facts_tokens=0).apply(view, ctx)
     assert out.compactions[0].message["content"] == "[ctxagent summary of messages #2-#3]\nfixed it on port 8080"
 
 
@@ -1405,9 +1374,9 @@ def test_summarize_run_without_a_summarizer_fails_saying_so():
 
 def test_summarize_checks_the_summary_in_the_models_tokens():
     view = _unit_view()
-    ctx = _summarize_ctx(view, lambda p, n: UNICODE, max_tokens=10)
-    assert Summarize().apply(view, ctx).warnings == []
-    out = Summarize().apply(view, replace(ctx, model="gpt-4"))
+    ctx, step = _summarize_ctx(view, lambda p, n: UNICODE), SummarizeStep(keep_turns=1, max_tokens=10)
+    assert step.apply(view, ctx).warnings == []
+    out = step.apply(view, replace(ctx, model="gpt-4"))
     assert out.warnings == ["summarize: the summary of messages #2-#4 failed (the summary has 11 tokens, over its "
                             "limit of 10); fell back to truncation"]
 
@@ -1416,14 +1385,13 @@ def test_summarize_uses_its_own_target_to_do_nothing_and_to_truncate_to():
     view = _units(8)
     total = ctx_for(view).budget.total(view)
     window = int(total / 0.7)  # over the profile's target (0.5), under 0.9
-    ctx = ctx_for(view, window=window, summarizer=raises, pins=(), params={"keep_turns": 1, "target": 0.9})
-    out = Summarize().apply(view, ctx)
+    out = SummarizeStep(keep_turns=1, target=0.9).apply(view, ctx_for(view, window=window, summarizer=raises, pins=()))
     assert out.view is view and out.warnings == []
     for summarizer in (raises, None):
-        ctx = ctx_for(view, window=window, summarizer=summarizer, pins=(), params={"keep_turns": 1, "target": 0.3})
-        out = Summarize().apply(view, ctx)
-        expected = Truncate().apply(view, replace(ctx, params=TruncateStep(target=0.3)))
-        assert out.view == expected.view and out.view != Truncate().apply(view, replace(ctx, params={})).view
+        ctx = ctx_for(view, window=window, summarizer=summarizer, pins=())
+        out = SummarizeStep(keep_turns=1, target=0.3).apply(view, ctx)
+        expected = TruncateStep(target=0.3).apply(view, ctx)
+        assert out.view == expected.view and out.view != TruncateStep().apply(view, ctx).view
 
 
 def test_condense_leaves_room_for_the_pins_each_chunk_request_asks_for():
@@ -1634,8 +1602,7 @@ def test_a_deterministic_state_trims_discarded_hypotheses_alone_and_stops_when_b
 
 def test_distill_writes_the_deterministic_state_of_the_range_after_the_task_with_the_pins_in_the_models_tokens():
     view = _long_state_view()
-    ctx = replace(_ctx(pins=("PIN-9",)), params={"keep_turns": 1, "min_tokens": 0, "max_tokens": 194})
-    out = Distill().apply(view, ctx)
+    out = DistillStep(keep_turns=1, min_tokens=0, max_tokens=194).apply(view, _ctx(pins=("PIN-9",)))
     assert out.compactions[0].message == {"role": "user",
                                           "content": f"[ctxagent state of messages #2-#3]\n{dumps(TRIMMED)}"}
     assert out.view[2].message == out.compactions[0].message and out.view[3:] == view[4:] and out.warnings == []
@@ -1648,7 +1615,7 @@ def test_distill_leaves_a_range_of_at_most_min_tokens_or_of_only_the_previous_do
     tokens = view[2].tokens + view[3].tokens
 
     def distilled(min_tokens, on=view):
-        return Distill().apply(on, replace(_ctx(), params={"keep_turns": 1, "min_tokens": min_tokens}))
+        return DistillStep(keep_turns=1, min_tokens=min_tokens).apply(on, _ctx())
 
     assert distilled(tokens).view is view
     assert distilled(tokens - 1).view[2].kind == "distill"
@@ -1671,9 +1638,9 @@ def _llm_view():
 
 def test_the_llm_state_document_is_asked_for_with_the_rendered_range_and_its_pins_and_put_in_key_order():
     view, seen = _llm_view(), []
-    ctx = replace(_ctx(model="", pins=("PIN-1",)), params={"keep_turns": 1, "min_tokens": 0, "max_tokens": 321},
+    ctx = replace(_ctx(model="", pins=("PIN-1",)),
                   summarizer=_recording_summarizer('{"extra": 1, "pending_actions": ["p"], "goal": "g PIN-1"}', seen))
-    out = Distill().apply(view, ctx)
+    out = DistillStep(keep_turns=1, min_tokens=0, max_tokens=321).apply(view, ctx)
     assert out.compactions[0].message["content"] == (
         '[ctxagent state of messages #2-#3]\n{"goal": "g PIN-1", "pending_actions": ["p"], "extra": 1}')
     prompt = DISTILL_PROMPT.replace("{max_tokens}", "321")
@@ -1686,9 +1653,8 @@ def test_a_failed_llm_state_document_is_reported_and_distilled_deterministically
     view = _llm_view()
 
     def warnings(reply: str, model: str = "", max_tokens: int = 321, **fields) -> list[str]:
-        ctx = replace(_ctx(model=model), params={"keep_turns": 1, "min_tokens": 0, "max_tokens": max_tokens},
-                      summarizer=_recording_summarizer(reply, []), **fields)
-        out = Distill().apply(view, ctx)
+        ctx = replace(_ctx(model=model), summarizer=_recording_summarizer(reply, []), **fields)
+        out = DistillStep(keep_turns=1, min_tokens=0, max_tokens=max_tokens).apply(view, ctx)
         assert out.compactions[0].message["content"].endswith(dumps(deterministic_state(view, view[2:4], (),
                                                                                         max_tokens, model)))
         return out.warnings
@@ -1722,8 +1688,16 @@ def _role_view(content: str, call=LONG_CALL, *more: dict) -> list[Entry]:
             *(_e(m, 2 + i, 1) for i, m in enumerate(messages)), _e({"role": "user", "content": "go"}, 9, 2)]
 
 
-def _role_ctx(model: str = "", pins: tuple[str, ...] = (), summarizer=None, **params) -> StrategyContext:
-    return replace(_ctx(model=model, pins=pins), params={"keep_turns": 1, **params}, summarizer=summarizer)
+def _role(model: str = "", pins: tuple[str, ...] = (), summarizer=None, **params
+          ) -> tuple[RoleSelectiveStep, StrategyContext]:
+    """A ``role_selective`` step (``keep_turns`` 1 unless given) and its context."""
+    step = RoleSelectiveStep(**{"keep_turns": 1, **params})
+    return step, replace(_ctx(model=model, pins=pins), summarizer=summarizer)
+
+
+def _role_apply(view: list[Entry], **arguments) -> Outcome:
+    step, ctx = _role(**arguments)
+    return step.apply(view, ctx)
 
 
 LINES = "\n".join(f"line {i}" for i in range(40))  # 164 tokens as a tool message
@@ -1731,8 +1705,7 @@ LINES = "\n".join(f"line {i}" for i in range(40))  # 164 tokens as a tool messag
 
 def test_role_selective_cuts_an_old_tool_result_to_head_and_tail_naming_the_call_in_80_characters():
     view = _role_view(LINES + "\nK-7 here")
-    out = RoleSelective().apply(view, _role_ctx(pins=("K-7",), tool_tokens=view[4].tokens - 1, head_lines=1,
-                                                tail_lines=1))
+    out = _role_apply(view, pins=("K-7",), tool_tokens=view[4].tokens - 1, head_lines=1, tail_lines=1)
     marker = (f"[... ctxagent cut this {view[4].tokens}-token result of {short_call(LONG_CALL, 80)} to its head and "
               f"tail; full result: {handle_for('c1')} (read_output or grep_output) ...]")
     assert short_call(LONG_CALL, 80) != short_call(LONG_CALL, 81)
@@ -1740,21 +1713,21 @@ def test_role_selective_cuts_an_old_tool_result_to_head_and_tail_naming_the_call
     assert new.message == {**view[4].message, "content": f"line 0\n{marker}\nK-7 here"}  # the pin is in the tail
     assert (new.kind, new.start, new.turn, new.tokens) == ("role_selective", 3, 1, count_message(new.message))
     assert out.offloads == [view[4]] and out.compactions == [] and out.view[:4] == view[:4]
-    pinned = RoleSelective().apply(view, _role_ctx(pins=("line 7",), tool_tokens=1, head_lines=1, tail_lines=1))
+    pinned = _role_apply(view, pins=("line 7",), tool_tokens=1, head_lines=1, tail_lines=1)
     assert pinned.view[4].message["content"].endswith("\nK-7 here\n[pinned] line 7")
-    assert RoleSelective().apply(view, _role_ctx(tool_tokens=view[4].tokens)).view is view  # not over tool_tokens
+    assert _role_apply(view, tool_tokens=view[4].tokens).view is view  # not over tool_tokens
 
 
 def test_role_selective_leaves_the_newest_units_other_kinds_and_a_cut_that_would_not_shrink():
     view = _role_view(LINES)
-    assert RoleSelective().apply(view, _role_ctx(tool_tokens=1, keep_turns=2)).view is view
+    assert _role_apply(view, tool_tokens=1, keep_turns=2).view is view
     stub = [*view[:4], replace(view[4], kind="dedupe"), view[5]]
-    assert RoleSelective().apply(stub, _role_ctx(tool_tokens=1)).view is stub
+    assert _role_apply(stub, tool_tokens=1).view is stub
     lines = [f"line {i}" for i in range(19)]
     lines[5] += " w w w"  # its head and tail (1 line each and the marker) are exactly as long: 83 tokens
     even = _role_view("\n".join(lines))
-    assert RoleSelective()._head_tail(even[4], LONG_CALL, _role_ctx(), 1, 1).tokens == even[4].tokens == 83
-    assert RoleSelective().apply(even, _role_ctx(tool_tokens=1, head_lines=1, tail_lines=1)).view is even
+    assert RoleSelectiveStep()._head_tail(even[4], LONG_CALL, _ctx(model=""), 1, 1).tokens == even[4].tokens == 83
+    assert _role_apply(even, tool_tokens=1, head_lines=1, tail_lines=1).view is even
 
 
 def test_role_selective_cuts_long_reasoning_to_its_conclusion_in_the_models_tokens_and_keeps_its_calls():
@@ -1767,7 +1740,7 @@ def test_role_selective_cuts_long_reasoning_to_its_conclusion_in_the_models_toke
     assert gpt4 > default
 
     def reduced(limit: int, model: str = "gpt-4"):
-        return RoleSelective().apply(view, _role_ctx(model=model, pins=("K-7",), assistant_tokens=limit, keep_turns=1))
+        return _role_apply(view, model=model, pins=("K-7",), assistant_tokens=limit, keep_turns=1)
 
     assert reduced(gpt4).view is view  # the text has exactly assistant_tokens
     out = reduced(default)  # over it in gpt-4's tokens only
@@ -1797,9 +1770,9 @@ def test_llm_findings_are_asked_for_each_result_up_to_max_calls_and_recorded_wit
                                          {"role": "tool", "tool_call_id": f"c{n + 1}", "content": results[n]})]
     view = _role_view(results[0], LONG_CALL, *more)
     seen: list = []
-    ctx = _role_ctx(summarizer=_findings_summarizer("found 8080", seen), tool_tokens=1, llm=True, max_calls=2,
-                    findings_tokens=321)
-    out = RoleSelective().apply(view, ctx)
+    step, ctx = _role(summarizer=_findings_summarizer("found 8080", seen), tool_tokens=1, llm=True, max_calls=2,
+                      findings_tokens=321)
+    out = step.apply(view, ctx)
     prompt = FINDINGS_PROMPT.format(max_tokens=321)
     assert seen == [(f"{prompt}\n\nresult of {short_call(LONG_CALL, 200)}:\n{results[0]}", 321),
                     (f"{prompt}\n\nresult of grep():\n{results[1]}", 321)]
@@ -1812,15 +1785,15 @@ def test_llm_findings_are_asked_for_each_result_up_to_max_calls_and_recorded_wit
         for i, e in ((4, out.view[4]), (6, out.view[6]))]
     assert out.view[8].message["content"].startswith("r2 0\nr2 1\n")  # the third: head and tail
     assert out.offloads == [view[4], view[6], view[8]]
-    assert RoleSelective().apply(view, replace(ctx, params={**ctx.params, "llm": False})).compactions == []
+    assert step.model_copy(update={"llm": False}).apply(view, ctx).compactions == []
 
 
 def test_llm_findings_as_long_as_the_result_are_not_used_and_the_head_and_tail_is():
     view = _role_view(LINES, tool_call("c1", "shell", json.dumps({"command": "cat log"})))
     reply = " ".join(f"f{i}" for i in range(64)) + "!"
-    ctx = _role_ctx(summarizer=_findings_summarizer(reply, []), tool_tokens=1, llm=True)
-    assert RoleSelective()._findings(view[4], view[3].message["tool_calls"][0], ctx, 200, []).tokens == 164
-    out = RoleSelective().apply(view, ctx)
+    step, ctx = _role(summarizer=_findings_summarizer(reply, []), tool_tokens=1, llm=True)
+    assert step._findings(view[4], view[3].message["tool_calls"][0], ctx, 200, []).tokens == 164
+    out = step.apply(view, ctx)
     assert out.compactions == [] and out.view[4].kind == "role_selective"
     assert out.view[4].message["content"].startswith("line 0\nline 1\n") and "ctxagent cut this" in out.view[4].message[
         "content"]
@@ -1830,9 +1803,9 @@ def test_failed_llm_findings_are_reported_even_when_nothing_else_changes():
     view = _role_view("\n".join(["x " * 100] * 3))  # three lines: the head and tail would be longer
 
     def warnings(summarizer_reply, model: str = "", **fields) -> tuple:
-        ctx = replace(_role_ctx(model=model, summarizer=_findings_summarizer(summarizer_reply, []), tool_tokens=1,
-                                llm=True, findings_tokens=50), **fields)
-        out = RoleSelective().apply(view, ctx)
+        step, ctx = _role(model=model, summarizer=_findings_summarizer(summarizer_reply, []), tool_tokens=1,
+                          llm=True, findings_tokens=50)
+        out = step.apply(view, replace(ctx, **fields))
         return out.view is view, out.warnings
 
     def failed(why: str) -> list[str]:
@@ -1846,9 +1819,9 @@ def test_failed_llm_findings_are_reported_even_when_nothing_else_changes():
                                              "(message #3) failed (the summarizer's 200-token window cannot hold")
     reply = UNICODE * 5
     limit = count_text(reply)  # gpt-4 counts more
-    ctx = _role_ctx(model="gpt-4", summarizer=_findings_summarizer(reply, []), tool_tokens=1, llm=True,
-                    findings_tokens=limit)
-    assert RoleSelective().apply(view, ctx).warnings == failed(
+    out = _role_apply(view, model="gpt-4", summarizer=_findings_summarizer(reply, []), tool_tokens=1, llm=True,
+                      findings_tokens=limit)
+    assert out.warnings == failed(
         f"the summary has {count_text(reply, 'gpt-4')} tokens, over its limit of {limit}")
 
 
@@ -1858,7 +1831,7 @@ def test_llm_findings_read_a_result_in_chunks_of_8000_tokens():
     assert count_text(f"result of shell():\n{content}") == 8001
     seen: list = []
     view = _role_view(content, call)
-    RoleSelective().apply(view, _role_ctx(summarizer=_findings_summarizer("found", seen), tool_tokens=1, llm=True))
+    _role_apply(view, summarizer=_findings_summarizer("found", seen), tool_tokens=1, llm=True)
     assert len(seen) == 3  # two chunks, then the parts
 
 
@@ -1884,10 +1857,10 @@ OK = "exit code: 0\nok"
 def test_a_success_in_the_same_unit_or_of_another_tool_does_not_supersede_a_dead_end():
     same_unit = _dead_then(([("c1", "shell", "cat /a"), ("c2", "shell", "cat /b")], [GONE, OK]),
                            ([("c3", "read", "x")], [OK]))
-    assert Prune().apply(same_unit, ctx_for(same_unit)).view is same_unit
+    assert PruneStep().apply(same_unit, ctx_for(same_unit)).view is same_unit
     other_tool = _dead_then(([("c1", "shell", "cat /a")], [GONE]), ([("c2", "read", "x")], [OK]),
                             ([("c3", "read", "y")], [OK]))
-    assert Prune().apply(other_tool, ctx_for(other_tool)).view is other_tool
+    assert PruneStep().apply(other_tool, ctx_for(other_tool)).view is other_tool
 
 
 def test_prune_judges_not_found_wordings_up_to_its_max_tokens_and_prunes_from_a_batch_of_one():
@@ -1896,8 +1869,8 @@ def test_prune_judges_not_found_wordings_up_to_its_max_tokens_and_prunes_from_a_
     tokens = view[3].tokens
 
     def kinds(**params):
-        ctx = replace(ctx_for(view, window=100_000, params=params), free_from=view[-1].end + 1)  # all sent
-        return [e.kind for e in Prune().apply(view, ctx).view]
+        ctx = replace(ctx_for(view, window=100_000), free_from=view[-1].end + 1)  # all sent
+        return [e.kind for e in PruneStep(**params).apply(view, ctx).view]
 
     assert kinds(max_tokens=tokens, batch=1) == ["message", "message", "prune", *["message"] * 5]
     assert kinds(max_tokens=tokens - 1, batch=1) == ["message"] * 9
@@ -1908,7 +1881,7 @@ def test_one_note_names_consecutive_dead_units_with_empty_and_long_first_lines_c
     error = "ERROR: " + "e" * 150
     view = _dead_then(([("c1", "shell", f"cat {UNICODE}"), ("c2", "shell", "cat /b")], ["", error]),
                       ([("c3", "shell", "cat /c")], [error.replace("e", "f")]), ([("c4", "shell", "ls")], [OK]))
-    out = Prune().apply(view, replace(ctx_for(view), model="gpt-4"))
+    out = PruneStep().apply(view, replace(ctx_for(view), model="gpt-4"))
     note = out.view[2]
     calls = [view[2].message["tool_calls"][0], view[2].message["tool_calls"][1], view[5].message["tool_calls"][0]]
     assert note.message["content"] == (
@@ -1926,10 +1899,10 @@ def test_a_stub_as_long_as_the_dead_result_is_not_made_and_each_stub_has_the_pin
     even = replace(even, tokens=count_message(even.message))
     assert even.tokens == 44  # and so is its stub
     view_even = [*view[:7], even, *view[8:]]
-    assert Prune().apply(view_even, ctx_for(view_even)).view[4] is even
+    assert PruneStep().apply(view_even, ctx_for(view_even)).view[4] is even
     view = _dead_ends_view()
-    assert "[pinned]" not in Prune().apply(view, ctx_for(view, pins=())).view[4].message["content"]
-    pinned = Prune().apply(view, ctx_for(view, pins=("/c: No such file or directory\ncat",))).view[4]
+    assert "[pinned]" not in PruneStep().apply(view, ctx_for(view, pins=())).view[4].message["content"]
+    pinned = PruneStep().apply(view, ctx_for(view, pins=("/c: No such file or directory\ncat",))).view[4]
     assert pinned.message["content"].endswith("\n[pinned] /c: No such file or directory\ncat")
 
 
@@ -1937,7 +1910,7 @@ def test_a_dead_result_another_strategy_replaced_is_not_pruned():
     view = _dead_ends_view()
     view[7] = replace(view[7], kind="role_selective")  # still starts with "exit code: 1"
     assert is_dead(view[7])
-    out = Prune().apply(view, ctx_for(view))
+    out = PruneStep().apply(view, ctx_for(view))
     assert out.view[4] is view[7] and [e.start for e in out.offloads] == [3, 5]
 
 
@@ -1958,30 +1931,26 @@ def test_the_pipeline_runs_again_on_its_result_until_a_pass_changes_nothing_and_
     from ctxagent.strategies import pipeline
 
     class ShrinkStep(StrategyConfig):
+        """Drops the last character of the user message while it is longer than ``floor`` characters."""
+
         strategy: Literal["shrink_probe"] = "shrink_probe"
         floor: int = 0
 
-    class Shrink(Declared, params=ShrinkStep):
-        """Drops the last character of the user message while it is longer than ``floor`` characters."""
-
-        def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-            floor = ShrinkStep.of(ctx.params).floor
+        def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
             user = next(e for e in view if e.role == "user")
-            if len(user.message["content"]) <= floor:
+            if len(user.message["content"]) <= self.floor:
                 return Outcome(view)
             new = replace(user, message={**user.message, "content": user.message["content"][:-1]},
                           kind="shrink_probe")
             return Outcome([new if e is user else e for e in view])
 
     try:
-        registry.register(Shrink())
         view = [_msg("system", "s", 0), _msg("user", "abcdefgh", 1)]
-        settles = run(view, [ShrinkStep(trigger=0, floor=6)], _ctx())  # two changes, then a pass with none
+        settles = Engine().run(view, [ShrinkStep(trigger=0, floor=6)], _ctx())  # two changes, then a pass with none
         assert [e.message["content"] for e in settles.view][1] == "abcdef" and len(settles.compactions) == 2
-        assert run(settles.view, [ShrinkStep(trigger=0, floor=6)], _ctx()).compactions == []  # a fixed point
-        never = run(view, [ShrinkStep(trigger=0, floor=0)], _ctx())  # would shrink 8 times: stops at the bound
+        assert Engine().run(settles.view, [ShrinkStep(trigger=0, floor=6)], _ctx()).compactions == []  # a fixed point
+        never = Engine().run(view, [ShrinkStep(trigger=0, floor=0)], _ctx())  # would shrink 8 times: stops at the bound
         assert len(never.compactions) == pipeline.MAX_PASSES and never.view[1].message["content"] == "abcd"
         assert replay(view, never.compactions) == never.view
     finally:
         StrategyConfig._kinds.pop("shrink_probe", None)
-        registry._REGISTRY.pop("shrink_probe", None)

@@ -15,8 +15,8 @@ from ctxagent.agent.context import ContextState
 from ctxagent.messages import tool_call
 from ctxagent.profile import StrategyConfig
 from ctxagent.strategies.base import Budget, Entry
-from ctxagent.strategies.checkpoint import Checkpoint
-from ctxagent.strategies.distill import Distill
+from ctxagent.strategies.checkpoint import CheckpointStep
+from ctxagent.strategies.distill import DistillStep
 from ctxagent.strategies.facts import (
     LABEL,
     LINE_CHARS,
@@ -28,11 +28,11 @@ from ctxagent.strategies.facts import (
     values_in,
     with_facts,
 )
-from ctxagent.strategies.pipeline import replay, run
+from ctxagent.strategies.pipeline import Engine, replay
 from ctxagent.strategies.rendering import render
-from ctxagent.strategies.role_selective import RoleSelective
-from ctxagent.strategies.sliding_window import SlidingWindow
-from ctxagent.strategies.summarize import Summarize
+from ctxagent.strategies.role_selective import RoleSelectiveStep
+from ctxagent.strategies.sliding_window import SlidingWindowStep
+from ctxagent.strategies.summarize import SummarizeStep
 from ctxagent.strategies.summarizing import MARGIN_TOKENS, SummaryFailed, condense
 from ctxagent.tokens import count_text
 from examplecount import examples
@@ -69,14 +69,14 @@ def loose(text: str, max_tokens: int) -> str:
 # --- 1. summaries keep exact values -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", [Summarize(), SlidingWindow(), Checkpoint()], ids=lambda s: s.name)
+@pytest.mark.parametrize("strategy", [SummarizeStep(), SlidingWindowStep(), CheckpointStep()], ids=lambda s: s.strategy)
 def test_loose_paraphrase_keeps_planted_literals(strategy):
     view = planted_view()
     ctx = ctx_for(view, window=3_000, summarizer=loose, pins=())
     out = strategy.apply(view, ctx)
     assert out.warnings == [] and len(out.compactions) == 1
     comp = out.compactions[0]
-    assert comp.strategy == strategy.name
+    assert comp.strategy == strategy.strategy
     content = comp.message["content"]
     assert "[exact values from messages #" in content and ", copied by ctxagent]" in content
     block = content.split("[exact values from messages ", 1)[1]
@@ -101,17 +101,17 @@ def test_values_already_in_the_summary_are_not_repeated():
 def test_the_summary_checks_still_apply_to_the_llm_text():
     view = planted_view()
     overlong = lambda t, n: "word " * (3 * n)  # noqa: E731
-    out = Summarize().apply(view, ctx_for(view, window=3_000, summarizer=overlong, pins=()))
+    out = SummarizeStep().apply(view, ctx_for(view, window=3_000, summarizer=overlong, pins=()))
     assert {c.strategy for c in out.compactions} == {"truncate"}
     assert "over its limit" in out.warnings[0]
 
 
 def test_a_rolling_summary_carries_the_values_of_the_one_it_supersedes():
     view = planted_view()
-    ctx = ctx_for(view, window=3_000, summarizer=loose, pins=(), params={"keep_turns": 4})
-    first = SlidingWindow().apply(view, ctx)
+    ctx, step = ctx_for(view, window=3_000, summarizer=loose, pins=()), SlidingWindowStep(keep_turns=4)
+    first = step.apply(view, ctx)
     grown = _with(first.view, [{"role": "assistant", "content": f"more {i} " * 200} for i in range(6)])
-    second = SlidingWindow().apply(grown, ctx)
+    second = step.apply(grown, ctx)
     content = second.compactions[0].message["content"]
     assert second.compactions[0].start <= first.compactions[0].start
     assert all(literal in content for literal in LITERALS)
@@ -124,8 +124,8 @@ def test_the_facts_cap_keeps_the_most_specific_values():
     assert count_text(block) <= 40
     assert COMMIT in block  # an id outranks a latency figure
     assert facts_block(view[2:], "", max_tokens=0) == ""
-    big = Summarize().apply(planted_view(), ctx_for(planted_view(), window=3_000, summarizer=loose, pins=(),
-                                                    params={"facts_tokens": 0}))
+    big = SummarizeStep(facts_tokens=0).apply(planted_view(), ctx_for(planted_view(), window=3_000, summarizer=loose,
+                                                                      pins=()))
     assert "[exact values" not in big.compactions[0].message["content"]
 
 
@@ -186,9 +186,8 @@ def test_summarizer_request_fits_its_window():
         seen.append(count_text(prompt) + n + MARGIN_TOKENS)
         return "Requests were slow in every part; see the logs by handle."
 
-    ctx = replace(ctx_for(view, window=16_000, summarizer=summarizer, pins=(),
-                          params={"keep_turns": 1, "max_tokens": max_tokens}), summarizer_window=window)
-    out = Summarize().apply(view, ctx)
+    ctx = replace(ctx_for(view, window=16_000, summarizer=summarizer, pins=()), summarizer_window=window)
+    out = SummarizeStep(keep_turns=1, max_tokens=max_tokens).apply(view, ctx)
     assert out.warnings == [] and [c.strategy for c in out.compactions] == ["summarize"]
     assert len(seen) > 1 and max(seen) <= window, seen
 
@@ -211,33 +210,32 @@ def test_a_window_too_small_for_any_request_is_a_failure_naming_the_sizes():
 # --- 3. a failed or rejected summary is reported ----------------------------------------------
 
 
-@pytest.mark.parametrize(("strategy", "params", "instead"), [
-    (Summarize(), {}, "fell back to truncation"),
-    (SlidingWindow(), {}, "deterministic window note"),
-    (Checkpoint(), {}, "deterministic checkpoint"),
-    (Distill(), {}, "deterministically"),
-    (RoleSelective(), {"llm": True}, "head and tail"),
-], ids=lambda v: getattr(v, "name", ""))
-def test_failed_summary_is_reported(strategy, params, instead):
+@pytest.mark.parametrize(("strategy", "instead"), [
+    (SummarizeStep(), "fell back to truncation"),
+    (SlidingWindowStep(), "deterministic window note"),
+    (CheckpointStep(), "deterministic checkpoint"),
+    (DistillStep(), "deterministically"),
+    (RoleSelectiveStep(llm=True), "head and tail"),
+], ids=lambda v: getattr(v, "strategy", ""))
+def test_failed_summary_is_reported(strategy, instead):
     view = planted_view()
-    out = strategy.apply(view, ctx_for(view, window=3_000, summarizer=raises, params=params, pins=()))
-    assert out.warnings, strategy.name
+    out = strategy.apply(view, ctx_for(view, window=3_000, summarizer=raises, pins=()))
+    assert out.warnings, strategy.strategy
     warning = out.warnings[0]
-    assert warning.startswith(f"{strategy.name}: ") and "provider down" in warning and instead in warning
+    assert warning.startswith(f"{strategy.strategy}: ") and "provider down" in warning and instead in warning
 
 
 def test_a_rejected_request_is_reported_with_the_window():
     view = planted_view()
-    ctx = replace(ctx_for(view, window=3_000, summarizer=good, pins=(), params={"max_tokens": 800}),
-                  summarizer_window=1_000)
-    out = Summarize().apply(view, ctx)
+    ctx = replace(ctx_for(view, window=3_000, summarizer=good, pins=()), summarizer_window=1_000)
+    out = SummarizeStep(max_tokens=800).apply(view, ctx)
     assert {c.strategy for c in out.compactions} == {"truncate"}
     assert "1000-token window" in out.warnings[0] and "fell back to truncation" in out.warnings[0]
 
 
 def test_no_summarizer_is_no_failure():
     view = planted_view()
-    for strategy in (Summarize(), SlidingWindow(), Checkpoint(), Distill()):
+    for strategy in (SummarizeStep(), SlidingWindowStep(), CheckpointStep(), DistillStep()):
         assert strategy.apply(view, ctx_for(view, window=3_000, pins=())).warnings == []
 
 
@@ -246,7 +244,7 @@ def test_pipeline_and_build_return_the_warnings():
     steps = [StrategyConfig(strategy="summarize", trigger=0.5, keep_turns=2),
              StrategyConfig(strategy="prune", trigger=0.5)]
     ctx = ctx_for(view, window=3_000, summarizer=raises, pins=())
-    assert "provider down" in run(view, steps, ctx).warnings[0]
+    assert "provider down" in Engine().run(view, steps, ctx).warnings[0]
     state = ContextState(view=list(view))
     budget = Budget(window=3_000, tools=100, reserved=500, target=0.5, trigger=0.8)
     built = state.build(steps, budget, turn=20, summarizer=raises)

@@ -102,6 +102,28 @@ def test_shell_kills_background_processes_left_behind(ctx: ToolContext) -> None:
     assert wait_gone(int(pidfile.read_text()))
 
 
+def test_stopping_a_run_kills_its_own_shell_commands_not_another_runs(ctx: ToolContext) -> None:
+    """Issue 35: every shell command of the process was in one set, so a Ctrl-C of one session
+    killed the commands of every other session in the process. A run's stop holds its own (and
+    its sub-agents', which share it)."""
+    import dataclasses
+    import threading
+
+    mine, other = builtin.Stop(), builtin.Stop()
+    got: list[Spooled] = []
+    worker = threading.Thread(target=lambda: got.append(builtin.shell(dataclasses.replace(ctx, stop=mine), "sleep 30")))
+    worker.start()
+    deadline = time.monotonic() + 10
+    while not mine.running and time.monotonic() < deadline:
+        time.sleep(0.01)
+    builtin.kill_running(other)
+    assert worker.is_alive() and len(mine.running) == 1 and not other.running
+    mine.set()
+    builtin.kill_running(mine)
+    worker.join(10)
+    assert got[0].note == "killed by signal SIGTERM" and not mine.running
+
+
 def test_shell_bad_timeout(ctx: ToolContext) -> None:
     with pytest.raises(ToolError, match="timeout_s"):
         builtin.shell(ctx, "true", timeout_s=0)

@@ -11,7 +11,7 @@ are of the context window.
 
 from __future__ import annotations
 
-from typing import Literal, cast
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -218,7 +218,7 @@ class Profile(_Strict):
 
     def pipeline(self, path: Path_) -> list[StrategyConfig]:
         """The ordered strategies of ``path`` (``interactive`` or ``batch``)."""
-        return cast(list[StrategyConfig], self.pipelines.get(path, []))  # every Step is one
+        return self.pipelines.get(path, [])
 
 
 def thrash_problem(target: float, trigger: float) -> str | None:

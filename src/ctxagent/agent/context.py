@@ -5,8 +5,8 @@ applied. It is the view part of the session state (:mod:`ctxagent.agent.state`, 
 message and compaction record, on open and live alike), so the per-turn cost does not grow with the
 transcript. Every change a strategy makes is a recorded compaction, so the next request is always
 the base view plus the pinned facts: between compactions it extends the previous request (PREFIX).
-:meth:`ContextState.build` runs the profile's pipeline on it and checks the budget before anything
-is sent.
+:meth:`ContextState.build` runs the profile's pipeline on it, through the session's own context
+engine (:class:`~ctxagent.strategies.pipeline.Engine`), and checks the budget before anything is sent.
 """
 
 from __future__ import annotations
@@ -60,7 +60,9 @@ class ContextState:
     """The base view of a session plus what building a request needs.
 
     ``sent_upto`` is the highest seq the last request held (-1 before any): messages after it were
-    never sent, so no provider has cached them and strategies may edit them freely.
+    never sent, so no provider has cached them and strategies may edit them freely. ``engine``: this
+    session's context engine (the strategies' incremental work; a cache, not state: not compared,
+    and a snapshot of the state holds a fresh one).
     """
 
     view: list[Entry] = field(default_factory=list)
@@ -69,6 +71,7 @@ class ContextState:
     sent_upto: int = -1
     _last: tuple[list[Entry], int] = field(default_factory=lambda: ([], 0), repr=False)
     _pair_checked: bool = field(default=False, repr=False)  # PAIR checked since the view was read
+    engine: pipeline.Engine = field(default_factory=pipeline.Engine, repr=False, compare=False)
 
     def add(self, record: records.MessageRecord, handle: str | None = None, offloaded: bool | None = None) -> None:
         """Append one message record (``handle``, ``offloaded``: see :func:`entry_of`). An assistant
@@ -144,7 +147,7 @@ class ContextState:
         ctx = StrategyContext(budget=budget, turn=turn, transcript_path=self.transcript_path,
                               model=self.model, summarizer=summarizer, pins=tuple(pins),
                               free_from=self.sent_upto + 1, summarizer_window=summarizer_window)
-        outcome = pipeline.run(view, steps, ctx)
+        outcome = self.engine.run(view, steps, ctx)
         if outcome.compactions or not self._pair_checked:  # appended live, a turn keeps PAIR by construction:
             check_pair(outcome.view)  # check what was read (maybe damaged) and what a strategy rewrote
             self._pair_checked = True

@@ -10,7 +10,6 @@ by a crash gets a synthetic "interrupted" result when the session is opened agai
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import replace
@@ -46,7 +45,7 @@ from ctxagent.sessions.transcript import TranscriptWarning
 from ctxagent.strategies.base import Budget, Entry
 from ctxagent.strategies.checkpoint import CheckpointStep
 from ctxagent.tokens import count_message
-from ctxagent.tools.builtin import kill_running
+from ctxagent.tools.builtin import Stop, kill_running
 from ctxagent.tools.guard import Grants, guard
 from ctxagent.tools.offload import settle, store_text
 from ctxagent.tools.toolset import Toolset
@@ -85,10 +84,10 @@ class Runner(ToolCalls):
                                warn_at=profile.limits.warn_at, started=started)
         self.delegator: Delegates | None = None  # set by agent/setup.py when the toolset has ``delegate``
         self.learner: Learner | None = None  # set by agent/setup.py when lessons are on (lessons/hooks.py)
-        self.stop = threading.Event()  # set: stop at the next step (shared with sub-agents and their tools)
+        self.stop = Stop()  # set: stop at the next step (shared with sub-agents and their tools)
         toolset.ctx = replace(toolset.ctx, stop=self.stop)
         self.toolset = guard(toolset, profile.permissions, self.path, grants, readable=[session.store.root],
-                             protected=[sessions_root()])  # every call passes the permission gate first
+                             protected=[sessions_root(session.store_url)])  # every call passes the gate first
         self.replies_at_start = state.replies  # this run's model calls = state.replies - this
         self._close_open_calls()
 
@@ -181,7 +180,7 @@ class Runner(ToolCalls):
             self.stop.set()  # sub-agents stop at their next step and write their end records
             # every shell command's group: a sub-agent's (the signal reached this thread only), and ours when the
             # signal came after its start but before the tool waited for it (there, the tool kills it itself)
-            kill_running()
+            kill_running(self.stop)
             if self.delegator is not None:
                 self.delegator.stop()
             self._end("interrupted", "Ctrl-C or a signal")

@@ -206,7 +206,8 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     if lessons and profile.lessons.enabled and "/" not in session.name:  # sub-agents neither see nor teach
         from ctxagent.lessons.hooks import Learner
 
-        runner.learner = Learner(session.name, profile.lessons, Path(settings.workdir), settings.model)
+        runner.learner = Learner(session.name, profile.lessons, Path(settings.workdir), settings.model,
+                                 sessions_store=session.store_url)
     return runner
 
 

@@ -7,7 +7,6 @@ provides the attributes declared below.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, Protocol
@@ -24,6 +23,7 @@ from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_tools
 from ctxagent.tools.base import ERROR_PREFIX
+from ctxagent.tools.builtin import Stop
 from ctxagent.tools.guard import GuardedToolset, Verdict
 from ctxagent.tools.toolset import ToolOutcome
 
@@ -46,7 +46,7 @@ class ToolCalls:
     profile: Profile
     toolset: GuardedToolset
     delegator: Delegates | None
-    stop: threading.Event
+    stop: Stop
 
     _tool_tokens: dict[tuple[str, ...], int]
 

@@ -12,7 +12,6 @@ from ctxagent.agent.model import Reply, Usage
 from ctxagent.errors import LimitReached
 from ctxagent.profile import Profile, StrategyConfig
 from ctxagent.sessions import records
-from ctxagent.strategies import registry
 from ctxagent.strategies.base import Budget, Compaction, Entry, groups
 from ctxagent.strategies.mask_observations import MaskObservationsStep
 from ctxagent.strategies.truncate import TruncateStep
@@ -88,10 +87,8 @@ def emergency_steps(view: list[Any], budget: Budget, attempt: int) -> list[Strat
     last = groups(view)[-1] if view else []
     keep = sum(1 for i in last if view[i].role == "tool")
     target = min(budget.target, (0.5 if attempt == 0 else 0.25) * budget.total(view) / budget.window)
-    steps: list[StrategyConfig] = [TruncateStep(trigger=0, target=round(target, 4))]
-    if "mask_observations" in registry.names():
-        steps.insert(0, MaskObservationsStep(trigger=0, keep=keep, min_tokens=0, batch=1))
-    return steps
+    return [MaskObservationsStep(trigger=0, keep=keep, min_tokens=0, batch=1),
+            TruncateStep(trigger=0, target=round(target, 4))]
 
 
 

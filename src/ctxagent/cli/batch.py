@@ -47,6 +47,7 @@ from ctxagent.cli.options import (
     ModelOpt,
     NoLessonsOpt,
     ProfileOpt,
+    StoreOpt,
     TimeoutOpt,
     WindowOpt,
 )
@@ -87,6 +88,7 @@ def batch(
     max_wall_s: MaxWallOpt = None,
     mcp_config: McpConfigOpt = None,
     no_lessons: NoLessonsOpt = False,
+    store: StoreOpt = None,
 ) -> None:
     """Run every task of a JSONL file, each in its own session, several at once (see the module
     docstring). Answered sessions are skipped on a re-run; the others resume."""
@@ -98,6 +100,7 @@ def batch(
         "max_input_tokens": max_input_tokens, "max_output_tokens_total": max_output_tokens_total,
         "max_cost_usd": max_cost_usd, "max_wall_s": max_wall_s,
         "mcp_config": str(mcp_config.resolve()) if mcp_config else None, "no_lessons": no_lessons or None,
+        "store": store,
     }
     defaults = {k: v for k, v in defaults.items() if v is not None}
     tasks = read_tasks(tasks_file, defaults)

@@ -48,7 +48,7 @@ OPTION_FLAGS = {"model": "--model", "profile": "--profile", "api_base": "--api-b
                 "allow": "--allow", "context_window": "--context-window", "timeout": "--timeout",
                 "max_input_tokens": "--max-input-tokens", "max_output_tokens_total": "--max-output-tokens-total",
                 "max_cost_usd": "--max-cost-usd", "max_wall_s": "--max-wall-s", "workdir": "--workdir",
-                "mcp_config": "--mcp-config"}
+                "mcp_config": "--mcp-config", "store": "--store"}
 SWITCHES = {"allow_all": "--allow-all", "no_lessons": "--no-lessons"}  # options without a value
 
 
@@ -153,7 +153,7 @@ def standing(task: Task) -> Standing:
     from ctxagent.sessions.session import Session
     from ctxagent.tools.clean import plain
 
-    session = Session.at(task.session)
+    session = Session.at(task.session, task.options.get("store"))
     held = recorded_task(session.transcript)
     if held is None:
         return Standing()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -18,6 +18,7 @@ from ctxagent.messages import one_line
 
 if TYPE_CHECKING:
     from ctxagent.agent.peek import NextRequest
+    from ctxagent.sessions.session import Session
 
 BAR = 50  # characters of the budget bar
 
@@ -31,17 +32,22 @@ def budget_bar(used: int, window: int, target: float, trigger: float) -> str:
 
 
 def context(
+    ctx: typer.Context,
     session: SessionOpt = None,
     path: Annotated[str | None, typer.Option("--path", help="interactive or batch (default: the session's).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
 ) -> None:
     """The messages the next request would send, tokens per message, the budget, the compactions."""
-    from ctxagent.agent.peek import next_request
-
     if path not in (None, "interactive", "batch"):
         raise typer.BadParameter("--path is interactive or batch")
-    nxt = next_request(pick(session), path="batch" if path == "batch" else "interactive" if path else None,
-                       every_compaction=json_out)
+    show(pick(session, ctx.obj), "batch" if path == "batch" else "interactive" if path else None, json_out)
+
+
+def show(session: Session, path: Literal["interactive", "batch"] | None, json_out: bool) -> None:
+    """Print what ``inspect context`` shows of ``session`` (``path``: None, the session's)."""
+    from ctxagent.agent.peek import next_request
+
+    nxt = next_request(session, path=path, every_compaction=json_out)
     from ctxagent.strategies.pipeline import rule_in_force
 
     b = nxt.budget

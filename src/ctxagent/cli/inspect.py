@@ -24,8 +24,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON record per line,
 
 
 @app.callback()
-def _options(store: StoreOpt = None) -> None:
+def _options(ctx: typer.Context, store: StoreOpt = None) -> None:
     """``--store URL`` before the command: the session store to read (default $CTXAGENT_STORE)."""
+    ctx.obj = store  # the commands' ``ctx.obj``
 
 
 def _line(rec: Any) -> str:
@@ -76,11 +77,11 @@ def _line(rec: Any) -> str:
 
 
 @app.command("transcript")
-def transcript(session: SessionOpt = None, json_out: JsonOpt = False) -> None:
+def transcript(ctx: typer.Context, session: SessionOpt = None, json_out: JsonOpt = False) -> None:
     """Every record of the transcript, oldest first; compactions are marked."""
     from ctxagent.sessions import records
 
-    target = pick(session)
+    target = pick(session, ctx.obj)
     items = target.transcript.load()
     if json_out:
         for rec in items:

@@ -28,15 +28,18 @@ from ctxagent.errors import UsageError
 from ctxagent.sessions.session import Session, latest_session
 from ctxagent.tools.clean import mend
 
+STORE_ENV = "CTXAGENT_STORE"
+"""The environment variable that names the session store when ``--store`` is not given (read here,
+at the command line's edge, and passed on explicitly: nothing below reads or sets it)."""
+
 
 def use_store(url: str | None) -> str | None:
-    """``--store URL``: sessions live in the object store at ``URL`` for this process and the ones it
-    starts (it sets ``$CTXAGENT_STORE``). Raises ``typer.BadParameter`` for a blank URL."""
-    if url is not None:
-        if not url.strip():
-            raise typer.BadParameter("give a URL, e.g. s3://bucket/prefix or file:///srv/ctxagent")
-        os.environ["CTXAGENT_STORE"] = url.strip()
-    return url
+    """The session store of a command: ``--store URL``, else ``$CTXAGENT_STORE``, else None (local
+    disk); trailing slashes dropped. Raises ``typer.BadParameter`` for a blank ``--store``."""
+    if url is not None and not url.strip():
+        raise typer.BadParameter("give a URL, e.g. s3://bucket/prefix or file:///srv/ctxagent")
+    url = url if url is not None else os.environ.get(STORE_ENV, "")
+    return url.strip().rstrip("/") or None
 
 
 StoreOpt = Annotated[str | None, typer.Option(
@@ -185,10 +188,10 @@ def with_run_options(command: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def pick(name: str | None) -> Session:
-    """The named session, or the most recent one; ``UsageError`` if there is none. With a session
-    store, the cache is brought up to the store first."""
-    return (Session.at(name) if name else latest_session()).pull().require()
+def pick(name: str | None, store_url: str | None = None) -> Session:
+    """The named session, or the most recent one, on local disk or in the session store at
+    ``store_url``; ``UsageError`` if there is none. With a store, the cache is brought up to it first."""
+    return (Session.at(name, store_url) if name else latest_session(store_url)).pull().require()
 
 
 def check_recordable(**options: str | Path | None) -> None:

@@ -167,12 +167,12 @@ def _inline(shown: Shown) -> str:
 # --- inspect outputs / inspect output -----------------------------------------------------------------
 
 
-def outputs(session: SessionOpt = None,
+def outputs(ctx: typer.Context, session: SessionOpt = None,
             json_out: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False) -> None:
     """The session's stored outputs, oldest first: handle, tool, type, size, created."""
     from ctxagent.sessions import records
 
-    target = pick(session)
+    target = pick(session, ctx.obj)
     latest: dict[str, Any] = {}
     for rec in target.transcript.load():
         if isinstance(rec, records.OutputRecord):
@@ -215,6 +215,7 @@ def _size(row: dict[str, Any]) -> str:
 
 
 def output(
+    ctx: typer.Context,
     handle: Annotated[str, typer.Argument(help="The handle (@abc123, or a part like @abc123/key).")],
     session: SessionOpt = None, output_file: OutputOpt = None,
 ) -> None:
@@ -223,7 +224,7 @@ def output(
     from ctxagent.tools.base import ToolError
 
     check_output(output_file)  # a directory or an unwritable path fails before anything is read
-    target = pick(session)
+    target = pick(session, ctx.obj)
     name = handle if handle.startswith("@") else "@" + handle
     try:
         ref = values.parse_ref(name)

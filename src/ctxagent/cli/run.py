@@ -52,11 +52,12 @@ def _piped() -> str | None:
     return text if text.strip() else None
 
 
-def _session(name: str | None) -> Session:
-    """The session ``--session`` names (a new name when it is not given; ``UsageError`` when blank)."""
+def _session(name: str | None, store_url: str | None) -> Session:
+    """The session ``--session`` names (a new name when it is not given; ``UsageError`` when blank),
+    on local disk or in the session store at ``store_url``."""
     if name is None:
-        return Session.at(new_name())
-    return Session.at(name).pull()  # with a session store: the cache brought up to it
+        return Session.at(new_name(), store_url)
+    return Session.at(name, store_url).pull()  # with a session store: the cache brought up to it
 
 
 def execute(session: Session, message: str | None, opts: RunOptions, stdin: str | None = None) -> None:
@@ -324,7 +325,7 @@ def run(opts: RunOptions,
     if text is None:
         text = plain(typer.prompt("task"))
     opts.check()
-    execute(_session(opts.session), text, opts, stdin=_piped() if task != "-" else None)
+    execute(_session(opts.session, opts.store), text, opts, stdin=_piped() if task != "-" else None)
 
 
 @with_run_options
@@ -332,5 +333,6 @@ def resume(opts: RunOptions,
            message: Annotated[str | None, typer.Argument(help="A new user message; '-' reads stdin.")] = None) -> None:
     """Continue a session (the most recent one by default) where it stopped."""
     opts.check()
-    target = (Session.at(opts.session) if opts.session is not None else latest_session()).pull().require()
+    store = opts.store
+    target = (Session.at(opts.session, store) if opts.session is not None else latest_session(store)).pull().require()
     execute(target, _read_task(message), opts, stdin=_piped() if message not in (None, "-") else None)

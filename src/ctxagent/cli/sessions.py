@@ -35,8 +35,9 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object (per line
 
 
 @app.callback()
-def _options(store: StoreOpt = None) -> None:
+def _options(ctx: typer.Context, store: StoreOpt = None) -> None:
     """``--store URL`` before the command: the session store to read (default $CTXAGENT_STORE)."""
+    ctx.obj = store  # the commands' ``ctx.obj``
 
 
 class Format(StrEnum):
@@ -60,25 +61,25 @@ def on_terminal() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _existing(name: str) -> Session:
+def _existing(name: str, store_url: str | None) -> Session:
     """The top-level session ``name`` whose folder exists (even with an empty transcript);
     ``UsageError`` for a bad name, a sub-agent's session (``PARENT/CHILD``: it belongs to its
     parent's folder, and goes with it), or no such session."""
     if "/" in name:
         raise UsageError(f"{name!r} is a sub-agent's session, part of its parent's; delete or rename "
                          f"{name.split('/', 1)[0]!r} instead")
-    session = Session.at(name)
+    session = Session.at(name, store_url)
     if not session.root.is_dir():
         raise UsageError(f"no session named {name!r} under {session.root.parent}")
     return session
 
 
 @app.command("list")
-def list_(json_out: JsonOpt = False) -> None:
+def list_(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """Sessions with their creation and last-used times, turns, tokens, cost and status (running
     while a process holds the session's lock; interrupted when a run stopped without an end record),
     most recently written first. Piped, names are never cut."""
-    rows = [row for session in list_sessions() for row in _rows(session)]
+    rows = [row for session in list_sessions(ctx.obj) for row in _rows(session)]
     if json_out:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
@@ -111,10 +112,10 @@ def _rows(session: Session, parent: str | None = None) -> list[_Row]:
 
 
 @app.command("show")
-def show(name: OptNameArg = None, json_out: JsonOpt = False) -> None:
+def show(ctx: typer.Context, name: OptNameArg = None, json_out: JsonOpt = False) -> None:
     """One session: the settings in force (model, profile, window, workdir, tools, limits), status,
     turns, messages, tokens, cost, created and last-used times, offloaded outputs, compactions."""
-    session = pick(name)
+    session = pick(name, ctx.obj)
     facts = sessions_export.facts(session)
     if json_out:
         print(json.dumps(facts, ensure_ascii=False))
@@ -125,12 +126,13 @@ def show(name: OptNameArg = None, json_out: JsonOpt = False) -> None:
 
 @app.command("delete")
 def delete(
+    ctx: typer.Context,
     name: NameArg,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed when not on a terminal).")] = False,
 ) -> None:
     """Delete the session's folder: its transcript and offloaded outputs. Asks first on a terminal;
     elsewhere needs ``--yes``. Refuses while another process holds the session (exit 1)."""
-    session = _existing(name)
+    session = _existing(name, ctx.obj)
     if not yes:
         if not on_terminal():
             raise UsageError(f"not deleting session {name!r} without --yes (no terminal to ask on)")
@@ -157,14 +159,15 @@ def delete(
 
 @app.command("rename")
 def rename(
+    ctx: typer.Context,
     old: NameArg,
     new: Annotated[str, typer.Argument(help="The new name.", metavar="NEW", show_default=False)],
 ) -> None:
     """Rename a session: its folder moves, nothing in it is rewritten (the header keeps the name
     it was started with; ``resume --session NEW`` continues it). Refuses while another process
     holds the session (exit 1), and when NEW is taken (exit 2)."""
-    source = _existing(old)
-    target = Session.at(check_name(new))
+    source = _existing(old, ctx.obj)
+    target = Session.at(check_name(new), ctx.obj)
     if target.root.exists():
         raise UsageError(f"a session named {new!r} exists already ({target.root})")
     with source.writer():
@@ -186,6 +189,7 @@ def rename(
 
 @app.command("export")
 def export(
+    ctx: typer.Context,
     name: OptNameArg = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="jsonl: the transcript's records as stored; "
                                         "markdown: a readable transcript; openai: the messages of the next "
@@ -195,7 +199,7 @@ def export(
                                                 dir_okay=False)] = None,
 ) -> None:
     """Export a session's transcript (jsonl, markdown) or its current view (openai)."""
-    session = pick(name)
+    session = pick(name, ctx.obj)
     if fmt is Format.jsonl:
         chunks = sessions_export.jsonl(session)
     elif fmt is Format.markdown:

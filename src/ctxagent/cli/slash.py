@@ -34,9 +34,9 @@ def handle(line: str, runner: Any, renderer: Any) -> str | object | None:
         for name, text in HELP.items():
             out.print(f"  [bold]{escape(name)}[/bold]  {escape(text)}")
     elif command == "/context":
-        from ctxagent.cli.context_cmd import context
+        from ctxagent.cli.context_cmd import show
 
-        context(session=runner.session.name, path=runner.path, json_out=False)
+        show(runner.session, runner.path, json_out=False)
     elif command == "/compact":
         events = list(runner.compact())
         for event in events:

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from ctxagent.cli.options import use_store
 from ctxagent.errors import UsageError
 
 ADDRESS_HELP = "The Temporal server (frontend), HOST:PORT."
@@ -34,8 +35,8 @@ def worker(
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, max=256,
                                              help="Sessions this worker runs at once (each a ctxagent process).")] = 2,
     store: Annotated[str | None, typer.Option(
-        "--store", help="Where the sessions live (an fsspec URL, as CTXAGENT_STORE): every worker of a cluster "
-                        "needs the same one. Default: this machine's data folder.")] = None,
+        "--store", callback=use_store, help="Where the sessions live (an fsspec URL): every worker of a cluster "
+                        "needs the same one. Default: $CTXAGENT_STORE, else this machine's data folder.")] = None,
 ) -> None:
     """Run the sessions that `ctxagent batch --backend temporal` submits, until SIGTERM or Ctrl-C
     (the running sessions then resume on another worker)."""

@@ -61,18 +61,20 @@ def bounded(result: dict[str, Any]) -> dict[str, Any]:
 
 
 class SessionActivity:
-    """The activity (:meth:`run_session`) with the environment its runs get (``env``) and the
-    worker's name (``identity``, in each result's ``worker``)."""
+    """The activity (:meth:`run_session`) with the environment its runs get (``env``), the
+    worker's name (``identity``, in each result's ``worker``) and the session store the sessions
+    live in (``store``, an fsspec URL; None: what each task names, else local disk)."""
 
-    def __init__(self, env: dict[str, str], identity: str):
-        self.env, self.identity = env, identity
+    def __init__(self, env: dict[str, str], identity: str, store: str | None = None):
+        self.env, self.identity, self.store = env, identity, store
 
     @activity.defn(name=ACTIVITY)
     async def run_session(self, spec: SessionTask) -> dict[str, Any]:
         """Run or resume ``spec``'s session; its bounded result object (see the module docstring).
         Raises ``ApplicationError`` (retryable) when the session is busy or the run left no result."""
         info = activity.info()
-        task = Task(spec.line, spec.session, dict(spec.options), spec.text)
+        task = Task(spec.line, spec.session, {**spec.options, **({"store": self.store} if self.store else {})},
+                    spec.text)
         base = {"line": task.line, "session": task.session, "resumed": False, "worker": self.identity,
                 "attempt": info.attempt}
         stand = await asyncio.to_thread(standing, task)

@@ -2,8 +2,8 @@
 
 One process per machine (or several): it polls ``task_queue`` on the Temporal server at
 ``address`` and runs up to ``concurrency`` sessions at once, each a ``ctxagent run`` process
-(:mod:`.temporal_activity`). Sessions live in the store: ``store`` (an fsspec URL) becomes
-``CTXAGENT_STORE`` for this process and its runs; every worker of a cluster needs the same one
+(:mod:`.temporal_activity`). Sessions live in the store: ``store`` (an fsspec URL) is the one its
+status checks read and its runs get (``--store``); every worker of a cluster needs the same one
 (on one machine the local data folder is shared already). SIGTERM or Ctrl-C: the running sessions
 are stopped (each records an ``interrupted`` end) and Temporal retries them on another worker.
 """
@@ -37,12 +37,10 @@ async def connect(address: str, namespace: str) -> object:
 def serve(address: str, namespace: str, task_queue: str, concurrency: int, store: str | None) -> None:
     """Run the worker until SIGTERM or Ctrl-C (see the module docstring). Raises ``UsageError``
     when the server cannot be reached."""
-    if store:
-        os.environ["CTXAGENT_STORE"] = store  # this process's status checks and its runs
-    asyncio.run(_serve(address, namespace, task_queue, concurrency))
+    asyncio.run(_serve(address, namespace, task_queue, concurrency, store))
 
 
-async def _serve(address: str, namespace: str, task_queue: str, concurrency: int) -> None:
+async def _serve(address: str, namespace: str, task_queue: str, concurrency: int, store: str | None) -> None:
     from temporalio.client import Client
     from temporalio.worker import Worker
 
@@ -52,7 +50,7 @@ async def _serve(address: str, namespace: str, task_queue: str, concurrency: int
     client = await connect(address, namespace)
     assert isinstance(client, Client)
     identity = f"{os.getpid()}@{socket.gethostname()}"
-    runs = SessionActivity({**os.environ, "CTXAGENT_HEARTBEAT_S": "86400"}, identity)  # a run's stderr: not shown
+    runs = SessionActivity({**os.environ, "CTXAGENT_HEARTBEAT_S": "86400"}, identity, store)  # stderr: not shown
     worker = Worker(client, task_queue=task_queue, workflows=[SessionWorkflow], activities=[runs.run_session],
                     max_concurrent_activities=concurrency, identity=identity,
                     graceful_shutdown_timeout=timedelta(0))  # stop at once: the sessions resume elsewhere

@@ -39,25 +39,26 @@ if TYPE_CHECKING:
     from ctxagent.lessons import llm
 
 
-def session_exists(name: str) -> bool:
-    """Whether a session of that name is on disk (a name no session could have counts as existing:
-    it was written by hand, not by a session that was deleted)."""
-    try:
-        return Session.at(name).exists()
-    except UsageError:
-        return True
-
-
 @dataclass
 class Learner:
     """The lessons side of one session's runs (see the module docstring). ``workdir``: absolute;
-    ``model``: the model name token counts use; ``store``: default ``<data dir>/lessons``."""
+    ``model``: the model name token counts use; ``store``: default ``<data dir>/lessons``;
+    ``sessions_store``: the session store the sessions live in (None: local disk)."""
 
     session: str
     config: LessonsConfig
     workdir: Path
     model: str = ""
     store: LessonStore = field(default_factory=LessonStore)
+    sessions_store: str | None = None
+
+    def _exists(self, name: str) -> bool:
+        """Whether a session of that name is on disk (a name no session could have counts as existing:
+        it was written by hand, not by a session that was deleted)."""
+        try:
+            return Session.at(name, self.sessions_store).exists()
+        except UsageError:
+            return True
 
     @property
     def scope(self) -> Scope:
@@ -70,7 +71,7 @@ class Learner:
     def candidates(self) -> list[Lesson]:
         """Every lesson the session may be shown (from sessions that still exist). Raises ``OSError``
         when the store cannot be read."""
-        return curate.live([x for s in self.scopes() for x in self.store.load(s)], session_exists)
+        return curate.live([x for s in self.scopes() for x in self.store.load(s)], self._exists)
 
     def block(self, shown: records.LessonsRecord | None, task: str | None) -> list[records.LessonsRecord]:
         """What a run appends before its first request: for a new session (``task``: its first
@@ -134,7 +135,7 @@ class Learner:
             return ""
         try:
             with self.store.editing(self.store.path(self.scope)) as lessons:
-                current = curate.live(lessons, session_exists)
+                current = curate.live(lessons, self._exists)
                 for lesson in found:
                     current = curate.merge(current, lesson)
                 lessons[:] = curate.evict(current, self.config.max_stored)
@@ -150,7 +151,7 @@ class Learner:
             if scope != self.scope and not mine and not path.exists():
                 continue
             with self.store.editing(path) as lessons:
-                current = curate.live(lessons, session_exists)
+                current = curate.live(lessons, self._exists)
                 for lesson in mine:
                     current = curate.merge(current, lesson)
                 current = [self._voted(lesson, done, shown) for lesson in current]

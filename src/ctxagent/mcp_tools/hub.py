@@ -11,8 +11,9 @@ runner's thread waits on a ``concurrent.futures.Future`` in short slices, so it 
 - notice a crash: a request that fails with ``CONNECTION_CLOSED`` marks the connection dead; it is
   restarted once for later calls, then the server stays down for the process.
 
-Connections are shared by every runner of the process (sub-agents use their parent's servers) and
-closed at exit (``atexit``; the SDK closes stdin, then kills the process group). A stdio server runs
+Connections are shared by the runners of the process that run in the same working directory (a
+sub-agent uses its parent's servers; a session elsewhere never gets a server started in another's
+folder) and closed at exit (``atexit``; the SDK closes stdin, then kills the process group). A stdio server runs
 under :mod:`ctxagent.mcp_tools.guard` on Linux, so a ``kill -9`` of ctxagent leaves no server behind.
 Server stderr goes to a log file, never to the user's terminal.
 """
@@ -319,13 +320,14 @@ def describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if not isinstance(err, McpUnavailable) else text
 
 
-_connections: dict[tuple[str, str], Connection] = {}
+_connections: dict[tuple[str, str, str], Connection] = {}
 _registry_lock = threading.Lock()
 
 
 def connection(name: str, config: ServerConfig, *, log_dir: Path, workdir: Path) -> Connection:
-    """The process's connection to server ``name`` with ``config`` (one per distinct config)."""
-    key = (name, config.model_dump_json())
+    """The process's connection to server ``name`` with ``config`` run in ``workdir`` (one per
+    distinct config and working directory; its log in the ``log_dir`` of the first to ask)."""
+    key = (name, config.model_dump_json(), str(workdir))
     with _registry_lock:
         if key not in _connections:
             _connections[key] = Connection(name, config, log_dir / f"{name}.log", workdir)

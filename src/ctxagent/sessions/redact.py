@@ -51,6 +51,7 @@ from ctxagent.sessions import scan
 from ctxagent.sessions.secret_engine import MARKER, Engine, Windows  # noqa: F401 (MARKER: re-exported)
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools.clean import mend
+from ctxagent.tools.preview import FileStats
 
 CHUNK_BYTES = 1024 * 1024  # streaming reads of a file being redacted
 OVERLAP_BYTES = 64 * 1024  # kept back from each chunk so a match across two chunks is seen whole
@@ -155,9 +156,8 @@ class Redactor:
 
     def secret_windows(self, path: Path, measured: scan.Measured | None = None) -> tuple[bool, Windows | None]:
         """Whether the file at ``path`` holds a secret, and the windows it can start in (None:
-        anywhere). With the prefilter, this one pass also measures the file for its output record
-        when it holds none (:func:`ctxagent.sessions.scan.remember`); ``measured``: that pass,
-        made already (used when the file has the size it saw). Raises ``OSError``."""
+        anywhere). ``measured``: the file measured already with the prefilter (used when it has the
+        size it saw). Raises ``OSError``."""
         pre = self.prefilter
         if pre is None:
             return self._search_file(path), None
@@ -165,10 +165,7 @@ class Redactor:
             measured = scan.measure(path, pre)
         if measured.windows is None:  # too many prefilter matches to list
             return self._search_file(path), None
-        if self._bytes.found_in_file(path, measured.windows, CHUNK_BYTES, OVERLAP_BYTES):
-            return True, measured.windows
-        scan.remember(path, measured.stats)
-        return False, measured.windows
+        return self._bytes.found_in_file(path, measured.windows, CHUNK_BYTES, OVERLAP_BYTES), measured.windows
 
     def _search_file(self, path: Path) -> bool:
         with open(path, "rb") as fh:
@@ -186,11 +183,11 @@ class Redactor:
         Returns whether anything was replaced. Raises ``OSError``.
         """
         pre = self.prefilter
-        return self.copy_windows(source, target, None if pre is None else scan.measure(source, pre).windows)
+        return self.copy_windows(source, target, None if pre is None else scan.measure(source, pre).windows)[0]
 
-    def copy_windows(self, source: Path, target: Path, windows: Windows | None) -> bool:
-        """:meth:`copy_file`, trying only the positions in ``windows`` (None: all of them); the
-        stats of what it writes are remembered for ``target`` (:func:`scan.remember`)."""
+    def copy_windows(self, source: Path, target: Path, windows: Windows | None) -> tuple[bool, FileStats]:
+        """:meth:`copy_file`, trying only the positions in ``windows`` (None: all of them); returns
+        whether anything was replaced and the stats of what it wrote."""
         changed = False
         digest = scan.Digester(threaded=source.stat().st_size >= scan.THREAD_MIN_BYTES)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -211,29 +208,32 @@ class Redactor:
                     break
             dst.flush()
             os.fsync(dst.fileno())
-        scan.remember(target, digest.stats())
-        return changed
+        return changed, digest.stats()
 
 
-def redact_file(path: Path, redactor: Redactor | None = None, measured: scan.Measured | None = None) -> bool:
+def redact_file(path: Path, redactor: Redactor | None = None,
+                measured: scan.Measured | None = None) -> tuple[bool, FileStats | None]:
     """Redact the file at ``path`` in place (only rewritten when it holds a secret; the rewrite
-    goes to a temporary file beside it, then replaces it). Returns whether it changed.
+    goes to a temporary file beside it, then replaces it). Returns whether it changed, and the
+    stats of the file as it now is (for its output record) when a pass measured them: with the
+    prefilter always, without it when it was rewritten (None: read it to know them).
 
-    With the prefilter, the file is read once when it holds no secret (that pass also measures
-    it for its output record: :func:`ctxagent.sessions.scan.stats_of`), twice when it does.
+    With the prefilter, the file is read once when it holds no secret, twice when it does.
     ``measured``: the file already measured with this redactor's prefilter (while it was written).
     """
     redactor = redactor or default()
+    if redactor.prefilter is not None and (measured is None or measured.stats.bytes != path.stat().st_size):
+        measured = scan.measure(path, redactor.prefilter)
     found, windows = redactor.secret_windows(path, measured)
     if not found:
-        return False
+        return False, None if measured is None else measured.stats
     temp = path.with_name(path.name + ".redacting")
     try:
-        redactor.copy_windows(path, temp, windows)
+        stats = redactor.copy_windows(path, temp, windows)[1]
         os.replace(temp, path)
     finally:
         temp.unlink(missing_ok=True)
-    return True
+    return True, stats
 
 
 def default() -> Redactor:
@@ -337,17 +337,22 @@ class RedactingStore(OutputStore):
         os.chmod(path, 0o600)
         return path
 
-    def adopt(self, spooled: Path, handle: str, *args: Any, **kwargs: Any) -> Path:
+    def adopt_measured(self, spooled: Path, handle: str, suffix: str = ".out") -> tuple[Path, FileStats | None]:
         follower = self._followers.pop(spooled, None)
-        if _suffix(args, kwargs).endswith(UNREDACTED_SUFFIXES):
+        stats = None
+        if suffix.endswith(UNREDACTED_SUFFIXES):
             if follower is not None:
                 follower.cancel()
         else:
             redactor = self.redactor
             measured = follower.finish() if follower is not None else None
-            redact_file(spooled, redactor, measured if follower and follower.prefilter is redactor.prefilter else None)
+            stats = redact_file(spooled, redactor,
+                                measured if follower and follower.prefilter is redactor.prefilter else None)[1]
         os.chmod(spooled, 0o600)
-        return super().adopt(spooled, handle, *args, **kwargs)
+        return OutputStore.adopt(self, spooled, handle, suffix), stats
+
+    def adopt(self, spooled: Path, handle: str, *args: Any, **kwargs: Any) -> Path:
+        return self.adopt_measured(spooled, handle, _suffix(args, kwargs))[0]
 
     def put_file(self, handle: str, source: Path, *args: Any, **kwargs: Any) -> Path:
         private_dir(self.root)

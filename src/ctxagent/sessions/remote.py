@@ -1,6 +1,7 @@
 """Sessions in an object store: the store is the durable copy, the local session folder a cache.
 
-With a store URL (``--store URL`` or ``$CTXAGENT_STORE``; any fsspec URL: ``s3://bucket/prefix``,
+With a store URL (``--store URL``, or ``$CTXAGENT_STORE`` which the command line reads; any fsspec
+URL, passed to :class:`~ctxagent.sessions.session.Session` as its ``store_url``: ``s3://bucket/prefix``,
 ``gs://...``, ``az://...``, ``file:///path``), the session ``NAME`` lives at ``URL/sessions/NAME/``
 (a sub-agent's at ``URL/sessions/NAME/agents/CHILD/``)::
 
@@ -42,12 +43,6 @@ from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
 STATE = ".store.json"  # beside the transcript: {"segments": N, "bytes": B} of it that the store holds
 SNAPSHOT_EVERY = 64  # segments since the last snapshot that make a writer leave a new one
 DIGITS = 12
-
-
-def store_url() -> str | None:
-    """The session store URL (``$CTXAGENT_STORE``, set by ``--store``), or None: sessions on local disk."""
-    url = os.environ.get("CTXAGENT_STORE", "").strip().rstrip("/")
-    return url or None
 
 
 def cache_key(url: str) -> str:

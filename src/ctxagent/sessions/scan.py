@@ -12,8 +12,8 @@ Python patterns alone replace (tests/test_scan_engine.py checks this on random t
 :func:`measure` streams a file once (2 MiB chunks; hyperscan's streaming mode carries matches
 across chunk boundaries) and returns its :class:`~ctxagent.tools.preview.FileStats` (bytes, lines,
 sha256: what an :class:`~ctxagent.sessions.records.OutputRecord` holds) with the windows; the
-sha256 is computed in a second thread (hashlib and hyperscan release the GIL). :func:`remember` and
-:func:`stats_of` hand those stats from the store's redaction to the output record, so an offloaded
+sha256 is computed in a second thread (hashlib and hyperscan release the GIL). The redacting store
+returns those stats with the file it adopted (``RedactingStore.adopt_measured``), so an offloaded
 output is read once.
 
 Without the ``hyperscan`` package (no wheel for the platform), or with ``CTXAGENT_SCAN=python``,
@@ -27,7 +27,6 @@ import importlib
 import os
 import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -216,7 +215,7 @@ def measure(path: Path, pre: Prefilter | None = None) -> Measured:
 
 
 class Digester:
-    """Stats of bytes as they are written (the redacted copy of a file), for :func:`remember`."""
+    """Stats of bytes as they are written (the redacted copy of a file)."""
 
     def __init__(self, threaded: bool = False):
         self._digest = _Digest(threaded)
@@ -227,37 +226,6 @@ class Digester:
 
     def stats(self) -> FileStats:
         return self._digest.stats()
-
-
-# --- stats handed from the store's scan to the output record -----------------------------------
-
-_KNOWN: OrderedDict[tuple[int, int, int, int], FileStats] = OrderedDict()
-_KNOWN_MAX = 64
-_KNOWN_LOCK = threading.Lock()
-
-
-def _identity(path: Path) -> tuple[int, int, int, int]:
-    """What changes when a file does: device, inode, size, mtime (a rename keeps all four)."""
-    st = os.stat(path)
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
-
-
-def remember(path: Path, stats: FileStats) -> None:
-    """Keep ``stats`` of the file at ``path`` for one :func:`stats_of` call (also after a rename)."""
-    key = _identity(path)
-    with _KNOWN_LOCK:
-        _KNOWN[key] = stats
-        while len(_KNOWN) > _KNOWN_MAX:
-            _KNOWN.popitem(last=False)
-
-
-def stats_of(path: Path) -> FileStats:
-    """Stats of the file at ``path``: the remembered ones when the file is unchanged since (taken:
-    the next call measures), else measured in one pass. Raises ``OSError``."""
-    key = _identity(path)
-    with _KNOWN_LOCK:
-        known = _KNOWN.pop(key, None)
-    return known if known is not None else measure(path).stats
 
 
 # --- scanning a spool file while the tool writes it ---------------------------------------------

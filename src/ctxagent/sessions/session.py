@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 
 from ctxagent.dirs import data_dir
 from ctxagent.errors import SessionBusyError, UsageError
-from ctxagent.sessions.remote import cache_key, store_url
+from ctxagent.sessions.remote import cache_key
 from ctxagent.sessions.store import OutputStore
 from ctxagent.sessions.transcript import Transcript
 
@@ -29,11 +29,12 @@ AGENTS = "agents"  # the folder of a session's sub-agent sessions
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
-def sessions_root() -> Path:
-    """The folder holding one sub-folder per session: ``<data dir>/sessions``, or with a session
-    store (``$CTXAGENT_STORE``, sessions/remote.py) its cache, ``<data dir>/stores/<key>/sessions``."""
-    url = store_url()
-    return data_dir() / "sessions" if url is None else data_dir() / "stores" / cache_key(url) / "sessions"
+def sessions_root(store_url: str | None = None) -> Path:
+    """The folder holding one sub-folder per session: ``<data dir>/sessions``, or with the session
+    store at ``store_url`` (an fsspec URL, sessions/remote.py) its cache, ``<data dir>/stores/<key>/sessions``."""
+    if store_url is None:
+        return data_dir() / "sessions"
+    return data_dir() / "stores" / cache_key(store_url) / "sessions"
 
 
 def check_name(name: str) -> str:
@@ -57,29 +58,32 @@ def new_name() -> str:
 
 @dataclass
 class Session:
-    """One session directory. Use :meth:`writer` to hold the lock while appending."""
+    """One session directory. Use :meth:`writer` to hold the lock while appending. ``store_url``:
+    the session store it lives in (an fsspec URL; the folder is then its cache), None: local disk."""
 
     name: str
     root: Path
+    store_url: str | None = None
     _sync: Any = field(default=None, repr=False, compare=False)  # a writer's SessionSync (with a store)
 
     @classmethod
-    def at(cls, name: str) -> Session:
-        """The session called ``name`` (it may not exist yet): ``NAME``, or ``NAME/CHILD[/...]`` for a
-        sub-agent's session (``<parent>/agents/<child>``). Raises ``UsageError`` on a bad name."""
+    def at(cls, name: str, store_url: str | None = None) -> Session:
+        """The session called ``name`` (it may not exist yet) on local disk, or in the session store
+        at ``store_url``: ``NAME``, or ``NAME/CHILD[/...]`` for a sub-agent's session
+        (``<parent>/agents/<child>``). Raises ``UsageError`` on a bad name."""
         first, *children = name.split("/") if "/" in name and "" not in name.split("/") else [name]
-        root = sessions_root() / check_name(first)
-        if children and store_url() and not (root / "transcript.jsonl").is_file():
-            cls(first, root).pull()  # a sub-agent's session on a machine that never opened its parent
+        root = sessions_root(store_url) / check_name(first)
+        if children and store_url and not (root / "transcript.jsonl").is_file():
+            cls(first, root, store_url).pull()  # a sub-agent's session on a machine that never opened its parent
         for child in children:
             if not (root / "transcript.jsonl").is_file():  # a/b names a sub-agent of an existing a only
                 check_name(name)
             root = root / AGENTS / check_name(child)
-        return cls(name, root)
+        return cls(name, root, store_url)
 
     def child(self, name: str) -> Session:
-        """The session of this session's sub-agent ``name`` (it may not exist yet)."""
-        return Session(f"{self.name}/{check_name(name)}", self.root / AGENTS / name)
+        """The session of this session's sub-agent ``name`` (it may not exist yet), in the same store."""
+        return Session(f"{self.name}/{check_name(name)}", self.root / AGENTS / name, self.store_url)
 
     def children(self) -> list[Session]:
         """The sessions of this session's sub-agents, by name."""
@@ -142,7 +146,7 @@ class Session:
                 f"(lock: {self.root / '.lock'}); wait for it to finish"
             ) from None
         try:
-            if store_url() is None:
+            if self.store_url is None:
                 yield self
             else:
                 with self._leased():
@@ -166,8 +170,8 @@ class Session:
         """This session's :class:`~ctxagent.sessions.remote.SessionSync` (the writer's in :meth:`writer`), or None."""
         from ctxagent.sessions.replica import sync_for
 
-        url = store_url()
-        return self._sync or (sync_for(url, sessions_root(), self.root, self.name) if url else None)
+        url = self.store_url
+        return self._sync or (sync_for(url, sessions_root(url), self.root, self.name) if url else None)
 
     def pull(self) -> Session:
         """With a store: bring this session's cache (and its sub-agents') up to the store unless a process
@@ -206,24 +210,26 @@ class Session:
         return False
 
 
-def list_sessions() -> list[Session]:
-    """Every session, most recently modified first (with a store, the cache gets the heads it lacks)."""
-    root, url = sessions_root(), store_url()
+def list_sessions(store_url: str | None = None) -> list[Session]:
+    """Every session on local disk or in the store at ``store_url``, most recently modified first
+    (with a store, the cache gets the heads it lacks)."""
+    root, url = sessions_root(store_url), store_url
     if url is not None:
         from ctxagent.sessions.replica import fetch_heads
 
         fetch_heads(url, root, lambda name: bool(NAME_RE.match(name)) and ".." not in name)
     if not root.is_dir():
         return []
-    found = [Session(p.name, p) for p in root.iterdir() if (p / "transcript.jsonl").is_file()]
+    found = [Session(p.name, p, url) for p in root.iterdir() if (p / "transcript.jsonl").is_file()]
     return sorted(found, key=lambda s: (s.root / "transcript.jsonl").stat().st_mtime, reverse=True)
 
 
-def latest_session() -> Session:
-    """The most recently written session; ``UsageError`` when there is none."""
-    found = list_sessions()
+def latest_session(store_url: str | None = None) -> Session:
+    """The most recently written session (on local disk or in the store at ``store_url``);
+    ``UsageError`` when there is none."""
+    found = list_sessions(store_url)
     if not found:
-        raise UsageError(f"no sessions yet under {sessions_root()}; start one with 'ctxagent run'")
+        raise UsageError(f"no sessions yet under {sessions_root(store_url)}; start one with 'ctxagent run'")
     return found[0]
 
 

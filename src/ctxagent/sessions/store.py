@@ -18,9 +18,13 @@ import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ctxagent.errors import UsageError
 from ctxagent.handles import HANDLE_RE, base_handle, new_handle
+
+if TYPE_CHECKING:
+    from ctxagent.tools.preview import FileStats
 
 SUFFIXES = (".out", ".json", ".npy")  # value files, in lookup order
 META_SUFFIX = ".meta.json"
@@ -127,6 +131,11 @@ class OutputStore:
         final = self.path_of(handle, suffix)
         os.replace(spooled, final)
         return final
+
+    def adopt_measured(self, spooled: Path, handle: str, suffix: str = ".out") -> tuple[Path, FileStats | None]:
+        """:meth:`adopt`, and the stats of the file (bytes, lines, sha256) when adopting it measured
+        them, as the redacting store's secret scan does (None: not measured; read the file for them)."""
+        return self.adopt(spooled, handle, suffix), None
 
     def put_bytes(self, handle: str, data: bytes, suffix: str = ".out", *, durable: bool = True) -> Path:
         """Write ``data`` under ``handle`` in a ``suffix`` file; returns the path.

@@ -1,6 +1,8 @@
 """The strategy contract: a view made of entries, the budget, and what a strategy returns.
 
-A strategy is a pure transform: ``apply(view, ctx) -> Outcome``. It does no I/O and never imports
+A strategy is a pipeline step (its parameters, :mod:`ctxagent.strategies.step`) with a pure
+``step.apply(view, ctx, scan) -> Outcome``: a function of the view, the context and the step's own
+:class:`Scan` (the incremental work one session keeps for it). It does no I/O and never imports
 litellm; one that needs an LLM receives a summarizer callable in ``ctx``. When it replaces a range
 of messages in a way that must survive resume (truncation, summaries, checkpoints), it returns
 :class:`Compaction` objects; the runner appends them to the transcript as compaction records.
@@ -8,17 +10,16 @@ of messages in a way that must survive resume (truncation, summaries, checkpoint
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
+from operator import attrgetter
+from typing import Any, TypeVar, cast
 
 from ctxagent.messages import Message
 from ctxagent.tokens import PER_REQUEST
 
-if TYPE_CHECKING:
-    from ctxagent.strategies.step import StrategyConfig
-
 T = TypeVar("T")
+_TOKENS: Callable[[Entry], int] = attrgetter("tokens")  # an entry's: summed over views, so a C-level getter
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,8 @@ class Entry:
 
 
 class EntryMemo:
-    """Results of pure per-entry computations, remembered while the entry object lives.
+    """Results of pure per-entry computations, remembered while the entry object lives (one per
+    :class:`Scan`, so per session and step: never shared between sessions).
 
     Entries of the base view are the same objects from one request to the next, so a strategy
     that derives something from one entry (a stub, a verdict, a normalized text) computes it once
@@ -83,62 +85,38 @@ class EntryMemo:
         return value
 
 
-MEMO = EntryMemo()
+class Scan:
+    """What one pipeline step keeps for one session between requests: a left fold over the
+    entries of the view, carried over from one request to the next, and an :class:`EntryMemo`.
 
-
-class ViewMemo:
-    """Results of pure whole-view computations (calls of results, units, token totals), remembered
-    while the view list object lives: the steps of one pipeline run share one view object until one
-    of them changes it, so each is computed once per request instead of once per step. Holds the
-    list (its ``id`` cannot be reused while remembered); a view list is never mutated once built.
-    """
-
-    def __init__(self, limit: int = 64):
-        self.limit = limit
-        self._items: dict[tuple[int, Any], tuple[Sequence[Any], int, Any]] = {}
-
-    def get(self, view: Sequence[Any], key: Any, compute: Callable[[], T]) -> T:
-        """``compute()`` for (``view``, ``key``), from memory when it was computed before."""
-        slot = (id(view), key)
-        hit = self._items.get(slot)
-        if hit is not None and hit[0] is view and hit[1] == len(view):
-            return cast(T, hit[2])  # one key, one computation: the value compute() returned before
-        value = compute()
-        if len(self._items) >= self.limit:
-            self._items.clear()
-        self._items[slot] = (view, len(view), value)
-        return value
-
-
-VIEW_MEMO = ViewMemo()
-
-
-class Fold:
-    """A left fold over the entries of a view, carried over from one request to the next.
+    Owned by the session's :class:`~ctxagent.strategies.pipeline.Engine` (one per strategy), given
+    to the step's ``apply``; a step called without one gets a fresh one (a first request).
 
     Between compactions a request's view is the previous one plus new entries at its end (the same
     entry objects in front: PREFIX), so a strategy that folds the view entry by entry only needs to
-    fold the new ones: per-request work stays flat however long the session grows. ``run`` checks
-    that the view extends the one folded last (identity of the entries, a C-level list compare)
-    and starts over when it does not (a compaction, another session, other parameters). The state
-    is mutated in place; ``init(key)`` makes a fresh one, ``step(state, index, entry)`` folds one entry.
+    fold the new ones: per-request work stays flat however long the session grows. :meth:`fold`
+    checks that the view extends the one folded last (identity of the entries, a C-level list
+    compare) and starts over when it does not (a compaction, other parameters: ``key``).
     """
 
-    def __init__(self, init: Callable[[Any], Any], step: Callable[[Any, int, Entry], None]):
-        self.init, self.step = init, step
+    def __init__(self) -> None:
+        self.memo = EntryMemo()
         self._seen: list[Entry] = []
         self._key: Any = None
         self._state: Any = None
 
-    def run(self, view: Sequence[Entry], key: Any = None) -> Any:
-        """The state after folding every entry of ``view``; ``key``: what else the fold depends on."""
+    def fold(self, view: Sequence[Entry], key: Any, init: Callable[[], T], step: Callable[[T, int, Entry], None]) -> T:
+        """The state after folding every entry of ``view``: ``init()`` makes a fresh one (when the
+        view does not extend the last one folded, or ``key`` changed), ``step(state, index, entry)``
+        folds one entry in place. ``key``: everything ``init`` and ``step`` depend on besides the entries."""
         done = len(self._seen)
         if self._state is None or key != self._key or len(view) < done or list(view[:done]) != self._seen:
-            self._state, self._key, done = self.init(key), key, 0
+            self._state, self._key, done = init(), key, 0
+        state = cast(T, self._state)
         for index in range(done, len(view)):
-            self.step(self._state, index, view[index])
+            step(state, index, view[index])
         self._seen = list(view)
-        return self._state
+        return state
 
 
 @dataclass(frozen=True)
@@ -159,7 +137,7 @@ class Budget:
 
     def estimate(self, view: Sequence[Entry]) -> int:
         """Our uncalibrated prompt tokens of the request: the view and the tool schemas."""
-        return PER_REQUEST + VIEW_MEMO.get(view, "tokens", lambda: sum(e.tokens for e in view)) + self.tools
+        return PER_REQUEST + sum(map(_TOKENS, view)) + self.tools
 
     def total(self, view: Sequence[Entry]) -> int:
         """Tokens the request would cost: the estimate (calibrated) and the reserve."""
@@ -180,13 +158,10 @@ Summarizer = Callable[[str, int], str]
 
 @dataclass(frozen=True)
 class StrategyContext:
-    """What a strategy may read besides the view: budget, its parameters, where things live.
-
-    ``params``: the pipeline step (its class is the strategy's ``Params``), or a mapping of
-    parameters that the strategy validates into one (defaults for the missing ones)."""
+    """What a step may read besides the view and its own parameters: the budget, the turn, where
+    things live, the summarizer, the pinned facts, from which seq edits are free."""
 
     budget: Budget
-    params: StrategyConfig | Mapping[str, Any] = field(default_factory=dict)
     turn: int = 0
     transcript_path: str = "transcript.jsonl"
     model: str = ""
@@ -224,27 +199,12 @@ class Outcome:
     warnings: list[str] = field(default_factory=list, compare=False)
 
 
-class Strategy(Protocol):
-    """A named transform of the view, whose parameters are declared by ``Params`` (its pipeline
-    step class, :mod:`ctxagent.strategies.step`; a step that may call an LLM is refused on batch paths)."""
-
-    name: ClassVar[str]
-    Params: ClassVar[type[StrategyConfig]]
-
-    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome: ...
-
-
 def groups(view: Sequence[Entry]) -> list[list[int]]:
     """Indexes of ``view`` cut into units that are kept or dropped whole.
 
     An assistant message with tool calls forms one unit with the tool messages that follow it;
-    every other message is a unit alone. Returned oldest first (remembered per view: do not
-    change the lists).
+    every other message is a unit alone. Returned oldest first.
     """
-    return VIEW_MEMO.get(view, "groups", lambda: _groups(view))
-
-
-def _groups(view: Sequence[Entry]) -> list[list[int]]:
     units: list[list[int]] = []
     for index, entry in enumerate(view):
         if entry.role == "tool" and units and view[units[-1][0]].message.get("tool_calls"):

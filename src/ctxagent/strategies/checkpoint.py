@@ -52,7 +52,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ctxagent.messages import Message, one_line
-from ctxagent.strategies.base import Entry, Outcome, StrategyContext
+from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
     calls_of_results,
     content_of,
@@ -67,7 +67,7 @@ from ctxagent.strategies.common import (
 from ctxagent.strategies.facts import with_facts
 from ctxagent.strategies.prune import is_dead
 from ctxagent.strategies.rendering import fact_lines, label_range, render, task_text
-from ctxagent.strategies.step import Declared, Fraction, KeepTurns, SummaryStep, UseLlm
+from ctxagent.strategies.step import Fraction, KeepTurns, SummaryStep, UseLlm
 from ctxagent.strategies.summarize import failure, under_target
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 
@@ -239,35 +239,30 @@ class CheckpointStep(SummaryStep):
     max_tokens: int = Field(1200, ge=0, strict=True, description="tokens of an LLM checkpoint, and about the "
                             "size of a deterministic one")
 
-
-class Checkpoint(Declared, params=CheckpointStep):
-    """Structured checkpoints at milestones; see the module docstring."""
-
-    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        p = CheckpointStep.of(ctx.params)
-        runs = [r for r in runs_to_compact(view, 0, p.keep_turns) if not nothing_new(view, r)]
+    def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
+        runs = [r for r in runs_to_compact(view, 0, self.keep_turns) if not nothing_new(view, r)]
         if not runs:
             return Outcome(view)
         agent = agent_call(view)
         if agent is not None and not self._applied(view, agent[0]):
             call_id, data = agent
             label = f"checkpoint (written by the agent, call {call_id})"
-            return place(view, runs, render_checkpoint(data), label, ctx, self.name)
-        if (p.at is not None and not ctx.budget.over(view, p.at)) or under_target(view, ctx, p.target):
+            return place(view, runs, render_checkpoint(data), label, ctx, self.strategy)
+        if (self.at is not None and not ctx.budget.over(view, self.at)) or under_target(view, ctx, self.target):
             return Outcome(view)
         entries = [view[i] for r in runs for i in r]
-        max_tokens = p.max_tokens
+        max_tokens = self.max_tokens
         body = None
         warnings: list[str] = []
-        if p.needs_llm() and ctx.summarizer is not None:
+        if self.needs_llm() and ctx.summarizer is not None:
             try:
-                body = self._llm(view, entries, ctx, p)
+                body = self._llm(view, entries, ctx)
             except SummaryFailed as err:
-                warnings.append(failure(self.name, "the LLM checkpoint", entries, err,
+                warnings.append(failure(self.strategy, "the LLM checkpoint", entries, err,
                                         "made a deterministic checkpoint instead"))
         if body is None:
             body = render_checkpoint(deterministic_checkpoint(view, entries, max_tokens, ctx.model))
-        return replace(place(view, runs, body, "checkpoint", ctx, self.name), warnings=warnings)
+        return replace(place(view, runs, body, "checkpoint", ctx, self.strategy), warnings=warnings)
 
     @staticmethod
     def _applied(view: Sequence[Entry], call_id: str) -> bool:
@@ -275,16 +270,15 @@ class Checkpoint(Declared, params=CheckpointStep):
         mark = f"call {call_id})"
         return any(e.kind == "checkpoint" and mark in content_of(e.message) for e in view)
 
-    @staticmethod
-    def _llm(view: Sequence[Entry], entries: Sequence[Entry], ctx: StrategyContext, p: CheckpointStep) -> str:
+    def _llm(self, view: Sequence[Entry], entries: Sequence[Entry], ctx: StrategyContext) -> str:
         """The checked body of an LLM checkpoint, then the exact values of ``entries`` it does not
         hold (:func:`~ctxagent.strategies.facts.with_facts`). Raises ``SummaryFailed``."""
         assert ctx.summarizer is not None
         prompt = CHECKPOINT_PROMPT.replace("{task}", one_line(task_text(view), 500)).replace(
-            "{max_tokens}", str(p.max_tokens))
+            "{max_tokens}", str(self.max_tokens))
         body = condense(render(entries), summarizer=ctx.summarizer, final_prompt=prompt,
-                        max_tokens=p.max_tokens, chunk_tokens=p.chunk_tokens,
+                        max_tokens=self.max_tokens, chunk_tokens=self.chunk_tokens,
                         pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model,
                         finish=lambda reply: render_checkpoint(parse_json_object(reply)),
                         window=ctx.summarizer_window)
-        return with_facts(body, entries, p.facts_tokens, ctx.model)
+        return with_facts(body, entries, self.facts_tokens, ctx.model)

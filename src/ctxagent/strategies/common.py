@@ -16,7 +16,7 @@ from typing import Any
 
 from ctxagent.messages import Message, one_line, text_of
 from ctxagent.sessions.store import handle_for
-from ctxagent.strategies.base import MEMO, VIEW_MEMO, Compaction, Entry, Outcome, StrategyContext, groups, protected
+from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, groups, protected
 from ctxagent.tokens import count_message, count_text
 
 _SIZE_BEFORE_HANDLE = re.compile(r"(~?[0-9][0-9,]*) tokens; saved as @")
@@ -88,12 +88,7 @@ def keep_pins(view: Sequence[Entry], outcome: Outcome, ctx: StrategyContext) -> 
 
 
 def calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
-    """For each tool-result index of ``view``, its call, looked up in the preceding assistant message
-    (remembered per view: do not change the dict)."""
-    return VIEW_MEMO.get(view, "calls", lambda: _calls_of_results(view))
-
-
-def _calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
+    """For each tool-result index of ``view``, its call, looked up in the preceding assistant message."""
     found: dict[int, dict[str, Any]] = {}
     calls: dict[Any, dict[str, Any]] = {}
     for index, entry in enumerate(view):
@@ -116,8 +111,8 @@ def follow_calls(calls: dict[Any, dict[str, Any]], entry: Entry) -> tuple[dict[A
 
 
 def calls_by_id(entry: Entry) -> dict[Any, dict[str, Any]]:
-    """The tool calls of an assistant message entry by call id (remembered per entry)."""
-    return MEMO.get(entry, "calls", lambda: {c.get("id"): c for c in entry.message.get("tool_calls", ())})
+    """The tool calls of an assistant message entry by call id."""
+    return {c.get("id"): c for c in entry.message.get("tool_calls", ())}
 
 
 def call_name(call: dict[str, Any] | None) -> str:

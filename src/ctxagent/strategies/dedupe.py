@@ -24,11 +24,11 @@ Parameters:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from ctxagent.strategies.base import MEMO, Entry, Fold, Outcome, StrategyContext
+from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
     canonical_call,
     content_of,
@@ -38,29 +38,22 @@ from ctxagent.strategies.common import (
     stored_handle,
     with_pins,
 )
-from ctxagent.strategies.step import Count, Declared, StrategyConfig
+from ctxagent.strategies.step import Count, StrategyConfig
 
 
 class DedupeStep(StrategyConfig):
     """``dedupe``: a tool result identical to an earlier one replaced by a reference to it."""
 
+    batched: ClassVar[bool] = True
     strategy: Literal["dedupe"] = "dedupe"
     min_tokens: Count = Field(20, description="tokens a result must exceed to be replaced by a reference")
 
-
-class Dedupe(Declared, params=DedupeStep):
-    """Reference repeated tool results and flag repeated calls; see the module docstring."""
-    batched = True
-
-    def __init__(self) -> None:
-        self._fold = Fold(lambda key: _Scan(), self._step)
-        self._ctx: StrategyContext | None = None  # of the apply call folding (pins, model, free_from: the key)
-        self._min_tokens = 20
-
-    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        self._ctx, self._min_tokens = ctx, DedupeStep.of(ctx.params).min_tokens
-        scan: _Scan = self._fold.run(view, (self._min_tokens, ctx.pins, ctx.model))
-        found = [r for r in scan.replaced if view[r[0]].start >= ctx.free_from]
+    def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
+        scan = scan or Scan()
+        memo = scan.memo
+        state = scan.fold(view, (self.min_tokens, ctx.pins, ctx.model), _State,
+                          lambda state, index, entry: self._fold(state, index, entry, ctx, memo))
+        found = [r for r in state.replaced if view[r[0]].start >= ctx.free_from]
         if not found:
             return Outcome(view)
         out = list(view)
@@ -71,29 +64,27 @@ class Dedupe(Declared, params=DedupeStep):
             referenced.update(((e.start, e.end), e) for e in (*used, view[index]) if stored_handle(e) is None)
         return Outcome(out, [], list(referenced.values()))
 
-    def _step(self, scan: _Scan, index: int, entry: Entry) -> None:
+    def _fold(self, state: _State, index: int, entry: Entry, ctx: StrategyContext, memo: EntryMemo) -> None:
         """Fold one entry: remember each original result's text and call; a result not yet sent that
         repeats an earlier one gets its replacement (a result already sent is only remembered)."""
-        scan.calls, call = follow_calls(scan.calls, entry)
+        state.calls, call = follow_calls(state.calls, entry)
         if entry.role != "tool" or entry.kind != "message":
             return
-        assert self._ctx is not None
-        ctx = self._ctx
-        norm, key = MEMO.get(entry, self.name, lambda: self._keys(entry, call), (call,))
+        norm, key = memo.get(entry, "keys", lambda: self._keys(entry, call), (call,))
         if entry.start >= ctx.free_from:
-            same_text = scan.by_text.get(norm) if entry.tokens > self._min_tokens else None
-            same_call = scan.by_call.get(key) if key is not None else None
+            same_text = state.by_text.get(norm) if entry.tokens > self.min_tokens else None
+            same_call = state.by_call.get(key) if key is not None else None
             if same_text is not None or same_call is not None:
-                new, flags = MEMO.get(entry, (self.name, ctx.pins, ctx.model),
+                new, flags = memo.get(entry, (ctx.pins, ctx.model),
                                       lambda: self._replacement(entry, same_text, same_call, ctx),
                                       (same_text, same_call))
                 if new is not None:
                     used = [e for e, flag in zip((same_text, same_call), flags, strict=True) if flag and e is not None]
-                    scan.replaced.append((index, new, used))
+                    state.replaced.append((index, new, used))
                     return
-        scan.by_text.setdefault(norm, entry)
+        state.by_text.setdefault(norm, entry)
         if key is not None:
-            scan.by_call.setdefault(key, entry)
+            state.by_call.setdefault(key, entry)
 
     @staticmethod
     def _keys(entry: Entry, call: dict[str, Any] | None) -> tuple[str, tuple[str, str] | None]:
@@ -112,17 +103,17 @@ class Dedupe(Declared, params=DedupeStep):
         if same_text is not None:
             reference = f"[same result as turn {same_text.turn}, handle {handle_of(same_text)}]"
             shorter = with_pins(f"{flag} {reference}".strip(), [content], ctx.pins)
-            new = replaced(entry, {**entry.message, "content": shorter}, ctx, self.name)
+            new = replaced(entry, {**entry.message, "content": shorter}, ctx, self.strategy)
             if new.tokens < entry.tokens:
                 return new, (True, same_call is not None)
         if same_call is not None:
             message = {**entry.message, "content": f"{flag}\n{content}"}
-            return replaced(entry, message, ctx, self.name), (False, True)
+            return replaced(entry, message, ctx, self.strategy), (False, True)
         return None, (False, False)
 
 
 @dataclass
-class _Scan:
+class _State:
     """What dedupe folds over a view: the first original result of each text and of each call, and
     the replacements of the results not yet sent that repeat one of them (index, entry, named)."""
 

@@ -42,7 +42,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ctxagent.messages import one_line
-from ctxagent.strategies.base import Entry, Outcome, StrategyContext
+from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.checkpoint import parse_json_object, place
 from ctxagent.strategies.common import (
     calls_of_results,
@@ -55,7 +55,7 @@ from ctxagent.strategies.common import (
 )
 from ctxagent.strategies.prune import first_line, is_dead
 from ctxagent.strategies.rendering import fact_lines, render, task_text
-from ctxagent.strategies.step import Count, Declared, KeepTurns, LlmStep, UseLlm
+from ctxagent.strategies.step import Count, KeepTurns, LlmStep, UseLlm
 from ctxagent.strategies.summarize import failure
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 from ctxagent.tokens import count_text
@@ -145,29 +145,24 @@ class DistillStep(LlmStep):
     llm: UseLlm = True
     min_tokens: Count = Field(1000, description="tokens the range must exceed to be distilled")
 
-
-class Distill(Declared, params=DistillStep):
-    """A JSON state document in place of the older history; see the module docstring."""
-
-    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        p = DistillStep.of(ctx.params)
-        runs = [r for r in runs_to_compact(view, 0, p.keep_turns) if not nothing_new(view, r)]
+    def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
+        runs = [r for r in runs_to_compact(view, 0, self.keep_turns) if not nothing_new(view, r)]
         entries = [view[i] for r in runs for i in r]
-        if not runs or sum(e.tokens for e in entries) <= p.min_tokens:
+        if not runs or sum(e.tokens for e in entries) <= self.min_tokens:
             return Outcome(view)
-        max_tokens = p.max_tokens
+        max_tokens = self.max_tokens
         body = None
         warnings: list[str] = []
-        if p.needs_llm() and ctx.summarizer is not None:
+        if self.needs_llm() and ctx.summarizer is not None:
             try:
                 body = condense(render(entries), summarizer=ctx.summarizer,
                                 final_prompt=DISTILL_PROMPT.replace("{max_tokens}", str(max_tokens)),
-                                max_tokens=max_tokens, chunk_tokens=p.chunk_tokens,
+                                max_tokens=max_tokens, chunk_tokens=self.chunk_tokens,
                                 pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model,
                                 finish=_finish, window=ctx.summarizer_window)
             except SummaryFailed as err:
-                warnings.append(failure(self.name, "the LLM state document", entries, err,
+                warnings.append(failure(self.strategy, "the LLM state document", entries, err,
                                         "distilled the state deterministically instead"))
         if body is None:
             body = dumps(deterministic_state(view, entries, ctx.pins, max_tokens, ctx.model))
-        return replace(place(view, runs, body, "state", ctx, self.name), warnings=warnings)
+        return replace(place(view, runs, body, "state", ctx, self.strategy), warnings=warnings)

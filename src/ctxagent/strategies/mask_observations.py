@@ -34,11 +34,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from ctxagent.strategies.base import MEMO, Entry, Fold, Outcome, StrategyContext
+from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
     content_of,
     follow_calls,
@@ -49,7 +49,7 @@ from ctxagent.strategies.common import (
     stored_handle,
     with_pins,
 )
-from ctxagent.strategies.step import Count, Declared, Fraction, StrategyConfig
+from ctxagent.strategies.step import Count, Fraction, StrategyConfig
 
 
 def stub(entry: Entry, call: dict[str, Any] | None, pins: tuple[str, ...]) -> str:
@@ -63,7 +63,7 @@ def stub(entry: Entry, call: dict[str, Any] | None, pins: tuple[str, ...]) -> st
 
 
 @dataclass
-class _Scan:
+class _State:
     """What masking folds over a view: the indexes of its tool results, and of the original ones a
     stub would shrink, with the stub and whether the result is already stored (oldest first)."""
 
@@ -87,6 +87,7 @@ def _kept(view: list[Entry], recent: list[int], max_tokens: float) -> int:
 class MaskObservationsStep(StrategyConfig):
     """``mask_observations``: old tool results replaced by a stub with their handle."""
 
+    batched: ClassVar[bool] = True
     strategy: Literal["mask_observations"] = "mask_observations"
     keep: Count = Field(10, description="tool results (counted from the newest) kept verbatim")
     keep_tokens: Fraction = Field(0.15, description="fraction of the window those verbatim results may take")
@@ -95,27 +96,16 @@ class MaskObservationsStep(StrategyConfig):
     batch: Count | None = Field(None, description="results that must qualify before any already-sent one is "
                                 "masked; null: keep")
 
-
-class MaskObservations(Declared, params=MaskObservationsStep):
-    """Mask old tool results; see the module docstring."""
-    batched = True
-
-    def __init__(self) -> None:
-        self._fold = Fold(lambda key: _Scan(), self._step)
-        self._ctx: StrategyContext | None = None  # of the apply call folding (its pins and model are the key)
-        self._min_tokens = 50
-
-    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        p = MaskObservationsStep.of(ctx.params)
-        keep = p.keep
-        self._ctx, self._min_tokens = ctx, p.min_tokens
-        batch = max(1, p.batch or keep or 1)
-        scan: _Scan = self._fold.run(view, (self._min_tokens, ctx.pins, ctx.model))
-        results = scan.results
-        kept = _kept(view, results[max(0, len(results) - keep):] if keep else [],
-                     p.keep_tokens * ctx.budget.window)
+    def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
+        scan = scan or Scan()
+        memo = scan.memo
+        state = scan.fold(view, (self.min_tokens, ctx.pins, ctx.model), _State,
+                          lambda state, index, entry: self._fold(state, index, entry, ctx, memo))
+        keep, results = self.keep, state.results
+        batch = max(1, self.batch or keep or 1)
+        kept = _kept(view, results[max(0, len(results) - keep):] if keep else [], self.keep_tokens * ctx.budget.window)
         boundary = results[len(results) - kept] if kept else len(view)
-        masked = scan.maskable[:bisect_left(scan.maskable, boundary, key=lambda m: m[0])]
+        masked = state.maskable[:bisect_left(state.maskable, boundary, key=lambda m: m[0])]
         if len(masked) < batch and not ctx.budget.over(view, ctx.budget.trigger):
             masked = [m for m in masked if view[m[0]].start >= ctx.free_from]
         if not masked:
@@ -125,27 +115,24 @@ class MaskObservations(Declared, params=MaskObservationsStep):
             out[index] = new
         return Outcome(out, [], [view[i] for i, _, stored in masked if not stored])
 
-    def _step(self, scan: _Scan, index: int, entry: Entry) -> None:
+    def _fold(self, state: _State, index: int, entry: Entry, ctx: StrategyContext, memo: EntryMemo) -> None:
         """Fold one entry: tool results in order, and the original ones a stub would shrink."""
-        scan.calls, call = follow_calls(scan.calls, entry)
+        state.calls, call = follow_calls(state.calls, entry)
         if entry.role != "tool":
             return
-        scan.results.append(index)
+        state.results.append(index)
         if entry.kind != "message":
             return
-        assert self._ctx is not None
-        ctx, min_tokens = self._ctx, self._min_tokens
-        new, stored = MEMO.get(entry, (self.name, min_tokens, ctx.pins, ctx.model),
-                               lambda: self._masked(entry, call, ctx, min_tokens), (call,))
+        new, stored = memo.get(entry, (self.min_tokens, ctx.pins, ctx.model),
+                               lambda: self._masked(entry, call, ctx), (call,))
         if new is not None:
-            scan.maskable.append((index, new, stored))
+            state.maskable.append((index, new, stored))
 
-    def _masked(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext,
-                min_tokens: int) -> tuple[Entry | None, bool]:
+    def _masked(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> tuple[Entry | None, bool]:
         """``(stub entry or None, already stored)``: None when ``entry`` is too small to mask or
         its stub would not be smaller. One call per entry: the memo keeps the answer."""
         stored = stored_handle(entry) is not None
-        if not stored and entry.tokens <= min_tokens:
+        if not stored and entry.tokens <= self.min_tokens:
             return None, stored
-        new = replaced(entry, {**entry.message, "content": stub(entry, call, ctx.pins)}, ctx, self.name)
+        new = replaced(entry, {**entry.message, "content": stub(entry, call, ctx.pins)}, ctx, self.strategy)
         return (new if new.tokens < entry.tokens else None), stored

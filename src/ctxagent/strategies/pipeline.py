@@ -1,13 +1,17 @@
 """Running a pipeline: each strategy whose trigger fires, every change it makes recorded.
 
 Pure: no I/O. ``replay`` rebuilds the view the transcript's recorded compactions describe, so a
-resumed session sees what it saw before (SAME CONTEXT ON RESUME). ``run`` applies the profile's
-strategies for one path and returns the new view with **every** change expressed as compactions
-(:func:`changes`): the view a run returns is always ``replay(view, compactions)``, so recording the
-compactions and replaying them (live or on resume) gives the same view, and nothing changes an
-earlier message except a recorded step (PREFIX).
+resumed session sees what it saw before (SAME CONTEXT ON RESUME). :meth:`Engine.run` applies the
+profile's strategies for one path and returns the new view with **every** change expressed as
+compactions (:func:`changes`): the view a run returns is always ``replay(view, compactions)``, so
+recording the compactions and replaying them (live or on resume) gives the same view, and nothing
+changes an earlier message except a recorded step (PREFIX).
 
-Steps that edit old messages in batches (``mask_observations``, ``prune``, ``dedupe``: a strategy
+An :class:`Engine` belongs to one session (its :class:`~ctxagent.agent.context.ContextState`): it
+holds each step's :class:`~ctxagent.strategies.base.Scan`, the incremental fold and memo that keep
+per-request work flat, so two sessions (two sub-agents on two threads) never share one.
+
+Steps that edit old messages in batches (``mask_observations``, ``prune``, ``dedupe``: a step class
 with ``batched = True``) edit freely only messages from ``ctx.free_from`` on (those never sent, so
 no provider has cached them); older ones only when their own batch threshold is reached. When any
 step of a build changed the view, the prefix is broken from that point anyway, so the batched steps
@@ -19,9 +23,9 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from typing import Any
 
-from ctxagent.strategies import registry
-from ctxagent.strategies.base import Budget, Compaction, Entry, Outcome, StrategyContext
+from ctxagent.strategies.base import Budget, Compaction, Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.step import StrategyConfig
 
 
@@ -52,14 +56,17 @@ def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
     return view
 
 
-def fires(step: StrategyConfig, view: Sequence[Entry], ctx: StrategyContext, default_trigger: float) -> bool:
+def fires(step: StrategyConfig, view: Sequence[Entry], ctx: StrategyContext, default_trigger: float,
+          total: int | None = None) -> bool:
     """Whether a pipeline step runs: every N turns, or when the request is over its trigger
-    (a fraction of the window; ``0`` runs it on every request); never before turn ``min_turns``."""
+    (a fraction of the window; ``0`` runs it on every request); never before turn ``min_turns``.
+    ``total``: the request's tokens (``ctx.budget.total(view)``), when the caller has them already."""
     if step.min_turns and ctx.turn < step.min_turns:
         return False
     if step.every_turns:
         return ctx.turn > 0 and ctx.turn % step.every_turns == 0
-    return ctx.budget.over(view, default_trigger if step.trigger is None else step.trigger)
+    total = ctx.budget.total(view) if total is None else total
+    return total > ctx.budget.window * (default_trigger if step.trigger is None else step.trigger)
 
 
 def rule_in_force(steps: Sequence[StrategyConfig], view: Sequence[Entry], budget: Budget, turn: int) -> str:
@@ -73,69 +80,83 @@ def rule_in_force(steps: Sequence[StrategyConfig], view: Sequence[Entry], budget
 
 MAX_PASSES = 4
 """Passes of the whole pipeline a build makes at most: the first, then one more per pass that still
-changed the view (a later step's change can move what an earlier one decides; see :func:`run`)."""
+changed the view (a later step's change can move what an earlier one decides; see :meth:`Engine.run`)."""
 
 
-def run(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
-    """Run ``steps`` in order over ``view``; returns the final view and the compactions that turn
-    ``view`` into it (in order; replaying them on ``view`` gives the final view), with the warnings
-    of every step that ran (every pass), in order.
+class Engine:
+    """The context engine of one session: runs pipelines with one :class:`~ctxagent.strategies.base.Scan`
+    per strategy, kept from one request to the next. Not thread-safe, and never needs to be: a
+    session is built by one thread at a time (its writer lock), and each session has its own."""
 
-    The result is a fixed point (IDENTITY, ONE STATE): running the steps again on it changes
-    nothing, so a state folded afresh from the transcript, which starts from the result, builds the
-    very request the live run sends. A step decides on the view the steps before it left, so a later
-    step's change can move an earlier one's decision (``dedupe``'s repeated-call flag grows a tool
-    result, which leaves ``mask_observations`` fewer verbatim results to keep); the pipeline then
-    runs again on its result, at most :data:`MAX_PASSES` times in all.
+    def __init__(self) -> None:
+        self._scans: dict[str, Scan] = {}
 
-    Raises ``UsageError`` for an unknown strategy name.
-    """
-    result = _pass(view, steps, ctx)
-    for _ in range(MAX_PASSES - 1):
-        if not result.compactions:
-            break
-        again = _pass(result.view, steps, ctx)
-        if not again.compactions:
-            break
-        result = _joined(result, again)
-    return result
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Engine, ())  # a cache, not state: a snapshot of the session state holds a fresh one
 
+    def scan(self, step: StrategyConfig) -> Scan:
+        """The scan of ``step``'s strategy in this session (made on first use)."""
+        scan = self._scans.get(step.strategy)
+        if scan is None:
+            scan = self._scans[step.strategy] = Scan()
+        return scan
 
-def _pass(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
-    """One pass of ``steps``; when it broke the cached prefix before ``ctx.free_from``, the batched
-    steps run again with ``free_from`` moved back to that point (their pending edits are then free)."""
-    first = _run_steps(view, steps, ctx)
-    if not first.compactions:
+    def run(self, view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
+        """Run ``steps`` in order over ``view``; returns the final view and the compactions that turn
+        ``view`` into it (in order; replaying them on ``view`` gives the final view), with the warnings
+        of every step that ran (every pass), in order.
+
+        The result is a fixed point (IDENTITY, ONE STATE): running the steps again on it changes
+        nothing, so a state folded afresh from the transcript, which starts from the result, builds the
+        very request the live run sends. A step decides on the view the steps before it left, so a later
+        step's change can move an earlier one's decision (``dedupe``'s repeated-call flag grows a tool
+        result, which leaves ``mask_observations`` fewer verbatim results to keep); the pipeline then
+        runs again on its result, at most :data:`MAX_PASSES` times in all.
+        """
+        result = self._pass(view, steps, ctx)
+        for _ in range(MAX_PASSES - 1):
+            if not result.compactions:
+                break
+            again = self._pass(result.view, steps, ctx)
+            if not again.compactions:
+                break
+            result = _joined(result, again)
+        return result
+
+    def _pass(self, view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
+        """One pass of ``steps``; when it broke the cached prefix before ``ctx.free_from``, the batched
+        steps run again with ``free_from`` moved back to that point (their pending edits are then free)."""
+        first = self._run_steps(view, steps, ctx)
+        if not first.compactions:
+            return first
+        batched = [s for s in steps if s.batched]
+        broken_from = min(c.start for c in first.compactions)
+        if batched and broken_from < ctx.free_from:
+            return _joined(first, self._run_steps(first.view, batched, replace(ctx, free_from=broken_from)))
         return first
-    batched = [s for s in steps if getattr(registry.get(s.strategy), "batched", False)]
-    broken_from = min(c.start for c in first.compactions)
-    if batched and broken_from < ctx.free_from:
-        return _joined(first, _run_steps(first.view, batched, replace(ctx, free_from=broken_from)))
-    return first
+
+    def _run_steps(self, view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
+        compactions: list[Compaction] = []
+        offloads: list[Entry] = []
+        warnings: list[str] = []
+        total = ctx.budget.total(view)  # summed again only when a step changed the view
+        for step in steps:
+            if not fires(step, view, ctx, ctx.budget.trigger, total):
+                continue
+            outcome = step.apply(view, ctx, self.scan(step))
+            warnings.extend(outcome.warnings)
+            if outcome.view is view:
+                continue
+            compactions.extend(changes(view, outcome.view, step.strategy))
+            offloads.extend(outcome.offloads)
+            view, total = outcome.view, ctx.budget.total(outcome.view)
+        return Outcome(view, compactions, offloads, warnings)
 
 
 def _joined(first: Outcome, second: Outcome) -> Outcome:
     """The outcome of ``first`` then ``second`` (run on ``first.view``)."""
     return Outcome(second.view, [*first.compactions, *second.compactions], [*first.offloads, *second.offloads],
                    [*first.warnings, *second.warnings])
-
-
-def _run_steps(view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
-    compactions: list[Compaction] = []
-    offloads: list[Entry] = []
-    warnings: list[str] = []
-    for step in steps:
-        step_ctx = replace(ctx, params=step)
-        if not fires(step, view, step_ctx, ctx.budget.trigger):
-            continue
-        outcome = registry.get(step.strategy).apply(view, step_ctx)
-        warnings.extend(outcome.warnings)
-        if outcome.view is view:
-            continue
-        compactions.extend(changes(view, outcome.view, step.strategy))
-        offloads.extend(outcome.offloads)
-        view = outcome.view
-    return Outcome(view, compactions, offloads, warnings)
 
 
 def changes(old: Sequence[Entry], new: Sequence[Entry], strategy: str) -> list[Compaction]:

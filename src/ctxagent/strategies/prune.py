@@ -41,12 +41,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from ctxagent.messages import Message, one_line
-from ctxagent.strategies.base import MEMO, Entry, Fold, Outcome, StrategyContext, groups
+from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyContext, groups
 from ctxagent.strategies.common import (
     call_name,
     calls_of_results,
@@ -59,7 +59,7 @@ from ctxagent.strategies.common import (
     text,
     with_pins,
 )
-from ctxagent.strategies.step import Count, Declared, StrategyConfig
+from ctxagent.strategies.step import Count, StrategyConfig
 from ctxagent.tokens import count_message
 
 _FAILED = re.compile(r"\A\s*(?:ERROR\b|timed out after|killed by signal)")
@@ -85,12 +85,8 @@ def status_of(content: str) -> int | None:
 
 
 def is_dead(entry: Entry, max_tokens: int = 200) -> bool:
-    """Whether a tool result found nothing or failed (see the module docstring). Memoized per entry."""
-    return MEMO.get(entry, ("is_dead", max_tokens), lambda: _is_dead(entry, max_tokens))
-
-
-def _is_dead(entry: Entry, max_tokens: int) -> bool:
-    """The rule of :func:`is_dead`: what the tool reported first, words only when it reported no status."""
+    """Whether a tool result found nothing or failed (see the module docstring): what the tool
+    reported first, its words only when it reported no status."""
     content = content_of(entry.message)
     if _FAILED.match(content):
         return True
@@ -114,13 +110,12 @@ def first_line(entry: Entry) -> str:
 
 
 @dataclass
-class _Scan:
-    """What ``prune`` folds over a view (see :class:`~ctxagent.strategies.base.Fold`): the unit
+class _State:
+    """What ``prune`` folds over a view (see :meth:`~ctxagent.strategies.base.Scan.fold`): the unit
     each entry belongs to (the index that opened it, as :func:`groups` cuts them), the newest unit
     holding a successful result of each tool, and the dead original results with their unit, tool
-    and turn. ``max_tokens`` is the fold's key (it decides what is dead)."""
+    and turn."""
 
-    max_tokens: int = 200
     unit: int = -1  # index of the entry that opened the current unit
     unit_calls: bool = False  # the current unit was opened by an assistant message with tool calls
     calls: dict[Any, dict[str, Any]] = field(default_factory=dict)  # the current assistant's calls by id
@@ -128,46 +123,25 @@ class _Scan:
     dead: list[tuple[int, int, str, int]] = field(default_factory=list)  # (index, unit, tool, turn)
     turn: int = 0
 
-    @staticmethod
-    def step(state: _Scan, index: int, entry: Entry) -> None:
-        state.turn = max(state.turn, entry.turn)
-        if not (entry.role == "tool" and state.unit_calls):
-            state.unit, state.unit_calls = index, bool(entry.message.get("tool_calls"))
-        state.calls, call = follow_calls(state.calls, entry)
-        if entry.role != "tool":
-            return
-        name = call_name(call)
-        dead = is_dead(entry, state.max_tokens)
-        if not dead and entry.kind != Prune.name:
-            state.success[name] = max(state.success.get(name, -1), state.unit)
-        elif dead and entry.kind == "message" and call is not None:
-            state.dead.append((index, state.unit, name, entry.turn))
-
 
 class PruneStep(StrategyConfig):
     """``prune``: failed calls superseded by a later success of the same tool dropped."""
 
+    batched: ClassVar[bool] = True
     strategy: Literal["prune"] = "prune"
     min_age_turns: Count = Field(3, description="turns a dead result must be old before it is pruned")
     max_tokens: Count = Field(200, description="tokens under which a result is checked for 'not found'-style "
                               "wordings")
     batch: Count = Field(3, description="dead results that must qualify before any already-sent one is pruned")
 
-
-class Prune(Declared, params=PruneStep):
-    """Drop superseded dead ends; see the module docstring."""
-    batched = True
-
-    def __init__(self) -> None:
-        self._fold = Fold(lambda max_tokens: _Scan(max_tokens), _Scan.step)
-
-    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        p = PruneStep.of(ctx.params)
-        min_age, max_tokens, batch = p.min_age_turns, p.max_tokens, max(1, p.batch)
-        scan: _Scan = self._fold.run(view, max_tokens)
-        now = max(ctx.turn, scan.turn)
-        found = [(i, unit) for i, unit, name, turn in scan.dead
-                 if unit != scan.unit and now - turn >= min_age and scan.success.get(name, -1) > unit]
+    def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
+        scan = scan or Scan()
+        memo = scan.memo
+        state = scan.fold(view, self.max_tokens, _State, lambda state, index, entry: self._fold(state, index, entry,
+                                                                                                  memo))
+        now, batch = max(ctx.turn, state.turn), max(1, self.batch)
+        found = [(i, unit) for i, unit, name, turn in state.dead
+                 if unit != state.unit and now - turn >= self.min_age_turns and state.success.get(name, -1) > unit]
         if len(found) < batch and not ctx.budget.over(view, ctx.budget.trigger):
             found = [(i, unit) for i, unit in found if view[unit].start >= ctx.free_from]
         dead = {i for i, _ in found}
@@ -180,7 +154,7 @@ class Prune(Declared, params=PruneStep):
         for run in self._consecutive(whole):
             entries = [view[i] for i in run]
             results = [i for i in run if view[i].role == "tool"]
-            out[run[0]] = MEMO.get(entries[0], (self.name, ctx.pins, ctx.model),
+            out[run[0]] = memo.get(entries[0], (ctx.pins, ctx.model),
                                    partial(self._note_entry, view, run, entries, calls, ctx), tuple(entries[1:]))
             for i in run[1:]:
                 out[i] = None
@@ -188,7 +162,7 @@ class Prune(Declared, params=PruneStep):
         in_whole = {i for u in whole for i in u}
         for index in sorted(dead - in_whole):
             entry, call = view[index], calls.get(index)
-            new = MEMO.get(entry, (self.name, ctx.pins, ctx.model), partial(self._stub, entry, call, ctx), (call,))
+            new = memo.get(entry, (ctx.pins, ctx.model), partial(self._stub, entry, call, ctx), (call,))
             if new is not None:
                 out[index] = new
                 offloads.append(entry)
@@ -197,19 +171,34 @@ class Prune(Declared, params=PruneStep):
             return Outcome(view)
         return Outcome(view_out, [], offloads)
 
+    def _fold(self, state: _State, index: int, entry: Entry, memo: EntryMemo) -> None:
+        """Fold one entry: its unit, the newest success of each tool, the dead original results."""
+        state.turn = max(state.turn, entry.turn)
+        if not (entry.role == "tool" and state.unit_calls):
+            state.unit, state.unit_calls = index, bool(entry.message.get("tool_calls"))
+        state.calls, call = follow_calls(state.calls, entry)
+        if entry.role != "tool":
+            return
+        name = call_name(call)
+        dead = memo.get(entry, ("dead", self.max_tokens), lambda: is_dead(entry, self.max_tokens))
+        if not dead and entry.kind != self.strategy:
+            state.success[name] = max(state.success.get(name, -1), state.unit)
+        elif dead and entry.kind == "message" and call is not None:
+            state.dead.append((index, state.unit, name, entry.turn))
+
     def _note_entry(self, view: list[Entry], run: list[int], entries: list[Entry],
                     calls: dict[int, dict[str, Any]], ctx: StrategyContext) -> Entry:
         """The one note entry that stands for a run of wholly dead units."""
         message = self._note(view, run, calls, ctx)
         return Entry(message, count_message(message, ctx.model), entries[0].start, entries[-1].end,
-                     entries[-1].turn, kind=self.name, refs=refs_of(entries, ctx.budget.window))
+                     entries[-1].turn, kind=self.strategy, refs=refs_of(entries, ctx.budget.window))
 
     def _stub(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> Entry | None:
         """The one-line stub of a dead result, or None when it would not be smaller."""
         line = (f"[ctxagent pruned dead end: {short_call(call, 60)} → {first_line(entry)}; "
                 f"superseded by a later {call_name(call)} call; full result: {handle_of(entry)}]")
         content = with_pins(line, [content_of(entry.message)], ctx.pins)
-        new = replaced(entry, {**entry.message, "content": content}, ctx, self.name)
+        new = replaced(entry, {**entry.message, "content": content}, ctx, self.strategy)
         return new if new.tokens < entry.tokens else None
 
     @staticmethod

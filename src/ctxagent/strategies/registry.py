@@ -1,61 +1,38 @@
-"""The one registry of strategies, by name, with a duplicate check, and the union of their step classes.
+"""Every strategy, by name: the step classes of the strategy modules, and their union.
 
-:data:`Step` is what a profile's pipeline lists: a pydantic discriminated union of every strategy's
-step class, told apart by its ``strategy`` key (an unknown name is refused when the profile loads).
+The registry is the step classes themselves (:func:`ctxagent.strategies.step.kinds`: declaring one
+registers it, a name declared twice is refused); this module imports every strategy module so that
+all of them are declared, and derives :data:`Step` from them: what a profile's pipeline lists, a
+pydantic discriminated union told apart by the ``strategy`` key (an unknown name is refused when the
+profile loads).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import operator
+from functools import reduce
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
-from ctxagent.errors import UsageError
-from ctxagent.strategies.base import Strategy
-from ctxagent.strategies.checkpoint import Checkpoint, CheckpointStep
-from ctxagent.strategies.dedupe import Dedupe, DedupeStep
-from ctxagent.strategies.distill import Distill, DistillStep
-from ctxagent.strategies.mask_observations import MaskObservations, MaskObservationsStep
-from ctxagent.strategies.prune import Prune, PruneStep
-from ctxagent.strategies.role_selective import RoleSelective, RoleSelectiveStep
-from ctxagent.strategies.sliding_window import SlidingWindow, SlidingWindowStep
-from ctxagent.strategies.summarize import Summarize, SummarizeStep
-from ctxagent.strategies.truncate import Truncate, TruncateStep
+from ctxagent.strategies import (  # noqa: F401 (each module declares its strategy's step class)
+    checkpoint,
+    dedupe,
+    distill,
+    mask_observations,
+    prune,
+    role_selective,
+    sliding_window,
+    summarize,
+    truncate,
+)
+from ctxagent.strategies.step import StrategyConfig, kinds, known
 
-Step = Annotated[
-    TruncateStep | MaskObservationsStep | SummarizeStep | SlidingWindowStep | CheckpointStep | DistillStep
-    | PruneStep | DedupeStep | RoleSelectiveStep,
-    Field(discriminator="strategy"),
-]
-"""One pipeline step of any registered strategy (every ``Params`` of :data:`_REGISTRY`, a test checks)."""
+if TYPE_CHECKING:
+    Step = StrategyConfig
+else:
+    Step = Annotated[reduce(operator.or_, kinds().values()), Field(discriminator="strategy")]
+    """One pipeline step of any strategy: the union of every step class, by ``strategy``."""
 
-_REGISTRY: dict[str, Strategy] = {}
-
-
-def register(strategy: Strategy) -> Strategy:
-    """Add ``strategy`` under its ``name``. Raises ``ValueError`` if the name is taken or is not the
-    ``strategy`` of its ``Params``."""
-    if strategy.name in _REGISTRY:
-        raise ValueError(f"strategy {strategy.name!r} is registered twice")
-    if strategy.Params.model_fields["strategy"].default != strategy.name:
-        raise ValueError(f"strategy {strategy.name!r} declares the parameters of another strategy")
-    _REGISTRY[strategy.name] = strategy
-    return strategy
-
-
-def get(name: str) -> Strategy:
-    """The strategy called ``name``. Raises ``UsageError`` listing the known names."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UsageError(f"unknown strategy {name!r}; known: {', '.join(names())}") from None
-
-
-def names() -> list[str]:
-    """Registered strategy names, sorted."""
-    return sorted(_REGISTRY)
-
-
-for _strategy in (Truncate(), MaskObservations(), Summarize(), SlidingWindow(), Checkpoint(), Distill(),
-                  Prune(), Dedupe(), RoleSelective()):
-    register(_strategy)
+names = known
+"""The names of every strategy, sorted."""

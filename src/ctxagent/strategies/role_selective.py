@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, groups
+from ctxagent.strategies.base import Compaction, Entry, Outcome, Scan, StrategyContext, groups
 from ctxagent.strategies.common import (
     calls_of_results,
     content_of,
@@ -51,7 +51,7 @@ from ctxagent.strategies.common import (
     with_pins,
 )
 from ctxagent.strategies.rendering import clip
-from ctxagent.strategies.step import Count, Declared, KeepTurns, StrategyConfig, UseLlm
+from ctxagent.strategies.step import Count, KeepTurns, StrategyConfig, UseLlm
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 from ctxagent.tokens import count_text
 
@@ -99,16 +99,11 @@ class RoleSelectiveStep(StrategyConfig):
     findings_tokens: Count = Field(200, description="tokens an LLM reduction may have")
     max_calls: Count = Field(4, description="LLM reductions per request at most")
 
-
-class RoleSelective(Declared, params=RoleSelectiveStep):
-    """Reduce tool results and assistant reasoning by role; see the module docstring."""
-
-    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        p = RoleSelectiveStep.of(ctx.params)
+    def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
         units = groups(view)
-        recent = {i for unit in units[max(0, len(units) - p.keep_turns) :] for i in unit}
+        recent = {i for unit in units[max(0, len(units) - self.keep_turns) :] for i in unit}
         calls = calls_of_results(view)
-        llm_calls = p.max_calls if p.needs_llm() and ctx.summarizer is not None else 0
+        llm_calls = self.max_calls if self.needs_llm() and ctx.summarizer is not None else 0
         out = list(view)
         compactions: list[Compaction] = []
         offloads: list[Entry] = []
@@ -117,20 +112,20 @@ class RoleSelective(Declared, params=RoleSelectiveStep):
             if index in recent or entry.kind != "message":
                 continue
             new, by_llm = None, False
-            if entry.role == "tool" and entry.tokens > p.tool_tokens:
+            if entry.role == "tool" and entry.tokens > self.tool_tokens:
                 if llm_calls > 0:
                     llm_calls -= 1
-                    new = self._findings(entry, calls.get(index), ctx, p.findings_tokens, warnings)
+                    new = self._findings(entry, calls.get(index), ctx, self.findings_tokens, warnings)
                     by_llm = new is not None and new.tokens < entry.tokens
                 if not by_llm:
-                    new = self._head_tail(entry, calls.get(index), ctx, p.head_lines, p.tail_lines)
+                    new = self._head_tail(entry, calls.get(index), ctx, self.head_lines, self.tail_lines)
             elif entry.role == "assistant":
-                new = self._conclusion(entry, ctx, p.assistant_tokens)
+                new = self._conclusion(entry, ctx, self.assistant_tokens)
             if new is None or new.tokens >= entry.tokens:
                 continue
             out[index] = new
             if by_llm:
-                compactions.append(Compaction(self.name, new.start, new.end, new.message, new.tokens,
+                compactions.append(Compaction(self.strategy, new.start, new.end, new.message, new.tokens,
                                               entry.tokens))
             if entry.role == "tool" and stored_handle(entry) is None:
                 offloads.append(entry)
@@ -151,12 +146,12 @@ class RoleSelective(Declared, params=RoleSelectiveStep):
                                 pins=pins_in([content], ctx.pins), model=ctx.model,
                                 window=ctx.summarizer_window)
         except SummaryFailed as err:
-            warnings.append(f"{self.name}: the LLM findings of {short_call(call, 60)} (message #{entry.start}) "
+            warnings.append(f"{self.strategy}: the LLM findings of {short_call(call, 60)} (message #{entry.start}) "
                             f"failed ({err}); cut it to its head and tail instead")
             return None
         label = (f"[ctxagent findings of {short_call(call, 80)}, a {size_of(entry)}-token result; "
                  f"full result: {handle_of(entry)} (read_output or grep_output)]")
-        return replaced(entry, {**entry.message, "content": f"{label}\n{findings}"}, ctx, self.name)
+        return replaced(entry, {**entry.message, "content": f"{label}\n{findings}"}, ctx, self.strategy)
 
     def _head_tail(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext, head: int,
                    tail: int) -> Entry:
@@ -165,7 +160,7 @@ class RoleSelective(Declared, params=RoleSelectiveStep):
         marker = (f"[... ctxagent cut this {size_of(entry)}-token result of {short_call(call, 80)} to its "
                   f"head and tail; full result: {handle_of(entry)} (read_output or grep_output) ...]")
         reduced = with_pins(head_tail(content, head, tail, marker), [content], ctx.pins)
-        return replaced(entry, {**entry.message, "content": reduced}, ctx, self.name)
+        return replaced(entry, {**entry.message, "content": reduced}, ctx, self.strategy)
 
     def _conclusion(self, entry: Entry, ctx: StrategyContext, max_tokens: int) -> Entry | None:
         """Assistant text over ``max_tokens`` reduced to its conclusion, or None when it is not over."""
@@ -178,4 +173,4 @@ class RoleSelective(Declared, params=RoleSelectiveStep):
         reduced = (f"[ctxagent cut {tokens} tokens of reasoning to the conclusion]\n"
                    f"{conclusion(content, max_tokens // 2, ctx.model)}")
         reduced = with_pins(reduced, [content], ctx.pins)
-        return replaced(entry, {**entry.message, "content": reduced}, ctx, self.name)
+        return replaced(entry, {**entry.message, "content": reduced}, ctx, self.strategy)

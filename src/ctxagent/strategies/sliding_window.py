@@ -40,10 +40,10 @@ from typing import Literal
 from pydantic import Field
 
 from ctxagent.messages import Message
-from ctxagent.strategies.base import Entry, Outcome, StrategyContext
+from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import content_of, nothing_new, replace_runs, runs_to_compact, text, with_pins
 from ctxagent.strategies.rendering import clip, label_range
-from ctxagent.strategies.step import Count, Declared, KeepTurns, SummaryStep, UseLlm
+from ctxagent.strategies.step import Count, KeepTurns, SummaryStep, UseLlm
 from ctxagent.strategies.summarize import failure, summarize_run, summary_message, under_target
 from ctxagent.strategies.summarizing import SummaryFailed
 
@@ -84,38 +84,33 @@ class SlidingWindowStep(SummaryStep):
     rolling: UseLlm = Field(True, description="make an LLM rolling summary when a summarizer is given "
                             "(false: the deterministic note only, allowed on batch paths)")
 
-
-class SlidingWindow(Declared, params=SlidingWindowStep):
-    """Recent units verbatim plus a rolling summary; see the module docstring."""
-
-    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        p = SlidingWindowStep.of(ctx.params)
-        if under_target(view, ctx, p.target):
+    def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
+        if under_target(view, ctx, self.target):
             return Outcome(view)
-        runs = [r for r in runs_to_compact(view, p.keep_first, p.keep_turns) if not nothing_new(view, r)]
+        runs = [r for r in runs_to_compact(view, self.keep_first, self.keep_turns) if not nothing_new(view, r)]
         if not runs:
             return Outcome(view)
         summaries: dict[int, str] = {}
         warnings: list[str] = []
-        if p.needs_llm() and ctx.summarizer is not None:
-            summaries, warnings = self._summaries(view, runs, ctx, p)
+        if self.needs_llm() and ctx.summarizer is not None:
+            summaries, warnings = self._summaries(view, runs, ctx)
 
         def make(run: list[Entry]) -> Message:
             if run[0].start in summaries:
                 return summary_message(run, summaries[run[0].start])
-            return window_note(run, ctx, p.max_tokens)
+            return window_note(run, ctx, self.max_tokens)
 
-        return replace(replace_runs(view, runs, make, ctx, self.name), warnings=warnings)
+        return replace(replace_runs(view, runs, make, ctx, self.strategy), warnings=warnings)
 
-    def _summaries(self, view: list[Entry], runs: list[list[int]], ctx: StrategyContext,
-                   p: SlidingWindowStep) -> tuple[dict[int, str], list[str]]:
+    def _summaries(self, view: list[Entry], runs: list[list[int]], ctx: StrategyContext
+                   ) -> tuple[dict[int, str], list[str]]:
         """The rolling summary of each run by its first seq, or none and the warning of the failure."""
         summaries: dict[int, str] = {}
         for r in runs:
             run = [view[i] for i in r]
             try:
-                summaries[run[0].start] = summarize_run(run, ctx, p)
+                summaries[run[0].start] = summarize_run(run, ctx, self)
             except SummaryFailed as err:
-                return {}, [failure(self.name, "the rolling summary", run, err,
+                return {}, [failure(self.strategy, "the rolling summary", run, err,
                                     "wrote a deterministic window note instead")]
         return summaries, []

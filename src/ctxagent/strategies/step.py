@@ -1,8 +1,11 @@
-"""A pipeline step: its strategy, its trigger, and that strategy's parameters, as one typed model.
+"""A pipeline step: its strategy, its trigger, that strategy's parameters, and the strategy itself.
 
-Each strategy declares its parameters as a subclass of :class:`StrategyConfig` (``TruncateStep``,
-``SummarizeStep``, ...) whose ``strategy`` field is the literal name it is registered under; a
-profile's pipeline is a list of those, told apart by ``strategy`` (a pydantic discriminated union,
+Each strategy is a subclass of :class:`StrategyConfig` (``TruncateStep``, ``SummarizeStep``, ...):
+a frozen, typed configuration whose ``strategy`` field is the literal name it is known by and whose
+:meth:`~StrategyConfig.apply` is the strategy, a pure function of the view, the context and the
+step's :class:`~ctxagent.strategies.base.Scan`. Declaring the class registers it under that name
+(the one registry: :func:`kinds`; a name declared twice is refused); a profile's pipeline is a list
+of steps told apart by ``strategy`` (a pydantic discriminated union of every class,
 :data:`ctxagent.strategies.registry.Step`). So a parameter is checked, typed and documented where it
 is declared: an unknown one, or one of the wrong type, is refused when the profile is loaded (with
 its file, line and key; :func:`step_error` words the message), and the profile's JSON Schema
@@ -11,18 +14,20 @@ describes every strategy's parameters.
 ``StrategyConfig(strategy=NAME, **params)`` builds the step class of NAME (for code that builds a
 step from a name); the classes themselves (``TruncateStep(target=0.3)``) are the typed way.
 
-Only pydantic is imported here: the profile's schema and every strategy module import it.
+Only pydantic is imported here at run time: the profile's schema and every strategy module import it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import ErrorDetails
 
-S = TypeVar("S", bound="StrategyConfig")
+from ctxagent.errors import UsageError
+
+if TYPE_CHECKING:
+    from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 
 COMMON = frozenset({"strategy", "trigger", "every_turns", "min_turns", "rule"})
 """The keys of a step that are not its strategy's parameters."""
@@ -57,12 +62,15 @@ class StrategyConfig(BaseModel):
     parameter of the strategy, declared by its subclass.
 
     ``uses_llm``: the strategy may call the summarizer; ``llm_switch``: the boolean parameter that
-    turns that off (``llm``, ``rolling``), if it has one.
+    turns that off (``llm``, ``rolling``), if it has one. ``batched``: the strategy edits old
+    messages in batches, so the pipeline runs it again when another step broke the cached prefix
+    (:mod:`ctxagent.strategies.pipeline`).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
     uses_llm: ClassVar[bool] = False
     llm_switch: ClassVar[str | None] = None
+    batched: ClassVar[bool] = False
     _kinds: ClassVar[dict[str, type[StrategyConfig]]] = {}
 
     strategy: str
@@ -74,26 +82,31 @@ class StrategyConfig(BaseModel):
     rule: str | None = Field(None, description="label `inspect context` shows when this step is the last that fires")
 
     def __new__(cls, *args: Any, **data: Any) -> Any:
-        if cls is StrategyConfig:  # built from a name: the class that name's strategy declares
-            cls = StrategyConfig._kinds.get(str(data.get("strategy")), cls)
+        """Built from a name (``StrategyConfig(strategy=NAME, ...)``): the class NAME's strategy
+        declares. Raises ``UsageError`` for an unknown name, listing the known ones."""
+        if cls is StrategyConfig:
+            name = str(data.get("strategy"))
+            if name not in StrategyConfig._kinds:
+                raise UsageError(f"unknown strategy {name!r}; known: {', '.join(known())}")
+            cls = StrategyConfig._kinds[name]
         return super().__new__(cls)
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        """Register a class that names its strategy (a subclass keeping its parent's name is a
+        variant of it, not a new strategy). Raises ``TypeError`` for a name another class took."""
         name = cls.model_fields["strategy"].default
-        if isinstance(name, str):
-            StrategyConfig._kinds[name] = cls
+        if not isinstance(name, str):
+            return
+        taken = StrategyConfig._kinds.setdefault(name, cls)
+        if not issubclass(cls, taken):
+            raise TypeError(f"strategy {name!r} is declared twice: {taken.__qualname__} and {cls.__qualname__}")
 
-    @classmethod
-    def of(cls: type[S], params: StrategyConfig | Mapping[str, Any]) -> S:
-        """``params`` as this step class: itself when it is one, else validated from a mapping of
-        parameters (defaults for the missing ones). Raises ``pydantic.ValidationError`` for a bad
-        mapping and ``TypeError`` for a step of another strategy."""
-        if isinstance(params, cls):
-            return params
-        if isinstance(params, StrategyConfig):
-            raise TypeError(f"a {params.strategy!r} step is not a {cls.__name__}")
-        return cls.model_validate(dict(params))
+    def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
+        """The strategy: the new view and what to record (see :class:`~ctxagent.strategies.base.Outcome`).
+        ``view``: oldest first, never changed in place; ``scan``: this step's incremental work for
+        the session (None: start afresh). Pure: the same arguments give the same outcome."""
+        raise NotImplementedError(f"{type(self).__name__} declares no strategy")
 
     def params(self) -> dict[str, Any]:
         """The strategy's parameters the step sets (every key but ``strategy``, ``trigger``,
@@ -106,9 +119,15 @@ class StrategyConfig(BaseModel):
         return self.uses_llm and (switch is None or bool(getattr(self, switch)))
 
 
+def kinds() -> dict[str, type[StrategyConfig]]:
+    """Every strategy declared so far (``ctxagent.strategies.registry`` imports them all): its step
+    class by name, sorted by name."""
+    return dict(sorted(StrategyConfig._kinds.items()))
+
+
 def known() -> list[str]:
-    """The names of the strategies that declared a step class, sorted."""
-    return sorted(StrategyConfig._kinds)
+    """The names of the strategies declared so far, sorted."""
+    return list(kinds())
 
 
 def step_error(error: ErrorDetails) -> tuple[list[str], str] | None:
@@ -158,14 +177,3 @@ class SummaryStep(LlmStep):
     target: Target = None
 
 
-class Declared:
-    """Base of a strategy class: ``class Truncate(Declared, params=TruncateStep)`` sets ``Params``
-    (its step class) and ``name`` (that class's ``strategy``), so the name is written once."""
-
-    Params: ClassVar[type[StrategyConfig]]
-    name: ClassVar[str]
-
-    def __init_subclass__(cls, params: type[StrategyConfig] | None = None, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if params is not None:
-            cls.Params, cls.name = params, str(params.model_fields["strategy"].default)

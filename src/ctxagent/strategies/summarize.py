@@ -19,7 +19,7 @@ the summarized messages present verbatim. Then the exact values of the range tha
 not hold verbatim (paths, ports, ids, hashes, URLs, commands, numbers with units, error lines) are
 appended by code, as a labelled block of at most ``facts_tokens`` (:mod:`ctxagent.strategies.facts`).
 A failed check, a summarizer that raises, or no summarizer at all falls back to
-:class:`~ctxagent.strategies.truncate.Truncate` (deterministic); a failure (not a missing
+:class:`~ctxagent.strategies.truncate.TruncateStep` (deterministic); a failure (not a missing
 summarizer) is reported in ``Outcome.warnings``. Every summarizer request fits the summarizer's
 window when it is known (``ctx.summarizer_window``). A view at or under the target is returned
 unchanged (IDENTITY).
@@ -43,13 +43,13 @@ from dataclasses import replace
 from typing import Literal
 
 from ctxagent.messages import Message
-from ctxagent.strategies.base import Entry, Outcome, StrategyContext
+from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import keep_pins, nothing_new, pins_in, replace_runs, runs_to_compact, text
 from ctxagent.strategies.facts import with_facts
 from ctxagent.strategies.rendering import label_range, render
-from ctxagent.strategies.step import Declared, KeepTurns, SummaryStep
+from ctxagent.strategies.step import KeepTurns, SummaryStep
 from ctxagent.strategies.summarizing import SummaryFailed, condense
-from ctxagent.strategies.truncate import Truncate, TruncateStep
+from ctxagent.strategies.truncate import TruncateStep
 
 SUMMARY_PROMPT = (
     "You are compressing the older part of an AI agent's working session so the agent can continue "
@@ -91,7 +91,7 @@ def truncate_fallback(view: list[Entry], ctx: StrategyContext, target: float | N
                       warnings: Sequence[str] = ()) -> Outcome:
     """What an LLM strategy does when its summarizer fails: plain truncation to ``target`` (None: the
     profile's), its notes given the pinned facts of what they replace; ``warnings`` (why) ride along."""
-    outcome = Truncate().apply(view, replace(ctx, params=TruncateStep(target=target)))
+    outcome = TruncateStep(target=target).apply(view, ctx)
     return replace(keep_pins(view, outcome, ctx), warnings=list(warnings))
 
 
@@ -106,27 +106,22 @@ class SummarizeStep(SummaryStep):
     strategy: Literal["summarize"] = "summarize"
     keep_turns: KeepTurns = 6
 
-
-class Summarize(Declared, params=SummarizeStep):
-    """LLM summary of the oldest units; see the module docstring."""
-
-    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        p = SummarizeStep.of(ctx.params)
-        if under_target(view, ctx, p.target):
+    def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
+        if under_target(view, ctx, self.target):
             return Outcome(view)
-        runs = [r for r in runs_to_compact(view, 0, p.keep_turns) if not nothing_new(view, r)]
+        runs = [r for r in runs_to_compact(view, 0, self.keep_turns) if not nothing_new(view, r)]
         if not runs:
             return Outcome(view)
         if ctx.summarizer is None:  # no LLM on this path: truncation is the plan, not a failure
-            return truncate_fallback(view, ctx, p.target)
+            return truncate_fallback(view, ctx, self.target)
         summaries: dict[int, str] = {}
         for r in runs:
             run = [view[i] for i in r]
             try:
-                summaries[r[0]] = summarize_run(run, ctx, p)
+                summaries[r[0]] = summarize_run(run, ctx, self)
             except SummaryFailed as err:
-                return truncate_fallback(view, ctx, p.target, [failure(self.name, "the summary", run, err,
+                return truncate_fallback(view, ctx, self.target, [failure(self.strategy, "the summary", run, err,
                                                                        "fell back to truncation")])
         by_start = {view[i].start: s for i, s in summaries.items()}
         return replace_runs(view, runs, lambda run: summary_message(run, by_start[run[0].start]),
-                            ctx, self.name)
+                            ctx, self.strategy)

@@ -36,9 +36,9 @@ from typing import Literal
 from pydantic import Field
 
 from ctxagent.messages import Message
-from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, groups, protected
+from ctxagent.strategies.base import Compaction, Entry, Outcome, Scan, StrategyContext, groups, protected
 from ctxagent.strategies.common import QUOTES_FRACTION, handles_line, quotes_block, quotes_of, refs_of, unstored
-from ctxagent.strategies.step import Declared, Fraction, StrategyConfig, Target
+from ctxagent.strategies.step import Fraction, StrategyConfig, Target
 from ctxagent.tokens import count_message
 
 
@@ -81,19 +81,14 @@ class TruncateStep(StrategyConfig):
     keep_user_tokens: Fraction = Field(0.1, description="fraction of the window the user messages between "
                                        "the task and the current one may take (0: dropped like the rest)")
 
-
-class Truncate(Declared, params=TruncateStep):
-    """Drop oldest units to the target; see the module docstring."""
-
-    def apply(self, view: list[Entry], ctx: StrategyContext) -> Outcome:
-        p = TruncateStep.of(ctx.params)
-        target = p.target or ctx.budget.target
+    def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
+        target = self.target or ctx.budget.target
         limit = aim = ctx.budget.window * target
-        trigger = max(target, ctx.budget.trigger if p.trigger is None else p.trigger)
+        trigger = max(target, ctx.budget.trigger if self.trigger is None else self.trigger)
         room = ctx.budget.window * (target + trigger) / 2  # over it after a cut, the next request cuts again
         out = Outcome(view)
         for _ in range(3):  # the notes cost tokens too: aim lower by what the last try was over
-            dropped, estimate = self._choose(view, ctx, aim, p.keep_user_tokens, room)
+            dropped, estimate = self._choose(view, ctx, aim, self.keep_user_tokens, room)
             if not dropped:
                 return out
             out = self._rebuild(view, dropped, ctx)
@@ -118,7 +113,7 @@ class Truncate(Declared, params=TruncateStep):
             if total <= aim:
                 break
             dropped.update(unit)
-            freed = sum(view[i].tokens for i in unit if view[i].kind != self.name)  # a note's text is carried over
+            freed = sum(view[i].tokens for i in unit if view[i].kind != self.strategy)  # a note's text is carried over
             total -= freed * ctx.budget.scale  # calibrated, like the total
         if total <= max(aim, room) or not any(view[i].kind == "message" for i in dropped):
             return dropped, total  # room enough, or nothing new dropped: earlier notes stay as they are (PREFIX)
@@ -129,7 +124,7 @@ class Truncate(Declared, params=TruncateStep):
     def _merges(self, entry: Entry) -> bool:
         """Whether ``entry``, before the last unit a truncation drops, goes into its note: an earlier
         truncation note (its quotes and handles carried over) or a user message (quoted verbatim)."""
-        return entry.kind == self.name or (entry.role == "user" and entry.kind == "message")
+        return entry.kind == self.strategy or (entry.role == "user" and entry.kind == "message")
 
     def _rebuild(self, view: list[Entry], dropped: set[int], ctx: StrategyContext) -> Outcome:
         out: list[Entry] = []
@@ -140,7 +135,7 @@ class Truncate(Declared, params=TruncateStep):
             if entry is not None and index in dropped:
                 run.append(entry)
                 continue
-            if len(run) == 1 and run[0].kind == self.name:
+            if len(run) == 1 and run[0].kind == self.strategy:
                 out.extend(run)  # a note alone: noting it again would only rewrite it
                 run = []
             elif run:
@@ -151,8 +146,8 @@ class Truncate(Declared, params=TruncateStep):
                 else:
                     start, end, refs = run[0].start, run[-1].end, refs_of(run, ctx.budget.window)
                     quotes = quotes_of(run, QUOTES_FRACTION * ctx.budget.window, ctx.model)
-                    compactions.append(Compaction(self.name, start, end, note, tokens, before, refs, quotes))
-                    out.append(Entry(note, tokens, start, end, run[-1].turn, kind=self.name, refs=refs,
+                    compactions.append(Compaction(self.strategy, start, end, note, tokens, before, refs, quotes))
+                    out.append(Entry(note, tokens, start, end, run[-1].turn, kind=self.strategy, refs=refs,
                                      quotes=quotes))
                     offloads.extend(unstored(run))
                 run = []

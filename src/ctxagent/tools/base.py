@@ -24,7 +24,7 @@ the toolset turns it into an error tool result; a tool never crashes the run.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -47,7 +47,9 @@ class ToolContext:
 
     ``transcript``: the session's JSONL transcript (read by ``recall``; None when there is none).
     ``recall_model``/``recall_api_base``: the embedding model ``recall`` also ranks with (litellm
-    model string; None: BM25 only); ``recall_top_k``: the hits it returns by default.
+    model string; None: BM25 only); ``recall_top_k``: the hits it returns by default. ``state``: what
+    the session's tools keep between calls (``recall``'s index), by tool; a copy made with
+    ``dataclasses.replace`` shares it.
     """
 
     store: OutputStore
@@ -59,6 +61,7 @@ class ToolContext:
     stop: Any = None  # a threading.Event set when the run is stopped: a command started after it is killed
     # variables the shell's commands get although they look like credentials (tools/environment.py)
     pass_env: tuple[str, ...] = ()
+    state: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

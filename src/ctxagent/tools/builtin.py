@@ -72,9 +72,10 @@ def shell(ctx: ToolContext, command: str,
     """
     if not 0 < timeout_s <= SHELL_TIMEOUT_MAX_S:
         raise ToolError(f"timeout_s must be between 1 and {SHELL_TIMEOUT_MAX_S} seconds, not {timeout_s}")
+    stop = ctx.stop if isinstance(ctx.stop, Stop) else Stop()  # the run's, or one nobody sets
     fd, path = ctx.store.spool()
     try:
-        with _STARTING:  # registered before kill_running() can look, or started after it saw the stop
+        with stop.starting:  # registered before kill_running() can look, or started after it saw the stop
             proc = subprocess.Popen(
                 ["bash", "-c", command],
                 cwd=ctx.workdir,
@@ -84,13 +85,13 @@ def shell(ctx: ToolContext, command: str,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            RUNNING.add(proc)
+            stop.running.add(proc)
     except OSError as err:
         path.unlink(missing_ok=True)
         raise ToolError(mend(f"cannot run bash in {ctx.workdir}: {err}")) from err
     finally:
         os.close(fd)
-    if ctx.stop is not None and ctx.stop.is_set():  # the run was stopped while this command started
+    if stop.is_set():  # the run was stopped while this command started
         _kill_group(proc)
     try:
         code = proc.wait(timeout=timeout_s)
@@ -102,7 +103,7 @@ def shell(ctx: ToolContext, command: str,
         path.unlink(missing_ok=True)
         raise
     finally:
-        RUNNING.discard(proc)
+        stop.running.discard(proc)
     note = _exit_note(code)
     if _group_alive(proc.pid):
         _kill_group(proc)
@@ -163,23 +164,29 @@ def _open_in_proc(path: Path) -> bool:
     return False
 
 
-_STARTING = threading.Lock()
-RUNNING: set[subprocess.Popen[bytes]] = set()
-"""The shell commands running now, in any thread (a sub-agent's tools run in the parent's process)."""
+class Stop(threading.Event):
+    """A run's stop event (``ToolContext.stop``), shared with its sub-agents and their tools, and the
+    shell commands they run now (``running``: a sub-agent's tools run in its parent's process, in
+    their own threads), which :func:`kill_running` kills. Another run's commands are not its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running: set[subprocess.Popen[bytes]] = set()
+        self.starting = threading.Lock()
 
 
-def kill_running() -> None:
-    """Kill the process group of every running shell command (the run was stopped: the main thread
-    got Ctrl-C or a signal, which a sub-agent's thread never sees). Their calls then end as killed.
-    Call it after setting the run's stop event: a command starting now sees it and ends itself."""
-    with _STARTING:
-        running = list(RUNNING)
+def kill_running(stop: Stop) -> None:
+    """Kill the process group of every shell command of the run ``stop`` belongs to (the run was
+    stopped: the main thread got Ctrl-C or a signal, which a sub-agent's thread never sees). Their
+    calls then end as killed. Call it after setting ``stop``: a command starting now sees it and ends itself."""
+    with stop.starting:
+        running = list(stop.running)
     for proc in running:
         _signal_group(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + KILL_GRACE_S
-    while any(proc.poll() is None for proc in list(RUNNING)) and time.monotonic() < deadline:
+    while any(proc.poll() is None for proc in list(stop.running)) and time.monotonic() < deadline:
         time.sleep(_POLL_S)
-    for proc in list(RUNNING):
+    for proc in list(stop.running):
         _signal_group(proc.pid, signal.SIGKILL)
 
 

@@ -42,6 +42,7 @@ from ctxagent.tools.clean import clean, encode_exact
 from ctxagent.tools.preview import (
     EXACT_TOKENS_MAX_BYTES,
     SNIFF_BYTES,
+    FileStats,
     Preview,
     file_stats,  # noqa: F401 (re-exported: tools.outputs and callers take it from here)
     looks_binary,
@@ -139,7 +140,7 @@ def settle(
         return shown, None
     data = encode_exact(value) if isinstance(value, str) else value
     handle = job.new_handle()
-    return _offloaded(store.put_bytes(handle, data), handle, "", job)
+    return _offloaded(store.put_bytes(handle, data), None, handle, "", job)
 
 
 def store_text(store: OutputStore, handle: str, call_id: str, text: str, *, tool_name: str = "",
@@ -227,7 +228,7 @@ def _settle_spooled(spooled: Spooled, job: _Job) -> tuple[str, OutputRecord | No
                 spooled.path.unlink()
                 return content, None
     handle = job.new_handle()
-    return _offloaded(job.store.adopt(spooled.path, handle), handle, spooled.note, job)
+    return _offloaded(*job.store.adopt_measured(spooled.path, handle), handle, spooled.note, job)
 
 
 def _with_note(note: str, text: str) -> str:
@@ -235,26 +236,28 @@ def _with_note(note: str, text: str) -> str:
     return f"{note}\n{text}" if note and text else note or text
 
 
-def _offloaded(path: Path, handle: str, note: str, job: _Job) -> tuple[str, OutputRecord]:
-    """Content (note, preview, where to read the rest) and record of an output stored at ``path``."""
-    record = _job_record(path, handle, job)
+def _offloaded(path: Path, stats: FileStats | None, handle: str, note: str, job: _Job) -> tuple[str, OutputRecord]:
+    """Content (note, preview, where to read the rest) and record of an output stored at ``path``
+    (``stats``: its stats as the store measured them, None: not measured)."""
+    record = _job_record(path, handle, job, stats)
     return _preview_content(path, record.lines, note, _where_line(path, record), job), record
 
 
-def _job_record(path: Path, handle: str, job: _Job, **value: Any) -> OutputRecord:
+def _job_record(path: Path, handle: str, job: _Job, stats: FileStats | None = None, **value: Any) -> OutputRecord:
     from ctxagent.sessions.redact import clip  # redact, then cut: a cut key is no key's shape
 
     return _record(path, handle, job.store, call_id=job.call.id, tool_name=job.tool_name,
                    arguments=clip(job.call.arguments, ARGUMENTS_MAX_CHARS, getattr(job.store, "redactor", None)),
-                   model=job.policy.model, **value)
+                   model=job.policy.model, stats=stats, **value)
 
 
 def _record(path: Path, handle: str, store: OutputStore, *, call_id: str, tool_name: str,
-            arguments: str, model: str, **value: Any) -> OutputRecord:
-    """The OutputRecord of the output stored at ``path`` (sizes, sha256 and tokens measured),
-    also written as the ``<handle>.meta.json`` sidecar. ``value`` holds ``type`` (default: text,
-    or bytes when binary), ``length``, ``shape``, ``dtype``."""
-    stats = scan.stats_of(path)  # measured by the store's secret scan when it had one, else now
+            arguments: str, model: str, stats: FileStats | None = None, **value: Any) -> OutputRecord:
+    """The OutputRecord of the output stored at ``path`` (sizes, sha256 and tokens measured;
+    ``stats``: its sizes and sha256 when the store measured them already), also written as the
+    ``<handle>.meta.json`` sidecar. ``value`` holds ``type`` (default: text, or bytes when binary),
+    ``length``, ``shape``, ``dtype``."""
+    stats = stats or scan.measure(path).stats
     binary, count, exact = file_tokens(path, stats.bytes, model)
     value.setdefault("type", "bytes" if binary else "text")
     record = OutputRecord(

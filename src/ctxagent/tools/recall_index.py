@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,6 @@ CHUNK_LINES = 35  # lines of one output chunk
 CHUNK_CHARS = 6000  # characters of one output chunk, at most (a longer line is cut in pieces)
 MAX_OUTPUT_BYTES = 16 * 1024 * 1024  # bytes of one output that are searched
 MAX_SESSION_BYTES = 256 * 1024 * 1024  # bytes of all outputs of a session that are searched
-CACHED_SESSIONS = 4  # indexes kept in memory
 RECALL_NAME = "recall"
 
 _WORD = re.compile(r"[^\W_]+")
@@ -88,19 +87,13 @@ class Index:
         self.bm25 = None
 
 
-_CACHE: OrderedDict[Path, Index] = OrderedDict()
-
-
 def index_for(ctx: ToolContext) -> Index:
-    """The session's index, refreshed with what was written since the last call."""
-    key = ctx.store.root.resolve()
-    index = _CACHE.pop(key, None) or Index()
+    """The session's index (kept in ``ctx.state``), refreshed with what was written since the last call."""
+    index = ctx.state.get("recall") or Index()
     if not _refresh(index, ctx):
         index = Index()
         _refresh(index, ctx)
-    _CACHE[key] = index
-    while len(_CACHE) > CACHED_SESSIONS:
-        _CACHE.popitem(last=False)
+    ctx.state["recall"] = index
     return index
 
 
