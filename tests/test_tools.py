@@ -164,12 +164,19 @@ def test_shell_output_of_200_mb_streams_to_disk(tmp_path: Path) -> None:
 # --- files -------------------------------------------------------------------------------------
 
 
+def read(ctx: ToolContext, *args: Any) -> bytes:
+    """What ``read_file`` streamed into its spool file (the toolset settles it like shell output)."""
+    spooled = builtin.read_file(ctx, *args)
+    assert isinstance(spooled, Spooled)
+    return spooled.path.read_bytes()
+
+
 def test_read_file_ranges(ctx: ToolContext) -> None:
     (ctx.workdir / "f.txt").write_text("one\ntwo\nthree\nfour")
-    assert builtin.read_file(ctx, "f.txt") == "one\ntwo\nthree\nfour"
-    assert builtin.read_file(ctx, "f.txt", 2, 3) == "two\nthree\n"
-    assert builtin.read_file(ctx, "f.txt", 4, 99) == "four"
-    assert builtin.read_file(ctx, str(ctx.workdir / "f.txt"), 3) == "three\nfour"
+    assert read(ctx, "f.txt") == b"one\ntwo\nthree\nfour"
+    assert read(ctx, "f.txt", 2, 3) == b"two\nthree\n"
+    assert read(ctx, "f.txt", 4, 99) == b"four"
+    assert read(ctx, str(ctx.workdir / "f.txt"), 3) == b"three\nfour"
 
 
 @pytest.mark.parametrize(
@@ -190,9 +197,9 @@ def test_read_file_errors(ctx: ToolContext, path: str, start: int, end: int | No
 
 def test_read_file_non_utf8_and_empty(ctx: ToolContext) -> None:
     (ctx.workdir / "latin1.txt").write_bytes(b"caf\xe9\n")
-    assert builtin.read_file(ctx, "latin1.txt") == b"caf\xe9\n"
+    assert read(ctx, "latin1.txt") == b"caf\xe9\n"
     (ctx.workdir / "empty.txt").write_bytes(b"")
-    assert builtin.read_file(ctx, "empty.txt") == ""
+    assert read(ctx, "empty.txt") == b""
 
 
 def test_write_file_creates_parents(ctx: ToolContext) -> None:

@@ -65,6 +65,7 @@ class SessionHeader(_Record):
     profile_text: str | None = None  # a profile file's YAML, kept so resume survives its deletion
     limits: dict[str, int | float | None] | None = None  # session limits the command line set (--session-limit)
     mcp_config: str | None = None  # --mcp-config FILE, absolute (the file is re-read; its values never recorded)
+    mcp_config_sha256: str | None = None  # of that file's bytes when recorded (a resume refuses a changed one)
 
 
 class SettingsRecord(_Record):
@@ -81,6 +82,7 @@ class SettingsRecord(_Record):
     path: Literal["batch", "interactive"] | None = None
     limits: dict[str, int | float | None] | None = None  # the session limits the command line set (None: removed)
     mcp_config: str | None = None
+    mcp_config_sha256: str | None = None
 
 
 class FileTouch(BaseModel):

@@ -24,7 +24,7 @@ the toolset turns it into an error tool result; a tool never crashes the run.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -48,6 +48,10 @@ class ToolContext:
     ``transcript``: the session's JSONL transcript (read by ``recall``; None when there is none).
     ``recall_model``/``recall_api_base``: the embedding model ``recall`` also ranks with (litellm
     model string; None: BM25 only); ``recall_top_k``: the hits it returns by default.
+    ``checked``: for one call that passed the permission gate, the resolved path it checked for each
+    path argument (argument name -> absolute path, no link in it): the file tool opens exactly that
+    (tools/paths.py); empty: the tool resolves the path itself. ``confined``: that gate confines file
+    tools (a write never goes through a file with more than one hard link).
     """
 
     store: OutputStore
@@ -57,6 +61,8 @@ class ToolContext:
     recall_api_base: str | None = None
     recall_top_k: int = 8
     stop: Any = None  # a threading.Event set when the run is stopped: a command started after it is killed
+    checked: Mapping[str, Path] = field(default_factory=dict)
+    confined: bool = False
 
 
 @dataclass(frozen=True)

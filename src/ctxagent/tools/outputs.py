@@ -74,7 +74,7 @@ def read_output(ctx: ToolContext, handle: str, start_line: Annotated[int, Field(
     wanted = (end_line if end_line is not None else start_line + MAX_LINES - 1) - start_line + 1
     with open(path, "rb") as fh:
         _refuse_binary(fh, handle, path)
-        skipped = _skip_lines(fh, start_line - 1)
+        skipped = skip_lines(fh, start_line - 1)
         shown = list(itertools.islice(_lines(fh, start_line), wanted))
         if not shown:
             if start_line == 1:
@@ -213,7 +213,7 @@ def _refuse_binary(fh: BinaryIO, handle: str, path: Path) -> None:
     fh.seek(0)
 
 
-def _skip_lines(fh: BinaryIO, count: int) -> int:
+def skip_lines(fh: BinaryIO, count: int) -> int:
     """Move ``fh`` past its next ``count`` lines without decoding them; returns how many lines it
     moved past (fewer at the end of the file; an unterminated last line counts)."""
     skipped, last = 0, b""
@@ -228,6 +228,23 @@ def _skip_lines(fh: BinaryIO, count: int) -> int:
         skipped += newlines
         last = chunk[-1:]
     return skipped + (1 if last not in (b"", b"\n") else 0)
+
+
+def copy_lines(fh: BinaryIO, out: BinaryIO, count: int | None) -> None:
+    """Copy the next ``count`` lines of ``fh`` (None: all that is left) to ``out``, a block
+    (:data:`CHUNK_BYTES`) at a time whatever the length of a line: memory stays one block."""
+    left = count
+    while (left is None or left > 0) and (chunk := fh.read(CHUNK_BYTES)):
+        newlines = chunk.count(b"\n")
+        if left is None or newlines < left:
+            out.write(chunk)
+            left = None if left is None else left - newlines
+            continue
+        index = -1
+        for _ in range(left):
+            index = chunk.index(b"\n", index + 1)
+        out.write(chunk[: index + 1])
+        return
 
 
 def _count_lines(fh: BinaryIO) -> int:
