@@ -488,7 +488,7 @@ def on_read_only(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
         finally:
             for p, mode in modes.items():
                 p.chmod(mode)
-    script_ = f'mount --bind -o ro "$1" "$1" && shift && exec "$@"'
+    script_ = 'mount --bind -o ro "$1" "$1" && shift && exec "$@"'
     out = subprocess.run(["unshare", "-m", "sh", "-c", script_, "sh", str(folder), *command],
                          capture_output=True, text=True, timeout=60)
     if "mount" in out.stderr.split(":", 1)[0] or "unshare" in out.stderr.split(":", 1)[0]:

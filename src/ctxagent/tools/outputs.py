@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,13 +25,14 @@ from pydantic import Field
 
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError
+from ctxagent.tools.patterns import SECONDS, Budget, Timed, compile_pattern, too_slow
 from ctxagent.tools.preview import CHUNK_BYTES, SNIFF_BYTES, looks_binary
 from ctxagent.tools.signature import function_tool
 
 MAX_LINES = 200  # lines read_output returns when end_line is not given
 MAX_MATCHES = 200  # matching lines grep_output lists
 MAX_CONTEXT = 20  # context_lines allowed
-GREP_SECONDS = 10.0  # time budget of one grep_output (the regex package enforces it inside a search)
+GREP_SECONDS = SECONDS  # time budget of one grep_output (the regex package enforces it inside a search)
 LINE_MAX_CHARS = 2000  # characters shown of one line
 PIECE_BYTES = 1024 * 1024  # a longer line is read (and searched) in pieces of this size
 
@@ -112,16 +112,16 @@ def grep_output(ctx: ToolContext, handle: str, pattern: str,
         context_lines: lines shown before and after each match
     """
     path = _output_path(ctx, handle, "grep_output")
-    regex = _compile(pattern)
+    regex = compile_pattern(pattern)
     if not 0 <= context_lines <= MAX_CONTEXT:
         raise ToolError(f"context_lines must be between 0 and {MAX_CONTEXT}, not {context_lines}")
     with open(path, "rb") as fh:
         _refuse_binary(fh, handle, path)
+        budget = Budget(GREP_SECONDS)
         try:
-            listed, matches, total = _grep(fh, _Deadline(regex, GREP_SECONDS), context_lines)
+            listed, matches, total = _grep(fh, Timed(regex, budget), context_lines)
         except TimeoutError:
-            raise ToolError(f"grep_output gave up after {GREP_SECONDS:g} s: the pattern {pattern!r} is too slow on "
-                            f"{handle} (nested repetition like (a+)+ backtracks without end); simplify it") from None
+            raise too_slow("grep_output", pattern, handle, budget) from None
     if not matches:
         return f"no line of {handle} matches {pattern!r} ({total:,} lines searched)"
     head = f"{matches:,} of {total:,} lines of {handle} match {pattern!r}:"
@@ -154,31 +154,6 @@ def _grep(fh: BinaryIO, regex: Any, context: int) -> tuple[list[str], int, int]:
         elif context:
             before.append(line)
     return listed, matches, total
-
-
-def _compile(pattern: str) -> Any:
-    """``pattern`` compiled by the ``regex`` package (Python ``re`` syntax, plus a time limit;
-    imported here: only a search needs it)."""
-    import regex
-
-    try:
-        return regex.compile(pattern)
-    except (regex.error, OverflowError, RecursionError) as err:
-        raise ToolError(f"invalid regex {pattern!r}: {err}") from err
-
-
-class _Deadline:
-    """A compiled pattern whose searches share one time budget (seconds): a pathological pattern
-    (catastrophic backtracking) raises ``TimeoutError`` instead of hanging the run."""
-
-    def __init__(self, pattern: Any, seconds: float):
-        self.pattern, self.end = pattern, time.monotonic() + seconds
-
-    def search(self, text: str) -> Any:
-        left = self.end - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        return self.pattern.search(text, timeout=left)
 
 
 def ref_of(handle: str) -> values.Ref:
