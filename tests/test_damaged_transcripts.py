@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from clihelp import ctxagent
+from clihelp import ctxagent, script, tool_messages
 from ctxagent.agent.state import REPAIR_SOURCE, fold
 from ctxagent.messages import pair_violations, tool_call
 from ctxagent.sessions import records
@@ -220,6 +220,20 @@ def test_a_json_line_nested_100000_deep_is_set_aside_naming_its_line(tmp_path):
         assert out.returncode == 0, (args, out.stderr)
     assert f"{path}:5: unreadable record skipped (" in out.stderr and f"{path}:6: unreadable" in out.stderr
     assert "recursion limit" in out.stderr and out.stdout == "second answer\n"
+
+
+def test_tool_call_arguments_nested_100000_deep_are_an_error_result_and_the_session_resumes(tmp_path):
+    """Arguments text the model nested deeper than the JSON parser goes: a RecursionError in the
+    gate, the loop guard and the lessons, on the run and on every resume of the session."""
+    deep = "[" * 100_000 + "]" * 100_000
+    model = script(tmp_path / "s.yaml", [{"tool_calls": [{"id": "d", "name": "read_file", "arguments": deep}]},
+                                         "first answer", "second answer"])
+    out = ctxagent("run", "--batch", "--session", "deeparg", "--model", model, "go")
+    assert (out.returncode, out.stdout) == (0, "first answer\n"), out.stderr
+    assert tool_messages("deeparg")["d"].startswith("ERROR: the arguments of read_file are not valid JSON")
+    out = ctxagent("resume", "--batch", "--session", "deeparg", "more")
+    assert (out.returncode, out.stdout) == (0, "second answer\n"), out.stderr
+    assert ctxagent("sessions", "export", "deeparg", "--format", "markdown").returncode == 0
 
 
 def test_corrupt_header_refuses_resume_instead_of_starting_a_new_session():

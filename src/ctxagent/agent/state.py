@@ -12,7 +12,6 @@ token calibration, the session's usage totals, and the base view (:class:`~ctxag
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
@@ -21,7 +20,7 @@ from ctxagent.agent import activity
 from ctxagent.agent.context import ContextState, compaction_of
 from ctxagent.collector import collector_paused
 from ctxagent.handles import base_handle, new_handle
-from ctxagent.messages import Message, ToolCall, call_ids
+from ctxagent.messages import Message, ToolCall, call_ids, loads_json
 from ctxagent.sessions import records
 from ctxagent.sessions.outcome import Usage, is_answer
 from ctxagent.tokens import calibration
@@ -333,7 +332,7 @@ def pins_of(message: Message) -> list[str]:
         if call["function"]["name"] != "pin":
             continue
         try:
-            fact = json.loads(call["function"]["arguments"]).get("fact")
+            fact = loads_json(call["function"]["arguments"]).get("fact")
         except (ValueError, AttributeError):
             continue
         if isinstance(fact, str) and fact.strip():

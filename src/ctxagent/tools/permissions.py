@@ -62,6 +62,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from ctxagent.messages import loads_json
 from ctxagent.tools.base import Tool, ToolKind
 from ctxagent.tools.paths import real_path
 
@@ -237,7 +238,7 @@ class Gate:
                     turn: int = 0) -> tuple[str | None, dict[str, Path]]:
         """:meth:`decide` on a call's raw JSON arguments (see :meth:`check_call`)."""
         try:
-            arguments = json.loads(raw_arguments) if raw_arguments.strip() else {}
+            arguments = loads_json(raw_arguments) if raw_arguments.strip() else {}
         except ValueError:
             return None, {}
         if not isinstance(arguments, dict):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxagent.errors import UsageError
-from ctxagent.messages import ToolCall
+from ctxagent.messages import ToolCall, loads_json
 from ctxagent.sessions.records import OutputRecord, PermissionRecord
 from ctxagent.tools import clean, deferral, permissions, user, values
 from ctxagent.tools.base import ERROR_PREFIX, Spooled, Tool, ToolContext, ToolError
@@ -205,8 +205,8 @@ def _parse(tool: str, raw: str) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        arguments = json.loads(raw)
-    except json.JSONDecodeError as err:
+        arguments = loads_json(raw)
+    except ValueError as err:
         raise ToolError(f"the arguments of {tool} are not valid JSON ({err}): "
                         f"{raw[:RAW_ARGUMENTS_SHOWN]!r}") from err
     if not isinstance(arguments, dict):
