@@ -307,3 +307,28 @@ def test_writes_under_a_protected_path_are_refused_by_any_name(tmp_path):
         outcome = tools.call(ToolCall("w", "write_file", json.dumps({"path": path, "content": "x"})))
         assert outcome.is_error and "ctxagent's own files" in outcome.content, outcome.content
     assert profile.read_text() == "{}\n"
+
+
+# ---------------------------------------------------------------- shell patterns are not a boundary
+
+DOCS_DENY = [r"\brm\s+-[a-z]*r", "curl|wget"]  # the deny list docs/security.md once showed as protection
+
+
+@pytest.mark.parametrize("command", ["rm -f -r victim", r"r\m -rf victim", "X=r; ${X}m -rf victim"])
+def test_the_docs_old_deny_list_is_beaten_by_shell_quoting_and_an_allow_list_is_not(tmp_path, command):
+    """docs/security.md's example deny list let `rm -f -r`, `r\\m`, `c''url` and `${X}l` through: bash
+    reads them as the commands the patterns meant to stop. An allow list refuses them (batch)."""
+    from ctxagent.tools.builtin import SHELL
+    from ctxagent.tools.permissions import Gate, ShellPatterns
+
+    denying = Gate(PermissionsConfig(shell=ShellPatterns(deny=DOCS_DENY)), "batch", granted={"shell"}, workdir=tmp_path)
+    assert denying.check(SHELL, {"command": command}) is None  # not refused...
+    (tmp_path / "victim").mkdir()
+    subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True)
+    assert not (tmp_path / "victim").exists()  # ...and it is rm -rf
+    for curl in ("c''url --version", "X=cur; ${X}l --version"):
+        assert denying.check(SHELL, {"command": curl}) is None
+    allowing = Gate(PermissionsConfig(shell=ShellPatterns(allow=[r"git (status|diff)", r"ls( -[al]+)?"])), "batch",
+                    workdir=tmp_path)
+    assert allowing.check(SHELL, {"command": "git status"}) is None
+    assert "denied by profile permissions: shell is 'ask'" in allowing.check(SHELL, {"command": command})
