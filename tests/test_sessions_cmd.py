@@ -318,7 +318,8 @@ def test_recorded_task_and_answer_are_read_from_the_transcript(tmp_path):
     transcript.append([_msg(1, "user", None), _msg(2, "user", "second"), _msg(3, "assistant", "done")])
     assert recorded_task(transcript) == "" and recorded_answer(transcript) == "done"
     other = Transcript(tmp_path / "u.jsonl")
-    other.append([_header(), _msg(0, "user", "the task"), _msg(1, "assistant", "calls", tool_calls=[tool_call("c", "shell", "{}")])])
+    other.append([_header(), _msg(0, "user", "the task"),
+                  _msg(1, "assistant", "calls", tool_calls=[tool_call("c", "shell", "{}")])])
     assert recorded_task(other) == "the task" and recorded_answer(other) is None
 
 

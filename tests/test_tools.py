@@ -184,19 +184,25 @@ def test_read_file_of_a_200_mb_file_streams_to_disk_instead_of_holding_it_twice(
     assert (report["bytes"], report["growth_kib"] < 20 * 1024) == (100_000_000, True), report
 
 
-def read(ctx: ToolContext, *args: Any) -> bytes:
-    """What ``read_file`` streamed into its spool file (the toolset settles it like shell output)."""
-    spooled = builtin.read_file(ctx, *args)
-    assert isinstance(spooled, Spooled)
-    return spooled.path.read_bytes()
-
-
 def test_read_file_ranges(ctx: ToolContext) -> None:
     (ctx.workdir / "f.txt").write_text("one\ntwo\nthree\nfour")
-    assert read(ctx, "f.txt") == b"one\ntwo\nthree\nfour"
-    assert read(ctx, "f.txt", 2, 3) == b"two\nthree\n"
-    assert read(ctx, "f.txt", 4, 99) == b"four"
-    assert read(ctx, str(ctx.workdir / "f.txt"), 3) == b"three\nfour"
+    assert builtin.read_file(ctx, "f.txt") == "one\ntwo\nthree\nfour"
+    assert builtin.read_file(ctx, "f.txt", 2, 3) == "two\nthree\n"
+    assert builtin.read_file(ctx, "f.txt", 4, 99) == "four"
+    assert builtin.read_file(ctx, str(ctx.workdir / "f.txt"), 3) == "three\nfour"
+
+
+def test_read_file_of_more_than_1_mib_streams_the_range_into_a_spool_file(ctx: ToolContext) -> None:
+    lines = b"".join(b"%07d\n" % i for i in range(1, 200_001))  # 1.6 MB
+    (ctx.workdir / "big.txt").write_bytes(lines + b"tail")
+    whole = builtin.read_file(ctx, "big.txt")
+    assert isinstance(whole, Spooled) and whole.path.read_bytes() == lines + b"tail"
+    part = builtin.read_file(ctx, "big.txt", 150_000, 150_002)
+    assert isinstance(part, Spooled) and part.path.read_bytes() == b"0150000\n0150001\n0150002\n"
+    last = builtin.read_file(ctx, "big.txt", 200_001)
+    assert isinstance(last, Spooled) and last.path.read_bytes() == b"tail"
+    with pytest.raises(ToolError, match=r"past the end: big\.txt has 200001 lines"):
+        builtin.read_file(ctx, "big.txt", 200_002)
 
 
 @pytest.mark.parametrize(
@@ -217,9 +223,9 @@ def test_read_file_errors(ctx: ToolContext, path: str, start: int, end: int | No
 
 def test_read_file_non_utf8_and_empty(ctx: ToolContext) -> None:
     (ctx.workdir / "latin1.txt").write_bytes(b"caf\xe9\n")
-    assert read(ctx, "latin1.txt") == b"caf\xe9\n"
+    assert builtin.read_file(ctx, "latin1.txt") == b"caf\xe9\n"
     (ctx.workdir / "empty.txt").write_bytes(b"")
-    assert read(ctx, "empty.txt") == b""
+    assert builtin.read_file(ctx, "empty.txt") == ""
 
 
 def test_write_file_creates_parents(ctx: ToolContext) -> None:

@@ -8,6 +8,7 @@ raised as :class:`ToolError`. Large values are not cut here: the toolset offload
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import subprocess
@@ -20,8 +21,10 @@ from pydantic import Field
 
 from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError
 from ctxagent.tools.clean import mend
+from ctxagent.tools.offload import as_text
 from ctxagent.tools.outputs import copy_lines, skip_lines
 from ctxagent.tools.paths import open_path, regular_file, target
+from ctxagent.tools.preview import CHUNK_BYTES
 from ctxagent.tools.signature import function_tool
 
 SHELL_TIMEOUT_MAX_S = 3600
@@ -165,15 +168,16 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 
 def read_file(ctx: ToolContext, path: str, start_line: Annotated[int, Field(ge=1)] = 1,
-              end_line: int | None = None) -> Spooled:
+              end_line: int | None = None) -> str | bytes | Spooled:
     """Lines ``start_line``..``end_line`` (1-based, inclusive; None: to the end) of a file.
 
-    The lines are streamed, a block (1 MiB) at a time, into a spool file of the store, never held in
-    memory whole, and settled like shell output (inline when small text, else offloaded with a
-    preview; bytes that are not UTF-8 text are stored exactly). ``end_line`` past the end reads to
-    the end. The file is the path the permission gate checked, opened without following a link
-    (tools/paths.py). Raises ``ToolError`` for a missing file, a directory or another file that is
-    not regular, a link met on the way, or a bad range.
+    A file of at most 1 MiB is read in memory: its text, or ``bytes`` when it is not UTF-8 text (the
+    toolset stores those exactly instead of showing them). A larger one is streamed, a block (1 MiB)
+    at a time, into a spool file of the store and settled like shell output (``Spooled``: inline when
+    small text, else offloaded with a preview): memory stays a block whatever the file's size.
+    ``end_line`` past the end reads to the end. The file is the path the permission gate checked,
+    opened without following a link (tools/paths.py). Raises ``ToolError`` for a missing file, a
+    directory or another file that is not regular, a link met on the way, or a bad range.
 
     Args:
         path: file path
@@ -182,7 +186,7 @@ def read_file(ctx: ToolContext, path: str, start_line: Annotated[int, Field(ge=1
     """
     real = target(ctx, "path", path)
     fd = _opened(real, os.O_RDONLY | os.O_NONBLOCK, path)  # non-blocking: a FIFO is refused, not waited on
-    regular_file(fd, path)
+    small = regular_file(fd, path).st_size <= CHUNK_BYTES
     with os.fdopen(fd, "rb") as src:
         if start_line < 1:
             raise ToolError(f"start_line must be 1 or more, not {start_line}")
@@ -191,10 +195,16 @@ def read_file(ctx: ToolContext, path: str, start_line: Annotated[int, Field(ge=1
         count = skip_lines(src, start_line - 1)
         if start_line > 1 and not src.peek(1):
             raise ToolError(mend(f"start_line {start_line} is past the end: {path} has {count} lines"))
+        lines = None if end_line is None else end_line - start_line + 1
+        if small:  # a spool file would cost more than the bytes
+            data = io.BytesIO()
+            copy_lines(src, data, lines)
+            text = as_text(data.getvalue())
+            return data.getvalue() if text is None else text
         out, spool = ctx.store.spool()
         try:
             with os.fdopen(out, "wb") as dst:
-                copy_lines(src, dst, None if end_line is None else end_line - start_line + 1)
+                copy_lines(src, dst, lines)
         except BaseException:
             spool.unlink(missing_ok=True)
             raise
