@@ -11,10 +11,10 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
+from benchmarks.confinement import flip_race
 
 from clihelp import call, ctxagent, script, tool_messages
 from ctxagent.messages import ToolCall
@@ -228,36 +228,12 @@ def test_a_symlink_swapped_in_after_the_check_is_not_followed(tmp_path):
     assert (outside / "a.txt").read_text() == "OUTSIDE"
 
 
-def test_a_symlink_flipping_while_read_file_runs_never_returns_the_outside_file(tmp_path):
+def test_a_symlink_flipping_while_read_file_runs_never_returns_the_outside_file():
     """A thread flipping a symlink between an inside and an outside target: the outside file came
-    back in 81 of 400 reads."""
-    work, outside = tmp_path / "work", tmp_path / "outside"
-    (work / "in").mkdir(parents=True)
-    (work / "in" / "f.txt").write_text("inside\n")
-    outside.mkdir()
-    (outside / "f.txt").write_text("OUTSIDE\n")
-    link = work / "d"
-    link.symlink_to(work / "in")
-    tools = guarded(work, "read_file")
-    stop = threading.Event()
-
-    def flip() -> None:
-        while not stop.is_set():
-            for goal in (outside, work / "in"):
-                temp = work / "d.new"
-                temp.unlink(missing_ok=True)
-                temp.symlink_to(goal)
-                temp.replace(link)
-
-    flipper = threading.Thread(target=flip, daemon=True)
-    flipper.start()
-    try:
-        contents = [tools.call(ToolCall(f"c{i}", "read_file", '{"path": "d/f.txt"}')).content for i in range(400)]
-    finally:
-        stop.set()
-        flipper.join()
-    assert not [c for c in contents if "OUTSIDE" in c]
-    assert any(c == "inside\n" for c in contents)  # the race ran: some reads got through, inside
+    back in 81 of 400 reads. Measured by the benchmark's own function (benchmarks/confinement.py)."""
+    race = flip_race(400)
+    assert race["outside"] == 0, race
+    assert race["inside"] + race["refused"] == 400 and race["inside"] > 0  # the race ran: reads got through
 
 
 def test_write_file_through_a_hard_link_to_a_file_outside_is_refused(tmp_path):

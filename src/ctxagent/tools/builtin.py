@@ -211,18 +211,20 @@ def read_file(ctx: ToolContext, path: str, start_line: Annotated[int, Field(ge=1
     return Spooled(spool)
 
 
-def _opened(real: Path, flags: int, path: str, *, parents: bool = False) -> int:
-    """:func:`~ctxagent.tools.paths.open_path` with its failures as ``ToolError`` naming ``path``."""
+def _opened(real: Path, flags: int, path: str, *, parents: bool = False, kind: str = "file") -> int:
+    """:func:`~ctxagent.tools.paths.open_path` with its failures as ``ToolError`` naming ``path``
+    (``kind``: ``file`` or ``directory``, what the tool wants there)."""
     try:
         return open_path(real, flags, shown=path, parents=parents)
     except FileNotFoundError:
-        raise ToolError(mend(f"no such file: {path} (looked at {real})")) from None
+        raise ToolError(mend(f"no such {kind}: {path} (looked at {real})")) from None
     except IsADirectoryError:
         raise ToolError(mend(f"{path} is a directory, not a file")) from None
     except NotADirectoryError:
         raise ToolError(mend(f"{path} is a file, not a directory; use read_file to read it")) from None
     except OSError as err:
-        raise ToolError(mend(f"cannot open {path}: {err.strerror or err}")) from err
+        raise ToolError(mend(f"cannot {'list' if kind == 'directory' else 'open'} {path}: {err.strerror or err}")) \
+            from err
 
 
 def write_file(ctx: ToolContext, path: str, content: str) -> str:
@@ -269,15 +271,7 @@ def list_dir(ctx: ToolContext, path: str = ".") -> str:
     Args:
         path: directory
     """
-    real = target(ctx, "path", path)
-    try:
-        fd = open_path(real, os.O_RDONLY | os.O_DIRECTORY, shown=path)
-    except FileNotFoundError:
-        raise ToolError(mend(f"no such directory: {path} (looked at {real})")) from None
-    except NotADirectoryError:
-        raise ToolError(mend(f"{path} is a file, not a directory; use read_file to read it")) from None
-    except OSError as err:
-        raise ToolError(mend(f"cannot list {path}: {err.strerror or err}")) from err
+    fd = _opened(target(ctx, "path", path), os.O_RDONLY | os.O_DIRECTORY, path, kind="directory")
     try:
         with os.scandir(fd) as found:
             entries = sorted(found, key=lambda entry: entry.name)
