@@ -141,22 +141,26 @@ def run(megabytes: int = 1024, reads: int = 400) -> dict[str, Any]:
     return {"read_file": big_read(megabytes), "flip_race": flip_race(reads), "guarded_call": call_cost()}
 
 
+def render(results: dict[str, Any]) -> str:
+    """The results as three lines of text."""
+    big, race, cost = results["read_file"], results["flip_race"], results["guarded_call"]
+    return "\n".join([
+        f"read_file of {big['file_bytes']:,} bytes: peak memory +{big['growth_kib']:,} KiB, {big['seconds']} s, "
+        f"{big['offloaded_bytes']:,} bytes offloaded",
+        f"symlink flipped during {race['reads']} reads: {race['outside']} outside, {race['inside']} inside, "
+        f"{race['refused']} refused",
+        f"guarded read_file, 8 folders deep: median {cost['median_us']} us over {cost['calls']} calls"])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.confinement", description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=int, default=1024, help="size of the file read_file reads, MB")
-    parser.add_argument("--reads", type=int, default=400, help="reads during the symlink flips")
+    for flag, default, text in (("--mb", 1024, "size of the file read_file reads, MB"),
+                                ("--reads", 400, "reads during the symlink flips")):
+        parser.add_argument(flag, type=int, default=default, help=text)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     results = run(args.mb, args.reads)
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return
-    big, race, cost = results["read_file"], results["flip_race"], results["guarded_call"]
-    print(f"read_file of {big['file_bytes']:,} bytes: peak memory +{big['growth_kib']:,} KiB, {big['seconds']} s, "
-          f"{big['offloaded_bytes']:,} bytes offloaded")
-    print(f"symlink flipped during {race['reads']} reads: {race['outside']} outside, {race['inside']} inside, "
-          f"{race['refused']} refused")
-    print(f"guarded read_file, 8 folders deep: median {cost['median_us']} us over {cost['calls']} calls")
+    print(json.dumps(results, indent=2) if args.json else render(results))
 
 
 if __name__ == "__main__":
