@@ -308,3 +308,17 @@ def test_the_docs_old_deny_list_is_beaten_by_shell_quoting_and_an_allow_list_is_
                     workdir=tmp_path)
     assert allowing.check(SHELL, {"command": "git status"}) is None
     assert "denied by profile permissions: shell is 'ask'" in allowing.check(SHELL, {"command": command})
+
+
+def test_a_sub_agent_keeps_the_files_its_parent_is_configured_from(tmp_path):
+    """A child with its own delegate.profile must not rewrite its parent's profile either."""
+    profile = tmp_path / "parent.yaml"
+    profile.write_text("{}\n")
+    store = Session.at("parent").store
+    parent = guard(make_toolset(["write_file"], ToolContext(store, tmp_path), OffloadPolicy(10_000)),
+                   PermissionsConfig(), "batch", Grants(allow_all=True), protected=[profile])
+    child = guard(make_toolset(["write_file"], ToolContext(store, tmp_path), OffloadPolicy(10_000)),
+                  PermissionsConfig(), "batch", parent.inherited())
+    outcome = child.call(ToolCall("w", "write_file", '{"path": "parent.yaml", "content": "x"}'))
+    assert outcome.is_error and "ctxagent's own files" in outcome.content
+    assert profile.read_text() == "{}\n"
