@@ -421,11 +421,11 @@ class ReplayToolset(Toolset):
     current = ""
     seconds = 0.0
 
-    def call(self, call: Any, handle: str | None = None) -> Any:
+    def call(self, call: Any, handle: str | None = None, *, ctx: Any = None) -> Any:
         start = time.perf_counter()
         self.current = call.id
         try:
-            return super().call(call, handle)
+            return super().call(call, handle, ctx=ctx)
         finally:
             self.seconds += time.perf_counter() - start
 

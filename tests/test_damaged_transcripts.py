@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from clihelp import ctxagent
+from clihelp import ctxagent, script, tool_messages
 from ctxagent.agent.state import REPAIR_SOURCE, fold
 from ctxagent.messages import pair_violations, tool_call
 from ctxagent.sessions import records
@@ -182,6 +182,58 @@ def test_half_written_line_in_the_middle_is_set_aside_and_the_session_continues(
     assert f"{path}:4: unreadable record skipped" in out.stderr
     head = json.loads(path.read_bytes().splitlines()[0])
     assert head["model"] == f"scripted:{model}"
+
+
+@pytest.mark.parametrize(("message", "why"), [
+    ({"role": "assistant", "content": 42}, "content is int, not text, null or a list of parts"),
+    ({"role": "assistant", "content": None, "tool_calls": {"id": "x"}}, "tool_calls is dict, not a list"),
+    ({"role": "assistant", "content": None, "tool_calls": [{"id": 7, "function": {}}]}, "tool call 0 is not"),
+    ({"role": ["user"], "content": "hi"}, "role is not a string"),
+    ({"role": "tool", "content": "x", "tool_call_id": {"a": 1}}, "tool_call_id is not a string"),
+])
+def test_a_record_whose_message_has_the_wrong_json_types_is_set_aside_naming_its_line(tmp_path, message, why):
+    """A message whose content was a number, or whose tool calls were an object, gave a traceback on
+    every resume and inspect."""
+    model = tmp_path / "s.yaml"
+    model.write_text('- {content: "first answer"}\n- {content: "second answer"}\n', encoding="utf-8")
+    path = write("types", [*HEAD, {"role": "assistant", "content": "first answer"}], model=f"scripted:{model}")
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"kind": "message", "seq": 3, "turn": 1, "tokens": 1, "message": message}) + "\n")
+    for args in (("inspect", "transcript", "--session", "types"), ("inspect", "context", "--session", "types"),
+                 ("resume", "--batch", "--session", "types", "and now?")):
+        out = ctxagent(*args)
+        assert out.returncode == 0, (args, out.stderr)
+        assert f"{path}:5: unreadable record skipped (message: " in out.stderr and why in out.stderr, out.stderr
+    assert out.stdout == "second answer\n"
+
+
+def test_a_json_line_nested_100000_deep_is_set_aside_naming_its_line(tmp_path):
+    model = tmp_path / "s.yaml"
+    model.write_text('- {content: "first answer"}\n- {content: "second answer"}\n', encoding="utf-8")
+    path = write("deep", [*HEAD, {"role": "assistant", "content": "first answer"}], model=f"scripted:{model}")
+    for deep in ("[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000):
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f'{{"kind":"message","seq":3,"turn":1,"tokens":1,"message":{deep}}}\n')
+    for args in (("inspect", "transcript", "--session", "deep"), ("sessions", "list"),
+                 ("resume", "--batch", "--session", "deep", "and now?")):
+        out = ctxagent(*args)
+        assert out.returncode == 0, (args, out.stderr)
+    assert f"{path}:5: unreadable record skipped (" in out.stderr and f"{path}:6: unreadable" in out.stderr
+    assert "recursion limit" in out.stderr and out.stdout == "second answer\n"
+
+
+def test_tool_call_arguments_nested_100000_deep_are_an_error_result_and_the_session_resumes(tmp_path):
+    """Arguments text the model nested deeper than the JSON parser goes: a RecursionError in the
+    gate, the loop guard and the lessons, on the run and on every resume of the session."""
+    deep = "[" * 100_000 + "]" * 100_000
+    model = script(tmp_path / "s.yaml", [{"tool_calls": [{"id": "d", "name": "read_file", "arguments": deep}]},
+                                         "first answer", "second answer"])
+    out = ctxagent("run", "--batch", "--session", "deeparg", "--model", model, "go")
+    assert (out.returncode, out.stdout) == (0, "first answer\n"), out.stderr
+    assert tool_messages("deeparg")["d"].startswith("ERROR: the arguments of read_file are not valid JSON")
+    out = ctxagent("resume", "--batch", "--session", "deeparg", "more")
+    assert (out.returncode, out.stdout) == (0, "second answer\n"), out.stderr
+    assert ctxagent("sessions", "export", "deeparg", "--format", "markdown").returncode == 0
 
 
 def test_corrupt_header_refuses_resume_instead_of_starting_a_new_session():

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -292,6 +293,27 @@ def test_query_output_and_output_info(toolset: Toolset) -> None:
     assert part.startswith("@rec/nested: object of 2 keys: a (list of 3 items), with space (integer)")
     text = run(toolset, "i", "output_info", handle="@big").content
     assert "JSON list of 3,000 items" in text and "lines" in text
+
+
+def test_a_catastrophic_regex_in_a_query_output_filter_gives_up_at_its_budget(toolset: Toolset, monkeypatch) -> None:
+    """A JSONPath filter's regex (jsonpath-ng runs it with `re`, which nothing stops) hung
+    query_output for over 300 s. With the budget cut from 10 s to 0.2 s: it gives up at it."""
+    from ctxagent.tools import structured
+
+    monkeypatch.setattr(structured, "QUERY_SECONDS", 0.2)
+    run(toolset, "rec", "record", items=["a" * 40 + "!", "ab"])
+    for path in ("$.items[?(@ =~ '(a|aa)+$')]", "$.items[?(@ == 'x' || @ =~ '(a|aa)+$')]",
+                 "$.items[0].`sub(/(a|aa)+$/, x)`"):
+        started = time.monotonic()
+        out = run(toolset, "q", "query_output", handle="@rec", path=path)
+        assert time.monotonic() - started < 5, path
+        assert out.is_error and "query_output gave up after 0.2 s: the pattern" in out.content, out.content
+    fine = run(toolset, "q", "query_output", handle="@rec", path="$.items[?(@ =~ 'a[b]')]")
+    assert fine.content == '1 match of $.items[?(@ =~ \'a[b]\')] in @rec:\n@rec/items/1 = "ab"'
+    changed = run(toolset, "q", "query_output", handle="@rec", path="$.items[1].`sub(/b$/, c)`")
+    assert changed.content.endswith('= "ac"')
+    bad = run(toolset, "q", "query_output", handle="@rec", path="$.items[?(@ =~ '(')]")
+    assert bad.is_error and "invalid regex '('" in bad.content
 
 
 # --- user tools: schema, loading, entry points ----------------------------------------------------

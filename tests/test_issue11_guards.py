@@ -46,6 +46,7 @@ def repo(tmp_path: Path) -> Path:
     ".git/modules/lib/config", ".git/modules/lib/hooks/post-merge",  # a submodule's git folder
     "vendor/sub/.git", "src/.git",  # a .git entry (a 'gitdir:' file) picks the repository git uses there
     "gitlink/config", "src/../.git/config",  # resolved: a symlink or '..' to .git/config
+    ".git/info/attributes", ".git/info/exclude", ".git/COMMIT_EDITMSG",  # everything under .git (issue 36)
 ])
 def test_write_file_to_git_config_with_only_write_allowed_is_refused_as_exec(repo, path):
     gate = Gate(PermissionsConfig(), "batch", granted={"write_file"}, workdir=repo)
@@ -56,8 +57,8 @@ def test_write_file_to_git_config_with_only_write_allowed_is_refused_as_exec(rep
 
 
 @pytest.mark.parametrize("path", [
-    ".gitattributes", ".git/info/attributes", ".gitmodules", ".git/info/exclude", ".git/COMMIT_EDITMSG",
-    "src/config", "hooks/pre-commit", "git/config", ".github/workflows/ci.yml", "src/.gitignore",
+    ".gitattributes", ".gitmodules", "src/config", "hooks/pre-commit", "git/config", ".github/workflows/ci.yml",
+    "src/.gitignore",
 ])
 def test_ordinary_writes_near_git_stay_write(repo, path):
     gate = Gate(PermissionsConfig(), "batch", granted={"write_file"}, workdir=repo)

@@ -200,11 +200,11 @@ def test_absolute_paths_inside_and_the_store(tree):
                 readable=[tree["store"]], protected=[tree["data"]])
     assert gate.check(READ_FILE, {"path": str(tree["work"] / "inside.txt")}) is None
     assert gate.check(READ_FILE, {"path": str(tree["store"] / "out1.out")}) is None  # previews name these
-    assert "data folder" in gate.check(WRITE_FILE, {"path": str(tree["store"] / "x.out")})  # read-only there
+    assert "ctxagent's own files" in gate.check(WRITE_FILE, {"path": str(tree["store"] / "x.out")})  # read-only there
     loose = Gate(PermissionsConfig(confine=False, tools={"write_file": "allow"}), "batch", workdir=tree["work"],
                  protected=[tree["data"]])
     assert loose.check(READ_FILE, {"path": str(tree["outside"] / "secret.txt")}) is None
-    assert "data folder" in loose.check(WRITE_FILE, {"path": str(tree["store"] / "out1.out")})
+    assert "ctxagent's own files" in loose.check(WRITE_FILE, {"path": str(tree["store"] / "out1.out")})
 
 
 def test_workdir_setting_narrows_the_confinement(tree):

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from clihelp import call, ctxagent, script
 from ctxagent.cli import app
 from ctxagent.errors import UsageError
+from ctxagent.messages import tool_call
 from ctxagent.sessions import records
 from ctxagent.sessions.outcome import final_answer, is_answer, recorded_answer, recorded_task
 from ctxagent.sessions.session import (
@@ -317,7 +318,8 @@ def test_recorded_task_and_answer_are_read_from_the_transcript(tmp_path):
     transcript.append([_msg(1, "user", None), _msg(2, "user", "second"), _msg(3, "assistant", "done")])
     assert recorded_task(transcript) == "" and recorded_answer(transcript) == "done"
     other = Transcript(tmp_path / "u.jsonl")
-    other.append([_header(), _msg(0, "user", "the task"), _msg(1, "assistant", "calls", tool_calls=[{"id": "c"}])])
+    other.append([_header(), _msg(0, "user", "the task"),
+                  _msg(1, "assistant", "calls", tool_calls=[tool_call("c", "shell", "{}")])])
     assert recorded_task(other) == "the task" and recorded_answer(other) is None
 
 
@@ -472,3 +474,37 @@ def test_the_latest_session_is_the_newest_and_none_is_a_usage_error():
     os.utime(old.root / "transcript.jsonl", (1, 1))
     _session("new", _header("new"))
     assert latest_session() == Session.at("new") and [s.name for s in list_sessions()] == ["new", "old"]
+
+
+def on_read_only(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``ctxagent ARGS`` in a subprocess that sees ``folder`` read-only: owner write bits off for
+    another user, a read-only bind mount in a mount namespace of its own for root (whom file modes
+    do not stop); skipped where neither can be had."""
+    command = [sys.executable, "-m", "ctxagent", *args]
+    if os.geteuid() != 0:
+        modes = {p: p.stat().st_mode for p in [folder, *folder.rglob("*")]}
+        try:
+            for p in modes:
+                p.chmod(modes[p] & ~0o222)
+            return subprocess.run(command, capture_output=True, text=True, timeout=60)
+        finally:
+            for p, mode in modes.items():
+                p.chmod(mode)
+    script_ = 'mount --bind -o ro "$1" "$1" && shift && exec "$@"'
+    out = subprocess.run(["unshare", "-m", "sh", "-c", script_, "sh", str(folder), *command],
+                         capture_output=True, text=True, timeout=60)
+    if "mount" in out.stderr.split(":", 1)[0] or "unshare" in out.stderr.split(":", 1)[0]:
+        pytest.skip(f"no read-only mount here: {out.stderr.strip()}")
+    return out
+
+
+def test_sessions_list_works_on_a_read_only_data_dir(tmp_path):
+    """It exited 1 with "Read-only file system": it wrote its totals cache beside each transcript."""
+    model = script(tmp_path / "s.yaml", ["an answer"])
+    assert ctxagent("run", "--batch", "--session", "ro", "--model", model, "go").returncode == 0
+    data = Path(os.environ["CTXAGENT_DATA_DIR"])
+    assert not list((data / "sessions" / "ro").glob(".list-cache*"))  # so the list must write one
+    out = on_read_only(data, "sessions", "list", "--json")
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(line)["name"] for line in out.stdout.splitlines()] == ["ro"]
+    assert not list((data / "sessions" / "ro").glob(".list-cache*"))

@@ -319,3 +319,45 @@ def test_on_s3_a_create_never_replaces_an_object_and_a_check_sees_what_another_m
     assert store.names(store.path("sessions", "s", "segments")) == [segment_name(1)]
     bucket.client.put_object(Bucket=bucket.name, Key=key.replace("01.jsonl", "02.jsonl"), Body=b"another machine's")
     assert store.exists(store.path("sessions", "s", "segments", segment_name(2)))
+
+
+def _session_keys(bucket: Bucket, name: str) -> list[str]:
+    return sorted(key for key in bucket.objects() if key.startswith(f"team/sessions/{name}/"))
+
+
+@pytest.mark.parametrize("elsewhere", ["deleted", "emptied", "started again"])
+def test_a_session_gone_from_the_store_is_not_resumed_from_a_stale_cache(bucket, tmp_path, elsewhere):
+    """Deleted (or emptied) on another machine, then resumed from this machine's stale cache: the
+    resume exited 0 silently, fenced segment 3 and uploaded its steps after it, a fragment without a
+    header that no machine could open. The store's state wins, and the user is told."""
+    model = script(tmp_path / "s.yaml", ["first answer", "second answer", "third answer"])
+    a, b = bucket.machine("A"), bucket.machine("B")
+    assert ctxagent("run", "--batch", "--session", "s", "--model", model, "go", env=a).returncode == 0
+    synced = _session_keys(bucket, "s")
+    if elsewhere == "emptied":  # every segment gone, the lease left
+        bucket.client.delete_objects(Bucket=bucket.name, Delete={"Objects": [
+            {"Key": key} for key in synced if "/segments/" in key]})
+    else:
+        assert ctxagent("sessions", "show", "s", env=b).returncode == 0  # B opens it, then deletes it
+        assert ctxagent("sessions", "delete", "s", "--yes", env=b).returncode == 0
+        assert _session_keys(bucket, "s") == []
+    if elsewhere == "started again":  # a new session under the same name, longer than A's
+        other = script(tmp_path / "o.yaml", [{"tool_calls": [call(f"c{i}", "list_dir") for i in range(3)]},
+                                             {"tool_calls": [call("d", "list_dir")]}, "other answer", "its next"])
+        assert ctxagent("run", "--batch", "--session", "s", "--model", other, "again", env=b).returncode == 0
+    before = _session_keys(bucket, "s")
+    out = ctxagent("resume", "--batch", "--session", "s", "more", env=a)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    what = "holds another session under its name" if elsewhere == "started again" else "has no segment of it any more"
+    assert f"session 's': the session store {bucket.url} {what}" in out.stderr
+    assert "the store's state wins" in out.stderr and "stale cache was moved to" in out.stderr
+    assert _session_keys(bucket, "s") == before  # nothing written: no fragment, no lease left
+    stale = next((bucket.root / "A" / "stores").iterdir()) / "stale"
+    assert [p.name.split("-")[0] for p in stale.iterdir()] == ["s"]  # the cache is kept, out of the way
+    if elsewhere == "started again":  # this machine now opens the store's session
+        out = ctxagent("resume", "--batch", "--session", "s", "more", env=a)
+        assert (out.returncode, out.stdout) == (0, "its next\n"), out.stderr
+        return
+    out = ctxagent("run", "--batch", "--session", "s", "--model", model, "anew", env=a)
+    assert out.returncode == 0, out.stderr
+    assert b'"kind":"session"' in bucket.segments("s").splitlines()[0]  # a whole session, header first

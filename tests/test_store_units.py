@@ -565,12 +565,13 @@ def test_a_snapshot_is_left_from_64_segments_on_of_the_synced_bytes_only_and_bes
     with pytest.warns(TranscriptWarning):
         again.pull(writer=False)
     assert again.transcript.read_bytes() == local
-    assert SyncState.load(again.root) == SyncState(70, len(local), 64)
+    newest = len((tmp_path / "store" / "sessions" / "s" / "segments" / segment_name(70)).read_bytes())
+    assert SyncState.load(again.root) == SyncState(70, len(local), 64, newest)
     fresh = _sync(tmp_path)
     fresh.root = tmp_path / "machine-b" / "s"  # a new machine: from the snapshot too, into a file made 0600
     fresh.pull(writer=False)
     assert fresh.transcript.read_bytes() == local and fresh.transcript.stat().st_mode & 0o777 == 0o600
-    assert SyncState.load(fresh.root) == SyncState(70, len(local), 64)
+    assert SyncState.load(fresh.root) == SyncState(70, len(local), 64, newest)
 
 
 def _refusing_store(url: str, method: str, refuses: Callable[[str], bool] = lambda _path: True) -> Store:
@@ -626,7 +627,7 @@ def test_a_writers_pull_counts_the_lines_the_store_got_and_uploads_the_rest_as_o
     assert (again.root / "transcript.torn-1.jsonl").read_bytes() == b"{"
     segments = tmp_path / "store" / "sessions" / "s" / "segments"
     assert [p.read_bytes() for p in sorted(segments.iterdir())] == [first, second, third, fourth + first]
-    assert SyncState.load(again.root) == SyncState(4, len(whole), 0) == again.state
+    assert SyncState.load(again.root) == SyncState(4, len(whole), 0, len(fourth + first)) == again.state
     with open(again.transcript, "ab") as fh:  # two whole lines the store never got, nothing torn
         fh.write(second + third)
     with warnings.catch_warnings():
@@ -634,7 +635,7 @@ def test_a_writers_pull_counts_the_lines_the_store_got_and_uploads_the_rest_as_o
         again.pull(writer=True)
     assert sorted(p.name for p in again.root.glob("transcript.*-*.jsonl")) == ["transcript.torn-1.jsonl"]
     assert [p.read_bytes() for p in sorted(segments.iterdir())][4:] == [second + third]
-    assert SyncState.load(again.root) == SyncState(5, len(whole + second + third), 0)
+    assert SyncState.load(again.root) == SyncState(5, len(whole + second + third), 0, len(second + third))
 
 
 def test_a_writer_whose_next_segment_is_taken_is_fenced_and_says_so(tmp_path):
@@ -921,3 +922,32 @@ def test_copy_copies_every_folder_but_the_lease_and_refuses_a_taken_place(tmp_pa
     half.store.create(half.remote("segments", "x"), b"only segments")
     replica.copy(half, _sync(tmp_path, "half2", sync.store))
     assert [p.name for p in (tmp_path / "store" / "sessions" / "half2").iterdir()] == ["segments"]
+
+
+def test_a_writer_of_a_session_the_store_lost_takes_no_segment_and_leaves_no_lease(tmp_path):
+    """The writer's side of a stale cache (a reader's pull usually says it first): it fenced the next
+    segment number of a session the store no longer had, a fragment no machine could open."""
+    from ctxagent.sessions import replica
+
+    sync = _sync(tmp_path)
+    sync.root.mkdir(parents=True)
+    for i in range(3):
+        _step(sync, _line(f"step {i}", i))
+    for segment in (tmp_path / "store" / "sessions" / "s" / "segments").iterdir():
+        segment.unlink()  # deleted on another machine
+    stale = _sync(tmp_path)
+    with pytest.raises(UsageError, match=r"has no segment of it any more .* the store's state wins: this machine's "
+                                         "stale cache was moved to"), replica.leased(stale, lambda names: None):
+        raise AssertionError("never yielded")
+    assert [p.name for p in (tmp_path / "store" / "sessions" / "s").rglob("*") if p.is_file()] == []
+    assert not sync.root.exists() and next(p.name for p in (tmp_path / "stale").iterdir()).startswith("s-")
+
+
+def test_a_stale_cache_that_cannot_be_moved_aside_is_named_for_removal(tmp_path):
+    sync = _sync(tmp_path)
+    sync.root.mkdir(parents=True)
+    _step(sync, _line("step", 1))
+    (tmp_path / "store" / "sessions" / "s" / "segments" / segment_name(1)).unlink()
+    (tmp_path / "stale").write_text("a file where the folder goes")
+    with pytest.raises(UsageError, match=rf"stale cache {sync.root} could not be moved aside .*; remove it"):
+        _sync(tmp_path).pull(writer=False)

@@ -159,24 +159,30 @@ _MEMORY_CHILD = textwrap.dedent(
             if line.startswith("VmHWM:"):
                 return int(line.split()[1])
 
-    root = Path(sys.argv[1])
+    root, tool, arguments = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
     ctx = ToolContext(store=OutputStore(root / "outputs"), workdir=root)
-    tools = make_toolset(["shell"], ctx, OffloadPolicy(limit_tokens=2000))
+    tools = make_toolset(["shell", "read_file"], ctx, OffloadPolicy(limit_tokens=2000))
     warm = tools.call(ToolCall("warm", "shell", json.dumps({"command": "seq 100000"})))
     assert warm.output is not None  # tokenizer, preview and store paths all loaded
     before = peak_kib()
-    outcome = tools.call(ToolCall("big", "shell", json.dumps({"command": "yes | head -c 200000000"})))
+    outcome = tools.call(ToolCall("big", tool, arguments))
     print(json.dumps({"growth_kib": peak_kib() - before, "bytes": outcome.output.bytes,
                       "lines": outcome.output.lines, "content": outcome.content}))
     """
 )
 
 
-def test_shell_output_of_200_mb_streams_to_disk(tmp_path: Path) -> None:
+def memory_of(tmp_path: Path, tool: str, **arguments: Any) -> dict[str, Any]:
+    """What the tool call did in a fresh process: peak memory growth (KiB), the stored output's
+    bytes and lines, the content the model reads."""
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    result = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(tmp_path)], env=env,
-                            capture_output=True, text=True, timeout=60, check=True)
-    report = json.loads(result.stdout)
+    result = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(tmp_path), tool, json.dumps(arguments)],
+                            env=env, capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
+
+
+def test_shell_output_of_200_mb_streams_to_disk(tmp_path: Path) -> None:
+    report = memory_of(tmp_path, "shell", command="yes | head -c 200000000")
     assert (report["bytes"], report["lines"]) == (200_000_000, 100_000_000)
     assert report["growth_kib"] < 20 * 1024, report  # far below the 195,312 KiB of output
     assert report["content"].startswith("exit code: 0\ny\ny\n")
@@ -186,12 +192,39 @@ def test_shell_output_of_200_mb_streams_to_disk(tmp_path: Path) -> None:
 # --- files -------------------------------------------------------------------------------------
 
 
+def test_read_file_of_a_100_mb_file_streams_to_disk_instead_of_holding_it_twice(tmp_path: Path) -> None:
+    """read_file of a 3 GB file took 6.4 GB of memory (the lines, then their join, then the text)."""
+    with open(tmp_path / "big.txt", "wb") as fh:
+        for _ in range(100):
+            fh.write(b"y\n" * 500_000)
+    report = memory_of(tmp_path, "read_file", path="big.txt")
+    assert (report["bytes"], report["lines"]) == (100_000_000, 50_000_000)
+    assert report["growth_kib"] < 20 * 1024, report  # far below the 97,656 KiB read
+    assert report["content"].startswith("y\ny\n") and "lines, 99,999,880 bytes" in report["content"]
+    (tmp_path / "line.txt").write_bytes(b"x" * 50_000_000)  # one line, no newline: still a block at a time
+    report = memory_of(tmp_path, "read_file", path="line.txt", start_line=1, end_line=1)
+    assert (report["bytes"], report["growth_kib"] < 20 * 1024) == (50_000_000, True), report
+
+
 def test_read_file_ranges(ctx: ToolContext) -> None:
     (ctx.workdir / "f.txt").write_text("one\ntwo\nthree\nfour")
     assert builtin.read_file(ctx, "f.txt") == "one\ntwo\nthree\nfour"
     assert builtin.read_file(ctx, "f.txt", 2, 3) == "two\nthree\n"
     assert builtin.read_file(ctx, "f.txt", 4, 99) == "four"
     assert builtin.read_file(ctx, str(ctx.workdir / "f.txt"), 3) == "three\nfour"
+
+
+def test_read_file_of_more_than_1_mib_streams_the_range_into_a_spool_file(ctx: ToolContext) -> None:
+    lines = b"".join(b"%07d\n" % i for i in range(1, 200_001))  # 1.6 MB
+    (ctx.workdir / "big.txt").write_bytes(lines + b"tail")
+    whole = builtin.read_file(ctx, "big.txt")
+    assert isinstance(whole, Spooled) and whole.path.read_bytes() == lines + b"tail"
+    part = builtin.read_file(ctx, "big.txt", 150_000, 150_002)
+    assert isinstance(part, Spooled) and part.path.read_bytes() == b"0150000\n0150001\n0150002\n"
+    last = builtin.read_file(ctx, "big.txt", 200_001)
+    assert isinstance(last, Spooled) and last.path.read_bytes() == b"tail"
+    with pytest.raises(ToolError, match=r"past the end: big\.txt has 200001 lines"):
+        builtin.read_file(ctx, "big.txt", 200_002)
 
 
 @pytest.mark.parametrize(

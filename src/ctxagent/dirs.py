@@ -22,3 +22,9 @@ def user_dir(kind: str = "data") -> Path:
 def data_dir() -> Path:
     """``$CTXAGENT_DATA_DIR`` if set, else platformdirs' user data dir for ``ctxagent``."""
     return user_dir("data")
+
+
+def own_dirs() -> list[Path]:
+    """ctxagent's data, config and cache dirs (:func:`user_dir`): no tool writes into them
+    (a session's state, its trusted configuration, its caches)."""
+    return [user_dir(kind) for kind in ("data", "config", "cache")]

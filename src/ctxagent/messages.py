@@ -8,6 +8,7 @@ A *message* is a plain ``dict``: ``{"role": "system"|"user"|"assistant"|"tool", 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,17 @@ class ToolCall:
 def tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
     """Build one OpenAI-format tool call; ``arguments`` is JSON text, kept byte for byte."""
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads(text)`` for text a model or a tool wrote (tool-call arguments, a reply that should
+    be JSON): nesting deeper than the parser goes (``RecursionError``: ``[`` 100,000 times) is raised
+    as the ``ValueError`` of any text that is no usable JSON, which every caller handles, instead of
+    a traceback on every resume of the session that recorded it."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested deeper than the parser goes") from None
 
 
 def call_ids(message: Message) -> list[str]:

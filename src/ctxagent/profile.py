@@ -40,7 +40,7 @@ from ctxagent.strategies.step import StrategyConfig, step_error
 
 __all__ = ["DEFAULT_SYSTEM_PROMPT", "DEFAULT_TOOLS", "MIN_GAP", "Path_", "PreviewConfig", "Profile", "RecallConfig",
            "StrategyConfig", "SummarizerConfig", "bundled_names", "bundled_text", "load_profile", "merge",
-           "parse_profile", "thrash_problem"]
+           "parse_profile", "profile_files", "thrash_problem"]
 
 EXTENDS = "extends"
 
@@ -69,6 +69,21 @@ def load_profile(spec: str = "default") -> Profile:
     else:
         source, text = spec, _read_file(Path(spec), spec)
     return parse_profile(text, source=source, default_name=Path(spec).stem)
+
+
+def profile_files(spec: str) -> list[Path]:
+    """The files the profile ``spec`` is read from: its file and every file of its ``extends`` chain
+    (a bundled profile's: the YAML file in the package), resolved, this file first. Empty when the
+    profile cannot be read (the session's copy is used then)."""
+    try:
+        bundled = spec in bundled_names()
+        source, text = (f"<bundled:{spec}>", bundled_text(spec)) if bundled else (spec, _read_file(Path(spec), spec))
+        layers = _chain(text, source, ())
+    except ProfileError:
+        return []
+    folder = resources.files("ctxagent") / "profiles"
+    return [Path(str(folder / f"{layer.source[len('<bundled:'):-1]}.yaml")).resolve() if layer.source.startswith("<")
+            else Path(layer.source).resolve() for layer in layers]
 
 
 def _read_file(path: Path, source: str, *, line: int | None = None, key: str | None = None) -> str:

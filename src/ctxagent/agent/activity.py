@@ -28,7 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ctxagent.messages import ToolCall
+from ctxagent.messages import ToolCall, loads_json
 from ctxagent.sessions.records import FileTouch, MessageRecord
 from ctxagent.tools.base import ERROR_PREFIX
 
@@ -122,7 +122,7 @@ def _remembered(arguments: str) -> str:
 
 def _canonical(arguments: str) -> str:
     try:
-        return json.dumps(json.loads(arguments or "{}"), sort_keys=True, separators=(",", ":"))
+        return json.dumps(loads_json(arguments or "{}"), sort_keys=True, separators=(",", ":"))
     except ValueError:
         return arguments
 
@@ -132,7 +132,7 @@ def file_target(call: ToolCall, workdir: Path) -> tuple[Path, str] | None:
     if call.name not in FILE_TOOLS:
         return None
     try:
-        arguments = json.loads(call.arguments or "{}")
+        arguments = loads_json(call.arguments or "{}")
     except ValueError:
         return None
     if not isinstance(arguments, dict) or not isinstance(arguments.get("path"), str):

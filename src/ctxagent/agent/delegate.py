@@ -30,7 +30,6 @@ budget headers) and the pointer paper's meta-harness (pass pointers, not values,
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -41,7 +40,7 @@ from typing import Any
 from ctxagent.agent.budgets import UNITS, Spend, shown
 from ctxagent.agent.runner import Runner
 from ctxagent.errors import CtxagentError
-from ctxagent.messages import ToolCall
+from ctxagent.messages import ToolCall, loads_json
 from ctxagent.profile_schema import DelegateConfig
 from ctxagent.sessions import records
 from ctxagent.sessions.outcome import Usage
@@ -132,7 +131,7 @@ class Delegator:
         """Why the call cannot start (bad arguments, contract, budget), or None; fills in
         the child's task, profile and limits."""
         try:
-            arguments = json.loads(child.call.arguments or "{}")
+            arguments = loads_json(child.call.arguments or "{}")
         except ValueError as err:
             return f"the arguments are not valid JSON ({err})"
         task = arguments.get("task") if isinstance(arguments, dict) else None

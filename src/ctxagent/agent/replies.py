@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ctxagent.agent.model_types import REASONING_FIELDS, Reply, ToolCall, Usage
-from ctxagent.messages import Message
+from ctxagent.messages import Message, loads_json
 from ctxagent.tools.base import ERROR_PREFIX
 
 INVALID_ARGUMENTS_KEY = "invalid_json_arguments"  # wire-only wrapper of unparsable arguments (native providers)
@@ -221,7 +221,7 @@ def _parsable(call: dict[str, Any]) -> dict[str, Any]:
     if not raw.strip():
         return {**call, "function": {**fn, "arguments": "{}"}}
     try:
-        if isinstance(json.loads(raw), dict):
+        if isinstance(loads_json(raw), dict):
             return call
     except ValueError:
         pass
@@ -237,7 +237,7 @@ def cut_call_error(reply: Reply, call: ToolCall) -> str | None:
     if reply.finish_reason != "length":
         return None
     try:
-        json.loads(call.arguments or "{}")
+        loads_json(call.arguments or "{}")
         return None
     except ValueError:
         pass

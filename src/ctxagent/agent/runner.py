@@ -11,8 +11,9 @@ by a crash gets a synthetic "interrupted" result when the session is opened agai
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxagent.agent.budgets import Breaker, session_limits
@@ -34,6 +35,7 @@ from ctxagent.agent.turns import (
     value_of,
     with_call_ids,
 )
+from ctxagent.dirs import own_dirs
 from ctxagent.errors import ContextOverflowError, CtxagentError, LimitReached, ProviderContextError, ProviderError
 from ctxagent.messages import Message, ToolCall
 from ctxagent.profile import Path_, Profile, StrategyConfig
@@ -66,12 +68,15 @@ class Runner(ToolCalls):
     Every record goes through :meth:`_append`: written by the sink, then applied to the state by
     the same :meth:`SessionState.apply` that folded the transcript on open (ONE STATE). The path
     (``batch`` or ``interactive``) that selects the profile's pipeline is the state's setting.
-    ``toolset`` runs behind the profile's permissions and ``grants`` (None: none; tools/guard.py).
+    ``toolset`` runs behind the profile's permissions and ``grants`` (None: none; tools/guard.py);
+    no tool writes into ctxagent's own folders (:func:`ctxagent.dirs.own_dirs`) nor into the
+    ``protected`` files the session is configured from (agent/setup.py ``configured_from``).
     """
 
     def __init__(self, session: Session, state: SessionState, profile: Profile, model: Model, toolset: Toolset,
                  *, sink: Sink | None = None, summarizer_model: Callable[[], Model] | None = None,
-                 limits: Limits | None = None, started: float | None = None, grants: Grants | None = None):
+                 limits: Limits | None = None, started: float | None = None, grants: Grants | None = None,
+                 protected: Sequence[Path] = ()):
         assert state.settings is not None, "a session state without header"
         self.session, self.state, self.profile, self.model = session, state, profile, model
         self.sink: Sink = sink or TranscriptSink(session)
@@ -87,7 +92,7 @@ class Runner(ToolCalls):
         self.stop = Stop()  # set: stop at the next step (shared with sub-agents and their tools)
         toolset.ctx = replace(toolset.ctx, stop=self.stop)
         self.toolset = guard(toolset, profile.permissions, self.path, grants, readable=[session.store.root],
-                             protected=[sessions_root(session.store_url)])  # every call passes the gate first
+                             protected=[*own_dirs(), sessions_root(session.store_url), *protected])  # every call: gate
         self.replies_at_start = state.replies  # this run's model calls = state.replies - this
         self._close_open_calls()
 

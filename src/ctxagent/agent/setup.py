@@ -17,7 +17,7 @@ from ctxagent.agent.runner import Runner
 from ctxagent.agent.snapshot import open_state
 from ctxagent.agent.state import Settings
 from ctxagent.errors import ProfileError, UsageError
-from ctxagent.profile import EXTENDS, Path_, Profile, bundled_names, load_profile, parse_profile
+from ctxagent.profile import EXTENDS, Path_, Profile, bundled_names, load_profile, parse_profile, profile_files
 from ctxagent.profile_schema import Limits
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
@@ -27,7 +27,7 @@ from ctxagent.tools.base import Tool, ToolContext
 from ctxagent.tools.guard import Grants, check_allowed
 from ctxagent.tools.offload import OffloadPolicy
 from ctxagent.tools.toolset import Toolset, make_toolset
-from ctxagent.tools.user import absolute_spec, load_tools
+from ctxagent.tools.user import absolute_spec, load_tools, spec_file
 
 if TYPE_CHECKING:
     from ctxagent.agent.delegate import Opener
@@ -57,16 +57,51 @@ def resolve_window(profile: Profile, model: str) -> int:
 
 
 def session_profile(settings: Settings) -> Profile:
-    """The profile the settings name; when a profile file is gone, the copy the session kept (with
-    a warning). Raises ``ProfileError`` when neither can be read."""
+    """The profile the settings name. When the session kept a copy of a profile file (its
+    ``profile_text``) and the file is gone, or no longer holds that copy (changed on disk since it
+    was recorded: by hand, or by something the session ran), the copy, with a warning saying so;
+    ``--profile FILE`` takes the file as it is now. Raises ``ProfileError`` when neither can be read."""
     try:
-        return load_profile(settings.profile)
+        profile = load_profile(settings.profile)
     except ProfileError:
         if settings.profile_text is None:
             raise
-    warnings.warn(f"profile {settings.profile} cannot be read; using the copy kept in the session header", stacklevel=2)
+        why = "cannot be read"
+    else:
+        if settings.profile_text is None or _profile_text(settings.profile, profile) == settings.profile_text:
+            return profile
+        why = (f"changed on disk since this session recorded it (give --profile {settings.profile} to run with it "
+               "as it is now)")
+    warnings.warn(f"profile {settings.profile} {why}; using the copy kept in the session header", stacklevel=2)
     return parse_profile(settings.profile_text, source=f"{settings.profile} (copy kept in the session)",
                          default_name=Path(settings.profile).stem)
+
+
+def file_sha256(path: str | None) -> str | None:
+    """The sha256 (hex) of the bytes of the file at ``path``; None for None or a file that cannot be read."""
+    if path is None:
+        return None
+    import hashlib
+
+    try:
+        with open(path, "rb") as fh:
+            return hashlib.file_digest(fh, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+def _mcp_digest(current: Settings, given: str | None) -> str | None:
+    """The sha256 of the MCP configuration a run uses, to record: the given file's, else the recorded
+    one's. Raises ``UsageError`` when the recorded file changed since its digest was recorded (its
+    servers are commands: they start only once the user names the file again)."""
+    if given is not None or current.mcp_config is None:
+        return file_sha256(given)
+    now = file_sha256(current.mcp_config)
+    if now is not None and current.mcp_config_sha256 is not None and now != current.mcp_config_sha256:
+        raise UsageError(f"the MCP configuration {current.mcp_config} changed on disk since this session recorded it "
+                         f"(sha256 {current.mcp_config_sha256[:12]}... then, {now[:12]}... now); its servers are "
+                         f"commands, so none starts: give --mcp-config {current.mcp_config} to use it as it is now")
+    return current.mcp_config_sha256 or now
 
 
 def absolute_model(spec: str) -> str:
@@ -103,7 +138,10 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
     again only when the profile or model changes (or the profile now sets one). ``limits``: session
     limits the command line gives, merged over the ones it gave before. ``context_window``
     (``--context-window``, tokens) wins over the profile and litellm, and is recorded.
-    ``mcp_config``: an ``--mcp-config`` file (absolute path), recorded; a resume keeps the last one.
+    ``mcp_config``: an ``--mcp-config`` file (absolute path), recorded with the sha256 of its bytes; a
+    resume keeps the last one, and refuses it (``UsageError``) when it changed on disk since. A
+    profile file changed on disk since the session recorded it is replaced by the recorded copy,
+    with a warning (:func:`session_profile`).
 
     Raises ``ProfileError`` / ``UsageError`` for a bad profile or a model whose window is unknown.
     """
@@ -114,7 +152,7 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
         window = context_window or resolve_window(profile, model)
         settings = Settings(model, _profile_ref(spec), window, path, api_base, str(workdir or Path.cwd()),
                             tuple(absolute_spec(t) for t in tools), _profile_text(spec, profile),
-                            tuple(sorted((limits or {}).items())), mcp_config)
+                            tuple(sorted((limits or {}).items())), mcp_config, file_sha256(mcp_config))
         return settings, profile
     profile = load_profile(profile_spec) if profile_spec else session_profile(current)
     ref = _profile_ref(profile_spec) if profile_spec else current.profile
@@ -130,7 +168,7 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
         tuple(absolute_spec(t) for t in tools) if tools else current.tools,
         _profile_text(profile_spec, profile) if profile_spec else current.profile_text,
         tuple(sorted({**dict(current.limits), **(limits or {})}.items())),
-        mcp_config or current.mcp_config,
+        mcp_config or current.mcp_config, _mcp_digest(current, mcp_config),
     ), profile
 
 
@@ -183,7 +221,8 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                                        context_window=settings.context_window, path=settings.path,
                                        api_base=settings.api_base, workdir=settings.workdir,
                                        tools=list(settings.tools), profile_text=settings.profile_text,
-                                       limits=dict(settings.limits) or None, mcp_config=settings.mcp_config)
+                                       limits=dict(settings.limits) or None, mcp_config=settings.mcp_config,
+                                       mcp_config_sha256=settings.mcp_config_sha256)
         session.transcript.append([header])
         state.apply(header)
     elif changes := state.settings.differences(settings):
@@ -197,7 +236,7 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
             state.apply(record)
     summarizer = summarizer_factory(profile, settings, state.summaries)
     runner = Runner(session, state, profile, model, toolset, summarizer_model=summarizer, limits=limits,
-                    started=started, grants=grants)
+                    started=started, grants=grants, protected=configured_from(settings, profile))
     runner.notices = [("mcp", warning) for warning in mcp.warnings]
     if "delegate" in toolset.tools:
         from ctxagent.agent.delegate import Delegator  # only where sub-agents are allowed
@@ -209,6 +248,23 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
         runner.learner = Learner(session.name, profile.lessons, Path(settings.workdir), settings.model,
                                  sessions_store=session.store_url)
     return runner
+
+
+def configured_from(settings: Settings, profile: Profile) -> list[Path]:
+    """The files the session is configured from, which no tool may write (tools/permissions.py):
+    its profile's files (the ``extends`` chain too; a bundled profile's YAML in the package), its
+    sub-agents' ``delegate.profile``'s, the MCP configuration, the ``--tools`` files and the scripts
+    of scripted models (the session's and ``delegate.model``)."""
+    files = [*profile_files(settings.profile)]
+    if profile.delegate.profile:
+        files += profile_files(profile.delegate.profile)
+    if settings.mcp_config:
+        files.append(Path(settings.mcp_config))
+    files += [found for found in map(spec_file, settings.tools) if found is not None]
+    for model in (settings.model, profile.delegate.model or ""):
+        if model.startswith("scripted:"):
+            files.append(Path(model.removeprefix("scripted:")).expanduser())
+    return files
 
 
 def check_limits(model: Model, profile: Profile, *limits: Limits) -> None:

@@ -12,7 +12,6 @@ token calibration, the session's usage totals, and the base view (:class:`~ctxag
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
@@ -21,7 +20,7 @@ from ctxagent.agent import activity
 from ctxagent.agent.context import ContextState, compaction_of
 from ctxagent.collector import collector_paused
 from ctxagent.handles import base_handle, new_handle
-from ctxagent.messages import Message, ToolCall, call_ids
+from ctxagent.messages import Message, ToolCall, call_ids, loads_json
 from ctxagent.sessions import records
 from ctxagent.sessions.outcome import Usage, is_answer
 from ctxagent.tokens import calibration
@@ -55,6 +54,7 @@ class Settings:
     profile_text: str | None = None
     limits: tuple[tuple[str, float | None], ...] = ()  # session limits from the command line (None: removed)
     mcp_config: str | None = None  # --mcp-config FILE (absolute)
+    mcp_config_sha256: str | None = None  # of that file's bytes when it was recorded
 
     @classmethod
     def of_header(cls, header: records.SessionHeader) -> Settings:
@@ -63,7 +63,7 @@ class Settings:
         tools = header.tools or list(extra.get("tools") or [])
         return cls(header.model, header.profile, header.context_window, header.path, header.api_base,
                    header.workdir, tuple(tools), text if isinstance(text, str) else None,
-                   tuple(sorted((header.limits or {}).items())), header.mcp_config)
+                   tuple(sorted((header.limits or {}).items())), header.mcp_config, header.mcp_config_sha256)
 
     def changed(self, record: records.SettingsRecord) -> Settings:
         """These settings with ``record``'s fields (those not None) in force."""
@@ -332,7 +332,7 @@ def pins_of(message: Message) -> list[str]:
         if call["function"]["name"] != "pin":
             continue
         try:
-            fact = json.loads(call["function"]["arguments"]).get("fact")
+            fact = loads_json(call["function"]["arguments"]).get("fact")
         except (ValueError, AttributeError):
             continue
         if isinstance(fact, str) and fact.strip():

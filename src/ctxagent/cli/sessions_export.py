@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from ctxagent.messages import loads_json
 from ctxagent.sessions.session import Session, status_of
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ def _pretty(arguments: Any) -> str:
     if not isinstance(arguments, str):
         return json.dumps(arguments, ensure_ascii=False, indent=2)
     try:
-        return json.dumps(json.loads(arguments), ensure_ascii=False, indent=2)
+        return json.dumps(loads_json(arguments), ensure_ascii=False, indent=2)
     except ValueError:
         return arguments
 

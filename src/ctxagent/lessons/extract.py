@@ -17,7 +17,6 @@ succeeded) or contradicted (succeeded doing otherwise), with the records that sh
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Iterable, Iterator
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxagent.lessons.model import Evidence, Lesson, Vote, lesson_id, terms_of
+from ctxagent.messages import loads_json
 from ctxagent.sessions import records
 
 ERROR_PREFIX = "ERROR: "  # ctxagent.tools.base.ERROR_PREFIX: a tool call that failed
@@ -80,7 +80,7 @@ def attempts(items: Iterable[Any]) -> list[Attempt]:
 
 def _args(text: Any) -> dict[str, Any]:
     try:
-        value = json.loads(text) if isinstance(text, str) else text
+        value = loads_json(text) if isinstance(text, str) else text
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}

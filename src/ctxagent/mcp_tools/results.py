@@ -21,10 +21,10 @@ MCP result is offloaded, previewed and stored under a handle by the same rules a
 from __future__ import annotations
 
 import base64
-import json
 import os
 from typing import Any
 
+from ctxagent.messages import loads_json
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools.base import Spooled, ToolError
 
@@ -94,7 +94,7 @@ def _json_document(text: str) -> Any:
     if (stripped[:1], stripped[-1:]) not in (("{", "}"), ("[", "]")):
         return None
     try:
-        return json.loads(stripped)
+        return loads_json(stripped)
     except ValueError:
         return None
 

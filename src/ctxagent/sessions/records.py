@@ -36,9 +36,54 @@ import json
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
 
 SCHEMA_VERSION = 1
+
+
+def _message_shape(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` when its keys have the JSON types an OpenAI-format message gives them
+    (ctxagent/messages.py): ``role`` a string; ``content`` a string, null or a list of parts
+    (objects); ``tool_calls`` null or a list of objects, each with a string ``id`` and a ``function``
+    object whose ``name`` and ``arguments`` are strings; ``tool_call_id`` a string or null. Raises
+    ``ValueError`` naming the first key of another type: the record is set aside like a damaged line
+    (sessions/transcript.py) instead of failing every resume and inspect later."""
+    problem = _message_problem(message)
+    if problem:
+        raise ValueError(f"a message whose {problem}")
+    return message
+
+
+def _message_problem(message: dict[str, Any]) -> str:
+    content, calls = message.get("content"), message.get("tool_calls")
+    if not isinstance(message.get("role"), str):
+        return "role is not a string"
+    if not (content is None or isinstance(content, str | bytes)  # bytes: built in Python, written as text
+            or (isinstance(content, list) and all(isinstance(part, dict) for part in content))):
+        return f"content is {type(content).__name__}, not text, null or a list of parts"
+    if not isinstance(message.get("tool_call_id") or "", str):
+        return "tool_call_id is not a string"
+    if calls is None:
+        return ""
+    if not isinstance(calls, list):
+        return f"tool_calls is {type(calls).__name__}, not a list"
+    for i, item in enumerate(calls):
+        function = item.get("function") if isinstance(item, dict) else None
+        if not (isinstance(function, dict) and isinstance(item.get("id"), str)
+                and isinstance(function.get("name"), str) and isinstance(function.get("arguments"), str)):
+            return f"tool call {i} is not {{id: string, function: {{name: string, arguments: string}}}}"
+    return ""
+
+
+def _tool_list_shape(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """An MCP tool list whose entries each have a string ``name`` and an object (or no) ``input_schema``."""
+    for i, entry in enumerate(tools or []):
+        if not isinstance(entry.get("name"), str) or not isinstance(entry.get("input_schema") or {}, dict):
+            raise ValueError(f"tool {i} of the list has no string name or an input_schema that is not an object")
+    return tools
+
+
+Message = Annotated[dict[str, Any], AfterValidator(_message_shape)]
 
 
 def now() -> float:
@@ -65,6 +110,7 @@ class SessionHeader(_Record):
     profile_text: str | None = None  # a profile file's YAML, kept so resume survives its deletion
     limits: dict[str, int | float | None] | None = None  # session limits the command line set (--session-limit)
     mcp_config: str | None = None  # --mcp-config FILE, absolute (the file is re-read; its values never recorded)
+    mcp_config_sha256: str | None = None  # of that file's bytes when recorded (a resume refuses a changed one)
 
 
 class SettingsRecord(_Record):
@@ -81,6 +127,7 @@ class SettingsRecord(_Record):
     path: Literal["batch", "interactive"] | None = None
     limits: dict[str, int | float | None] | None = None  # the session limits the command line set (None: removed)
     mcp_config: str | None = None
+    mcp_config_sha256: str | None = None
 
 
 class FileTouch(BaseModel):
@@ -103,7 +150,7 @@ class MessageRecord(_Record):
     seq: int
     turn: int
     tokens: int
-    message: dict[str, Any]
+    message: Message
     handle: str | None = None  # tool results: the handle of the full value (ctxagent.handles)
     offloaded: bool = False  # tool results: the full value was stored when the record was written
     file: FileTouch | None = None  # tool results of file tools: the file read or written
@@ -147,7 +194,7 @@ class CompactionRecord(_Record):
     strategy: str
     start: int
     end: int
-    message: dict[str, Any] | None = None
+    message: Message | None = None
     tokens: int = 0
     tokens_before: int = 0
     refs: list[str] = Field(default_factory=list)  # handles of the tool results in the range
@@ -219,7 +266,7 @@ class ToolsRecord(_Record):
 
     kind: Literal["tools"] = "tools"
     server: str | None = None
-    tools: list[dict[str, Any]] | None = None
+    tools: Annotated[list[dict[str, Any]] | None, AfterValidator(_tool_list_shape)] = None
     loaded: list[str] | None = None
 
 

@@ -142,6 +142,14 @@ class Store:
         with self.failing(f"reading {path}"):
             return bool(self.fs.exists(path))
 
+    def size(self, path: str) -> int | None:
+        """The size in bytes of the object at ``path`` (one HEAD request on S3), None when there is none."""
+        try:
+            with self.failing(f"reading {path}"):
+                return int(self.fs.info(path)["size"])
+        except FileNotFoundError:
+            return None
+
     def read_many(self, paths: list[str], *, missing_ok: bool = False) -> dict[str, bytes]:
         """``{path without protocol: bytes}`` of ``paths`` (fetched concurrently where the store
         can); ``missing_ok``: paths with no object are left out instead of failing."""
@@ -178,12 +186,15 @@ class SyncState:
     segments: int = 0
     bytes: int = 0
     snapshot: int = 0  # the segments the newest snapshot known here holds
+    last: int | None = None  # bytes of segment number ``segments`` (None: not known, a state from before it)
 
     @classmethod
     def load(cls, root: Path) -> SyncState:
         try:
             data = json.loads((root / STATE).read_text(encoding="utf-8"))
-            return cls(int(data["segments"]), int(data["bytes"]), int(data.get("snapshot", 0)))
+            last = data.get("last")
+            return cls(int(data["segments"]), int(data["bytes"]), int(data.get("snapshot", 0)),
+                       None if last is None else int(last))
         except (OSError, ValueError, KeyError, TypeError):
             return cls()
 
@@ -191,8 +202,13 @@ class SyncState:
         temp = root / f"{STATE}.{os.getpid()}.tmp"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"segments": self.segments, "bytes": self.bytes, "snapshot": self.snapshot}, fh)
+            json.dump({"segments": self.segments, "bytes": self.bytes, "snapshot": self.snapshot,
+                       "last": self.last}, fh)
         os.replace(temp, root / STATE)
+
+    def advance(self, number: int, size: int) -> None:
+        """Segment ``number``, of ``size`` bytes, is the newest the store and the cache share."""
+        self.segments, self.last = number, size
 
 
 @dataclass
@@ -231,6 +247,7 @@ class SessionSync:
         from ctxagent.sessions.redact import private_dir
 
         self.state = SyncState.load(self.root)
+        self._check_still_there()
         size = self.transcript.stat().st_size if self.transcript.exists() else 0
         if size < self.state.bytes:  # the cache lost bytes it had synced: start it over from the store
             if size:
@@ -252,7 +269,8 @@ class SessionSync:
         while chunks and complete.startswith(chunks[0][1]):  # lines of ours that reached the store
             number, chunk = chunks.pop(0)
             complete = complete[len(chunk):]
-            self.state.segments, self.state.bytes = number, self.state.bytes + len(chunk)
+            self.state.advance(number, len(chunk))
+            self.state.bytes += len(chunk)
         if complete and chunks:  # the store moved on without these lines
             self._set_aside(self.state.bytes, "unsynced-")
         elif complete:  # the step a crash kept from the store: ours, and nobody wrote since
@@ -261,6 +279,41 @@ class SessionSync:
         self._append_local(chunks)
         self.state.save(self.root)
         self._pull_outputs()
+
+    def _check_still_there(self) -> None:
+        """The store's state wins over a stale cache: when the store no longer holds the newest
+        segment this cache synced (the session was deleted or emptied on another machine), or holds
+        another one in its place (deleted, then started again under this name), the cache is moved
+        aside (nothing in it is lost) and ``UsageError`` says so. Without the check, a resume from
+        the stale cache fenced a fresh segment number and uploaded its steps after it: a fragment
+        with no header in the store, which no machine could open, and exit 0. One HEAD request."""
+        number = self.state.segments
+        if not number:
+            return
+        found = self.store.size(self.remote("segments", segment_name(number)))
+        if found is not None and self.state.last in (None, found):
+            return
+        self.removed = True  # a writer's lease is deleted, not released: nothing of ours stays in the store
+        what = ("has no segment of it any more (deleted or emptied on another machine)" if found is None else
+                "holds another session under its name (deleted, then started again on another machine)")
+        moved = self._stale_aside()
+        raise UsageError(f"session {self.name!r}: the session store {self.store.url} {what}, while this machine's "
+                         f"cache had synced {number} segments of it; the store's state wins: {moved}. Run the "
+                         "command again to use the session the store holds, or start a new one")
+
+    def _stale_aside(self) -> str:
+        """Move the session's cache folder to ``<cache>/stale/<name>-<time>`` (out of the sessions
+        listed); what happened, in words."""
+        import time
+
+        base = self.root.parents[len(self.key.split("/")) - 1]  # the folder holding sessions/
+        side = base / "stale" / f"{self.key.removeprefix('sessions/').replace('/', '~')}-{int(time.time())}"
+        try:
+            side.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.root.rename(side)
+        except OSError as err:
+            return f"this machine's stale cache {self.root} could not be moved aside ({err.strerror or err}); remove it"
+        return f"this machine's stale cache was moved to {side}"
 
     def _from_snapshot(self) -> None:
         """An empty cache starts from the store's newest snapshot, when there is one."""
@@ -272,7 +325,7 @@ class SessionSync:
         private_dir(self.root)
         data = self.store.read_many([self.remote("snapshots", segment_name(found[-1]))])
         self._append_local([(found[-1], next(iter(data.values())))])
-        self.state.snapshot = found[-1]
+        self.state.snapshot, self.state.last = found[-1], None  # the segment's own size is not the snapshot's
 
     def snapshot(self) -> None:
         """Leave ``snapshots/<N>.jsonl``, the synced transcript in one object, when
@@ -329,7 +382,7 @@ class SessionSync:
                 fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
-        self.state.segments = chunks[-1][0]
+        self.state.advance(chunks[-1][0], len(chunks[-1][1]))
         self.state.bytes += sum(len(c) for _, c in chunks)
 
     def _pull_outputs(self) -> None:
@@ -359,7 +412,7 @@ class SessionSync:
         number first, pull it and try the next."""
         while self.state.segments:
             if self.store.create(self.remote("segments", segment_name(self.state.segments + 1)), b""):
-                self.state.segments += 1
+                self.state.advance(self.state.segments + 1, 0)
                 self.state.save(self.root)
                 return
             self.pull(writer=True)
@@ -382,7 +435,7 @@ class SessionSync:
             self.fenced = (f"session {self.name!r} was taken over by another writer (segment {number} exists in "
                            f"{self.store.url}); this process stops, everything it wrote before is in the store")
             raise SessionBusyError(self.fenced)
-        self.state.segments = number
+        self.state.advance(number, len(data))
 
     def push_outputs(self) -> None:
         """Upload the output files (final names only: spools and partial files start with ``.``)

@@ -7,6 +7,7 @@ owner-only (0700), files 0600.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -392,5 +393,6 @@ def _save(cache: Path, found: Totals) -> None:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(asdict(found), fh)
         os.replace(temp, cache)
-    except OSError:
-        temp.unlink(missing_ok=True)
+    except OSError:  # a read-only data dir: counted again next time
+        with contextlib.suppress(OSError):  # unlink fails there too (EROFS), even for a missing file
+            temp.unlink(missing_ok=True)

@@ -246,9 +246,10 @@ class _Reader:
             if kind is not None and kind not in known_kinds():
                 self.unknown.setdefault(kind, []).append(number)
                 return None
+            why = _why(err)
             if number == 1:
-                self.first_error = str(err)[:120]
-            self._warn(number, f"unreadable record skipped ({str(err)[:120]})")
+                self.first_error = why
+            self._warn(number, f"unreadable record skipped ({why})")
             return None
 
     def _warn(self, number: int, what: str) -> None:
@@ -273,6 +274,18 @@ def known_kinds() -> frozenset[str]:
     return frozenset(cls.model_fields["kind"].default for cls in get_args(union))
 
 
+def _why(err: ValueError) -> str:
+    """Why a line is no record, in one short line: pydantic's first error with where it is in the
+    record (``message.content: ...``), else the error's text; at most 160 characters."""
+    from pydantic import ValidationError
+
+    if isinstance(err, ValidationError) and err.errors():
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"][1:])  # the first is the record kind (the union's tag)
+        return f"{where + ': ' if where else ''}{first['msg']}"[:160]
+    return str(err)[:160]
+
+
 def _clean(line: bytes) -> bytes:
     """``line`` without NUL padding (before or after the record) and a stray carriage return."""
     return line.strip(b"\x00").rstrip(b"\r").strip(b"\x00")
@@ -282,7 +295,7 @@ def _kind_of(line: bytes) -> str | None:
     """The ``kind`` of a JSON object line, or None when the line is not one."""
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
         return None
     kind = value.get("kind") if isinstance(value, dict) else None
     return kind if isinstance(kind, str) else None

@@ -51,7 +51,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import Message, one_line
+from ctxagent.messages import Message, loads_json, one_line
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
     calls_of_results,
@@ -150,7 +150,7 @@ def render_checkpoint(data: dict[str, Any]) -> str:
 
 def parse_json_object(reply: str) -> dict[str, Any]:
     """The JSON object of an LLM reply (code fences allowed). Raises ``ValueError`` otherwise."""
-    data = json.loads(_FENCE.sub("", reply.strip()))
+    data = loads_json(_FENCE.sub("", reply.strip()))
     if not isinstance(data, dict) or not data:
         raise ValueError("not a non-empty JSON object")
     return data
@@ -166,7 +166,7 @@ def agent_call(view: Sequence[Entry]) -> tuple[str, dict[str, Any]] | None:
         fn = call.get("function", {})
         if fn.get("name") == "checkpoint":
             try:
-                data = json.loads(fn.get("arguments") or "")
+                data = loads_json(fn.get("arguments") or "")
             except ValueError:
                 continue
             if isinstance(data, dict) and data:
@@ -180,7 +180,7 @@ def files_touched(entries: Sequence[Entry], limit: int = 20) -> list[str]:
     for entry in entries:
         for call in entry.message.get("tool_calls") or []:
             try:
-                args = json.loads(call.get("function", {}).get("arguments") or "")
+                args = loads_json(call.get("function", {}).get("arguments") or "")
             except ValueError:
                 continue
             if not isinstance(args, dict):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ctxagent.messages import Message, one_line, text_of
+from ctxagent.messages import Message, loads_json, one_line, text_of
 from ctxagent.sessions.store import handle_for
 from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, groups, protected
 from ctxagent.tokens import count_message, count_text
@@ -132,7 +132,7 @@ def call_arguments(call: dict[str, Any] | None) -> str:
 def short_args(arguments: str, limit: int = 80) -> str:
     """Arguments in short: ``key=value`` pairs of the JSON object (raw text when not JSON), one line."""
     try:
-        data = json.loads(arguments) if arguments.strip() else {}
+        data = loads_json(arguments) if arguments.strip() else {}
     except ValueError:
         return one_line(arguments, limit)
     if isinstance(data, dict):
@@ -153,7 +153,7 @@ def canonical_call(call: dict[str, Any] | None) -> tuple[str, str]:
     """``(name, arguments)`` with the arguments as canonical JSON (sorted keys, no spaces) when valid."""
     raw = call_arguments(call)
     try:
-        args = json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        args = json.dumps(loads_json(raw), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except ValueError:
         args = raw.strip()
     return call_name(call), args

@@ -22,10 +22,10 @@ the same entries and summary always give the same block (the text is recorded in
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Sequence
 
+from ctxagent.messages import loads_json
 from ctxagent.strategies.base import Entry
 from ctxagent.strategies.common import content_of, handle_of
 from ctxagent.strategies.rendering import label_range
@@ -107,7 +107,7 @@ def _arguments(call: dict[str, object]) -> dict[str, object]:
     function = call.get("function")
     raw = function.get("arguments") if isinstance(function, dict) else None
     try:
-        data = json.loads(raw) if isinstance(raw, str) and raw.strip() else {}
+        data = loads_json(raw) if isinstance(raw, str) and raw.strip() else {}
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}

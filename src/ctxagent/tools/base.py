@@ -50,6 +50,10 @@ class ToolContext:
     model string; None: BM25 only); ``recall_top_k``: the hits it returns by default. ``state``: what
     the session's tools keep between calls (``recall``'s index), by tool; a copy made with
     ``dataclasses.replace`` shares it.
+    ``checked``: for one call that passed the permission gate, the resolved path it checked for each
+    path argument (argument name -> absolute path, no link in it): the file tool opens exactly that
+    (tools/paths.py); empty: the tool resolves the path itself. ``confined``: that gate confines file
+    tools (a write never goes through a file with more than one hard link).
     """
 
     store: OutputStore
@@ -62,6 +66,8 @@ class ToolContext:
     # variables the shell's commands get although they look like credentials (tools/environment.py)
     pass_env: tuple[str, ...] = ()
     state: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    checked: Mapping[str, Path] = field(default_factory=dict)
+    confined: bool = False
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import io
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -25,27 +25,14 @@ from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError
 from ctxagent.tools.clean import mend
 from ctxagent.tools.environment import tool_environment
 from ctxagent.tools.offload import as_text
+from ctxagent.tools.outputs import copy_lines, skip_lines
+from ctxagent.tools.paths import open_path, regular_file, target
+from ctxagent.tools.preview import CHUNK_BYTES
 from ctxagent.tools.signature import function_tool
 
 SHELL_TIMEOUT_MAX_S = 3600
 KILL_GRACE_S = 2.0  # between SIGTERM and SIGKILL of a timed-out process group
 _POLL_S = 0.05
-
-
-_SHOWN_BYTE = re.compile(r"\\x([89a-f][0-9a-f])", re.IGNORECASE)  # how list_dir shows a byte of a name
-
-
-def resolve(ctx: ToolContext, path: str) -> Path:
-    """``path`` (``~`` expanded) made absolute against ``ctx.workdir``. A name as ``list_dir`` shows
-    it, with ``\\xff`` standing for an undecodable byte, names the file that has that byte when no
-    file is literally named so (the model copies names from listings)."""
-    target = (ctx.workdir / Path(path).expanduser()).absolute()
-    if "\\x" in path and not os.path.lexists(target):
-        raw = _SHOWN_BYTE.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), path)
-        candidate = (ctx.workdir / Path(raw).expanduser()).absolute()
-        if os.path.lexists(candidate):
-            return candidate
-    return target
 
 
 # --- shell -------------------------------------------------------------------------------------
@@ -250,68 +237,95 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 
 def read_file(ctx: ToolContext, path: str, start_line: Annotated[int, Field(ge=1)] = 1,
-              end_line: int | None = None) -> str | bytes:
+              end_line: int | None = None) -> str | bytes | Spooled:
     """Lines ``start_line``..``end_line`` (1-based, inclusive; None: to the end) of a file.
 
-    Returns the text as is; a file that is not UTF-8 text comes back as ``bytes`` (the toolset
-    stores those exactly instead of showing them). ``end_line`` past the end reads to the end.
-    Raises ``ToolError`` for a missing file, a directory, or a bad range.
+    A file of at most 1 MiB is read in memory: its text, or ``bytes`` when it is not UTF-8 text (the
+    toolset stores those exactly instead of showing them). A larger one is streamed, a block (1 MiB)
+    at a time, into a spool file of the store and settled like shell output (``Spooled``: inline when
+    small text, else offloaded with a preview): memory stays a block whatever the file's size.
+    ``end_line`` past the end reads to the end. The file is the path the permission gate checked,
+    opened without following a link (tools/paths.py). Raises ``ToolError`` for a missing file, a
+    directory or another file that is not regular, a link met on the way, or a bad range.
 
     Args:
         path: file path
         start_line: first line
         end_line: last line (default: end of file)
     """
-    target = _existing_file(ctx, path)
-    if start_line < 1:
-        raise ToolError(f"start_line must be 1 or more, not {start_line}")
-    if end_line is not None and end_line < start_line:
-        raise ToolError(f"empty range: end_line {end_line} is before start_line {start_line}")
-    chunks: list[bytes] = []
-    count = 0
-    with open(target, "rb") as fh:
-        for count, line in enumerate(fh, start=1):
-            if count >= start_line:
-                chunks.append(line)
-            if end_line is not None and count >= end_line:
-                break
-    if start_line > max(count, 1):
-        raise ToolError(mend(f"start_line {start_line} is past the end: {path} has {count} lines"))
-    data = b"".join(chunks)
-    text = as_text(data)
-    return data if text is None else text
+    real = target(ctx, "path", path)
+    fd = _opened(real, os.O_RDONLY | os.O_NONBLOCK, path)  # non-blocking: a FIFO is refused, not waited on
+    small = regular_file(fd, path).st_size <= CHUNK_BYTES
+    with os.fdopen(fd, "rb") as src:
+        if start_line < 1:
+            raise ToolError(f"start_line must be 1 or more, not {start_line}")
+        if end_line is not None and end_line < start_line:
+            raise ToolError(f"empty range: end_line {end_line} is before start_line {start_line}")
+        count = skip_lines(src, start_line - 1)
+        if start_line > 1 and not src.peek(1):
+            raise ToolError(mend(f"start_line {start_line} is past the end: {path} has {count} lines"))
+        lines = None if end_line is None else end_line - start_line + 1
+        if small:  # a spool file would cost more than the bytes
+            data = io.BytesIO()
+            copy_lines(src, data, lines)
+            text = as_text(data.getvalue())
+            return data.getvalue() if text is None else text
+        out, spool = ctx.store.spool()
+        try:
+            with os.fdopen(out, "wb") as dst:
+                copy_lines(src, dst, lines)
+        except BaseException:
+            spool.unlink(missing_ok=True)
+            raise
+    return Spooled(spool)
 
 
-def _existing_file(ctx: ToolContext, path: str) -> Path:
-    """The resolved regular file ``path``; ``ToolError`` when it is missing or a directory."""
-    target = resolve(ctx, path)
-    if target.is_dir():
-        raise ToolError(mend(f"{path} is a directory; use list_dir to see what it holds"))
-    if not target.is_file():
-        raise ToolError(mend(f"no such file: {path} (looked at {target})"))
-    return target
+def _opened(real: Path, flags: int, path: str, *, parents: bool = False, kind: str = "file") -> int:
+    """:func:`~ctxagent.tools.paths.open_path` with its failures as ``ToolError`` naming ``path``
+    (``kind``: ``file`` or ``directory``, what the tool wants there)."""
+    try:
+        return open_path(real, flags, shown=path, parents=parents)
+    except FileNotFoundError:
+        raise ToolError(mend(f"no such {kind}: {path} (looked at {real})")) from None
+    except IsADirectoryError:
+        raise ToolError(mend(f"{path} is a directory, not a file")) from None
+    except NotADirectoryError:
+        raise ToolError(mend(f"{path} is a file, not a directory; use read_file to read it")) from None
+    except OSError as err:
+        raise ToolError(mend(f"cannot {'list' if kind == 'directory' else 'open'} {path}: {err.strerror or err}")) \
+            from err
 
 
 def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """Write ``content`` as UTF-8 to ``path`` (parents created, file replaced); returns one line
-    with the bytes written. Raises ``ToolError`` when ``path`` is a directory or unwritable, or when
+    with the bytes written. The file is the path the permission gate checked, opened without
+    following a link (tools/paths.py); a call that passed a confining gate (``ctx.confined``) never
+    writes through a file with more than one hard link (the other name may be outside the working
+    directory, and the write would change that file too). Raises ``ToolError`` when ``path`` is a
+    directory, not a regular file, unwritable, a link met on the way, such a hard link, or when
     ``content`` holds a lone surrogate (a ``\\udcff`` escape in the model's JSON).
 
     Args:
         path: file path
         content: the whole new content of the file
     """
-    target = resolve(ctx, path)
-    if target.is_dir():
-        raise ToolError(mend(f"{path} is a directory, not a file"))
     try:
         data = content.encode("utf-8")
     except UnicodeEncodeError as err:
         raise ToolError(f"content holds U+{ord(err.object[err.start]):04X} at character {err.start}: a lone "
                         "surrogate, which UTF-8 cannot hold; write text (U+FFFD for a byte that is not UTF-8)") from err
+    real = target(ctx, "path", path)
+    fd = _opened(real, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, path, parents=True)  # truncated once checked
+    info = regular_file(fd, path)
+    if ctx.confined and info.st_nlink > 1:
+        os.close(fd)
+        raise ToolError(mend(f"refused: {path} has {info.st_nlink} hard links; another one may be outside the working "
+                             "directory, and writing through it would change that file too. Remove this name and "
+                             "write the file again (a new file has one link)"))
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        with os.fdopen(fd, "wb") as fh:
+            fh.truncate(0)
+            fh.write(data)
     except OSError as err:
         raise ToolError(mend(f"cannot write {path}: {err.strerror or err}")) from err
     return f"wrote {len(data):,} bytes to {path}"
@@ -320,23 +334,23 @@ def write_file(ctx: ToolContext, path: str, content: str) -> str:
 def list_dir(ctx: ToolContext, path: str = ".") -> str:
     """The entries of directory ``path``, sorted by name, one a line: ``name/`` for a directory,
     ``name  N bytes`` for a file (a name's bytes that are not UTF-8 shown as ``\\xff`` escapes).
-    Raises ``ToolError`` when it is missing or not a directory.
+    The folder is the path the permission gate checked, opened without following a link
+    (tools/paths.py). Raises ``ToolError`` when it is missing, not a directory, or a link met on the way.
 
     Args:
         path: directory
     """
-    target = resolve(ctx, path)
-    if not target.exists():
-        raise ToolError(mend(f"no such directory: {path} (looked at {target})"))
-    if not target.is_dir():
-        raise ToolError(mend(f"{path} is a file, not a directory; use read_file to read it"))
+    fd = _opened(target(ctx, "path", path), os.O_RDONLY | os.O_DIRECTORY, path, kind="directory")
     try:
-        entries = sorted(os.scandir(target), key=lambda entry: entry.name)
+        with os.scandir(fd) as found:
+            entries = sorted(found, key=lambda entry: entry.name)
+        if not entries:
+            return mend(f"{path} is empty")
+        return "\n".join(_entry_line(entry) for entry in entries)
     except OSError as err:
         raise ToolError(mend(f"cannot list {path}: {err.strerror or err}")) from err
-    if not entries:
-        return mend(f"{path} is empty")
-    return "\n".join(_entry_line(entry) for entry in entries)
+    finally:
+        os.close(fd)
 
 
 def _entry_line(entry: os.DirEntry[str]) -> str:

@@ -11,8 +11,8 @@ refusal as the call's error outcome (the model reads it; the run goes on). A sub
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -37,6 +37,8 @@ class Grants:
         rules: the permissions that replace the profile's: a sub-agent keeps its parent's, whatever
             its own profile says; None: the profile's.
         always: tools already answered ``always`` (a sub-agent inherits its parent's answers).
+        protected: paths no tool may write beyond the run's own (a sub-agent keeps its parent's:
+            the files the parent is configured from).
     """
 
     allow: frozenset[str] = frozenset()
@@ -44,6 +46,7 @@ class Grants:
     ask: Ask | None = None
     rules: PermissionsConfig | None = None
     always: frozenset[str] = frozenset()
+    protected: frozenset[Path] = frozenset()
 
     @classmethod
     def of(cls, allow: str | None, allow_all: bool = False, ask: Ask | None = None) -> Grants:
@@ -66,11 +69,14 @@ class Verdict:
 
     ``refusal``: the error outcome the model reads, naming the policy (None: the call may run).
     ``decisions``: the permission records of the user's answers, oldest first, for the transcript.
+    ``checked``: the resolved path the gate checked for each path argument of a file tool (argument
+    name -> path): the tool opens exactly these (``ToolContext.checked``).
     """
 
     call_id: str
     refusal: ToolOutcome | None
     decisions: tuple[PermissionRecord, ...] = ()
+    checked: Mapping[str, Path] = field(default_factory=dict)
 
 
 class GuardedToolset:
@@ -126,12 +132,14 @@ class GuardedToolset:
         tool = self.toolset.tools.get(call.name)
         if tool is None:
             return Verdict(call.id, None)
+        checked: dict[str, Path] = {}
         try:
-            refusal = self.gate.check_call(tool, call.arguments, call_id=call.id, turn=turn)
+            refusal, checked = self.gate.decide_call(tool, call.arguments, call_id=call.id, turn=turn)
         except (ValueError, OSError) as err:  # e.g. a NUL byte in a path: the model's mistake, not ours
             refusal = f"{call.name} refused: its arguments cannot be checked ({err})"
         decisions = tuple(self.gate.take_decisions())
-        return Verdict(call.id, None if refusal is None else ToolOutcome(ERROR_PREFIX + refusal, True), decisions)
+        return Verdict(call.id, None if refusal is None else ToolOutcome(ERROR_PREFIX + refusal, True), decisions,
+                       checked)
 
     def call(self, call: ToolCall, handle: str | None = None, *, verdict: Verdict | None = None,
              turn: int = 0) -> ToolOutcome:
@@ -147,14 +155,16 @@ class GuardedToolset:
             decided = verdict.decisions
         if verdict.refusal is not None:
             return replace(verdict.refusal, decisions=decided)
-        outcome = self.toolset.call(call, handle)
+        ctx = replace(self.toolset.ctx, checked=verdict.checked, confined=self.gate.config.confine)
+        outcome = self.toolset.call(call, handle, ctx=ctx)  # the tool opens the paths the gate checked
         return replace(outcome, decisions=decided) if decided else outcome
 
     def inherited(self) -> Grants:
-        """The grants a sub-agent opens with: this gate's rules and grants and the tools answered
-        ``always`` so far; it never asks."""
+        """The grants a sub-agent opens with: this gate's rules, grants and protected paths and the
+        tools answered ``always`` so far; it never asks."""
         gate = self.gate
-        return Grants(frozenset(gate.granted), gate.allow_all, None, gate.config, frozenset(gate.always))
+        return Grants(frozenset(gate.granted), gate.allow_all, None, gate.config, frozenset(gate.always),
+                      frozenset(gate.protected))
 
 
 def guard(toolset: Toolset, permissions: PermissionsConfig, path: Literal["batch", "interactive"],
@@ -162,11 +172,11 @@ def guard(toolset: Toolset, permissions: PermissionsConfig, path: Literal["batch
           protected: Iterable[Path] = ()) -> GuardedToolset:
     """``toolset`` behind a gate of ``permissions`` (``grants.rules`` instead when set) on ``path``
     with ``grants``, in the toolset's working directory. ``readable``: more folders read tools may
-    read (the session's output store); ``protected``: folders nothing may write into (ctxagent's
-    data folder). ``grants``: None grants nothing; ``grants.allow`` is not checked here
-    (:func:`check_allowed` does)."""
+    read (the session's output store); ``protected``: folders and files nothing may write into
+    (ctxagent's own, the files the session is configured from), with ``grants.protected``.
+    ``grants``: None grants nothing; ``grants.allow`` is not checked here (:func:`check_allowed` does)."""
     grants = grants or Grants()
     gate = Gate(grants.rules or permissions, path, grants.allow, grants.allow_all, grants.ask,
-                workdir=toolset.ctx.workdir, readable=readable, protected=protected)
+                workdir=toolset.ctx.workdir, readable=readable, protected=[*protected, *grants.protected])
     gate.always |= grants.always
     return GuardedToolset(toolset, gate)

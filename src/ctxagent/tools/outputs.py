@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -26,13 +25,14 @@ from pydantic import Field
 
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError
+from ctxagent.tools.patterns import SECONDS, Budget, Timed, compile_pattern, too_slow
 from ctxagent.tools.preview import CHUNK_BYTES, SNIFF_BYTES, looks_binary
 from ctxagent.tools.signature import function_tool
 
 MAX_LINES = 200  # lines read_output returns when end_line is not given
 MAX_MATCHES = 200  # matching lines grep_output lists
 MAX_CONTEXT = 20  # context_lines allowed
-GREP_SECONDS = 10.0  # time budget of one grep_output (the regex package enforces it inside a search)
+GREP_SECONDS = SECONDS  # time budget of one grep_output (the regex package enforces it inside a search)
 LINE_MAX_CHARS = 2000  # characters shown of one line
 PIECE_BYTES = 1024 * 1024  # a longer line is read (and searched) in pieces of this size
 
@@ -74,7 +74,7 @@ def read_output(ctx: ToolContext, handle: str, start_line: Annotated[int, Field(
     wanted = (end_line if end_line is not None else start_line + MAX_LINES - 1) - start_line + 1
     with open(path, "rb") as fh:
         _refuse_binary(fh, handle, path)
-        skipped = _skip_lines(fh, start_line - 1)
+        skipped = skip_lines(fh, start_line - 1)
         shown = list(itertools.islice(_lines(fh, start_line), wanted))
         if not shown:
             if start_line == 1:
@@ -112,16 +112,16 @@ def grep_output(ctx: ToolContext, handle: str, pattern: str,
         context_lines: lines shown before and after each match
     """
     path = _output_path(ctx, handle, "grep_output")
-    regex = _compile(pattern)
+    regex = compile_pattern(pattern)
     if not 0 <= context_lines <= MAX_CONTEXT:
         raise ToolError(f"context_lines must be between 0 and {MAX_CONTEXT}, not {context_lines}")
     with open(path, "rb") as fh:
         _refuse_binary(fh, handle, path)
+        budget = Budget(GREP_SECONDS)
         try:
-            listed, matches, total = _grep(fh, _Deadline(regex, GREP_SECONDS), context_lines)
+            listed, matches, total = _grep(fh, Timed(regex, budget), context_lines)
         except TimeoutError:
-            raise ToolError(f"grep_output gave up after {GREP_SECONDS:g} s: the pattern {pattern!r} is too slow on "
-                            f"{handle} (nested repetition like (a+)+ backtracks without end); simplify it") from None
+            raise too_slow("grep_output", pattern, handle, budget) from None
     if not matches:
         return f"no line of {handle} matches {pattern!r} ({total:,} lines searched)"
     head = f"{matches:,} of {total:,} lines of {handle} match {pattern!r}:"
@@ -156,31 +156,6 @@ def _grep(fh: BinaryIO, regex: Any, context: int) -> tuple[list[str], int, int]:
     return listed, matches, total
 
 
-def _compile(pattern: str) -> Any:
-    """``pattern`` compiled by the ``regex`` package (Python ``re`` syntax, plus a time limit;
-    imported here: only a search needs it)."""
-    import regex
-
-    try:
-        return regex.compile(pattern)
-    except (regex.error, OverflowError, RecursionError) as err:
-        raise ToolError(f"invalid regex {pattern!r}: {err}") from err
-
-
-class _Deadline:
-    """A compiled pattern whose searches share one time budget (seconds): a pathological pattern
-    (catastrophic backtracking) raises ``TimeoutError`` instead of hanging the run."""
-
-    def __init__(self, pattern: Any, seconds: float):
-        self.pattern, self.end = pattern, time.monotonic() + seconds
-
-    def search(self, text: str) -> Any:
-        left = self.end - time.monotonic()
-        if left <= 0:
-            raise TimeoutError
-        return self.pattern.search(text, timeout=left)
-
-
 def ref_of(handle: str) -> values.Ref:
     """``handle`` parsed; ``ToolError`` when it is not a handle, malformed (no paths, no ``..``)."""
     ref = values.parse_ref(handle) if isinstance(handle, str) else None
@@ -213,7 +188,7 @@ def _refuse_binary(fh: BinaryIO, handle: str, path: Path) -> None:
     fh.seek(0)
 
 
-def _skip_lines(fh: BinaryIO, count: int) -> int:
+def skip_lines(fh: BinaryIO, count: int) -> int:
     """Move ``fh`` past its next ``count`` lines without decoding them; returns how many lines it
     moved past (fewer at the end of the file; an unterminated last line counts)."""
     skipped, last = 0, b""
@@ -228,6 +203,23 @@ def _skip_lines(fh: BinaryIO, count: int) -> int:
         skipped += newlines
         last = chunk[-1:]
     return skipped + (1 if last not in (b"", b"\n") else 0)
+
+
+def copy_lines(fh: BinaryIO, out: BinaryIO, count: int | None) -> None:
+    """Copy the next ``count`` lines of ``fh`` (None: all that is left) to ``out``, a block
+    (:data:`CHUNK_BYTES`) at a time whatever the length of a line: memory stays one block."""
+    left = count
+    while (left is None or left > 0) and (chunk := fh.read(CHUNK_BYTES)):
+        newlines = chunk.count(b"\n")
+        if left is None or newlines < left:
+            out.write(chunk)
+            left = None if left is None else left - newlines
+            continue
+        index = -1
+        for _ in range(left):
+            index = chunk.index(b"\n", index + 1)
+        out.write(chunk[: index + 1])
+        return
 
 
 def _count_lines(fh: BinaryIO) -> int:

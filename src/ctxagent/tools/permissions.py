@@ -7,28 +7,37 @@ covers every ``github__*`` tool), else by kind (``kinds``), else by the safe def
 (:data:`DEFAULT_KINDS`: read allowed; write, exec, network and mcp ask). :class:`Gate` applies it to one
 call before the tool runs, in this order:
 
-1. **confinement** — the path arguments of the file tools (:data:`FILE_ARGS`) must resolve inside the
-   working directory (``permissions.workdir``; default: the run's ``--workdir``), symlinks and
-   ``..`` resolved (``os.path.realpath``) — so ``..`` escapes, absolute paths elsewhere and symlinks
-   pointing out are refused. Read tools may also read the session's own output store (previews
-   name those files); nothing may write inside ctxagent's data folder. ``confine: false`` lifts it.
+1. **confinement** — the path arguments of the file tools (:data:`FILE_ARGS`) are resolved once
+   (:func:`~ctxagent.tools.paths.real_path`: a name as ``list_dir`` shows it translated, ``~``,
+   ``..`` and every symlink resolved) and must lead inside the working directory
+   (``permissions.workdir``; default: the run's ``--workdir``) — so ``..`` escapes, absolute paths
+   elsewhere and symlinks pointing out are refused. The tool then opens exactly that resolved path,
+   following no link (a link swapped in after the check is refused; tools/paths.py), and a write
+   never goes through a file with more than one hard link. Read tools may also read the session's
+   output store (previews name those files). Nothing may write into ``protected`` paths, whatever
+   the permissions and the working directory: ctxagent's data, config and cache folders, its
+   package, and the files the session is configured from (profile and its bases, MCP
+   configuration, ``--tools`` files). ``confine: false`` lifts the working-directory rule only.
 2. **policy ``deny``** — refused, whatever the command line grants.
 3. **exec paths** (write tools only) — a write to a file that runs later is exec, not write
    (:func:`exec_reason`): git runs commands named in a repository's ``config`` (``core.fsmonitor``,
    ``core.pager``, aliases, filter drivers) and the scripts in its ``hooks`` folder on the user's
-   next ``git status``, and a ``.git`` file or folder decides which repository that is. So a write to
-   any ``.git`` entry, to ``config`` / ``config.worktree`` under a ``.git`` folder, or to anything
-   under its ``hooks`` folders (nested repositories, submodules' ``.git/modules/*`` and worktrees
-   included), or to a path matching a ``permissions.exec_paths`` glob, needs the exec permission as
-   well: ``permissions.kinds.exec: allow``, ``--allow exec`` or ``--allow-all`` (a grant of the
-   tool's own name or of ``write`` is not enough); otherwise the interactive path asks (saying why)
-   and the batch path refuses, naming the reason. ``permissions.kinds.exec: deny`` refuses it.
-   Not exec: ``.gitattributes`` / ``.git/info/attributes`` (they name drivers; only config defines
-   their commands) and ``.gitmodules`` (git refuses ``update = !command`` from it since 2.24.1);
-   list them in ``exec_paths`` to guard them too.
+   next ``git status``, and what a ``.git`` folder holds decides which repository and config git
+   uses (``commondir``, ``gitdir`` files, ``worktrees/*``, a ``.git`` file). So a write to any
+   ``.git`` entry or to anything under a ``.git`` folder, at any depth (nested repositories,
+   submodules' ``.git/modules/*`` and worktrees included), or to a path matching a
+   ``permissions.exec_paths`` glob, needs the exec permission as well: ``permissions.kinds.exec:
+   allow``, ``--allow exec`` or ``--allow-all`` (a grant of the tool's own name or of ``write`` is
+   not enough); otherwise the interactive path asks (saying why) and the batch path refuses, naming
+   the reason. ``permissions.kinds.exec: deny`` refuses it. Not exec: ``.gitattributes`` (it names
+   drivers; only config defines their commands) and ``.gitmodules`` (git refuses ``update =
+   !command`` from it since 2.24.1); list them in ``exec_paths`` to guard them too.
 4. **shell patterns** (``shell`` only) — a command matching a ``permissions.shell.deny`` regex
    (searched anywhere) is refused; one that matches an ``allow`` regex in full and holds none of
-   ``; & | ` $ < >`` or a newline runs without asking.
+   ``; & | ` $ < >`` or a newline runs without asking. Deny patterns are a convenience, not a
+   boundary: bash runs ``rm -f -r``, ``r\\m``, ``c''url`` and ``${X}l`` as the commands a pattern
+   for ``rm -rf`` or ``curl`` meant to stop. What holds is an allow list (matched whole, no chaining
+   or expansion) with every other command asking or refused.
 5. **policy ``ask``** — runs when the command line granted it (``--allow NAME|KIND``,
    ``--allow-all``) or the user answered ``always`` earlier in this run; otherwise the interactive
    path asks (``yes`` / ``no`` / ``always`` for the rest of this run) and the batch path refuses
@@ -53,7 +62,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from ctxagent.messages import loads_json
 from ctxagent.tools.base import Tool, ToolKind
+from ctxagent.tools.paths import real_path
 
 Policy = Literal["allow", "ask", "deny"]
 Answer = Literal["yes", "no", "always"]
@@ -172,42 +183,67 @@ class Gate:
 
     # -- the decision -------------------------------------------------------------------------
     def check(self, tool: Tool, arguments: Mapping[str, Any], *, call_id: str = "", turn: int = 0) -> str | None:
-        """None when the call may run, else the message the model reads (naming the policy).
+        """None when the call may run, else the message the model reads (naming the policy): the
+        refusal of :meth:`decide`."""
+        return self.decide(tool, arguments, call_id=call_id, turn=turn)[0]
+
+    def decide(self, tool: Tool, arguments: Mapping[str, Any], *, call_id: str = "",
+               turn: int = 0) -> tuple[str | None, dict[str, Path]]:
+        """``(refusal, checked)``: None when the call may run, else the message the model reads
+        (naming the policy); and the resolved path of each file-tool path argument (argument name
+        -> absolute path, links resolved: :func:`~ctxagent.tools.paths.real_path`), resolved once
+        here, checked, and handed to the tool to open (``ToolContext.checked``).
 
         Never raises for a bad call (an exception while asking counts as "no"); Ctrl-C
-        (``KeyboardInterrupt``) at the prompt propagates.
+        (``KeyboardInterrupt``) at the prompt propagates. Raises ``ValueError`` for a path holding a
+        NUL byte (the guard answers it as a refusal).
         """
-        refusal = self._confinement(tool, arguments)
+        checked = self._resolved(tool, arguments)
+        refusal = self._confinement(tool, arguments, checked)
         if refusal:
-            return refusal
+            return refusal, checked
         policy, where = self.config.policy(tool)
         if policy == "deny":
-            return f"denied by profile permissions: {tool.name} is 'deny' ({where})"
-        found = self._exec_path(tool, arguments)
+            return f"denied by profile permissions: {tool.name} is 'deny' ({where})", checked
+        found = self._exec_path(tool, arguments, checked)
         if found:
-            return self._exec_write(tool, arguments, found, policy == "allow", call_id, turn)
+            return self._exec_write(tool, arguments, found, policy == "allow", call_id, turn), checked
         if tool.name == SHELL_TOOL:
             command = arguments.get(SHELL_ARG)
             if isinstance(command, str):
                 refusal, allowed = self._shell(command)
                 if refusal:
-                    return refusal
+                    return refusal, checked
                 if allowed:
-                    return None
+                    return None, checked
         if policy == "allow" or self._granted(tool):
-            return None
-        return self._asked(tool, arguments, where, call_id, turn)
+            return None, checked
+        return self._asked(tool, arguments, where, call_id, turn), checked
+
+    def _resolved(self, tool: Tool, arguments: Mapping[str, Any]) -> dict[str, Path]:
+        """The resolved path of each path argument of a file tool (``list_dir()``: the workdir)."""
+        found = {}
+        for name in FILE_ARGS.get(tool.name, ()):
+            value = arguments.get(name, ".")
+            if isinstance(value, str):
+                found[name] = real_path(self.workdir, value)
+        return found
 
     def check_call(self, tool: Tool, raw_arguments: str, *, call_id: str = "", turn: int = 0) -> str | None:
         """:meth:`check` on a call's raw JSON arguments. Arguments that do not parse to an object
         are let through: the toolset answers them with its own error, and no tool runs."""
+        return self.decide_call(tool, raw_arguments, call_id=call_id, turn=turn)[0]
+
+    def decide_call(self, tool: Tool, raw_arguments: str, *, call_id: str = "",
+                    turn: int = 0) -> tuple[str | None, dict[str, Path]]:
+        """:meth:`decide` on a call's raw JSON arguments (see :meth:`check_call`)."""
         try:
-            arguments = json.loads(raw_arguments) if raw_arguments.strip() else {}
+            arguments = loads_json(raw_arguments) if raw_arguments.strip() else {}
         except ValueError:
-            return None
+            return None, {}
         if not isinstance(arguments, dict):
-            return None
-        return self.check(tool, arguments, call_id=call_id, turn=turn)
+            return None, {}
+        return self.decide(tool, arguments, call_id=call_id, turn=turn)
 
     def take_decisions(self) -> list[Any]:
         """The permission records made since the last call (for the transcript), oldest first."""
@@ -245,15 +281,12 @@ class Gate:
     def _cannot(self) -> str:
         return "batch runs never prompt" if self.path == "batch" else "this run cannot prompt"
 
-    def _exec_path(self, tool: Tool, arguments: Mapping[str, Any]) -> str | None:
+    def _exec_path(self, tool: Tool, arguments: Mapping[str, Any], checked: Mapping[str, Path]) -> str | None:
         """Why a write tool's call writes a file that runs later (``<tool> path '...' ...``), or None."""
         if tool.kind != "write":
             return None
-        for name in FILE_ARGS.get(tool.name, ()):
-            value = arguments.get(name)
-            if not isinstance(value, str):
-                continue
-            target = Path(os.path.realpath(self.workdir / Path(value).expanduser()))
+        for name, target in checked.items():
+            value = arguments.get(name, ".")
             reason = exec_reason(target, self.config.exec_paths, self.workdir)
             if reason:
                 return f"{tool.name} {name} {value!r} resolves to {target}: {reason}"
@@ -300,16 +333,16 @@ class Gate:
             return None, False
         return None, any(re.fullmatch(pattern, command) for pattern in self.config.shell.allow)
 
-    def _confinement(self, tool: Tool, arguments: Mapping[str, Any]) -> str | None:
+    def _confinement(self, tool: Tool, arguments: Mapping[str, Any], checked: Mapping[str, Path]) -> str | None:
         """The refusal of a file tool path outside where it may go, or None."""
-        for name in FILE_ARGS.get(tool.name, ()):
+        for name, target in checked.items():
             value = arguments.get(name, ".")  # list_dir() lists the working directory
-            if not isinstance(value, str):
-                continue
-            target = Path(os.path.realpath(self.workdir / Path(value).expanduser()))
-            if tool.kind != "read" and any(_inside(target, folder) for folder in self.protected):
-                return (f"denied: {tool.name} {name} {value!r} resolves to {target}, inside ctxagent's own "
-                        "data folder (sessions, transcripts and stored outputs are not written by tools)")
+            mine = next((p for p in self.protected if _inside(target, p)), None)
+            if tool.kind != "read" and mine is not None:
+                return (f"denied: {tool.name} {name} {value!r} resolves to {target}, inside {mine}: ctxagent's own "
+                        "files (its data, config and cache folders, its package, and the profile, MCP configuration "
+                        "and --tools files this session is configured from) are never written by tools, whatever "
+                        "the permissions")
             if not self.config.confine or _inside(target, self.root):
                 continue
             if tool.kind == "read" and any(_inside(target, folder) for folder in self.readable):
@@ -327,12 +360,12 @@ def _inside(path: Path, folder: Path) -> bool:
 def exec_reason(path: Path, globs: Sequence[str] = (), workdir: Path | None = None) -> str | None:
     """Why writing the resolved ``path`` is exec (a file something runs later), or None.
 
-    Built in (always): git's own files under any ``.git`` folder, at any depth (nested
-    repositories, submodules, worktrees): the ``.git`` entry itself, ``config``,
-    ``config.worktree`` and everything under a ``hooks`` folder. Then each glob of ``globs``
-    (``permissions.exec_paths``): one without a slash matches a name at any depth (``.envrc``); one
-    with a slash is relative to ``workdir`` (``deploy/*.sh``) unless it starts with ``/`` or ``~``;
-    ``**`` matches any number of folders, ``*`` and ``?`` stay within one name.
+    Built in (always): a ``.git`` entry and everything under a ``.git`` folder, at any depth
+    (nested repositories, submodules, worktrees; ``commondir``, ``gitdir`` files and
+    ``worktrees/*`` choose which config git reads, ``config`` and ``hooks/`` name what it runs).
+    Then each glob of ``globs`` (``permissions.exec_paths``): one without a slash matches a name at
+    any depth (``.envrc``); one with a slash is relative to ``workdir`` (``deploy/*.sh``) unless it
+    starts with ``/`` or ``~``; ``**`` matches any number of folders, ``*`` and ``?`` stay within one name.
     """
     reason = _git_reason(path.parts)
     if reason:
@@ -356,7 +389,8 @@ def _git_reason(parts: Sequence[str]) -> str | None:
     if tail[-1] in GIT_CONFIGS:
         return ("git runs commands a repository's config names (core.fsmonitor on the next git status, core.pager, "
                 "aliases, filter drivers): writing it is exec, not write")
-    return None
+    return ("everything under a .git folder is git's own: commondir, gitdir files and worktrees/* choose the config "
+            "git reads (and so the commands it runs on the next git status): writing there is exec, not write")
 
 
 def _segments(pattern: str, workdir: Path | None) -> list[str]:

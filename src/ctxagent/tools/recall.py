@@ -25,21 +25,19 @@ import contextlib
 import math
 import os
 import re
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import regex as regex_lib
-
 from ctxagent.tokens import count_text
 from ctxagent.tools.base import ToolContext, ToolError
+from ctxagent.tools.patterns import SECONDS, Budget, Timed, compile_pattern, too_slow
 from ctxagent.tools.recall_index import CONTROL, Doc, Index, index_for, words
 from ctxagent.tools.signature import function_tool
 
 MAX_TOP_K = 50
 RESULT_MAX_TOKENS = 2500  # tokens of the whole result, at most
 SNIPPET_CHARS = 300  # characters of one hit's snippet, at most
-REGEX_SECONDS = 10.0  # time budget of one regex scan
+REGEX_SECONDS = SECONDS  # time budget of one regex scan (tools/patterns.py)
 RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.)
 EMBED_BATCH = 64  # documents per embedding request
 EMBED_CHARS = 4000  # characters of a document sent to the embedding model
@@ -64,25 +62,12 @@ def bm25_ranking(index: Index, terms: Sequence[str]) -> list[int]:
 def regex_ranking(index: Index, pattern: str) -> list[int]:
     """Documents ``pattern`` matches, newest first. Raises ``ToolError`` for an invalid or too
     slow pattern."""
-    compiled = compile_pattern(pattern)
-    end = time.monotonic() + REGEX_SECONDS
-    found = []
+    budget = Budget(REGEX_SECONDS)
+    timed = Timed(compile_pattern(pattern), budget)
     try:
-        for i in range(len(index.docs) - 1, -1, -1):
-            if compiled.search(index.docs[i].text, timeout=max(end - time.monotonic(), 0.001)):
-                found.append(i)
+        return [i for i in range(len(index.docs) - 1, -1, -1) if timed.search(index.docs[i].text)]
     except TimeoutError:
-        raise ToolError(f"recall gave up after {REGEX_SECONDS:g} s: the pattern {pattern!r} is too slow "
-                        "(nested repetition like (a+)+ backtracks without end); simplify it") from None
-    return found
-
-
-def compile_pattern(pattern: str) -> Any:
-    """``pattern`` compiled (Python ``re`` syntax). Raises ``ToolError`` naming the problem."""
-    try:
-        return regex_lib.compile(pattern)
-    except (regex_lib.error, OverflowError, RecursionError) as err:
-        raise ToolError(f"invalid regex {pattern!r}: {err}") from err
+        raise too_slow("recall", pattern, "the transcript", budget) from None
 
 
 def fuse(rankings: Sequence[Sequence[int]]) -> list[int]:

@@ -13,10 +13,12 @@ from typing import Any
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError
 from ctxagent.tools.outputs import ref_of
+from ctxagent.tools.patterns import SECONDS, Budget, Timed, compile_pattern, too_slow
 from ctxagent.tools.preview import file_stats, plural
 from ctxagent.tools.signature import function_tool
 
 MAX_QUERY_MATCHES = 200  # matches query_output lists
+QUERY_SECONDS = SECONDS  # time budget of the regular expressions of one query_output (tools/patterns.py)
 VALUE_MAX_CHARS = 20_000  # characters of one matched value shown by query_output
 
 # --- query_output -------------------------------------------------------------------------------
@@ -28,8 +30,10 @@ def query_output(ctx: ToolContext, handle: str, path: str) -> str:
     One line per match, ``NAME = JSON``, where NAME is the match's sub-handle when it has one
     (pass it to a tool as is), else its JSONPath; at most 200 matches, values over 20,000
     characters cut. A stored text output that is valid JSON is queried too. No match is a normal
-    result saying so. Raises ``ToolError`` for an unknown or malformed handle, an invalid path, or
-    a value that is not JSON (text that does not parse, bytes, an array).
+    result saying so. The regular expressions of the path (``=~`` filters, ``sub()``) share a budget
+    of 10 s (tools/patterns.py). Raises ``ToolError`` for an unknown or malformed handle, an invalid
+    path or regex, a value that is not JSON (text that does not parse, bytes, an array), or a
+    regex that used up its budget.
 
     Args:
         handle: the value's handle, e.g. @abc123
@@ -41,7 +45,8 @@ def query_output(ctx: ToolContext, handle: str, path: str) -> str:
         kind = "a numpy array" if item.type == "ndarray" else "binary data"
         raise ToolError(f"query_output reads JSON values, and {ref.handle} is {kind}; pass it to a tool as an "
                         f'argument, or see output_info("{ref.handle}")')
-    expression = _jsonpath(path)
+    budget = Budget(QUERY_SECONDS)
+    expression = _jsonpath(path, budget)
     value = values.load(ctx.store, ref)
     if not ref.parts and isinstance(value, str | bytes):
         try:
@@ -53,6 +58,8 @@ def query_output(ctx: ToolContext, handle: str, path: str) -> str:
         raise ToolError(f"{handle} is {values.describe(value)}, not JSON; pass it to a tool as an argument")
     try:
         matches = expression.find(value)
+    except TimeoutError:
+        raise too_slow("query_output", path, handle, budget) from None
     except Exception as err:  # a filter comparing a number with a string, ...
         raise ToolError(f"JSON path {path!r} failed on {handle}: {type(err).__name__}: {err}") from err
     if not matches:
@@ -64,17 +71,72 @@ def query_output(ctx: ToolContext, handle: str, path: str) -> str:
     return "\n".join(lines)
 
 
-def _jsonpath(path: str) -> Any:
-    """The parsed JSONPath (jsonpath-ng, extended syntax); ``ToolError`` naming the problem."""
+def _jsonpath(path: str, budget: Budget) -> Any:
+    """The parsed JSONPath (jsonpath-ng, extended syntax), its regular expressions bounded by
+    ``budget`` (:func:`_bounded`); ``ToolError`` naming the problem."""
     from jsonpath_ng.ext.parser import parse
 
     if not path.strip():
         raise ToolError("empty JSON path; examples: $.key, $.items[0], $.items[*].name, $..price")
     try:
-        return parse(path)
+        parsed = parse(path)
     except Exception as err:  # jsonpath-ng raises plain Exception subclasses (lexer, parser)
         raise ToolError(f"invalid JSON path {path!r}: {err}; examples: $.key, $.items[0], $.items[*].name, "
                         "$..price, $.items[?(@.qty > 1)]") from err
+    return _bounded(parsed, budget)
+
+
+def _bounded(node: Any, budget: Budget) -> Any:
+    """The parsed JSONPath ``node`` with each regular expression it runs, a filter's ``=~`` and a
+    ``sub(/regex/, repl)``, run by the ``regex`` package within ``budget`` (tools/patterns.py):
+    jsonpath-ng runs them with ``re``, which no timeout stops. The tree, fresh from ``parse``, is
+    changed in place; every other node is kept."""
+    from jsonpath_ng import JSONPath
+    from jsonpath_ng.ext.filter import Expression
+    from jsonpath_ng.ext.string import Sub
+
+    if isinstance(node, Expression) and node.op == "=~" and isinstance(node.value, str):
+        return _regex_filter(_bounded(node.target, budget), node.value, budget)
+    if isinstance(node, Sub):
+        return _regex_sub(node, budget)
+    if isinstance(node, list | tuple):
+        return type(node)(_bounded(item, budget) for item in node)
+    if isinstance(node, JSONPath):
+        for key, item in vars(node).items():
+            setattr(node, key, _bounded(item, budget))
+    return node
+
+
+def _regex_filter(target: Any, pattern: str, budget: Budget) -> Any:
+    """A filter expression ``target =~ pattern``: the values ``target`` finds that are strings the
+    pattern matches (as jsonpath-ng's own), searched by a :class:`~ctxagent.tools.patterns.Timed`."""
+    from jsonpath_ng import DatumInContext
+    from jsonpath_ng.ext.filter import Expression
+
+    timed = Timed(compile_pattern(pattern), budget)
+
+    class BoundedRegex(Expression):
+        def find(self, datum: Any) -> list[Any]:
+            found = self.target.find(DatumInContext.wrap(datum))
+            return [match for match in found if isinstance(match.value, str) and timed.search(match.value)]
+
+    return BoundedRegex(target, "=~", pattern)
+
+
+def _regex_sub(node: Any, budget: Budget) -> Any:
+    """A ``sub(/regex/, repl)`` that substitutes with a :class:`~ctxagent.tools.patterns.Timed`."""
+    from jsonpath_ng import DatumInContext
+    from jsonpath_ng.ext.string import Sub
+
+    timed = Timed(compile_pattern(node.expr), budget)
+
+    class BoundedSub(Sub):
+        def find(self, datum: Any) -> list[Any]:
+            datum = DatumInContext.wrap(datum)
+            value = timed.sub(self.repl, datum.value)
+            return [] if value == datum.value else [DatumInContext.wrap(value)]
+
+    return BoundedSub(node.method)
 
 
 def _match_name(handle: str, match: Any) -> str:
@@ -174,8 +236,9 @@ def _how_to_read(item: values.Stored) -> str:
 
 QUERY_OUTPUT = function_tool(query_output, kind="read", resolve_handles=False, description=(
     "Query a stored JSON value by its handle (like @abc123, or a part like @abc123/items) with a "
-    "JSONPath expression: $.key, $.items[0], $.items[*].name, $..price, $.items[?(@.qty > 1)]. "
-    "Returns up to 200 matches as 'NAME = JSON', NAME being a handle you can pass to other tools."
+    "JSONPath expression: $.key, $.items[0], $.items[*].name, $..price, $.items[?(@.qty > 1)], "
+    "$.items[?(@.name =~ 'ab.*')]. Returns up to 200 matches as 'NAME = JSON', NAME being a handle you can "
+    "pass to other tools. Regular expressions get 10 seconds in all."
 ))
 
 OUTPUT_INFO = function_tool(output_info, kind="read", resolve_handles=False, description=(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ctxagent.errors import UsageError
-from ctxagent.messages import ToolCall
+from ctxagent.messages import ToolCall, loads_json
 from ctxagent.sessions.records import OutputRecord, PermissionRecord
 from ctxagent.tools import clean, deferral, permissions, user, values
 from ctxagent.tools.base import ERROR_PREFIX, Spooled, Tool, ToolContext, ToolError
@@ -87,11 +87,12 @@ class Toolset:
         """The MCP servers the tools come from (names ``--allow`` accepts besides tools and kinds)."""
         return list(dict.fromkeys(tool.group for tool in self.tools.values() if tool.group))
 
-    def call(self, call: ToolCall, handle: str | None = None) -> ToolOutcome:
+    def call(self, call: ToolCall, handle: str | None = None, *, ctx: ToolContext | None = None) -> ToolOutcome:
         """Run ``call`` and settle its value; every failure is an error outcome, never raised.
 
         ``handle``: the name a stored value gets (the runner chooses it once, from the session
-        state; :mod:`ctxagent.handles`); None picks one free in the store."""
+        state; :mod:`ctxagent.handles`); None picks one free in the store. ``ctx``: the context of
+        this call alone (the permission guard's, with the paths it checked); None: :attr:`ctx`."""
         tool = self.tools.get(call.name)
         if tool is None:
             return _error(f"unknown tool {call.name!r}; the tools are: {', '.join(self.tools)}")
@@ -102,7 +103,7 @@ class Toolset:
         except ToolError as err:
             return _error(str(err))
         try:
-            value = tool.fn(self.ctx, **arguments)
+            value = tool.fn(ctx or self.ctx, **arguments)
         except ToolError as err:
             return _error(str(err))
         except Exception as err:
@@ -206,8 +207,8 @@ def _parse(tool: str, raw: str) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        arguments = json.loads(raw)
-    except json.JSONDecodeError as err:
+        arguments = loads_json(raw)
+    except ValueError as err:
         from ctxagent.sessions.redact import clip  # redact, then cut: a cut key is no key's shape
 
         raise ToolError(f"the arguments of {tool} are not valid JSON ({err}): "

@@ -165,6 +165,18 @@ def absolute_spec(spec: str) -> str:
     return spec
 
 
+def spec_file(spec: str) -> Path | None:
+    """The Python file a ``--tools`` SPEC runs: its path, or the file of its module once imported
+    (:func:`load_tools` imports it); None for a tool name or a module not imported."""
+    if ":" not in spec:
+        return None
+    where = spec.rsplit(":", 1)[0]
+    if _is_path(where):
+        return Path(where).expanduser().resolve()
+    found = getattr(sys.modules.get(where), "__file__", None)
+    return Path(found) if found else None
+
+
 def load_tools(specs: Sequence[str]) -> list[Tool]:
     """Every tool the ``--tools`` SPECs name, in order. Raises ``UsageError``."""
     return [tool for spec in specs for tool in load_spec(spec)]
