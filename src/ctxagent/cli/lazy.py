@@ -50,7 +50,7 @@ COMMANDS: dict[str, Lazy] = {
     "run": Lazy("ctxagent.cli.run", "run",
                 "Start (or continue) a session with TASK and run the agent until it answers."),
     "resume": Lazy("ctxagent.cli.run", "resume",
-                   "Continue a session (the most recent one by default) where it stopped."),
+                   "Continue a session (the newest one started in this directory by default) where it stopped."),
     "batch": Lazy("ctxagent.cli.batch", "batch",
                   "Run every task of a JSONL file, each in its own session, several at once (see the module "
                   "docstring). Answered sessions are skipped on a re-run; the others resume."),
@@ -88,6 +88,17 @@ class LazyGroup(TyperGroup):
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             self.add_command(COMMANDS[cmd_name].load(cmd_name), cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command; a reader that closed stdout (``ctxagent run ... | head``) raises
+        :class:`~ctxagent.cli.process.StdoutClosed`, not ``BrokenPipeError``: typer's main turns an
+        EPIPE into exit 1, the code of a real failure (cli.invoke gives it 141, SIGPIPE's)."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as err:
+            from ctxagent.cli.process import StdoutClosed
+
+            raise StdoutClosed() from err
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         """The "Commands" section of ``--help``, from the summaries (no command module imported)."""
