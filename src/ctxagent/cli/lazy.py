@@ -58,7 +58,7 @@ COMMANDS: dict[str, Lazy] = {
                    "Run the sessions that `ctxagent batch --backend temporal` submits, until SIGTERM or Ctrl-C "
                    "(the running sessions then resume on another worker)."),
     "inspect": Lazy("ctxagent.cli.lazy", "inspect_app", "Look inside a session without changing it.", factory=True),
-    "sessions": Lazy("ctxagent.cli.sessions", "app", "List, show, delete, rename and export sessions."),
+    "sessions": Lazy("ctxagent.cli.sessions", "app", "List, show, delete, rename, fork and export sessions."),
     "profiles": Lazy("ctxagent.cli.profiles_cmd", "app",
                      "The bundled profiles, the effective keys of a profile, and the profile JSON Schema."),
     "config": Lazy("ctxagent.cli.config", "app", "Show where defaults come from; trust a project file."),
