@@ -64,6 +64,10 @@ COMMANDS: dict[str, Lazy] = {
     "config": Lazy("ctxagent.cli.config", "app", "Show where defaults come from; trust a project file."),
     "lessons": Lazy("ctxagent.cli.lessons_cmd", "app",
                     "List, show, forget, edit and export the lessons sessions learned."),
+    "report": Lazy("ctxagent.cli.report", "report",
+                   "Write one self-contained HTML file (no server, no network: it opens from disk) showing where a "
+                   "session's tokens went: every request's tokens, cached and uncached, against the window and the "
+                   "reply's reserve; each compaction and offload; the last request by category; the spend."),
     "mcp": Lazy("ctxagent.cli.mcp_cmd", "app",
                 "MCP servers: the ones configured (profile mcp_servers, --mcp-config), their tools."),
 }
