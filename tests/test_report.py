@@ -148,9 +148,11 @@ def test_the_report_shows_the_transcripts_numbers_in_a_browser(data, tmp_path):
     recs = records(data)
     usage = [r for r in recs if r["kind"] == "usage" and not r["model"].startswith(("summarizer:", "agent:"))]
 
+    charts = [e["id"] for e in found if e["tag"] == "svg" and e.get("id", "").endswith("-chart")]
+    assert charts == ["window-chart"]  # the largest prompt is over half the window: no zoomed chart
     bars = [e for e in found if e.get("class") == "request" and e["tag"] == "g"]
-    assert len(bars) == 2 * len(usage) == 30  # two charts, one bar per request
-    assert [(int(b["data-cached"]), int(b["data-uncached"])) for b in bars[:15]] == [
+    assert len(bars) == len(usage) == 15  # one bar per request
+    assert [(int(b["data-cached"]), int(b["data-uncached"])) for b in bars] == [
         (u["cached_tokens"], u["prompt_tokens"] - u["cached_tokens"]) for u in usage]
     assert sum(u["cached_tokens"] for u in usage) > 0  # the prompt cache served some: both parts are drawn
     table = [(int(e["data-request"]), int(e["data-prompt"])) for e in found if e["tag"] == "tr" and "data-prompt" in e]
@@ -159,7 +161,7 @@ def test_the_report_shows_the_transcripts_numbers_in_a_browser(data, tmp_path):
     marks = [(e["data-kind"], e["data-name"]) for e in found if e.get("class") == "mark"]
     expected = [("compaction", r["strategy"]) if r["kind"] == "compaction" else ("offload", r["handle"])
                 for r in recs if r["kind"] in ("compaction", "output")]
-    assert marks == expected * 2 and ("offload", "@big") in expected
+    assert marks == expected and ("offload", "@big") in expected
     assert sum(1 for k, _ in expected if k == "compaction") >= 3  # mask_observations at work
     lines = {e["class"]: int(e["data-tokens"]) for e in found if e.get("class") in ("window", "ceiling")}
     assert lines == {"window": 6000, "ceiling": 6000 - 200 - 256}
@@ -219,4 +221,19 @@ def test_the_report_page_is_written_whole_and_names_nothing_outside(tmp_path):
     text = page.read_text(encoding="utf-8")
     for needle in ("<script src", "<link", "@import", "url("):
         assert needle not in text
-    assert 'data-name="@c1"' in text  # the offload is named
+    assert 'data-name="@c1"' in text and 'id="zoom-chart"' in text  # named; prompts far under the window
+
+
+def test_many_marks_become_ticks_above_the_bars_and_a_long_table_starts_folded():
+    """At 500 requests the compaction lines hid the bars: past LABELLED_MARKS places, marks are ticks
+    in two strips above the plot (every one still named in its tooltip and listed in the table)."""
+    from ctxagent.agent.timeline import Mark, Request, Timeline
+    from ctxagent.cli.report import LABELLED_MARKS, TOP, render
+
+    requests = [Request(i, i, 1000 + i, 500, 10, 1000 + i, 0.001, 128_000, 4352) for i in range(1, 201)]
+    marks = [Mark("compaction" if i % 2 else "offload", i, f"m{i}", f"detail {i}") for i in range(2, 200)]
+    page = render(Timeline("s", "m", requests, marks), {}, 128_000, 4352)
+    assert len(marks) > LABELLED_MARKS and page.count('class="mark"') == 2 * len(marks)  # both charts
+    assert f'y1="{TOP}"' not in page.split('class="mark"')[1]  # a tick in the strip, not a line over the plot
+    assert ">compactions</text>" in page and "<details><summary>each, before" in page
+    assert page.count("<title>detail 7</title>") == 2 and page.count('<tr data-kind="compaction">') == 99

@@ -32,7 +32,8 @@ from ctxagent.cli.options import SessionOpt, StoreOpt, pick
 if TYPE_CHECKING:
     from ctxagent.agent.timeline import Mark, Request, Timeline
 
-WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 1100, 300, 70, 30, 16  # the charts' size and margins, CSS pixels
+WIDTH, HEIGHT, LEFT, BOTTOM, TOP = 1100, 320, 80, 30, 30  # the charts' size and margins, CSS pixels
+OPEN_ROWS = 50  # a longer table of marks starts folded (the browser lays it out only when opened)
 LABELLED_MARKS = 40  # places named on the chart at most (every mark is in the table, each with a tooltip)
 COLORS = {"cached": "#3a7d44", "uncached": "#4a78c2", "window": "#c0392b", "ceiling": "#e67e22",
           "compaction": "#8e44ad", "offload": "#16a085", "system": "#7f8c8d", "tools": "#d35400",
@@ -80,14 +81,14 @@ def render(data: Timeline, parts: dict[str, int], window: int, reserved: int) ->
         "<h2>Tokens of every request</h2>",
         _legend(),
         _chart(data, scale=max([window, *(r.window for r in data.requests)]), chart_id="window-chart"),
-        "<h2>The same, zoomed to the largest prompt</h2>",
-        _chart(data, scale=max([1, *(r.prompt for r in data.requests)]) * 11 // 10, chart_id="zoom-chart"),
+        *_zoomed(data, window),
         "<h2>The last request by category</h2>",
         _categories(parts, window, reserved),
         "<h2>Spend</h2>",
         _spend(data),
         f"<h2>Compactions and offloads ({len(data.marks):,})</h2>",
-        _marks(data.marks),
+        f"<details{' open' if len(data.marks) <= OPEN_ROWS else ''}><summary>each, before the request that first "
+        f"saw it</summary>{_marks(data.marks)}</details>",
         f"<details><summary>Every request ({len(data.requests):,})</summary>{_requests(data.requests)}</details>",
     ]
     return (f"<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{_e(title)}</title>"
@@ -151,6 +152,16 @@ def _chart(data: Timeline, scale: int, chart_id: str) -> str:
     return "\n".join(out)
 
 
+def _zoomed(data: Timeline, window: int) -> list[str]:
+    """The chart again at the scale of the largest prompt, when that is under half the window (else
+    the first chart shows the bars well enough)."""
+    largest = max([1, *(r.prompt for r in data.requests)])
+    if largest * 2 > window:
+        return []
+    return ["<h2>The same, zoomed to the largest prompt</h2>",
+            _chart(data, scale=largest * 11 // 10, chart_id="zoom-chart")]
+
+
 def _limit_lines(requests: list[Request], scale: int, step: float, y: Callable[[float], float]) -> list[str]:
     """The window and the ceiling (window less reserve) as step lines over the requests, drawn
     where they are on the chart's scale (their label says so where they are above it)."""
@@ -172,24 +183,30 @@ def _limit_lines(requests: list[Request], scale: int, step: float, y: Callable[[
             continue
         out.append(f'<polyline class="{key}" data-tokens="{last}" points="{" ".join(points)}" fill="none" '
                    f'stroke="{COLORS[key]}" stroke-width="1.5" stroke-dasharray="6 3"/>'
-                   f'<text x="{LEFT + 4}" y="{y(last) + (12 if key == "ceiling" else -4):.1f}" '
-                   f'fill="{COLORS[key]}">{_e(label)}</text>')
+                   f'<text x="{LEFT + 4 if key == "window" else WIDTH - 12}" y="{y(last) + 12:.1f}" '
+                   f'text-anchor="{"start" if key == "window" else "end"}" fill="{COLORS[key]}">{_e(label)}</text>')
     return out
 
 
 def _mark_lines(marks: list[Mark], step: float, bottom: float) -> list[str]:
-    """One vertical line per mark before its request, named in its tooltip; on the chart, one label
-    per place (``mask_observations x7, @big``) while there are few places."""
-    out: list[str] = []
+    """One line per mark before its request, named in its tooltip. Where the marks are at few places:
+    lines the plot's height and one label per place (``mask_observations x7, @big``); where they are
+    at many, ticks in a strip along the top (compactions) and one under it (offloads), so the bars stay seen."""
     places: dict[int, list[Mark]] = {}
     for mark in marks:
-        x = LEFT + (mark.before - 1) * step
         places.setdefault(mark.before, []).append(mark)
+    sparse = len(places) <= LABELLED_MARKS
+    out: list[str] = []
+    for mark in marks:
+        x = LEFT + (mark.before - 1) * step
+        top = TOP if sparse else 3 if mark.kind == "compaction" else 16  # dense: strips above the plot
+        end = bottom if sparse else top + 10
         out.append(f'<g class="mark" data-kind="{mark.kind}" data-name="{_e(mark.name)}" data-before="{mark.before}">'
-                   f"<title>{_e(mark.detail)}</title><line x1=\"{x:.2f}\" x2=\"{x:.2f}\" y1=\"{TOP}\" "
-                   f'y2="{bottom:.1f}" stroke="{COLORS[mark.kind]}" stroke-width="1" opacity="0.7"/></g>')
-    if len(places) > LABELLED_MARKS:
-        return out
+                   f'<title>{_e(mark.detail)}</title><line x1="{x:.2f}" x2="{x:.2f}" y1="{top}" y2="{end:.1f}" '
+                   f'stroke="{COLORS[mark.kind]}" stroke-width="{1 if sparse else 2}" opacity="0.8"/></g>')
+    if not sparse:
+        return [*out, f'<text x="{LEFT - 6}" y="11" text-anchor="end" fill="{COLORS["compaction"]}">compactions</text>',
+                f'<text x="{LEFT - 6}" y="24" text-anchor="end" fill="{COLORS["offload"]}">offloads</text>']
     for i, (before, here) in enumerate(places.items()):
         strategies = Counter(m.name for m in here if m.kind == "compaction")
         handles = [m.name for m in here if m.kind == "offload"]
