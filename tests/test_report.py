@@ -222,6 +222,12 @@ def test_the_report_page_is_written_whole_and_names_nothing_outside(tmp_path):
     for needle in ("<script src", "<link", "@import", "url("):
         assert needle not in text
     assert 'data-name="@c1"' in text and 'id="zoom-chart"' in text  # named; prompts far under the window
+    code = ("import sys\nfrom ctxagent.cli import invoke\n"
+            f"assert invoke(['report', '--session', 'w', '-o', {str(tmp_path / 'again.html')!r}]) == 0\n"
+            "assert invoke(['sessions', 'fork', 'w', 'w2']) == 0\n"
+            "assert 'litellm' not in sys.modules\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr  # never imports litellm (~3.6 s)
 
 
 def test_many_marks_become_ticks_above_the_bars_and_a_long_table_starts_folded():
