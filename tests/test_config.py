@@ -27,7 +27,8 @@ def test_precedence_cli_env_project_user_bundled(tmp_path):
     (project / ".ctxagent.yaml").write_text("model: project/model\nprofile: minimal\n", encoding="utf-8")
     values = shown(project / "src")
     assert values["model"] == {"value": "user/model", "source": str(config_dir / "config.yaml")}  # untrusted
-    assert values["allow"]["value"] == "shell, write" and values["context_window"]["source"] == "default"
+    assert values["allow"]["value"] == "shell, write" and values["context_window"] == {  # resolved when a run starts
+        "value": None, "source": "litellm's model info for user/model, read when a run starts"}
     assert "not trusted" in ctxagent("config", "show", cwd=project / "src").stdout
     assert ctxagent("config", "trust", cwd=project / "src").returncode == 0
     values = shown(project / "src")

@@ -5,6 +5,7 @@ session instead of resuming the first one (which once failed with "script exhaus
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,3 +30,18 @@ def test_prices_demo_runs_offline_twice_in_one_data_dir(tmp_path):
         assert "output @prices from shell: 3" in out.stdout
     names = sorted(p.name for p in (tmp_path / "data" / "sessions").iterdir())
     assert len(names) == 2 and all(n.startswith("prices-demo-") for n in names), names
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_demo_installs_the_package_alone_not_the_developer_extras(tmp_path):
+    """`make demo` installed the developer extras (~1.1 GB, 142 packages) although the demo needs only
+    the package (76 packages, ~0.5 GB). `make -n` prints what it would run, running nothing."""
+    venv = tmp_path / "venv"
+    out = subprocess.run(["make", "-n", "demo", f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    installs = [line for line in out.stdout.splitlines() if "pip install" in line and "-e '." in line]
+    assert installs and all("-e '.'" in line for line in installs), installs
+    assert "[dev]" not in out.stdout and f". {venv}/bin/activate" in out.stdout  # and it says how to reach ctxagent
+    dev = subprocess.run(["make", "-n", "setup", f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "-e '.[dev]'" in dev.stdout

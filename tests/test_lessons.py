@@ -320,7 +320,9 @@ def test_llm_lesson_without_real_evidence_is_rejected_and_the_run_still_answers(
     assert lessons() == []
     [note] = [r for r in transcript("s1") if r["kind"] == "note" and r["source"] == "lessons"]
     assert why in note["text"]
-    assert transcript("s1")[-1]["reason"] == "answered"
+    kinds = [r["kind"] for r in transcript("s1")]
+    assert kinds[-3:] == ["end", "usage", "note"]  # asked after the answer (its end record), then warned
+    assert transcript("s1")[-3]["reason"] == "answered"
 
 
 def test_a_session_stopped_by_its_budget_keeps_what_it_learned_at_the_checkpoint(project: Path) -> None:

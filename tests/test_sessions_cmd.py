@@ -177,6 +177,102 @@ def test_delete_and_rename_refuse_while_a_run_holds_the_session(tmp_path):
     assert Session.at("busy").exists() and not (sessions_root() / "free").exists()
 
 
+def test_delete_takes_several_names_and_older_than(tmp_path):
+    """`sessions delete` took one name; a failed first try or a pile of old sessions took one command each."""
+    for name in ("a", "b", "c", "old1", "old2"):
+        start(tmp_path, name, [{"content": name}])
+    for name in ("old1", "old2"):
+        path = sessions_root() / name / "transcript.jsonl"
+        os.utime(path, (time.time() - 10 * 86_400,) * 2)  # last used ten days ago
+    out = ctxagent("sessions", "delete", "a", "b", "--yes")
+    assert out.returncode == 0 and out.stderr.count("deleted session") == 2, out.stderr
+    out = ctxagent("sessions", "delete", "--older-than", "7d", "--yes")
+    assert out.returncode == 0 and "deleted session old1" in out.stderr and "deleted session old2" in out.stderr
+    assert [s.name for s in list_sessions()] == ["c"]
+    out = ctxagent("sessions", "delete", "--older-than", "7d", "--yes")
+    assert out.returncode == 0 and "no session was last used more than 7d ago" in out.stderr
+    for bad in ("7", "x1d", "-1d", "3y"):
+        out = ctxagent("sessions", "delete", "--older-than", bad, "--yes")
+        assert out.returncode == 2 and "give a number and a unit" in out.stderr, bad
+    out = ctxagent("sessions", "delete", "c", "nope", "--yes")  # an unknown name: nothing is deleted
+    assert out.returncode == 2 and "no session named 'nope'" in out.stderr and Session.at("c").exists()
+    assert ctxagent("sessions", "delete", "--yes").returncode == 2
+
+
+def test_delete_of_several_deletes_the_free_ones_and_says_which_is_busy(tmp_path):
+    for name in ("free", "held"):
+        start(tmp_path, name, [{"content": name}])
+    with Session.at("held").writer():
+        out = ctxagent("sessions", "delete", "free", "held", "--yes")
+    assert out.returncode == 1 and "in use by another ctxagent process" in out.stderr
+    assert not Session.at("free").root.exists() and Session.at("held").exists()
+
+
+def test_fork_copies_a_session_to_branch_from(tmp_path):
+    """There was no way to try another direction from a session without losing the first."""
+    two_answers(tmp_path, "trunk")
+    before = (sessions_root() / "trunk" / "transcript.jsonl").read_bytes()
+    out = ctxagent("sessions", "fork", "trunk", "branch")
+    assert out.returncode == 0 and "forked session trunk as branch" in out.stderr, out.stderr
+    assert (sessions_root() / "branch" / "transcript.jsonl").read_bytes() == before
+    assert not (sessions_root() / "branch" / ".lock").exists()
+    grep = ctxagent("inspect", "output", "@big", "--session", "branch")  # its outputs came along
+    assert grep.returncode == 0 and "400" in grep.stdout, grep.stderr
+    out = ctxagent("resume", "--batch", "--session", "branch", "another way?")
+    assert (out.returncode, out.stdout) == (0, "second answer\n"), out.stderr
+    assert (sessions_root() / "trunk" / "transcript.jsonl").read_bytes() == before  # the trunk stays as it was
+    assert ctxagent("sessions", "fork", "trunk", "branch").returncode == 2  # taken
+    assert ctxagent("sessions", "fork", "nope", "other").returncode == 2
+
+
+def test_fork_of_a_session_being_written_copies_whole_lines_only(tmp_path):
+    start(tmp_path, "live", [{"content": "a"}])
+    path = sessions_root() / "live" / "transcript.jsonl"
+    whole = path.read_bytes()
+    with open(path, "ab") as fh:
+        fh.write(b'{"kind":"note","source":"x","te')  # a line being appended
+    assert ctxagent("sessions", "fork", "live", "copy").returncode == 0
+    assert (sessions_root() / "copy" / "transcript.jsonl").read_bytes() == whole
+
+
+def _in(folder: Path, name: str, tmp_path: Path, replies: list) -> None:
+    folder.mkdir(exist_ok=True)
+    model = script(tmp_path / f"{name}.yaml", replies)
+    out = ctxagent("run", "--batch", "--session", name, "--model", model, "task", cwd=folder)
+    assert out.returncode in (0, 4), out.stderr
+
+
+def test_resume_without_a_session_continues_this_directorys_newest_not_another_projects(tmp_path):
+    """Run in project A, `resume` continued B's session (the newest of any project) and edited B's files."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    _in(a, "in-a", tmp_path, [{"content": "a1"}, {"content": "a2"}])
+    _in(b, "in-b", tmp_path, [{"content": "b1"}, {"content": "b2"}])
+    out = ctxagent("resume", "--batch", "more", cwd=a)
+    assert (out.returncode, out.stdout) == (0, "a2\n"), out.stderr
+    assert f"resuming session in-a, started in {a.resolve()}" in out.stderr
+    os.utime(sessions_root() / "in-b" / "transcript.jsonl")  # b is the newest of all again
+    out = ctxagent("resume", "--batch", "--last", "more", cwd=a)  # the global choice, asked for
+    assert (out.returncode, out.stdout) == (0, "b2\n") and f"started in {b.resolve()}" in out.stderr
+    elsewhere = tmp_path / "c"
+    elsewhere.mkdir()
+    out = ctxagent("resume", "--batch", "more", cwd=elsewhere)
+    assert out.returncode == 2 and f"no session was started in {elsewhere.resolve()}" in out.stderr
+    assert "'ctxagent resume --last' continues the newest of all (in-b" in out.stderr
+
+
+def test_a_session_the_model_never_replied_in_is_not_the_latest(tmp_path):
+    """A failed first try (the model never replied) became the latest session, and resume continued it."""
+    _in(tmp_path, "good", tmp_path, [{"content": "g1"}, {"content": "g2"}])
+    _in(tmp_path, "failed", tmp_path, [])  # script exhausted at once: exit 4, no reply
+    out = ctxagent("resume", "--batch", "again", cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (0, "g2\n"), out.stderr
+    assert "passed over 1 newer one(s) the model never replied in: failed" in out.stderr
+    assert latest_session() == Session.at("good")
+    delete = ctxagent("sessions", "delete", "good", "--yes")
+    assert delete.returncode == 0
+    assert latest_session() == Session.at("failed")  # the only one left: the latest after all
+
+
 # -- export -----------------------------------------------------------------------------------------
 
 def test_export_jsonl_is_the_transcript_records(tmp_path):

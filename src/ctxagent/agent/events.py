@@ -20,15 +20,22 @@ class Compacted:
 
 @dataclass(frozen=True)
 class Requesting:
-    """A model request is about to be sent: ``tokens`` is the budgeted total, ``window`` the max,
-    ``messages`` the messages it holds, of which the first ``same`` are identical to the last
-    request's (a provider's prompt cache can serve them; PREFIX)."""
+    """A model request is about to be sent: ``tokens`` is the budgeted total (the prompt, tool
+    schemas included, plus ``reserved``: the reply's reserved output and the safety margin),
+    ``window`` the max, ``messages`` the messages it holds, of which the first ``same`` are
+    identical to the last request's (a provider's prompt cache can serve them; PREFIX). All in tokens."""
 
     turn: int
     tokens: int
     window: int
     messages: int
     same: int = 0
+    reserved: int = 0
+
+    @property
+    def prompt(self) -> int:
+        """Tokens of the prompt alone (our calibrated estimate): ``tokens`` less the reserve."""
+        return self.tokens - self.reserved
 
 
 @dataclass(frozen=True)
@@ -48,12 +55,14 @@ class ToolStarted:
 
 @dataclass(frozen=True)
 class ToolDone:
-    """A tool call finished; ``content`` is what the model will see, ``handle`` set if offloaded."""
+    """A tool call finished; ``content`` is what the model will see, ``handle`` set if offloaded,
+    ``denied`` when the permission gate refused it (it never ran; ``content`` says which policy)."""
 
     call: ToolCall
     content: str
     is_error: bool
     handle: str | None
+    denied: bool = False
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from ctxagent.agent.model import Model, Reply
 from ctxagent.agent.model_types import price_of
 from ctxagent.agent.sinks import MemorySink, Sink, TranscriptSink
 from ctxagent.agent.state import SessionState
-from ctxagent.agent.tool_calls import INTERRUPTED, Delegates, ToolCalls
+from ctxagent.agent.tool_calls import CANCELLED, INTERRUPTED, Delegates, ToolCalls
 from ctxagent.agent.turns import (
     Peek,
     emergency_steps,
@@ -94,6 +94,8 @@ class Runner(ToolCalls):
         self.toolset = guard(toolset, profile.permissions, self.path, grants, readable=[session.store.root],
                              protected=[*own_dirs(), sessions_root(session.store_url), *protected])  # every call: gate
         self.replies_at_start = state.replies  # this run's model calls = state.replies - this
+        self.unlearned = False  # an answer came that learn() has not learned from yet
+        self._ended = False  # the current run() wrote its end record
         self._close_open_calls()
 
     @property
@@ -155,6 +157,7 @@ class Runner(ToolCalls):
         ``ContextOverflowError``...) *after* writing an end record that names it.
         """
         limit = max_turns or self.profile.max_turns
+        self._ended = False
         try:
             while self.notices:
                 yield self._warn(*self.notices.pop(0))
@@ -170,10 +173,7 @@ class Runner(ToolCalls):
                 reply = yield from self._step()
                 if not reply.tool_calls:
                     answer = reply.content or ""
-                    if self.learner is not None and self.sink.writes_files and (  # learn; what fails warns
-                            warning := self.learner.finish(self.session.transcript.records(), self.state.lessons,
-                                                           self.summarizer())):
-                        yield self._warn("lessons", warning)
+                    self.unlearned = self.learner is not None and self.sink.writes_files  # learn() after it is shown
                     self._end("answered")
                     yield Finished("answered", answer, self.state.turn)
                     return
@@ -182,18 +182,54 @@ class Runner(ToolCalls):
                                f"'ctxagent resume --session {self.session.name}' continues",
                                bound="max_turns")
         except KeyboardInterrupt:
-            self.stop.set()  # sub-agents stop at their next step and write their end records
-            # every shell command's group: a sub-agent's (the signal reached this thread only), and ours when the
-            # signal came after its start but before the tool waited for it (there, the tool kills it itself)
-            kill_running(self.stop)
-            if self.delegator is not None:
-                self.delegator.stop()
+            self._halt()
             self._end("interrupted", "Ctrl-C or a signal")
             raise
         except CtxagentError as err:
             self._end(err.status, str(err), **getattr(err, "fields", {}))
             yield Finished(err.status, None, self.state.turn, str(err))
             raise
+
+    def _halt(self) -> None:
+        """Stop everything this run started: sub-agents stop at their next step and write their end
+        records; every shell command's process group is killed: a sub-agent's (the signal reached
+        this thread only), and ours when the signal came after its start but before the tool waited
+        for it (there, the tool kills it itself)."""
+        self.stop.set()
+        kill_running(self.stop)
+        if self.delegator is not None:
+            self.delegator.stop()
+
+    def cancel(self) -> None:
+        """After Ctrl-C stopped a :meth:`run` of an interactive session that goes on (the user
+        cancelled the turn): the tool processes are killed, every call left without a result gets
+        :data:`CANCELLED` as its result (PAIR holds in the transcript at once), an ``interrupted``
+        end record is there, and the next :meth:`run` starts afresh (the stop event cleared)."""
+        self._halt()
+        for call_id in list(self.state.open_calls):
+            self._append(self._message({"role": "tool", "tool_call_id": call_id, "content": CANCELLED},
+                                       self.state.replies, handle=self.state.new_handle(call_id)))
+        if not self._ended:  # Ctrl-C came while the CLI, not run(), was running: run() wrote no end record
+            self._end("interrupted", "cancelled by the user (Ctrl-C)")
+        self.stop.clear()
+
+    @property
+    def learn_asks_model(self) -> bool:
+        """Whether :meth:`learn` would ask the model (the profile's ``lessons.llm`` where LLM calls may run)."""
+        return self.unlearned and self.learner is not None and self.learner.config.llm and \
+            self.summarizer() is not None
+
+    def learn(self) -> Iterator[Event]:
+        """Learn from the session's answers (lessons/hooks.py :meth:`Learner.finish`): called by
+        the CLI once the answer is shown (batch: printed; interactive: when the session ends), never
+        before, since with an LLM lessons step it is a model call. Yields a :class:`Warned` (also a
+        note record) when something failed. Does nothing when no answer came since the last call."""
+        if not self.unlearned or self.learner is None:
+            return
+        self.unlearned = False
+        warning = self.learner.finish(self.session.transcript.records(), self.state.lessons, self.summarizer())
+        if warning:
+            yield self._warn("lessons", warning)
 
     def pins(self) -> list[str]:
         """Every pinned fact: the profile's, the lessons block, the agent's (``pin`` tool), without repeats,
@@ -313,7 +349,8 @@ class Runner(ToolCalls):
                                            "further; the identical request is not sent twice")
             sent.append(messages)
             yield from self._spend_check(view, budget)
-            yield Requesting(turn, budget.total(view), budget.window, len(messages), same_prefix(before, view))
+            yield Requesting(turn, budget.total(view), budget.window, len(messages), same_prefix(before, view),
+                             budget.reserved)
             try:
                 reply: Reply = self.model.complete(messages, self.tool_specs)
                 if not reply.tool_calls and not (reply.content or "").strip():
@@ -400,5 +437,6 @@ class Runner(ToolCalls):
         return Warned(source, text)
 
     def _end(self, reason: str, detail: str = "", **fields: Any) -> None:
+        self._ended = True
         self._append(records.EndRecord(reason=reason, turn=self.state.turn, detail=detail[:2000],
                                        wall_s=self.breaker.lap(), **fields))

@@ -28,6 +28,8 @@ from ctxagent.tools.guard import GuardedToolset, Verdict
 from ctxagent.tools.toolset import ToolOutcome
 
 INTERRUPTED = "[ctxagent] interrupted: this tool call did not finish (the process stopped); run it again if needed"
+CANCELLED = ("[ctxagent] interrupted: the user cancelled this turn (Ctrl-C) before this tool call finished; "
+             "its output is lost; run it again if needed")
 
 
 class Delegates(Protocol):
@@ -117,7 +119,8 @@ class ToolCalls:
             loaded = [records.ToolsRecord(loaded=list(outcome.loaded))] if outcome.loaded else []
             self._append(*outcome.decisions, *([outcome.output] if outcome.output is not None else []), message,
                          *loaded)
-            yield ToolDone(call, outcome.content, outcome.is_error, handle if outcome.output else None)
+            yield ToolDone(call, outcome.content, outcome.is_error, handle if outcome.output else None,
+                           denied=verdict.refusal is not None)
 
     def _repeat(self, call: Any) -> ToolOutcome | None:
         """A note instead of a repeat call whose result cannot have changed (agent/activity.py); the

@@ -18,7 +18,7 @@ import typer
 
 from ctxagent.cli import process
 from ctxagent.cli.lazy import LazyGroup
-from ctxagent.cli.process import Interrupted
+from ctxagent.cli.process import Interrupted, StdoutClosed
 from ctxagent.errors import CtxagentError
 from ctxagent.tools.clean import mend
 
@@ -98,7 +98,7 @@ def _invoke(args: list[str]) -> int:
         text = redacted(str(err))
         print(f"ctxagent: error: {text}", file=sys.stderr)
         return _fail(args, err.exit_code, err.status, text)
-    except BrokenPipeError:  # `ctxagent ... | head`: the reader left; not an error of ours
+    except (BrokenPipeError, StdoutClosed):  # `ctxagent ... | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except OSError as err:  # e.g. CTXAGENT_DATA_DIR names a file, or a disk is full
@@ -162,7 +162,7 @@ def wants_json(args: list[str]) -> str | None:
 
 def failure_json(args: list[str], status: str, message: str) -> dict[str, Any]:
     """The object ``--json`` prints for a command that failed before it could print its own: the
-    shape of ``run``'s (session, status, answer, turns, error), the session as the command line
+    shape of ``run``'s (session, status, answer, turns, error, permission_denials), the session as the command line
     names it (None when it names none), ``is_error`` true."""
     session = None
     for i, arg in enumerate(args):
@@ -171,7 +171,7 @@ def failure_json(args: list[str], status: str, message: str) -> dict[str, Any]:
         elif arg.startswith("--session="):
             session = arg.split("=", 1)[1]
     return {"session": mend(session) if session else None, "status": status, "answer": None, "turns": 0,
-            "error": mend(message), "is_error": True}
+            "error": mend(message), "is_error": True, "permission_denials": []}
 
 
 def redacted(text: str) -> str:

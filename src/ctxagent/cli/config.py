@@ -152,15 +152,44 @@ def untrusted_note(start: Path | None = None) -> str | None:
     return f"{project} is not used: it is not trusted ('ctxagent config trust' uses it, after you read it)"
 
 
+def resolved(values: dict[str, Value]) -> dict[str, Value]:
+    """``values`` (:func:`effective`) with what a new session would use where no source sets a key:
+    the profile ``default``, the profile's model (source ``profile NAME``), the profile's context
+    window when it sets one; the others stay None (``api_base``: the provider's own endpoint;
+    ``context_window``: litellm's model info, read when a run starts; ``allow``: nothing granted
+    beyond the profile's permissions). A profile that cannot be read leaves them None and its
+    error becomes the source."""
+    from ctxagent.profile import load_profile
+
+    out = dict(values)
+    name = str(values["profile"].value or "default")
+    if values["profile"].value is None:
+        out["profile"] = Value(name, "default")
+    try:
+        profile = load_profile(name)
+    except ProfileError as err:
+        return {**out, "model": values["model"] if values["model"].value else Value(None, f"profile {name}: {err}")}
+    if values["model"].value is None:
+        out["model"] = Value(profile.model, f"profile {name}")
+    if values["context_window"].value is None:
+        out["context_window"] = Value(profile.context_window, f"profile {name}") if profile.context_window else \
+            Value(None, f"litellm's model info for {out['model'].value}, read when a run starts")
+    return out
+
+
+UNSET = {"api_base": "the provider's own endpoint", "allow": "nothing beyond the profile's permissions"}
+
+
 @app.command("show")
 def show(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False) -> None:
-    """The defaults ``run`` would use here, each with where it came from (a value's secrets, such as
-    a password or token in ``api_base``, shown as markers), and the environment variables the
-    shell's commands and MCP servers do not get (tools/environment.py)."""
+    """The settings a new ``run`` would use here (the model actually used, the profile...), each
+    with where it came from (a value's secrets, such as a password or token in ``api_base``, shown
+    as markers), and the environment variables the shell's commands and MCP servers do not get
+    (tools/environment.py)."""
     from ctxagent.cli import redacted
 
     values = {key: Value(redacted(v.value) if isinstance(v.value, str) else v.value, v.source)
-              for key, v in effective().items()}
+              for key, v in resolved(effective()).items()}
     kept, passes = _withheld(values["profile"].value)
     if json_out:
         print(json.dumps({**{k: {"value": v.value, "source": v.source} for k, v in values.items()},
@@ -168,7 +197,8 @@ def show(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.
                                                   "pass_through": passes}}))
         return
     for key, value in values.items():
-        shown = "-" if value.value is None else value.value
+        shown = f"- ({UNSET[key]})" if value.value is None and key in UNSET else "-" if value.value is None \
+            else value.value
         print(f"{key:15} {shown}  ({value.source})")
     through = f"; tool_environment.pass_through: {', '.join(passes)}" if passes else ""
     print(f"withheld from tools: {', '.join(kept) or '-'}  (environment{through})")

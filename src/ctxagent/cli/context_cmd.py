@@ -55,9 +55,13 @@ def show(session: Session, path: Literal["interactive", "batch"] | None, json_ou
     rule = rule_in_force(nxt.profile.pipeline(nxt.path), nxt.view, b, nxt.turn)
     budget = {"window": b.window, "used": used, "target": int(b.window * b.target),
               "trigger": int(b.window * b.trigger), "tools": b.tools, "reserved": b.reserved, "scale": b.scale}
+    from ctxagent.agent.breakdown import breakdown
+
+    parts = breakdown(nxt.view, b.tools)
     if json_out:
         print(json.dumps({
             "path": nxt.path, "profile": nxt.profile.name, "budget": budget, "turn": nxt.turn, "rule": rule,
+            "categories": parts,
             "messages": [{"message": e.message, "tokens": e.tokens, "seq": [e.start, e.end], "kind": e.kind}
                          for e in nxt.view],
             "compactions": {"recorded": [r.model_dump(mode="json") for r in nxt.recorded],
@@ -67,7 +71,7 @@ def show(session: Session, path: Literal["interactive", "batch"] | None, json_ou
             "lessons": nxt.lessons.model_dump(mode="json", include={"scope", "ids", "text"}) if nxt.lessons else None,
         }, ensure_ascii=False))
         return
-    _render(nxt, budget, rule)
+    _render(nxt, budget, rule, parts)
 
 
 COLUMNS = ("#", "seq", "role", "kind", "tokens", "cache", "content")
@@ -84,16 +88,22 @@ def _rows(nxt: NextRequest) -> list[tuple[str, ...]]:
     return rows
 
 
-def _notes(nxt: NextRequest, budget: dict[str, int | float], rule: str) -> list[str]:
-    """The lines after the table: the cached prefix, the budget, the rule, lessons, compactions."""
+def _notes(nxt: NextRequest, budget: dict[str, int | float], rule: str, parts: dict[str, int]) -> list[str]:
+    """The lines after the table: the cached prefix, the budget, the request by category (as
+    ``ctxagent report`` shows the last one), the rule, lessons, compactions."""
+    from ctxagent.agent.breakdown import lines as category_lines
+
     same_tokens = sum(e.tokens for e in nxt.view[:nxt.same])
     b = budget
     window = int(b["window"])
     bar = budget_bar(int(b["used"]), window, b["target"] / window, b["trigger"] / window)
     lines = [f"prefix: the first {nxt.same} of {len(nxt.view)} messages ({same_tokens} tokens) are identical to "
              f"the last request sent ({len(nxt.last)} messages); a provider's prompt cache can serve them",
-             f"budget {bar} {b['used']}/{b['window']} tokens (target {b['target']}, trigger {b['trigger']}; "
-             f"tool schemas {b['tools']}, reserved {b['reserved']}, calibration x{b['scale']:.2f})",
+             f"budget {bar} {int(b['used']) - int(b['reserved']):,} prompt tokens + {int(b['reserved']):,} reserved "
+             f"for the reply = {int(b['used']):,} of {window:,} (target {int(b['target']):,}, trigger "
+             f"{int(b['trigger']):,}; tool schemas {int(b['tools']):,}, calibration x{b['scale']:.2f})",
+             "by category (our count, before calibration):",
+             *(f"  {line}" for line in category_lines(parts, int(b["reserved"]), window)),
              f"rule in force at turn {nxt.turn} ({nxt.profile.name}, {nxt.path}): {rule}"]
     if nxt.lessons is not None and nxt.lessons.text:  # in the pins message, as recorded when the session started
         lines.append(f"lessons shown ({', '.join(nxt.lessons.ids)}; in the pins message, chosen when the session "
@@ -118,8 +128,8 @@ def _recorded(recorded: list[Any], counts: dict[str, int]) -> list[str]:
                     for r in recorded]
 
 
-def _render(nxt: NextRequest, budget: dict[str, int | float], rule: str) -> None:
-    rows, notes = _rows(nxt), _notes(nxt, budget, rule)
+def _render(nxt: NextRequest, budget: dict[str, int | float], rule: str, parts: dict[str, int]) -> None:
+    rows, notes = _rows(nxt), _notes(nxt, budget, rule, parts)
     if not sys.stdout.isatty():
         _plain(rows, notes)
         return

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import select
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +16,9 @@ from rich.markup import escape
 from rich.status import Status
 
 from ctxagent.agent.events import Event, Finished, Replied, Requesting, ToolStarted, Warned
+from ctxagent.cli.process import Interrupted
 from ctxagent.cli.render import Ticker, describe, size_text
-from ctxagent.errors import CtxagentError
+from ctxagent.errors import CtxagentError, LimitReached
 from ctxagent.messages import one_line
 from ctxagent.sessions.session import Session
 
@@ -27,19 +31,30 @@ def _waiting(timeout_s: float = 0.03) -> bool:
         return False
 
 
-class InteractiveRenderer:
-    """People: rich output, a spinner while the model works, a prompt after each answer."""
+QUIT_WINDOW_S = 2.0
+"""A second Ctrl-C within this many seconds of the first quits the session (the first cancels the turn)."""
 
-    def __init__(self) -> None:
+
+class InteractiveRenderer:
+    """People: rich output, a spinner while the model works, a prompt after each answer.
+    ``quiet``: the answers alone (no session line, no progress lines; errors and warnings still said)."""
+
+    def __init__(self, quiet: bool = False) -> None:
         self.out = Console()
+        self.quiet = quiet
         self.answer: str | None = None
         self.status: Status | None = None
         self.session: Session | None = None
         self.ticker: Ticker | None = None
+        self._interrupted_at: float | None = None  # when the last Ctrl-C came (monotonic seconds)
 
     def start(self, session: Session, runner: Any) -> None:
         self.session = session
-        self.out.print(f"[dim]session {session.name} · {runner.model_name}[/dim]")
+        self.note(f"session {session.name} · {runner.model_name}")
+
+    def note(self, text: str) -> None:
+        if not self.quiet:
+            self.out.print(f"[dim]{escape(text)}[/dim]", highlight=False)
 
     def _stop_spinner(self) -> None:
         if self.ticker is not None:
@@ -52,7 +67,8 @@ class InteractiveRenderer:
     def event(self, event: Event) -> None:
         if isinstance(event, Requesting):
             self._stop_spinner()
-            self.status = self.out.status(f"turn {event.turn} · {event.tokens}/{event.window} tokens")
+            self.status = self.out.status(f"turn {event.turn} · {event.prompt:,} prompt tokens + {event.reserved:,} "
+                                          f"reserved for the reply · window {event.window:,}")
             self.status.start()
             return
         self._stop_spinner()
@@ -64,7 +80,8 @@ class InteractiveRenderer:
                                  folder)
             return
         if isinstance(event, Replied) and event.reply.tool_calls and event.reply.content:
-            self.out.print(f"[italic]{escape(one_line(event.reply.content, 200))}[/italic]")
+            if not self.quiet:
+                self.out.print(f"[italic]{escape(one_line(event.reply.content, 200))}[/italic]")
         elif isinstance(event, Finished) and event.status == "answered":
             from rich.markdown import Markdown  # 25 ms of imports: only when an answer is rendered
 
@@ -73,27 +90,69 @@ class InteractiveRenderer:
         elif isinstance(event, Warned):  # warnings go to stderr, as in batch mode
             Console(stderr=True).print(f"[yellow]{escape(describe(event) or '')}[/yellow]", highlight=False)
         elif (line := describe(event)) is not None:
-            self.out.print(f"[dim]{escape(line)}[/dim]", highlight=False)
+            self.note(line)
+
+    def goes_on(self, err: BaseException) -> bool:
+        """The first Ctrl-C cancels the turn and the session goes on; a second one within
+        :data:`QUIT_WINDOW_S` (or SIGTERM, SIGHUP) ends it. ``--max-turns`` ends the turn only."""
+        self._stop_spinner()
+        if isinstance(err, Interrupted):
+            return False
+        if isinstance(err, KeyboardInterrupt):
+            if self._second_interrupt():
+                return False
+            self.out.print(f"\n[yellow]cancelled[/yellow]: this turn stopped, its tools were killed (Ctrl-C again "
+                           f"within {QUIT_WINDOW_S:g} s quits; /exit or Ctrl-D ends the session)", highlight=False)
+            return True
+        if isinstance(err, LimitReached):
+            self.out.print(f"[yellow]{escape(str(err).split(';')[0])}[/yellow]; send a message to go on, or /exit",
+                           highlight=False)
+            return True
+        return False
+
+    def _second_interrupt(self) -> bool:
+        """Whether this Ctrl-C follows the last one within :data:`QUIT_WINDOW_S` (it is remembered either way)."""
+        now, last = time.monotonic(), self._interrupted_at
+        self._interrupted_at = now
+        return last is not None and now - last < QUIT_WINDOW_S
+
+    @contextmanager
+    def learning(self, asks_model: bool) -> Iterator[None]:
+        if not asks_model:
+            yield
+            return
+        with self.out.status("learning lessons from this session (Ctrl-C skips)"):
+            yield
 
     def ask(self) -> str | None:
         """The next message: one line; a paste keeps all its lines (lines already waiting on stdin
         join the first); a line of three double quotes starts a block that ends at the next one.
-        None at end of input or on an empty line."""
-        try:
-            text = self.out.input("[bold]> [/bold]")
-            if text.strip() == '"""':
-                return self._block()
-            while _waiting():
-                text += "\n" + input()
-        except EOFError:
-            return None
-        return text if text.strip() else None
+        An empty line asks again; None at end of input (Ctrl-D). Ctrl-C at the prompt asks again,
+        a second one within :data:`QUIT_WINDOW_S` raises ``KeyboardInterrupt`` (the session ends)."""
+        while True:
+            try:
+                text = self.out.input("[bold]> [/bold]")
+                if text.strip() == '"""':
+                    text = self._block()
+                while _waiting():
+                    text += "\n" + input()
+            except EOFError:
+                self.out.print()
+                return None
+            except KeyboardInterrupt as err:
+                if isinstance(err, Interrupted) or self._second_interrupt():
+                    raise
+                self.out.print(f"\n[dim](Ctrl-C again within {QUIT_WINDOW_S:g} s quits; /exit or Ctrl-D ends the "
+                               "session)[/dim]", highlight=False)
+                continue
+            if text.strip():
+                return text
 
-    def _block(self) -> str | None:
+    def _block(self) -> str:
         lines: list[str] = []
         while (line := self.out.input("[dim]. [/dim]")).strip() != '"""':
             lines.append(line)
-        return "\n".join(lines) if any(line.strip() for line in lines) else None
+        return "\n".join(lines)
 
     def error(self, err: CtxagentError) -> None:
         self._stop_spinner()

@@ -50,7 +50,7 @@ COMMANDS: dict[str, Lazy] = {
     "run": Lazy("ctxagent.cli.run", "run",
                 "Start (or continue) a session with TASK and run the agent until it answers."),
     "resume": Lazy("ctxagent.cli.run", "resume",
-                   "Continue a session (the most recent one by default) where it stopped."),
+                   "Continue a session (the newest one started in this directory by default) where it stopped."),
     "batch": Lazy("ctxagent.cli.batch", "batch",
                   "Run every task of a JSONL file, each in its own session, several at once (see the module "
                   "docstring). Answered sessions are skipped on a re-run; the others resume."),
@@ -58,12 +58,16 @@ COMMANDS: dict[str, Lazy] = {
                    "Run the sessions that `ctxagent batch --backend temporal` submits, until SIGTERM or Ctrl-C "
                    "(the running sessions then resume on another worker)."),
     "inspect": Lazy("ctxagent.cli.lazy", "inspect_app", "Look inside a session without changing it.", factory=True),
-    "sessions": Lazy("ctxagent.cli.sessions", "app", "List, show, delete, rename and export sessions."),
+    "sessions": Lazy("ctxagent.cli.sessions", "app", "List, show, delete, rename, fork and export sessions."),
     "profiles": Lazy("ctxagent.cli.profiles_cmd", "app",
                      "The bundled profiles, the effective keys of a profile, and the profile JSON Schema."),
     "config": Lazy("ctxagent.cli.config", "app", "Show where defaults come from; trust a project file."),
     "lessons": Lazy("ctxagent.cli.lessons_cmd", "app",
                     "List, show, forget, edit and export the lessons sessions learned."),
+    "report": Lazy("ctxagent.cli.report", "report",
+                   "Write one self-contained HTML file (no server, no network: it opens from disk) showing where a "
+                   "session's tokens went: every request's tokens, cached and uncached, against the window and the "
+                   "reply's reserve; each compaction and offload; the last request by category; the spend."),
     "mcp": Lazy("ctxagent.cli.mcp_cmd", "app",
                 "MCP servers: the ones configured (profile mcp_servers, --mcp-config), their tools."),
 }
@@ -88,6 +92,17 @@ class LazyGroup(TyperGroup):
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             self.add_command(COMMANDS[cmd_name].load(cmd_name), cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command; a reader that closed stdout (``ctxagent run ... | head``) raises
+        :class:`~ctxagent.cli.process.StdoutClosed`, not ``BrokenPipeError``: typer's main turns an
+        EPIPE into exit 1, the code of a real failure (cli.invoke gives it 141, SIGPIPE's)."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as err:
+            from ctxagent.cli.process import StdoutClosed
+
+            raise StdoutClosed() from err
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         """The "Commands" section of ``--help``, from the summaries (no command module imported)."""

@@ -46,18 +46,27 @@ StoreOpt = Annotated[str | None, typer.Option(
     "--store", callback=use_store, metavar="URL", help="Keep sessions in this object store (an fsspec URL: "
     "s3://bucket/prefix, gs://..., az://..., file:///...; default $CTXAGENT_STORE, else local disk).")]
 SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Session name (default: most recent).")]
-RunSessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Session name.")]
+RunSessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Session name.", show_default=(
+    "run: a new name, YYYYMMDD-HHMMSS-xxxx; resume: the newest session started in this directory"))]
 ModelOpt = Annotated[str | None, typer.Option(
     "--model", "-m", help="litellm model string (openai/gpt-4o-mini, anthropic/..., ollama/...) "
-    "or scripted:PATH for a scripted run.")]
-ProfileOpt = Annotated[str | None, typer.Option("--profile", "-p", help="Bundled profile name or YAML path.")]
-ApiBaseOpt = Annotated[str | None, typer.Option("--api-base", help="Base URL of an OpenAI-compatible server.")]
-MaxTurnsOpt = Annotated[int | None, typer.Option("--max-turns", min=1, help="Model calls allowed in this run.")]
+    "or scripted:PATH for a scripted run.", show_default="configuration (ctxagent config show), else the "
+    "profile's model: openai/gpt-4o-mini in the default profile; resume: the session's")]
+ProfileOpt = Annotated[str | None, typer.Option("--profile", "-p", help="Bundled profile name or YAML path.",
+                                                show_default="configuration, else default; resume: the session's")]
+ApiBaseOpt = Annotated[str | None, typer.Option("--api-base", help="Base URL of an OpenAI-compatible server.",
+                                                show_default="configuration, else the provider's own")]
+MaxTurnsOpt = Annotated[int | None, typer.Option("--max-turns", min=1, help="Model calls allowed in this run "
+                                                 "(interactively: in one turn, then the prompt comes back).",
+                                                 show_default="the profile's max_turns: 30 in the default profile")]
 BatchOpt = Annotated[bool, typer.Option("--batch", help="No prompts; answer alone on stdout (implied when "
                                         "stdin is not a terminal).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object: session, status, answer, "
-                                       "turns, usage.")]
-WorkdirOpt = Annotated[Path | None, typer.Option("--workdir", help="Working directory of the tools.")]
+                                       "turns, usage, permission_denials.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only the answer (or only the JSON): no progress, "
+                                        "warnings or notes on stderr; errors are still said.")]
+WorkdirOpt = Annotated[Path | None, typer.Option("--workdir", help="Working directory of the tools.",
+                                                 show_default="the current directory; resume: the session's")]
 ToolsOpt = Annotated[list[str] | None, typer.Option(
     "--tools", help="Add a tool: module:function, path/to/file.py:function, or the name of a built-in or "
     "installed (ctxagent.tools entry point) tool. Repeatable; kept for resume.")]
@@ -74,12 +83,14 @@ SessionLimitOpt = Annotated[list[str] | None, typer.Option(
     "max_cost_usd, max_wall_s; VALUE none removes one); kept in the session. Repeatable.")]
 WindowOpt = Annotated[int | None, typer.Option(
     "--context-window", min=256, help="The model's context window in tokens (when litellm does not know it, "
-    "e.g. a local server); kept in the session.")]
+    "e.g. a local server); kept in the session.", show_default="configuration, else the profile's, else "
+    "litellm's model info")]
 TimeoutOpt = Annotated[float | None, typer.Option(
-    "--timeout", min=0.1, help="Seconds one model request may take (default: the profile's timeout_s).")]
+    "--timeout", min=0.1, help="Seconds one model request may take.",
+    show_default="the profile's timeout_s: 120 in the default profile")]
 OutputFormatOpt = Annotated[str | None, typer.Option(
     "--output-format", help="text (the answer), json (one object, as --json) or stream-json (one JSON event "
-    "per line as the run goes; schema: src/ctxagent/cli/events.schema.json).")]
+    "per line as the run goes; schema: src/ctxagent/cli/events.schema.json).", show_default="text")]
 McpConfigOpt = Annotated[Path | None, typer.Option(
     "--mcp-config", help="MCP servers to add, from a JSON file in the mcpServers shape (Claude Code, Cursor); "
     "its path is kept for resume, its values (${NAME} references expanded) never recorded.")]
@@ -102,6 +113,7 @@ class RunOptions:
     max_turns: MaxTurnsOpt = None
     batch: BatchOpt = False
     json_out: JsonOpt = False
+    quiet: QuietOpt = False
     workdir: WorkdirOpt = None
     tools: ToolsOpt = None
     output: AnswerOutputOpt = None

@@ -17,3 +17,7 @@ class Interrupted(KeyboardInterrupt):
     def exit_code(self) -> int:
         """129 for SIGHUP (128 + 1, as shells report it); 130, Ctrl-C's, for the others."""
         return 129 if self.signum == 1 else 130
+
+
+class StdoutClosed(Exception):
+    """The reader of stdout left (EPIPE: ``ctxagent ... | head``); not an error of ours (exit 141)."""

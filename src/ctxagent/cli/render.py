@@ -13,7 +13,8 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,17 +31,50 @@ def describe(event: Event) -> str | None:
         return f"compacted: {c.strategy} replaced messages {c.start}-{c.end} ({c.tokens_before} -> {c.tokens} tokens)"
     if isinstance(event, Requesting):
         same = f", {event.same} as last time" if event.same else ""
-        return (f"turn {event.turn}: asking the model ({event.tokens}/{event.window} tokens, "
-                f"{event.messages} messages{same})")
+        return f"turn {event.turn}: asking the model ({tokens_text(event)}; {event.messages} messages{same})"
     if isinstance(event, Warned):
         return f"warning: {event.source}: {event.text}"
     if isinstance(event, ToolDone):
         where = f" -> stored as {event.handle}" if event.handle else ""
-        status = "error" if event.is_error else "timed out" if event.content.startswith("timed out") else "ok"
+        status = "denied" if event.denied else "error" if event.is_error else \
+            "timed out" if event.content.startswith("timed out") else "ok"
         from ctxagent.sessions.redact import default as redactor  # progress ends up in CI logs
 
-        return f"  tool {event.call.name}({one_line(redactor().text(event.call.arguments), 80)}) {status}{where}"
+        reason = one_line(redactor().text(reason_of(event)), REASON_CHARS) if event.is_error else ""
+        why = f" {reason.removeprefix('denied ')}" if reason.startswith("denied ") else f": {reason}" if reason else ""
+        return f"  tool {event.call.name}({one_line(redactor().text(event.call.arguments), 80)}) {status}{why}{where}"
     return None
+
+
+REASON_CHARS = 200  # characters of a refused or failed call's reason in its progress line at most
+
+
+def reason_of(event: ToolDone) -> str:
+    """Why a call was refused or failed: its result without the ``ERROR:`` prefix the model reads."""
+    from ctxagent.tools.base import ERROR_PREFIX
+
+    return event.content.removeprefix(ERROR_PREFIX)
+
+
+def denial_of(event: ToolDone) -> dict[str, Any]:
+    """A refused call as ``--json`` lists it under ``permission_denials`` (the keys ``claude -p`` uses
+    there: ``tool_name``, ``tool_use_id``, ``tool_input``; and the ``reason``, the policy that refused it).
+    ``tool_input``: the arguments as an object, or the raw text when they are not JSON."""
+    from ctxagent.sessions.redact import default as redactor
+
+    try:
+        arguments: Any = json.loads(event.call.arguments) if event.call.arguments.strip() else {}
+    except ValueError:
+        arguments = event.call.arguments
+    return {"tool_name": event.call.name, "tool_use_id": event.call.id, "tool_input": redactor().value(arguments),
+            "reason": redactor().text(reason_of(event))}
+
+
+def tokens_text(event: Requesting) -> str:
+    """The figures of a request, the prompt and the reply's reserve apart:
+    ``1,047 prompt tokens + 4,352 reserved for the reply, of a 128,000-token window``."""
+    return (f"{event.prompt:,} prompt tokens + {event.reserved:,} reserved for the reply, "
+            f"of a {event.window:,}-token window")
 
 
 def heartbeat_s() -> float:
@@ -119,37 +153,69 @@ class Renderer(Protocol):
     def interrupted(self, session: Session) -> None: ...
     def finish(self, result: dict[str, Any]) -> None: ...
 
+    def goes_on(self, err: BaseException) -> bool:
+        """After ``err`` ended a turn (Ctrl-C, ``--max-turns``): True when the session goes on to the
+        next prompt (said to the user), False when it ends with ``err``."""
+        ...
+
+    def learning(self, asks_model: bool) -> AbstractContextManager[None]:
+        """A status shown while lessons are learned (``asks_model``: a model call is part of it)."""
+        ...
+
+    def note(self, text: str) -> None:
+        """Say ``text`` (progress, not an error)."""
+        ...
+
 
 class BatchRenderer:
-    """Scripts: progress to stderr, the answer (or JSON) to stdout, never a prompt."""
+    """Scripts: progress to stderr, the answer (or JSON) to stdout, never a prompt. ``quiet``: no
+    progress, warnings or heartbeats on stderr (the answer or the JSON alone; errors still said;
+    warnings still in the JSON)."""
 
-    def __init__(self, json_out: bool):
+    def __init__(self, json_out: bool, quiet: bool = False):
         self.json_out = json_out
+        self.quiet = quiet
         self.answer: str | None = None
         self.warnings: list[str] = []  # said on stderr as they come, and in the --json object
+        self.denials: list[dict[str, Any]] = []  # calls the permission gate refused (--json: permission_denials)
         self.err = PlainErr()
         self.ticker: Ticker | None = None
         self.outputs = Path(".")
 
     def start(self, session: Session, runner: Any) -> None:
         self.outputs = session.root / "outputs"
-        self.err.print(f"session {session.name} ({session.root})")
+        self.note(f"session {session.name} ({session.root})")
+
+    def note(self, text: str) -> None:
+        if not self.quiet:
+            self.err.print(text)
+
+    def goes_on(self, err: BaseException) -> bool:
+        return False  # a script's run ends where its turn ends
+
+    @contextmanager
+    def learning(self, asks_model: bool) -> Iterator[None]:
+        if asks_model:
+            self.note("lessons: asking the model what this session teaches (after the answer; Ctrl-C skips)")
+        yield
 
     def event(self, event: Event) -> None:
         if self.ticker is not None:
             self.ticker.stop()
             self.ticker = None
-        if isinstance(event, ToolStarted):  # a heartbeat on stderr while a long tool runs
+        if isinstance(event, ToolStarted) and not self.quiet:  # a heartbeat on stderr while a long tool runs
             name = event.call.name
             self.ticker = Ticker(heartbeat_s(), lambda s, n: self.err.print(
                 f"  tool {name} still running: {s:.0f} s, {size_text(n)} of output so far"), self.outputs)
         if isinstance(event, Finished):
             self.answer = event.answer
+        elif isinstance(event, ToolDone) and event.denied:
+            self.denials.append(denial_of(event))
         elif isinstance(event, Warned):
             self.warnings.append(f"{event.source}: {event.text}")
         line = describe(event)
         if line:
-            self.err.print(line)
+            self.note(line)
 
     def ask(self) -> str | None:
         return None
@@ -168,7 +234,7 @@ class BatchRenderer:
         """The answer (or the ``--json`` object) on stdout, redacted as the transcript is."""
         from ctxagent.sessions.redact import default
 
-        shown = default().value({**result, "warnings": self.warnings})
+        shown = default().value({**result, "warnings": self.warnings, "permission_denials": self.denials})
         if self.json_out:
             print(json.dumps(shown, ensure_ascii=False), flush=True)
         elif shown.get("answer") is not None:

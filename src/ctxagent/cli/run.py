@@ -18,8 +18,9 @@ from ctxagent.cli.options import RunOptions, with_run_options
 from ctxagent.cli.permissions import grants, warn_allow_all
 from ctxagent.cli.process import Interrupted
 from ctxagent.cli.render import BatchRenderer, Renderer
-from ctxagent.errors import CtxagentError, UsageError
-from ctxagent.sessions.session import Session, latest_session, new_name
+from ctxagent.cli.stdin import piped, read_all, wait_s
+from ctxagent.errors import CtxagentError, LimitReached, UsageError
+from ctxagent.sessions.session import Session, new_name
 from ctxagent.tools.clean import mend, plain
 
 if TYPE_CHECKING:
@@ -27,29 +28,27 @@ if TYPE_CHECKING:
 
 
 def _read_task(task: str | None) -> str | None:
-    """The task or message: the argument, or stdin for ``-``, as text that can be written and sent
-    (:func:`ctxagent.tools.clean.plain`: a byte that is not UTF-8 shown as ``\\xff``, NUL and
-    other control characters dropped). ``UsageError`` when it is blank."""
-    text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape") if task == "-" else task
+    """The task or message: the argument, or stdin for ``-`` (read to its end), as text that can be
+    written and sent (:func:`ctxagent.tools.clean.plain`: a byte that is not UTF-8 shown as ``\\xff``,
+    NUL and other control characters dropped). ``UsageError`` when it is blank."""
+    text = _text(read_all()) if task == "-" else task
     text = None if text is None else plain(text)
     if text is not None and not text.strip():
         raise UsageError("the task is empty" + (" (read from stdin)" if task == "-" else ""))
     return text
 
 
-def _piped() -> str | None:
-    """What is piped into stdin (a pipe or a redirected file, never a terminal or an open socket),
-    as text (:func:`plain`); None when nothing is (``cat log | ctxagent run "task"``, as ``llm`` does)."""
-    import stat
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
 
-    try:
-        mode = os.fstat(sys.stdin.fileno()).st_mode
-    except (OSError, ValueError):
-        return None
-    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
-        return None
-    text = plain(sys.stdin.buffer.read().decode("utf-8", "surrogateescape")).rstrip("\n")
-    return text if text.strip() else None
+
+def _piped() -> str | None:
+    """What is piped into stdin and ours to read (cli/stdin.py: never an idle pipe, never a
+    ``while read`` loop's file), as text (:func:`plain`); None when nothing is
+    (``cat log | ctxagent run "task"``, as ``llm`` does)."""
+    data = piped()
+    text = None if data is None else plain(_text(data)).rstrip("\n")
+    return text if text and text.strip() else None
 
 
 def _session(name: str | None, store_url: str | None) -> Session:
@@ -65,14 +64,17 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
     ``stdin``: piped text attached to the first message (offloaded under ``@stdin`` when large).
 
     An answer that is or contains handles is printed with their values (see ``outputs_cmd.deliver``).
+    Lessons are learned after the answer is shown (batch: printed; interactive: when the session
+    ends), never before it: with an LLM lessons step that is a model call.
     """
     from ctxagent.agent.setup import open_runner
 
     batch = opts.is_batch()
-    renderer = _renderer(opts.format(), batch)
+    renderer = _renderer(opts.format(), batch, quiet=opts.quiet)
     result: dict[str, Any] = {"session": session.name, "status": "error", "answer": None, "turns": 0}
     code = 0
     runner = None
+    shown = False  # the result was printed (inside the writer lock, before lessons were learned)
     started = time.monotonic()
     trace = _tracing()
     existed = session.root.exists()
@@ -97,16 +99,15 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
             if trace is not None:
                 trace.start(session.name, runner.model_name)
             while True:
-                for event in _events(session, runner, message, opts.max_turns):
-                    renderer.event(event)
-                    if trace is not None:
-                        trace.event(event)
-                if not batch:
+                if _turn(session, runner, renderer, message, opts, trace) and not batch:
                     _show_answer(session, renderer.answer, opts.output)
                 message = None if batch else _next_message(renderer, runner)
                 if message is None:
                     break
             result.update(status="answered", answer=renderer.answer)
+            if batch:  # the answer first, then the lessons (still holding the lock: they append notes)
+                code, shown = _report(session, runner, renderer, result, code, opts, started, trace), True
+            _learn(runner, renderer)
     except CtxagentError as err:
         code = err.exit_code
         result.update(status=err.status, error=_redacted(str(err)))
@@ -117,6 +118,49 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
         _quietly(renderer.interrupted, session)
     if not existed:
         _discard_if_unstarted(session)
+    if not shown:
+        code = _report(session, runner, renderer, result, code, opts, started, trace)
+    raise typer.Exit(code)
+
+
+def _turn(session: Session, runner: Any, renderer: Renderer, message: str | None, opts: RunOptions,
+          trace: Any) -> bool:
+    """Run one turn, rendering its events; True when it answered. Interactively, a Ctrl-C that
+    cancels the turn (the first one; :meth:`Renderer.goes_on`) and ``--max-turns`` end the turn,
+    not the session: the runner cancels what it started (``Runner.cancel``) and the prompt comes back."""
+    try:
+        for event in _events(session, runner, message, opts.max_turns):
+            renderer.event(event)
+            if trace is not None:
+                trace.event(event)
+        return True
+    except KeyboardInterrupt as err:
+        if not renderer.goes_on(err):
+            raise
+        runner.cancel()
+    except LimitReached as err:
+        if err.bound != "max_turns" or not renderer.goes_on(err):
+            raise
+    return False
+
+
+def _learn(runner: Any, renderer: Renderer) -> None:
+    """The lessons of the session's answers (``Runner.learn``), after the answer was shown, with a
+    status while a model is asked; Ctrl-C (or a signal) skips them and keeps the run's exit code."""
+    if not runner.unlearned:
+        return
+    try:
+        with renderer.learning(runner.learn_asks_model):
+            for event in runner.learn():
+                renderer.event(event)
+    except KeyboardInterrupt:
+        renderer.note("lessons skipped (interrupted)")
+
+
+def _report(session: Session, runner: Any, renderer: Renderer, result: dict[str, Any], code: int, opts: RunOptions,
+            started: float, trace: Any) -> int:
+    """Complete ``result`` (spend, delivered handles, ``is_error``), print it, and return the exit code."""
+    batch = opts.is_batch()
     if runner is not None:
         result.update(_spend(runner, started))
     if code == 0 and batch and renderer.answer is not None:
@@ -129,7 +173,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
         _quietly(renderer.finish, result)
     else:
         renderer.finish(result)
-    raise typer.Exit(code)
+    return code
 
 
 def _events(session: Session, runner: Any, message: str | None, max_turns: int | None) -> Iterable[Event]:
@@ -185,17 +229,18 @@ def _tracing() -> Any:
     return tracing.Tracing(tracing.make_tracer()) if tracing.enabled() else None
 
 
-def _renderer(output_format: str, batch: bool) -> Renderer:
-    """The renderer of ``--output-format`` (``stream-json``: cli/stream.py) on the batch or interactive path."""
+def _renderer(output_format: str, batch: bool, quiet: bool = False) -> Renderer:
+    """The renderer of ``--output-format`` (``stream-json``: cli/stream.py) on the batch or interactive
+    path; ``quiet``: no progress on stderr (the answer or the JSON alone; errors still said)."""
     if output_format == "stream-json":
         from ctxagent.cli.stream import StreamRenderer
 
-        return StreamRenderer(interactive=not batch)
+        return StreamRenderer(interactive=not batch, quiet=quiet)
     if batch:
-        return BatchRenderer(output_format == "json")
+        return BatchRenderer(output_format == "json", quiet=quiet)
     from ctxagent.cli.interactive import InteractiveRenderer  # rich: only for people
 
-    return InteractiveRenderer()
+    return InteractiveRenderer(quiet=quiet)
 
 
 def _spend(runner: Any, started: float) -> dict[str, Any]:
@@ -318,21 +363,57 @@ def _show_answer(session: Session, answer: str | None, output: Path | None) -> N
 @with_run_options
 def run(opts: RunOptions,
         task: Annotated[str | None, typer.Argument(help="The task; '-' reads it from stdin.")] = None) -> None:
-    """Start (or continue) a session with TASK and run the agent until it answers."""
-    text = _read_task(task)
+    """Start (or continue) a session with TASK and run the agent until it answers.
+
+    Examples (a terminal: a conversation; a script: the answer alone on stdout, or --json):
+
+    \b
+      ctxagent run --model openai/gpt-4o-mini "Why does tests/test_io.py fail?"
+      git diff | ctxagent run --batch --quiet --model openai/gpt-4o-mini "Review this diff" > review.md
+    """
+    text = _read_task(task) if task is not None or sys.stdin.isatty() else _piped()  # no task: stdin's
     if text is None and (opts.is_batch() or task is not None):
-        raise UsageError("give a task: ctxagent run \"TASK\" (or '-' to read it from stdin)")
+        raise UsageError("give a task: ctxagent run \"TASK\"" + ("" if sys.stdin.isatty() else
+                         f", or pipe it in (stdin had nothing within {wait_s():g} s of the start; '-' waits for "
+                         "stdin's end)"))
     if text is None:
         text = plain(typer.prompt("task"))
     opts.check()
-    execute(_session(opts.session, opts.store), text, opts, stdin=_piped() if task != "-" else None)
+    execute(_session(opts.session, opts.store), text, opts, stdin=_piped() if task not in (None, "-") else None)
 
 
 @with_run_options
 def resume(opts: RunOptions,
-           message: Annotated[str | None, typer.Argument(help="A new user message; '-' reads stdin.")] = None) -> None:
-    """Continue a session (the most recent one by default) where it stopped."""
+           message: Annotated[str | None, typer.Argument(help="A new user message; '-' reads stdin.")] = None,
+           last: Annotated[bool, typer.Option("--last", help="Without --session: the newest session of all, "
+                                              "wherever it was started.")] = False) -> None:
+    """Continue a session (the newest one started in this directory by default) where it stopped."""
     opts.check()
-    store = opts.store
-    target = (Session.at(opts.session, store) if opts.session is not None else latest_session(store)).pull().require()
-    execute(target, _read_task(message), opts, stdin=_piped() if message not in (None, "-") else None)
+    target = (Session.at(opts.session, opts.store) if opts.session is not None
+              else _newest(last, opts.store, quiet=opts.quiet))
+    execute(target.pull().require(), _read_task(message), opts,
+            stdin=_piped() if message not in (None, "-") else None)
+
+
+def _newest(everywhere: bool, store_url: str | None, quiet: bool = False) -> Session:
+    """The session ``resume`` continues without ``--session``: the newest started in the current
+    directory (its header's workdir), or of all with ``--last``; a session the model never replied
+    in is passed over for an older one that it did (sessions/session.py :func:`newest`). Says on
+    stderr which one and where it was started. ``UsageError`` when there is none."""
+    from ctxagent.sessions.session import list_sessions, newest, sessions_root, started_in
+
+    every, here = list_sessions(store_url), Path(os.path.realpath(Path.cwd()))
+    target, skipped = newest(every if everywhere else [s for s in every if started_in(s) == here])
+    if target is None:
+        anywhere, _ = newest(every)
+        if anywhere is None:
+            raise UsageError(f"no sessions yet under {sessions_root(store_url)}; start one with 'ctxagent run'")
+        raise UsageError(f"no session was started in {here}; 'ctxagent resume --last' continues the newest of all "
+                         f"({anywhere.name}, started in {started_in(anywhere) or 'an unrecorded directory'}), and "
+                         "--session NAME any ('ctxagent sessions list')")
+    if not quiet:
+        passed = f"; passed over {len(skipped)} newer one(s) the model never replied in: " \
+                 f"{', '.join(s.name for s in skipped)}" if skipped else ""
+        print(f"ctxagent: resuming session {target.name}, started in {started_in(target) or '(not recorded)'}"
+              f"{passed}", file=sys.stderr)
+    return target

@@ -1,9 +1,9 @@
-"""``ctxagent sessions list|show|delete|rename|export``: manage the sessions on disk.
+"""``ctxagent sessions list|show|delete|rename|fork|export``: manage the sessions on disk.
 
 ``list`` reads each transcript's head, tail and cached totals (milliseconds whatever its size);
 ``show`` and ``export`` stream one transcript whole; ``delete`` and ``rename`` take the session's
-writer lock, so they refuse while a run holds it. Never imports litellm (``export --format openai``
-computes the view without a model call).
+writer lock, so they refuse while a run holds it; ``fork`` copies a session to branch from. Never
+imports litellm (``export --format openai`` computes the view without a model call).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import typer
 from ctxagent.cli import sessions_export
 from ctxagent.cli.options import StoreOpt, pick
 from ctxagent.dirs import data_dir
-from ctxagent.errors import UsageError
+from ctxagent.errors import SessionBusyError, UsageError
 from ctxagent.sessions.session import ListFacts, Session, check_name, list_facts, list_sessions
 
-app = typer.Typer(help="List, show, delete, rename and export sessions.", no_args_is_help=True,
+app = typer.Typer(help="List, show, delete, rename, fork and export sessions.", no_args_is_help=True,
                   rich_markup_mode=None)
 
 NameArg = Annotated[str, typer.Argument(help="Session name.", metavar="NAME", show_default=False)]
@@ -124,21 +124,73 @@ def show(ctx: typer.Context, name: OptNameArg = None, json_out: JsonOpt = False)
         print(line)
 
 
+NamesArg = Annotated[list[str] | None, typer.Argument(help="Session names.", metavar="NAME...", show_default=False)]
+OlderOpt = Annotated[str | None, typer.Option(
+    "--older-than", metavar="AGE", help="Also every session last used more than AGE ago: a number and a unit, "
+    "s, m, h, d or w (30d, 12h, 90m).")]
+UNITS_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+
+def age_s(text: str) -> float:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` (or ``1.5d``) in seconds. Raises ``UsageError``."""
+    number, unit = text.strip()[:-1], text.strip()[-1:].lower()
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in UNITS_S or value < 0:
+        raise UsageError(f"--older-than {text!r}: give a number and a unit, s, m, h, d or w (30d, 12h, 90m)")
+    return value * UNITS_S[unit]
+
+
+def _older_than(age: str, store_url: str | None) -> list[Session]:
+    """The top-level sessions last used (their transcript written) more than ``age`` ago, none running."""
+    cutoff = time.time() - age_s(age)
+    return [s for s in list_sessions(store_url) if (s.root / "transcript.jsonl").stat().st_mtime < cutoff
+            and not s.running()]
+
+
 @app.command("delete")
 def delete(
     ctx: typer.Context,
-    name: NameArg,
+    names: NamesArg = None,
+    older_than: OlderOpt = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed when not on a terminal).")] = False,
 ) -> None:
-    """Delete the session's folder: its transcript and offloaded outputs. Asks first on a terminal;
-    elsewhere needs ``--yes``. Refuses while another process holds the session (exit 1)."""
-    session = _existing(name, ctx.obj)
+    """Delete sessions' folders: their transcripts and offloaded outputs. Takes several names, and with
+    ``--older-than AGE`` every session not used for that long. Asks first on a terminal; elsewhere
+    needs ``--yes``. A session another process holds is not deleted (said, exit 1); the others are."""
+    chosen = [_existing(name, ctx.obj) for name in dict.fromkeys(names or [])]
+    if older_than is not None:
+        chosen += [s for s in _older_than(older_than, ctx.obj) if s.name not in {c.name for c in chosen}]
+    if not chosen:
+        if older_than is None:
+            raise UsageError("give the names of the sessions to delete, or --older-than AGE")
+        print(f"no session was last used more than {older_than} ago", file=sys.stderr)
+        return
     if not yes:
+        what = ", ".join(s.name for s in chosen)
         if not on_terminal():
-            raise UsageError(f"not deleting session {name!r} without --yes (no terminal to ask on)")
-        what = f"{session.root} ({_size(session.root)})"
-        if not typer.confirm(f"Delete session {name!r}: {what}?", default=False):
+            raise UsageError(f"not deleting {what} without --yes (no terminal to ask on)")
+        roots = [s.root for s in chosen]
+        question = f"Delete session {what!r}: {roots[0]} ({_size(*roots)})?" if len(chosen) == 1 else \
+            f"Delete {len(chosen)} sessions: {what} ({_size(*roots)})?"
+        if not typer.confirm(question, default=False):
             raise typer.Abort()
+    busy = []
+    for session in chosen:
+        try:
+            _delete(session)
+        except SessionBusyError as err:
+            print(f"ctxagent: error: {err}", file=sys.stderr)
+            busy.append(session.name)
+    if busy:
+        raise typer.Exit(1)
+
+
+def _delete(session: Session) -> None:
+    """Delete one session (its writer lock held): its store objects, its snapshot, its folder, its lessons."""
+    name = session.name
     trash = data_dir() / f".deleting-{name}-{os.getpid()}"
     with session.writer():  # SessionBusyError (exit 1) while a run holds it (or a session store's lease)
         _remove_remote(session)
@@ -155,6 +207,53 @@ def delete(
 
     forget_session(name)  # nothing of a deleted session stays in the lessons store
     print(f"deleted session {name} ({session.root})", file=sys.stderr)
+
+
+@app.command("fork")
+def fork(
+    ctx: typer.Context,
+    name: NameArg,
+    new: Annotated[str, typer.Argument(help="The new session's name.", metavar="NEW", show_default=False)],
+) -> None:
+    """Copy a session to branch from: NEW holds its transcript, offloaded outputs and sub-agents'
+    sessions as they are now; ``resume --session NEW "..."`` goes another way, NAME stays as it is.
+    Refuses when NEW is taken (exit 2). A session being written is copied up to its last whole line."""
+    source = _existing(name, ctx.obj)
+    target = Session.at(check_name(new), ctx.obj)
+    if target.root.exists():
+        raise UsageError(f"a session named {new!r} exists already ({target.root})")
+    if (sync := source.remote()) is not None:  # a session store: its objects first (UsageError if NEW is there)
+        from ctxagent.sessions import replica
+
+        with source.writer():
+            replica.copy(sync, target.remote())
+        target.pull()
+    else:
+        _copy(source.root, target.root)
+    print(f"forked session {name} as {new} ({target.root})", file=sys.stderr)
+
+
+SKIPPED = (".lock", ".spool-*", ".store.json", ".list-cache.json", "*.tmp")  # a writer's, or caches rebuilt on use
+
+
+def _copy(source: Path, target: Path) -> None:
+    """Copy a session folder: every file but :data:`SKIPPED`; each transcript cut after its last
+    newline (a line being appended is not copied half). The folder is claimed first (``mkdir``
+    fails when another fork took the name) and made owner-only, as sessions are."""
+    try:
+        target.mkdir(mode=0o700)
+    except FileExistsError:
+        raise UsageError(f"a session named {target.name!r} exists already ({target})") from None
+    try:
+        shutil.copytree(source, target, ignore=shutil.ignore_patterns(*SKIPPED), dirs_exist_ok=True)
+        for transcript in target.rglob("transcript.jsonl"):
+            data = transcript.read_bytes()
+            if not data.endswith(b"\n"):
+                with open(transcript, "r+b") as fh:
+                    fh.truncate(data.rfind(b"\n") + 1)
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
 
 
 @app.command("rename")
@@ -229,7 +328,7 @@ def _remove_remote(session: Session) -> None:
         replica.remove(sync)
 
 
-def _size(root: Path) -> str:
-    """``N files, M bytes`` under ``root``."""
-    files = [p for p in root.rglob("*") if p.is_file()]
+def _size(*roots: Path) -> str:
+    """``N files, M bytes`` under the folders ``roots``."""
+    files = [p for root in roots for p in root.rglob("*") if p.is_file()]
     return f"{len(files)} files, {sum(p.stat().st_size for p in files):,} bytes"

@@ -32,6 +32,7 @@ def event_of(event: Event) -> list[dict[str, Any]]:
     """The stream events of one runner event (a reply gives its message and its turn's usage)."""
     if isinstance(event, Requesting):
         return [{"type": "turn.started", "turn": event.turn, "context_tokens": event.tokens,
+                 "prompt_tokens": event.prompt, "reserved_tokens": event.reserved,
                  "context_window": event.window, "messages": event.messages, "same_prefix": event.same}]
     if isinstance(event, Replied):
         reply, usage = event.reply, event.reply.usage
@@ -49,7 +50,7 @@ def event_of(event: Event) -> list[dict[str, Any]]:
     if isinstance(event, ToolDone):
         return [{"type": "item.completed", "item": {
             "type": "tool_result", "call_id": event.call.id, "name": event.call.name, "is_error": event.is_error,
-            "handle": event.handle, **_cut(event.content)}}]
+            "denied": event.denied, "handle": event.handle, **_cut(event.content)}}]
     if isinstance(event, Compacted):
         c = event.compaction
         return [{"type": "compaction", "strategy": c.strategy, "start": c.start, "end": c.end,
@@ -66,8 +67,8 @@ class StreamRenderer(BatchRenderer):
     answer the next message is read from stdin (a terminal; the prompt on stderr), and emitted as a
     ``user_message`` item; an empty line or end of input ends the run."""
 
-    def __init__(self, interactive: bool = False) -> None:
-        super().__init__(json_out=True)
+    def __init__(self, interactive: bool = False, quiet: bool = False) -> None:
+        super().__init__(json_out=True, quiet=quiet)
         self.interactive = interactive
 
     def ask(self) -> str | None:
@@ -106,4 +107,4 @@ class StreamRenderer(BatchRenderer):
     def finish(self, result: dict[str, Any]) -> None:
         if result.get("error"):
             self._emit({"type": "error", "status": result["status"], "message": result["error"]})
-        self._emit({"type": "result", **result, "warnings": self.warnings})
+        self._emit({"type": "result", **result, "warnings": self.warnings, "permission_denials": self.denials})

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxagent.errors import UsageError
 from ctxagent.lessons import curate, extract, rank
-from ctxagent.lessons.model import USER_SCOPE, Lesson, Scope, scope_for
+from ctxagent.lessons.model import REPLY_NOT_USED, USER_SCOPE, Lesson, Scope, scope_for
 from ctxagent.lessons.store import LessonStore
 from ctxagent.profile_schema import LessonsConfig
 from ctxagent.sessions import records
@@ -110,7 +110,9 @@ class Learner:
     def finish(self, items: Iterable[Any], shown: records.LessonsRecord | None, ask: llm.Ask | None = None) -> str:
         """Learn from the answered session whose transcript records are ``items``; ``ask``: the
         summarizer where LLM calls may run (None: deterministic rules only). Returns "" or a warning
-        (the store could not be written, the model's lessons were rejected): never fails a run."""
+        (the store could not be written, the model's lessons were rejected): never fails a run.
+        A model whose reply was not in the lessons JSON shape is warned of once per session: not
+        again when ``items`` hold a ``lessons`` note saying so (:data:`REPLY_NOT_USED`)."""
         items = list(items)
         found = extract.extract(items, session=self.session, scope=self.scope.name, workdir=self.workdir)
         problems: list[str] = []
@@ -119,6 +121,9 @@ class Learner:
 
             proposed, problems = llm.propose(items, ask, session=self.session, scope=self.scope.name)
             found += proposed
+            if any(isinstance(r, records.NoteRecord) and r.source == "lessons" and REPLY_NOT_USED in r.text
+                   for r in items):
+                problems = [p for p in problems if not p.startswith(REPLY_NOT_USED)]
         try:
             self._finish(items, found, set(shown.ids) if shown else set())
         except (OSError, ValueError, TimeoutError) as err:  # filelock.Timeout is a TimeoutError

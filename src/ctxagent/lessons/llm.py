@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ctxagent.errors import CtxagentError
-from ctxagent.lessons.model import USER_SCOPE, Evidence, Lesson, lesson_id, terms_of
+from ctxagent.lessons.model import REPLY_NOT_USED, USER_SCOPE, Evidence, Lesson, lesson_id, terms_of
 from ctxagent.sessions import records
 
 Ask = Callable[[str, int], str]
@@ -93,7 +93,7 @@ def propose(items: Iterable[Any], ask: Ask, *, session: str, scope: str) -> tupl
     try:
         proposals = parse(ask(INSTRUCTIONS + "\n" + text, REPLY_TOKENS))
     except (ValueError, CtxagentError) as err:  # a bad reply, or the provider failed: the run stays answered
-        return [], [f"the model's lessons were not used: {err}"]
+        return [], [f"{REPLY_NOT_USED}: {err}"]
     out, problems = [], []
     for p in proposals.lessons:
         unknown = sorted(set(p.evidence) - seqs)

@@ -29,6 +29,7 @@ Verdict = Literal["confirmed", "contradicted"]
 CONFIRM_STEP = 0.1  # confidence a confirmation (or one more session showing the rule) adds
 CONTRADICT_STEP = 0.25  # confidence a contradiction takes: one doubt outweighs two confirmations
 USER_SCOPE = "user"
+REPLY_NOT_USED = "the model's lessons were not used"  # starts the warning for a reply not in the lessons JSON shape
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{2,}")
 
 

@@ -226,12 +226,40 @@ def list_sessions(store_url: str | None = None) -> list[Session]:
 
 
 def latest_session(store_url: str | None = None) -> Session:
-    """The most recently written session (on local disk or in the store at ``store_url``);
-    ``UsageError`` when there is none."""
-    found = list_sessions(store_url)
-    if not found:
+    """The most recently written session that got a model reply (:func:`newest`), on local disk or
+    in the store at ``store_url``; ``UsageError`` when there is none."""
+    found, _ = newest(list_sessions(store_url))
+    if found is None:
         raise UsageError(f"no sessions yet under {sessions_root(store_url)}; start one with 'ctxagent run'")
-    return found[0]
+    return found
+
+
+def newest(sessions: list[Session]) -> tuple[Session | None, list[Session]]:
+    """The first of ``sessions`` (newest first) that got a model reply, and the ones before it that
+    never did (a first try that failed: a bad key, a server that was down). When none got a reply,
+    the first of all and no skipped ones; ``(None, [])`` for no sessions."""
+    for i, session in enumerate(sessions):
+        if replied(session):
+            return session, sessions[:i]
+    return (sessions[0] if sessions else None), []
+
+
+def replied(session: Session) -> bool:
+    """Whether the model ever replied in ``session``: a call's usage is recorded, or an assistant
+    message is among its last records. Cheap: the cached totals and the transcript's tail."""
+    from ctxagent.sessions import records
+
+    if totals(session.root / "transcript.jsonl").tokens > 0:
+        return True
+    return any(isinstance(r, records.MessageRecord) and r.message.get("role") == "assistant"
+               for r in session.transcript.tail(want=records.MessageRecord))
+
+
+def started_in(session: Session) -> Path | None:
+    """The working directory the session was started in (its header's ``workdir``, real path), or
+    None (a session from before it was recorded, or no header)."""
+    head = session.header()
+    return Path(os.path.realpath(head.workdir)) if head is not None and head.workdir else None
 
 
 class ListFacts(TypedDict):

@@ -1,0 +1,144 @@
+"""A session's requests over time, read from its transcript: what ``ctxagent report`` draws.
+
+Every figure comes from a record (the transcript holds them all):
+
+- one :class:`Request` per model call of the agent (a ``usage`` record whose model is not a
+  summarizer's or a sub-agent's): the prompt tokens the provider counted, the part its prompt cache
+  served (``cached``), the reply's tokens, the cost, and the window and reply reserve in force then
+  (the header's and ``settings`` records' window; the profile's ``max_output_tokens`` + ``margin_tokens``);
+- one :class:`Mark` per compaction record and per offload (``output`` record), placed before the
+  request that first saw it;
+- the spend of every call, summaries and sub-agents included, by model (:class:`Spend`).
+
+Reads the transcript once, record by record; never imports litellm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ctxagent.agent.setup import session_profile
+from ctxagent.agent.state import Settings
+from ctxagent.errors import ProfileError
+from ctxagent.sessions import records
+
+
+@dataclass(frozen=True)
+class Request:
+    """One model call of the agent. Tokens: ``prompt`` (provider's count, of which ``cached`` were
+    served by its prompt cache), ``completion``, ``estimated`` (ours, before the call); ``window``
+    and ``reserved`` (the reply's reserve) in force; ``cost_usd`` None when unpriced. ``index``
+    counts from 1."""
+
+    index: int
+    turn: int
+    prompt: int
+    cached: int
+    completion: int
+    estimated: int
+    cost_usd: float | None
+    window: int
+    reserved: int
+
+    @property
+    def uncached(self) -> int:
+        return self.prompt - self.cached
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A compaction or an offload, before request ``before`` (1-based; one past the last request
+    when no request came after it). ``name``: the strategy, or the handle; ``detail``: one line."""
+
+    kind: Literal["compaction", "offload"]
+    before: int
+    name: str
+    detail: str
+
+
+@dataclass
+class Spend:
+    """What the calls of one model cost: calls, tokens (prompt, of them cached, completion), US dollars
+    (None: no call had a price)."""
+
+    model: str
+    calls: int = 0
+    prompt: int = 0
+    cached: int = 0
+    completion: int = 0
+    cost_usd: float | None = None
+
+
+@dataclass
+class Timeline:
+    """A session's requests, marks and spend, in transcript order (see the module docstring)."""
+
+    session: str
+    model: str = ""
+    requests: list[Request] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+    spend: dict[str, Spend] = field(default_factory=dict)
+    runs: list[str] = field(default_factory=list)  # the end records' reasons, in order
+
+    @property
+    def cost_usd(self) -> float | None:
+        priced = [s.cost_usd for s in self.spend.values() if s.cost_usd is not None]
+        return sum(priced) if priced else None
+
+
+def is_agent_call(record: records.UsageRecord) -> bool:
+    """Whether a usage record is a request of the session's own agent (not a summary, not a sub-agent)."""
+    return not record.model.startswith(("summarizer:", "agent:"))
+
+
+def timeline(name: str, items: Iterable[Any]) -> Timeline:
+    """The :class:`Timeline` of session ``name`` from its transcript records ``items`` (oldest first).
+    Raises ``ProfileError`` when no profile a session names can be read (the reserve comes from it)."""
+    out = Timeline(name)
+    settings: Settings | None = None
+    reserved = 0
+    for record in items:
+        if isinstance(record, records.SessionHeader | records.SettingsRecord):
+            settings = Settings.of_header(record) if isinstance(record, records.SessionHeader) else \
+                settings.changed(record) if settings is not None else None
+            if settings is not None:
+                out.model, reserved = settings.model, _reserve(settings, reserved)
+        elif isinstance(record, records.UsageRecord):
+            _spent(out, record)
+            if is_agent_call(record) and settings is not None:
+                out.requests.append(Request(len(out.requests) + 1, record.turn, record.prompt_tokens,
+                                            record.cached_tokens, record.completion_tokens,
+                                            record.estimated_prompt_tokens, record.cost_usd,
+                                            settings.context_window, reserved))
+        elif isinstance(record, records.CompactionRecord):
+            out.marks.append(Mark("compaction", len(out.requests) + 1, record.strategy,
+                                  f"{record.strategy}: messages #{record.start}-#{record.end}, "
+                                  f"{record.tokens_before:,} -> {record.tokens:,} tokens"))
+        elif isinstance(record, records.OutputRecord):
+            source = f"output of {record.tool}" if record.tool else "stored when compacted"
+            out.marks.append(Mark("offload", len(out.requests) + 1, record.handle,
+                                  f"{record.handle}: {source}, {record.bytes:,} bytes, {record.tokens:,} tokens"))
+        elif isinstance(record, records.EndRecord):
+            out.runs.append(record.reason)
+    return out
+
+
+def _reserve(settings: Settings, before: int) -> int:
+    """The reply's reserve (tokens) under ``settings``' profile; ``before`` when it cannot be read."""
+    try:
+        profile = session_profile(settings)
+    except ProfileError:
+        return before
+    return profile.max_output_tokens + profile.margin_tokens
+
+
+def _spent(out: Timeline, record: records.UsageRecord) -> None:
+    spend = out.spend.setdefault(record.model, Spend(record.model))
+    spend.calls += record.calls
+    spend.prompt += record.prompt_tokens
+    spend.cached += record.cached_tokens
+    spend.completion += record.completion_tokens
+    if record.cost_usd is not None:
+        spend.cost_usd = (spend.cost_usd or 0.0) + record.cost_usd
