@@ -24,7 +24,7 @@ from ctxagent.handles import base_handle, new_handle
 from ctxagent.messages import Message, ToolCall, call_ids
 from ctxagent.sessions import records
 from ctxagent.sessions.outcome import Usage, is_answer
-from ctxagent.tokens import calibration
+from ctxagent.tokens import calibration, reported_prompt
 
 REPAIR_SOURCE = "transcript repair"
 """``source`` of the note records that record a repair the fold made to a damaged transcript."""
@@ -323,7 +323,8 @@ class SessionState:
         if record.model.startswith("summarizer:"):
             self.summaries += 1
         elif record.estimated_prompt_tokens > 0:
-            self.scale = calibration(record.prompt_tokens, record.estimated_prompt_tokens)
+            self.scale = calibration(reported_prompt(record.prompt_tokens, record.cached_tokens,
+                                                     record.cache_creation_tokens), record.estimated_prompt_tokens)
 
 
 def fold(items: Iterable[Any], *, transcript_path: str = "transcript.jsonl",
