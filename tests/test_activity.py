@@ -156,7 +156,8 @@ def test_a_poll_that_stops_changing_is_a_loop_again(tmp_path):
     """The count starts where the result last changed: two changing polls, then five identical ones
     (the job stuck at 40%) are warned at the fourth identical result and stopped at the fifth."""
     work = _work(tmp_path)
-    poll = "n=$(cat progress 2>/dev/null || echo 0); echo \"job at $n%\"; [ $n -lt 40 ] && echo $((n + 20)) > progress; true"
+    poll = ("n=$(cat progress 2>/dev/null || echo 0); echo \"job at $n%\"; "
+            "[ $n -lt 40 ] && echo $((n + 20)) > progress; true")
     polls = [{"tool_calls": [call(f"p{i}", "shell", command=poll)]} for i in range(9)]
     model = script(tmp_path / "s.yaml", [*polls, {"content": "never"}])
     out = ctxagent("run", "--batch", "--json", "--session", "stuck", "--model", model, "--allow", "shell", "go",

@@ -113,7 +113,7 @@ def test_the_registry_refuses_a_name_twice_and_parameters_of_another_strategy():
     with pytest.raises(UsageError) as info:
         registry.get("nope")
     assert str(info.value) == ("unknown strategy 'nope'; known: checkpoint, dedupe, distill, mask_observations, "
-                               "prune, role_selective, sliding_window, summarize, truncate")
+                               "prune, role_selective, settle, sliding_window, summarize, truncate")
 
 
 def test_content_of_joins_text_parts_and_reads_none_as_empty():

@@ -32,7 +32,7 @@ REPAIR_SOURCE = "transcript repair"
 RECENT_COMPACTIONS = 10
 """Compaction records a state keeps whole (``inspect context`` lists them; the rest are counted)."""
 
-VIEW_STEPS = frozenset({"mask_observations", "prune", "dedupe", "role_selective"})
+VIEW_STEPS = frozenset({"mask_observations", "prune", "dedupe", "role_selective", "settle"})
 """Steps that edit single results as they age, typically on every request (``trigger: 0``): their
 compactions are the plan, not thrashing, so the thrash guard does not count them."""
 

@@ -18,13 +18,14 @@ from ctxagent.strategies.distill import Distill, DistillStep
 from ctxagent.strategies.mask_observations import MaskObservations, MaskObservationsStep
 from ctxagent.strategies.prune import Prune, PruneStep
 from ctxagent.strategies.role_selective import RoleSelective, RoleSelectiveStep
+from ctxagent.strategies.settle import Settle, SettleStep
 from ctxagent.strategies.sliding_window import SlidingWindow, SlidingWindowStep
 from ctxagent.strategies.summarize import Summarize, SummarizeStep
 from ctxagent.strategies.truncate import Truncate, TruncateStep
 
 Step = Annotated[
     TruncateStep | MaskObservationsStep | SummarizeStep | SlidingWindowStep | CheckpointStep | DistillStep
-    | PruneStep | DedupeStep | RoleSelectiveStep,
+    | PruneStep | DedupeStep | RoleSelectiveStep | SettleStep,
     Field(discriminator="strategy"),
 ]
 """One pipeline step of any registered strategy (every ``Params`` of :data:`_REGISTRY`, a test checks)."""
@@ -57,5 +58,5 @@ def names() -> list[str]:
 
 
 for _strategy in (Truncate(), MaskObservations(), Summarize(), SlidingWindow(), Checkpoint(), Distill(),
-                  Prune(), Dedupe(), RoleSelective()):
+                  Prune(), Dedupe(), RoleSelective(), Settle()):
     register(_strategy)
