@@ -13,8 +13,10 @@ from pathlib import Path
 
 from clihelp import call, ctxagent, run_cli, script
 from ctxagent.messages import tool_call
+from ctxagent.profile import StrategyConfig
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
+from ctxagent.strategies.facts import values_in
 from ctxagent.strategies.pipeline import run
 from ctxagent.strategies.settle import Settle, SettleStep
 from ctxagent.tokens import PER_REQUEST, calibration, count_messages, count_tools, reported_prompt
@@ -198,3 +200,75 @@ def test_settle_turns_previews_into_stubs_when_even_previews_do_not_fit():
     out = Settle().apply(view, ctx)
     kinds = [e.message["content"].startswith("[ctxagent: the result of shell(command=job") for e in out.view[3:]]
     assert any(kinds) and ctx.budget.total(out.view) <= 9_000 * 0.8
+
+
+# --- what summaries keep ----------------------------------------------------------------------------
+
+
+def _service(n: int) -> tuple[str, str, str, str]:
+    """``(port line, config path, commit, output)`` of ``svcctl describe svcN``: the three values
+    in the middle of 25 log lines."""
+    port, path, commit = f"port: {41000 + n}", f"/etc/svc{n}/config.yaml", f"{(n * 2654435761) % 16**10:010x}a"
+    logs = [f"  log line {i}: handled request {i * 31 + n} in {i % 17 + 3} ms" for i in range(25)]
+    return port, path, commit, "\n".join([f"service: svc{n}", "status: running", port, f"config: {path}",
+                                          f"deployed commit {commit}", *logs])
+
+
+def loose(text: str, max_tokens: int) -> str:
+    """A loose summarizer: every exact value paraphrased away."""
+    return "The agent inspected several services; they are running normally. Earlier summaries said the same."
+
+
+def _summarized_services(facts_tokens: int) -> tuple[list, int]:
+    """28 ``svcctl describe`` results, a summary of all but the newest after every second one (14
+    summaries, each of the previous summary and two new results); returns the final view and the
+    number of summaries."""
+    view = _entries([{"role": "system", "content": "sys"}, {"role": "user", "content": "Audit the services."}])
+    summaries = 0
+    for n in range(1, 29):
+        call_ = tool_call(f"c{n}", "shell", json.dumps({"command": f"svcctl describe svc{n} --verbose"}))
+        seq = view[-1].end + 1
+        reply = {"role": "assistant", "content": None, "tool_calls": [call_]}
+        result = {"role": "tool", "tool_call_id": f"c{n}", "content": _service(n)[3]}
+        new = _entries([reply, result])
+        view = [*view, *(replace(e, start=seq + i, end=seq + i, turn=n) for i, e in enumerate(new))]
+        if n % 2 == 0:
+            ctx = replace(ctx_for(view, window=4_000, summarizer=loose, pins=()), free_from=seq + 2)
+            step = StrategyConfig(strategy="summarize", trigger=0, target=0.0, keep_turns=1, facts_tokens=facts_tokens)
+            out = run(view, [step], ctx)
+            summaries += sum(c.strategy == "summarize" for c in out.compactions)
+            view = out.view
+    return view, summaries
+
+
+def test_fourteen_loose_summaries_keep_every_services_values_under_its_name():
+    """14 summaries by a loose summarizer over 28 results left 1/28 ports, 0/28 config paths and
+    19/28 commits in view, the commits as bare hashes with no service named, and the block spent its
+    400-token cap on 18 repeated command lines. Each newly summarized range now has room for its own
+    values, listed under the call they came from, a command once."""
+    view, summaries = _summarized_services(400)
+    assert summaries == 14
+    summary = next(e for e in view if e.kind == "summarize")
+    lines = summary.message["content"].splitlines()
+    assert len([line for line in lines if line.startswith("- svcctl")]) == len({line for line in lines
+                                                                                if line.startswith("- svcctl")})
+    for n in range(1, 28):  # the 28th is the unit kept verbatim
+        port, path, commit, _ = _service(n)
+        at = lines.index(f"- svcctl describe svc{n} --verbose (@c{n})")
+        group = lines[at + 1:next(i for i in range(at + 1, len(lines)) if not lines[i].startswith("  "))]
+        assert {f"  {port}", f"  {path}", f"  {commit}"} <= set(group), n
+
+
+def test_values_a_summary_has_no_room_for_are_counted_with_the_handles_that_hold_them():
+    view, _ = _summarized_services(60)
+    summary = next(e for e in view if e.kind == "summarize")
+    content = summary.message["content"]
+    left = next(line for line in content.splitlines() if line.startswith("- left out: "))
+    count = int(left.split()[3])
+    listed = sum(line.startswith("  ") for line in content.splitlines())
+    values = {v for n in range(1, 28) for _, v in values_in(_service(n)[3])}
+    assert count > 0 and listed + count >= len(values)  # none vanishes: listed or counted (per range it was in)
+    named = [h for h in left.split("full results: ")[1].split(" (")[0].split() if h.startswith("@")]
+    for handle in named:  # each handle named holds values the block left out
+        n = int(handle[2:])
+        assert not all(f"  {v}" in content for _, v in values_in(_service(n)[3])), handle
