@@ -116,7 +116,7 @@ def sized_results(runs: list[tuple[str, Any, Any]], ratio: float, model_ratio: f
     for name, runner, base in runs:
         trace = runner.prep.trace
         baseline = next((r for r in runner.results if r.name == "no management"), None)
-        marks = [80, len(trace.turns)]
+        marks = [min(80, len(trace.turns)), len(trace.turns)]
         sizes = trace.notes["output_tokens"]
         rows = [harness.summary(r, baseline, marks, ratio, model_ratio) for r in runner.results]
         compared = baselines.compare(runner.results, rows, ratio)
