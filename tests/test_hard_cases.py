@@ -272,3 +272,21 @@ def test_values_a_summary_has_no_room_for_are_counted_with_the_handles_that_hold
     for handle in named:  # each handle named holds values the block left out
         n = int(handle[2:])
         assert not all(f"  {v}" in content for _, v in values_in(_service(n)[3])), handle
+
+
+def test_a_profile_that_cuts_early_still_runs_in_a_small_window():
+    """The bundled profiles cut at 55% of the window (issue 34); in a 9,000-token window the reply's
+    reserve and the tool schemas alone took more than that, and every run stopped with exit 5. Target
+    and trigger now rise together (their gap kept) until 15% of the window is left above them."""
+    from ctxagent.agent.turns import make_budget
+    from ctxagent.profile import load_profile
+
+    profile = load_profile("default")
+    big = make_budget(profile, 32_000, 900)
+    assert (big.target, big.trigger) == (profile.target, profile.trigger) == (0.3, 0.55)
+    small = make_budget(profile, 9_000, 900)
+    needed = (profile.max_output_tokens + profile.margin_tokens + 900) / 9_000 + 0.15
+    assert small.trigger == round(needed, 4) and round(small.trigger - small.target, 4) == 0.25
+    tiny = make_budget(profile, 6_000, 900)
+    assert tiny.trigger == 0.9 and tiny.target == 0.65  # never past 90%
+    assert make_budget(load_profile("minimal"), 9_000, 900).trigger == 0.8  # room enough: unchanged
