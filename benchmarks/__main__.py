@@ -95,7 +95,8 @@ def floors(quick: bool, log: Any) -> dict[str, Any]:
     return out
 
 
-def floor_of(results: list[Any], rows: list[dict[str, Any]], window: int, reserved: int, ratio: float) -> dict[str, Any]:
+def floor_of(results: list[Any], rows: list[dict[str, Any]], window: int, reserved: int,
+             ratio: float) -> dict[str, Any]:
     """The computed floor of a workload (benchmarks/cost_floor.py), with ``floor_ratio`` added to ``rows``."""
     from benchmarks import cost_floor
 

@@ -22,6 +22,7 @@ Units: tokens throughout; ratios are fractions.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -55,7 +56,7 @@ def floor(tokens: Sequence[int], window: int, reserved: int, ratio: float) -> di
     if not tokens:
         return {}
     stable = tokens[0]
-    news = [max(0, b - a) for a, b in zip(tokens, tokens[1:], strict=False)]
+    news = [max(0, b - a) for a, b in itertools.pairwise(tokens)]
     room = window - reserved
     low = min(room, stable + max(news, default=0))
     best: tuple[float, int, int] | None = None
