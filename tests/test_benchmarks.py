@@ -371,3 +371,23 @@ def test_delegation_benchmark_contracts_keep_the_orchestrator_small():
     assert contracts["peak_context_tokens"] * 5 < inline["peak_context_tokens"]
     assert contracts["total_input_tokens"] * 10 < inline["total_input_tokens"]
     assert rows["inline"]["status"].startswith("context_overflow")
+
+
+def test_issue34_every_bundled_profile_bills_at_most_truncation_and_is_reported_beside_the_floor(
+        quick: tuple[dict, Path]) -> None:
+    """Issue 34: per workload, the computed floor, and every bundled profile's billed input as % of
+    truncation and of the floor; no bundled profile bills more than plain truncation, and none
+    rewrites a session that never comes near the window (fits-20)."""
+    results, _ = quick
+    workloads = {"coding": results["long_session"], **results["sized_sessions"]}
+    assert set(workloads) == {"coding", "shell-1500", "logs-2300", "fits-20"}
+    for name, data in workloads.items():
+        floor = data["floor"]
+        assert floor["billed_input_tokens"] > 0 and floor["requests"] == data["rows"][0]["turns"], name
+        for row in data["rows"]:
+            if row["group"] != "profile":
+                continue
+            assert row["floor_ratio"] is not None and row["billed_ratio_vs_minimal"] is not None, (name, row["name"])
+            assert row["billed_ratio_vs_minimal"] <= 1.0, (name, row["name"], row["billed_ratio_vs_minimal"])
+            if name == "fits-20":
+                assert row["prefix_breaks"] == 0, row["name"]  # nothing rewritten: only the tool schemas differ

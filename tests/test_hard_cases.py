@@ -290,3 +290,22 @@ def test_a_profile_that_cuts_early_still_runs_in_a_small_window():
     tiny = make_budget(profile, 6_000, 900)
     assert tiny.trigger == 0.9 and tiny.target == 0.65  # never past 90%
     assert make_budget(load_profile("minimal"), 9_000, 900).trigger == 0.8  # room enough: unchanged
+
+
+def test_the_floor_is_the_cheapest_grow_then_cut_policy_over_the_requests():
+    """benchmarks/cost_floor.py: the floor's H beats every other H over the same requests, cuts when
+    the view would pass H, and never exceeds what the window holds."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from benchmarks.cost_floor import simulate
+    from benchmarks.cost_floor import floor as computed
+
+    tokens = [1_000 + 1_500 * n for n in range(120)]  # 1,500 new tokens a request
+    found = computed(tokens, window=32_000, reserved=4_352, ratio=0.1)
+    news = [1_500] * 119
+    best = min(simulate(news, 1_000, h, 0.1)[0] for h in range(2_500, 27_649, 25))  # a finer search of H
+    assert best <= found["billed_input_tokens"] <= best * 1.005
+    assert 2_500 <= found["high"] <= 32_000 - 4_352 and found["cuts"] > 0
+    billed, cuts = simulate([1_500] * 4, 1_000, 4_000, 0.1)  # 2,500 4,000 | cut: 2,500 4,000
+    assert cuts == 1 and billed == 1_000 + (100 + 1_500) + (250 + 1_500) + 2_500 + (250 + 1_500)
