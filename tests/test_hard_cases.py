@@ -298,8 +298,8 @@ def test_the_floor_is_the_cheapest_grow_then_cut_policy_over_the_requests():
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks.cost_floor import simulate
     from benchmarks.cost_floor import floor as computed
+    from benchmarks.cost_floor import simulate
 
     tokens = [1_000 + 1_500 * n for n in range(120)]  # 1,500 new tokens a request
     found = computed(tokens, window=32_000, reserved=4_352, ratio=0.1)
