@@ -136,17 +136,22 @@ def test_loop_guard_warns_at_k_then_stops_resumably(tmp_path):
     assert ends[-1]["reason"] == "loop_guard"
 
 
+def _repeat_shell(tmp_path: Path, session: str, command: str, times: int, answer: str) -> tuple[Any, dict]:
+    """``times`` identical shell calls, one a reply, then ``answer``: the run's output and its results."""
+    work = _work(tmp_path)
+    calls = [{"tool_calls": [call(f"p{i}", "shell", command=command)]} for i in range(times)]
+    model = script(tmp_path / "s.yaml", [*calls, {"content": answer}])
+    out = ctxagent("run", "--batch", "--json", "--session", session, "--model", model, "--allow", "shell", "go",
+                   cwd=work)
+    return out, tool_messages(session)
+
+
 def test_six_identical_polls_whose_output_changes_are_progress_not_a_loop(tmp_path):
     """Issue 34: six identical polling calls whose output changed (0%, 20%, 40%...) were stopped at
     the fifth with exit 3, after a warning claiming the result would not change."""
-    work = _work(tmp_path)
     poll = "n=$(cat progress 2>/dev/null || echo 0); echo \"job at $n%\"; echo $((n + 20)) > progress"
-    polls = [{"tool_calls": [call(f"p{i}", "shell", command=poll)]} for i in range(6)]
-    model = script(tmp_path / "s.yaml", [*polls, {"content": "job done"}])
-    out = ctxagent("run", "--batch", "--json", "--session", "poll", "--model", model, "--allow", "shell", "go",
-                   cwd=work)
+    out, results = _repeat_shell(tmp_path, "poll", poll, 6, "job done")
     assert out.returncode == 0 and json.loads(out.stdout)["answer"] == "job done", out.stderr
-    results = tool_messages("poll")
     assert [f"job at {20 * i}%" in results[f"p{i}"] for i in range(6)] == [True] * 6
     assert not any("loop guard" in text for text in results.values())
     assert "loop guard" not in out.stderr
@@ -155,15 +160,10 @@ def test_six_identical_polls_whose_output_changes_are_progress_not_a_loop(tmp_pa
 def test_a_poll_that_stops_changing_is_a_loop_again(tmp_path):
     """The count starts where the result last changed: two changing polls, then five identical ones
     (the job stuck at 40%) are warned at the fourth identical result and stopped at the fifth."""
-    work = _work(tmp_path)
     poll = ("n=$(cat progress 2>/dev/null || echo 0); echo \"job at $n%\"; "
             "[ $n -lt 40 ] && echo $((n + 20)) > progress; true")
-    polls = [{"tool_calls": [call(f"p{i}", "shell", command=poll)]} for i in range(9)]
-    model = script(tmp_path / "s.yaml", [*polls, {"content": "never"}])
-    out = ctxagent("run", "--batch", "--json", "--session", "stuck", "--model", model, "--allow", "shell", "go",
-                   cwd=work)
+    out, results = _repeat_shell(tmp_path, "stuck", poll, 9, "never")
     assert out.returncode == 3 and json.loads(out.stdout)["status"] == "loop_guard", out.stderr
-    results = tool_messages("stuck")
     assert "job at 40%" in results["p2"] and "loop guard" not in results["p4"]
     assert "this is the 4th identical call in a row" in results["p5"]
     assert results["p6"].startswith("ERROR: [ctxagent loop guard] not run: 5 identical calls")
@@ -172,16 +172,10 @@ def test_a_poll_that_stops_changing_is_a_loop_again(tmp_path):
 def test_identical_offloaded_outputs_count_as_the_same_result(tmp_path):
     """An offloaded result's preview names its own handle (different at every call): the loop guard
     compares the stored output's sha256, so the same big output five times is still a loop."""
-    work = _work(tmp_path)
-    big = "seq 1 30000"
-    same = [{"tool_calls": [call(f"b{i}", "shell", command=big)]} for i in range(6)]
-    model = script(tmp_path / "s.yaml", [*same, {"content": "never"}])
-    out = ctxagent("run", "--batch", "--json", "--session", "bigloop", "--model", model, "--allow", "shell", "go",
-                   cwd=work)
+    out, results = _repeat_shell(tmp_path, "bigloop", "seq 1 30000", 6, "never")
     assert out.returncode == 3 and json.loads(out.stdout)["status"] == "loop_guard", out.stderr
-    results = tool_messages("bigloop")
-    assert "@b0" in results["b0"] and "@b1" in results["b1"]  # offloaded: previews that differ
-    assert results["b4"].startswith("ERROR: [ctxagent loop guard] not run: 5 identical calls")
+    assert "@p0" in results["p0"] and "@p1" in results["p1"]  # offloaded: previews that differ
+    assert results["p4"].startswith("ERROR: [ctxagent loop guard] not run: 5 identical calls")
 
 
 def test_streak_counts_only_repeats_with_the_latest_result():
