@@ -95,6 +95,17 @@ def floors(quick: bool, log: Any) -> dict[str, Any]:
     return out
 
 
+def floor_of(results: list[Any], rows: list[dict[str, Any]], window: int, reserved: int,
+             ratio: float) -> dict[str, Any]:
+    """The computed floor of a workload (benchmarks/cost_floor.py), with ``floor_ratio`` added to ``rows``."""
+    from benchmarks import cost_floor
+
+    base = cost_floor.base_series(results)
+    found = cost_floor.floor(base.tokens, window, reserved, ratio) if base is not None else {}
+    cost_floor.add(rows, found)
+    return found
+
+
 def sized_results(runs: list[tuple[str, Any, Any]], ratio: float, model_ratio: float | None) -> dict[str, Any]:
     """The JSON of workloads 7 and 8: per workload its sizes, checkpoints (80 and the last turn), rows
     and per-request series (input tokens, cached tokens), and the run directories removed."""
@@ -106,11 +117,12 @@ def sized_results(runs: list[tuple[str, Any, Any]], ratio: float, model_ratio: f
     for name, runner, base in runs:
         trace = runner.prep.trace
         baseline = next((r for r in runner.results if r.name == "no management"), None)
-        marks = [80, len(trace.turns)]
+        marks = [min(80, len(trace.turns)), len(trace.turns)]
         sizes = trace.notes["output_tokens"]
         rows = [harness.summary(r, baseline, marks, ratio, model_ratio) for r in runner.results]
+        compared = baselines.compare(runner.results, rows, ratio)
         out[name] = {
-            "baselines": baselines.compare(runner.results, rows, ratio),
+            "baselines": compared, "floor": floor_of(runner.results, rows, base.window, base.reserved, ratio),
             "turns": len(trace.turns), "window": base.window, "tool_schema_tokens": base.tool_tokens,
             "reserved": base.reserved, "marks": marks, "facts": len(trace.facts), "probes": len(trace.probes()),
             "output_tokens": {"target": trace.notes["size"], "min": min(sizes), "median": statistics.median(sizes),
@@ -177,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         compared = baselines.compare(runner.results, rows, ratio)
         results["long_session"] = {
-            "baselines": compared,
+            "baselines": compared, "floor": floor_of(runner.results, rows, base.window, base.reserved, ratio),
             "turns": len(runner.prep.trace.turns), "window": base.window, "tool_schema_tokens": base.tool_tokens,
             "reserved": base.reserved, "marks": marks, "cache_marks": cache_marks,
             "facts": len(runner.prep.trace.facts),
@@ -294,8 +306,19 @@ def rerender(args: argparse.Namespace, console: Any) -> dict[str, Any]:
     return results
 
 
+def _workloads(results: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]], dict[str, Any]]]:
+    """``(label, rows, data)`` of the coding session and the sized workloads that ran."""
+    found = []
+    if "long_session" in results:
+        long = results["long_session"]
+        found.append((f"coding session ({long['window'] // 1000}K)", long["rows"], long))
+    found += [(f"{name} ({data['window'] // 1000}K)", data["rows"], data)
+              for name, data in results.get("sized_sessions", {}).items()]
+    return found
+
+
 def render(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
-    from benchmarks import baselines, live, reach, report
+    from benchmarks import baselines, cost_floor, live, reach, report
 
     tables = []
     ratio, model_ratio = results.get("cache_ratio"), results.get("model_cache_ratio")
@@ -306,6 +329,9 @@ def render(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]
                  for name, data in results.get("sized_sessions", {}).items() if "baselines" in data]
     if compared:
         tables.append(baselines.table(compared, ratio if ratio is not None else 0.1))
+    floors_ = [(label, rows, data.get("floor") or {}) for label, rows, data in _workloads(results)]
+    if any(found for _, _, found in floors_):
+        tables.append(cost_floor.table(floors_, ratio if ratio is not None else 0.1))
     if "long_session" in results:
         long = results["long_session"]
         title = (f"Workloads 1+5: long coding session, {long['turns']} turns, window {long['window']:,} tokens "

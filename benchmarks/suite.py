@@ -34,7 +34,7 @@ from benchmarks.harness import (
     offload_all,
     prepare,
 )
-from benchmarks.workloads import SIZED, coding_session, repeated_calls, sized_session
+from benchmarks.workloads import FITS, SIZED, coding_session, repeated_calls, sized_session
 from ctxagent.profile import Profile, StrategyConfig, bundled_names, load_profile
 from ctxagent.tokens import PER_REQUEST
 
@@ -246,14 +246,15 @@ def sized_sessions(quick: bool, peers_on: bool = True, only: str | None = None,
                    log: Any = print, turns: int | None = None) -> list[tuple[str, Runner, Setup]]:
     """Workloads 7 and 8 (issue 9): every output ~1,500 (shell) or ~2,300 (logs) tokens, facts planted to
     the end, in a 32,000-token window; no management, every bundled profile (both paths), the peers
-    (``turns``: 500, 150 quick, unless given)."""
+    (``turns``: 500, 150 quick, unless given). Then :data:`~benchmarks.workloads.FITS` (issue 34): 20 turns
+    that never come near the window, where managing should cost nothing."""
     turns = turns or (150 if quick else 500)
     out = []
-    for name in SIZED:
+    for name in [*SIZED, *FITS]:
         log(f" {name}")
         root = Path(tempfile.mkdtemp(prefix=f"ctxagent-bench-{name}-"))
         base_profile = load_profile("default")
-        prep = prepare(sized_session(name, turns), base_profile.system_prompt)
+        prep = prepare(sized_session(name, FITS[name][2] if name in FITS else turns), base_profile.system_prompt)
         runner = Runner(prep, quick, root)
         base = setup("default", base_profile, quick, root, window=SIZED_WINDOW)
         setups = {label: setup(label, profile, quick, root, problem, window=SIZED_WINDOW)

@@ -58,7 +58,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # else. (`--dist loadgroup` with xdist_group marks cannot do it: pytest-xdist 3.8 renames item._nodeid, which
 # pytest 9.2 no longer reads.)
 LITELLM_FILES = frozenset({
-    "test_benchmarks.py", "test_budgets.py", "test_damaged_transcripts.py", "test_delegate.py",
+    "test_benchmarks.py", "test_budgets.py", "test_damaged_transcripts.py", "test_delegate.py", "test_hard_cases.py",
     "test_litellm_backend.py", "test_mcp.py", "test_odd_inputs.py", "test_prompt_cache.py", "test_provider_faults.py",
     "test_recall.py", "test_recovery.py", "test_regressions.py", "test_replies.py", "test_secrets.py",
     "test_state.py", "test_stream_json.py", "test_tracing.py",

@@ -518,7 +518,7 @@ def test_llm_in_batch_only_when_allowed_or_turned_off():
 
 def test_every_strategy_is_a_step_class_that_declares_its_parameters_and_its_apply():
     assert registry.names() == ["checkpoint", "dedupe", "distill", "mask_observations", "prune", "role_selective",
-                                "sliding_window", "summarize", "truncate"]
+                                "settle", "sliding_window", "summarize", "truncate"]
     assert set(typing.get_args(typing.get_args(registry.Step)[0])) == set(kinds().values())
     for name, step in kinds().items():
         assert step.model_fields["strategy"].default == name and set(step.model_fields) > COMMON

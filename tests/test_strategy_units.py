@@ -108,7 +108,7 @@ def test_a_strategy_declared_twice_is_refused_and_an_unknown_name_is_named_with_
     with pytest.raises(UsageError) as info:
         StrategyConfig(strategy="nope")
     assert str(info.value) == ("unknown strategy 'nope'; known: checkpoint, dedupe, distill, mask_observations, "
-                               "prune, role_selective, sliding_window, summarize, truncate")
+                               "prune, role_selective, settle, sliding_window, summarize, truncate")
 
 
 def test_content_of_joins_text_parts_and_reads_none_as_empty():

@@ -19,11 +19,15 @@ from ctxagent.strategies.checkpoint import CheckpointStep
 from ctxagent.strategies.distill import DistillStep
 from ctxagent.strategies.facts import (
     LABEL,
+    LABEL_CHARS,
     LINE_CHARS,
+    Group,
+    LeftOut,
+    call_label,
     carried,
-    extract,
+    choose,
+    collect,
     facts_block,
-    pick,
     split_blocks,
     values_in,
     with_facts,
@@ -93,8 +97,12 @@ def test_values_already_in_the_summary_are_not_repeated():
     block = facts_block(view[2:], summary)
     assert block.startswith(LABEL.format(range=f"#{view[2].start}-#{view[-1].end}"))
     lines = block.splitlines()[1:]
-    assert f"- {PORT}" not in lines and f"- {CONFIG}" not in lines
-    assert {f"- {COMMAND}", f"- {COMMIT}", f"- {LATENCY}"} <= set(lines)
+    assert f"  {PORT}" not in lines and f"  {CONFIG}" not in lines
+    assert f"  {PORT}" in facts_block(view[2:], "").splitlines()
+    # each value under what it belongs to: the command heads its group, the commit sits under git log
+    assert lines[lines.index(f"- {COMMAND} (@c2)") + 1] == "  FAILED tests/test_io.py::test_slow"
+    assert lines[lines.index("- git log -1 --oneline (@c3)") + 1] == f"  {COMMIT}"
+    assert lines[lines.index("- bench --p99 (@c4)") + 1] == f"  {LATENCY}"
     assert with_facts(summary, view[2:]) == f"{summary}\n{block}"
 
 
@@ -120,20 +128,23 @@ def test_a_rolling_summary_carries_the_values_of_the_one_it_supersedes():
 
 def test_the_facts_cap_keeps_the_most_specific_values():
     view = planted_view(filler_units=0)
-    block = facts_block(view[2:], "", max_tokens=40)
-    assert count_text(block) <= 40
-    assert COMMIT in block  # an id outranks a latency figure
+    block = facts_block(view[2:], "", max_tokens=60)
+    assert count_text(block) <= 60
+    assert COMMIT in block and LATENCY not in block  # an id outranks a latency figure
+    assert block.endswith("- left out: 4 more values; the results named here by handle hold them")
+    assert facts_block(view[2:], "", max_tokens=70).endswith(
+        "- left out: 4 more values; full results: @c1 @c2 @c4 (read_output, grep_output)")  # the handles, with room
     assert facts_block(view[2:], "", max_tokens=0) == ""
     big = SummarizeStep(facts_tokens=0).apply(planted_view(), ctx_for(planted_view(), window=3_000, summarizer=loose,
                                                                       pins=()))
     assert "[exact values" not in big.compactions[0].message["content"]
 
 
-def test_own_handles_are_left_to_the_handles_line():
+def test_own_handles_name_their_groups_not_values():
     view = planted_view(filler_units=0)
-    values = [v for _, v in extract(view[2:])]
-    assert COMMAND in values and CONFIG in values
-    assert not any(v.startswith("@c") for v in values)
+    _, _, groups = collect(view[2:])
+    assert [(g.label, g.handles) for g in groups][:2] == [(f"read_file(path={CONFIG})", ["@c1"]), (COMMAND, ["@c2"])]
+    assert not any(v.startswith("@c") for g in groups for _, v in g.values)
 
 
 TEXT_PARTS = st.one_of(
@@ -160,7 +171,7 @@ def test_extractor_properties(parts, cap, summary):
     assert block == facts_block(entries, summary, max_tokens=cap)
     assert count_text(block) <= cap
     if block:
-        listed = [line[2:] for line in block.splitlines()[1:]]
+        listed = [line[2:] for line in block.splitlines()[1:] if line.startswith("  ")]
         assert all(v in text and v not in summary for v in listed)
         assert carried(block) == listed
 
@@ -276,44 +287,62 @@ def test_an_error_line_of_exactly_the_line_length_is_kept_whole_and_a_longer_one
     assert (5, "error: " + "y" * 188) in values_in(cut)
 
 
-def test_call_values_read_command_or_cmd_up_to_the_line_length_and_skip_arguments_that_are_not_an_object():
+def test_a_calls_label_is_its_command_or_cmd_else_the_call_in_short_and_its_other_arguments_are_values():
+    content = "x" * 100 + " see /etc/app.yaml"
     calls = [tool_call("a", "shell", '{"cmd": "make test"}'), {"id": "b", "function": "not a mapping"},
              {"id": "c", "function": {"name": "x"}}, tool_call("d", "x", '["a"]'),
-             tool_call("e", "shell", json.dumps({"command": "c" * LINE_CHARS})),
-             tool_call("f", "shell", json.dumps({"command": "d" * (LINE_CHARS + 1)}))]
+             tool_call("e", "shell", json.dumps({"command": "c" * (LABEL_CHARS + 5) + "\nsecond line"})),
+             tool_call("f", "write_file", json.dumps({"path": "src/app.py", "content": content}))]
+    labels = [call_label(c) for c in calls]
+    assert labels[:4] == ["make test", "?", "x()", 'x(["a"])'] and call_label(None) == "?"
+    assert labels[4] == "c" * (LABEL_CHARS - 1) + "…"  # the first line, cut to the label's length
+    assert labels[5].startswith("write_file(path=src/app.py, content=xxx") and len(labels[5]) <= LABEL_CHARS
     entry = Entry({"role": "assistant", "content": None, "tool_calls": calls}, 10, 2, 2, 1)
-    assert [v for rank, v in extract([entry]) if rank == 2] == ["make test", "c" * LINE_CHARS]
+    # an argument's value that the label shows (the path) is not repeated; one it cut off is listed
+    assert [(g.label, g.values) for g in collect([entry])[2]] == [(labels[5], [(3, "/etc/app.yaml")])]
 
 
 def _cost(value: str, model: str = "") -> int:
     return count_text(f"\n- {value}", model) + 1
 
 
-def test_pick_takes_the_most_specific_then_the_newest_while_their_lines_fit_to_the_token():
-    values = [(3, "/a/one.py"), (3, "/b/two.py"), (0, "abc1234f"), (3, "abc1234f:9")]
-    assert pick(values[:3], "", 1000) == ["/a/one.py", "/b/two.py", "abc1234f"]  # listed in the given order
+def _bare(*values: tuple[int, str]) -> list[Group]:
+    """One group per value, as the lines of an old block (no label)."""
+    return [Group("", [], [value]) for value in values]
+
+
+def test_choose_takes_the_most_specific_then_the_newest_while_their_lines_fit_to_the_token():
+    groups = _bare((3, "/a/one.py"), (3, "/b/two.py"), (0, "abc1234f"), (3, "abc1234f:9"))
+    assert choose(groups[:3], "", 1000) == [(2, "abc1234f"), (1, "/b/two.py"), (0, "/a/one.py")]  # best first
     exact = _cost("abc1234f") + _cost("/b/two.py")
-    assert pick(values[:3], "", exact) == ["/b/two.py", "abc1234f"]
-    assert pick(values[:3], "", exact - 1) == ["abc1234f"]
-    assert pick(values[:3], "see /a/one.py", 1000) == ["/b/two.py", "abc1234f"]  # already in the summary
-    assert pick(values, "", 1000) == ["/a/one.py", "/b/two.py", "abc1234f:9"]  # a value inside another goes
-    assert pick(values, "", 2) == []  # no room for any line
+    assert choose(groups[:3], "", exact) == [(2, "abc1234f"), (1, "/b/two.py")]
+    assert choose(groups[:3], "", exact - 1) == [(2, "abc1234f")]
+    assert choose(groups[:3], "see /a/one.py", 1000) == [(2, "abc1234f"), (1, "/b/two.py")]  # already in the summary
+    assert choose(groups, "", 1000) == [(3, "abc1234f:9"), (1, "/b/two.py"), (0, "/a/one.py")]  # one inside another
+    assert choose(groups, "", 2) == []  # no room for any line
 
 
-def test_pick_and_the_block_count_in_the_models_tokens():
+def test_choose_counts_a_groups_header_once():
+    group = Group("svcctl describe svc17", ["@c17"], [(4, "port: 41017"), (0, "abc1234f")])
+    header = count_text("\n- svcctl describe svc17 (@c17)") + 1
+    one, two = (count_text(f"\n  {v}") + 1 for v in ("abc1234f", "port: 41017"))
+    assert choose([group], "", header + one + two) == [(0, "abc1234f"), (0, "port: 41017")]
+    assert choose([group], "", header + one + two - 1) == [(0, "abc1234f")]
+
+
+def test_the_block_counts_in_the_models_tokens():
     value = "/srv/über/straße.py"
     assert (_cost(value), _cost(value, "gpt-4")) == (10, 11)
-    assert pick([(3, value)], "", 10) == [value]
-    assert pick([(3, value)], "", 10, "gpt-4") == []
     entries = [Entry({"role": "tool", "tool_call_id": "c1", "content": f"see /srv/héllo/wörld.py and {value}"},
                      10, 3, 4, 1)]
     label = LABEL.format(range="#3-#4")
-    full, newest = f"{label}\n- /srv/héllo/wörld.py\n- {value}", f"{label}\n- {value}"
-    # the lines are costed one by one (newest first), one token more each than they count
-    assert [facts_block(entries, "", n) for n in (25, 26, 37, 38)] == ["", newest, newest, full]
-    assert [facts_block(entries, "", n, "gpt-4") for n in (26, 27, 38, 39)] == ["", newest, newest, full]
-    assert with_facts("s", entries, 38) == f"s\n{full}"
-    assert with_facts("s", entries, 38, "gpt-4") == f"s\n{newest}"
+    full = f"{label}\n- tool result #3-#4 (@c1)\n  /srv/héllo/wörld.py\n  {value}"
+    short = f"{label}\n- left out: 2 more values; the results named here by handle hold them"
+    named = f"{label}\n- left out: 2 more values; full results: @c1 (read_output, grep_output)"
+    assert [facts_block(entries, "", n) for n in (32, 33, 37, 38, 52, 53)] == ["", short, short, named, named, full]
+    assert [facts_block(entries, "", n, "gpt-4") for n in (53, 54)] == [named, full]
+    assert with_facts("s", entries, 53) == f"s\n{full}"
+    assert with_facts("s", entries, 53, "gpt-4") == f"s\n{named}"
 
 
 def test_no_entries_or_no_values_make_no_block():
@@ -345,9 +374,13 @@ def test_split_blocks_takes_the_items_right_under_a_label_only():
     assert split_blocks(content) == ("- a plain list item\nafter\n- item", ["v1", "v2"])
 
 
-def test_extract_leaves_out_the_handles_of_the_ranges_own_results():
+def test_collect_leaves_out_the_handles_of_the_ranges_own_results_and_keeps_carried_values_in_their_groups():
     own = Entry({"role": "tool", "tool_call_id": "c1", "content": "saved as @h1, see @other"}, 5, 1, 1, 1, handle="@h1")
-    assert extract([own]) == [(7, "@other")]
-    carried_too = Entry({"role": "user", "content": f"see /srv/a.py\n{LABEL.format(range='#1-#1')}\n- /srv/a.py"},
-                        5, 2, 2, 1)
-    assert extract([carried_too]) == [(2, "/srv/a.py")]  # carried (2) and found (3): the lower rank
+    assert collect([own]) == ([], LeftOut(), [Group("tool result #1", ["@h1"], [(7, "@other")])])
+    block = f"{LABEL.format(range='#1-#1')}\n- svc1 (@c1)\n  /srv/a.py\n  port 8443\n- /srv/b.py\n" \
+            "- left out: 3 more values; full results: @c2 (read_output, grep_output)"
+    carried_too = Entry({"role": "user", "content": f"see /srv/a.py and /srv/c.py\n{block}"}, 5, 2, 2, 1)
+    old, left, fresh = collect([carried_too])
+    assert old == [Group("svc1", ["@c1"], [(3, "/srv/a.py"), (4, "port 8443")]), Group("", [], [(3, "/srv/b.py")])]
+    assert left == LeftOut(3, ["@c2"])
+    assert fresh == [Group("user #2", [], [(3, "/srv/c.py")])]  # /srv/a.py stays where the earlier block put it

@@ -20,7 +20,8 @@ consumes the next *item* of the script, in order:
   :func:`ctxagent.tokens.count_messages` of the request's messages plus
   :func:`ctxagent.tokens.count_tools` of its tool schemas (as a provider counts them), completion tokens those of the
   reply's text (content plus tool-call names and arguments), and cached tokens
-  (``prompt_tokens_details.cached_tokens``) follow the prompt cache below.
+  (``prompt_tokens_details.cached_tokens``) follow the prompt cache below. ``"prompt_tokens":
+  "uncached"`` reports the counted prompt minus its cached part, as some servers do.
   ``delay_s`` (seconds) sleeps before answering, to provoke client timeouts.
   ``reasoning_content`` (str) and ``thinking_blocks`` (list of dicts) are sent on the message (and in
   the first chunk of a stream), as DeepSeek and a LiteLLM proxy in front of Anthropic send them; their

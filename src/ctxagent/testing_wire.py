@@ -182,9 +182,14 @@ def _usage(item: Item, request: dict[str, Any], message: Message, matched: int) 
     messages = request.get("messages") or []
     counted = PER_REQUEST + sum(_message_tokens(m, model) for m in messages) + count_tools(request.get("tools") or [],
                                                                                           model)
+    uncached = given.get("prompt_tokens") == "uncached"  # a server that reports only the uncached part
+    if uncached:
+        given = {key: value for key, value in given.items() if key != "prompt_tokens"}
     prompt = int(given.get("prompt_tokens", counted))
     reply = int(given.get("completion_tokens", count_text(reasoning_text(message) + text_of(message), model)))
     details = {"cached_tokens": _cached_tokens(request, matched, prompt)}
+    if uncached:
+        prompt -= details["cached_tokens"]
     return {"prompt_tokens": prompt, "completion_tokens": reply, "total_tokens": prompt + reply,
             "prompt_tokens_details": details} | given
 

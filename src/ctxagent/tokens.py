@@ -208,10 +208,31 @@ def count_tools(tool_specs: Sequence[dict[str, Any]], model: str = "") -> int:
     return count_cached(json.dumps(list(tool_specs), separators=(",", ":")), model)
 
 
+CALIBRATION_MIN, CALIBRATION_MAX = 1.0, 2.0
+
+
 def calibration(reported: int, estimate: int) -> float:
     """The factor that turns our estimate into the provider's count: ``reported / estimate``
-    (prompt tokens), clamped to [0.5, 2.0] so one odd usage report cannot wreck the budget."""
-    return min(2.0, max(0.5, reported / estimate)) if reported > 0 and estimate > 0 else 1.0
+    (prompt tokens), clamped to [:data:`CALIBRATION_MIN`, :data:`CALIBRATION_MAX`].
+
+    Never below 1: a provider's count may raise the estimate (its tokenizer counts more than ours),
+    never lower it below what the request counts to on our side. A server that reports only the
+    uncached part of the prompt as ``prompt_tokens`` once drove the factor to its old 0.5 floor: a
+    25,032-token request was shown as 13,713/24,000, compaction never fired and the server rejected
+    it (issue 34). The cap keeps one odd report from wrecking the budget."""
+    if reported <= 0 or estimate <= 0:
+        return 1.0
+    return min(CALIBRATION_MAX, max(CALIBRATION_MIN, reported / estimate))
+
+
+def reported_prompt(prompt_tokens: int, cached_tokens: int = 0, cache_creation_tokens: int = 0) -> int:
+    """A provider's whole prompt count from its usage report (tokens). OpenAI counts cached tokens
+    inside ``prompt_tokens`` (``prompt_tokens_details.cached_tokens`` is a part of it); Anthropic's
+    API reports cache reads and writes apart from ``input_tokens`` (litellm adds them back). When
+    the reported cached and written tokens exceed ``prompt_tokens`` they cannot be a part of it:
+    they were reported apart, and are added back."""
+    apart = cached_tokens + cache_creation_tokens
+    return prompt_tokens + apart if apart > prompt_tokens else prompt_tokens
 
 
 CACHE_ENTRIES = 4096  # counts kept in the count cache (the oldest go first)

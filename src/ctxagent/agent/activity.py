@@ -14,8 +14,10 @@ files it read or wrote. Three rules, each derived from transcript records only (
   identical call of a tool whose result depends only on stored values (``read_output``,
   ``grep_output``...) gets the same kind of note. ``shell`` is never short-circuited: its output
   depends on the world (a test run after a fix must run).
-- **Loop guard**: the K-th identical call in a row (same tool, same arguments) gets a warning in
-  its result; one more stops the run (exit 3, resumable). K is the profile's ``loop_guard``.
+- **Loop guard**: the K-th identical call in a row (same tool, same arguments) whose earlier
+  results were identical too gets a warning in its result; one more stops the run (exit 3,
+  resumable). K is the profile's ``loop_guard``. A repeat whose result differs from the previous
+  one is progress, not a loop (a poll of a job at 0%, 20%, 40%...): the count starts again there.
 """
 
 from __future__ import annotations
@@ -201,19 +203,39 @@ def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[
             f"read_output('{read.handle}') shows it again."), read.handle
 
 
-def streak(signatures: Sequence[str], at: int, replies: Sequence[int] | None = None) -> int:
+def streak(signatures: Sequence[str], at: int, replies: Sequence[int] | None = None,
+           results: Sequence[str | None] | None = None) -> int:
     """How many identical signatures end at index ``at`` (1 when the one before differs). With
     ``replies`` (the reply each call came in), calls of one reply count once: a model that sends
-    the same call three times in one reply has made one step, not three."""
+    the same call three times in one reply has made one step, not three. With ``results`` (a
+    digest of each call's result, :func:`result_digest`; None while it has none), the count stops
+    where the result changed: only calls whose results equal the latest one's count, so a repeat
+    that brought a new result is progress, not a loop."""
     start = at
-    while start > 0 and signatures[start - 1] == signatures[at]:
+    latest = results[at - 1] if results is not None and at > 0 else None
+    while start > 0 and signatures[start - 1] == signatures[at] and (
+            results is None or results[start - 1] == latest):
         start -= 1
     return at - start + 1 if replies is None else len(set(replies[start:at + 1]))
 
 
+def result_digest(content: str, stored_sha256: str | None = None) -> str:
+    """What the loop guard compares of one tool result: the sha256 of the stored output when it was
+    offloaded (its preview names its own handle, different at every call), else of its content
+    without the loop guard's own warning."""
+    if stored_sha256:
+        return stored_sha256
+    head, marker, _ = content.partition(LOOP_WARNING_MARK)
+    return hashlib.sha256((head if marker else content).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+LOOP_WARNING_MARK = "\n[ctxagent loop guard] this is the "
+
+
 def loop_warning(k: int) -> str:
-    return (f"\n[ctxagent loop guard] this is the {k}th identical call in a row (same tool, same arguments): "
-            "its result will not change. Do something different; one more identical call stops the run.")
+    return (f"{LOOP_WARNING_MARK}{k}th identical call in a row (same tool, same arguments) and the "
+            f"last {k - 1} results were identical: it is not making progress. Do something different; "
+            "one more identical call with the same result stops the run.")
 
 
 def loop_stop(k: int, session: str) -> str:

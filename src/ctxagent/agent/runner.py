@@ -46,6 +46,7 @@ from ctxagent.sessions.session import Session, sessions_root
 from ctxagent.sessions.transcript import TranscriptWarning
 from ctxagent.strategies.base import Budget, Entry
 from ctxagent.strategies.checkpoint import CheckpointStep
+from ctxagent.strategies.settle import SettleStep
 from ctxagent.tokens import count_message
 from ctxagent.tools.builtin import Stop, kill_running
 from ctxagent.tools.guard import Grants, guard
@@ -59,6 +60,8 @@ MAX_RECOVERIES = 2  # emergency compactions per turn after a provider "context t
 SUMMARIZER_SYSTEM = "You compress an agent's working transcript. Follow the instructions in the user message exactly."
 CHECKPOINT_ON_STOP = CheckpointStep(trigger=0, target=0.01, llm=False, keep_turns=1)
 """The checkpoint a budget stop writes: the history before the last unit, deterministic (no LLM call)."""
+SETTLE = SettleStep()
+"""First step of every build: the newest results, budgeted together (strategies/settle.py)."""
 
 
 class Runner(ToolCalls):
@@ -293,7 +296,7 @@ class Runner(ToolCalls):
         # (the pins message is refreshed by the compaction), so a rebuild decides the same (IDENTITY)
         summarizer = self.summarizer()
         window = None if summarizer is None else summarizer_window(self.profile, budget.window)
-        built = self.state.context.build(steps, budget, turn=self.state.replies + 1, summarizer=summarizer,
+        built = self.state.context.build([SETTLE, *steps], budget, turn=self.state.replies + 1, summarizer=summarizer,
                                          pins=self.pins(), summarizer_window=window)
         for warning in built.warnings:  # a summary failed and a fallback ran: said, never silent
             yield self._warn("compaction", warning)

@@ -23,7 +23,7 @@ from ctxagent.handles import base_handle, new_handle
 from ctxagent.messages import Message, ToolCall, call_ids, loads_json
 from ctxagent.sessions import records
 from ctxagent.sessions.outcome import Usage, is_answer
-from ctxagent.tokens import calibration
+from ctxagent.tokens import calibration, reported_prompt
 
 REPAIR_SOURCE = "transcript repair"
 """``source`` of the note records that record a repair the fold made to a damaged transcript."""
@@ -31,7 +31,7 @@ REPAIR_SOURCE = "transcript repair"
 RECENT_COMPACTIONS = 10
 """Compaction records a state keeps whole (``inspect context`` lists them; the rest are counted)."""
 
-VIEW_STEPS = frozenset({"mask_observations", "prune", "dedupe", "role_selective"})
+VIEW_STEPS = frozenset({"mask_observations", "prune", "dedupe", "role_selective", "settle"})
 """Steps that edit single results as they age, typically on every request (``trigger: 0``): their
 compactions are the plan, not thrashing, so the thrash guard does not count them."""
 
@@ -121,6 +121,8 @@ class SessionState:
     _compacted_at: int = field(default=-1, repr=False)  # the request (reply number + 1) of the last one
     _calls: dict[str, ToolCall] = field(default_factory=dict, repr=False)  # call id -> call, of the last reply
     _recent: list[tuple[int, ToolCall]] = field(default_factory=list, repr=False)  # (reply, call), oldest first
+    _digests: dict[str, str] = field(default_factory=dict, repr=False)  # call id -> result digest, of _recent
+    _open_sha: dict[str, str] = field(default_factory=dict, repr=False)  # open call id -> sha256 of its stored output
     _outputs: dict[str, str] = field(default_factory=dict, repr=False)  # call id -> handle, legacy records
     _owners: dict[str, Message] = field(default_factory=dict, repr=False)  # open call id -> its reply's message
 
@@ -140,6 +142,8 @@ class SessionState:
             self.handles.add(record.handle)
             self.stored.add(record.handle)
             self._outputs[record.call_id] = record.handle
+            if record.call_id in self._owners and record.sha256:  # the output of a call waiting for its result
+                self._open_sha[record.call_id] = record.sha256
         elif isinstance(record, records.UsageRecord):
             self._usage(record)
         elif isinstance(record, records.EndRecord):
@@ -176,6 +180,13 @@ class SessionState:
         """The reply (its number) each of :attr:`signatures` came in: the loop guard counts a
         reply's identical parallel calls once."""
         return [reply for reply, _ in self._recent[-activity.SIGNATURES_KEPT:]]
+
+    @property
+    def signature_results(self) -> list[str | None]:
+        """The result digest (:func:`ctxagent.agent.activity.result_digest`) of each call of
+        :attr:`signatures`, None while it has no result: the loop guard counts only repeats whose
+        results did not change."""
+        return [self._digests.get(call.id) for _, call in self._recent[-activity.SIGNATURES_KEPT:]]
 
     @property
     def lesson_pins(self) -> list[str]:
@@ -278,11 +289,17 @@ class SessionState:
             self._recent.append((self.replies, made))
         if len(self._recent) > 2 * activity.SIGNATURES_KEPT:
             del self._recent[:-activity.SIGNATURES_KEPT]
+            kept = {call.id for _, call in self._recent}
+            self._digests = {k: v for k, v in self._digests.items() if k in kept}
 
     def _result(self, record: records.MessageRecord, handle: str) -> None:
         """A tool result: into the file ledger, and remembered when its tool is pure."""
         self.ledger.apply(record)
-        call = self._calls.get(str(record.message.get("tool_call_id") or ""))
+        call_id = str(record.message.get("tool_call_id") or "")
+        stored = self._open_sha.pop(call_id, None)
+        self._digests[call_id] = activity.result_digest(str(record.message.get("content") or ""),
+                                                        stored if record.offloaded else None)
+        call = self._calls.get(call_id)
         if call and call.name in activity.PURE_TOOLS and not activity.result_is_error(record.message):
             self.pure[activity.signature(call)] = (handle, record.turn)
 
@@ -306,7 +323,8 @@ class SessionState:
         if record.model.startswith("summarizer:"):
             self.summaries += 1
         elif record.estimated_prompt_tokens > 0:
-            self.scale = calibration(record.prompt_tokens, record.estimated_prompt_tokens)
+            self.scale = calibration(reported_prompt(record.prompt_tokens, record.cached_tokens,
+                                                     record.cache_creation_tokens), record.estimated_prompt_tokens)
 
 
 def fold(items: Iterable[Any], *, transcript_path: str = "transcript.jsonl",

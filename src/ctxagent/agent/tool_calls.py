@@ -97,7 +97,8 @@ class ToolCalls:
         for index, call in enumerate(calls):
             handle = handles[index]
             signatures = self.state.signatures
-            repeats = activity.streak(signatures, len(signatures) - len(calls) + index, self.state.signature_replies)
+            repeats = activity.streak(signatures, len(signatures) - len(calls) + index, self.state.signature_replies,
+                                      self.state.signature_results)
             if 0 < self.profile.loop_guard < repeats:
                 yield from self._stop_loop(calls[index:], repeats, handles[index:])
             verdict = verdicts.get(call.id) or self._check(call)

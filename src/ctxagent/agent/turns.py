@@ -73,11 +73,27 @@ def value_of(gen: Iterator[Any]) -> Any:
         return stop.value
 
 
+SMALL_WINDOW_ROOM = 0.15
+"""Fraction of the window a request keeps above the reply's reserve and the tool schemas before its
+trigger: the least ``trigger - target`` the profile guard accepts (strategies/checks.py)."""
+HIGHEST_TRIGGER = 0.9
+
+
 def make_budget(profile: Profile, window: int, tool_tokens: int, scale: float = 1.0) -> Budget:
     """The budget of a request: ``window`` and ``tool_tokens`` in tokens, the profile's reserve,
-    target and trigger, and the calibration ``scale``."""
-    return Budget(window=window, tools=tool_tokens, reserved=profile.max_output_tokens + profile.margin_tokens,
-                  target=profile.target, trigger=profile.trigger, scale=scale)
+    target and trigger, and the calibration ``scale``.
+
+    In a small window, where the reply's reserve and the tool schemas alone come within
+    :data:`SMALL_WINDOW_ROOM` of the profile's trigger, target and trigger rise together (the gap
+    between them kept) until that room is left, at most to :data:`HIGHEST_TRIGGER`: a profile that
+    cuts early to bill less in a 32K window (issue 34) still runs in a local model's 8-16K one."""
+    reserved = profile.max_output_tokens + profile.margin_tokens
+    target, trigger = profile.target, profile.trigger
+    needed = (reserved + tool_tokens) / window + SMALL_WINDOW_ROOM if window > 0 else trigger
+    if needed > trigger:
+        lift = max(0.0, min(needed, max(HIGHEST_TRIGGER, trigger)) - trigger)
+        target, trigger = round(target + lift, 4), round(trigger + lift, 4)
+    return Budget(window=window, tools=tool_tokens, reserved=reserved, target=target, trigger=trigger, scale=scale)
 
 
 def emergency_steps(view: list[Any], budget: Budget, attempt: int) -> list[StrategyConfig]:

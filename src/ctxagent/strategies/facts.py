@@ -9,30 +9,53 @@ with a block of the exact values found in the messages it replaces, extracted de
 - URLs, file paths (``/etc/app.yaml``, ``tests/test_io.py:42``), ``host:port`` and ``port N``;
 - UUIDs and hex hashes or ids (7-64 hex characters holding both digits and letters);
 - numbers with units (``412 ms``, ``3.2s``, ``17%``, ``64 MB``), versions, exit codes;
-- the commands of tool calls (the ``command`` argument of a shell call, its first line);
 - error lines (``ValueError: ...``, ``error: ...``, ``... failed``), trimmed;
-- handles (``@abc123``), except those of the range's own tool results (the handles line names them);
+- handles (``@abc123``), except those of the range's own tool results (the groups name them);
 - the values of an earlier block in the range (a summary of a summary keeps them).
 
+Each value is listed under what it belongs to (issue 34: a loose summarizer over 28 service
+descriptions left 1 of 28 ports, 0 of 28 config paths and 19 bare commit hashes in view, and the
+block spent its cap on 18 repeated command lines): a tool result's values and its call's arguments
+under the call in short (a shell call's command, else ``name(key=value)``) and the handle of its
+result; other text under its message. Calls with the same label are one group (repeats collapsed),
+and a value is listed once::
+
+    [exact values from messages #3-#30, copied by ctxagent]
+    - svcctl describe svc17 (@c17)
+      port: 41017
+      /etc/svc17/config.yaml
+    - left out: 12 more values; full results: @c3 @c5 (read_output, grep_output)
+
 :func:`with_facts` appends the block to a checked summary: values already verbatim in the summary
-are left out, the rest keep their first-seen order, and when they exceed the block's token cap the
-most specific kinds (ids, URLs, commands, paths, ports) are kept first. Pure and deterministic:
-the same entries and summary always give the same block (the text is recorded in a compaction).
+are left out. The range's own messages get ``max_tokens`` for their values; the groups carried from
+the blocks of earlier summaries in the range get :data:`CARRY_FACTOR` times as much again, so a
+newly summarized range always has room for its own values. Within each, the most specific kinds
+(ids, URLs, paths, ports) and the newest groups come first, and what does not fit is counted on
+the block's last line with the handles that hold it. Pure and deterministic: the same entries and
+summary always give the same block (the text is recorded in a compaction).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from ctxagent.messages import loads_json
+from ctxagent.messages import loads_json, one_line
 from ctxagent.strategies.base import Entry
-from ctxagent.strategies.common import content_of, handle_of
+from ctxagent.strategies.common import call_name, content_of, handle_of, short_call
 from ctxagent.strategies.rendering import label_range
 from ctxagent.strategies.step import FACTS_TOKENS
 from ctxagent.tokens import count_text
 
-LINE_CHARS = 200  # characters: an error line is cut to this; a longer command line is left out (not its values)
+LINE_CHARS = 200  # characters: an error line is cut to this
+LABEL_CHARS = 80  # characters of a group's label (a call in short)
+HANDLES_SHOWN = 4  # handles on a group's line (a call repeated more often: the first ones, then "…")
+LEFT_OUT_HANDLES = 12  # handles on the left-out line, then "and N more"
+CARRY_FACTOR = 3  # the groups of earlier blocks get this many times a block's room, besides it
+VALUE_INDENT = "  "
+LEFT_OUT_PREFIX = "left out: "
 LABEL = "[exact values from messages {range}, copied by ctxagent]"
 _LABEL_START = "[exact values from messages "
 
@@ -66,8 +89,11 @@ _ERROR = re.compile(
 )
 _USELESS_ERROR = re.compile(r"^Traceback \(most recent call last\):?$")
 _TRAILING = ".,;:!?'\""
-RANK_COMMAND, RANK_CARRIED, RANK_ERROR = 2, 2, 5
+RANK_CARRIED, RANK_ERROR = 2, 5
 _PARTIAL_HANDLE = re.compile(r"@[A-Za-z0-9_./~%-]*$")
+_HANDLE_IN_LINE = re.compile(r"(?<![\w@.])@[A-Za-z0-9_-]+(?:\.[0-9]+)?")
+_HANDLES_AT_END = re.compile(r" \(@[A-Za-z0-9_.-]+(?: @[A-Za-z0-9_.-]+)*(?: …)?\)$")
+_LEFT_COUNT = re.compile(r"(\d+) more value")
 
 
 def _matches(text: str) -> Iterator[tuple[int, int, str]]:
@@ -113,89 +139,261 @@ def _arguments(call: dict[str, object]) -> dict[str, object]:
     return data if isinstance(data, dict) else {}
 
 
-def _call_values(entry: Entry) -> Iterator[tuple[int, str]]:
-    """The command and the exact values of the string arguments of an assistant's tool calls."""
-    for call in entry.message.get("tool_calls") or []:
-        args = _arguments(call)
-        command = args.get("command", args.get("cmd"))
-        if isinstance(command, str) and command.strip():
-            first = command.strip().splitlines()[0].strip()
-            if len(first) <= LINE_CHARS:
-                yield RANK_COMMAND, first
-        for value in args.values():
-            if isinstance(value, str):
-                yield from values_in(value)
+def call_label(call: dict[str, Any] | None) -> str:
+    """What a call's values belong to, in short: a shell call's command (its first line), else
+    ``name(key=value, ...)``; at most :data:`LABEL_CHARS` characters."""
+    if call is None or not isinstance(call.get("function"), dict):
+        return "?"
+    args = _arguments(call)
+    command = args.get("command", args.get("cmd"))
+    if isinstance(command, str) and command.strip():
+        return one_line(command.strip().splitlines()[0], LABEL_CHARS)
+    return short_call(call, max(10, LABEL_CHARS - len(call_name(call)) - 2))
+
+
+def _call_values(call: dict[str, Any]) -> Iterator[tuple[int, str]]:
+    """The exact values of the string arguments of a tool call (a shell command is its label)."""
+    for key, value in _arguments(call).items():
+        if isinstance(value, str) and key not in ("command", "cmd"):
+            yield from values_in(value)
+
+
+@dataclass
+class Group:
+    """Exact values and what they belong to: ``label`` (a call in short, or the message they came
+    from; "" for a line of an old block, which held one bare value) and the ``handles`` of the
+    results that hold them. ``values``: ``(rank, value)``, first seen first."""
+
+    label: str
+    handles: list[str] = field(default_factory=list)
+    values: list[tuple[int, str]] = field(default_factory=list)
+
+    def header(self) -> str:
+        """The group's line: its label and the handles of its results."""
+        if not self.handles:
+            return self.label
+        shown = " ".join(self.handles[:HANDLES_SHOWN]) + (" …" if len(self.handles) > HANDLES_SHOWN else "")
+        return f"{self.label} ({shown})"
+
+
+@dataclass
+class LeftOut:
+    """Values a block had no room for: how many, and the handles of the results that hold them."""
+
+    count: int = 0
+    handles: list[str] = field(default_factory=list)
+
+    def add(self, count: int, handles: Sequence[str]) -> None:
+        self.count += count
+        self.handles.extend(h for h in handles if h not in self.handles)
+
+    def line(self, short: bool = False) -> str:
+        """The block's last line ("" when nothing was left out); ``short``: without the handles."""
+        if not self.count:
+            return ""
+        plural = "" if self.count == 1 else "s"
+        if short or not self.handles:
+            holder = "the results named here by handle hold" if self.handles else "the transcript holds"
+            return f"- {LEFT_OUT_PREFIX}{self.count} more value{plural}; {holder} them"
+        where = " ".join(self.handles[:LEFT_OUT_HANDLES])
+        if len(self.handles) > LEFT_OUT_HANDLES:
+            where += f" and {len(self.handles) - LEFT_OUT_HANDLES} more"
+        return f"- {LEFT_OUT_PREFIX}{self.count} more value{plural}; full results: {where} (read_output, grep_output)"
+
+
+def _rank(value: str) -> int:
+    """The rank of a carried value: that of the pattern that matches it whole, else :data:`RANK_CARRIED`."""
+    return min((rank for rank, found in values_in(value) if found == value), default=RANK_CARRIED)
+
+
+def _parse(lines: Sequence[str]) -> tuple[list[Group], LeftOut]:
+    """The groups of an earlier block's lines (``- header`` then ``  value`` lines; a ``- value``
+    alone is one bare value of an old block) and its left-out line."""
+    groups: list[Group] = []
+    left = LeftOut()
+    for line in lines:
+        if line.startswith(VALUE_INDENT) and groups and groups[-1].label:
+            value = line[len(VALUE_INDENT):]
+            groups[-1].values.append((_rank(value), value))
+        elif line.startswith(f"- {LEFT_OUT_PREFIX}"):
+            count = _LEFT_COUNT.match(line[2 + len(LEFT_OUT_PREFIX):])
+            left.add(int(count.group(1)) if count else 0, _HANDLE_IN_LINE.findall(line))
+        elif line.startswith("- "):
+            header = line[2:]
+            handles = _HANDLES_AT_END.search(header)
+            label = header[:handles.start()] if handles else header
+            groups.append(Group(label, _HANDLE_IN_LINE.findall(handles.group(0)) if handles else []))
+    for group in groups:  # a header with no value lines is a bare value of an old block
+        if not group.values:
+            group.values.append((_rank(group.header()), group.header()))
+            group.label, group.handles = "", []
+    return groups, left
 
 
 def split_blocks(content: str) -> tuple[str, list[str]]:
-    """``content`` without its facts blocks (an earlier summary's), and the values they list."""
+    """``content`` without its facts blocks (an earlier summary's), and the lines they hold
+    (without their ``- `` bullet; values under a group keep their indent)."""
     rest: list[str] = []
-    values: list[str] = []
+    lines: list[str] = []
     inside = False
     for line in content.splitlines():
         if line.startswith(_LABEL_START):
             inside = True
-        elif inside and line.startswith("- "):
-            values.append(line[2:])
+        elif inside and (line.startswith("- ") or line.startswith(VALUE_INDENT)):
+            lines.append(line[2:] if line.startswith("- ") else line)
         else:
             inside = False
             rest.append(line)
-    return "\n".join(rest), values
+    return "\n".join(rest), lines
 
 
 def carried(content: str) -> list[str]:
     """The values of the facts blocks inside ``content`` (an earlier summary's), in order."""
-    return split_blocks(content)[1]
+    _, lines = split_blocks(content)
+    groups, _ = _parse([line if line.startswith(VALUE_INDENT) else f"- {line}" for line in lines])
+    return [value for group in groups for _, value in group.values]
 
 
-def extract(entries: Sequence[Entry]) -> list[tuple[int, str]]:
-    """``(rank, value)`` of the exact values of ``entries`` (see the module docstring), in order
-    of first appearance, once each; handles of the entries' own tool results left out."""
+class _Groups:
+    """Groups by label, in order of first appearance; a value already in a group is not added again."""
+
+    def __init__(self) -> None:
+        self.by_label: dict[str, Group] = {}
+        self.seen: set[str] = set()
+
+    def add(self, label: str, values: Iterable[tuple[int, str]], handle: str | None = None) -> None:
+        group = self.by_label.setdefault(label, Group(label))
+        if handle and handle not in group.handles:
+            group.handles.append(handle)
+        for rank, value in values:
+            if value not in self.seen and value not in label:
+                self.seen.add(value)
+                group.values.append((rank, value))
+
+    def groups(self) -> list[Group]:
+        return [g for g in self.by_label.values() if g.values]
+
+
+def _seq(entry: Entry) -> str:
+    """``#n`` (or ``#a-#b`` for a replacement of a range): where an entry's text is in the transcript."""
+    return f"#{entry.start}" if entry.start == entry.end else label_range([entry])
+
+
+def collect(entries: Sequence[Entry]) -> tuple[list[Group], LeftOut, list[Group]]:
+    """``(carried groups, carried left-out, fresh groups)`` of ``entries``: the groups of the facts
+    blocks of earlier summaries among them, and the exact values of the rest, each with what it
+    belongs to (a tool result and its call's arguments: the call; other text: its message). The
+    handles of the entries' own tool results are not values (the group names them)."""
     own = {handle_of(e) for e in entries if e.role == "tool"} | {r for e in entries for r in e.refs}
-    found: dict[str, int] = {}
+    carried_groups: list[Group] = []
+    left = LeftOut()
+    fresh = _Groups()
+    calls: dict[Any, dict[str, Any]] = {}
     for entry in entries:
-        rest, values = split_blocks(content_of(entry.message))
-        items = [*((RANK_CARRIED, v) for v in values), *values_in(rest), *_call_values(entry)]
-        for rank, value in items:
-            if value not in own:
-                found[value] = min(rank, found.get(value, rank))
-    return [(rank, value) for value, rank in found.items()]
+        rest, lines = split_blocks(content_of(entry.message))
+        if lines:
+            groups, earlier = _parse([line if line.startswith(VALUE_INDENT) else f"- {line}" for line in lines])
+            carried_groups.extend(groups)
+            left.add(earlier.count, earlier.handles)
+        found = [(rank, v) for rank, v in values_in(rest) if v not in own]
+        if entry.role == "assistant":
+            for call in entry.message.get("tool_calls") or []:
+                calls[call.get("id")] = call
+                fresh.add(call_label(call), [(r, v) for r, v in _call_values(call) if v not in own])
+            fresh.add(f"assistant {_seq(entry)}", found)
+        elif entry.role == "tool":
+            call = calls.get(entry.message.get("tool_call_id"))
+            fresh.add(call_label(call) if call else f"tool result {_seq(entry)}", found, handle_of(entry))
+        else:
+            fresh.add(f"{entry.role if entry.kind == 'message' else entry.kind} {_seq(entry)}", found)
+    known = {value for group in carried_groups for _, value in group.values}
+    for group in fresh.groups():  # a value an earlier block lists stays in its group there
+        group.values = [(rank, value) for rank, value in group.values if value not in known]
+    return carried_groups, left, [g for g in fresh.groups() if g.values]
 
 
-def pick(values: Sequence[tuple[int, str]], summary: str, max_tokens: int, model: str = "") -> list[str]:
-    """The values to list, in the given order: those not verbatim in ``summary`` nor inside another
-    picked value, chosen most specific (lowest rank) first, newest first within a rank, while their
-    lines fit ``max_tokens`` tokens."""
-    fresh = [(i, rank, v) for i, (rank, v) in enumerate(values) if v not in summary]
+def choose(groups: Sequence[Group], summary: str, max_tokens: int, model: str = "") -> list[tuple[int, str]]:
+    """``(group index, value)`` of the values to list, best first: those not verbatim in ``summary``
+    nor inside another chosen value, most specific (lowest rank) first, newest group first within a
+    rank, while their lines (a group's header once) fit ``max_tokens`` tokens."""
+    candidates = sorted(((rank, -g, pos, g, value) for g, group in enumerate(groups)
+                         for pos, (rank, value) in enumerate(group.values) if value not in summary))
     chosen: list[tuple[int, str]] = []
+    opened: set[int] = set()
     total = 0
-    for index, _rank, value in sorted(fresh, key=lambda item: (item[1], -item[0])):  # newest first
+    for *_, g, value in candidates:
         if max_tokens - total < 3:
             break
         if any(value in other for _, other in chosen):
             continue
-        cost = count_text(f"\n- {value}", model) + 1
+        bare = not groups[g].label
+        cost = count_text(f"\n- {value}" if bare else f"\n{VALUE_INDENT}{value}", model) + 1
+        if not bare and g not in opened:
+            cost += count_text(f"\n- {groups[g].header()}", model) + 1
         if total + cost <= max_tokens:
-            chosen.append((index, value))
+            chosen.append((g, value))
+            opened.add(g)
             total += cost
-    kept = [v for _, v in sorted(chosen)]
-    return [v for v in kept if not any(v != other and v in other for other in kept)]
+    return [(g, v) for g, v in chosen if not any(v != other and v in other for _, other in chosen)]
+
+
+def _render(label: str, groups: Sequence[Group], chosen: Sequence[tuple[int, str]], left: str) -> str:
+    """The block: its label, each group with a chosen value (its header, then its chosen values in
+    the order first seen; a bare value as its own line), then the left-out line."""
+    picked: dict[int, set[str]] = {}
+    for g, value in chosen:
+        picked.setdefault(g, set()).add(value)
+    lines = [label]
+    for g, group in enumerate(groups):
+        values = [v for _, v in group.values if v in picked.get(g, ())]
+        if not values:
+            continue
+        if group.label:
+            lines.append(f"- {group.header()}")
+            lines.extend(f"{VALUE_INDENT}{v}" for v in values)
+        else:
+            lines.extend(f"- {v}" for v in values)
+    if left:
+        lines.append(left)
+    return "\n".join(lines)
 
 
 def facts_block(entries: Sequence[Entry], summary: str, max_tokens: int = FACTS_TOKENS, model: str = "") -> str:
-    """The labelled block of the exact values of ``entries`` missing from ``summary``, at most
-    ``max_tokens`` tokens (label included); "" when there is none or no room."""
+    """The labelled block of the exact values of ``entries`` missing from ``summary``, each under
+    what it belongs to; "" when there is none or ``max_tokens`` is 0.
+
+    The values the range's own messages hold get ``max_tokens`` tokens (label included); the
+    values of the blocks of earlier summaries in the range get :data:`CARRY_FACTOR` times as much
+    again, so a newly summarized range always has room for its own. Within each, the most specific
+    values and the newest groups come first; what does not fit is counted, with the handles that
+    hold it, on the block's last line."""
     if not entries or max_tokens <= 0:
         return ""
+    carried_groups, left, fresh = collect(entries)
     label = LABEL.format(range=label_range(entries))
-    room = max_tokens - count_text(label, model)
-    picked = pick(extract(entries), summary, room, model) if room > 0 else []
-    while picked:
-        block = label + "".join(f"\n- {v}" for v in picked)
-        if count_text(block, model) <= max_tokens:
-            return block
-        picked.pop()
-    return ""
+    room = max_tokens - count_text(label, model) - 1
+    fresh_chosen = choose(fresh, summary, room, model) if room > 0 else []
+    old_chosen = choose(carried_groups, summary, CARRY_FACTOR * max_tokens, model) if carried_groups else []
+    groups = [*carried_groups, *fresh]
+    shift = len(carried_groups)
+    order = [*((g + shift, v) for g, v in fresh_chosen), *old_chosen]  # best first: the range's own, then carried
+    cap = max_tokens + (CARRY_FACTOR * max_tokens if carried_groups else 0)
+    while True:
+        lost = LeftOut(left.count, list(left.handles))
+        kept = set(order)
+        for g, group in enumerate(groups):
+            missing = [v for _, v in group.values if (g, v) not in kept and v not in summary]
+            if missing:
+                lost.add(len(missing), group.handles)
+        if not order and not lost.count:
+            return ""
+        for left_line in dict.fromkeys([lost.line(), lost.line(short=True)]):  # the handles, when they fit
+            block = _render(label, groups, order, left_line)
+            if count_text(block, model) <= cap:
+                return block
+        if not order:
+            return ""
+        order.pop()
 
 
 def with_facts(summary: str, entries: Sequence[Entry], max_tokens: int = FACTS_TOKENS, model: str = "") -> str:

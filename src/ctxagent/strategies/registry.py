@@ -22,6 +22,7 @@ from ctxagent.strategies import (  # noqa: F401 (each module declares its strate
     mask_observations,
     prune,
     role_selective,
+    settle,
     sliding_window,
     summarize,
     truncate,

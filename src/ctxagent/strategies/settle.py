@@ -1,0 +1,106 @@
+"""``settle``: the tool results of one reply are budgeted together, before they are first sent.
+
+A tool output is offloaded on its own when it is over the tool-result limit (``tools/offload.py``),
+so each result fits; several results of one reply can still overflow the window together, and no
+strategy drops the newest unit (the call the model just made). Found by a new user's trial (issue
+34): on ``minimal`` in a 32K window, four ~6,900-token results in one reply, each under the
+8,000-token limit, ended the run with exit 5 and nothing offloaded.
+
+The rule: the tool results of the newest unit that were never sent (``ctx.free_from`` on: no
+provider cached them, editing them breaks no prefix) must fit under the trigger together with
+everything no strategy may drop (system message, pins, task, current user message, the assistant
+message that made the calls, tool schemas, reserve). When they do not, the largest verbatim result
+becomes a preview (head and tail, middle-out, at most ``preview_tokens``; the size and the handle
+of the full output, which goes to the output store), then the next largest, until they fit; if they
+still do not, previews and offloaded results become one-line stubs, largest first. Whatever made the
+results goes through it: parallel calls of one reply, a sub-agent's results (``delegate`` calls),
+an MCP tool's result, the results a resumed session appends for calls left open. Each replacement is
+a recorded compaction (resume replays it; NO LOSS: the handle resolves). The runner runs this step
+first on every request (``agent/runner.py``); a profile does not need to name it. Deterministic and
+idempotent: a view whose newest results fit is returned unchanged (IDENTITY).
+
+Parameters: ``preview_tokens`` (tokens of head and tail a cut result keeps; default 400).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import Field
+
+from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext, groups, protected
+from ctxagent.strategies.common import calls_of_results, content_of, handle_of, replaced, short_call, with_pins
+from ctxagent.strategies.rendering import clip
+from ctxagent.strategies.step import Count, StrategyConfig
+
+
+class SettleStep(StrategyConfig):
+    """``settle``: the newest results cut to previews, largest first, when together they do not fit."""
+
+    strategy: Literal["settle"] = "settle"
+    trigger: float | None = Field(0, ge=0, le=1, description=(
+        "fraction of the window the request must be over for the step to run (default 0: every request; "
+        "the check is cheap and only results never sent are edited)"))
+    preview_tokens: Count = Field(400, description="tokens of head and tail a result cut to a preview keeps")
+
+    def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
+        """Cut the newest results to previews, largest first, until they fit; see the module docstring."""
+        owner, results = newest_results(view, ctx.free_from)
+        if not results:
+            return Outcome(view)
+        fixed = [view[i] for i in sorted(protected(view) | {owner}) if i not in results]
+        room = ctx.budget.window * ctx.budget.trigger
+        out = list(view)
+
+        def fits() -> bool:
+            return ctx.budget.total([*fixed, *(out[i] for i in results)]) <= room
+
+        if fits():
+            return Outcome(view)
+        calls = calls_of_results(view)
+        stored: list[int] = []
+        for cut in ("preview", "stub"):
+            for index in sorted(results, key=lambda i: (-out[i].tokens, i)):
+                if fits():
+                    break
+                entry = out[index]
+                if cut == "preview" and (entry.offloaded or entry.kind != "message"):
+                    continue  # already a preview
+                text = (preview(view[index], self.preview_tokens, ctx.pins, ctx.model) if cut == "preview"
+                        else stub(view[index], calls.get(index), ctx.pins))
+                new = replaced(entry, {**entry.message, "content": text}, ctx, self.strategy)
+                if new.tokens >= entry.tokens:
+                    continue
+                out[index] = new
+                if not view[index].offloaded and view[index].kind == "message" and index not in stored:
+                    stored.append(index)  # the original goes to the output store: its handle resolves
+        return Outcome(out, offloads=[view[i] for i in stored])
+
+
+def newest_results(view: Sequence[Entry], free_from: int) -> tuple[int, list[int]]:
+    """``(index of the assistant message, indexes of its tool results)`` of the newest unit that
+    holds results, when none of them was sent yet (seq at or after ``free_from``); ``(-1, [])``
+    otherwise."""
+    for unit in reversed(groups(view)):
+        results = [i for i in unit if view[i].role == "tool"]
+        if results:
+            return (unit[0], results) if all(view[i].start >= free_from for i in results) else (-1, [])
+    return -1, []
+
+
+def preview(entry: Entry, max_tokens: int, pins: tuple[str, ...], model: str = "") -> str:
+    """A tool result cut middle-out to about ``max_tokens``, then the line that names its size and
+    handle (the shape of an offloaded output's line, which stubs read the size from), plus its pins."""
+    content = content_of(entry.message)
+    line = (f"\n[full output: {entry.tokens:,} tokens; saved as {handle_of(entry)}; cut to a preview because the "
+            "results of this reply did not fit the context window together; read_output or grep_output reads it]")
+    return with_pins(clip(content, max_tokens, model) + line, [content], pins)
+
+
+def stub(entry: Entry, call: dict[str, object] | None, pins: tuple[str, ...]) -> str:
+    """The one-line stand-in of a result when even previews do not fit."""
+    line = (f"[ctxagent: the result of {short_call(call, 80)}, {entry.tokens:,} tokens; saved as {handle_of(entry)}; "
+            "left out because the results of this reply did not fit the context window together; "
+            "read_output or grep_output reads it]")
+    return with_pins(line, [content_of(entry.message)], pins)
