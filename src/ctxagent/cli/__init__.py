@@ -5,6 +5,7 @@ Start-up stays fast: nothing imported here imports litellm (FIELD-NOTES: ~3.7 s)
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -65,7 +66,9 @@ def main(argv: list[str] | None = None) -> None:
     """
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
-    _exit(invoke(sys.argv[1:] if argv is None else argv))
+    code = invoke(sys.argv[1:] if argv is None else argv)
+    _flush()
+    sys.exit(code)
 
 
 def invoke(args: list[str]) -> int:
@@ -108,24 +111,17 @@ def _invoke(args: list[str]) -> int:
     return code if isinstance(code, int) else 0
 
 
-def _exit(code: int) -> None:
-    """End the process with ``code``, skipping the interpreter's teardown: every record is already
-    fsynced and every file closed, so after the atexit handlers and flushing stdout and stderr the
-    process ends at once (``os._exit``). Once litellm is loaded, that teardown (freeing ~200 MB of
-    litellm's objects and modules) takes ~1 s after the answer is out; without it, ~0.2 s of CPU
-    (ctxagent's own modules; measured), and every command ends the way a real run does. For
-    temporalio (``batch --backend temporal``, ``worker``) it is needed: its Rust core's threads can
-    call into an interpreter that is finalizing ("Fatal Python error: PyGILState_Release", exit -6
-    after a complete run; seen in the suite)."""
-    import atexit
-
-    atexit._run_exitfuncs()  # litellm's own handlers (ours register none)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (BrokenPipeError, OSError):
-        pass
-    os._exit(code)
+def _flush() -> None:
+    """Flush stdout and stderr before the process ends. A stream whose reader left (``ctxagent ... |
+    head``) is pointed at ``/dev/null``, the recipe of Python's ``signal`` documentation for SIGPIPE:
+    else the interpreter's own flush at exit would fail too, print "Exception ignored" and end with
+    status 120 instead of the command's exit code."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError, ValueError):  # not a real file (a test's capture)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 def _show(err: Exception) -> None:
