@@ -42,8 +42,9 @@ COVERAGE ?= $(filter-out false 0,$(CI))
 CACHE_REWRITES := PYTHONDONTWRITEBYTECODE=
 
 # --dist loadfile: a test file runs on one worker, so a module's expensive fixture (the benchmark's quick run,
-# a Temporal dev server and its workers, a moto S3 server) is built once; the largest files start first. The
-# files that import litellm in process run on one worker as one unit (tests/conftest.py, LITELLM_FILES).
+# a Temporal dev server and its workers, a moto S3 server) is built once. (Grouping the files that import
+# litellm in process onto one worker needed a private pytest-xdist scheduler, and `--dist loadgroup` puts a
+# group's files on both workers with pytest 9.2 and pytest-xdist 3.8: each worker imports litellm once.)
 test: setup
 ifneq ($(strip $(COVERAGE)),)
 	$(MAKE) --no-print-directory coverage TESTS="$(TESTS)"
