@@ -1,4 +1,5 @@
-"""Issue 16 numbers: a one-turn batch run on the real litellm path, against ``import litellm``.
+"""Issues 16 and 35: a one-turn batch run on the real litellm path, against ``import litellm``; and
+``ctxagent --help`` against ``import typer``.
 
 Run: ``python -m benchmarks.startup [--pairs N] [--json]`` (also part of ``python -m benchmarks``).
 
@@ -17,11 +18,12 @@ pairs, in one run (A B A B ..., medians; a loaded machine slows both sides of a 
 ctxagent's modules are byte-compiled first (``compileall``), as a wheel install does: this machine sets
 ``PYTHONDONTWRITEBYTECODE=1``, so an editable checkout would otherwise compile ~100 modules from
 source on every start (~0.1 s), which no installed copy pays; ``import litellm`` is compiled too.
-The tokenizer comes from ctxagent's parsed-encoding cache (``ctxagent.bpe_cache``), warmed by the
-first pair, as it is for every run after a user's first.
+Every run builds its tokenizer (``ctxagent.tokens``: no cache between processes since issue 35),
+and ends with the interpreter's own teardown (no ``os._exit``).
 
-Targets: ctxagent's own time (B's answer minus A) at most 0.5 s, exit within 0.2 s of the answer.
-A scripted run (no litellm) is timed too, for reference.
+Targets: ctxagent's own time (B's answer minus A) at most 0.5 s (issues 16 and 35), exit within
+0.2 s of the answer (issue 16), ``ctxagent --help`` within 1.5x of ``python -c "import typer"``
+(issue 35), measured in pairs. A scripted run (no litellm) is timed too, for reference.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from benchmarks import pairs as pairs_
 
 # litellm imported as ctxagent.agent.litellm_backend imports it: the cyclic collector paused, then its
 # objects frozen (gc.freeze). A plain `import litellm` spends ~1 s of its ~3 s in collections here.
+HELP_TARGET = 1.5  # `ctxagent --help` against `import typer` (issue 35; issue 18 had asked 1.3)
 PAUSED_IMPORT = "import gc; gc.disable(); import litellm; gc.freeze(); gc.enable(); print('ok')"
 
 
@@ -85,7 +88,7 @@ def run(quick: bool = False, pairs: int | None = None) -> dict[str, Any]:
     helped = pairs_.paired(pairs_.command([sys.executable, "-c", "import typer"]),
                            pairs_.command([sys.executable, "-m", "ctxagent", "--help"]), max(pairs, 7))
     return {"help": {"typer_s": round(helped.a_s, 4), "help_s": round(helped.b_s, 4), "n": helped.n,
-                     "ratio": round(helped.ratio, 3)},
+                     "ratio": round(helped.ratio, 3), "target_met": helped.ratio <= HELP_TARGET},
             "pairs": pairs, "import_litellm_s": round(statistics.median(imports), 3),
             "import_litellm_paused_s": round(statistics.median(paused), 3),
             "answer_s": round(statistics.median(answers), 3), "own_s": round(own, 3), "own_strict_s": round(strict, 3),
@@ -107,10 +110,10 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
              "met" if data["exit_target_met"] else "not met (goal 0.2 s)"],
             ["one-turn run, scripted model (no litellm)", f"{data['scripted_run_s']:.2f} s", ""]]
     helped = pairs_.Paired(data["help"]["typer_s"], data["help"]["help_s"], data["help"]["n"])
-    return [(f"Issue 16: a one-turn run on the real litellm path (medians of {data['pairs']} pairs, one run)",
+    return [(f"Issues 16 and 35: a one-turn run on the real litellm path (medians of {data['pairs']} pairs, one run)",
              ["what", "wall time", "target"], rows),
-            (f"Issue 18's floor for `ctxagent --help` (medians of {helped.n} pairs, one run)", pairs_.HEADER,
-             [helped.row("`ctxagent --help`", "`import typer`", 1.3)])]
+            (f"Issue 35's floor for `ctxagent --help` (medians of {helped.n} pairs, one run)", pairs_.HEADER,
+             [helped.row("`ctxagent --help`", "`import typer`", HELP_TARGET)])]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -100,10 +100,9 @@ def _private_reaches(tree: ast.AST) -> list[str]:
                 if not alias.name.startswith("ctxagent"):
                     outside.add(alias.asname or alias.name.split(".")[0])
                     found += [f"import {alias.name}"] if private(alias.name) else []
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            if not node.module.startswith("ctxagent") and node.module != "__future__":
-                found += [f"from {node.module} import {a.name}" for a in node.names
-                          if private(f"{node.module}.{a.name}")]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module and \
+                not node.module.startswith("ctxagent") and node.module != "__future__":
+            found += [f"from {node.module} import {a.name}" for a in node.names if private(f"{node.module}.{a.name}")]
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in outside \
                 and private(node.attr):
