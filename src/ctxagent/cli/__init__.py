@@ -6,6 +6,7 @@ Start-up stays fast: nothing imported here imports litellm (FIELD-NOTES: ~3.7 s)
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import os
@@ -63,11 +64,17 @@ def main(argv: list[str] | None = None) -> None:
     record is written and the session stays resumable. Warnings print as one ``ctxagent: warning:``
     line on stderr. With ``--json``, an error that ends the command before it printed its object
     (a usage error, a bad session name, an unknown session) prints one (:func:`failure_json`).
+
+    The process ends with the interpreter's own teardown (``atexit`` handlers run: MCP servers
+    close), after ``gc.freeze()``: the teardown's garbage collections walk every object still alive,
+    and a fold of a long session leaves hundreds of thousands (a 10,000-message session's cold
+    ``inspect context`` spent 0.46-0.78 s after its output in teardown here, 0.26-0.36 s frozen).
     """
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
     code = invoke(sys.argv[1:] if argv is None else argv)
     _flush()
+    gc.freeze()  # see the docstring of main
     sys.exit(code)
 
 
