@@ -84,28 +84,33 @@ def test_a_cycle_is_found():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
+DOCUMENTED = {"os._exit"}
+"""Names with a leading underscore that their library documents as public API."""
+
+
 def _private_reaches(tree: ast.AST) -> list[str]:
     """What ``tree`` takes from another project's private names: an import from a module path
     with a ``_private`` part (``typer._click.utils``), or an attribute ``_private`` of a module
     imported from outside ctxagent (``atexit._run_exitfuncs``). Dunders are public."""
 
     def private(name: str) -> bool:
-        return any(part.startswith("_") and not part.startswith("__") for part in name.split("."))
+        return name not in DOCUMENTED and any(p.startswith("_") and not p.startswith("__") for p in name.split("."))
 
-    outside: set[str] = set()  # local names bound to modules of other projects
+    outside: dict[str, str] = {}  # local name -> the module of another project it is bound to
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if not alias.name.startswith("ctxagent"):
-                    outside.add(alias.asname or alias.name.split(".")[0])
+                    local = alias.asname or alias.name.split(".")[0]
+                    outside[local] = alias.name if alias.asname else local
                     found += [f"import {alias.name}"] if private(alias.name) else []
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module and \
                 not node.module.startswith("ctxagent") and node.module != "__future__":
             found += [f"from {node.module} import {a.name}" for a in node.names if private(f"{node.module}.{a.name}")]
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in outside \
-                and private(node.attr):
+                and private(node.attr) and f"{outside[node.value.id]}.{node.attr}" not in DOCUMENTED:
             found.append(f"{node.value.id}.{node.attr}")
     return found
 
@@ -120,7 +125,7 @@ def test_no_module_reaches_into_another_projects_private_names():
 
 def test_a_private_reach_is_found():
     code = ("import atexit\nimport os.path as p\nfrom typer._click.utils import x\nfrom ctxagent import _y\n"
-            "atexit._run_exitfuncs()\np._joinrealpath\nos = 1\nself._own\natexit.__name__\n")
+            "atexit._run_exitfuncs()\np._joinrealpath\nos = 1\nself._own\natexit.__name__\nimport os\nos._exit(0)\n")
     assert sorted(_private_reaches(ast.parse(code))) == ["atexit._run_exitfuncs", "from typer._click.utils import x",
                                                          "p._joinrealpath"]
 

@@ -69,13 +69,25 @@ def main(argv: list[str] | None = None) -> None:
     close), after ``gc.freeze()``: the teardown's garbage collections walk every object still alive,
     and a fold of a long session leaves hundreds of thousands (a 10,000-message session's cold
     ``inspect context`` spent 0.46-0.78 s after its output in teardown here, 0.26-0.36 s frozen).
+    Except in a process that loaded temporalio's Rust extension (:data:`TEMPORAL_BRIDGE`): its
+    runtime's threads can call into an interpreter that is finalizing ("Fatal Python error:
+    PyGILState_Release", exit -6 after a complete batch; seen in this suite; temporalio/sdk-python
+    issue 300, open), so that process ends with ``os._exit`` once stdout and stderr are flushed, the
+    workaround users of that SDK apply; its ``atexit`` handlers do not run (the Temporal commands
+    start no MCP server: their sessions run in processes of their own).
     """
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
     code = invoke(sys.argv[1:] if argv is None else argv)
     _flush()
-    gc.freeze()  # see the docstring of main
+    if TEMPORAL_BRIDGE in sys.modules:  # see the docstring of main
+        os._exit(code)
+    gc.freeze()
     sys.exit(code)
+
+
+TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
+"""temporalio's Rust extension, loaded by the Temporal commands (``worker``, ``batch --backend temporal``)."""
 
 
 def invoke(args: list[str]) -> int:
