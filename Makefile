@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 BASE    := $(VENV)/.installed-base
 
-.PHONY: setup base test demo bench lint typecheck coverage mutation clean
+.PHONY: setup base test test-lowest demo bench lint typecheck coverage mutation clean
 
 setup: $(STAMP)
 
@@ -42,14 +42,35 @@ COVERAGE ?= $(filter-out false 0,$(CI))
 CACHE_REWRITES := PYTHONDONTWRITEBYTECODE=
 
 # --dist loadfile: a test file runs on one worker, so a module's expensive fixture (the benchmark's quick run,
-# a Temporal dev server and its workers, a moto S3 server) is built once; the largest files start first. The
-# files that import litellm in process run on one worker as one unit (tests/conftest.py, LITELLM_FILES).
+# a Temporal dev server and its workers, a moto S3 server) is built once. (Grouping the files that import
+# litellm in process onto one worker needed a private pytest-xdist scheduler, and `--dist loadgroup` puts a
+# group's files on both workers with pytest 9.2 and pytest-xdist 3.8: each worker imports litellm once.)
 test: setup
 ifneq ($(strip $(COVERAGE)),)
 	$(MAKE) --no-print-directory coverage TESTS="$(TESTS)"
 else
 	$(CACHE_REWRITES) $(BIN)/python -m pytest -q -n 2 --dist loadfile $(TESTS)
 endif
+
+# The lowest versions pyproject.toml allows (uv's --resolution lowest-direct: every direct dependency at its
+# lower bound), in a venv of their own made afresh, on the files that exercise each dependency (LOWEST_TESTS:
+# the CLI on typer and rich, the tokenizer, litellm's requests, streams and errors, the records and profiles on
+# pydantic and yaml, the stores on filelock, platformdirs, s3fs and moto, the scans on regex and hyperscan,
+# recall on bm25s, MCP, Temporal). .ci/run runs it after the suite: the whole suite twice would not fit in CI's
+# ten minutes. `make test-lowest LOWEST_TESTS=` runs the whole suite there.
+LOWEST       ?= .venv-lowest
+LOWEST_TESTS ?= tests/test_cli.py tests/test_cli_lazy.py tests/test_tokens.py tests/test_litellm_backend.py \
+	tests/test_replies.py tests/test_record_decoder.py tests/test_profile.py tests/test_store_units.py \
+	tests/test_store_remote.py tests/test_scan_engine.py tests/test_tools.py tests/test_recall.py \
+	tests/test_sessions_cmd.py tests/test_mcp_units.py tests/test_temporal.py
+test-lowest: setup
+	rm -rf $(LOWEST)
+	$(PY) -m venv $(LOWEST)
+	$(BIN)/uv pip install -q --python $(LOWEST)/bin/python --resolution lowest-direct --compile-bytecode -e '.[dev]'
+	$(LOWEST)/bin/python -m compileall -q src/ctxagent > /dev/null
+	$(LOWEST)/bin/python -m pip list --disable-pip-version-check 2>/dev/null | \
+	  grep -iE '^(litellm|typer|rich|tiktoken|pydantic|pyyaml|platformdirs|filelock|jsonpath-ng|regex|bm25s|hyperscan|pytest|hypothesis|mcp|moto|s3fs|temporalio) ' | tr -s ' ' | paste -sd, -
+	$(CACHE_REWRITES) $(LOWEST)/bin/python -m pytest -q -n 2 --dist loadfile $(LOWEST_TESTS)
 
 demo: base
 	PATH="$(CURDIR)/$(BIN):$$PATH" bash examples/prices/demo.sh

@@ -28,7 +28,7 @@ SELF_RENDERING = (("quality", "quality"), ("delegation", "delegation"), ("mcp", 
 # Issue 18's floors: modules with run(quick) -> dict and tables(data), run when they are in the repository
 # (they land from other branches). To add one: append (result key, module, what it measures) here.
 FLOORS = (("offload_floor", "offload_floor", "the offload floor: secret scan against cat > file"),
-          ("resume_floor", "resume_floor", "the resume floor: warm and cold resume of a realistic 10k session"))
+          ("resume_floor", "resume_floor", "the resume floor: open and cold inspect of a realistic 10k session"))
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
 

@@ -33,7 +33,6 @@ script's replies not yet recorded (else most kills of a resume came after its en
 from __future__ import annotations
 
 import argparse
-import atexit
 import gc
 import hashlib
 import importlib
@@ -250,9 +249,9 @@ def serve_forks(litellm: bool) -> list[str] | None:
 
 def run_forked(args: list[str] | None) -> None:
     """In a child of a fork server: what ``python -m ctxagent ARGS`` runs (ctxagent's entry point),
-    then the end ctxagent gives a process that imported litellm (``cli._exit``: the atexit handlers,
-    the streams flushed, ``os._exit``), whichever backend ran: the interpreter's teardown would free
-    every module of the server again, ~0.2 s of CPU a child. In the server: nothing."""
+    then the end a ``multiprocessing`` child gets (the streams flushed, ``os._exit``: the interpreter's
+    teardown would free every module of the server again, ~0.2 s of CPU a child; its ``atexit``
+    handlers do not run, as in ``ctxagent batch``'s forked tasks). In the server: nothing."""
     if args is None:
         return
     from ctxagent.cli import main
@@ -265,7 +264,6 @@ def run_forked(args: list[str] | None) -> None:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
         if stop.code is not None and not isinstance(stop.code, int):
             print(stop.code, file=sys.stderr)
-    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

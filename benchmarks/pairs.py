@@ -53,6 +53,22 @@ def paired(a: Callable[[], float | None], b: Callable[[], float | None], n: int 
     return Paired(statistics.median(firsts), statistics.median(seconds), n)
 
 
+def cpu_command(args: Sequence[str], env: dict[str, str] | None = None) -> Callable[[], float | None]:
+    """A callable that runs ``args`` to completion (output discarded) and returns the CPU time (user +
+    system seconds) the process used: on a busy machine, closer to what a quiet machine's wall time
+    would be than its wall time is (a single-threaded process that waits for nothing)."""
+    import os
+
+    def run() -> float:
+        proc = subprocess.Popen(list(args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise subprocess.CalledProcessError(os.waitstatus_to_exitcode(status), list(args))
+        return usage.ru_utime + usage.ru_stime
+
+    return run
+
+
 def command(args: Sequence[str], **kwargs: object) -> Callable[[], float | None]:
     """A callable that runs ``args`` to completion (output discarded) and lets :func:`paired` time it."""
 

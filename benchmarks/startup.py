@@ -1,4 +1,5 @@
-"""Issue 16 numbers: a one-turn batch run on the real litellm path, against ``import litellm``.
+"""Issues 16 and 35: a one-turn batch run on the real litellm path, against ``import litellm``; and
+``ctxagent --help`` against ``import typer``.
 
 Run: ``python -m benchmarks.startup [--pairs N] [--json]`` (also part of ``python -m benchmarks``).
 
@@ -13,15 +14,19 @@ pairs, in one run (A B A B ..., medians; a loaded machine slows both sides of a 
   is shown beside it, so the collector trick is not mistaken for speed of ctxagent's own code;
 - B: ``ctxagent run --batch --model openai/gpt-4o-mini --api-base URL "hi"``: the time until the
   answer's line is on stdout, and until the process has exited.
+- then A' and B again in pairs, for their CPU time (user + system): a busy machine inflates it far
+  less than wall time, and for processes that wait for (almost) nothing it is what a quiet machine's
+  wall time would be. B's includes its teardown; ctxagent's own CPU time is B minus A'.
 
 ctxagent's modules are byte-compiled first (``compileall``), as a wheel install does: this machine sets
 ``PYTHONDONTWRITEBYTECODE=1``, so an editable checkout would otherwise compile ~100 modules from
 source on every start (~0.1 s), which no installed copy pays; ``import litellm`` is compiled too.
-The tokenizer comes from ctxagent's parsed-encoding cache (``ctxagent.bpe_cache``), warmed by the
-first pair, as it is for every run after a user's first.
+Every run builds its tokenizer (``ctxagent.tokens``: no cache between processes since issue 35),
+and ends with the interpreter's own teardown (no ``os._exit``).
 
-Targets: ctxagent's own time (B's answer minus A) at most 0.5 s, exit within 0.2 s of the answer.
-A scripted run (no litellm) is timed too, for reference.
+Targets: ctxagent's own time (B's answer minus A) at most 0.5 s (issues 16 and 35), exit within
+0.2 s of the answer (issue 16), ``ctxagent --help`` within 1.5x of ``python -c "import typer"``
+(issue 35), measured in pairs. A scripted run (no litellm) is timed too, for reference.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from benchmarks import pairs as pairs_
 
 # litellm imported as ctxagent.agent.litellm_backend imports it: the cyclic collector paused, then its
 # objects frozen (gc.freeze). A plain `import litellm` spends ~1 s of its ~3 s in collections here.
+HELP_TARGET = 1.5  # `ctxagent --help` against `import typer` (issue 35; issue 18 had asked 1.3)
 PAUSED_IMPORT = "import gc; gc.disable(); import litellm; gc.freeze(); gc.enable(); print('ok')"
 
 
@@ -67,7 +73,7 @@ def run(quick: bool = False, pairs: int | None = None) -> dict[str, Any]:
     ctx = [sys.executable, "-m", "ctxagent", "run", "--batch"]
     imports, paused, answers, exits, scripted = [], [], [], [], []
     with tempfile.TemporaryDirectory(prefix="ctxagent-startup-") as tmp, \
-            FakeOpenAI([{"content": "hello"}] * pairs) as server:
+            FakeOpenAI([{"content": "hello"}] * (2 * pairs)) as server:
         env = {**os.environ, "CTXAGENT_DATA_DIR": str(Path(tmp) / "data"), "OPENAI_API_KEY": "sk-local",
                "LITELLM_LOCAL_MODEL_COST_MAP": "True", "NO_PROXY": "127.0.0.1,localhost"}
         script = Path(tmp) / "s.yaml"
@@ -79,18 +85,23 @@ def run(quick: bool = False, pairs: int | None = None) -> dict[str, Any]:
             answers.append(answer)
             exits.append(done - answer)
             scripted.append(_timed([*ctx, "--model", f"scripted:{script}", "hi"], env)[1])
+        cpu = pairs_.paired(pairs_.cpu_command([sys.executable, "-c", PAUSED_IMPORT], env),
+                            pairs_.cpu_command([*ctx, "--model", "openai/gpt-4o-mini", "--api-base", server.base_url,
+                                                "hi"], env), pairs)
     own = statistics.median(answers) - statistics.median(imports)
     strict = statistics.median(answers) - statistics.median(paused)
     after = statistics.median(exits)
     helped = pairs_.paired(pairs_.command([sys.executable, "-c", "import typer"]),
                            pairs_.command([sys.executable, "-m", "ctxagent", "--help"]), max(pairs, 7))
     return {"help": {"typer_s": round(helped.a_s, 4), "help_s": round(helped.b_s, 4), "n": helped.n,
-                     "ratio": round(helped.ratio, 3)},
+                     "ratio": round(helped.ratio, 3), "target_met": helped.ratio <= HELP_TARGET},
             "pairs": pairs, "import_litellm_s": round(statistics.median(imports), 3),
             "import_litellm_paused_s": round(statistics.median(paused), 3),
             "answer_s": round(statistics.median(answers), 3), "own_s": round(own, 3), "own_strict_s": round(strict, 3),
             "exit_after_answer_s": round(after, 3), "scripted_run_s": round(statistics.median(scripted), 3),
-            "own_target_met": own <= 0.5, "exit_target_met": after <= 0.2}
+            "own_target_met": own <= 0.5, "exit_target_met": after <= 0.2,
+            "cpu": {"import_paused_s": round(cpu.a_s, 3), "run_s": round(cpu.b_s, 3),
+                    "own_s": round(cpu.b_s - cpu.a_s, 3)}}
 
 
 def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -106,11 +117,17 @@ def tables(data: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]
             ["exit after the answer", f"{data['exit_after_answer_s']:.2f} s",
              "met" if data["exit_target_met"] else "not met (goal 0.2 s)"],
             ["one-turn run, scripted model (no litellm)", f"{data['scripted_run_s']:.2f} s", ""]]
+    if "cpu" in data:  # CPU time (user + system) of the paired processes: what a quiet machine's wall time would be
+        cpu = data["cpu"]
+        rows += [["CPU time: the paused import / the one-turn run (whole process, teardown included)",
+                  f"{cpu['import_paused_s']:.2f} / {cpu['run_s']:.2f} s", ""],
+                 ["  ctxagent's own CPU time (run - paused import)", f"{cpu['own_s']:+.2f} s",
+                  "met" if cpu["own_s"] <= 0.5 else "not met (goal 0.5 s)"]]
     helped = pairs_.Paired(data["help"]["typer_s"], data["help"]["help_s"], data["help"]["n"])
-    return [(f"Issue 16: a one-turn run on the real litellm path (medians of {data['pairs']} pairs, one run)",
+    return [(f"Issues 16 and 35: a one-turn run on the real litellm path (medians of {data['pairs']} pairs, one run)",
              ["what", "wall time", "target"], rows),
-            (f"Issue 18's floor for `ctxagent --help` (medians of {helped.n} pairs, one run)", pairs_.HEADER,
-             [helped.row("`ctxagent --help`", "`import typer`", 1.3)])]
+            (f"Issue 35's floor for `ctxagent --help` (medians of {helped.n} pairs, one run)", pairs_.HEADER,
+             [helped.row("`ctxagent --help`", "`import typer`", HELP_TARGET)])]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -51,35 +51,6 @@ def pytest_configure(config: pytest.Config) -> None:
         tempfile.tempdir = None  # computed again from TMPDIR
 
 
-# Test files that import litellm in the test process (each xdist worker that runs one pays the import: ~6 s
-# of CPU). With `make test`'s `--dist loadfile` they run on one worker as one unit (the scheduler below); every
-# other file is a unit of its own, so a module fixture is still built once. Found by running each file alone and
-# looking for litellm in sys.modules at its end; a file missing here costs the other worker that import, nothing
-# else. (`--dist loadgroup` with xdist_group marks cannot do it: pytest-xdist 3.8 renames item._nodeid, which
-# pytest 9.2 no longer reads.)
-LITELLM_FILES = frozenset({
-    "test_benchmarks.py", "test_budgets.py", "test_damaged_transcripts.py", "test_delegate.py", "test_hard_cases.py",
-    "test_litellm_backend.py", "test_mcp.py", "test_odd_inputs.py", "test_prompt_cache.py", "test_provider_faults.py",
-    "test_recall.py", "test_recovery.py", "test_regressions.py", "test_replies.py", "test_secrets.py",
-    "test_state.py", "test_stream_json.py", "test_tracing.py",
-})
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """``--dist loadfile`` with :data:`LITELLM_FILES` as one unit (None: xdist's own scheduler)."""
-    if config.getoption("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class _LitellmTogether(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            scope = super()._split_scope(nodeid)
-            return "litellm" if Path(scope).name in LITELLM_FILES else scope
-
-    return _LitellmTogether(config, log)
-
-
 @pytest.fixture(autouse=True)
 def _no_real_model_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Make every model call except to 127.0.0.1 fail fast, and keep data in a temporary directory.

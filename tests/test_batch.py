@@ -270,16 +270,32 @@ def test_the_fork_server_ignores_ctrl_c_from_its_start_and_holds_none_of_the_bat
     standard library's server ignores SIGINT only after its imports) killed it, and the batch ended
     with exit 1 and no results instead of 130; and after a ``kill -9`` of the batch, a reader of its
     output waited until the last task ended, because the server held the batch's stdout. The server
-    now starts with SIGINT ignored and stdin, stdout and stderr on /dev/null."""
+    now ignores SIGINT and puts stdin, stdout and stderr on /dev/null before its imports
+    (cli/batch_server.py, the first module it preloads)."""
     import os
-    from multiprocessing import forkserver
 
-    from ctxagent.cli.batch_fork import Starter
+    model = script(tmp_path / "m.yaml", ["done"])
+    out = ctxagent("batch", str(write_tasks(tmp_path / "t.jsonl", [{"task": "hi", "model": model}])),
+                   env={"CTXAGENT_BATCH_FORK": "1"})
+    assert out.returncode == 0, out.stderr
+    [pid] = _fork_servers()  # started by this batch, or by an earlier one in this process: it outlives them
+    status = Path(f"/proc/{pid}/status").read_text()
+    ignored = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+    assert ignored & (1 << (signal.SIGINT - 1)), status
+    assert [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (0, 1, 2)] == ["/dev/null"] * 3
 
-    with Starter(dict(os.environ), litellm=False):
-        pid = forkserver._forkserver._forkserver_pid  # started (or kept) by the Starter
-        assert pid is not None
-        status = Path(f"/proc/{pid}/status").read_text()
-        ignored = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
-        assert ignored & (1 << (signal.SIGINT - 1)), status
-        assert [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in (0, 1, 2)] == ["/dev/null"] * 3
+
+def _fork_servers() -> list[int]:
+    """The pids of this process's ``multiprocessing`` fork servers (children running its ``main``)."""
+    import os
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == os.getpid() and b"multiprocessing.forkserver" in command:
+            found.append(int(entry.name))
+    return found

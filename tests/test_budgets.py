@@ -80,7 +80,8 @@ def test_a_run_stops_before_the_request_that_would_cross_its_limit(tmp_path, fak
     assert any(isinstance(r, records.CompactionRecord) and r.strategy == "checkpoint" for r in tail)
     assert all(not r.model.startswith("summarizer:") for r in kinds("b") if isinstance(r, records.UsageRecord))
     # resume with the limit raised continues from there, to the answer
-    again = run_cli("resume", "--json", "--session", "b", flag, str(float(value) * 20))
+    raised = str(int(value) * 20) if value.isdigit() else str(float(value) * 20)  # an int option takes an int
+    again = run_cli("resume", "--json", "--session", "b", flag, raised)
     assert (again.exit_code, result_of(again)["answer"]) == (0, "done"), again.stdout
     assert server.rejected == [] and all(pair_violations(r["messages"]) == [] for r in server.requests)
     assert result_of(again)["session_usage"]["calls"] == len(server.requests)

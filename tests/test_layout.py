@@ -82,3 +82,71 @@ def test_no_import_cycles():
 def test_a_cycle_is_found():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+DOCUMENTED = {"os._exit"}
+"""Names with a leading underscore that their library documents as public API."""
+
+
+def _private_reaches(tree: ast.AST) -> list[str]:
+    """What ``tree`` takes from another project's private names: an import from a module path
+    with a ``_private`` part (``typer._click.utils``), or an attribute ``_private`` of a module
+    imported from outside ctxagent (``atexit._run_exitfuncs``). Dunders are public."""
+
+    def private(name: str) -> bool:
+        return name not in DOCUMENTED and any(p.startswith("_") and not p.startswith("__") for p in name.split("."))
+
+    outside: dict[str, str] = {}  # local name -> the module of another project it is bound to
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if not alias.name.startswith("ctxagent"):
+                    local = alias.asname or alias.name.split(".")[0]
+                    outside[local] = alias.name if alias.asname else local
+                    found += [f"import {alias.name}"] if private(alias.name) else []
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module and \
+                not node.module.startswith("ctxagent") and node.module != "__future__":
+            found += [f"from {node.module} import {a.name}" for a in node.names if private(f"{node.module}.{a.name}")]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in outside \
+                and private(node.attr) and f"{outside[node.value.id]}.{node.attr}" not in DOCUMENTED:
+            found.append(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_reaches_into_another_projects_private_names():
+    """Issue 35: speed through public APIs only (``typer._click``, ``atexit._run_exitfuncs`` and
+    tiktoken's private attributes were used; a release that moved them broke ``--help``)."""
+    found = {name: reach for name, path in _modules().items()
+             if (reach := _private_reaches(ast.parse(path.read_text(encoding="utf-8"))))}
+    assert found == {}
+
+
+def test_a_private_reach_is_found():
+    code = ("import atexit\nimport os.path as p\nfrom typer._click.utils import x\nfrom ctxagent import _y\n"
+            "atexit._run_exitfuncs()\np._joinrealpath\nos = 1\nself._own\natexit.__name__\nimport os\nos._exit(0)\n")
+    assert sorted(_private_reaches(ast.parse(code))) == ["atexit._run_exitfuncs", "from typer._click.utils import x",
+                                                         "p._joinrealpath"]
+
+
+def test_nothing_is_unpickled():
+    """Issue 36: a ``write_file`` into the data dir planted a folded-state snapshot pickle that ran
+    code when the session was opened. No module of ctxagent imports a deserializer that runs code."""
+    runs_code = {"pickle", "marshal", "shelve", "dill", "cloudpickle", "joblib"}
+    found = {name: sorted(hits) for name, deps in _imports().items()
+             if (hits := {d.split(".")[0] for d in deps} & runs_code)}
+    assert found == {}
+
+
+def _imports() -> dict[str, set[str]]:
+    """Every module of ctxagent, and the dotted names of the modules it imports (any package)."""
+    found: dict[str, set[str]] = {}
+    for name, path in _modules().items():
+        deps = found.setdefault(name, set())
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                deps.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                deps.add(node.module)
+    return found

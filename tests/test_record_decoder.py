@@ -12,7 +12,6 @@ from typing import Any, get_args
 
 import pytest
 
-from ctxagent import tokens
 from ctxagent.sessions import records
 
 SAMPLES: list[Any] = [
@@ -63,27 +62,6 @@ def test_a_field_of_a_newer_ctxagent_is_kept_and_written_back() -> None:
 def test_bad_lines_raise_what_pydantic_raises(line: str) -> None:
     with pytest.raises(ValueError):
         records.loads(line)
-
-
-def test_counts_of_repeated_texts_are_cached_across_processes(tmp_path: Path) -> None:
-    schema = json.dumps([{"type": "function", "function": {"name": "shell", "parameters": {}}}] * 3)
-    specs = json.loads(schema)
-    assert tokens.count_tools(specs) == tokens.count_text(json.dumps(specs, separators=(",", ":")))
-    tokens._save_all()  # what the process does at exit
-    cache = Path(os.environ["CTXAGENT_DATA_DIR"]) / "cache" / "token-counts.json"
-    assert len(json.loads(cache.read_text())) == 1
-    child = ("import json, sys; from ctxagent import tokens\n"
-             "n = tokens.count_tools(json.loads(sys.argv[1]))\n"
-             "print(n, 'tiktoken' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", child, schema], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == [str(tokens.count_tools(specs)), "False"]  # a hit: no tokenizer loaded
-
-
-def test_a_damaged_count_cache_is_ignored(tmp_path: Path) -> None:
-    cache = Path(os.environ["CTXAGENT_DATA_DIR"]) / "cache" / "token-counts.json"
-    cache.parent.mkdir(parents=True)
-    cache.write_text("{not json")
-    assert tokens.count_cached("hello world") == tokens.count_text("hello world")
 
 
 def test_inspect_context_into_a_pipe_is_plain_text(tmp_path: Path) -> None:

@@ -214,7 +214,8 @@ def test_bad_reply_twice_is_reported_after_one_retry(fake_openai, fault, words, 
     text = str(info.value)
     assert text.startswith("model openai/fake: incomplete reply (reply from http://127.0.0.1")
     if stream and fault == "no_choices":  # a stream of chunks without choices has no finish_reason either
-        words = "without a finish_reason"
+        words = "without a finish_reason"  # (litellm 1.108 makes up finish_reason 'stop' for it: no text then)
+        words = words if "finish_reason 'stop'" not in text else "neither text nor tool calls"
     assert "2 requests sent" in text and words in text
 
 

@@ -604,3 +604,32 @@ def test_sessions_list_works_on_a_read_only_data_dir(tmp_path):
     assert out.returncode == 0, out.stderr
     assert [json.loads(line)["name"] for line in out.stdout.splitlines()] == ["ro"]
     assert not list((data / "sessions" / "ro").glob(".list-cache*"))
+
+
+def test_a_snapshot_pickle_planted_in_the_data_dir_runs_no_code_on_inspect_or_resume(tmp_path):
+    """Issue 36: a model granted ``write_file`` in a workdir holding the data dir planted
+    ``<data dir>/cache/states/<key>.pickle`` (an older ctxagent's folded-state snapshot), and the
+    next open of the session unpickled it: its code ran. A session now opens by folding its
+    transcript, and nothing is unpickled."""
+    import hashlib
+    import pickle
+
+    model = script(tmp_path / "m.yaml", ["first", "second"])
+    assert cli("run", "--batch", "--session", "s", "--model", model, "go").exit_code == 0
+    transcript = Session.at("s").transcript.path
+    marker = tmp_path / "code-ran"
+
+    class Payload:
+        def __reduce__(self) -> tuple:
+            return (Path.touch, (marker,))
+
+    planted = pickle.dumps(Payload())
+    key = hashlib.sha256(os.path.realpath(transcript).encode()).hexdigest()[:32]  # where snapshots were kept
+    states = Path(os.environ["CTXAGENT_DATA_DIR"]) / "cache" / "states"
+    states.mkdir(parents=True)
+    (states / f"{key}.pickle").write_bytes(planted)
+    assert cli("inspect", "context", "--session", "s").exit_code == 0
+    assert cli("resume", "--batch", "--session", "s", "--model", model, "more").exit_code == 0
+    assert not marker.exists()
+    pickle.loads(planted)  # the payload does run code when unpickled
+    assert marker.exists()

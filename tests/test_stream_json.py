@@ -122,10 +122,10 @@ def test_piped_stdin_is_attached_to_the_task_and_offloaded_when_large(tmp_path):
         "content"] == "the task itself"
 
 
-def test_a_litellm_run_ending_at_once_loses_no_output_and_keeps_its_exit_code(tmp_path, fake_openai):
-    """After its last event the process ends without the interpreter's teardown (cli._exit): stdout
-    must still hold every event, and a failing run its exit code. One process (an import of litellm
-    costs ~4 s of CPU): a tool call answered, then a provider error."""
+def test_a_litellm_run_ending_loses_no_output_and_keeps_its_exit_code(tmp_path, fake_openai):
+    """After its last event the process ends with the interpreter's own teardown (it once skipped it
+    with ``os._exit``): stdout must still hold every event, and a failing run its exit code. One
+    process (an import of litellm costs ~4 s of CPU): a tool call answered, then a provider error."""
     server = fake_openai([{"tool_calls": [{"id": "e1", "name": "shell", "arguments": {"command": "echo fine"}}]},
                           {"error": {"status": 401, "message": "bad key"}}])
     out = ctxagent("run", "--output-format", "stream-json", "--session", "x1", "--model", MODEL, "--api-base",

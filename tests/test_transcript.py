@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from ctxagent.errors import SessionBusyError, UsageError
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session, check_name, list_sessions, summarize
-from ctxagent.sessions.transcript import Mark, Transcript, TranscriptError, TranscriptWarning
+from ctxagent.sessions.transcript import Transcript, TranscriptError, TranscriptWarning
 from examplecount import examples
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
@@ -243,21 +243,16 @@ def test_records_of_unknown_kinds_are_reported_with_their_first_line(tmp_path):
         f"{path}: 2 record(s) of unknown kind 'wish' skipped (line 7 and 1 more); {newer}"]
 
 
-def test_records_are_read_only_by_default_and_mark_where_a_full_read_ended(tmp_path):
+def test_records_are_read_only_by_default(tmp_path):
     path = tmp_path / "transcript.jsonl"
     transcript = Transcript(path)
     transcript.append([end(1), end(2)])
-    assert transcript.mark is None  # nothing read yet
     size = path.stat().st_size
-    stream = transcript.records()
-    assert next(stream) == end(1) and transcript.mark is None  # a read under way marks nothing
-    assert list(stream) == [end(2)] and transcript.mark == Mark(size, 2)
-    assert list(transcript.records(since=Mark(size, 2))) == [] and transcript.mark == Mark(size, 2)
     with open(path, "ab") as fh:
         fh.write(b'{"kind": "end", "re')
     with pytest.warns(TranscriptWarning, match="left in place"):
         assert list(transcript.records()) == [end(1), end(2)]
-    assert path.stat().st_size == size + 19 and transcript.mark == Mark(size, 2)
+    assert path.stat().st_size == size + 19
 
 
 def test_a_mirror_receives_the_bytes_of_each_append(tmp_path):

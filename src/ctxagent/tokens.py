@@ -1,34 +1,36 @@
 """Token counting: tiktoken encodings loaded offline, per-message framing, calibration.
 
-All counts here are *tokens*, never characters. Encodings come from tiktoken; offline, tiktoken
-cannot download them, so we point ``TIKTOKEN_CACHE_DIR`` at the copies that ship inside the
-installed litellm wheel (found with ``importlib.util.find_spec``, without importing litellm, which
-costs seconds; FIELD-NOTES.md). ``o200k_base`` is used for GPT-4o-era and unknown models,
-``cl100k_base`` for GPT-4/3.5-era ones. For non-OpenAI models the count is an estimate; the
+All counts here are *tokens*, never characters. ``o200k_base`` is used for GPT-4o-era and unknown
+models, ``cl100k_base`` for GPT-4/3.5-era ones. For non-OpenAI models the count is an estimate; the
 runner calibrates it with the provider's reported prompt tokens (see :func:`calibration`).
+
+Offline, ``tiktoken.get_encoding`` cannot download an encoding's file. The installed litellm wheel
+ships those files (found with ``importlib.util.find_spec``, without importing litellm, which costs
+seconds; FIELD-NOTES.md), so :func:`encoding` builds the ``tiktoken.Encoding`` from them with
+tiktoken's public constructor: the ranks read from the file (checked against the sha256 OpenAI
+publishes it with), the split pattern as OpenAI defines the encoding (:data:`SOURCES`). Nothing is
+set in ``os.environ`` for it (tiktoken's other way, ``TIKTOKEN_CACHE_DIR``, is a process-wide
+variable every child process inherits). Without litellm's copy, ``tiktoken.get_encoding`` loads it
+(a user's ``TIKTOKEN_CACHE_DIR``, or a download).
 
 Per-message framing follows OpenAI's published counting recipe (cookbook "How to count tokens with
 tiktoken"): 3 tokens per message, 3 to prime the reply, plus the text.
 
-Loading an encoding costs about 0.3 s and 80 MB, so it happens on the first count that needs it,
-never at import. Texts every request repeats (tool schemas, system messages: the system prompt and
-the pinned facts) are counted once per machine: :func:`count_cached` keeps their counts in
-``<data dir>/cache/token-counts.json`` (keyed by the encoding and a hash of the text), so a new
-process that only shows a session (``inspect context``) needs no tokenizer for them.
+Building an encoding costs about 0.25 s and 80 MB, so it happens on the first count that needs it,
+never at import.
 """
 
 from __future__ import annotations
 
-import atexit
+import binascii
 import functools
 import hashlib
 import importlib.util
 import json
-import os
-import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,65 +41,74 @@ PER_REQUEST = 3  # tokens that prime the assistant reply
 CHUNK_CHARS = 64 * 1024  # tiktoken is superlinear on one huge line and panics on 1M spaces
 
 
-def _bundled_tokenizer_dir() -> str | None:
-    spec = importlib.util.find_spec("litellm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
-    return str(path) if path.is_dir() else None
+@dataclass(frozen=True)
+class Source:
+    """Where an encoding comes from: the URL OpenAI publishes its ranks file at, the file's sha256,
+    and the split pattern (both as tiktoken's ``tiktoken_ext/openai_public.py`` gives them)."""
+
+    url: str
+    sha256: str
+    pattern: str
+
+    def bundled(self) -> Path | None:
+        """litellm's copy of the file: litellm ships a tiktoken download folder, whose files are
+        named by the sha1 of their URL; None without litellm or without that file."""
+        spec = importlib.util.find_spec("litellm")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+        path = folder / hashlib.sha1(self.url.encode()).hexdigest()
+        return path if path.is_file() else None
 
 
-def _source_dir() -> str | None:
-    """The folder tiktoken reads its ``.tiktoken`` files from: litellm's bundled copies unless
-    ``TIKTOKEN_CACHE_DIR`` says otherwise (set here for tiktoken, which reads the variable)."""
-    bundled = _bundled_tokenizer_dir()
-    if bundled and not os.environ.get("TIKTOKEN_CACHE_DIR"):
-        os.environ["TIKTOKEN_CACHE_DIR"] = bundled
-    return os.environ.get("TIKTOKEN_CACHE_DIR")
+_BLOB = "https://openaipublic.blob.core.windows.net/encodings/"
+SOURCES = {
+    "o200k_base": Source(
+        _BLOB + "o200k_base.tiktoken", "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+        "|".join([
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"""
+            r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"""
+            r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+            r"""\p{N}{1,3}""",
+            r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+            r"""\s*[\r\n]+""",
+            r"""\s+(?!\S)""",
+            r"""\s+""",
+        ])),
+    "cl100k_base": Source(
+        _BLOB + "cl100k_base.tiktoken", "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|"""
+        r"""\s++$|\s*[\r\n]|\s+(?!\S)|\s"""),
+}
+"""The encodings :func:`encoding_for` picks. Counting uses ``encode_ordinary``, which never emits a
+special token, so none are declared."""
 
 
 @functools.cache
 def encoding(name: str = "o200k_base") -> Any:
-    """The tiktoken encoding ``name``, loaded from litellm's bundled copy when offline (through
-    :mod:`ctxagent.bpe_cache`, which keeps the parsed file between processes)."""
-    from ctxagent import bpe_cache
+    """The tiktoken ``Encoding`` called ``name``: built from litellm's bundled file when it is there
+    and intact (see the module doc), else ``tiktoken.get_encoding(name)``, which raises for an
+    unknown name and, offline with no copy of the file, whatever its download raises."""
+    import tiktoken
 
-    _built.add(name)
-    _light_counter.cache_clear()  # its ranks are not needed once the encoding is built
-    return bpe_cache.encoding(name, _source_dir())
-
-
-LIGHT_CHARS = 16 * 1024  # an ASCII text up to this many characters may be counted without CoreBPE
-LIGHT_BUDGET = 32 * 1024  # characters per process counted that way before building CoreBPE pays off
-_built: set[str] = set()  # encodings this process has built
-_light_chars: dict[str, int] = {}
+    source = SOURCES.get(name)
+    path = source.bundled() if source else None
+    data = path.read_bytes() if path else b""
+    if source is None or hashlib.sha256(data).hexdigest() != source.sha256:
+        return tiktoken.get_encoding(name)
+    return tiktoken.Encoding(name, pat_str=source.pattern, mergeable_ranks=ranks(data), special_tokens={})
 
 
-def _light_count(text: str, name: str) -> int | None:
-    """The count of a short ASCII ``text`` while encoding ``name`` is not built yet, from
-    :class:`ctxagent.bpe_cache.LightCounter` (exactly tiktoken's count; ~0.1 s less start-up for a
-    one-turn run, issue 16; ~0.4 s less for the first run in a data dir, whose count cache does not
-    hold the tool schemas' count yet); None when the real encoding should count it (also when the
-    light counter finds the text too costly to merge)."""
-    used = _light_chars.get(name, 0) + len(text)
-    if name in _built or len(text) > LIGHT_CHARS or used > LIGHT_BUDGET or not text.isascii():
-        return None
-    counter = _light_counter(name)
-    if counter is None:
-        return None
-    try:
-        count = int(counter.count(text))
-    except ValueError:
-        return None
-    _light_chars[name] = used
-    return count
-
-
-@functools.cache
-def _light_counter(name: str) -> Any:
-    from ctxagent import bpe_cache
-
-    return bpe_cache.light_counter(name, _source_dir())
+def ranks(data: bytes) -> dict[bytes, int]:
+    """The mergeable ranks of a ``.tiktoken`` file's bytes: one ``<base64 token> <rank>`` per line,
+    the format ``tiktoken.load.load_tiktoken_bpe`` reads (that function also copies a local file
+    into tiktoken's download folder, so it is not used). Only files that matched their published
+    sha256 are read here; raises ``ValueError`` (``binascii.Error``) for bytes of another format."""
+    fields = data.split()
+    if len(fields) % 2:
+        raise ValueError("not a .tiktoken file: an odd number of fields")
+    return dict(zip(map(binascii.a2b_base64, fields[0::2]), map(int, fields[1::2]), strict=True))
 
 
 def encoding_for(model: str) -> str:
@@ -116,9 +127,6 @@ def count_text(text: str, model: str = "") -> int:
     if not text:
         return 0
     name = encoding_for(model)
-    light = _light_count(text, name)
-    if light is not None:
-        return light
     if len(text) < LONG_CHARS:
         return _encoded(text, name)
     hit = _LONG.get(name, text)
@@ -183,17 +191,14 @@ def reasoning_text(message: Message) -> str:
     return "\n".join(t for t in blocks if isinstance(t, str) and t)
 
 
-def count_message(message: Message, model: str = "", *, cached: bool = False) -> int:
+def count_message(message: Message, model: str = "") -> int:
     """Tokens one message costs in a request: its text and reasoning plus :data:`PER_MESSAGE` framing
-    tokens. System messages (the prompt, the pinned facts: the same in request after request) and,
-    with ``cached``, any message (a strategy's replacement, made again by every peek of the same
-    view) are counted through :func:`count_cached`."""
+    tokens."""
     extra = 1 if message.get("name") else 0
     tool_id = message.get("tool_call_id") or ""
     ids = "".join(c.get("id", "") for c in message.get("tool_calls") or [])
     text = reasoning_text(message) + text_of(message) + tool_id + ids
-    count = count_cached if cached or message.get("role") == "system" else count_text
-    return PER_MESSAGE + extra + count(text, model)
+    return PER_MESSAGE + extra + count_text(text, model)
 
 
 def count_messages(messages: Iterable[Message], model: str = "") -> int:
@@ -205,7 +210,7 @@ def count_tools(tool_specs: Sequence[dict[str, Any]], model: str = "") -> int:
     """Tokens the tool schemas cost in a request (their JSON text; providers render it similarly)."""
     if not tool_specs:
         return 0
-    return count_cached(json.dumps(list(tool_specs), separators=(",", ":")), model)
+    return count_text(json.dumps(list(tool_specs), separators=(",", ":")), model)
 
 
 CALIBRATION_MIN, CALIBRATION_MAX = 1.0, 2.0
@@ -233,78 +238,3 @@ def reported_prompt(prompt_tokens: int, cached_tokens: int = 0, cache_creation_t
     they were reported apart, and are added back."""
     apart = cached_tokens + cache_creation_tokens
     return prompt_tokens + apart if apart > prompt_tokens else prompt_tokens
-
-
-CACHE_ENTRIES = 4096  # counts kept in the count cache (the oldest go first)
-
-
-def count_cached(text: str, model: str = "") -> int:
-    """:func:`count_text`, remembered across processes in the count cache (see the module doc):
-    the same text and encoding always give the same count, so a hit needs no tokenizer. A cache
-    that cannot be read or written is ignored (the count is then made, as without it)."""
-    if not text:
-        return 0
-    name = encoding_for(model)
-    key = hashlib.blake2b(f"{name}\x00{text}".encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
-    counts = _counts()
-    hit = counts.get(key)
-    if hit is not None:
-        return hit
-    counts[key] = made = count_text(text, model)
-    if not _dirty:  # written once, when the process exits: a run may count many new pins messages
-        atexit.register(_save_all)
-    _dirty.add(_cache_file())
-    return made
-
-
-def _cache_file() -> Path:
-    from ctxagent.dirs import data_dir
-
-    return data_dir() / "cache" / "token-counts.json"
-
-
-_loaded: dict[Path, dict[str, int]] = {}
-_dirty: set[Path] = set()  # cache files with counts this process added
-
-
-def _save_all() -> None:
-    """Write every count cache this process added to (at exit)."""
-    for path in list(_dirty):
-        _save(path, _loaded[path])
-    _dirty.clear()
-
-
-def _counts() -> dict[str, int]:
-    """This process's copy of the count cache (read once per cache file)."""
-    path = _cache_file()
-    if path not in _loaded:
-        try:
-            data = json.loads(path.read_bytes())
-        except (OSError, ValueError):
-            data = {}
-        _loaded[path] = {k: v for k, v in data.items() if isinstance(v, int)} if isinstance(data, dict) else {}
-    return _loaded[path]
-
-
-def _save(path: Path, counts: dict[str, int]) -> None:
-    """Write the count cache whole, atomically (another process may read it meanwhile)."""
-    while len(counts) > CACHE_ENTRIES:
-        del counts[next(iter(counts))]
-    _write(path, json.dumps(counts, separators=(",", ":")).encode())
-
-
-def _write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file (owner-only) and a rename; errors are
-    ignored (a cache)."""
-    part: str | None = None
-    try:
-        missing = [p for p in [path.parent, *path.parent.parents] if not p.exists()]
-        for folder in reversed(missing):  # owner-only, as everything under the data dir
-            folder.mkdir(mode=0o700, exist_ok=True)
-        with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=f".{path.name}-", delete=False) as fh:
-            part = fh.name
-            fh.write(data)
-        os.replace(part, path)
-    except OSError:
-        if part is not None:
-            Path(part).unlink(missing_ok=True)

@@ -1,6 +1,6 @@
 """What the next request of a session would send, without sending or writing anything: the read-only
 peek ``inspect context``, ``sessions export`` and the ONE STATE tests use. It runs the runner's own
-code on the session's state (agent/snapshot.py) with a sink that writes nothing and a model that is
+code on the session's state (a fold of its transcript) with a sink that writes nothing and a model that is
 never called, so it shows exactly what a resume would send (no litellm import)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 from ctxagent.agent.runner import Runner
 from ctxagent.agent.setup import mcp_for, session_profile, toolset_for
 from ctxagent.agent.sinks import MemorySink
-from ctxagent.agent.snapshot import open_state
+from ctxagent.agent.state import fold
 from ctxagent.errors import UsageError
 from ctxagent.profile import Path_, Profile
 from ctxagent.sessions import records
@@ -54,7 +54,7 @@ def next_request(session: Session, path: Path_ | None = None, *, every_compactio
     folded from the transcript, with a sink that writes nothing (no model call, no litellm import).
 
     ``recorded`` holds the session's newest compaction records (``state.RECENT_COMPACTIONS``), or
-    with ``every_compaction`` all of them (the transcript is then read whole, not from a snapshot).
+    with ``every_compaction`` all of them.
     LLM strategies run without a summarizer here, so they show their deterministic fallback.
     Raises ``UsageError``/``ProfileError`` for a session without header or a bad profile.
     """
@@ -66,8 +66,8 @@ def next_request(session: Session, path: Path_ | None = None, *, every_compactio
                 recorded.append(item)
             yield item
 
-    state = open_state(session.transcript, snapshot=False, each=noting) if every_compaction \
-        else open_state(session.transcript)
+    items = session.transcript.records()
+    state = fold(noting(items) if every_compaction else items, transcript_path=str(session.transcript.path))
     if state.settings is None:
         raise UsageError(f"session {session.name!r} has no header record")
     if path is not None and path != state.settings.path:

@@ -14,8 +14,7 @@ from ctxagent.agent.budgets import session_limits as session_limits_of
 from ctxagent.agent.model import Model, make_model
 from ctxagent.agent.model_types import price_of
 from ctxagent.agent.runner import Runner
-from ctxagent.agent.snapshot import open_state
-from ctxagent.agent.state import Settings
+from ctxagent.agent.state import Settings, open_state
 from ctxagent.errors import ProfileError, UsageError
 from ctxagent.profile import EXTENDS, Path_, Profile, bundled_names, load_profile, parse_profile, profile_files
 from ctxagent.profile_schema import Limits

@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ctxagent.agent import snapshot
-from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.sessions.transcript import Transcript
 
@@ -27,8 +25,6 @@ class Sink(Protocol):
 @dataclass
 class TranscriptSink:
     """The live sink: the session's transcript (flushed and fsynced before ``write`` returns).
-    After a run's end record, the session's folded-state snapshot is brought up to date
-    (agent/snapshot.py :func:`refresh`), so the next open folds little.
 
     Records are redacted with the secrets of the environment as the run started (read once, not
     on every record: reading the environment cost ~0.17 ms a record).
@@ -46,8 +42,6 @@ class TranscriptSink:
 
     def write(self, items: Sequence[Any]) -> None:
         self._transcript.append(items, self._redactor)
-        if any(isinstance(item, records.EndRecord) for item in items):
-            snapshot.refresh(self._transcript.path)
 
 
 @dataclass

@@ -5,6 +5,8 @@ Start-up stays fast: nothing imported here imports litellm (FIELD-NOTES: ~3.7 s)
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
 import json
 import os
@@ -62,10 +64,30 @@ def main(argv: list[str] | None = None) -> None:
     record is written and the session stays resumable. Warnings print as one ``ctxagent: warning:``
     line on stderr. With ``--json``, an error that ends the command before it printed its object
     (a usage error, a bad session name, an unknown session) prints one (:func:`failure_json`).
+
+    The process ends with the interpreter's own teardown (``atexit`` handlers run: MCP servers
+    close), after ``gc.freeze()``: the teardown's garbage collections walk every object still alive,
+    and a fold of a long session leaves hundreds of thousands (a 10,000-message session's cold
+    ``inspect context`` spent 0.46-0.78 s after its output in teardown here, 0.26-0.36 s frozen).
+    Except in a process that loaded temporalio's Rust extension (:data:`TEMPORAL_BRIDGE`): its
+    runtime's threads can call into an interpreter that is finalizing ("Fatal Python error:
+    PyGILState_Release", exit -6 after a complete batch; seen in this suite; temporalio/sdk-python
+    issue 300, open), so that process ends with ``os._exit`` once stdout and stderr are flushed, the
+    workaround users of that SDK apply; its ``atexit`` handlers do not run (the Temporal commands
+    start no MCP server: their sessions run in processes of their own).
     """
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
-    _exit(invoke(sys.argv[1:] if argv is None else argv))
+    code = invoke(sys.argv[1:] if argv is None else argv)
+    _flush()
+    if TEMPORAL_BRIDGE in sys.modules:  # see the docstring of main
+        os._exit(code)
+    gc.freeze()
+    sys.exit(code)
+
+
+TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
+"""temporalio's Rust extension, loaded by the Temporal commands (``worker``, ``batch --backend temporal``)."""
 
 
 def invoke(args: list[str]) -> int:
@@ -108,24 +130,17 @@ def _invoke(args: list[str]) -> int:
     return code if isinstance(code, int) else 0
 
 
-def _exit(code: int) -> None:
-    """End the process with ``code``, skipping the interpreter's teardown: every record is already
-    fsynced and every file closed, so after the atexit handlers and flushing stdout and stderr the
-    process ends at once (``os._exit``). Once litellm is loaded, that teardown (freeing ~200 MB of
-    litellm's objects and modules) takes ~1 s after the answer is out; without it, ~0.2 s of CPU
-    (ctxagent's own modules; measured), and every command ends the way a real run does. For
-    temporalio (``batch --backend temporal``, ``worker``) it is needed: its Rust core's threads can
-    call into an interpreter that is finalizing ("Fatal Python error: PyGILState_Release", exit -6
-    after a complete run; seen in the suite)."""
-    import atexit
-
-    atexit._run_exitfuncs()  # litellm's own handlers (ours register none)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (BrokenPipeError, OSError):
-        pass
-    os._exit(code)
+def _flush() -> None:
+    """Flush stdout and stderr before the process ends. A stream whose reader left (``ctxagent ... |
+    head``) is pointed at ``/dev/null``, the recipe of Python's ``signal`` documentation for SIGPIPE:
+    else the interpreter's own flush at exit would fail too, print "Exception ignored" and end with
+    status 120 instead of the command's exit code."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            with contextlib.suppress(OSError, ValueError):  # not a real file (a test's capture)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 def _show(err: Exception) -> None:

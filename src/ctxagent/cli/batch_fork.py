@@ -8,6 +8,11 @@ once, and each task is a process forked from it: still its own process, in its o
 signal to one task reaches no other), with its own exit code, stdin from ``/dev/null`` and its
 stdout and stderr in files the pool reads when it ends, as it read a child's pipes.
 
+Only ``multiprocessing``'s public API: a ``forkserver`` context whose server preloads
+:data:`PRELOAD` (``set_forkserver_preload``); the server starts with the first task. A forked task
+ends as any ``multiprocessing`` child does (its ``atexit`` handlers do not run: the MCP servers it
+started are closed by :func:`_task` itself; litellm's handlers flush callbacks ctxagent does not set).
+
 POSIX only (the fork server); elsewhere, or with ``CTXAGENT_BATCH_FORK=0``, each task is a new
 ``python -m ctxagent`` process (:class:`SpawnedTask`).
 """
@@ -27,8 +32,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-RUN_MODULES = ("ctxagent.cli.run", "ctxagent.agent.setup", "ctxagent.agent.runner", "ctxagent.tools.toolset")
-"""What the fork server imports for every task: the modules a ``run`` or ``resume`` loads."""
+PRELOAD = ("ctxagent.cli.batch_server", "ctxagent.cli.run", "ctxagent.agent.setup", "ctxagent.agent.runner",
+           "ctxagent.tools.toolset")
+"""What the fork server imports for every task, in order: first its own set-up (cli/batch_server.py),
+then the modules a ``run`` or ``resume`` loads."""
 LITELLM_MODULE = "ctxagent.cli.batch_litellm"
 """What it imports too when a task may call a provider (litellm, imported the way a run imports it)."""
 
@@ -148,41 +155,13 @@ def needs_litellm(models: Sequence[str | None]) -> bool:
 
 
 def _fork_context(litellm: bool) -> Any:
-    """The fork server context, its server started with what to preload; None where there is none."""
+    """The fork server context, with what its server preloads; None where there is none. A server
+    already running in this process (an earlier batch) is kept, with what it preloaded."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return None
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([*RUN_MODULES, *([LITELLM_MODULE] if litellm else [])])
-    _start_server()
+    context.set_forkserver_preload([*PRELOAD, *([LITELLM_MODULE] if litellm else [])])
     return context
-
-
-def _start_server() -> None:
-    """Start the fork server (when not running yet) with SIGINT ignored and stdin, stdout and stderr
-    on ``/dev/null``, both inherited by it and by every task forked from it: a Ctrl-C at the terminal
-    during its imports (seconds with litellm) would kill it, and the batch with it (the standard
-    library's server ignores SIGINT only once it has imported); and a reader of the batch's output
-    would wait, after a ``kill -9`` of the batch, until the last task ended (the server held the pipe)."""
-    from multiprocessing import forkserver
-
-    main = threading.current_thread() is threading.main_thread()  # only it may change a signal handler
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    null = os.open(os.devnull, os.O_RDWR)
-    saved = [os.dup(fd) for fd in (0, 1, 2)]
-    handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
-    try:
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        forkserver.ensure_running()
-    finally:
-        for fd, copy in zip((0, 1, 2), saved, strict=True):
-            os.dup2(copy, fd)
-            os.close(copy)
-        os.close(null)
-        if main:
-            signal.signal(signal.SIGINT, handler)
 
 
 def _task(args: list[str], env: dict[str, str], out: str, err: str) -> None:
@@ -202,7 +181,12 @@ def _task(args: list[str], env: dict[str, str], out: str, err: str) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     from ctxagent import cli
 
-    cli.main(args)
+    try:
+        cli.main(args)
+    finally:
+        hub = sys.modules.get("ctxagent.mcp_tools.hub")  # what the run's atexit handler would close
+        if hub is not None:
+            hub.close_all()
 
 
 def _read(path: Path) -> str:

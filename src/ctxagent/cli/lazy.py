@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 
 @dataclass(frozen=True)
@@ -105,14 +105,13 @@ class LazyGroup(TyperGroup):
             raise StdoutClosed() from err
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
-        """The "Commands" section of ``--help``, from the summaries (no command module imported)."""
-        from typer._click.utils import make_default_short_help  # the click typer vendors and formats with
-
+        """The "Commands" section of ``--help``, from the summaries (no command module imported): each
+        shortened as click shortens a command's help (``Command.get_short_help_str``)."""
         names = self.list_commands(ctx)
         if not names:
             return
         limit = formatter.width - 6 - max(len(n) for n in names)
-        rows = [(n, make_default_short_help(self._summary(n), limit)) for n in names]
+        rows = [(n, TyperCommand(n, help=self._summary(n)).get_short_help_str(limit)) for n in names]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

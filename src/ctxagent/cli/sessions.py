@@ -194,9 +194,6 @@ def _delete(session: Session) -> None:
     trash = data_dir() / f".deleting-{name}-{os.getpid()}"
     with session.writer():  # SessionBusyError (exit 1) while a run holds it (or a session store's lease)
         _remove_remote(session)
-        from ctxagent.agent.snapshot import forget
-
-        forget(session.transcript)  # its folded-state snapshot (a cache outside the folder)
         try:
             os.rename(session.root, trash)  # one step: no half-deleted session is ever listed or resumed
         except OSError:

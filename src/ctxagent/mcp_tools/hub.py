@@ -39,6 +39,7 @@ from ctxagent.mcp_tools.config import ServerConfig
 POLL_S = 0.05  # how often a waiting call looks at its deadline and the stop event
 CLOSE_WAIT_S = 6.0  # at exit, for every server to shut down (the SDK's grace + kill steps are ~4 s)
 MAX_RESTARTS = 1
+HTTP_TIMEOUT_S, HTTP_READ_TIMEOUT_S = 30.0, 300.0  # an HTTP server's: the MCP SDK's defaults (a stream stays open)
 LOG_MARK = "--- ctxagent: starting the MCP server"  # a line of the server log before each start
 
 
@@ -194,12 +195,13 @@ class Connection:
     def _transport(self, stack: AsyncExitStack) -> Any:
         config = self.config.expanded()
         if config.transport == "http":
+            import httpx2  # the client type the SDK's transport takes (the MCP SDK depends on it)
             from mcp.client.streamable_http import streamable_http_client
-            from mcp.shared._httpx_utils import create_mcp_http_client
 
             assert config.url is not None
             self._log_from = None
-            client = create_mcp_http_client(headers=config.headers)
+            client = httpx2.AsyncClient(headers=config.headers,
+                                       timeout=httpx2.Timeout(HTTP_TIMEOUT_S, read=HTTP_READ_TIMEOUT_S))
             stack.push_async_callback(client.aclose)  # the SDK leaves a client it was given open (its sockets)
             return streamable_http_client(config.url, http_client=client,
                                           max_sse_event_size=None)  # a result's size is ctxagent's to manage

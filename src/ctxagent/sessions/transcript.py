@@ -16,7 +16,6 @@ import json
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +34,6 @@ class TranscriptError(UsageError):
     """A transcript a writer cannot continue safely (its header is unreadable): exit 2."""
 
 
-@dataclass(frozen=True)
-class Mark:
-    """A place in a transcript: the end of a complete line, ``offset`` bytes from the start, and
-    that line's number (1-based; ``Mark()`` is the start of the file)."""
-
-    offset: int = 0
-    line: int = 0
-
-
 class Transcript:
     """Reads and appends the records of ``path`` (``<session>/transcript.jsonl``).
 
@@ -51,25 +41,20 @@ class Transcript:
     the next model request is sent. The caller holds the session's writer lock. ``mirror``, when
     given, receives the bytes of each append after the fsync, before :meth:`append` returns (the
     session store uploads them as one segment: sessions/remote.py).
-
-    ``mark`` is where the last full read by :meth:`records` ended (the end of the last complete
-    line); None before one, or while one is under way (agent/snapshot.py saves a state at a mark).
     """
 
     def __init__(self, path: Path, mirror: Callable[[bytes], None] | None = None):
         self.path = path
         self.mirror = mirror
-        self.mark: Mark | None = None
 
     def load(self, *, repair: bool = False) -> list[Any]:
         """Every readable record, oldest first, as a list: :meth:`records` collected."""
         return list(self.records(repair=repair))
 
-    def records(self, *, repair: bool = False, since: Mark | None = None) -> Iterator[Any]:
+    def records(self, *, repair: bool = False) -> Iterator[Any]:
         """Every readable record, oldest first, streamed: memory is one block of lines (about 1 MiB;
         a fold over it keeps only what the state keeps, so resuming a 100 MB transcript does not
-        hold 100 MB of records). ``since``: only the records after that mark (line numbers in
-        warnings go on from it). Once every complete line is read, :attr:`mark` is their end.
+        hold 100 MB of records).
 
         Damaged lines are set aside with a :class:`TranscriptWarning` naming ``file:line`` (see the
         module doc). With ``repair=True`` (writers only), a torn last line — bytes after the last
@@ -80,16 +65,11 @@ class Transcript:
             TranscriptError: ``repair=True``, line 1 (the session header) is unreadable and later
                 records exist (a writer would otherwise start a new session in this file).
         """
-        self.mark = None
         if not self.path.exists():
             return
         reader = _Reader(self.path)
-        offset, first = (since.offset, since.line) if since else (0, 0)
-        number = first
         with open(self.path, "rb") as fh:
-            fh.seek(offset)
-            for number, line in _lines(fh, self, repair, first):
-                offset += len(line)
+            for number, line in _lines(fh, self, repair):
                 record = reader.parse(number, line)
                 if record is None:
                     continue
@@ -97,7 +77,6 @@ class Transcript:
                     self._check_header(reader)
                 yield record
         reader.report_unknown()
-        self.mark = Mark(offset, number)
 
     def _check_header(self, reader: _Reader) -> None:
         """Raise ``TranscriptError`` when line 1 was unreadable (a record after it was just read)."""
@@ -194,11 +173,11 @@ class Transcript:
         os.replace(part, self.path)
 
 
-def _lines(fh: Any, transcript: Transcript, repair: bool, number: int = 0) -> Iterator[tuple[int, bytes]]:
-    """``(line number, line)`` of every complete line of ``fh`` from where it stands (with its
-    newline; numbers go on from ``number``), read about :data:`BLOCK` bytes at a time (memory: a
-    block and the longest line); a torn last line (no newline) is set aside instead (moved by a
-    writer: ``repair``)."""
+def _lines(fh: Any, transcript: Transcript, repair: bool) -> Iterator[tuple[int, bytes]]:
+    """``(line number, line)`` of every complete line of ``fh`` (with its newline), read about
+    :data:`BLOCK` bytes at a time (memory: a block and the longest line); a torn last line (no
+    newline) is set aside instead (moved by a writer: ``repair``)."""
+    number = 0
     while lines := fh.readlines(BLOCK):
         for line in lines:
             number += 1

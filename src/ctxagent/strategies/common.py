@@ -237,10 +237,8 @@ def size_of(entry: Entry) -> str:
 
 
 def replaced(entry: Entry, message: Message, ctx: StrategyContext, kind: str) -> Entry:
-    """A replacement of ``entry``: same seq range, turn and handle, new message, ``kind`` set.
-    Counted through the count cache: ``inspect context`` makes the same replacements of the same
-    view again, and then needs no tokenizer."""
-    return Entry(message, count_message(message, ctx.model, cached=True), entry.start, entry.end, entry.turn, kind,
+    """A replacement of ``entry``: same seq range, turn and handle, new message, ``kind`` set."""
+    return Entry(message, count_message(message, ctx.model), entry.start, entry.end, entry.turn, kind,
                  entry.handle, entry.offloaded)
 
 
