@@ -41,6 +41,22 @@ tokens on a 32K window (4-12 ordinary turns) and 19K on 128K; every bundled prof
 """
 
 
+REPLY_SHARE = 0.125
+"""Share of the context window reserved for the reply when the profile sets no ``max_output_tokens``."""
+REPLY_MAX_TOKENS = 4096
+"""The reserve of every window of 32K tokens and more (what the bundled profiles reserved before)."""
+REPLY_MIN_TOKENS = 256
+
+
+def reply_reserve(window: int) -> int:
+    """Tokens reserved for the reply in a ``window``-token context when the profile does not say:
+    an eighth of the window, between 256 and 4,096 (4,096 from a 32K window up; 512 of a 4,096-token
+    window). A fixed 4,096 took more than the whole of a 4K window (with the margin); a small model on
+    a small window answers in tens of tokens, and a tool call rarely needs hundreds. An answer cut at
+    the reserve ends with ``finish_reason: "length"`` and names ``max_output_tokens``."""
+    return max(REPLY_MIN_TOKENS, min(REPLY_MAX_TOKENS, int(window * REPLY_SHARE)))
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -151,7 +167,8 @@ class Profile(_Strict):
     model: str = "openai/gpt-4o-mini"
     api_base: str | None = None
     context_window: int | None = Field(None, ge=256, description="tokens; None = litellm model info")
-    max_output_tokens: int = Field(4096, ge=1, description="tokens reserved for the reply")
+    max_output_tokens: int | None = Field(None, ge=1, description="tokens reserved for the reply; None: sized "
+                                          "to the window (reply_reserve)")
     margin_tokens: int = Field(256, ge=0, description="safety margin, tokens")
     tool_result_limit: int = Field(20_000, ge=100, description="largest tool result, tokens")
     # a tool result also gets at most this fraction of the context window (tokens), so that one
@@ -167,6 +184,9 @@ class Profile(_Strict):
     max_retry_wait_s: float = Field(60.0, ge=0, le=3600)
     # send tool_choice: "auto" with the tools (some OpenAI-compatible servers ignore tools without it)
     send_tool_choice: bool = True
+    # tool calls a model writes as text (small local models do): run as calls when the tool exists and the
+    # arguments validate (auto), whatever they name (always), or never (off); agent/text_calls.py
+    text_tool_calls: Literal["auto", "always", "off"] = "auto"
     tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLS))
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     pipelines: dict[Path_, list[Step]] = Field(default_factory=_truncate_everywhere)
@@ -215,6 +235,11 @@ class Profile(_Strict):
         if self.target >= self.trigger:
             raise ValueError(f"target ({self.target}) must be below trigger ({self.trigger})")
         return self
+
+    def reply_tokens(self, window: int, given: int | None = None) -> int:
+        """Tokens reserved for the reply (sent as ``max_tokens``): ``given`` (``--max-output-tokens``),
+        else ``max_output_tokens``, else :func:`reply_reserve` of the ``window`` (tokens)."""
+        return given or self.max_output_tokens or reply_reserve(window)
 
     def pipeline(self, path: Path_) -> list[StrategyConfig]:
         """The ordered strategies of ``path`` (``interactive`` or ``batch``)."""

@@ -23,6 +23,7 @@ from ctxagent.agent.model import Model, Reply
 from ctxagent.agent.model_types import price_of
 from ctxagent.agent.sinks import MemorySink, Sink, TranscriptSink
 from ctxagent.agent.state import SessionState
+from ctxagent.agent.text_calls import read_calls
 from ctxagent.agent.tool_calls import CANCELLED, INTERRUPTED, Delegates, ToolCalls
 from ctxagent.agent.turns import (
     Peek,
@@ -140,9 +141,16 @@ class Runner(ToolCalls):
             self._append(note)
 
     # -- the loop ----------------------------------------------------------------------------
+    @property
+    def output_tokens(self) -> int:
+        """Tokens reserved for each reply (``--max-output-tokens``, the profile's, or sized to the window)."""
+        assert self.state.settings is not None
+        return self.profile.reply_tokens(self.state.settings.context_window, self.state.settings.max_output_tokens)
+
     def budget(self) -> Budget:
         assert self.state.settings is not None
-        return make_budget(self.profile, self.state.settings.context_window, self.tool_tokens, self.state.scale)
+        return make_budget(self.profile, self.state.settings.context_window, self.tool_tokens, self.state.scale,
+                           self.output_tokens)
 
     def spend(self) -> dict[str, Any]:
         """``{"run": usage, "session": usage}`` (:meth:`Spend.as_json` shape) of the spend so far."""
@@ -374,6 +382,7 @@ class Runner(ToolCalls):
                         f"the provider says the context is too long ({err}) and emergency compaction cannot "
                         f"make it smaller than {budget.total(view)} tokens; largest parts: {largest_parts(view)}"
                     ) from err
+        reply = read_calls(reply, self.profile.text_tool_calls, self.tool_specs)  # calls written as text
         reply = with_call_ids(reply, self.state.next_seq, self.state.call_ids)
         self._record_reply(reply, view, turn)
         yield from self._spend_warnings()
@@ -392,7 +401,7 @@ class Runner(ToolCalls):
         ``checkpoint`` strategy, deterministic: a breaker that trips must not spend) and stop:
         ``LimitReached`` (status ``budget``, exit 3; agent/budgets.py)."""
         yield from self._spend_warnings()
-        tokens, output = int(budget.estimate(view) * budget.scale + 0.5), self.profile.max_output_tokens
+        tokens, output = int(budget.estimate(view) * budget.scale + 0.5), self.output_tokens
         crossing = self.breaker.check(self.state, tokens, output, price_of(self.model, tokens, output))
         if crossing is not None:
             yield from self._build([CHECKPOINT_ON_STOP], budget)
@@ -403,7 +412,8 @@ class Runner(ToolCalls):
             yield self._warn("budget", text)
 
     def _record_reply(self, reply: Reply, view: list[Entry], turn: int) -> None:
-        items: list[Any] = [self._message(reply.message(), turn)]
+        written = {} if reply.written is None else {"written": reply.written}  # calls read from the text
+        items: list[Any] = [self._message(reply.message(), turn, **written)]
         if reply.usage is not None:
             items.append(usage_record(reply.usage, turn, self.model.name, self.budget().estimate(view)))
         self._append(*items)
