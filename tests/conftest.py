@@ -59,10 +59,31 @@ def pytest_configure(config: pytest.Config) -> None:
 # pytest 9.2 no longer reads.)
 LITELLM_FILES = frozenset({
     "test_benchmarks.py", "test_budgets.py", "test_damaged_transcripts.py", "test_delegate.py", "test_hard_cases.py",
-    "test_litellm_backend.py", "test_mcp.py", "test_odd_inputs.py", "test_prompt_cache.py", "test_provider_faults.py",
+    "test_litellm_backend.py", "test_local_models.py", "test_mcp.py", "test_odd_inputs.py", "test_prompt_cache.py",
+    "test_provider_faults.py",
     "test_recall.py", "test_recovery.py", "test_regressions.py", "test_replies.py", "test_secrets.py",
     "test_state.py", "test_stream_json.py", "test_tracing.py",
 })
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--realmodel", action="store_true",
+                     help="run the tests marked realmodel (a real llama-server and model; minutes each)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``realmodel`` are skipped, with the reason, unless ``--realmodel`` is given and
+    the server and model are found (benchmarks/realserver.py): the suite needs neither."""
+    marked = [item for item in items if item.get_closest_marker("realmodel")]
+    if not marked:
+        return
+    from benchmarks.realserver import missing
+
+    reason = missing() if config.getoption("--realmodel") else \
+        "a real-model test (minutes on CPU): runs with pytest --realmodel"
+    if reason:
+        for item in marked:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -223,6 +223,12 @@ class Profile(_Strict):
                 raise ValueError(f"MCP server name {name!r}: 1-32 letters, digits, '_' or '-', without '__'")
         return value
 
+    @field_validator("text_tool_calls", mode="before")
+    @classmethod
+    def _yaml_off_is_off(cls, value: object) -> object:
+        """YAML 1.1 reads a bare ``off`` as false (and ``on`` as true): false is ``off``, true ``auto``."""
+        return {False: "off", True: "auto"}.get(value, value) if isinstance(value, bool) else value
+
     @field_validator("loop_guard")
     @classmethod
     def _loop_guard_counts_repeats(cls, value: int) -> int:

@@ -49,6 +49,7 @@ MODES: tuple[Mode, ...] = ("auto", "always", "off")
 NAME_KEYS = ("name", "tool", "tool_name", "function")
 ARGUMENT_KEYS = ("arguments", "parameters", "args", "input", "tool_input")
 OTHER_KEYS = frozenset({"type", "id", "index"})  # a call may carry these too; any other key means data
+MAX_FAILED_STARTS = 1000  # "{" or "[" that begin no JSON value, tried before a text is given up
 TAGS = ("tool_call", "tool_calls", "tools", "function_call", "function_calls", "toolcall", "tool_use")
 _FENCE = re.compile(r"```[ \t]*([\w+.-]*)[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
 _TAG = re.compile(r"<(" + "|".join(TAGS) + r")>(.*?)(?:</\1>|\Z)", re.DOTALL | re.IGNORECASE)
@@ -171,18 +172,19 @@ def _bare(text: str, lenient: bool) -> Iterator[_Block]:
 
 def _json_values(text: str) -> Iterator[tuple[int, int, Any]]:
     """Every JSON object or array in ``text`` that starts at a ``{`` or ``[`` and decodes, with its
-    span (characters), outermost only, in order."""
+    span (characters), outermost only, in order. At most :data:`MAX_FAILED_STARTS` starts that do not
+    decode are tried (a reply of code full of braces, or ``[[[[...``, costs bounded work)."""
     decoder = json.JSONDecoder()
-    at = 0
-    while True:
+    at, failed = 0, 0
+    while failed < MAX_FAILED_STARTS:
         starts = [i for i in (text.find("{", at), text.find("[", at)) if i >= 0]
         if not starts:
             return
         start = min(starts)
         try:
             value, end = decoder.raw_decode(text, start)
-        except ValueError:
-            at = start + 1
+        except (ValueError, RecursionError):  # nesting deeper than the interpreter allows raises the latter
+            at, failed = start + 1, failed + 1
             continue
         yield start, end, value
         at = end
