@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from benchmarks import realtasks
 from benchmarks.realserver import LlamaServer
+
 from clihelp import records, result_of, run_cli
 
 pytestmark = [pytest.mark.realmodel, pytest.mark.timeout(3600)]

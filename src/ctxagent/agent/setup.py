@@ -219,6 +219,7 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     ``max_output_tokens`` (``--max-output-tokens``): the reply reserve in tokens, recorded.
     """
     state = open_state(session.transcript, repair=True)
+    window_before = state.settings.context_window if state.settings is not None else None
     window_notes: list[str] = []
     settings, profile = wanted_settings(state.settings, profile_spec=profile_spec, model_spec=model_spec,
                                         api_base=api_base, path=path, workdir=workdir, tools=tools,
@@ -265,7 +266,8 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                     started=started, grants=grants, protected=configured_from(settings, profile))
     runner.notices = [("mcp", warning) for warning in mcp.warnings]
     runner.notices += [("context window", note) for note in window_notes]
-    if (share := schema_share(runner.tool_tokens, settings.context_window)) is not None:
+    if settings.context_window != window_before and (share := schema_share(runner.tool_tokens,
+                                                                             settings.context_window)):
         runner.notices.append(("tool schemas", share))
     if "delegate" in toolset.tools:
         from ctxagent.agent.delegate import Delegator  # only where sub-agents are allowed
