@@ -186,7 +186,7 @@ def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[
             handle, turn = earlier
             return (f"[ctxagent] the same {call.name} call ran at turn {turn}; its result is {handle} "
                     f"({'still in your context above' if handle in verbatim else 'stored'}) and cannot "
-                    f"have changed. read_output('{handle}') shows it again."), handle
+                    f"have changed. {_use_it(handle, handle in verbatim)}"), handle
         return None
     target = file_target(call, workdir) if may_repeat(call.name) else None
     if target is None:
@@ -200,7 +200,16 @@ def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[
     where = "is still in your context above" if read.handle in verbatim else "is stored"
     return (f"[ctxagent] {path.name} is unchanged since you read it at turn {read.turn} "
             f"(sha256:{read.sha256[:HASH_SHOWN]}); that result, {read.handle}, {where}. "
-            f"read_output('{read.handle}') shows it again."), read.handle
+            f"{_use_it(read.handle, read.handle in verbatim)}"), read.handle
+
+
+def _use_it(handle: str, in_view: bool) -> str:
+    """What a repeat note tells the model to do. A result still in view: answer from it (a small model,
+    Qwen2.5-Coder-1.5B, told only how to show it again, repeated the call or replied with nothing);
+    a stored one: read it back."""
+    if in_view:
+        return f"If it holds what you need, answer from it now; read_output('{handle}') shows it again."
+    return f"read_output('{handle}') shows it again."
 
 
 def streak(signatures: Sequence[str], at: int, replies: Sequence[int] | None = None,

@@ -298,7 +298,7 @@ def configured_from(settings: Settings, profile: Profile) -> list[Path]:
     return files
 
 
-SCHEMA_SHARE_NOTE = 0.15  # tool schemas over this share of the window are said at the start of a run
+SCHEMA_SHARE_NOTE = 0.2  # tool schemas over this share of the window are said at the start of a run
 
 
 def schema_share(tool_tokens: int, window: int) -> str | None:
