@@ -24,11 +24,15 @@ from ctxagent.tools.permissions import PermissionsConfig
 Path_ = Literal["interactive", "batch"]
 DEFAULT_TOOLS = ["shell", "read_file", "write_file", "list_dir", "read_output", "grep_output", "recall"]
 DEFAULT_SYSTEM_PROMPT = (
-    "You are a careful agent working from a command line. Use the tools to find facts; do not "
-    "guess values. Large tool outputs are saved to files and shown as a preview with a handle "
-    "(like @abc123): read or search them with read_output and grep_output. When you are done, "
-    "reply with the final answer and no tool call."
+    "You are a careful agent working from a command line. Use the tools to find facts; never guess "
+    "values. To read a file, call read_file with its path. A tool result too large to show is saved, and "
+    "you see a preview that says how to search it (grep_output) or read parts of it (read_output). As soon "
+    "as a tool result holds what the task asks for, stop calling tools and reply with the answer, quoting "
+    "the exact value."
 )
+"""The system prompt of every bundled profile. Written for small local models too (Qwen2.5-Coder-1.5B,
+docs/local-models.md): no example handle (the model made up handles like ``@app.log``), the file tool
+named, and when to stop (told only "when you are done", it kept calling tools or replied with nothing)."""
 MIN_GAP = 0.15
 """Smallest ``trigger - target`` (fractions of the window) a profile or a pipeline step may have.
 
