@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxagent.agent.budgets import Breaker, session_limits
-from ctxagent.agent.context import check_budget, check_protected, compaction_of, largest_parts, record_of, with_pins
+from ctxagent.agent.context import (
+    check_budget,
+    check_protected,
+    compaction_of,
+    largest_parts,
+    record_of,
+    room,
+    with_pins,
+)
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, Warned
 from ctxagent.agent.model import Model, Reply
 from ctxagent.agent.model_types import price_of
@@ -372,7 +380,8 @@ class Runner(ToolCalls):
                     raise ContextOverflowError(
                         f"the provider still says the context is too long after {MAX_RECOVERIES} "
                         f"emergency compactions ({err}); we estimated {budget.total(view)} tokens "
-                        f"for a {budget.window}-token window; largest parts: {largest_parts(view)}"
+                        f"for a {budget.window}-token window; largest parts: {largest_parts(view)}; to make room: "
+                        f"{room(budget)}"
                     ) from err
                 before_tokens = sum(e.tokens for e in view)
                 budget = replace(budget, scale=budget.scale * 1.25)  # this turn only: usage recalibrates
