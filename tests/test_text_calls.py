@@ -80,34 +80,21 @@ def test_a_call_without_arguments_is_a_call_with_none():
 # -- what is not a call
 
 
-def test_an_answer_that_quotes_json_data_is_not_a_call():
-    text = 'The failing request:\n```json\n{"request_id": "7f3a9c41", "status": 500}\n```'
-    assert calls(text) == ([], text)
+NOT_CALLS = [
+    pytest.param('The failing request:\n```json\n{"request_id": "7f3a9c41", "status": 500}\n```',
+                 id="quoted-json-data"),
+    pytest.param(f"To list files one would send {LIST} to the server.", id="json-inside-a-sentence"),
+    pytest.param('```json\n{"name": "deploy", "arguments": {"env": "prod"}}\n```', id="a-tool-that-does-not-exist"),
+    pytest.param('```json\n{"name": "read_file", "arguments": {"nope": 1}}\n```', id="an-unexpected-argument"),
+    pytest.param('```json\n{"name": "read_file", "arguments": {}}\n```', id="a-missing-argument"),
+    pytest.param('```json\n{"name": "read_file", "arguments": {"path": 7}}\n```', id="an-argument-of-the-wrong-type"),
+    pytest.param(f"```python\nrequest = {LIST}\nsend(request)\n```", id="a-fence-of-code-around-a-call"),
+    pytest.param('{"name": "list_dir", "arguments": {"path": "."}, "result": "3 files"}', id="keys-a-call-has-not"),
+]
 
 
-def test_json_inside_a_sentence_is_not_a_call():
-    text = f"To list files one would send {LIST} to the server."
-    assert calls(text) == ([], text)
-
-
-def test_a_call_to_a_tool_that_does_not_exist_is_an_example_not_a_call():
-    text = '```json\n{"name": "deploy", "arguments": {"env": "prod"}}\n```'
-    assert calls(text) == ([], text)
-
-
-def test_arguments_that_do_not_validate_make_it_no_call_in_auto():
-    for args in ('{"nope": 1}', '{}', '{"path": 7}'):
-        text = '```json\n{"name": "read_file", "arguments": ' + args + "}\n```"
-        assert calls(text) == ([], text), args
-
-
-def test_a_fence_that_holds_a_call_and_other_code_is_code_not_a_call():
-    text = f"```python\nrequest = {LIST}\nsend(request)\n```"
-    assert calls(text) == ([], text)
-
-
-def test_an_object_with_keys_a_call_does_not_have_is_data():
-    text = '{"name": "list_dir", "arguments": {"path": "."}, "result": "3 files"}'
+@pytest.mark.parametrize("text", NOT_CALLS)
+def test_an_answer_that_quotes_json_is_not_a_call_in_auto(text):
     assert calls(text) == ([], text)
 
 

@@ -196,15 +196,20 @@ def _path(data: Any, *keys: str) -> Any:
 
 def _llama_props(client: _Client, base: str, root: str, name: str) -> Found | None:
     """llama.cpp: ``GET /props`` -> ``default_generation_settings.n_ctx`` (the window of one slot)."""
-    url = f"{root}/props"
+    return _field(client, f"{root}/props", "default_generation_settings.n_ctx",
+                  lambda data: _path(data, "default_generation_settings", "n_ctx"))
+
+
+def _field(client: _Client, url: str, label: str, pick: Callable[[Any], Any]) -> Found | None:
+    """The window ``pick`` finds in the JSON of ``GET url`` (``label`` names the field), or None."""
     data = client.get(url)
     if data is None:
         return None
-    tokens = _tokens(_path(data, "default_generation_settings", "n_ctx"))
+    tokens = _tokens(pick(data))
     if tokens is None:
-        client.miss(url, "no default_generation_settings.n_ctx")
+        client.miss(url, f"no {label}")
         return None
-    return Found(tokens, f"GET {url}: default_generation_settings.n_ctx")
+    return Found(tokens, f"GET {url}: {label}")
 
 
 def _entries(data: Any, key: str = "data") -> list[dict[str, Any]]:
@@ -242,16 +247,8 @@ def _openai_models(client: _Client, base: str, root: str, name: str) -> Found | 
 
 def _lm_studio(client: _Client, base: str, root: str, name: str) -> Found | None:
     """LM Studio: ``GET /api/v0/models`` -> the model's ``loaded_context_length`` (loaded models only)."""
-    url = f"{root}/api/v0/models"
-    data = client.get(url)
-    if data is None:
-        return None
-    entry = _entry(_entries(data), name, "id")
-    tokens = _tokens(entry.get("loaded_context_length")) if entry else None
-    if tokens is None:
-        client.miss(url, f"no loaded_context_length for {name!r}")
-        return None
-    return Found(tokens, f"GET {url}: loaded_context_length")
+    return _field(client, f"{root}/api/v0/models", "loaded_context_length",
+                  lambda data: (_entry(_entries(data), name, "id") or {}).get("loaded_context_length"))
 
 
 def _ollama(client: _Client, base: str, root: str, name: str) -> Found | None:
