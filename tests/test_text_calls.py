@@ -73,6 +73,15 @@ def test_openhands_function_blocks_are_typed_by_the_tools_schema():
     assert calls(text)[0] == [("read_file", {"path": "a.txt", "start_line": 5})]
 
 
+def test_a_bash_fence_of_command_lines_naming_tools_as_qwen_wrote_them():
+    text = "Reading both.\n```bash\nread_file config/db.ini\nread_file 'config/net.ini'\n```\n**Result**: ..."
+    assert calls(text) == ([("read_file", {"path": "config/db.ini"}), ("read_file", {"path": "config/net.ini"})],
+                           "Reading both.\n\n**Result**: ...")
+    for not_calls in ("```bash\nls -la\nread_file a.txt\n```", "```bash\nread_file\n```",
+                      "```\ngrep_output @h ERROR\n```"):  # a shell line; no argument; two required arguments
+        assert calls(not_calls) == ([], not_calls)
+
+
 def test_a_call_without_arguments_is_a_call_with_none():
     assert calls('```\n{"name": "list_dir"}\n```')[0] == [("list_dir", {})]
 

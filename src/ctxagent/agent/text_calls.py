@@ -14,7 +14,9 @@ small models write on their own, with no second model and nothing added to the p
 - in a fenced code block, in tags (``<tool_call>``, ``<tools>``, ``<function_call>``...), or bare on
   lines of its own; one or several;
 - OpenHands' ``<function=NAME><parameter=KEY>VALUE</parameter></function>``, values typed by the
-  tool's schema.
+  tool's schema;
+- a fenced block of command lines, ``read_file config/db.ini``, each naming a tool of the request
+  that takes one required string argument (Qwen2.5-Coder-1.5B wrote calls so in a bash fence).
 
 :func:`read_calls` is the one entry point; the runner calls it where a reply becomes the assistant
 message, so a call read from text is run and recorded as a native call (the transcript is valid for
@@ -128,7 +130,7 @@ def _blocks(text: str, schemas: Mapping[str, Mapping[str, Any]], *, lenient: boo
                 continue
             taken.append(match.span())
             inner = match.group(2)
-            calls = _only_calls(inner)
+            calls = _only_calls(inner) or (_command_lines(inner, schemas) if pattern is _FENCE else ())
             if calls:
                 found.append(_Block(match.start(), match.end(), calls))
     for match in _FUNCTION.finditer(text):
@@ -154,6 +156,24 @@ def _only_calls(inner: str) -> tuple[_Found, ...]:
         at = end
     rest.append(inner[at:])
     return tuple(calls) if calls and not "".join(rest).strip(" \t\r\n,") else ()
+
+
+def _command_lines(inner: str, schemas: Mapping[str, Mapping[str, Any]]) -> tuple[_Found, ...]:
+    """The calls of a fenced block written as command lines, ``read_file config/db.ini``: every
+    non-blank line a tool of the request that takes one required string argument, then that
+    argument (quotes stripped); () when any line is anything else."""
+    calls = []
+    for line in (raw.strip() for raw in inner.splitlines()):
+        if not line:
+            continue
+        name, _, arg = line.partition(" ")
+        required = list((schemas.get(name) or {}).get("required") or [])
+        spec = ((schemas.get(name) or {}).get("properties") or {}).get(required[0]) if len(required) == 1 else None
+        value = arg.strip().strip("'\"")
+        if not (isinstance(spec, Mapping) and spec.get("type") == "string" and value):
+            return ()
+        calls.append(_Found(name, {required[0]: value}))
+    return tuple(calls)
 
 
 def _bare(text: str, lenient: bool) -> Iterator[_Block]:
