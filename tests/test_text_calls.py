@@ -82,6 +82,13 @@ def test_a_bash_fence_of_command_lines_naming_tools_as_qwen_wrote_them():
         assert calls(not_calls) == ([], not_calls)
 
 
+def test_function_tags_with_the_call_in_attributes_inside_tools_tags():
+    text = """<tools>\n  <function name="list_dir" arguments='{"path": "."}'/>\n</tools>"""
+    assert calls(text) == ([("list_dir", {"path": "."})], None)
+    assert calls("""<function name="read_file" arguments='{"path": "a.txt"}'></function>""")[0] == [
+        ("read_file", {"path": "a.txt"})]
+
+
 def test_a_call_without_arguments_is_a_call_with_none():
     assert calls('```\n{"name": "list_dir"}\n```')[0] == [("list_dir", {})]
 

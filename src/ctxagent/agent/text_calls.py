@@ -14,7 +14,8 @@ small models write on their own, with no second model and nothing added to the p
 - in a fenced code block, in tags (``<tool_call>``, ``<tools>``, ``<function_call>``...), or bare on
   lines of its own; one or several;
 - OpenHands' ``<function=NAME><parameter=KEY>VALUE</parameter></function>``, values typed by the
-  tool's schema;
+  tool's schema, and ``<function name="NAME" arguments='{...}'>`` (Qwen2.5-Coder-1.5B wrote it in
+  ``<tools>`` tags);
 - a fenced block of command lines, ``read_file config/db.ini``, each naming a tool of the request
   that takes one required string argument (Qwen2.5-Coder-1.5B wrote calls so in a bash fence).
 
@@ -56,6 +57,8 @@ TAGS = ("tool_call", "tool_calls", "tools", "function_call", "function_calls", "
 _FENCE = re.compile(r"```[ \t]*([\w+.-]*)[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
 _TAG = re.compile(r"<(" + "|".join(TAGS) + r")>(.*?)(?:</\1>|\Z)", re.DOTALL | re.IGNORECASE)
 _FUNCTION = re.compile(r"<function=([\w.-]+)>(.*?)(?:</function>|\Z)", re.DOTALL)
+_FUNCTION_ATTRS = re.compile(r"""<function\s+name=(["'])([\w.-]+)\1\s+(?:arguments|parameters)=(["'])(.*?)\3\s*/?>"""
+                             r"(?:\s*</function>)?", re.DOTALL)
 _PARAMETER = re.compile(r"<parameter=([\w.-]+)>(.*?)</parameter>", re.DOTALL)
 
 
@@ -107,13 +110,14 @@ def _accepted(block: _Block, schemas: Mapping[str, Mapping[str, Any]], mode: str
 
 
 def _without(text: str, blocks: Sequence[_Block]) -> str:
-    """``text`` with ``blocks`` cut out, blank runs folded, stripped."""
-    kept, at = [], 0
+    """``text`` with ``blocks`` cut out: the pieces between them, each without the blank lines at
+    its cut edges, joined by one blank line; the writer's own lines otherwise as written."""
+    pieces, at = [], 0
     for block in sorted(blocks, key=lambda b: b.start):
-        kept.append(text[at:block.start])
+        pieces.append(text[at:block.start])
         at = block.end
-    kept.append(text[at:])
-    return re.sub(r"\n[ \t]*\n(?:[ \t]*\n)+", "\n\n", "".join(kept)).strip()
+    pieces.append(text[at:])
+    return "\n\n".join(kept for piece in pieces if (kept := piece.strip("\n").rstrip())).strip()
 
 
 # ---------------------------------------------------------------- finding blocks
@@ -138,24 +142,30 @@ def _blocks(text: str, schemas: Mapping[str, Mapping[str, Any]], *, lenient: boo
             taken.append(match.span())
             found.append(_Block(match.start(), match.end(), (_function_block(match, schemas),)))
     found += [b for b in _bare(text, lenient) if not any(s <= b.start < e for s, e in taken)]
+    if not found and (calls := _only_calls(text)):  # a whole reply of <function name=...> elements
+        found.append(_Block(0, len(text), calls))
     return sorted(found, key=lambda b: b.start)
 
 
 def _only_calls(inner: str) -> tuple[_Found, ...]:
-    """The calls of a fenced or tagged block whose text is calls and nothing else (commas and blank
-    space between them allowed), else ()."""
-    calls: list[_Found] = []
-    rest = []
-    at = 0
-    for start, end, value in _json_values(inner):
-        found = _calls_of(value)
-        if not found:
-            return ()
+    """The calls of a fenced or tagged block whose text is calls and nothing else (JSON calls and
+    ``<function name=... arguments=...>`` elements; commas and blank space between them allowed), else ()."""
+    pieces: list[tuple[int, int, list[_Found]]] = []
+    for match in _FUNCTION_ATTRS.finditer(inner):
+        call = _call_of({"name": match.group(2), "arguments": match.group(4)})
+        pieces.append((match.start(), match.end(), [call] if call else []))
+    pieces += [(start, end, _calls_of(value)) for start, end, value in _json_values(inner)
+               if not any(s <= start < e for s, e, _ in pieces)]
+    if not pieces or not all(found for _, _, found in pieces):
+        return ()
+    rest, at = [], 0
+    for start, end, _ in sorted(pieces, key=lambda p: p[0]):
         rest.append(inner[at:start])
-        calls += found
-        at = end
+        at = max(at, end)
     rest.append(inner[at:])
-    return tuple(calls) if calls and not "".join(rest).strip(" \t\r\n,") else ()
+    if "".join(rest).strip(" \t\r\n,"):
+        return ()
+    return tuple(c for _, _, found in sorted(pieces, key=lambda p: p[0]) for c in found)
 
 
 def _command_lines(inner: str, schemas: Mapping[str, Mapping[str, Any]]) -> tuple[_Found, ...]:
