@@ -15,6 +15,10 @@ time), completion tokens and wall time, each per task run.
 profile allows) and an unbounded tool-result limit: a request that does not fit is refused before it
 is sent (BUDGET), which is where an unmanaged agent fails.
 
+Every run gets ``--max-output-tokens 256`` (``--max-output-tokens`` changes it; 0 leaves each
+profile's reserve): a tool call or an answer takes tens of tokens, and a 1.5B model that rambles
+writes until the limit at a few tokens a second (512 tokens took over two minutes).
+
     python -m benchmarks.realmodel                                   # every task, 4 profiles, --repeat 2
     python -m benchmarks.realmodel --tasks notes,log-error-id --profiles default --repeat 1
     python -m benchmarks.realmodel --list                            # the tasks and what each covers
@@ -100,7 +104,7 @@ def _cli(args: list[str]) -> tuple[int, dict[str, Any]]:
 
 
 def run_task(task: realtasks.Task, profile: str, repeat: int, base_url: str, window: int, folder: Path,
-             timeout_s: float) -> Run:
+             timeout_s: float, reply_tokens: int | None = None) -> Run:
     """Run ``task`` under ``profile`` in a fresh folder: the first turn with ``run``, the others with
     ``resume``; then its check."""
     work = folder / f"{task.name}-{profile}-{repeat}"
@@ -108,6 +112,8 @@ def run_task(task: realtasks.Task, profile: str, repeat: int, base_url: str, win
     task.setup(work)
     session = f"{task.name}-{profile}-{repeat}".replace(".", "_")
     common = ["--json", "--session", session, "--timeout", f"{timeout_s:g}", "--no-lessons"]
+    if reply_tokens:
+        common += ["--max-output-tokens", str(reply_tokens)]
     if task.allow:
         common += ["--allow", task.allow]
     started = time.monotonic()
@@ -199,7 +205,7 @@ def verdict(runs: Sequence[Run]) -> list[str]:
         fit, _ = rate(r for r in mine if r.task not in overflowing)
         over, _ = rate(r for r in mine if r.task in overflowing)
         tokens = [r.prompt_tokens for r in mine if r.task not in overflowing]
-        parts = [f"{profile}:"]
+        parts = []
         if fit is not None and base_fit is not None:
             ok = "within 3 points" if fit >= base_fit - 0.03 else "MORE than 3 points below"
             parts.append(f"success where unmanaged fits {fit:.0%} vs {base_fit:.0%} ({ok})")
@@ -208,7 +214,7 @@ def verdict(runs: Sequence[Run]) -> list[str]:
         if tokens and base_tokens:
             parts.append(f"prompt tokens per task run where unmanaged fits {statistics.fmean(tokens):,.0f} vs "
                          f"{base_tokens:,.0f} ({statistics.fmean(tokens) / base_tokens - 1:+.0%})")
-        lines.append("; ".join(parts))
+        lines.append(f"{profile}: " + "; ".join(parts))
     return lines
 
 
@@ -245,22 +251,27 @@ def _table(head: list[str], rows: list[list[str]], markdown: bool) -> str:
 
 
 def run_all(tasks: Sequence[realtasks.Task], profiles: Sequence[str], repeat: int, *, timeout_s: float, nice: int,
-            threads: int | None, say: Callable[[str], None]) -> list[Run]:
+            threads: int | None, say: Callable[[str], None], reply_tokens: int | None = None,
+            keep: Path | None = None) -> list[Run]:
     """Every task under every profile ``repeat`` times, one server per window; runs of one profile
-    follow each other, so the server's prompt cache keeps the system prompt and tool schemas."""
+    follow each other, so the server's prompt cache keeps the system prompt and tool schemas.
+    ``keep``: a folder that keeps the runs' files, sessions and server logs (default: a temporary one)."""
     runs: list[Run] = []
     by_window: dict[int, list[realtasks.Task]] = defaultdict(list)
     for task in tasks:
         by_window[task.window].append(task)
-    with tempfile.TemporaryDirectory(prefix="ctxagent-realmodel-") as tmp:
-        folder = Path(tmp)
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        folder = keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ctxagent-realmodel-")))
         os.environ["CTXAGENT_DATA_DIR"] = str(folder / "data")  # sessions of this benchmark only
         for window, group in sorted(by_window.items()):
             with LlamaServer(window, nice=nice, threads=threads, log=folder / f"server-{window}.log") as server:
                 for profile in profiles:
                     for n in range(repeat):
                         for task in group:
-                            run = run_task(task, profile, n, server.base_url, window, folder, timeout_s)
+                            run = run_task(task, profile, n, server.base_url, window, folder, timeout_s,
+                                           reply_tokens)
                             runs.append(run)
                             say(f"{task.name:<18} {profile:<13} #{n}  {'ok  ' if run.success else 'FAIL'} "
                                 f"{run.status:<17} {run.requests} req {run.prompt_tokens:>6} prompt "
@@ -275,10 +286,13 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"comma-separated (default: {','.join(PROFILES)})")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each task under each profile (default 2)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds one model request may take (default 600)")
+    parser.add_argument("--max-output-tokens", type=int, default=256,
+                        help="each reply's reserve and max_tokens, for every profile (default 256; 0: the profiles')")
     parser.add_argument("--nice", type=int, default=0, help="run the server under nice -n N")
     parser.add_argument("--threads", type=int, help="the server's CPU threads (default: all cores)")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"results JSON (default {RESULTS})")
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
+    parser.add_argument("--keep", type=Path, help="keep the runs' folders, sessions and server logs here")
     parser.add_argument("--list", action="store_true", help="list the tasks and exit")
     args = parser.parse_args(argv)
     if args.list:
@@ -292,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.monotonic()
     runs = run_all(chosen, profiles, args.repeat, timeout_s=args.timeout, nice=args.nice, threads=args.threads,
-                   say=lambda line: print(line, flush=True))
+                   say=lambda line: print(line, flush=True), reply_tokens=args.max_output_tokens or None,
+                   keep=args.keep)
     took = time.monotonic() - started
     print(f"\n{len(runs)} runs in {took / 60:.1f} min on {os.cpu_count()} cores ({platform.machine()}), "
           f"{time.strftime('%Y-%m-%d')}\n")

@@ -92,6 +92,7 @@ def test_function_tags_with_the_call_in_attributes_inside_tools_tags():
 def test_a_call_in_doubled_braces_as_qwen_wrote_it_after_empty_tools_tags():
     text = '<tools></tools>\n\n{{"name": "list_dir", "arguments": {"path": "."}}}'
     assert calls(text) == ([("list_dir", {"path": "."})], "<tools></tools>")
+    assert calls('<{{"name": "read_file", "arguments": {"path": "a.txt"}}}>')[0] == [("read_file", {"path": "a.txt"})]
 
 
 def test_a_call_without_arguments_is_a_call_with_none():

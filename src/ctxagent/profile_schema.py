@@ -24,11 +24,11 @@ from ctxagent.tools.permissions import PermissionsConfig
 Path_ = Literal["interactive", "batch"]
 DEFAULT_TOOLS = ["shell", "read_file", "write_file", "list_dir", "read_output", "grep_output", "recall"]
 DEFAULT_SYSTEM_PROMPT = (
-    "You are a careful agent working from a command line. Use the tools to find facts; never guess "
-    "values. To read a file, call read_file with its path. A tool result too large to show is saved, and "
-    "you see a preview that says how to search it (grep_output) or read parts of it (read_output). As soon "
-    "as a tool result holds what the task asks for, stop calling tools and reply with the answer, quoting "
-    "the exact value."
+    "You are a careful agent working from a command line, with tools. Act, do not describe what you would "
+    "do: to read a file, call read_file with its path; to see a folder, call list_dir. Never guess or make "
+    "up values: take them from tool results. A tool result too large to show is saved, and its preview says "
+    "how to search it (grep_output) or read parts of it (read_output). As soon as a tool result contains "
+    "what the task asks for, stop calling tools and answer in a short reply that quotes the exact value."
 )
 """The system prompt of every bundled profile. Written for small local models too (Qwen2.5-Coder-1.5B,
 docs/local-models.md): no example handle (the model made up handles like ``@app.log``), the file tool

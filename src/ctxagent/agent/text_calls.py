@@ -195,8 +195,8 @@ def _bare(text: str, lenient: bool) -> Iterator[_Block]:
         line_start = text.rfind("\n", 0, start) + 1
         line_end = text.find("\n", end)
         line_end = len(text) if line_end < 0 else line_end
-        # stray braces around it count as blank: Qwen2.5-Coder-1.5B wrote {{"name": ...}} (its template's braces)
-        alone = not text[line_start:start].strip(" \t{") and not text[end:line_end].strip(" \t\r,}")
+        # stray braces around it count as blank: Qwen2.5-Coder-1.5B wrote {{"name": ...}} and <{{...}}>
+        alone = not text[line_start:start].strip(" \t{<") and not text[end:line_end].strip(" \t\r,}>")
         if alone or lenient:
             yield _Block(line_start if alone else start, line_end if alone else end, tuple(found))
 
