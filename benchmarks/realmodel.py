@@ -107,10 +107,11 @@ def run_task(task: realtasks.Task, profile: str, repeat: int, base_url: str, win
              timeout_s: float, reply_tokens: int | None = None) -> Run:
     """Run ``task`` under ``profile`` in a fresh folder: the first turn with ``run``, the others with
     ``resume``; then its check."""
-    work = folder / f"{task.name}-{profile}-{repeat}"
+    label = Path(profile).stem if profile.endswith((".yaml", ".yml")) else profile  # a profile file's name
+    work = folder / f"{task.name}-{label}-{repeat}"
     work.mkdir(parents=True)
     task.setup(work)
-    session = f"{task.name}-{profile}-{repeat}".replace(".", "_")
+    session = f"{task.name}-{label}-{repeat}".replace(".", "_")
     common = ["--json", "--session", session, "--timeout", f"{timeout_s:g}", "--no-lessons"]
     if reply_tokens:
         common += ["--max-output-tokens", str(reply_tokens)]

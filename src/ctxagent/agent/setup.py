@@ -408,21 +408,28 @@ def _check_delegate(profile: Profile) -> None:
         raise UsageError(f"delegate.model {model}: the script does not exist")
 
 
+PREVIEW_MIN_CHARS = 200  # the smallest preview.max_chars a profile may set
+
+
 def offload_policy(profile: Profile, model_name: str, *, window: int | None = None) -> OffloadPolicy:
     """The profile's offload settings (tool-result limit in tokens, preview lines and characters).
 
     The limit (tokens) is the smaller of ``tool_result_limit`` and ``tool_result_fraction`` of the
     context window, so a result that would crowd a small window out is offloaded to a preview; the
-    offloader then subtracts the envelope overhead. ``window``: the session's context window in
-    tokens; None takes the profile's ``context_window`` (and no window cap when it sets none).
+    offloader then subtracts the envelope overhead. The preview's characters are at most a quarter of
+    the window's tokens (1,024 characters, ~7% of a 4,096-token window; no change from 16K up): with
+    the 4,000-character default, a 2 MB log's preview was a quarter of a 4K window, and a 1.5B model
+    answered with a value from its lines instead of searching the output (docs/local-models.md).
+    ``window``: the session's context window in tokens; None takes the profile's ``context_window``
+    (and no window cap when it sets none).
     """
     window = window or profile.context_window
-    limit = profile.tool_result_limit
+    limit, max_chars = profile.tool_result_limit, profile.preview.max_chars
     if window:
         limit = min(limit, int(window * profile.tool_result_fraction))
+        max_chars = min(max_chars, max(PREVIEW_MIN_CHARS, window // 4))
     return OffloadPolicy(limit_tokens=limit, head_lines=profile.preview.head_lines,
-                         tail_lines=profile.preview.tail_lines, max_chars=profile.preview.max_chars,
-                         model=model_name)
+                         tail_lines=profile.preview.tail_lines, max_chars=max_chars, model=model_name)
 
 
 def summarizer_factory(profile: Profile, settings: Settings, done: int) -> Callable[[], Model] | None:
