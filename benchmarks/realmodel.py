@@ -36,6 +36,7 @@ import io
 import json
 import os
 import platform
+import signal
 import statistics
 import sys
 import tempfile
@@ -305,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     if reason := missing():
         print(f"cannot run: {reason}", file=sys.stderr)
         return 2
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the server is stopped on the way out
     started = time.monotonic()
     runs = run_all(chosen, profiles, args.repeat, timeout_s=args.timeout, nice=args.nice, threads=args.threads,
                    say=lambda line: print(line, flush=True), reply_tokens=args.max_output_tokens or None,

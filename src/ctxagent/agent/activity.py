@@ -211,8 +211,8 @@ def _use_it(handle: str, in_view: bool, saved: bool) -> str:
     if in_view and saved:
         return (f"If what you see of it does not hold what you need, search the whole of it with "
                 f"grep_output('{handle}', pattern).")
-    if in_view:
-        return f"If it holds what you need, answer from it now; read_output('{handle}') shows it again."
+    if in_view:  # no read_output hint: the 1.5B model then called read_output on this note's handle, with
+        return "If it holds what you need, answer from it now."  # the earlier call's line numbers
     return f"read_output('{handle}') shows it again."
 
 
