@@ -175,3 +175,25 @@ def test_the_tool_schemas_share_of_a_small_window_is_said_at_the_start(fake_open
     assert len(shown) == 1 and "of the 4,096-token window" in shown[0] and "tools list" in shown[0]
     schemas = json.dumps(server.requests[0]["tools"])
     assert len(schemas) > 1000  # what the note is about: sent with every request
+
+
+# -- empty replies
+
+
+def test_two_empty_replies_after_a_tool_result_get_one_nudge_then_the_answer(fake_openai, workdir):
+    server = fake_openai([{"content": FENCED_READ}, {"content": ""}, {"content": ""},
+                          {"content": "The launch code is TANGO-42."}], info=PROPS)
+    out = run(server, workdir, "--session", "e", "Read notes.txt and give the launch code.")
+    assert (out.exit_code, result_of(out)["answer"]) == (0, "The launch code is TANGO-42."), out.stdout
+    nudge = server.requests[3]["messages"][-1]
+    assert nudge["role"] == "user" and "Your last reply was empty" in nudge["content"]
+    assert server.requests[2]["messages"] == server.requests[1]["messages"]  # the backend's own retry first
+    assert pair_violations(server.requests[3]["messages"]) == []
+    assert any(w.startswith("empty reply:") for w in result_of(out)["warnings"])
+
+
+def test_empty_replies_after_the_nudge_end_the_run_as_before(fake_openai, workdir):
+    server = fake_openai([{"content": FENCED_READ}] + [{"content": ""}] * 4, info=PROPS)
+    out = run(server, workdir, "--session", "e2", "Read notes.txt and give the launch code.")
+    assert out.exit_code == 4 and "incomplete reply" in result_of(out)["error"], out.stdout
+    assert len(server.requests) == 5  # call, empty twice, the nudge, empty twice: never a second nudge

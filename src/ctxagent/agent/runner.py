@@ -29,6 +29,7 @@ from ctxagent.agent.context import (
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, Warned
 from ctxagent.agent.model import Model, Reply
 from ctxagent.agent.model_types import price_of
+from ctxagent.agent.replies import empty_reply
 from ctxagent.agent.sinks import MemorySink, Sink, TranscriptSink
 from ctxagent.agent.state import SessionState
 from ctxagent.agent.text_calls import read_calls
@@ -66,6 +67,10 @@ if TYPE_CHECKING:
     from ctxagent.lessons.hooks import Learner
 
 MAX_RECOVERIES = 2  # emergency compactions per turn after a provider "context too long"
+EMPTY_REPLY_NUDGE = ("[ctxagent] Your last reply was empty. Reply now: answer the task from the tool results above, "
+                     "quoting the exact value, or call a tool.")
+"""The user message a run sends once after two empty replies in a row (agent/replies.py ``empty_reply``):
+Qwen2.5-Coder-1.5B often replies with nothing after a tool result, and the same request gets nothing again."""
 SUMMARIZER_SYSTEM = "You compress an agent's working transcript. Follow the instructions in the user message exactly."
 CHECKPOINT_ON_STOP = CheckpointStep(trigger=0, target=0.01, llm=False, keep_turns=1)
 """The checkpoint a budget stop writes: the history before the last unit, deterministic (no LLM call)."""
@@ -361,6 +366,7 @@ class Runner(ToolCalls):
         before = self.last_request()
         view = yield from self._build([*self.profile.pipeline(self.path), *escalation], budget)
         sent: list[list[Message]] = []
+        nudged = False
         for attempt in range(MAX_RECOVERIES + 1):
             messages = [e.message for e in view]
             if messages in sent:
@@ -391,6 +397,13 @@ class Runner(ToolCalls):
                         f"the provider says the context is too long ({err}) and emergency compaction cannot "
                         f"make it smaller than {budget.total(view)} tokens; largest parts: {largest_parts(view)}"
                     ) from err
+            except ProviderError as err:  # twice nothing: asked once more, saying so (small local models do it)
+                if nudged or attempt == MAX_RECOVERIES or not empty_reply(err):
+                    raise
+                nudged = True
+                yield self._warn("empty reply", f"{err}; asking the model once more to answer or call a tool")
+                self._append(self._message({"role": "user", "content": EMPTY_REPLY_NUDGE}, turn))
+                view = yield from self._build([*self.profile.pipeline(self.path), *escalation], budget)
         reply = read_calls(reply, self.profile.text_tool_calls, self.tool_specs)  # calls written as text
         reply = with_call_ids(reply, self.state.next_seq, self.state.call_ids)
         self._record_reply(reply, view, turn)
