@@ -254,7 +254,7 @@ def _table(head: list[str], rows: list[list[str]], markdown: bool) -> str:
 
 def run_all(tasks: Sequence[realtasks.Task], profiles: Sequence[str], repeat: int, *, timeout_s: float, nice: int,
             threads: int | None, say: Callable[[str], None], reply_tokens: int | None = None,
-            keep: Path | None = None) -> list[Run]:
+            keep: Path | None = None, server_args: tuple[str, ...] = ()) -> list[Run]:
     """Every task under every profile ``repeat`` times, one server per window; runs of one profile
     follow each other, so the server's prompt cache keeps the system prompt and tool schemas.
     ``keep``: a folder that keeps the runs' files, sessions and server logs (default: a temporary one)."""
@@ -268,7 +268,8 @@ def run_all(tasks: Sequence[realtasks.Task], profiles: Sequence[str], repeat: in
         folder = keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ctxagent-realmodel-")))
         os.environ["CTXAGENT_DATA_DIR"] = str(folder / "data")  # sessions of this benchmark only
         for window, group in sorted(by_window.items()):
-            with LlamaServer(window, nice=nice, threads=threads, log=folder / f"server-{window}.log") as server:
+            with LlamaServer(window, nice=nice, threads=threads, log=folder / f"server-{window}.log",
+                             extra=server_args) as server:
                 for profile in profiles:
                     for n in range(repeat):
                         for task in group:
@@ -295,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"results JSON (default {RESULTS})")
     parser.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     parser.add_argument("--keep", type=Path, help="keep the runs' folders, sessions and server logs here")
+    parser.add_argument("--server-args", default="", help="more llama-server arguments, e.g. '--temp 0.2'")
     parser.add_argument("--list", action="store_true", help="list the tasks and exit")
     args = parser.parse_args(argv)
     if args.list:
@@ -310,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     runs = run_all(chosen, profiles, args.repeat, timeout_s=args.timeout, nice=args.nice, threads=args.threads,
                    say=lambda line: print(line, flush=True), reply_tokens=args.max_output_tokens or None,
-                   keep=args.keep)
+                   keep=args.keep, server_args=tuple(args.server_args.split()))
     took = time.monotonic() - started
     print(f"\n{len(runs)} runs in {took / 60:.1f} min on {os.cpu_count()} cores ({platform.machine()}), "
           f"{time.strftime('%Y-%m-%d')}\n")

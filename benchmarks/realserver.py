@@ -172,15 +172,17 @@ def free_port() -> int:
 class LlamaServer:
     """``llama-server`` with the model on 127.0.0.1, a free port, ``ctx`` tokens of window, one slot,
     the model's own chat template (``--jinja``), prompt cache on (the server's default), ``threads``
-    CPU threads (default: all), under ``nice`` when ``nice`` is set. Use as a context manager:
+    CPU threads (default: all), under ``nice`` when ``nice`` is set, with ``extra`` arguments (the
+    server's own defaults otherwise: sampling temperature 0.8). Use as a context manager:
     ``base_url`` is the OpenAI base (``http://127.0.0.1:PORT/v1``); ``log`` the server's output file.
 
     Raises ``RuntimeError`` when the server or model is missing, or the server does not come up
     within ``start_timeout_s``."""
 
     def __init__(self, ctx: int = 4096, *, threads: int | None = None, nice: int = 0, log: Path | None = None,
-                 start_timeout_s: float = 120.0):
+                 start_timeout_s: float = 120.0, extra: tuple[str, ...] = ()):
         self.ctx, self.threads, self.nice, self.start_timeout_s = ctx, threads, nice, start_timeout_s
+        self.extra = extra  # more llama-server arguments (--temp 0.2, ...)
         self.port = free_port()
         self.log = log or Path(tempfile.gettempdir()) / f"llama-server-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -195,7 +197,7 @@ class LlamaServer:
             raise RuntimeError(missing() or "")
         command = [str(server), "-m", str(model), "--jinja", "-c", str(self.ctx), "-np", "1",
                    "-t", str(self.threads or os.cpu_count() or 2), "--host", "127.0.0.1", "--port", str(self.port),
-                   "--alias", SERVER_ALIAS]
+                   "--alias", SERVER_ALIAS, *self.extra]
         if self.nice:
             command = ["nice", "-n", str(self.nice), *command]
         with self.log.open("wb") as out:

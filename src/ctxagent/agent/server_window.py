@@ -156,6 +156,7 @@ class _Client:
             with urllib.request.urlopen(request, timeout=min(self.timeout_s, left)) as response:
                 raw = response.read(MAX_BODY_BYTES + 1)
         except urllib.error.HTTPError as err:
+            err.close()  # it holds the response, and with it the connection
             self.log.append(f"{method} {url}: HTTP {err.code}")
             return None
         except (urllib.error.URLError, OSError, ValueError) as err:  # refused, timed out, bad URL
