@@ -129,8 +129,11 @@ CALC_TEST = ("from calc import add, double\n\nassert add(2, 3) == 5, add(2, 3)\n
 
 
 def calc_fixed(_answer: str, folder: Path) -> bool:
-    """The task's own test passes in the folder (run with this Python)."""
-    done = subprocess.run([sys.executable, "test_calc.py"], cwd=folder, capture_output=True, text=True, timeout=60)
+    """The task's own test passes in the folder (run with this Python, no bytecode: a ``calc.py``
+    edited within the second of an earlier run, at the same size, would be read from a stale .pyc)."""
+    shutil.rmtree(folder / "__pycache__", ignore_errors=True)
+    done = subprocess.run([sys.executable, "-B", "test_calc.py"], cwd=folder, capture_output=True, text=True,
+                          timeout=60)
     return done.returncode == 0
 
 
