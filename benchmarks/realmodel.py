@@ -17,7 +17,9 @@ is sent (BUDGET), which is where an unmanaged agent fails.
 
 Every run gets ``--max-output-tokens 256`` (``--max-output-tokens`` changes it; 0 leaves each
 profile's reserve): a tool call or an answer takes tens of tokens, and a 1.5B model that rambles
-writes until the limit at a few tokens a second (512 tokens took over two minutes).
+writes until the limit at a few tokens a second (512 tokens took over two minutes). And every turn
+gets ``--max-turns 10`` (``--max-turns``): a task needs a few calls, and the model once read a 2 MB
+log one line per call, which only the profile's 30 would have ended.
 
     python -m benchmarks.realmodel                                   # every task, 4 profiles, --repeat 2
     python -m benchmarks.realmodel --tasks notes,log-error-id --profiles default --repeat 1
@@ -105,7 +107,7 @@ def _cli(args: list[str]) -> tuple[int, dict[str, Any]]:
 
 
 def run_task(task: realtasks.Task, profile: str, repeat: int, base_url: str, window: int, folder: Path,
-             timeout_s: float, reply_tokens: int | None = None) -> Run:
+             timeout_s: float, reply_tokens: int | None = None, max_turns: int = 10) -> Run:
     """Run ``task`` under ``profile`` in a fresh folder: the first turn with ``run``, the others with
     ``resume``; then its check."""
     label = Path(profile).stem if profile.endswith((".yaml", ".yml")) else profile  # a profile file's name
@@ -113,7 +115,8 @@ def run_task(task: realtasks.Task, profile: str, repeat: int, base_url: str, win
     work.mkdir(parents=True)
     task.setup(work)
     session = f"{task.name}-{label}-{repeat}".replace(".", "_")
-    common = ["--json", "--session", session, "--timeout", f"{timeout_s:g}", "--no-lessons"]
+    common = ["--json", "--session", session, "--timeout", f"{timeout_s:g}", "--no-lessons", "--max-turns",
+              str(max_turns)]
     if reply_tokens:
         common += ["--max-output-tokens", str(reply_tokens)]
     if task.allow:
@@ -254,7 +257,7 @@ def _table(head: list[str], rows: list[list[str]], markdown: bool) -> str:
 
 def run_all(tasks: Sequence[realtasks.Task], profiles: Sequence[str], repeat: int, *, timeout_s: float, nice: int,
             threads: int | None, say: Callable[[str], None], reply_tokens: int | None = None,
-            keep: Path | None = None, server_args: tuple[str, ...] = ()) -> list[Run]:
+            keep: Path | None = None, server_args: tuple[str, ...] = (), max_turns: int = 10) -> list[Run]:
     """Every task under every profile ``repeat`` times, one server per window; runs of one profile
     follow each other, so the server's prompt cache keeps the system prompt and tool schemas.
     ``keep``: a folder that keeps the runs' files, sessions and server logs (default: a temporary one)."""
@@ -274,7 +277,7 @@ def run_all(tasks: Sequence[realtasks.Task], profiles: Sequence[str], repeat: in
                     for n in range(repeat):
                         for task in group:
                             run = run_task(task, profile, n, server.base_url, window, folder, timeout_s,
-                                           reply_tokens)
+                                           reply_tokens, max_turns)
                             runs.append(run)
                             say(f"{task.name:<18} {profile:<13} #{n}  {'ok  ' if run.success else 'FAIL'} "
                                 f"{run.status:<17} {run.requests} req {run.prompt_tokens:>6} prompt "
@@ -291,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds one model request may take (default 600)")
     parser.add_argument("--max-output-tokens", type=int, default=256,
                         help="each reply's reserve and max_tokens, for every profile (default 256; 0: the profiles')")
+    parser.add_argument("--max-turns", type=int, default=10,
+                        help="model calls per run of a turn (default 10: a task takes a few)")
     parser.add_argument("--nice", type=int, default=0, help="run the server under nice -n N")
     parser.add_argument("--threads", type=int, help="the server's CPU threads (default: all cores)")
     parser.add_argument("--out", type=Path, default=RESULTS, help=f"results JSON (default {RESULTS})")
@@ -312,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     runs = run_all(chosen, profiles, args.repeat, timeout_s=args.timeout, nice=args.nice, threads=args.threads,
                    say=lambda line: print(line, flush=True), reply_tokens=args.max_output_tokens or None,
-                   keep=args.keep, server_args=tuple(args.server_args.split()))
+                   keep=args.keep, server_args=tuple(args.server_args.split()), max_turns=args.max_turns)
     took = time.monotonic() - started
     print(f"\n{len(runs)} runs in {took / 60:.1f} min on {os.cpu_count()} cores ({platform.machine()}), "
           f"{time.strftime('%Y-%m-%d')}\n")
