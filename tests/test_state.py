@@ -173,7 +173,8 @@ def test_live_and_resumed_requests_are_the_same_and_extend_each_other(tmp_path_f
     if data is None:
         turns, call_ids, sizes = 16, ["call_1"] * 16, [41, 5, 7, 41, 3, 120, 41, 8, 8, 41, 8, 7, 41, 8, 8, 41]
         pins = [n in (1, 5) for n in range(16)]
-        stops, windows, texted = [3, 3], [3_000, 1_600, 3_200], None  # (PlanModel under-reports: no longer calibrated down)
+        # (PlanModel under-reports: no longer calibrated down)
+        stops, windows, texted = [3, 3], [3_000, 1_600, 3_200], None
     else:
         turns = data.draw(st.integers(3, 12))
         call_ids = data.draw(st.lists(ids, min_size=turns, max_size=turns))
