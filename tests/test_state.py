@@ -22,6 +22,7 @@ import yaml
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
+from clihelp import FIXED_SYSTEM_PROMPT
 from ctxagent.agent.model import Reply, ToolCall, Usage
 from ctxagent.agent.peek import next_request
 from ctxagent.agent.setup import open_runner
@@ -91,15 +92,10 @@ def make_plan(draw_ids: list[str], sizes: list[int], pins: list[bool], texted: l
     return replies
 
 
-SYSTEM = ("You are a careful agent working from a command line. Use the tools to find facts; do not guess values. "
-          "Large tool outputs are saved to files and shown as a preview with a handle (like @abc123): read or search "
-          "them with read_output and grep_output. When you are done, reply with the final answer and no tool call.")
-
-
 def write_profile(path: Path, window: int, name: str) -> str:
     data = {"context_window": window, "max_output_tokens": 200, "margin_tokens": 50, "tool_result_limit": 600,
             "max_turns": 100, "tools": ["read_output", "grep_output", "pin"], "loop_guard": 0, "thrash_turns": 0,
-            "system_prompt": SYSTEM,  # the fixed session below is sized to it: not the default's, which may change
+            "system_prompt": FIXED_SYSTEM_PROMPT,  # the fixed session below is sized to it
             "permissions": {"kinds": {"exec": "allow", "write": "allow"}},
             "pipelines": {"batch": [{"strategy": "prune", "trigger": 0}, {"strategy": "mask_observations",
                                     "trigger": 0, "keep": 3, "keep_tokens": 0.2},
