@@ -296,12 +296,12 @@ def run_peers(runner: Runner, s: Setup, wanted: Any, step: Any) -> None:
         label = f"LC context editing (ClearToolUses {trigger // 1000}K, keep 3)"
         if step(label):
             runner.run(peers.ClearToolUses(label, raw, window=s.window, trigger=trigger,
-                                              max_output=s.profile.max_output_tokens), "peer", s)
+                                              max_output=s.profile.reply_tokens(s.window)), "peer", s)
         label = f"LC context editing + offload at {limit // 1000}K (ClearToolUses {trigger // 1000}K, keep 3)"
         if step(label):
             off = runner.offloaded(s)
             runner.run(peers.ClearToolUses(label, off.messages, window=s.window, trigger=trigger,
-                                           max_output=s.profile.max_output_tokens, outputs=off.outputs), "peer", s)
+                                           max_output=s.profile.reply_tokens(s.window), outputs=off.outputs), "peer", s)
     if have["deepagents"]:
         for label, summarize, evict in (("deepagents (eviction + summarization)", True, 20_000),
                                         ("deepagents (eviction only)", False, 20_000),
@@ -310,8 +310,9 @@ def run_peers(runner: Runner, s: Setup, wanted: Any, step: Any) -> None:
             if "at" in label.split()[1] and limit == 20_000:
                 continue  # the same as the defaults
             if step(label):
+                reply = s.profile.reply_tokens(s.window)
                 runner.run(peers.DeepAgents(label, raw, window=s.window, root=runner.fresh(label), evict_tokens=evict,
-                                            summarize=summarize, max_output=s.profile.max_output_tokens), "peer", s)
+                                            summarize=summarize, max_output=reply), "peer", s)
 
 
 # --- workload 4 -----------------------------------------------------------------------------------

@@ -51,6 +51,26 @@ def pytest_configure(config: pytest.Config) -> None:
         tempfile.tempdir = None  # computed again from TMPDIR
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--realmodel", action="store_true",
+                     help="run the tests marked realmodel (a real llama-server and model; minutes each)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``realmodel`` are skipped, with the reason, unless ``--realmodel`` is given and
+    the server and model are found (benchmarks/realserver.py): the suite needs neither."""
+    marked = [item for item in items if item.get_closest_marker("realmodel")]
+    if not marked:
+        return
+    from benchmarks.realserver import missing
+
+    reason = missing() if config.getoption("--realmodel") else \
+        "a real-model test (minutes on CPU): runs with pytest --realmodel"
+    if reason:
+        for item in marked:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 @pytest.fixture(autouse=True)
 def _no_real_model_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Make every model call except to 127.0.0.1 fail fast, and keep data in a temporary directory.

@@ -284,10 +284,12 @@ def test_a_profile_that_cuts_early_still_runs_in_a_small_window():
     profile = load_profile("default")
     big = make_budget(profile, 32_000, 900)
     assert (big.target, big.trigger) == (profile.target, profile.trigger) == (0.3, 0.55)
-    small = make_budget(profile, 9_000, 900)
-    needed = (profile.max_output_tokens + profile.margin_tokens + 900) / 9_000 + 0.15
+    small = make_budget(profile, 9_000, 900, output_tokens=4096)  # the fixed reserve before issue 32
+    needed = (4096 + profile.margin_tokens + 900) / 9_000 + 0.15
     assert small.trigger == round(needed, 4) and round(small.trigger - small.target, 4) == 0.25
-    tiny = make_budget(profile, 6_000, 900)
+    sized = make_budget(profile, 9_000, 900)  # the reserve sized to the window (1,125 tokens) leaves room enough
+    assert (sized.target, sized.trigger) == (0.3, 0.55)
+    tiny = make_budget(profile, 6_000, 900, output_tokens=4096)
     assert tiny.trigger == 0.9 and tiny.target == 0.65  # never past 90%
     assert make_budget(load_profile("minimal"), 9_000, 900).trigger == 0.8  # room enough: unchanged
 

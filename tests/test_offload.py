@@ -155,7 +155,8 @@ def test_large_spool_is_adopted_without_copy(store: OutputStore) -> None:
     assert record.sha256 == hashlib.sha256(data).hexdigest()
     assert record.lines == 300_000
     assert content.startswith("exit code: 2\nrow 0\n")
-    assert content.endswith(f"grep_output(\"{record.handle}\", pattern)]")
+    assert f"search it with grep_output(\"{record.handle}\", pattern)" in content
+    assert content.endswith(f"pass \"{record.handle}\" as a tool argument to use the whole text]")
 
 
 def test_non_utf8_spool_is_offloaded(store: OutputStore) -> None:

@@ -212,6 +212,7 @@ def test_a_task_refused_before_the_first_request_left_no_end_record(tmp_path):
     model = script(tmp_path / "s.yaml", [{"content": "one"}])
     out = ctxagent("run", "--batch", "--session", "tiny", "--profile", str(profile), "--model", model, "x")
     assert out.returncode == 5, out.stderr
-    assert [r["kind"] for r in records("tiny")] == ["session", "end"]
+    kinds = [r["kind"] for r in records("tiny") if r["kind"] != "note"]  # a note: the tool schemas' share
+    assert kinds == ["session", "end"]
     listed = [json.loads(line) for line in ctxagent("sessions", "list", "--json").stdout.splitlines()]
     assert [s["status"] for s in listed if s["name"] == "tiny"] == ["context_overflow"]

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clihelp import FIXED_SYSTEM_PROMPT
 from ctxagent.agent.setup import open_runner
 from ctxagent.errors import LimitReached
 from ctxagent.profile import bundled_names, load_profile
@@ -37,6 +38,7 @@ def profile_file(tmp_path: Path, name: str) -> str:
     data = bundled.model_dump(mode="json", exclude_defaults=True)
     data["pipelines"] = {path: [{"strategy": step.strategy, **step.model_dump(mode="json", exclude_defaults=True)}
                                 for step in steps] for path, steps in bundled.pipelines.items()}
+    data["system_prompt"] = FIXED_SYSTEM_PROMPT  # where the summaries fall is sized to it
     data.update(context_window=7_000, max_output_tokens=300, margin_tokens=50, tool_result_limit=900,
                 max_turns=100, summarizer={"model": f"scripted:{tmp_path / 'summaries.yaml'}", "max_tokens": 300})
     for steps in data["pipelines"].values():  # masking alone would keep this small window under the trigger

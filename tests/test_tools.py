@@ -457,7 +457,8 @@ def test_large_tool_output_is_offloaded_and_readable_back(toolset: Toolset) -> N
     assert outcome.output is not None and outcome.output.lines == 100_000
     assert outcome.content.startswith("exit code: 0\n1\n2\n")
     handle = outcome.output.handle
-    assert f'grep_output("{handle}", pattern)]' in outcome.content
+    assert ("only its first and last lines are shown above: to find something in it, search it with "
+            f'grep_output("{handle}", pattern)') in outcome.content
     back = call(toolset, "read_output", handle=handle, start_line=99_999, end_line=100_000)
     assert back.content == f"{handle} lines 99,999-100,000:\n99999: 99999\n100000: 100000"
     found = call(toolset, "grep_output", handle=handle, pattern="^4242$")

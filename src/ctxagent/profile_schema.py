@@ -24,11 +24,15 @@ from ctxagent.tools.permissions import PermissionsConfig
 Path_ = Literal["interactive", "batch"]
 DEFAULT_TOOLS = ["shell", "read_file", "write_file", "list_dir", "read_output", "grep_output", "recall"]
 DEFAULT_SYSTEM_PROMPT = (
-    "You are a careful agent working from a command line. Use the tools to find facts; do not "
-    "guess values. Large tool outputs are saved to files and shown as a preview with a handle "
-    "(like @abc123): read or search them with read_output and grep_output. When you are done, "
-    "reply with the final answer and no tool call."
+    "You are a careful agent working from a command line, with tools. Act, do not describe what you would "
+    "do: to read a file, call read_file with its path; to see a folder, call list_dir. Never guess or make "
+    "up values: take them from tool results. A tool result too large to show is saved, and its preview says "
+    "how to search it (grep_output) or read parts of it (read_output). As soon as a tool result contains "
+    "what the task asks for, stop calling tools and answer in a short reply that quotes the exact value."
 )
+"""The system prompt of every bundled profile. Written for small local models too (Qwen2.5-Coder-1.5B,
+docs/local-models.md): no example handle (the model made up handles like ``@app.log``), the file tool
+named, and when to stop (told only "when you are done", it kept calling tools or replied with nothing)."""
 MIN_GAP = 0.15
 """Smallest ``trigger - target`` (fractions of the window) a profile or a pipeline step may have.
 
@@ -39,6 +43,22 @@ roughly 400-1,200 tokens and a tool result 2-8K in bursts (DESIGN.md, "Knowledge
 in 8 steps, each paying its cost (a summary call, a broken prompt cache) for nothing. 0.15 is 4.8K
 tokens on a 32K window (4-12 ordinary turns) and 19K on 128K; every bundled profile keeps 0.25 or more.
 """
+
+
+REPLY_SHARE = 0.125
+"""Share of the context window reserved for the reply when the profile sets no ``max_output_tokens``."""
+REPLY_MAX_TOKENS = 4096
+"""The reserve of every window of 32K tokens and more (what the bundled profiles reserved before)."""
+REPLY_MIN_TOKENS = 256
+
+
+def reply_reserve(window: int) -> int:
+    """Tokens reserved for the reply in a ``window``-token context when the profile does not say:
+    an eighth of the window, between 256 and 4,096 (4,096 from a 32K window up; 512 of a 4,096-token
+    window). A fixed 4,096 took more than the whole of a 4K window (with the margin); a small model on
+    a small window answers in tens of tokens, and a tool call rarely needs hundreds. An answer cut at
+    the reserve ends with ``finish_reason: "length"`` and names ``max_output_tokens``."""
+    return max(REPLY_MIN_TOKENS, min(REPLY_MAX_TOKENS, int(window * REPLY_SHARE)))
 
 
 class _Strict(BaseModel):
@@ -151,7 +171,8 @@ class Profile(_Strict):
     model: str = "openai/gpt-4o-mini"
     api_base: str | None = None
     context_window: int | None = Field(None, ge=256, description="tokens; None = litellm model info")
-    max_output_tokens: int = Field(4096, ge=1, description="tokens reserved for the reply")
+    max_output_tokens: int | None = Field(None, ge=1, description="tokens reserved for the reply; None: sized "
+                                          "to the window (reply_reserve)")
     margin_tokens: int = Field(256, ge=0, description="safety margin, tokens")
     tool_result_limit: int = Field(20_000, ge=100, description="largest tool result, tokens")
     # a tool result also gets at most this fraction of the context window (tokens), so that one
@@ -167,6 +188,9 @@ class Profile(_Strict):
     max_retry_wait_s: float = Field(60.0, ge=0, le=3600)
     # send tool_choice: "auto" with the tools (some OpenAI-compatible servers ignore tools without it)
     send_tool_choice: bool = True
+    # tool calls a model writes as text (small local models do): run as calls when the tool exists and the
+    # arguments validate (auto), whatever they name (always), or never (off); agent/text_calls.py
+    text_tool_calls: Literal["auto", "always", "off"] = "auto"
     tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLS))
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     pipelines: dict[Path_, list[Step]] = Field(default_factory=_truncate_everywhere)
@@ -203,6 +227,12 @@ class Profile(_Strict):
                 raise ValueError(f"MCP server name {name!r}: 1-32 letters, digits, '_' or '-', without '__'")
         return value
 
+    @field_validator("text_tool_calls", mode="before")
+    @classmethod
+    def _yaml_off_is_off(cls, value: object) -> object:
+        """YAML 1.1 reads a bare ``off`` as false (and ``on`` as true): false is ``off``, true ``auto``."""
+        return {False: "off", True: "auto"}.get(value, value) if isinstance(value, bool) else value
+
     @field_validator("loop_guard")
     @classmethod
     def _loop_guard_counts_repeats(cls, value: int) -> int:
@@ -215,6 +245,11 @@ class Profile(_Strict):
         if self.target >= self.trigger:
             raise ValueError(f"target ({self.target}) must be below trigger ({self.trigger})")
         return self
+
+    def reply_tokens(self, window: int, given: int | None = None) -> int:
+        """Tokens reserved for the reply (sent as ``max_tokens``): ``given`` (``--max-output-tokens``),
+        else ``max_output_tokens``, else :func:`reply_reserve` of the ``window`` (tokens)."""
+        return given or self.max_output_tokens or reply_reserve(window)
 
     def pipeline(self, path: Path_) -> list[StrategyConfig]:
         """The ordered strategies of ``path`` (``interactive`` or ``batch``)."""

@@ -128,7 +128,20 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(payload).encode(), headers=headers)
 
+    def _info(self, method: str) -> bool:
+        """Answer a request for one of the server's ``info`` routes; False when it is not one."""
+        route = self.path.split("?", 1)[0].rstrip("/")
+        fake = self.server.fake
+        with fake._lock:
+            fake.info_requests.append(f"{method} {route}")
+        if route not in fake.info:
+            return False
+        self._send_json(200, fake.info[route])
+        return True
+
     def do_GET(self) -> None:
+        if self._info("GET"):
+            return
         if self.path.rstrip("/") == "/v1/models":
             self._send_json(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
         else:
@@ -137,6 +150,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
+        if self.path.rstrip("/") != "/v1/chat/completions" and self._info("POST"):
+            return
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._send_json(404, error_body(f"no route POST {self.path}", type="not_found_error"))
             return
@@ -209,16 +224,22 @@ class FakeOpenAI:
     ``routes`` maps a text to its own script: a request whose first user message contains the text
     is answered from that script (in order) instead of the main one, so agents that run at the same
     time (sub-agents) each get their own replies whatever order their requests arrive in.
+    ``info`` maps a path (``/props``, ``/api/show``, ``/v1/models``) to the JSON object a ``GET`` (or
+    ``POST``) of it answers, as a llama.cpp, Ollama, vLLM or LM Studio server would; every request
+    other than a chat completion is listed in ``info_requests`` (``"GET /props"``).
     """
 
     def __init__(self, replies: Iterable[Item] = (), *, check_pairs: bool = True,
-                 require_reasoning_content: bool = False, routes: dict[str, list[Item]] | None = None):
+                 require_reasoning_content: bool = False, routes: dict[str, list[Item]] | None = None,
+                 info: dict[str, Any] | None = None):
         self.script: list[Item] = [checked_item(item) for item in replies]
         self.routes = {key: [checked_item(item) for item in items] for key, items in (routes or {}).items()}
         self._routed = dict.fromkeys(self.routes, 0)
         self.check_pairs = check_pairs
         self.require_reasoning_content = require_reasoning_content
         self.requests: list[dict[str, Any]] = []
+        self.info = {path.rstrip("/"): body for path, body in (info or {}).items()}
+        self.info_requests: list[str] = []
         self.rejected: list[dict[str, Any]] = []
         self.served = 0
         self.cached: list[int] = []
@@ -288,6 +309,7 @@ class FakeOpenAI:
         with self._lock:
             self.script, self.served = checked, 0
             self.requests.clear()
+            self.info_requests.clear()
             self.rejected.clear()
             self.cached.clear()
             self._prefixes.clear()

@@ -186,7 +186,7 @@ def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[
             handle, turn = earlier
             return (f"[ctxagent] the same {call.name} call ran at turn {turn}; its result is {handle} "
                     f"({'still in your context above' if handle in verbatim else 'stored'}) and cannot "
-                    f"have changed. read_output('{handle}') shows it again."), handle
+                    f"have changed. {_use_it(handle, handle in verbatim, handle in stored)}"), handle
         return None
     target = file_target(call, workdir) if may_repeat(call.name) else None
     if target is None:
@@ -200,7 +200,20 @@ def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[
     where = "is still in your context above" if read.handle in verbatim else "is stored"
     return (f"[ctxagent] {path.name} is unchanged since you read it at turn {read.turn} "
             f"(sha256:{read.sha256[:HASH_SHOWN]}); that result, {read.handle}, {where}. "
-            f"read_output('{read.handle}') shows it again."), read.handle
+            f"{_use_it(read.handle, read.handle in verbatim, read.handle in stored)}"), read.handle
+
+
+def _use_it(handle: str, in_view: bool, saved: bool) -> str:
+    """What a repeat note tells the model to do. A result in view in full: answer from it (a small
+    model, Qwen2.5-Coder-1.5B, told only how to show it again, repeated the call or replied with
+    nothing); one in view and saved (an offloaded output's preview): search the saved whole (told to
+    answer, it answered from the preview's lines); one out of view: read it back."""
+    if in_view and saved:
+        return (f"If what you see of it does not hold what you need, search the whole of it with "
+                f"grep_output('{handle}', pattern).")
+    if in_view:  # no read_output hint: the 1.5B model then called read_output on this note's handle, with
+        return "If it holds what you need, answer from it now."  # the earlier call's line numbers
+    return f"read_output('{handle}') shows it again."
 
 
 def streak(signatures: Sequence[str], at: int, replies: Sequence[int] | None = None,

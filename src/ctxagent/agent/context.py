@@ -179,7 +179,7 @@ def check_protected(view: Sequence[Entry], budget: Budget) -> None:
             f"the protected part of the context alone (system prompt, pins, task, current message, "
             f"tool schemas {budget.tools} and reserve {budget.reserved}) needs {budget.total(keep)} tokens, "
             f"over the compaction trigger ({budget.trigger:.0%} of a {budget.window}-token window); "
-            "compaction cannot help: shorten the task or pins, or use a model with a larger window"
+            f"compaction cannot help: shorten the task or pins, {room(budget)}, or use a larger window"
         )
 
 
@@ -206,8 +206,16 @@ def check_budget(view: Sequence[Entry], budget: Budget) -> None:
     raise ContextOverflowError(
         f"the context needs {budget.total(view)} tokens but the window is {budget.window} "
         f"(tool schemas {budget.tools}, reserved for the reply and margin {budget.reserved}); "
-        f"largest parts: {largest_parts(view)}"
+        f"largest parts: {largest_parts(view)}; to make room: {room(budget)}"
     )
+
+
+def room(budget: Budget) -> str:
+    """The settings that free room in every request, for a "cannot fit" error: the reply reserve and
+    the tool schemas, with what each takes now (tokens)."""
+    return (f"lower max_output_tokens (the reply reserve and margin take {budget.reserved} tokens; the profile's "
+            f"max_output_tokens or --max-output-tokens N) or drop tools from the profile's tools list (their "
+            f"schemas take {budget.tools} tokens)")
 
 
 def largest_parts(view: Sequence[Entry], n: int = 3) -> str:

@@ -79,6 +79,8 @@ class Reply:
 
     ``extra`` holds provider fields kept on the assistant message as they came: the reasoning
     (:data:`REASONING_FIELDS`), which providers require back (NO LOSS; agent/replies.py).
+    ``written``: when the tool calls were read from the reply's text (agent/text_calls.py), that
+    text as the model wrote it (``content`` is then the text around the calls); else None.
     """
 
     content: str | None
@@ -86,6 +88,7 @@ class Reply:
     usage: Usage | None = None
     finish_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    written: str | None = None
 
     def message(self) -> Message:
         """The reply as an OpenAI-format assistant message, as it is stored and sent back.

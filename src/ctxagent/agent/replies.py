@@ -23,7 +23,8 @@ half-written record (nothing is recorded until a whole reply is read):
 - *no choices* (``"choices": []``), *a stream cut mid-reply* (the connection dropped, or the stream ended
   before a ``finish_reason``), *an empty reply* (no text, no tool calls, ``finish_reason`` not
   ``length``): :class:`IncompleteReply`, retried **once** (a transient server fault; a second one in a
-  row is reported: exit 4 "incomplete reply").
+  row is reported: exit 4 "incomplete reply"). The runner asks once more after two empty replies in a
+  row, with a user message that says the reply was empty (:func:`empty_reply`; agent/runner.py).
 - *an empty reply with* ``finish_reason: "length"``: the output limit was spent before any text or
   call (a reasoning model can spend it all thinking). Not retried: the same request with the same
   ``max_tokens`` is cut again. Exit 4 "reply cut at the output limit", naming ``max_output_tokens``.
@@ -59,10 +60,11 @@ class IncompleteReply(Exception):
     (False when the output limit was reached: the same request is cut again).
     """
 
-    def __init__(self, reason: str, *, retryable: bool = True):
+    def __init__(self, reason: str, *, retryable: bool = True, empty: bool = False):
         super().__init__(reason)
         self.reason = reason
         self.retryable = retryable
+        self.empty = empty  # the reply came whole and said nothing (not cut, not without choices)
 
 
 # ---------------------------------------------------------------- reading a reply
@@ -132,7 +134,13 @@ def _empty(reply: Reply, max_output_tokens: int | None) -> IncompleteReply:
         return IncompleteReply(f"the reply reached the output limit ({limit}) before any text or tool call"
                                f"{thought}; raise max_output_tokens in the profile", retryable=False)
     return IncompleteReply(f"the reply has neither text nor tool calls{thought} "
-                           f"(finish_reason {reply.finish_reason!r})")
+                           f"(finish_reason {reply.finish_reason!r})", empty=True)
+
+
+def empty_reply(err: BaseException) -> bool:
+    """Whether ``err`` (a ``ProviderError`` from a backend) was raised for a whole reply with neither
+    text nor tool calls (not one cut at the output limit, cut short or without choices)."""
+    return any(isinstance(e, IncompleteReply) and e.empty for e in exception_chain(err))
 
 
 def read_stream(stream: Iterable[Any], build: Callable[[list[Any]], Any]) -> Any:

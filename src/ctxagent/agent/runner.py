@@ -17,12 +17,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxagent.agent.budgets import Breaker, session_limits
-from ctxagent.agent.context import check_budget, check_protected, compaction_of, largest_parts, record_of, with_pins
+from ctxagent.agent.context import (
+    check_budget,
+    check_protected,
+    compaction_of,
+    largest_parts,
+    record_of,
+    room,
+    with_pins,
+)
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, Warned
 from ctxagent.agent.model import Model, Reply
 from ctxagent.agent.model_types import price_of
+from ctxagent.agent.replies import empty_reply
 from ctxagent.agent.sinks import MemorySink, Sink, TranscriptSink
 from ctxagent.agent.state import SessionState
+from ctxagent.agent.text_calls import read_calls
 from ctxagent.agent.tool_calls import CANCELLED, INTERRUPTED, Delegates, ToolCalls
 from ctxagent.agent.turns import (
     Peek,
@@ -57,6 +67,10 @@ if TYPE_CHECKING:
     from ctxagent.lessons.hooks import Learner
 
 MAX_RECOVERIES = 2  # emergency compactions per turn after a provider "context too long"
+EMPTY_REPLY_NUDGE = ("[ctxagent] Your last reply was empty. Reply now: answer the task from the tool results above, "
+                     "quoting the exact value, or call a tool.")
+"""The user message a run sends once after two empty replies in a row (agent/replies.py ``empty_reply``):
+Qwen2.5-Coder-1.5B often replies with nothing after a tool result, and the same request gets nothing again."""
 SUMMARIZER_SYSTEM = "You compress an agent's working transcript. Follow the instructions in the user message exactly."
 CHECKPOINT_ON_STOP = CheckpointStep(trigger=0, target=0.01, llm=False, keep_turns=1)
 """The checkpoint a budget stop writes: the history before the last unit, deterministic (no LLM call)."""
@@ -140,9 +154,16 @@ class Runner(ToolCalls):
             self._append(note)
 
     # -- the loop ----------------------------------------------------------------------------
+    @property
+    def output_tokens(self) -> int:
+        """Tokens reserved for each reply (``--max-output-tokens``, the profile's, or sized to the window)."""
+        assert self.state.settings is not None
+        return self.profile.reply_tokens(self.state.settings.context_window, self.state.settings.max_output_tokens)
+
     def budget(self) -> Budget:
         assert self.state.settings is not None
-        return make_budget(self.profile, self.state.settings.context_window, self.tool_tokens, self.state.scale)
+        return make_budget(self.profile, self.state.settings.context_window, self.tool_tokens, self.state.scale,
+                           self.output_tokens)
 
     def spend(self) -> dict[str, Any]:
         """``{"run": usage, "session": usage}`` (:meth:`Spend.as_json` shape) of the spend so far."""
@@ -345,6 +366,7 @@ class Runner(ToolCalls):
         before = self.last_request()
         view = yield from self._build([*self.profile.pipeline(self.path), *escalation], budget)
         sent: list[list[Message]] = []
+        nudged = False
         for attempt in range(MAX_RECOVERIES + 1):
             messages = [e.message for e in view]
             if messages in sent:
@@ -364,7 +386,8 @@ class Runner(ToolCalls):
                     raise ContextOverflowError(
                         f"the provider still says the context is too long after {MAX_RECOVERIES} "
                         f"emergency compactions ({err}); we estimated {budget.total(view)} tokens "
-                        f"for a {budget.window}-token window; largest parts: {largest_parts(view)}"
+                        f"for a {budget.window}-token window; largest parts: {largest_parts(view)}; to make room: "
+                        f"{room(budget)}"
                     ) from err
                 before_tokens = sum(e.tokens for e in view)
                 budget = replace(budget, scale=budget.scale * 1.25)  # this turn only: usage recalibrates
@@ -374,6 +397,14 @@ class Runner(ToolCalls):
                         f"the provider says the context is too long ({err}) and emergency compaction cannot "
                         f"make it smaller than {budget.total(view)} tokens; largest parts: {largest_parts(view)}"
                     ) from err
+            except ProviderError as err:  # twice nothing: asked once more, saying so (small local models do it)
+                if nudged or attempt == MAX_RECOVERIES or not empty_reply(err):
+                    raise
+                nudged = True
+                yield self._warn("empty reply", f"{err}; asking the model once more to answer or call a tool")
+                self._append(self._message({"role": "user", "content": EMPTY_REPLY_NUDGE}, turn))
+                view = yield from self._build([*self.profile.pipeline(self.path), *escalation], budget)
+        reply = read_calls(reply, self.profile.text_tool_calls, self.tool_specs)  # calls written as text
         reply = with_call_ids(reply, self.state.next_seq, self.state.call_ids)
         self._record_reply(reply, view, turn)
         yield from self._spend_warnings()
@@ -392,7 +423,7 @@ class Runner(ToolCalls):
         ``checkpoint`` strategy, deterministic: a breaker that trips must not spend) and stop:
         ``LimitReached`` (status ``budget``, exit 3; agent/budgets.py)."""
         yield from self._spend_warnings()
-        tokens, output = int(budget.estimate(view) * budget.scale + 0.5), self.profile.max_output_tokens
+        tokens, output = int(budget.estimate(view) * budget.scale + 0.5), self.output_tokens
         crossing = self.breaker.check(self.state, tokens, output, price_of(self.model, tokens, output))
         if crossing is not None:
             yield from self._build([CHECKPOINT_ON_STOP], budget)
@@ -403,7 +434,8 @@ class Runner(ToolCalls):
             yield self._warn("budget", text)
 
     def _record_reply(self, reply: Reply, view: list[Entry], turn: int) -> None:
-        items: list[Any] = [self._message(reply.message(), turn)]
+        written = {} if reply.written is None else {"written": reply.written}  # calls read from the text
+        items: list[Any] = [self._message(reply.message(), turn, **written)]
         if reply.usage is not None:
             items.append(usage_record(reply.usage, turn, self.model.name, self.budget().estimate(view)))
         self._append(*items)

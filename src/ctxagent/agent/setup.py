@@ -35,10 +35,14 @@ if TYPE_CHECKING:
 SCRIPTED_WINDOW = 128_000  # tokens: the window a scripted model has when the profile sets none
 
 
-def resolve_window(profile: Profile, model: str) -> int:
-    """The context window in tokens: the profile's, else litellm's model info.
+def resolve_window(profile: Profile, model: str, api_base: str | None = None,
+                   notes: list[str] | None = None) -> int:
+    """The context window in tokens: the profile's, else litellm's model info, else what the model's
+    server says (``api_base``, or Ollama's local default for ``ollama/`` models;
+    :mod:`ctxagent.agent.server_window`). Where a server said it, a line naming the request and the
+    field is appended to ``notes`` (the run records it).
 
-    Raises ``UsageError`` when neither knows it (an unmapped model with no ``context_window``).
+    Raises ``UsageError`` when none of them knows it (an unmapped model with no ``context_window``).
     """
     if profile.context_window:
         return profile.context_window
@@ -47,12 +51,23 @@ def resolve_window(profile: Profile, model: str) -> int:
     from ctxagent.agent.model_info import did_you_mean, model_window
 
     window = model_window(model)
-    if not window:
-        close = did_you_mean(model)
-        hint = f"; did you mean {' or '.join(close)}?" if close else ""
-        raise UsageError(f"litellm does not know the context window of {model!r}{hint} (for a model it does not "
-                         "know, pass --context-window N (tokens) or set context_window in the profile)")
-    return window
+    if window:
+        return window
+    fix = "pass --context-window N (tokens) or set context_window in the profile"
+    from ctxagent.agent.server_window import default_base, describe_missing, server_window
+
+    base = api_base or default_base(model)
+    if base:
+        found, asked = server_window(base, model)
+        if found is None:
+            raise UsageError(f"{describe_missing(model, base, asked)}; {fix}")
+        if notes is not None:
+            notes.append(f"{found.tokens:,} tokens, as the server says ({found.source})")
+        return found.tokens
+    close = did_you_mean(model)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    raise UsageError(f"litellm does not know the context window of {model!r}{hint} (for a model it does not "
+                     f"know, {fix}, or give the --api-base of the server that runs it)")
 
 
 def session_profile(settings: Settings) -> Profile:
@@ -131,7 +146,8 @@ def _profile_text(spec: str, profile: Profile) -> str | None:
 def wanted_settings(current: Settings | None, *, profile_spec: str | None, model_spec: str | None,
                     api_base: str | None, path: Path_, workdir: Path | None,
                     tools: Sequence[str], limits: Mapping[str, float | None] | None = None,
-                    context_window: int | None = None, mcp_config: str | None = None) -> tuple[Settings, Profile]:
+                    context_window: int | None = None, mcp_config: str | None = None,
+                    max_output_tokens: int | None = None, notes: list[str] | None = None) -> tuple[Settings, Profile]:
     """The settings a run asks for: the session's (``current``; None for a new session) with what
     the command line gives instead, and the profile they name. The context window is resolved
     again only when the profile or model changes (or the profile now sets one). ``limits``: session
@@ -141,6 +157,9 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
     resume keeps the last one, and refuses it (``UsageError``) when it changed on disk since. A
     profile file changed on disk since the session recorded it is replaced by the recorded copy,
     with a warning (:func:`session_profile`).
+    ``max_output_tokens`` (``--max-output-tokens``, tokens) wins over the profile's reply reserve and
+    is recorded; a resume keeps it. ``notes``: where the window came from when a server said it
+    (:func:`resolve_window`).
 
     Raises ``ProfileError`` / ``UsageError`` for a bad profile or a model whose window is unknown.
     """
@@ -148,10 +167,11 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
         spec = profile_spec or "default"
         profile = load_profile(spec)
         model = absolute_model(model_spec or profile.model)
-        window = context_window or resolve_window(profile, model)
+        window = context_window or resolve_window(profile, model, api_base or profile.api_base, notes)
         settings = Settings(model, _profile_ref(spec), window, path, api_base, str(workdir or Path.cwd()),
                             tuple(absolute_spec(t) for t in tools), _profile_text(spec, profile),
-                            tuple(sorted((limits or {}).items())), mcp_config, file_sha256(mcp_config))
+                            tuple(sorted((limits or {}).items())), mcp_config, file_sha256(mcp_config),
+                            max_output_tokens)
         return settings, profile
     profile = load_profile(profile_spec) if profile_spec else session_profile(current)
     ref = _profile_ref(profile_spec) if profile_spec else current.profile
@@ -160,7 +180,7 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
     if context_window:
         window = context_window
     elif ref != current.profile or model != current.model or (profile.context_window or window) != window:
-        window = resolve_window(profile, model)
+        window = resolve_window(profile, model, api_base or current.api_base or profile.api_base, notes)
     return Settings(
         model, ref, window, path, api_base or current.api_base,
         str(workdir) if workdir else current.workdir or str(Path.cwd()),
@@ -168,6 +188,7 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
         _profile_text(profile_spec, profile) if profile_spec else current.profile_text,
         tuple(sorted({**dict(current.limits), **(limits or {})}.items())),
         mcp_config or current.mcp_config, _mcp_digest(current, mcp_config),
+        max_output_tokens or current.max_output_tokens,
     ), profile
 
 
@@ -176,7 +197,7 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
                 tools: Sequence[str] = (), run_limits: Mapping[str, float] | None = None,
                 session_limits: Mapping[str, float | None] | None = None, context_window: int | None = None,
                 timeout_s: float | None = None, started: float | None = None, mcp_config: str | None = None,
-                lessons: bool = True, grants: Grants | None = None) -> Runner:
+                lessons: bool = True, grants: Grants | None = None, max_output_tokens: int | None = None) -> Runner:
     """A runner for ``session``: its records folded into a state (ONE STATE), then the header of
     a new session, or a ``settings`` record of what this run changes, appended and applied.
 
@@ -194,19 +215,24 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     ``--allow-all``, the prompt; tools/guard.py), given to the runner's guarded toolset; None grants
     nothing. Its ``allow`` names are checked against the tools (``UsageError``, nothing written),
     except a sub-agent's (``grants.rules`` set: its parent's, checked when the parent opened).
+    ``max_output_tokens`` (``--max-output-tokens``): the reply reserve in tokens, recorded.
     """
     state = open_state(session.transcript, repair=True)
+    window_before = state.settings.context_window if state.settings is not None else None
+    window_notes: list[str] = []
     settings, profile = wanted_settings(state.settings, profile_spec=profile_spec, model_spec=model_spec,
                                         api_base=api_base, path=path, workdir=workdir, tools=tools,
                                         limits=session_limits, context_window=context_window,
-                                        mcp_config=mcp_config)
+                                        mcp_config=mcp_config, max_output_tokens=max_output_tokens,
+                                        notes=window_notes)
+    reply_tokens = profile.reply_tokens(settings.context_window, settings.max_output_tokens)
     assert settings.workdir is not None
     if not Path(settings.workdir).is_dir():
         raise UsageError(f"the working directory {settings.workdir} does not exist (or is not a directory)"
                          + ("; give another with --workdir" if workdir is None else ""))
     model = make_model(settings.model, api_base=settings.api_base or profile.api_base, replies_done=state.replies,
                        timeout_s=timeout_s or profile.timeout_s, retries=profile.retries,
-                       max_output_tokens=profile.max_output_tokens, prompt_cache=profile.prompt_cache,
+                       max_output_tokens=reply_tokens, prompt_cache=profile.prompt_cache,
                        max_retry_wait_s=profile.max_retry_wait_s, send_tool_choice=profile.send_tool_choice)
     mcp = mcp_for(session, profile, settings, state.mcp_tools, connect=True)
     toolset = toolset_for(session, profile, settings, mcp.tools)
@@ -214,14 +240,15 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     if grants is not None and grants.rules is None:
         check_allowed(grants, toolset)
     limits = Limits.model_validate({**profile.limits.run.set(), **(run_limits or {})})
-    check_limits(model, profile, limits, session_limits_of(profile.limits.session, settings.limits))
+    check_limits(model, reply_tokens, limits, session_limits_of(profile.limits.session, settings.limits))
     if state.settings is None:  # written only once everything above has been checked: no half-made sessions
         header = records.SessionHeader(name=session.name, model=settings.model, profile=settings.profile,
                                        context_window=settings.context_window, path=settings.path,
                                        api_base=settings.api_base, workdir=settings.workdir,
                                        tools=list(settings.tools), profile_text=settings.profile_text,
                                        limits=dict(settings.limits) or None, mcp_config=settings.mcp_config,
-                                       mcp_config_sha256=settings.mcp_config_sha256)
+                                       mcp_config_sha256=settings.mcp_config_sha256,
+                                       max_output_tokens=settings.max_output_tokens)
         session.transcript.append([header])
         state.apply(header)
     elif changes := state.settings.differences(settings):
@@ -237,6 +264,10 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     runner = Runner(session, state, profile, model, toolset, summarizer_model=summarizer, limits=limits,
                     started=started, grants=grants, protected=configured_from(settings, profile))
     runner.notices = [("mcp", warning) for warning in mcp.warnings]
+    runner.notices += [("context window", note) for note in window_notes]
+    if settings.context_window != window_before and (share := schema_share(runner.tool_tokens,
+                                                                             settings.context_window)):
+        runner.notices.append(("tool schemas", share))
     if "delegate" in toolset.tools:
         from ctxagent.agent.delegate import Delegator  # only where sub-agents are allowed
 
@@ -266,15 +297,27 @@ def configured_from(settings: Settings, profile: Profile) -> list[Path]:
     return files
 
 
-def check_limits(model: Model, profile: Profile, *limits: Limits) -> None:
+SCHEMA_SHARE_NOTE = 0.2  # tool schemas over this share of the window are said at the start of a run
+
+
+def schema_share(tool_tokens: int, window: int) -> str | None:
+    """The note a run starts with when the tool schemas (``tool_tokens``) take more than
+    :data:`SCHEMA_SHARE_NOTE` of the ``window`` (both tokens): they are sent with every request."""
+    if tool_tokens <= window * SCHEMA_SHARE_NOTE:
+        return None
+    return (f"the tool schemas take {tool_tokens:,} tokens, {tool_tokens / window:.0%} of the {window:,}-token "
+            "window, in every request; the profile's tools list names them (fewer tools leave more room)")
+
+
+def check_limits(model: Model, reply_tokens: int, *limits: Limits) -> None:
     """``UsageError`` (before anything is written) for limits no request could keep: a cost limit on
     a model without a price (``--session-limit max_cost_usd=none`` removes a recorded one), or an
-    output limit smaller than one reply's reserve (``max_output_tokens``)."""
+    output limit smaller than one reply's reserve (``reply_tokens``: ``max_output_tokens``)."""
     for lim in limits:
-        if lim.max_output_tokens_total is not None and lim.max_output_tokens_total < profile.max_output_tokens:
+        if lim.max_output_tokens_total is not None and lim.max_output_tokens_total < reply_tokens:
             raise UsageError(f"max_output_tokens_total {lim.max_output_tokens_total} is smaller than one reply's "
-                             f"reserve (max_output_tokens {profile.max_output_tokens}): no request could be sent; "
-                             "raise it or lower max_output_tokens in the profile")
+                             f"reserve (max_output_tokens {reply_tokens}): no request could be sent; "
+                             "raise it, or lower max_output_tokens (the profile's, or --max-output-tokens N)")
     if any(lim.max_cost_usd is not None for lim in limits) and price_of(model, 1000, 100) is None:
         raise UsageError(f"a cost limit (max_cost_usd) is set, but litellm has no price for {model.name}, so the "
                          "cost cannot be counted; remove the limit (a session's: --session-limit max_cost_usd=none) "
@@ -364,21 +407,28 @@ def _check_delegate(profile: Profile) -> None:
         raise UsageError(f"delegate.model {model}: the script does not exist")
 
 
+PREVIEW_MIN_CHARS = 200  # the smallest preview.max_chars a profile may set
+
+
 def offload_policy(profile: Profile, model_name: str, *, window: int | None = None) -> OffloadPolicy:
     """The profile's offload settings (tool-result limit in tokens, preview lines and characters).
 
     The limit (tokens) is the smaller of ``tool_result_limit`` and ``tool_result_fraction`` of the
     context window, so a result that would crowd a small window out is offloaded to a preview; the
-    offloader then subtracts the envelope overhead. ``window``: the session's context window in
-    tokens; None takes the profile's ``context_window`` (and no window cap when it sets none).
+    offloader then subtracts the envelope overhead. The preview's characters are at most a quarter of
+    the window's tokens (1,024 characters, ~7% of a 4,096-token window; no change from 16K up): with
+    the 4,000-character default, a 2 MB log's preview was a quarter of a 4K window, and a 1.5B model
+    answered with a value from its lines instead of searching the output (docs/local-models.md).
+    ``window``: the session's context window in tokens; None takes the profile's ``context_window``
+    (and no window cap when it sets none).
     """
     window = window or profile.context_window
-    limit = profile.tool_result_limit
+    limit, max_chars = profile.tool_result_limit, profile.preview.max_chars
     if window:
         limit = min(limit, int(window * profile.tool_result_fraction))
+        max_chars = min(max_chars, max(PREVIEW_MIN_CHARS, window // 4))
     return OffloadPolicy(limit_tokens=limit, head_lines=profile.preview.head_lines,
-                         tail_lines=profile.preview.tail_lines, max_chars=profile.preview.max_chars,
-                         model=model_name)
+                         tail_lines=profile.preview.tail_lines, max_chars=max_chars, model=model_name)
 
 
 def summarizer_factory(profile: Profile, settings: Settings, done: int) -> Callable[[], Model] | None:

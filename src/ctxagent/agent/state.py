@@ -56,6 +56,7 @@ class Settings:
     limits: tuple[tuple[str, float | None], ...] = ()  # session limits from the command line (None: removed)
     mcp_config: str | None = None  # --mcp-config FILE (absolute)
     mcp_config_sha256: str | None = None  # of that file's bytes when it was recorded
+    max_output_tokens: int | None = None  # --max-output-tokens: the reply reserve, tokens (None: the profile's)
 
     @classmethod
     def of_header(cls, header: records.SessionHeader) -> Settings:
@@ -64,7 +65,8 @@ class Settings:
         tools = header.tools or list(extra.get("tools") or [])
         return cls(header.model, header.profile, header.context_window, header.path, header.api_base,
                    header.workdir, tuple(tools), text if isinstance(text, str) else None,
-                   tuple(sorted((header.limits or {}).items())), header.mcp_config, header.mcp_config_sha256)
+                   tuple(sorted((header.limits or {}).items())), header.mcp_config, header.mcp_config_sha256,
+                   header.max_output_tokens)
 
     def changed(self, record: records.SettingsRecord) -> Settings:
         """These settings with ``record``'s fields (those not None) in force."""

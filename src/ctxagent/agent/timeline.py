@@ -131,7 +131,7 @@ def _reserve(settings: Settings, before: int) -> int:
         profile = session_profile(settings)
     except ProfileError:
         return before
-    return profile.max_output_tokens + profile.margin_tokens
+    return profile.reply_tokens(settings.context_window, settings.max_output_tokens) + profile.margin_tokens
 
 
 def _spent(out: Timeline, record: records.UsageRecord) -> None:

@@ -79,15 +79,17 @@ trigger: the least ``trigger - target`` the profile guard accepts (strategies/ch
 HIGHEST_TRIGGER = 0.9
 
 
-def make_budget(profile: Profile, window: int, tool_tokens: int, scale: float = 1.0) -> Budget:
-    """The budget of a request: ``window`` and ``tool_tokens`` in tokens, the profile's reserve,
-    target and trigger, and the calibration ``scale``.
+def make_budget(profile: Profile, window: int, tool_tokens: int, scale: float = 1.0,
+                output_tokens: int | None = None) -> Budget:
+    """The budget of a request: ``window`` and ``tool_tokens`` in tokens, the reply reserve
+    (``output_tokens``, else the profile's for this window: :meth:`Profile.reply_tokens`) and margin,
+    the profile's target and trigger, and the calibration ``scale``.
 
     In a small window, where the reply's reserve and the tool schemas alone come within
     :data:`SMALL_WINDOW_ROOM` of the profile's trigger, target and trigger rise together (the gap
     between them kept) until that room is left, at most to :data:`HIGHEST_TRIGGER`: a profile that
     cuts early to bill less in a 32K window (issue 34) still runs in a local model's 8-16K one."""
-    reserved = profile.max_output_tokens + profile.margin_tokens
+    reserved = (output_tokens or profile.reply_tokens(window)) + profile.margin_tokens
     target, trigger = profile.target, profile.trigger
     needed = (reserved + tool_tokens) / window + SMALL_WINDOW_ROOM if window > 0 else trigger
     if needed > trigger:

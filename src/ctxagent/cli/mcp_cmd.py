@@ -37,7 +37,7 @@ def list_(
     prof = load_profile(profile or "default")
     servers = servers_of(prof.mcp_servers, str(mcp_config) if mcp_config else None)
     name = absolute_model(model or prof.model)
-    window = context_window or resolve_window(prof, name)
+    window = context_window or resolve_window(prof, name, prof.api_base)
     log_dir = user_dir() / "mcp-logs"
     conns = {s: hub.connection(s, config, log_dir=log_dir, workdir=Path.cwd()) for s, config in servers.items()}
     for conn in conns.values():

@@ -85,6 +85,9 @@ WindowOpt = Annotated[int | None, typer.Option(
     "--context-window", min=256, help="The model's context window in tokens (when litellm does not know it, "
     "e.g. a local server); kept in the session.", show_default="configuration, else the profile's, else "
     "litellm's model info")]
+ReplyTokensOpt = Annotated[int | None, typer.Option(
+    "--max-output-tokens", min=1, help="Tokens reserved for each reply, sent as max_tokens; kept in the session.",
+    show_default="the profile's max_output_tokens, else an eighth of the window, 256 to 4096")]
 TimeoutOpt = Annotated[float | None, typer.Option(
     "--timeout", min=0.1, help="Seconds one model request may take.",
     show_default="the profile's timeout_s: 120 in the default profile")]
@@ -125,6 +128,7 @@ class RunOptions:
     max_wall_s: MaxWallOpt = None
     session_limit: SessionLimitOpt = None
     context_window: WindowOpt = None
+    max_output_tokens: ReplyTokensOpt = None
     timeout: TimeoutOpt = None
     output_format: OutputFormatOpt = None
     mcp_config: McpConfigOpt = None

@@ -87,6 +87,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
                                  run_limits=opts.run_limits(), session_limits=opts.session_limits(),
                                  context_window=opts.context_window, timeout_s=opts.timeout, started=process.STARTED,
                                  mcp_config=str(opts.mcp_config.resolve()) if opts.mcp_config else None,
+                                 max_output_tokens=opts.max_output_tokens,
                                  lessons=not opts.no_lessons,  # --allow, --allow-all, the prompt (never amid JSON):
                                  grants=grants(opts.allow, opts.allow_all,
                                                interactive=not batch and opts.format() == "text"))

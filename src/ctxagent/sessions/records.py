@@ -111,6 +111,7 @@ class SessionHeader(_Record):
     limits: dict[str, int | float | None] | None = None  # session limits the command line set (--session-limit)
     mcp_config: str | None = None  # --mcp-config FILE, absolute (the file is re-read; its values never recorded)
     mcp_config_sha256: str | None = None  # of that file's bytes when recorded (a resume refuses a changed one)
+    max_output_tokens: int | None = None  # --max-output-tokens: the reply reserve, tokens (None: the profile's)
 
 
 class SettingsRecord(_Record):
@@ -128,6 +129,7 @@ class SettingsRecord(_Record):
     limits: dict[str, int | float | None] | None = None  # the session limits the command line set (None: removed)
     mcp_config: str | None = None
     mcp_config_sha256: str | None = None
+    max_output_tokens: int | None = None
 
 
 class FileTouch(BaseModel):
@@ -146,6 +148,10 @@ class FileTouch(BaseModel):
 
 
 class MessageRecord(_Record):
+    """One message of the transcript. An assistant reply whose tool calls were read from its text
+    (agent/text_calls.py) also carries ``written``: that text as the model wrote it (an extra field,
+    present only on those records)."""
+
     kind: Literal["message"] = "message"
     seq: int
     turn: int

@@ -368,9 +368,11 @@ def _where_line(path: Path, record: OutputRecord) -> str:
                 "inspect it with the shell (e.g. `file`, `xxd | head`)]")
     sizes = f"{plural(record.lines, 'line')}, {plural(record.bytes, 'byte')}, "
     sizes += plural(record.tokens, "token", "" if record.tokens_exact else "~")
-    return (f"[full output: {sizes}; {where}; pass \"{handle}\" as a tool argument to use the whole text; read "
-            f"lines with read_output(\"{handle}\", start_line, end_line) or search with grep_output(\"{handle}\", "
-            "pattern)]")
+    # the search comes first and says the lines shown are not all of it: a small model (Qwen2.5-Coder-1.5B)
+    # answered with a value from the preview's lines when this line opened with "pass ... as a tool argument"
+    return (f"[full output: {sizes}; {where}; only its first and last lines are shown above: to find something "
+            f"in it, search it with grep_output(\"{handle}\", pattern) or read lines with read_output(\"{handle}\", "
+            f"start_line, end_line); pass \"{handle}\" as a tool argument to use the whole text]")
 
 
 def _preview_content(path: Path, lines: int, note: str, where: str, job: _Job) -> str:

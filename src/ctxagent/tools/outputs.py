@@ -62,7 +62,7 @@ def read_output(ctx: ToolContext, handle: str, start_line: Annotated[int, Field(
     output, ``start_line`` < 1 or past the end, or ``end_line`` < ``start_line``.
 
     Args:
-        handle: the output's handle, e.g. @abc123
+        handle: the handle a saved output's preview names (it starts with @)
         start_line: first line
         end_line: last line (default: 200 lines on)
     """
@@ -107,7 +107,7 @@ def grep_output(ctx: ToolContext, handle: str, pattern: str,
     an unknown or malformed handle, a binary output, an invalid regex, or a bad ``context_lines``.
 
     Args:
-        handle: the output's handle, e.g. @abc123
+        handle: the handle a saved output's preview names (it starts with @)
         pattern: Python regular expression
         context_lines: lines shown before and after each match
     """
@@ -266,13 +266,14 @@ def _window(text: str, found: Any, later_piece: bool) -> str:
 
 
 READ_OUTPUT = function_tool(read_output, kind="read", resolve_handles=False, description=(
-    "Read lines of an offloaded tool output by its handle (like @abc123), numbered 'N: text'. "
+    "Read lines of a saved tool output (not a file: read files with read_file) by the handle its preview "
+    "names, numbered 'N: text'. "
     "Lines are 1-based and inclusive; without end_line, returns up to 200 lines and says how "
     "many remain. Lines over 2,000 characters are cut (use grep_output to find text in them)."
 ))
 
 GREP_OUTPUT = function_tool(grep_output, kind="read", resolve_handles=False, description=(
-    "Search an offloaded tool output by its handle (like @abc123) with a Python regular "
+    "Search a saved tool output (not a file) by the handle its preview names, with a Python regular "
     "expression (case-sensitive; use (?i) to ignore case). Returns matching lines as 'N: text' "
     "and context lines as 'N- text', up to 200 matches, and how many more there are."
 ))

@@ -244,6 +244,16 @@ def _check(tool: str, arguments: dict[str, Any], parameters: Mapping[str, Any], 
         raise ToolError(f"bad arguments for {tool}: {'; '.join(problems)}. It takes: {expected or 'nothing'}")
 
 
+def arguments_fit(arguments: Mapping[str, Any], parameters: Mapping[str, Any]) -> bool:
+    """Whether ``arguments`` (parsed JSON) pass the schema check a call gets before its tool runs
+    (names, required ones, JSON types; a handle string passes any type), without running anything."""
+    try:
+        _check("", dict(arguments), parameters, handles_ok=True)
+    except ToolError:
+        return False
+    return True
+
+
 def _types(spec: Mapping[str, Any]) -> list[str]:
     declared = spec.get("type")
     if declared is None:

@@ -99,8 +99,8 @@ def parse_ref(text: str) -> Ref | None:
         raise ToolError(
             f"not a handle: {text!r} is malformed; a handle is @ then up to 32 letters, digits, '_' or '-' "
             "(like @abc123), optionally followed by parts of a stored value (@abc123/key, "
-            "@abc123/0); handles name outputs of this session only, never paths. To pass text "
-            f"that starts with @, write @{text}"
+            "@abc123/0); handles name outputs of this session only, never paths (read a file with "
+            f"read_file and its path). To pass text that starts with @, write @{text}"
         )
     parts = tuple(_unescape(p) for p in match.group(2).split("/")[1:])
     return Ref(match.group(1), parts)

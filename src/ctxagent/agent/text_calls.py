@@ -1,0 +1,284 @@
+"""Tool calls written as text: reading them from a reply that has no native tool calls.
+
+Small local models often answer a tool request with the call written in their text instead of in
+the API's ``tool_calls`` (llama.cpp returns it as text when it is not in the exact tags the chat
+template asks for; Qwen2.5-Coder-1.5B does so nearly always, FIELD-NOTES.md). Goose (its tool shim:
+a second model turns the text into calls) and OpenHands (non-native function calling: the tools are
+described in the prompt and ``<function=NAME><parameter=K>V</parameter></function>`` blocks are
+parsed back and validated against the tools) show the two ways out; this module reads the shapes
+small models write on their own, with no second model and nothing added to the prompt:
+
+- a JSON object ``{"name": NAME, "arguments": {...}}`` (``parameters``, ``args``, ``input`` for
+  ``arguments``; ``arguments`` may be JSON text), or OpenAI's ``{"type": "function", "function":
+  {...}}``, or ``{"tool_calls": [...]}``, or a JSON array of them;
+- in a fenced code block, in tags (``<tool_call>``, ``<tools>``, ``<function_call>``...), or bare on
+  lines of its own; one or several;
+- OpenHands' ``<function=NAME><parameter=KEY>VALUE</parameter></function>``, values typed by the
+  tool's schema, and ``<function name="NAME" arguments='{...}'>`` (Qwen2.5-Coder-1.5B wrote it in
+  ``<tools>`` tags);
+- a fenced block of command lines, ``read_file config/db.ini``, each naming a tool of the request
+  that takes one required string argument (Qwen2.5-Coder-1.5B wrote calls so in a bash fence).
+
+:func:`read_calls` is the one entry point; the runner calls it where a reply becomes the assistant
+message, so a call read from text is run and recorded as a native call (the transcript is valid for
+any provider it is later resumed with, PAIR), with the text written around it kept as the message's
+content and the whole text as the model wrote it kept on the record (NO LOSS).
+
+Modes (the profile's ``text_tool_calls``):
+
+- ``auto`` (default): a found object is a call only when it names a tool of the request and its
+  arguments validate against that tool's schema, and it stands in a fence, in tags or on lines of
+  its own. An answer that quotes JSON (a value, an example of a call to a tool that does not exist,
+  an object inside a sentence) is not a call.
+- ``always``: every call-shaped object is a call wherever it stands, whatever tool it names; the
+  toolset then answers an unknown tool or bad arguments with an error the model can correct.
+- ``off``: never.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from ctxagent.agent.model_types import Reply, ToolCall
+from ctxagent.tools.toolset import arguments_fit
+
+Mode = Literal["auto", "always", "off"]
+MODES: tuple[Mode, ...] = ("auto", "always", "off")
+
+NAME_KEYS = ("name", "tool", "tool_name", "function")
+ARGUMENT_KEYS = ("arguments", "parameters", "args", "input", "tool_input")
+OTHER_KEYS = frozenset({"type", "id", "index"})  # a call may carry these too; any other key means data
+MAX_FAILED_STARTS = 1000  # "{" or "[" that begin no JSON value, tried before a text is given up
+TAGS = ("tool_call", "tool_calls", "tools", "function_call", "function_calls", "toolcall", "tool_use")
+_FENCE = re.compile(r"```[ \t]*([\w+.-]*)[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
+_TAG = re.compile(r"<(" + "|".join(TAGS) + r")>(.*?)(?:</\1>|\Z)", re.DOTALL | re.IGNORECASE)
+_FUNCTION = re.compile(r"<function=([\w.-]+)>(.*?)(?:</function>|\Z)", re.DOTALL)
+_FUNCTION_ATTRS = re.compile(r"""<function\s+name=(["'])([\w.-]+)\1\s+(?:arguments|parameters)=(["'])(.*?)\3\s*/?>"""
+                             r"(?:\s*</function>)?", re.DOTALL)
+_PARAMETER = re.compile(r"<parameter=([\w.-]+)>(.*?)</parameter>", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """One call found: its name and arguments (a dict, or text that is not a JSON object)."""
+
+    name: str
+    arguments: dict[str, Any] | str
+
+
+@dataclass(frozen=True)
+class _Block:
+    """A region of the text that holds calls and nothing else: ``start``..``end`` (characters)."""
+
+    start: int
+    end: int
+    calls: tuple[_Found, ...]
+
+
+def read_calls(reply: Reply, mode: str, tools: Sequence[Mapping[str, Any]]) -> Reply:
+    """``reply`` with the tool calls its text holds (see the module doc), or ``reply`` itself.
+
+    ``tools``: the OpenAI tool schemas the request offered (none offered: nothing is read).
+    The calls found get empty ids (the runner numbers them); the content becomes the text around
+    them (None when there is none), and ``written`` the whole text as the model wrote it. A reply
+    with native tool calls, or in mode ``off``, is returned unchanged.
+    """
+    text = reply.content or ""
+    if mode == "off" or reply.tool_calls or not tools or not text.strip():
+        return reply
+    schemas = {str(t["function"]["name"]): t["function"].get("parameters") or {}
+               for t in tools if isinstance(t.get("function"), Mapping)}
+    blocks = [b for b in _blocks(text, schemas, lenient=mode == "always") if _accepted(b, schemas, mode)]
+    if not blocks:
+        return reply
+    calls = tuple(ToolCall("", c.name, c.arguments if isinstance(c.arguments, str) else
+                           json.dumps(c.arguments, ensure_ascii=False)) for b in blocks for c in b.calls)
+    rest = _without(text, blocks)
+    return replace(reply, content=rest or None, tool_calls=calls, written=text)
+
+
+def _accepted(block: _Block, schemas: Mapping[str, Mapping[str, Any]], mode: str) -> bool:
+    """Whether every call of ``block`` is taken in ``mode`` (auto: known tools, arguments that fit)."""
+    if mode == "always":
+        return True
+    return all(c.name in schemas and isinstance(c.arguments, dict) and arguments_fit(c.arguments, schemas[c.name])
+               for c in block.calls)
+
+
+def _without(text: str, blocks: Sequence[_Block]) -> str:
+    """``text`` with ``blocks`` cut out: the pieces between them, each without the blank lines at
+    its cut edges, joined by one blank line; the writer's own lines otherwise as written."""
+    pieces, at = [], 0
+    for block in sorted(blocks, key=lambda b: b.start):
+        pieces.append(text[at:block.start])
+        at = block.end
+    pieces.append(text[at:])
+    return "\n\n".join(kept for piece in pieces if (kept := piece.strip("\n").rstrip())).strip()
+
+
+# ---------------------------------------------------------------- finding blocks
+
+
+def _blocks(text: str, schemas: Mapping[str, Mapping[str, Any]], *, lenient: bool) -> list[_Block]:
+    """Every region of ``text`` that holds calls only: fenced blocks, tagged blocks, OpenHands
+    function blocks, then bare JSON on lines of its own (anywhere, when ``lenient``); in text order."""
+    found: list[_Block] = []
+    taken: list[tuple[int, int]] = []
+    for pattern in (_FENCE, _TAG):
+        for match in pattern.finditer(text):
+            if any(s <= match.start() < e for s, e in taken):
+                continue
+            taken.append(match.span())
+            inner = match.group(2)
+            calls = _only_calls(inner) or (_command_lines(inner, schemas) if pattern is _FENCE else ())
+            if calls:
+                found.append(_Block(match.start(), match.end(), calls))
+    for match in _FUNCTION.finditer(text):
+        if not any(s <= match.start() < e for s, e in taken):
+            taken.append(match.span())
+            found.append(_Block(match.start(), match.end(), (_function_block(match, schemas),)))
+    found += [b for b in _bare(text, lenient) if not any(s <= b.start < e for s, e in taken)]
+    if not found and (calls := _only_calls(text)):  # a whole reply of <function name=...> elements
+        found.append(_Block(0, len(text), calls))
+    return sorted(found, key=lambda b: b.start)
+
+
+def _only_calls(inner: str) -> tuple[_Found, ...]:
+    """The calls of a fenced or tagged block whose text is calls and nothing else (JSON calls and
+    ``<function name=... arguments=...>`` elements; commas and blank space between them allowed), else ()."""
+    pieces: list[tuple[int, int, list[_Found]]] = []
+    for match in _FUNCTION_ATTRS.finditer(inner):
+        call = _call_of({"name": match.group(2), "arguments": match.group(4)})
+        pieces.append((match.start(), match.end(), [call] if call else []))
+    pieces += [(start, end, _calls_of(value)) for start, end, value in _json_values(inner)
+               if not any(s <= start < e for s, e, _ in pieces)]
+    if not pieces or not all(found for _, _, found in pieces):
+        return ()
+    rest, at = [], 0
+    for start, end, _ in sorted(pieces, key=lambda p: p[0]):
+        rest.append(inner[at:start])
+        at = max(at, end)
+    rest.append(inner[at:])
+    if "".join(rest).strip(" \t\r\n,"):
+        return ()
+    return tuple(c for _, _, found in sorted(pieces, key=lambda p: p[0]) for c in found)
+
+
+def _command_lines(inner: str, schemas: Mapping[str, Mapping[str, Any]]) -> tuple[_Found, ...]:
+    """The calls of a fenced block written as command lines, ``read_file config/db.ini``: every
+    non-blank line a tool of the request that takes one required string argument, then that
+    argument (quotes stripped); () when any line is anything else."""
+    calls = []
+    for line in (raw.strip() for raw in inner.splitlines()):
+        if not line:
+            continue
+        name, _, arg = line.partition(" ")
+        required = list((schemas.get(name) or {}).get("required") or [])
+        spec = ((schemas.get(name) or {}).get("properties") or {}).get(required[0]) if len(required) == 1 else None
+        value = arg.strip().strip("'\"")
+        if not (isinstance(spec, Mapping) and spec.get("type") == "string" and value):
+            return ()
+        calls.append(_Found(name, {required[0]: value}))
+    return tuple(calls)
+
+
+def _bare(text: str, lenient: bool) -> Iterator[_Block]:
+    """Calls written as bare JSON: each value alone on its lines (``lenient``: anywhere)."""
+    for start, end, value in _json_values(text):
+        found = _calls_of(value)
+        if not found:
+            continue
+        line_start = text.rfind("\n", 0, start) + 1
+        line_end = text.find("\n", end)
+        line_end = len(text) if line_end < 0 else line_end
+        # stray braces around it count as blank: Qwen2.5-Coder-1.5B wrote {{"name": ...}} and <{{...}}>
+        alone = not text[line_start:start].strip(" \t{<") and not text[end:line_end].strip(" \t\r,}>")
+        if alone or lenient:
+            yield _Block(line_start if alone else start, line_end if alone else end, tuple(found))
+
+
+def _json_values(text: str) -> Iterator[tuple[int, int, Any]]:
+    """Every JSON object or array in ``text`` that starts at a ``{`` or ``[`` and decodes, with its
+    span (characters), outermost only, in order. At most :data:`MAX_FAILED_STARTS` starts that do not
+    decode are tried (a reply of code full of braces, or ``[[[[...``, costs bounded work)."""
+    decoder = json.JSONDecoder()
+    at, failed = 0, 0
+    while failed < MAX_FAILED_STARTS:
+        starts = [i for i in (text.find("{", at), text.find("[", at)) if i >= 0]
+        if not starts:
+            return
+        start = min(starts)
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):  # nesting deeper than the interpreter allows raises the latter
+            at, failed = start + 1, failed + 1
+            continue
+        yield start, end, value
+        at = end
+
+
+# ---------------------------------------------------------------- reading one value
+
+
+def _calls_of(value: Any) -> list[_Found]:
+    """The calls a decoded JSON value is: one call object, ``{"tool_calls": [...]}``, or a list of
+    call objects; [] when it is anything else (all of a list must be calls)."""
+    if isinstance(value, list):
+        calls = [_call_of(item) for item in value]
+        return [c for c in calls if c is not None] if value and all(calls) else []
+    if isinstance(value, dict) and set(value) == {"tool_calls"} and isinstance(value["tool_calls"], list):
+        return _calls_of(value["tool_calls"])
+    call = _call_of(value)
+    return [call] if call is not None else []
+
+
+def _call_of(value: Any) -> _Found | None:
+    """One call object (see the module doc), or None."""
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("function"), dict) and set(value) <= {"function", *OTHER_KEYS}:
+        value = value["function"]  # OpenAI's shape: {"type": "function", "function": {...}}
+    names = [k for k in NAME_KEYS if isinstance(value.get(k), str)]
+    args = [k for k in ARGUMENT_KEYS if k in value]
+    if len(names) != 1 or len(args) > 1 or not set(value) <= {*names, *args, *OTHER_KEYS}:
+        return None
+    name = str(value[names[0]]).strip()
+    raw = value[args[0]] if args else {}
+    if not re.fullmatch(r"[\w.-]{1,64}", name):
+        return None
+    if isinstance(raw, str):  # arguments as JSON text, as the API sends them
+        try:
+            parsed = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            return _Found(name, raw)
+        raw = parsed if isinstance(parsed, dict) else raw
+    if raw is None:
+        raw = {}
+    return _Found(name, raw if isinstance(raw, dict | str) else json.dumps(raw))
+
+
+def _function_block(match: re.Match[str], schemas: Mapping[str, Mapping[str, Any]]) -> _Found:
+    """An OpenHands ``<function=NAME>`` block: its parameters, typed by the tool's schema."""
+    name = match.group(1)
+    properties = (schemas.get(name) or {}).get("properties") or {}
+    arguments = {key: _typed(value.strip("\n"), properties.get(key) or {})
+                 for key, value in _PARAMETER.findall(match.group(2))}
+    return _Found(name, arguments)
+
+
+def _typed(text: str, schema: Mapping[str, Any]) -> Any:
+    """``text`` as the JSON type ``schema`` declares (integer, number, boolean, array, object), else
+    the text itself (a value that does not convert is left as text: validation says why)."""
+    declared = schema.get("type")
+    types = [declared] if isinstance(declared, str) else list(declared or [])
+    if "string" in types or not types:
+        return text
+    try:
+        value = json.loads(text.strip())
+    except ValueError:
+        return text
+    return value
