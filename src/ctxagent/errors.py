@@ -26,7 +26,7 @@ from __future__ import annotations
 class CtxagentError(Exception):
     """Base of every error ctxagent raises on purpose.
 
-    ``exit_code`` is the process exit status the CLI uses for it (see the table in README.md);
+    ``exit_code`` is the process exit status the CLI uses for it (see the exit-code table in docs/batch.md);
     ``status`` the word that names the outcome in end records and ``--json`` output.
     """
 

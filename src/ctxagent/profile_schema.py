@@ -93,7 +93,7 @@ class RecallConfig(_Strict):
 class Limits(_Strict):
     """Spend limits of a run or of a session (None: no limit). Tokens are provider-reported (input
     counts cached tokens too), cost in US dollars at litellm's per-model prices (cache prices
-    included), wall time in seconds. README "Budgets"."""
+    included), wall time in seconds. docs/agents.md, "Budgets"."""
 
     max_input_tokens: int | None = Field(None, ge=1, description="prompt tokens, summed over calls")
     max_output_tokens_total: int | None = Field(None, ge=1, description="completion tokens, summed over calls")
@@ -165,7 +165,7 @@ def _truncate_everywhere() -> dict[Path_, list[Step]]:
 
 
 class Profile(_Strict):
-    """A validated profile. See README.md for every key and its default."""
+    """A validated profile. docs/context.md ("Profiles") gives every key and its default."""
 
     name: str = "custom"
     model: str = "openai/gpt-4o-mini"
@@ -199,10 +199,10 @@ class Profile(_Strict):
     recall: RecallConfig = RecallConfig()  # tools/recall.py
     pins: list[str] = Field(default_factory=list, description="facts kept verbatim in every view")
     permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)  # tools/permissions.py
-    redact: Literal["persist", "always"] = "persist"  # sessions/redact.py; README "Secrets"
+    redact: Literal["persist", "always"] = "persist"  # sessions/redact.py; docs/security.md
     tool_environment: ToolEnvironmentConfig = ToolEnvironmentConfig()  # tools/environment.py
     # explicit prompt-cache breakpoints for providers that need them (Anthropic, Bedrock, Gemini);
-    # OpenAI-style automatic caching needs none. README "Prompt caching".
+    # OpenAI-style automatic caching needs none. docs/context.md, "Prompt caching".
     prompt_cache: Literal["auto", "off"] = "auto"
     # never redo work (agent/activity.py): the K-th identical tool call in a row gets a warning, the
     # next one stops the run (exit 3, resumable); 0 turns the guard off

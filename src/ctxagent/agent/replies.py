@@ -17,7 +17,7 @@ kept on the stored assistant message, in the form litellm expects them back:
   (``litellm_core_utils/prompt_templates/factory.py``: ``anthropic_messages_pt``,
   ``_replayable_thinking_blocks``; Bedrock: ``translate_thinking_blocks_to_reasoning_content_blocks``).
 
-**Bad replies** (README "Provider failures"). Each is a clear outcome, never a crash and never a
+**Bad replies** (docs/usage.md, "Provider failures"). Each is a clear outcome, never a crash and never a
 half-written record (nothing is recorded until a whole reply is read):
 
 - *no choices* (``"choices": []``), *a stream cut mid-reply* (the connection dropped, or the stream ended

@@ -127,7 +127,7 @@ class Runner(ToolCalls):
 
     # -- appending ---------------------------------------------------------------------------
     def _message(self, message: Message, turn: int, **extra: Any) -> records.MessageRecord:
-        if self.profile.redact == "always":  # the model never sees a secret either (README "Secrets")
+        if self.profile.redact == "always":  # the model never sees a secret either (docs/security.md, "Secrets")
             message = redact.default().value(message)
         return records.MessageRecord(seq=self.state.next_seq, turn=turn, message=message,
                                      tokens=count_message(message, self.model_name), **extra)

@@ -1,6 +1,6 @@
 """Defaults for ``run`` and ``resume`` from configuration: ``ctxagent config show|trust|path``.
 
-Sources, the first that sets a key wins (README "Configuration"):
+Sources, the first that sets a key wins (docs/usage.md, "Configuration"):
 
 1. the command line;
 2. environment variables ``CTXAGENT_MODEL``, ``CTXAGENT_PROFILE``, ``CTXAGENT_API_BASE``,

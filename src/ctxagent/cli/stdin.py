@@ -4,7 +4,7 @@ A run whose task is an argument is often started by a program whose stdin is an 
 writes to (a CI runner, an editor's task runner, another agent): reading it to its end would wait
 until that program exits (Codex's ``exec`` had this bug: openai/codex#20919). And in
 ``while read t; do ctxagent run --batch "$t"; done < tasks.txt`` stdin is the loop's own file:
-reading it would swallow the tasks still to come. The rules (README "Batch mode"):
+reading it would swallow the tasks still to come. The rules (docs/batch.md):
 
 - ``-`` as the task: stdin is the task, read to its end however long that takes (asked for).
 - a task argument: piped text is attached to it only when it is *already there*: a pipe or socket

@@ -1,2 +1,2 @@
 """MCP servers as mirrored tools (the ``ctxagent[mcp]`` extra): configuration, connections,
-result conversion and deferred schemas. See README "MCP servers"."""
+result conversion and deferred schemas. See docs/mcp.md."""
