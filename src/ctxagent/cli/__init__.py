@@ -104,7 +104,7 @@ def invoke(args: list[str]) -> int:
 
 
 def _invoke(args: list[str]) -> int:
-    warnings.showwarning = _warning
+    warnings.showwarning = _Warnings().show
     if isinstance(sys.stdout, io.TextIOWrapper):  # a lone surrogate prints as \udcff, never a traceback
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
@@ -200,6 +200,17 @@ def _interrupt(signum: int, frame: object) -> None:
     raise Interrupted(signum)
 
 
-def _warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+class _Warnings:
+    """A command's warnings, each printed once as ``ctxagent: warning: ...`` (redacted). Python's
+    own once-per-place rule printed a damaged transcript line twice on ``resume``: the command and
+    the run read the transcript from two places."""
+
+    def __init__(self) -> None:
+        self.shown: set[str] = set()
+
+    def show(self, message: Warning | str, category: type[Warning], filename: str, lineno: int,
              file: TextIO | None = None, line: str | None = None) -> None:
-    print(f"ctxagent: warning: {redacted(str(message))}", file=sys.stderr)
+        text = redacted(str(message))
+        if text not in self.shown:
+            self.shown.add(text)
+            print(f"ctxagent: warning: {text}", file=sys.stderr)
