@@ -81,10 +81,15 @@ def test_an_answered_run_piped_into_head_exits_141_never_1(tmp_path):
     out = subprocess.run(["bash", "-c", line], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert out.stdout == "answer line 0\nrc=141\n", out.stderr
     assert "Traceback" not in out.stderr and "error" not in out.stderr
-    listed = subprocess.run(["bash", "-c", f"{CTXAGENT} inspect transcript --json --session h | head -c 10; "
-                                           "echo \" rc=${PIPESTATUS[0]}\""],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert listed.stdout.endswith(" rc=141\n"), listed.stderr
+    calls = [call(f"c{i}", "list_dir", path=".") for i in range(800)]  # a transcript rich shows in ~150 KB
+    out = ctxagent("run", "--batch", "--session", "many", "--model",
+                   script(tmp_path / "m.yaml", [{"tool_calls": calls}, "done"]), "task", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    for session, shown in (("h", "--json"), ("many", "")):  # JSON lines, and rich's table (rich exited 1 on EPIPE)
+        listed = subprocess.run(["bash", "-c", f"{CTXAGENT} inspect transcript {shown} --session {session} | "
+                                               "head -c 10; echo \" rc=${PIPESTATUS[0]}\""],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert listed.stdout.endswith(" rc=141\n"), (shown, listed.stderr)
 
 
 def test_refused_and_failed_calls_say_why_and_json_lists_the_denials(tmp_path):

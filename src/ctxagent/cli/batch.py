@@ -138,8 +138,9 @@ def _progress(tally: Any) -> Iterator[Callable[[str], None]]:
     if not sys.stderr.isatty():
         yield lambda event: print(f"ctxagent batch: {event} · {tally.line()}", file=sys.stderr, flush=True)
         return
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ctxagent.cli.console import Console
 
     with Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
                   TimeElapsedColumn(), console=Console(stderr=True), transient=True,

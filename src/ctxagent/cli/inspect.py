@@ -87,7 +87,7 @@ def transcript(ctx: typer.Context, session: SessionOpt = None, json_out: JsonOpt
         for rec in items:
             print(records.dumps(rec))
         return
-    from rich.console import Console
+    from ctxagent.cli.console import Console
 
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"[dim]{target.transcript.path}[/dim]")

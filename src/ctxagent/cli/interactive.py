@@ -11,11 +11,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
 from ctxagent.agent.events import Event, Finished, Replied, Requesting, ToolStarted, Warned
+from ctxagent.cli.console import Console
 from ctxagent.cli.process import Interrupted
 from ctxagent.cli.render import Ticker, describe, size_text
 from ctxagent.errors import CtxagentError, LimitReached

@@ -72,10 +72,10 @@ def list_(json_out: JsonOpt = False) -> None:
     if not lessons:
         print(f"no lessons yet ({store.root})", file=sys.stderr)
         return
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from ctxagent.cli.console import Console
     from ctxagent.lessons.model import Scope
     from ctxagent.messages import one_line
 

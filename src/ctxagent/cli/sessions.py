@@ -84,8 +84,9 @@ def list_(ctx: typer.Context, json_out: JsonOpt = False) -> None:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
         return
-    from rich.console import Console
     from rich.table import Table
+
+    from ctxagent.cli.console import Console
 
     table = Table("session", "created", "last used", "turns", "tokens", "cost", "status", "model")
     for row in rows:

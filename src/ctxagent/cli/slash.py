@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
 from rich.markup import escape
+
+from ctxagent.cli.console import Console
 
 HELP = {
     "/help": "this list",
