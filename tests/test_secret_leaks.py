@@ -22,6 +22,7 @@ import pytest
 from clihelp import call, ctxagent, records, script, tool_messages
 from ctxagent.agent.model import ToolCall
 from ctxagent.sessions.redact import RedactingStore, Redactor
+from ctxagent.strategies.common import short_args
 from ctxagent.tools.base import ToolContext
 from ctxagent.tools.builtin import SHELL
 from ctxagent.tools.offload import OffloadPolicy
@@ -112,6 +113,16 @@ def test_an_output_records_arguments_cut_at_500_characters_kept_a_keys_first_cha
     outcome = toolset.call(ToolCall("c1", "shell", json.dumps({"command": command})))
     assert outcome.output is not None
     assert not leaked(PROJECT_KEY, Redactor().text(outcome.output.arguments))
+
+
+def test_a_compaction_label_cut_inside_a_key_kept_its_first_characters():
+    """A strategy's one-line label of a tool call (``shell(command=curl -H token sk-proj-Ab3dEf9hIj…)``)
+    was cut inside the key, and ``sk-proj-`` plus 12 characters is no key's shape: the fragment went
+    to the transcript in the compaction record. A word the cut would split is now left out whole."""
+    arguments = json.dumps({"command": f"key {PROJECT_KEY} --prompt hello"})
+    for limit in range(20, 140):
+        label = short_args(arguments, limit)
+        assert len(label) <= limit and not leaked(PROJECT_KEY, Redactor().text(label)), (limit, label)
 
 
 # ------------------------------------------------------------------ after the command returned

@@ -51,11 +51,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import Message, loads_json, one_line
+from ctxagent.messages import Message, loads_json
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
     calls_of_results,
     content_of,
+    cut_line,
     nothing_new,
     pins_in,
     replace_runs,
@@ -189,7 +190,7 @@ def files_touched(entries: Sequence[Entry], limit: int = 20) -> list[str]:
                 value = args.get(key)
                 for item in value if isinstance(value, list) else [value]:
                     if isinstance(item, str) and item.strip():
-                        found.setdefault(one_line(item, 120), None)
+                        found.setdefault(cut_line(item, 120), None)
     return list(found)[-limit:]
 
 
@@ -200,7 +201,7 @@ def deterministic_checkpoint(view: Sequence[Entry], run: Sequence[Entry], max_to
     done = [short_call(calls[i], 80) for i, e in enumerate(run) if i in calls and not is_dead(e)]
     failed = [short_call(calls[i], 80) for i, e in enumerate(run) if i in calls and is_dead(e)]
     return {
-        "goal": one_line(task_text(view), 300),
+        "goal": cut_line(task_text(view), 300),
         "phase": f"checkpoint after turn {run[-1].turn} (made without a summarizer: lines copied verbatim)",
         "key_facts": fact_lines(run, max(50, max_tokens // 2), model),
         "completed": list(dict.fromkeys(done))[-15:],
@@ -274,7 +275,7 @@ class CheckpointStep(SummaryStep):
         """The checked body of an LLM checkpoint, then the exact values of ``entries`` it does not
         hold (:func:`~ctxagent.strategies.facts.with_facts`). Raises ``SummaryFailed``."""
         assert ctx.summarizer is not None
-        prompt = CHECKPOINT_PROMPT.replace("{task}", one_line(task_text(view), 500)).replace(
+        prompt = CHECKPOINT_PROMPT.replace("{task}", cut_line(task_text(view), 500)).replace(
             "{max_tokens}", str(self.max_tokens))
         body = condense(render(entries), summarizer=ctx.summarizer, final_prompt=prompt,
                         max_tokens=self.max_tokens, chunk_tokens=self.chunk_tokens,

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from ctxagent.messages import Message, loads_json, one_line, text_of
+from ctxagent.sessions import redact
 from ctxagent.sessions.store import handle_for
 from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, groups, protected
 from ctxagent.tokens import count_message, count_text
@@ -129,19 +130,27 @@ def call_arguments(call: dict[str, Any] | None) -> str:
     return str(call.get("function", {}).get("arguments") or "")
 
 
+def cut_line(value: str, limit: int) -> str:
+    """``value`` as one line of at most ``limit`` characters (:func:`~ctxagent.messages.one_line`),
+    its secrets redacted first: the transcript's secret scan finds a key by its whole shape, and a
+    compaction's label cut inside an ``sk-proj-...`` key kept its first 20 characters on disk (issue 31).
+    Redact, then cut, as everywhere ctxagent shortens a text it stores."""
+    return one_line(redact.default().text(value), limit)
+
+
 def short_args(arguments: str, limit: int = 80) -> str:
     """Arguments in short: ``key=value`` pairs of the JSON object (raw text when not JSON), one line."""
     try:
         data = loads_json(arguments) if arguments.strip() else {}
     except ValueError:
-        return one_line(arguments, limit)
+        return cut_line(arguments, limit)
     if isinstance(data, dict):
         parts = []
         for key, value in data.items():
             shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             parts.append(f"{key}={shown}")
-        return one_line(", ".join(parts), limit)
-    return one_line(json.dumps(data, ensure_ascii=False), limit)
+        return cut_line(", ".join(parts), limit)
+    return cut_line(json.dumps(data, ensure_ascii=False), limit)
 
 
 def short_call(call: dict[str, Any] | None, limit: int = 80) -> str:

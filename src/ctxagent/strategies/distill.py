@@ -41,12 +41,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import one_line
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.checkpoint import parse_json_object, place
 from ctxagent.strategies.common import (
     calls_of_results,
     content_of,
+    cut_line,
     nothing_new,
     pins_in,
     runs_to_compact,
@@ -109,7 +109,7 @@ def deterministic_state(view: Sequence[Entry], entries: Sequence[Entry], pins: S
     discarded += [f"{short_call(calls[i], 60)} → {first_line(e)}" for i, e in enumerate(entries)
                   if i in calls and e.kind == "message" and is_dead(e)]
     doc: dict[str, Any] = {
-        "goal": goal or one_line(task_text(view), 300),
+        "goal": goal or cut_line(task_text(view), 300),
         "verified_facts": list(dict.fromkeys(facts)),
         "discarded_hypotheses": list(dict.fromkeys(discarded)),
         "pending_actions": pending,

@@ -42,9 +42,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxagent.messages import loads_json, one_line
+from ctxagent.messages import loads_json
 from ctxagent.strategies.base import Entry
-from ctxagent.strategies.common import call_name, content_of, handle_of, short_call
+from ctxagent.strategies.common import call_name, content_of, cut_line, handle_of, short_call
 from ctxagent.strategies.rendering import label_range
 from ctxagent.strategies.step import FACTS_TOKENS
 from ctxagent.tokens import count_text
@@ -147,7 +147,7 @@ def call_label(call: dict[str, Any] | None) -> str:
     args = _arguments(call)
     command = args.get("command", args.get("cmd"))
     if isinstance(command, str) and command.strip():
-        return one_line(command.strip().splitlines()[0], LABEL_CHARS)
+        return cut_line(command.strip().splitlines()[0], LABEL_CHARS)
     return short_call(call, max(10, LABEL_CHARS - len(call_name(call)) - 2))
 
 

@@ -45,12 +45,13 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import Message, one_line
+from ctxagent.messages import Message
 from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyContext, groups
 from ctxagent.strategies.common import (
     call_name,
     calls_of_results,
     content_of,
+    cut_line,
     follow_calls,
     handle_of,
     refs_of,
@@ -106,7 +107,7 @@ def first_line(entry: Entry) -> str:
         return "(empty)"
     exit_line = len(lines) > 1 and bool(_STATUS.fullmatch(lines[0]))
     shown = f"{lines[0]} | {lines[1]}" if exit_line else lines[0]
-    return one_line(shown, 100)
+    return cut_line(shown, 100)
 
 
 @dataclass

@@ -8,9 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ctxagent.messages import one_line
 from ctxagent.strategies.base import Entry
-from ctxagent.strategies.common import calls_of_results, content_of, short_call
+from ctxagent.strategies.common import calls_of_results, content_of, cut_line, short_call
 from ctxagent.tokens import count_text
 
 _FACT = re.compile(
@@ -68,7 +67,7 @@ def fact_lines(entries: Sequence[Entry], max_tokens: int, model: str = "") -> li
     for line in render(entries).splitlines():
         line = line.strip()
         if len(line) >= 4 and _FACT.search(line):
-            found.setdefault(one_line(line, FACT_LINE_CHARS), None)
+            found.setdefault(cut_line(line, FACT_LINE_CHARS), None)
     picked: list[str] = []
     total = 0
     for line in reversed(list(found)):
