@@ -58,8 +58,9 @@ def test_every_public_name_of_the_package_is_in_all():
         ctxagent.Agent  # noqa: B018
 
 
-def test_the_public_names_import_no_litellm_and_building_a_view_needs_none():
+def test_import_help_and_the_public_names_load_no_litellm_nor_does_building_a_view():
     code = ("import sys, ctxagent\nassert [m for m in sys.modules if m.startswith('ctxagent')] == ['ctxagent']\n"
+            "from ctxagent.cli import invoke\nassert invoke(['--help']) == 0 and 'litellm' not in sys.modules\n"
             "names = [getattr(ctxagent, n) for n in ctxagent.__all__]\n"
             "view = ctxagent.Context(model='gpt-4o', context_window=8000).view("
             "[{'role': 'system', 'content': 's'}, {'role': 'user', 'content': 'task'}])\n"
@@ -321,7 +322,7 @@ def test_every_code_block_of_the_page_is_in_an_example_that_runs():
 def run_example(name: str, tmp_path: Path) -> dict[str, Any]:
     import os
 
-    env = {**os.environ, "CTXAGENT_DATA_DIR": str(tmp_path / "data")}
+    env = {**os.environ, "CTXAGENT_DATA_DIR": str(tmp_path / "data"), "TMPDIR": str(tmp_path)}  # its folders too
     out = subprocess.run([sys.executable, str(EXAMPLES / name), "--json"], capture_output=True, text=True,
                          env=env, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -7,7 +7,7 @@
 
 The loop is yours: it calls litellm and runs its one tool. ctxagent decides what each request holds:
 ``ctxagent.Context`` builds the view the ``default`` profile would send for the whole history (old
-tool results masked to a stub naming their handle, history truncated at the trigger), and its
+tool results masked to a stub naming their handle; past the trigger even so, truncated), and its
 ``outputs`` folder keeps every large tool output out of the context (a preview and a handle go in).
 Offline, the model's side is scripted (``ctxagent.testing.FakeOpenAI``, real HTTP through litellm).
 """
