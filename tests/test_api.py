@@ -15,11 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ctxagent
 from clihelp import call, script
 from ctxagent.messages import pair_violations, tool_call
 from ctxagent.sessions.transcript import Transcript
+from examplecount import examples
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "api.md"
@@ -171,6 +174,63 @@ def test_messages_that_are_not_a_history_are_usage_errors(messages, error):
     with pytest.raises(ctxagent.UsageError, match=error):
         context.view(messages)
     assert context.view([{"role": "user", "content": "hi"}]).messages == [{"role": "user", "content": "hi"}]
+
+
+def test_a_pair_break_in_messages_appended_later_is_found_with_its_index():
+    """PAIR is checked on the new messages alone (not the whole history each call): a second result
+    for a call answered in the last call's history is still an error, named as in the whole."""
+    history = session_messages(5)
+    context = ctxagent.Context("default", model=MODEL, context_window=8000)
+    context.view(history)
+    late = {"role": "tool", "tool_call_id": "call_4", "content": "again"}
+    with pytest.raises(ctxagent.UsageError, match="message 12: second result for tool call 'call_4'"):
+        context.view([*history, late])
+    with pytest.raises(ctxagent.UsageError, match="message 13: tool result 'call_4' follows no tool call"):
+        context.view([*history, {"role": "user", "content": "go on"}, late])
+    assert context.view([*history, {"role": "user", "content": "go on"}]).messages[-1]["content"] == "go on"
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[int]]:
+    """A history of units (a user message, or a reply with 0-3 calls and their results of 1-900 words),
+    and the ends of the units at which a loop would ask for a view."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    ends = []
+    for unit in range(draw(st.integers(1, 14))):
+        calls = draw(st.integers(0, 3))
+        if calls == 0 and draw(st.booleans()):
+            messages.append({"role": "user", "content": f"and then {unit}?"})
+        else:
+            ids = [f"c{unit}_{k}" for k in range(calls)]
+            messages.append({"role": "assistant", "content": "ok" if not ids else None,
+                             **({"tool_calls": [tool_call(i, "shell", "{}") for i in ids]} if ids else {})})
+            messages += [{"role": "tool", "tool_call_id": i, "content": "word " * draw(st.integers(1, 900))}
+                         for i in ids]
+        ends.append(len(messages))
+    return messages, ends
+
+
+tails = st.lists(st.sampled_from([{"role": "user", "content": "more"}, {"role": "tool", "tool_call_id": "c0_0",
+                                   "content": "late"}, {"role": "assistant", "content": None,
+                                   "tool_calls": [tool_call("z", "f", "{}")]},
+                                   {"role": "tool", "tool_call_id": "z", "content": "z"}]), max_size=3)
+
+
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=histories(), tail=tails)
+def test_every_view_keeps_pair_budget_and_head_and_a_bad_tail_is_refused_as_a_whole_check_would(history, tail):
+    messages, ends = history
+    context = ctxagent.Context("default", model=MODEL, context_window=3000)
+    for end in ends:
+        view = context.view(messages[:end])
+        assert pair_violations(view.messages) == [] and view.tokens <= view.window  # PAIR, BUDGET
+        assert view.messages[:2] == messages[:2]  # HEAD
+    whole = [*messages, *tail]
+    if pair_violations(whole):
+        with pytest.raises(ctxagent.UsageError, match="break PAIR"):
+            context.view(whole)
+    else:
+        assert pair_violations(context.view(whole).messages) == []
 
 
 def test_a_task_over_the_trigger_alone_is_a_context_overflow_and_an_unknown_window_a_usage_error():

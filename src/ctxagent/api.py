@@ -112,7 +112,7 @@ class Outputs:
         store_text(self._store, handle, call_id, text, model=self._policy.model)
 
     def handles(self) -> list[str]:
-        """Every handle stored in the folder, oldest first."""
+        """Every handle stored in the folder, oldest first (by when each was written)."""
         return self._store.handles()
 
     def handle_of(self, call_id: str) -> str | None:
@@ -249,12 +249,15 @@ class _Taken:
 
 
 def _check(messages: Sequence[Message], start: int) -> None:
-    """``UsageError`` for a message from ``start`` on that is not one, or a history breaking PAIR."""
+    """``UsageError`` for a message from ``start`` on that is not one, or a history breaking PAIR.
+    ``messages[:start]`` held PAIR with every call answered, so the whole does iff ``messages[start:]``
+    does (a result opening it answers no open call either way): checking it alone keeps a session's
+    checks linear, and the error, rare, is worded from the whole (its indexes)."""
     for index, message in enumerate(messages[start:], start):
         if not isinstance(message, dict) or message.get("role") not in ROLES:
             raise UsageError(f"message {index} is not an OpenAI-format message (a dict whose role is one of "
                              f"{', '.join(ROLES)}): {str(message)[:80]}")
-    if start < len(messages) and (problems := pair_violations(messages)):
+    if start < len(messages) and pair_violations(messages[start:]) and (problems := pair_violations(messages)):
         raise UsageError("the messages break PAIR (every tool result follows its call, every call has one): "
                          + "; ".join(problems[:3]))
 
