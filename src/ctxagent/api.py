@@ -42,7 +42,7 @@ from ctxagent.tools.clean import plain
 from ctxagent.tools.guard import Grants
 from ctxagent.tools.offload import OffloadPolicy, settle, store_text
 
-Path_ = Literal["batch", "interactive"]
+PipelinePath = Literal["batch", "interactive"]  # which of the profile's pipelines runs
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -156,7 +156,7 @@ class Context:
     """
 
     def __init__(self, profile: str = "default", *, model: str = "", context_window: int | None = None,
-                 path: Path_ = "batch", tools: Sequence[Mapping[str, Any]] = (),
+                 path: PipelinePath = "batch", tools: Sequence[Mapping[str, Any]] = (),
                  outputs: str | Path | None = None, summarizer: Callable[[str, int], str] | None = None,
                  transcript: str = "transcript.jsonl"):
         self.profile = load_profile(profile)
@@ -264,7 +264,7 @@ def _check(messages: Sequence[Message], start: int) -> None:
 
 def open_session(name: str | None = None, *, model: str | None = None, api_base: str | None = None,
                  profile: str | None = None, context_window: int | None = None, workdir: str | Path | None = None,
-                 tools: Sequence[str] = (), allow: Sequence[str] = (), path: Path_ = "batch",
+                 tools: Sequence[str] = (), allow: Sequence[str] = (), path: PipelinePath = "batch",
                  lessons: bool = True) -> Session:
     """Open the session called ``name`` (a new one named by the time when None), as ``ctxagent run
     --session NAME`` does, holding its writer lock until :meth:`Session.close` (use ``with``).
@@ -273,7 +273,9 @@ def open_session(name: str | None = None, *, model: str | None = None, api_base:
     window, working directory, tools) unless given here. ``model``: a litellm model string, or
     ``scripted:FILE`` (replies read from a YAML file); ``api_base``: an OpenAI-compatible server's
     URL; ``context_window``: tokens; ``tools``: user tools as ``FILE.py:function``; ``allow``: tools
-    granted beyond the profile's permissions (``--allow``); ``lessons``: False as ``--no-lessons``.
+    granted beyond the profile's permissions (``--allow``); ``lessons``: False as ``--no-lessons``;
+    ``path``: the profile's pipeline that runs (``batch``: deterministic, as ``run --batch``;
+    ``interactive``: with LLM summaries).
     Sessions live where the CLI keeps them (``$CTXAGENT_DATA_DIR``, else the user data folder).
 
     Raises ``UsageError``/``ProfileError`` for a bad name, profile, model, folder or tool (nothing
