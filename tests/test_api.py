@@ -233,6 +233,15 @@ def test_every_view_keeps_pair_budget_and_head_and_a_bad_tail_is_refused_as_a_wh
         assert pair_violations(context.view(whole).messages) == []
 
 
+def test_a_local_models_window_comes_from_its_server():
+    from ctxagent.testing import FakeOpenAI
+
+    props = {"default_generation_settings": {"n_ctx": 4096}, "total_slots": 1}  # llama.cpp's /props
+    with FakeOpenAI(info={"/props": props}) as server:
+        context = ctxagent.Context("default", model="openai/qwen2.5-coder-1.5b", api_base=server.base_url)
+    assert context.window == 4096 and server.info_requests == ["GET /props"]
+
+
 def test_a_task_over_the_trigger_alone_is_a_context_overflow_and_an_unknown_window_a_usage_error():
     context = ctxagent.Context("default", model=MODEL, context_window=6000)
     with pytest.raises(ctxagent.ContextOverflowError, match="protected part"):

@@ -146,7 +146,8 @@ class Context:
     ``profile``: a bundled profile's name or a YAML file; its ``path`` pipeline (``batch``:
     deterministic; ``interactive``: LLM summaries with ``summarizer``) runs under its ``target`` and
     ``trigger``. ``model`` picks the tokenizer and, with no ``context_window`` (tokens) here or in
-    the profile, the window from litellm's model info (importing litellm). ``tools``: the tool
+    the profile, the window from litellm's model info (importing litellm), else from the model's
+    server at ``api_base`` (llama.cpp, vLLM, Ollama, LM Studio: docs/local-models.md). ``tools``: the tool
     schemas (OpenAI format) your requests send, counted in the budget. ``outputs``: the folder
     (:class:`Outputs`, with the profile's tool-result limit) where the originals of masked tool
     results are written, so the handles the view names resolve; None keeps them nowhere.
@@ -155,15 +156,15 @@ class Context:
     Raises ``ProfileError``/``UsageError`` for a bad profile or an unknown window.
     """
 
-    def __init__(self, profile: str = "default", *, model: str = "", context_window: int | None = None,
-                 path: PipelinePath = "batch", tools: Sequence[Mapping[str, Any]] = (),
-                 outputs: str | Path | None = None, summarizer: Callable[[str, int], str] | None = None,
-                 transcript: str = "transcript.jsonl"):
+    def __init__(self, profile: str = "default", *, model: str = "", api_base: str | None = None,
+                 context_window: int | None = None, path: PipelinePath = "batch",
+                 tools: Sequence[Mapping[str, Any]] = (), outputs: str | Path | None = None,
+                 summarizer: Callable[[str, int], str] | None = None, transcript: str = "transcript.jsonl"):
         self.profile = load_profile(profile)
         if not (context_window or self.profile.context_window or model):
             raise UsageError("the context window is unknown: give context_window (tokens) or a model litellm knows")
         self.model, self.path, self.transcript = model, path, transcript
-        self.window = context_window or resolve_window(self.profile, model)
+        self.window = context_window or resolve_window(self.profile, model, api_base)
         policy = offload_policy(self.profile, model, window=self.window)
         self.outputs = None if outputs is None else Outputs(outputs, limit_tokens=policy.limit_tokens, model=model)
         if self.outputs is not None:
