@@ -74,10 +74,9 @@ def script(per_reply: int) -> tuple[list[dict[str, Any]], dict[str, list[dict[st
 def run_config(name: str, extra: str, per_reply: int, root: Path) -> dict[str, Any]:
     """Run the workload with ``extra`` profile YAML, ``per_reply`` delegate calls per orchestrator
     reply; the measured numbers (a run that stops says why in ``status``)."""
-    from ctxagent.agent.setup import open_runner
-    from ctxagent.errors import CtxagentError
+    import ctxagent
     from ctxagent.sessions import records
-    from ctxagent.sessions.session import Session
+    from ctxagent.sessions.transcript import Transcript
     from ctxagent.testing import FakeOpenAI
 
     slug = re.sub(r"\W+", "-", name)
@@ -86,28 +85,25 @@ def run_config(name: str, extra: str, per_reply: int, root: Path) -> dict[str, A
     profile.write_text(f"context_window: 128000\nmax_output_tokens: 1000\nretries: 0\n"
                        f"tools: [read_output, grep_output, delegate]\n{extra}", encoding="utf-8")
     replies, routes = script(per_reply)
-    session = Session.at("orchestrator")
     started = time.perf_counter()
     status, answer = "answered", None
-    with FakeOpenAI(replies, routes=routes) as server, session.writer():
-        runner = open_runner(session, profile_spec=str(profile), model_spec="openai/gpt-4o-mini",
-                             api_base=server.base_url, path="batch")
+    with FakeOpenAI(replies, routes=routes) as server, ctxagent.open_session(
+            "orchestrator", profile=str(profile), model="openai/gpt-4o-mini", api_base=server.base_url,
+            lessons=False) as session:
         try:
-            answer = [getattr(e, "answer", None) for e in runner.run("Survey the 20 regions and report.")][-1]
-        except CtxagentError as err:
+            answer = session.run("Survey the 20 regions and report.").answer
+        except ctxagent.CtxagentError as err:
             status = f"{err.status}: {str(err)[:160]}"
         last = server.requests[-1]["messages"]
     seconds = time.perf_counter() - started
-    recs = list(session.transcript.records())
+    recs = list(Transcript(session.directory / "transcript.jsonl").records())
     own = [r for r in recs if isinstance(r, records.UsageRecord) and not r.model.startswith("agent:")]
     children = [r for r in recs if isinstance(r, records.UsageRecord) and r.model.startswith("agent:")]
     text = json.dumps(last)
     in_request = sum(fact(i) in text for i in range(CHILDREN))
-    named = set(re.findall(r"@d\d\d", text))
-    stored = {h for h in named if session.store.find(h) is not None}
-    reachable = sum(fact(i) in text or (f"@d{i:02d}" in stored and fact(i) in
-                                        session.store.find(f"@d{i:02d}").read_text(encoding="utf-8"))
-                    for i in range(CHILDREN))
+    stored = {h: str(session.outputs.resolve(h)) for h in set(re.findall(r"@d\d\d", text))
+              if h in session.outputs.handles()}
+    reachable = sum(fact(i) in text or fact(i) in stored.get(f"@d{i:02d}", "") for i in range(CHILDREN))
     return {"config": name, "status": status, "answer": answer,
             "orchestrator_requests": len(own), "peak_context_tokens": max(r.prompt_tokens for r in own),
             "total_input_tokens": sum(r.prompt_tokens for r in own),

@@ -3,9 +3,12 @@ the requests each gets alone. Run: ``python -m benchmarks.engine [--messages N] 
 
 ``build_ms``: CPU milliseconds per request built (``ContextState.build``, the runner's own call)
 over a session of N messages (tool calls with log-normal results, one in ten failing), for the batch
-path of each bundled profile. ``together``: two such sessions built turn by turn on two threads at
-once, ``rounds`` times; how many rounds gave either session a request that differs from building it
-alone, and how many raised (each session has its own engine: both should be 0).
+path of each bundled profile. ``view_ms``: the same requests built through the public API
+(``ctxagent.Context.view``, docs/api.md), which also counts each new message's tokens (the runner
+does that when it writes the record) and checks the history's PAIR; no tool schemas.
+``together``: two such sessions built turn by turn on two threads at once, ``rounds`` times; how many
+rounds gave either session a request that differs from building it alone, and how many raised (each
+session has its own engine: both should be 0).
 """
 
 from __future__ import annotations
@@ -64,6 +67,21 @@ def build(turns: list[list[Any]], profile_name: str, start: threading.Barrier | 
     return sent, spent
 
 
+def view(turns: list[list[Any]], profile_name: str) -> float:
+    """CPU seconds ``ctxagent.Context.view`` takes to build every request of the session."""
+    import ctxagent
+
+    context = ctxagent.Context(profile_name, context_window=128_000)
+    messages: list[Any] = []
+    spent = 0.0
+    for batch in turns:
+        messages += [record.message for record in batch]
+        began = time.thread_time()
+        context.view(messages)
+        spent += time.thread_time() - began
+    return spent
+
+
 def together(messages: int, rounds: int, profile_name: str = "batch") -> dict[str, int]:
     """Two sessions built at once on two threads, ``rounds`` times, against each built alone."""
     sessions = {name: session(name, messages, seed) for seed, name in enumerate(("alpha", "omega"))}
@@ -99,10 +117,11 @@ def main() -> None:
     from ctxagent.profile import bundled_names
 
     turns = session("s", args.messages, 7)
-    result: dict[str, Any] = {"messages": args.messages, "build_ms": {}}
+    result: dict[str, Any] = {"messages": args.messages, "build_ms": {}, "view_ms": {}}
     for name in bundled_names():
         _, spent = build(turns, name)
         result["build_ms"][name] = round(spent * 1000 / len(turns), 3)
+        result["view_ms"][name] = round(view(turns, name) * 1000 / len(turns), 3)
     result["together"] = together(min(args.messages, 400), args.rounds)
     print(json.dumps(result, indent=1))
 

@@ -508,8 +508,7 @@ class CtxagentRun:
               on_view: Callable[[int, View], None] | None = None) -> RunResult:
         """Run the whole trace through the runner; see the class docstring. Never raises for ctxagent's
         error: an overflow (``ContextOverflowError``) or a crash stops the run at that turn."""
-        from ctxagent.agent.events import Compacted, Replied, Requesting, ToolDone
-        from ctxagent.errors import ContextOverflowError, LimitReached
+        from ctxagent import Compacted, ContextOverflowError, LimitReached, Replied, Requesting, ToolDone
 
         result = RunResult(self.name, group)
         budget = self.runner.budget()

@@ -89,10 +89,10 @@ class Policy:
 
 def run_task(project: Path, n: int, sub: str, target: str, lessons: bool) -> dict[str, Any]:
     """One task as a new session; its calls, first-call success, prompt tokens and lessons shown."""
+    from ctxagent import count_text
     from ctxagent.agent.setup import open_runner
     from ctxagent.sessions import records
     from ctxagent.sessions.session import Session
-    from ctxagent.tokens import count_text
     from ctxagent.tools.guard import Grants
 
     session = Session.at(f"task-{n:02d}")

@@ -101,7 +101,7 @@ def _in_process(args: list[str], data_dir: Path) -> tuple[int, str]:
 
 def grid(data_dir: Path, config: Path, size: int, in_process: bool = False) -> dict[str, Any]:
     """The grid workflow over MCP with handles; the grid's inline cost counted from the stored result."""
-    from ctxagent.tokens import count_text
+    from ctxagent import count_text
 
     example = example_of("grid")
     script = _script(EXAMPLES / "grid" / "script.yaml", data_dir / "grid.yaml", grid={"size": size})
@@ -121,7 +121,7 @@ def grid(data_dir: Path, config: Path, size: int, in_process: bool = False) -> d
 
 def extraction(data_dir: Path, config: Path, in_process: bool = False) -> dict[str, Any]:
     """The extraction workflow over MCP: a run with handles and one with the sheet inline, both measured."""
-    from ctxagent.tokens import count_text
+    from ctxagent import count_text
 
     example = example_of("extraction")
     tools = example.tools_module()

@@ -524,7 +524,7 @@ SIZED_TASK = ("The nightly pipeline of this service fails intermittently: find o
 
 def count_tokens(text: str) -> int:
     """Tokens of ``text`` with ctxagent's tokenizer for :data:`TOKEN_MODEL`."""
-    from ctxagent.tokens import count_text
+    from ctxagent import count_text
 
     return count_text(text, TOKEN_MODEL)
 

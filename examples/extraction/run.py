@@ -88,7 +88,7 @@ def run(data_dir: Path | None = None) -> dict[str, Any]:
     handles = run_once(data_dir, "extraction", HERE / "script.yaml", HERE / "profile.yaml")
     inline = run_once(data_dir, "extraction-inline", inline_script(data_dir / "script-inline.yaml", document),
                       HERE / "profile-inline.yaml")
-    from ctxagent.tokens import count_text
+    from ctxagent import count_text
 
     return {
         "workflow": "extraction", "data_dir": str(data_dir), "document_tokens": count_text(document),

@@ -70,7 +70,7 @@ def expected_answer(grid: Any) -> str:
 def inline_estimate(grid: Any) -> int:
     """Tokens of the grid as a JSON list (as the paper serialized it), estimated: one slice
     ``grid[0]`` counted exactly with the run's tokenizer, times the number of slices."""
-    from ctxagent.tokens import count_text
+    from ctxagent import count_text
 
     return count_text(json.dumps(grid[0].tolist())) * grid.shape[0] + 2
 

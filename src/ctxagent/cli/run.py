@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 import sys
 import time
 from collections.abc import Iterable
@@ -20,7 +18,7 @@ from ctxagent.cli.process import Interrupted
 from ctxagent.cli.render import BatchRenderer, Renderer
 from ctxagent.cli.stdin import piped, read_all, wait_s
 from ctxagent.errors import CtxagentError, LimitReached, UsageError
-from ctxagent.sessions.session import Session, new_name
+from ctxagent.sessions.session import Session, discard_if_unstarted, new_name
 from ctxagent.tools.clean import mend, plain
 
 if TYPE_CHECKING:
@@ -118,7 +116,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
         result.update(status="interrupted")
         _quietly(renderer.interrupted, session)
     if not existed:
-        _discard_if_unstarted(session)
+        discard_if_unstarted(session)
     if not shown:
         code = _report(session, runner, renderer, result, code, opts, started, trace)
     raise typer.Exit(code)
@@ -273,31 +271,6 @@ def _redacted(text: str) -> str:
     from ctxagent.sessions.redact import default  # error messages may quote a URL or a header
 
     return default().text(text)
-
-
-HEADER_ONLY_MAX_BYTES = 1 << 20  # a transcript this size or more certainly holds more than its header
-
-
-def _discard_if_unstarted(session: Session) -> None:
-    """Remove the folder of a session this run created but never started (its setup failed: no
-    transcript, or one with its header alone, e.g. a bad ``--allow``): the transcript, the lock
-    file and the outputs folder, then the folder itself."""
-    transcript = session.root / "transcript.jsonl"
-    with contextlib.suppress(OSError):
-        if transcript.stat().st_size >= HEADER_ONLY_MAX_BYTES or transcript.read_bytes().count(b"\n") > 1:
-            return
-    if (sync := session.remote()) is not None:  # a session store: its objects go too
-        from ctxagent.sessions import replica
-
-        with contextlib.suppress(CtxagentError):
-            replica.remove(sync)
-        (session.root / ".store.json").unlink(missing_ok=True)
-    with contextlib.suppress(OSError):
-        transcript.unlink(missing_ok=True)
-        (session.root / ".lock").unlink(missing_ok=True)
-        if (session.root / "outputs").is_dir():
-            shutil.rmtree(session.root / "outputs")
-        session.root.rmdir()
 
 
 def _deliver(session: Session, answer: str, output: Path | None, result: dict[str, Any], json_out: bool) -> int:

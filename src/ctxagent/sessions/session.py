@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 
 from ctxagent.dirs import data_dir
-from ctxagent.errors import SessionBusyError, UsageError
+from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
 from ctxagent.sessions.remote import cache_key
 from ctxagent.sessions.store import OutputStore
 from ctxagent.sessions.transcript import Transcript
@@ -209,6 +210,31 @@ class Session:
             return False
         lock.release()
         return False
+
+
+HEADER_ONLY_MAX_BYTES = 1 << 20  # a transcript this size or more certainly holds more than its header
+
+
+def discard_if_unstarted(session: Session) -> None:
+    """Remove the folder of a session this run created but never started (its setup failed: no
+    transcript, or one with its header alone, e.g. a bad ``--allow``): the transcript, the lock
+    file and the outputs folder, then the folder itself."""
+    transcript = session.root / "transcript.jsonl"
+    with contextlib.suppress(OSError):
+        if transcript.stat().st_size >= HEADER_ONLY_MAX_BYTES or transcript.read_bytes().count(b"\n") > 1:
+            return
+    if (sync := session.remote()) is not None:  # a session store: its objects go too
+        from ctxagent.sessions import replica
+
+        with contextlib.suppress(CtxagentError):
+            replica.remove(sync)
+        (session.root / ".store.json").unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        transcript.unlink(missing_ok=True)
+        (session.root / ".lock").unlink(missing_ok=True)
+        if (session.root / "outputs").is_dir():
+            shutil.rmtree(session.root / "outputs")
+        session.root.rmdir()
 
 
 def list_sessions(store_url: str | None = None) -> list[Session]:
