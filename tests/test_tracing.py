@@ -22,7 +22,7 @@ def spans(monkeypatch):
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(tracing, "make_tracer", lambda: provider.get_tracer("test"))
+    monkeypatch.setattr(tracing, "make_provider", lambda: provider)
     monkeypatch.setenv("CTXAGENT_OTEL", "1")
     return exporter
 

@@ -225,7 +225,7 @@ def _tracing() -> Any:
     """OpenTelemetry spans of the run when asked for (cli/tracing.py), else None."""
     from ctxagent.cli import tracing
 
-    return tracing.Tracing(tracing.make_tracer()) if tracing.enabled() else None
+    return tracing.Tracing(tracing.make_provider()) if tracing.enabled() else None
 
 
 def _renderer(output_format: str, batch: bool, quiet: bool = False) -> Renderer:

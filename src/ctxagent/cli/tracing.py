@@ -31,8 +31,8 @@ def enabled() -> bool:
     return os.environ.get("CTXAGENT_OTEL") == "1" or bool(os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 
 
-def make_tracer() -> Any:
-    """A tracer of a provider exporting as the module docstring says. Raises ``UsageError`` when the
+def make_provider() -> Any:
+    """A ``TracerProvider`` exporting as the module docstring says. Raises ``UsageError`` when the
     SDK is not installed."""
     from ctxagent.errors import UsageError
 
@@ -52,14 +52,16 @@ def make_tracer() -> Any:
         import sys
 
         provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stderr)))
-    return provider.get_tracer("ctxagent")
+    return provider
 
 
 class Tracing:
-    """Turns a run's events into spans of ``tracer`` (see the module docstring)."""
+    """Turns a run's events into spans of a tracer of ``provider`` (see the module docstring), flushed
+    when the run ends."""
 
-    def __init__(self, tracer: Any, *, content: bool | None = None):
-        self.tracer = tracer
+    def __init__(self, provider: Any, *, content: bool | None = None):
+        self.provider = provider
+        self.tracer = provider.get_tracer("ctxagent")
         self.content = os.environ.get("CTXAGENT_OTEL_CONTENT") == "1" if content is None else content
         self.run: Any = None
         self.chat: Any = None
@@ -130,16 +132,7 @@ class Tracing:
 
             self.run.set_status(Status(StatusCode.ERROR, _redacted(str(result["error"]), 500)))
         self.run.end()
-        provider = getattr(self.tracer, "_tracer_provider", None) or _provider_of(self.tracer)
-        if provider is not None and hasattr(provider, "force_flush"):
-            provider.force_flush()
-
-
-def _provider_of(tracer: Any) -> Any:
-    from opentelemetry import trace
-
-    provider = trace.get_tracer_provider()
-    return provider if hasattr(provider, "force_flush") else None
+        self.provider.force_flush()
 
 
 def _provider(model: str) -> str:
