@@ -11,8 +11,11 @@ provider cached them, editing them breaks no prefix) must fit under the trigger 
 everything no strategy may drop (system message, pins, task, current user message, the assistant
 message that made the calls, tool schemas, reserve). When they do not, the largest verbatim result
 becomes a preview (head and tail, middle-out, at most ``preview_tokens``; the size and the handle
-of the full output, which goes to the output store), then the next largest, until they fit; if they
-still do not, previews and offloaded results become one-line stubs, largest first. Whatever made the
+of the full output, which goes to the output store), then the next largest, until they fit. Only when
+they would still break the window itself (BUDGET), not merely the trigger, do previews and offloaded
+results become one-line stubs, largest first: in a 4,096-token window the trigger left ~600 tokens for
+messages, and a 2 MB log's 545-token offloaded preview alone became a stub, so a 1.5B model never saw
+the preview's lines nor how to search the output, and answered ``{"request_id": "ERROR"}``. Whatever made the
 results goes through it: parallel calls of one reply, a sub-agent's results (``delegate`` calls),
 an MCP tool's result, the results a resumed session appends for calls left open. Each replacement is
 a recorded compaction (resume replays it; NO LOSS: the handle resolves). The runner runs this step
@@ -50,19 +53,19 @@ class SettleStep(StrategyConfig):
         if not results:
             return Outcome(view)
         fixed = [view[i] for i in sorted(protected(view) | {owner}) if i not in results]
-        room = ctx.budget.window * ctx.budget.trigger
+        rooms = {"preview": ctx.budget.window * ctx.budget.trigger, "stub": ctx.budget.window}
         out = list(view)
 
-        def fits() -> bool:
+        def fits(room: float) -> bool:
             return ctx.budget.total([*fixed, *(out[i] for i in results)]) <= room
 
-        if fits():
+        if fits(rooms["preview"]):
             return Outcome(view)
         calls = calls_of_results(view)
         stored: list[int] = []
-        for cut in ("preview", "stub"):
+        for cut, room in rooms.items():
             for index in sorted(results, key=lambda i: (-out[i].tokens, i)):
-                if fits():
+                if fits(room):
                     break
                 entry = out[index]
                 if cut == "preview" and (entry.offloaded or entry.kind != "message"):
@@ -75,6 +78,8 @@ class SettleStep(StrategyConfig):
                 out[index] = new
                 if not view[index].offloaded and view[index].kind == "message" and index not in stored:
                     stored.append(index)  # the original goes to the output store: its handle resolves
+        if all(a is b for a, b in zip(out, view, strict=True)):
+            return Outcome(view)  # IDENTITY: cut as far as they go already (previews over the trigger)
         return Outcome(out, offloads=[view[i] for i in stored])
 
 
