@@ -7,7 +7,7 @@ the same sessions every time), ``workdir``, ``model``, ``profile``, ``api_base``
 budgets (``max_input_tokens``, ``max_output_tokens_total``, ``max_cost_usd``, ``max_wall_s``), over
 the command line's options;
 relative paths are relative to the current directory, where every task's process starts.
-Every task runs as its own ``ctxagent run --batch --json`` process (cli/batch_pool.py),
+Every task runs as its own ``ctxagent run --batch --json`` process (batch/pool.py),
 ``--workers`` at a time: a task's crash, bad profile, provider error or budget stop is that task's
 result, never the others'.
 
@@ -92,8 +92,8 @@ def batch(
 ) -> None:
     """Run every task of a JSONL file, each in its own session, several at once (see the module
     docstring). Answered sessions are skipped on a re-run; the others resume."""
-    from ctxagent.cli.batch_pool import Pool, Tally  # here, not at import: `ctxagent --help` stays fast
-    from ctxagent.cli.batch_tasks import read_tasks
+    from ctxagent.batch.pool import Pool, Tally  # here, not at import: `ctxagent --help` stays fast
+    from ctxagent.batch.tasks import read_tasks
     defaults: dict[str, Any] = {
         "model": model, "profile": profile, "api_base": api_base, "max_turns": max_turns, "allow": allow,
         "allow_all": allow_all or None, "context_window": context_window, "timeout": timeout,

@@ -5,7 +5,7 @@ submit of a session that is still running is refused (Temporal's id conflict pol
 result: ``session_busy``), one that ended may run again (an answered session is then reported
 from its transcript, not run: the worker checks, as ``ctxagent batch`` does on one machine).
 Results come back in the order the sessions end, as the same result objects the process pool
-prints (cli/batch_pool.py), plus ``worker`` and ``attempt`` (the activity attempt that ended it).
+prints (batch/pool.py), plus ``worker`` and ``attempt`` (the activity attempt that ended it).
 Ctrl-C or SIGTERM cancels the workflows this command started: their runs record an ``interrupted``
 end, and the same command again resumes them.
 """
@@ -18,7 +18,7 @@ import signal
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ctxagent.cli.batch_tasks import Task
+from ctxagent.batch.tasks import Task
 from ctxagent.cluster.temporal_workflow import DEFAULT_TASK_QUEUE, SessionTask, SessionWorkflow
 
 TASK_MAX = 128 * 1024  # bytes of a task's workflow input at most (Temporal warns at 256 KB, fails at 2 MB)
