@@ -13,7 +13,7 @@ else to stderr as JSON). Names and attributes follow the OpenTelemetry GenAI sem
 - compactions and warnings are span events of the run span.
 
 Message content (the reply's text, a tool result's preview) is recorded only with
-``CTXAGENT_OTEL_CONTENT=1``, and always redacted (``sessions/redact.py``).
+``CTXAGENT_OTEL_CONTENT=1``, and always redacted (``sessions/redact/``).
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ from typing import Any
 
 from ctxagent import tokens
 from ctxagent.messages import ToolCall
-from ctxagent.sessions import scan
 from ctxagent.sessions.records import OutputRecord
+from ctxagent.sessions.redact import scan
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools import values
 from ctxagent.tools.base import Spooled, ToolValue
