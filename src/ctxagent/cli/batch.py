@@ -52,7 +52,7 @@ from ctxagent.cli.options import (
     WindowOpt,
 )
 from ctxagent.cli.permissions import AllowAllOpt, AllowOpt
-from ctxagent.cli.worker_cmd import AddressOpt, NamespaceOpt, TaskQueueOpt
+from ctxagent.cli.worker_cmd import AddressOpt, NamespaceOpt, TaskQueueOpt, require_temporal
 from ctxagent.errors import UsageError
 
 
@@ -110,7 +110,6 @@ def batch(
         if workers is not None:
             raise UsageError("--workers is for --backend pool; with temporal, each `ctxagent worker "
                              "--concurrency N` decides how many sessions it runs")
-        from ctxagent.cli.worker_cmd import require_temporal
 
         require_temporal()
         from ctxagent.cluster.temporal_submit import Submitter

@@ -30,6 +30,8 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ctxagent.cli import redacted
+from ctxagent.dirs import user_dir
 from ctxagent.errors import ProfileError, UsageError
 
 KEYS = ("model", "profile", "api_base", "context_window", "allow")
@@ -59,8 +61,6 @@ class Value:
 
 def config_dir() -> Path:
     """``$CTXAGENT_CONFIG_DIR``, else platformdirs' user config dir for ``ctxagent``."""
-    from ctxagent.dirs import user_dir
-
     return user_dir("config")
 
 
@@ -186,8 +186,6 @@ def show(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.
     with where it came from (a value's secrets, such as a password or token in ``api_base``, shown
     as markers), and the environment variables the shell's commands and MCP servers do not get
     (tools/environment.py)."""
-    from ctxagent.cli import redacted
-
     values = {key: Value(redacted(v.value) if isinstance(v.value, str) else v.value, v.source)
               for key, v in resolved(effective()).items()}
     kept, passes = _withheld(values["profile"].value)

@@ -10,6 +10,7 @@ import typer
 from ctxagent.cli import outputs_cmd
 from ctxagent.cli.options import SessionOpt, StoreOpt, pick
 from ctxagent.messages import one_line
+from ctxagent.sessions.outcome import Usage
 
 
 def escape(text: str) -> str:
@@ -144,7 +145,6 @@ def _spend_lines(items: list[Any]) -> list[str]:
 
 def _spent(recs: list[Any]) -> str:
     from ctxagent.sessions import records
-    from ctxagent.sessions.outcome import Usage  # the fold's totals (not agent/state.py: ~0.1 s of imports)
 
     usage = Usage()
     for rec in recs:

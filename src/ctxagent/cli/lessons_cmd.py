@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ctxagent.errors import UsageError
+from ctxagent.messages import one_line
 
 if TYPE_CHECKING:
     from ctxagent.lessons.model import Lesson
@@ -77,7 +78,6 @@ def list_(json_out: JsonOpt = False) -> None:
 
     from ctxagent.cli.console import Console
     from ctxagent.lessons.model import Scope
-    from ctxagent.messages import one_line
 
     if not sys.stdout.isatty():  # a pipe: tab-separated lines, every column whole (the id is what you need)
         for x in lessons:

@@ -20,6 +20,7 @@ import typer
 
 from ctxagent.cli.options import SessionOpt, check_output, pick
 from ctxagent.errors import UsageError
+from ctxagent.tools.base import ToolError
 
 if TYPE_CHECKING:
     from ctxagent.sessions.store import OutputStore
@@ -109,7 +110,6 @@ def deliver(store: OutputStore, answer: str, output: Path | None = None) -> Deli
     answer as the model wrote it. Unknown handles are left as written, with a note.
     """
     from ctxagent.tools import values
-    from ctxagent.tools.base import ToolError
 
     result = Delivered(answer)
     whole = answer.strip()
@@ -221,7 +221,6 @@ def output(
 ) -> None:
     """Print one stored value: text as stored, JSON pretty; binary only to a file (--output)."""
     from ctxagent.tools import values
-    from ctxagent.tools.base import ToolError
 
     check_output(output_file)  # a directory or an unwritable path fails before anything is read
     target = pick(session, ctx.obj)

@@ -22,6 +22,7 @@ from ctxagent.agent.events import Compacted, Event, Finished, Requesting, ToolDo
 from ctxagent.errors import CtxagentError
 from ctxagent.messages import one_line
 from ctxagent.sessions.session import Session
+from ctxagent.tools.base import ERROR_PREFIX
 
 
 def describe(event: Event) -> str | None:
@@ -51,8 +52,6 @@ REASON_CHARS = 200  # characters of a refused or failed call's reason in its pro
 
 def reason_of(event: ToolDone) -> str:
     """Why a call was refused or failed: its result without the ``ERROR:`` prefix the model reads."""
-    from ctxagent.tools.base import ERROR_PREFIX
-
     return event.content.removeprefix(ERROR_PREFIX)
 
 

@@ -23,6 +23,7 @@ from ctxagent.cli import sessions_export
 from ctxagent.cli.options import StoreOpt, pick
 from ctxagent.dirs import data_dir
 from ctxagent.errors import SessionBusyError, UsageError
+from ctxagent.sessions import replica
 from ctxagent.sessions.session import ListFacts, Session, check_name, list_facts, list_sessions
 
 app = typer.Typer(help="List, show, delete, rename, fork and export sessions.", no_args_is_help=True,
@@ -221,7 +222,6 @@ def fork(
     if target.root.exists():
         raise UsageError(f"a session named {new!r} exists already ({target.root})")
     if (sync := source.remote()) is not None:  # a session store: its objects first (UsageError if NEW is there)
-        from ctxagent.sessions import replica
 
         with source.writer():
             replica.copy(sync, target.remote())

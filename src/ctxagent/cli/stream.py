@@ -12,6 +12,7 @@ handle and size. Every string of every event is redacted, as the transcript is (
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, ToolStarted, Warned
@@ -74,7 +75,6 @@ class StreamRenderer(BatchRenderer):
     def ask(self) -> str | None:
         if not self.interactive:
             return None
-        import sys
 
         print("> ", end="", file=sys.stderr, flush=True)
         line = sys.stdin.readline()

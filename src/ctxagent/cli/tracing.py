@@ -22,6 +22,7 @@ import os
 from typing import Any
 
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, ToolStarted, Warned
+from ctxagent.errors import UsageError
 
 CONTENT_CHARS = 4000
 
@@ -34,8 +35,6 @@ def enabled() -> bool:
 def make_provider() -> Any:
     """A ``TracerProvider`` exporting as the module docstring says. Raises ``UsageError`` when the
     SDK is not installed."""
-    from ctxagent.errors import UsageError
-
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider

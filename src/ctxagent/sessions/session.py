@@ -8,19 +8,23 @@ owner-only (0700), files 0600.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 
 from ctxagent.dirs import data_dir
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
+from ctxagent.sessions import replica
+from ctxagent.sessions.outcome import final_answer
 from ctxagent.sessions.remote import cache_key
+from ctxagent.sessions.replica import sync_for
 from ctxagent.sessions.store import OutputStore
 from ctxagent.sessions.transcript import Transcript
 
@@ -159,8 +163,6 @@ class Session:
     @contextmanager
     def _leased(self) -> Iterator[None]:
         """With a store: the lease, the sync and the uploads of :func:`ctxagent.sessions.replica.leased`."""
-        from ctxagent.sessions import replica
-
         with replica.leased(self.remote(), self._pull_children) as sync:
             self._sync = sync
             try:
@@ -170,8 +172,6 @@ class Session:
 
     def remote(self) -> Any:
         """This session's :class:`~ctxagent.sessions.remote.SessionSync` (the writer's in :meth:`writer`), or None."""
-        from ctxagent.sessions.replica import sync_for
-
         url = self.store_url
         return self._sync or (sync_for(url, sessions_root(url), self.root, self.name) if url else None)
 
@@ -330,7 +330,6 @@ def status_of(records_: list[Any]) -> str:
     last message is a final answer, whatever end records follow it (sessions/outcome.py), else the
     reason of an end record after the last message, else ``interrupted`` (or ``new`` without messages)."""
     from ctxagent.sessions import records
-    from ctxagent.sessions.outcome import final_answer
 
     if final_answer(records_) is not None:
         return "answered"
@@ -385,8 +384,6 @@ def totals(path: Path) -> Totals:
     """The :class:`Totals` of the transcript at ``path``. Only the bytes appended since the last call
     are read (the totals of the lines before are cached in ``CACHE`` beside it, owner-only), and
     only usage and settings lines are parsed, one line in memory at a time."""
-    import json
-
     cache = path.with_name(CACHE)
     try:
         cached = json.loads(cache.read_text(encoding="utf-8"))
@@ -438,9 +435,6 @@ def _count(fh: BinaryIO, found: Totals) -> None:
 
 def _save(cache: Path, found: Totals) -> None:
     """Write ``found`` to ``cache`` atomically (a temporary file renamed over it); best effort."""
-    import json
-    from dataclasses import asdict
-
     temp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
