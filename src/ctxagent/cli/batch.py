@@ -137,13 +137,9 @@ def _progress(tally: Any) -> Iterator[Callable[[str], None]]:
     if not sys.stderr.isatty():
         yield lambda event: print(f"ctxagent batch: {event} · {tally.line()}", file=sys.stderr, flush=True)
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from ctxagent.cli.console import progress_bar
 
-    from ctxagent.cli.console import Console
-
-    with Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True,
-                  redirect_stdout=False, redirect_stderr=False) as bar:  # results go to stdout, whole
+    with progress_bar() as bar:
         task = bar.add_task(tally.line(), total=tally.total)
 
         def show(event: str) -> None:

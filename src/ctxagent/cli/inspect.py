@@ -16,7 +16,7 @@ from ctxagent.sessions.outcome import Usage
 def escape(text: str) -> str:
     """rich's markup escape, imported when a transcript is shown (``inspect context`` into a pipe
     never loads rich)."""
-    from rich.markup import escape as rich_escape
+    from ctxagent.cli.console import escape as rich_escape
 
     return rich_escape(text)
 

@@ -73,10 +73,7 @@ def list_(json_out: JsonOpt = False) -> None:
     if not lessons:
         print(f"no lessons yet ({store.root})", file=sys.stderr)
         return
-    from rich.markup import escape
-    from rich.table import Table
-
-    from ctxagent.cli.console import Console
+    from ctxagent.cli.console import Console, Table, escape
     from ctxagent.lessons.model import Scope
 
     if not sys.stdout.isatty():  # a pipe: tab-separated lines, every column whole (the id is what you need)

@@ -119,7 +119,7 @@ class Ticker:
 
 def size_text(n: int) -> str:
     """``n`` bytes as ``12.3 MB`` (decimal units, rich's)."""
-    from rich.filesize import decimal
+    from ctxagent.cli.console import decimal
 
     return decimal(n)
 

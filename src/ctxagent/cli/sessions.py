@@ -85,9 +85,7 @@ def list_(ctx: typer.Context, json_out: JsonOpt = False) -> None:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
         return
-    from rich.table import Table
-
-    from ctxagent.cli.console import Console
+    from ctxagent.cli.console import Console, Table
 
     table = Table("session", "created", "last used", "turns", "tokens", "cost", "status", "model")
     for row in rows:

@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rich.markup import escape
-
-from ctxagent.cli.console import Console
+from ctxagent.cli.console import Console, escape
 
 HELP = {
     "/help": "this list",
