@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ctxagent.cli import redacted
 from ctxagent.dirs import user_dir
 from ctxagent.errors import ProfileError, UsageError
+from ctxagent.tools.environment import withheld
 
 KEYS = ("model", "profile", "api_base", "context_window", "allow")
 PROJECT_FILE = ".ctxagent.yaml"
@@ -209,7 +210,6 @@ def _withheld(profile: str | None) -> tuple[list[str], list[str]]:
     """The names withheld from tools here, and the profile's pass-through list (none when the
     profile does not load: ``run`` says why)."""
     from ctxagent.profile import load_profile
-    from ctxagent.tools.environment import withheld
 
     try:
         passes = list(load_profile(profile or "default").tool_environment.pass_through)

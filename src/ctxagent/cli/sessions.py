@@ -267,7 +267,6 @@ def rename(
         raise UsageError(f"a session named {new!r} exists already ({target.root})")
     with source.writer():
         if (sync := source.remote()) is not None:  # a session store: the objects too (UsageError if NEW is there)
-            from ctxagent.sessions import replica
 
             replica.copy(sync, target.remote())
         try:
@@ -319,8 +318,6 @@ def export(
 def _remove_remote(session: Session) -> None:
     """With a session store: delete ``session``'s objects from it (its writer lock held)."""
     if (sync := session.remote()) is not None:
-        from ctxagent.sessions import replica
-
         replica.remove(sync)
 
 

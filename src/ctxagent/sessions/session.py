@@ -24,7 +24,7 @@ from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
 from ctxagent.sessions import replica
 from ctxagent.sessions.outcome import final_answer
 from ctxagent.sessions.remote import cache_key
-from ctxagent.sessions.replica import sync_for
+from ctxagent.sessions.replica import fetch_heads, sync_for
 from ctxagent.sessions.store import OutputStore
 from ctxagent.sessions.transcript import Transcript
 
@@ -179,8 +179,6 @@ class Session:
         """With a store: bring this session's cache (and its sub-agents') up to the store unless a process
         here holds its writer lock. Returns ``self``. Raises ``CtxagentError`` when the store fails."""
         if (sync := self.remote()) is not None:
-            from ctxagent.sessions import replica
-
             replica.pull(sync, self._pull_children)
         return self
 
@@ -242,8 +240,6 @@ def list_sessions(store_url: str | None = None) -> list[Session]:
     (with a store, the cache gets the heads it lacks)."""
     root, url = sessions_root(store_url), store_url
     if url is not None:
-        from ctxagent.sessions.replica import fetch_heads
-
         fetch_heads(url, root, lambda name: bool(NAME_RE.match(name)) and ".." not in name)
     if not root.is_dir():
         return []
