@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 
 from ctxagent.agent.events import Finished
-from ctxagent.cli import process, tracing
+from ctxagent.agent.setup import open_runner
+from ctxagent.cli import config, process, tracing
 from ctxagent.cli.options import RunOptions, with_run_options
 from ctxagent.cli.outputs_cmd import deliver
 from ctxagent.cli.permissions import grants, warn_allow_all
@@ -23,6 +24,7 @@ from ctxagent.cli.stdin import piped, read_all, wait_s
 from ctxagent.cli.stream import StreamRenderer
 from ctxagent.errors import CtxagentError, LimitReached, UsageError
 from ctxagent.sessions.outcome import recorded_answer
+from ctxagent.sessions.redact import default
 from ctxagent.sessions.session import (
     Session,
     discard_if_unstarted,
@@ -79,8 +81,6 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
     Lessons are learned after the answer is shown (batch: printed; interactive: when the session
     ends), never before it: with an LLM lessons step that is a model call.
     """
-    from ctxagent.agent.setup import open_runner
-
     batch = opts.is_batch()
     renderer = _renderer(opts.format(), batch, quiet=opts.quiet)
     result: dict[str, Any] = {"session": session.name, "status": "error", "answer": None, "turns": 0}
@@ -201,7 +201,7 @@ def _events(session: Session, runner: Any, message: str | None, max_turns: int |
 
 def _next_message(renderer: Renderer, runner: Any) -> str | None:
     """The next message typed interactively, after any slash commands (cli/slash.py); None ends."""
-    from ctxagent.cli import slash
+    from ctxagent.cli import slash  # rich: only for people
 
     while True:
         line = renderer.ask()
@@ -218,8 +218,6 @@ def _with_defaults(opts: RunOptions, existed: bool) -> RunOptions:
     """``opts`` with what the command line left unset taken from configuration (cli/config.py): all
     of model, profile, api_base, context_window and allow for a new session; only allow for one that
     exists (it keeps what it recorded). Says on stderr when a project file is there but not trusted."""
-    from ctxagent.cli import config
-
     start = opts.workdir.resolve() if opts.workdir else None
     given = {"model": opts.model, "profile": opts.profile, "api_base": opts.api_base,
              "context_window": opts.context_window, "allow": opts.allow}
@@ -274,8 +272,6 @@ def _quietly(show: Any, *args: Any) -> None:
 
 
 def _redacted(text: str) -> str:
-    from ctxagent.sessions.redact import default  # error messages may quote a URL or a header
-
     return default().text(text)
 
 

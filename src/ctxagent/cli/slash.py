@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ctxagent.cli.console import Console, escape
+from ctxagent.cli.context_cmd import show
 
 HELP = {
     "/help": "this list",
@@ -45,8 +46,6 @@ def _help(rest: str, runner: Any, renderer: Any, out: Console) -> None:
 
 
 def _context(rest: str, runner: Any, renderer: Any, out: Console) -> None:
-    from ctxagent.cli.context_cmd import show
-
     show(runner.session, runner.path, json_out=False)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, ToolStarted, Warned
 from ctxagent.cli.render import BatchRenderer
+from ctxagent.sessions.redact import clip, default
 from ctxagent.sessions.session import Session
 
 CONTENT_CHARS = 2000  # characters of a message or tool result shown in an event at most
@@ -24,8 +25,6 @@ CONTENT_CHARS = 2000  # characters of a message or tool result shown in an event
 
 def _cut(text: str) -> dict[str, Any]:
     """``text`` redacted, then cut to :data:`CONTENT_CHARS` (a key cut first keeps its first characters)."""
-    from ctxagent.sessions.redact import clip
-
     return {"text": clip(text, CONTENT_CHARS), "chars": len(text), "truncated": len(text) > CONTENT_CHARS}
 
 
@@ -87,8 +86,6 @@ class StreamRenderer(BatchRenderer):
     def _emit(self, data: dict[str, Any]) -> None:
         """One event on stdout, every string in it redacted as the transcript is (stdout ends up in
         CI logs and other programs: what ctxagent prints is redacted as what it writes)."""
-        from ctxagent.sessions.redact import default
-
         print(json.dumps(default().value(data), ensure_ascii=False), flush=True)
 
     def start(self, session: Session, runner: Any) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, ToolStarted, Warned
 from ctxagent.errors import UsageError
+from ctxagent.sessions.redact import clip
 
 CONTENT_CHARS = 4000
 
@@ -153,6 +154,4 @@ def _provider(model: str) -> str:
 
 
 def _redacted(text: str, limit: int = CONTENT_CHARS) -> str:
-    from ctxagent.sessions.redact import clip  # redact, then cut
-
     return clip(text, limit)
