@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ctxagent.errors import UsageError
+from ctxagent.sessions.outcome import recorded_answer, recorded_task
 from ctxagent.tools.clean import plain
 
 LIMIT_EXIT = 3  # LimitReached: a budget, max_turns or the loop guard stopped the run (resumable)
@@ -149,7 +150,6 @@ def standing(task: Task) -> Standing:
     """How ``task``'s session stands: its first user message and last records decide
     (sessions/outcome.py), not its status, which an ``interrupted`` end record written before the
     task was recorded would make look started. Raises ``UsageError`` for a bad session name."""
-    from ctxagent.sessions.outcome import recorded_answer, recorded_task
     from ctxagent.sessions.session import Session
 
     session = Session.at(task.session, task.options.get("store"))

@@ -10,6 +10,7 @@ import typer
 from ctxagent.cli import outputs_cmd
 from ctxagent.cli.options import SessionOpt, StoreOpt, pick
 from ctxagent.messages import one_line
+from ctxagent.sessions import records
 from ctxagent.sessions.outcome import Usage
 
 
@@ -103,8 +104,6 @@ _LINES: dict[str, Callable[[Any], str]] = {
 @app.command("transcript")
 def transcript(ctx: typer.Context, session: SessionOpt = None, json_out: JsonOpt = False) -> None:
     """Every record of the transcript, oldest first; compactions are marked."""
-    from ctxagent.sessions import records
-
     target = pick(session, ctx.obj)
     items = target.transcript.load()
     if json_out:
@@ -130,8 +129,6 @@ def _usd(cost: float | None) -> str:
 def _spend_lines(items: list[Any]) -> list[str]:
     """Spend per run (the records up to each end record) and for the session: model calls, input
     tokens (cached), output tokens, US dollars, seconds."""
-    from ctxagent.sessions import records
-
     runs: list[list[Any]] = [[]]
     for rec in items:
         if isinstance(rec, records.UsageRecord | records.EndRecord):
@@ -144,8 +141,6 @@ def _spend_lines(items: list[Any]) -> list[str]:
 
 
 def _spent(recs: list[Any]) -> str:
-    from ctxagent.sessions import records
-
     usage = Usage()
     for rec in recs:
         if isinstance(rec, records.UsageRecord):
@@ -159,8 +154,6 @@ def _spent(recs: list[Any]) -> str:
 
 def _tree(session: Any, depth: int = 1) -> list[str]:
     """The sub-agent sessions under ``session``, indented by depth, each with its status and spend."""
-    from ctxagent.sessions import records
-
     lines = []
     for child in session.children():
         recs = child.transcript.load()

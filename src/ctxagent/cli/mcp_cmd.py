@@ -10,6 +10,7 @@ import typer
 
 from ctxagent.cli.options import McpConfigOpt, ModelOpt, ProfileOpt, WindowOpt
 from ctxagent.dirs import user_dir
+from ctxagent.tokens import count_tools
 
 app = typer.Typer(help="MCP servers: the ones configured (profile mcp_servers, --mcp-config), their tools.",
                   no_args_is_help=True, rich_markup_mode=None)
@@ -32,7 +33,6 @@ def list_(
     from ctxagent.mcp_tools.config import servers_of
     from ctxagent.mcp_tools.mirror import mirror, unique_names
     from ctxagent.profile import load_profile
-    from ctxagent.tokens import count_tools
 
     prof = load_profile(profile or "default")
     servers = servers_of(prof.mcp_servers, str(mcp_config) if mcp_config else None)

@@ -222,7 +222,6 @@ def discard_if_unstarted(session: Session) -> None:
         if transcript.stat().st_size >= HEADER_ONLY_MAX_BYTES or transcript.read_bytes().count(b"\n") > 1:
             return
     if (sync := session.remote()) is not None:  # a session store: its objects go too
-        from ctxagent.sessions import replica
 
         with contextlib.suppress(CtxagentError):
             replica.remove(sync)
