@@ -1,12 +1,8 @@
-"""Applying the secret scan (see the package docstring): a :class:`Redactor` over text, bytes,
-JSON-like values and files, and the functions the transcript, the output store and the command line
-call: :func:`dumps`, :func:`redact_file`, :func:`clip`, :func:`default`.
-
-Large bytes and files are scanned first by the prefilter (:mod:`ctxagent.sessions.redact.scan`);
-the patterns are then tried only in the windows where it matched, which replaces exactly what trying
-them everywhere replaces.
+"""Applying the secret scan: :class:`Redactor` (text, bytes, JSON-like values, files) and what the
+transcript, the output store and the command line call (:func:`dumps`, :func:`redact_file`, :func:`clip`,
+:func:`default`). Large bytes and files go through the prefilter (:mod:`.scan`) first; the patterns
+are then tried only in its windows, which replaces exactly what trying them everywhere replaces.
 """
-
 
 from __future__ import annotations
 

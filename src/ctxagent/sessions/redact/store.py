@@ -1,10 +1,6 @@
-"""Secrets kept off disk where outputs are stored: the session's :class:`RedactingStore` and
-owner-only folders (:func:`private_dir`).
-
-Every file the store writes or adopts is redacted first (:mod:`ctxagent.sessions.redact.redactor`;
-numpy ``.npy`` files excepted: their bytes are not text) and is 0600 in a 0700 folder. A spool file is
-scanned while the tool writes it (:class:`ctxagent.sessions.redact.scan.Follower`), so adopting it has
-little left to read, and the stats computed on the way are returned with it (:meth:`RedactingStore.adopt_measured`).
+"""Secrets kept off disk where outputs are stored: :class:`RedactingStore` and owner-only folders
+(:func:`private_dir`). A spool file is scanned while the tool writes it (:class:`.scan.Follower`), so
+adopting it has little left to read, and the stats measured on the way come back with it.
 """
 
 from __future__ import annotations
@@ -39,11 +35,10 @@ UNREDACTED_SUFFIXES = (".npy",)  # binary formats whose bytes a replacement woul
 
 
 class RedactingStore(OutputStore):
-    """The output store of a session with secrets kept out of its files (see the module docstring).
-
-    Files it writes are 0600 in a 0700 folder. A spool file holds what the tool produced until it
-    is adopted (that is what streaming to disk means); :meth:`adopt` redacts it first, and
-    :meth:`clean_spools` removes the ones a killed process left behind.
+    """The output store of a session with secrets kept out of its files: every file it writes or adopts
+    is redacted first (numpy ``.npy`` files excepted: their bytes are not text), 0600 in a 0700 folder.
+    A spool file holds what the tool produced until it is adopted (that is what streaming to disk
+    means); :meth:`adopt` redacts it first, and :meth:`clean_spools` removes those a killed process left.
     """
 
     def __init__(self, root: Path, redactor: Redactor | None = None, linked: Any = None):
