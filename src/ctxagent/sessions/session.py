@@ -138,15 +138,12 @@ class Session:
 
         Raises ``SessionBusyError`` at once if another process holds it.
         """
-        from filelock import FileLock, Timeout
-
+        from ctxagent.sessions.lease import try_lock
         from ctxagent.sessions.redact import private_dir
 
         private_dir(self.root)  # 0700, and so are the data and sessions folders when we create them
-        lock = FileLock(str(self.root / ".lock"), mode=0o600)
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
+        lock = try_lock(self.root / ".lock")
+        if lock is None:
             raise SessionBusyError(
                 f"session {self.name!r} is in use by another ctxagent process "
                 f"(lock: {self.root / '.lock'}); wait for it to finish"
@@ -194,20 +191,18 @@ class Session:
 
     def running(self) -> bool:
         """Whether another process holds this session's writer lock now (a run in progress)."""
-        from filelock import FileLock, Timeout
+        from ctxagent.sessions.lease import try_lock
 
         path = self.root / ".lock"
         if not path.exists():
             return False
-        lock = FileLock(str(path))
         try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            return True
+            lock = try_lock(path)
         except OSError:
             return False
-        lock.release()
-        return False
+        if lock is not None:
+            lock.release()
+        return lock is None
 
 
 HEADER_ONLY_MAX_BYTES = 1 << 20  # a transcript this size or more certainly holds more than its header
