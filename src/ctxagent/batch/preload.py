@@ -2,7 +2,7 @@
 
 At import, in a module of its own, because ``multiprocessing``'s public API lets a program name only
 the modules its fork server imports (``set_forkserver_preload``); this one is first, and the packages
-above it import nothing, so it runs before the imports that take seconds:
+above it import only ``typing`` and ``importlib``, so it runs before the imports that take seconds:
 
 - SIGINT ignored: a Ctrl-C at the terminal reaches the whole process group, and the standard
   library's server ignores it only after its imports: it died, and the batch ended with exit 1 and
