@@ -4,7 +4,7 @@ the pool against Temporal workers, benchmarks/batch_temporal.py).
 
 N scripted tasks (default 200), each a new session of two model calls and one shell command, run
 with 1, 2 and 4 workers in fresh data folders, each task forked from the batch's fork server
-(cli/batch_fork.py) and, for comparison, each a new ``python -m ctxagent`` process
+(batch/forkserver.py) and, for comparison, each a new ``python -m ctxagent`` process
 (``CTXAGENT_BATCH_FORK=0``); then the same command again (every session answered, so every task is
 skipped: the cost of an idempotent re-run). ``--litellm``: the tasks call a local OpenAI-compatible
 server through litellm (``ctxagent.testing.FakeOpenAI``) instead of a ``scripted:`` model, so each

@@ -188,8 +188,7 @@ def _turn(root: Path) -> tuple[Callable[[], float], Callable[[], float]]:
 def scan_rates(path: Path) -> dict[str, float]:
     """MB/s of the Python patterns everywhere (first 100 MB of ``path``) and of the prefilter's
     one pass (all of it, with the sha256 and line count)."""
-    from ctxagent.sessions import scan
-    from ctxagent.sessions.redact import Redactor
+    from ctxagent.sessions.redact import Redactor, scan
 
     old, new = Redactor(prefilter=False), Redactor()
     rates: dict[str, float] = {}

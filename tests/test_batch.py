@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from clihelp import call, ctxagent, script
-from ctxagent.cli.batch_tasks import command_for, read_tasks
+from ctxagent.batch.tasks import command_for, read_tasks
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 
@@ -36,7 +36,7 @@ def write_tasks(path: Path, lines: list) -> Path:
 def answered_as_a_batch_would(tmp_path: Path, tasks: Path, **options: str) -> None:
     """The sessions a first ``ctxagent batch TASKS`` (with ``options``, e.g. ``allow="shell"``) leaves
     when every task answers: each task's own command line and environment, as the batch starts its
-    process (batch_tasks.command_for), run in this process. For tests whose point is what a later
+    process (batch/tasks.py command_for), run in this process. For tests whose point is what a later
     batch does with those sessions (a task process costs ~1 s of CPU)."""
     for task in read_tasks(tasks, options):
         command = command_for(task, started=False)
@@ -245,7 +245,7 @@ def test_sigterm_stops_the_tasks_of_a_batch_started_in_the_background_of_a_scrip
 
 @pytest.mark.parametrize("fork", ["1", "0"])
 def test_each_task_runs_in_its_batchs_folder_and_environment_forked_or_not(tmp_path, fork):
-    """Tasks are forked from a fork server (cli/batch_fork.py) that outlives one batch in a process
+    """Tasks are forked from a fork server (batch/forkserver.py) that outlives one batch in a process
     that runs several (a program embedding the app; this suite): it was started in another folder with
     another environment. Each task must still run where, and with what, its own batch runs.
     ``CTXAGENT_BATCH_FORK=0``: each task a new ``python -m ctxagent`` process, the same way."""
@@ -271,7 +271,7 @@ def test_the_fork_server_ignores_ctrl_c_from_its_start_and_holds_none_of_the_bat
     with exit 1 and no results instead of 130; and after a ``kill -9`` of the batch, a reader of its
     output waited until the last task ended, because the server held the batch's stdout. The server
     now ignores SIGINT and puts stdin, stdout and stderr on /dev/null before its imports
-    (cli/batch_server.py, the first module it preloads)."""
+    (batch/preload.py, the first module it preloads)."""
     import os
 
     model = script(tmp_path / "m.yaml", ["done"])

@@ -4,7 +4,8 @@ texts scanned once) never hides a secret: a changed environment and a different 
 from __future__ import annotations
 
 from ctxagent.sessions import redact
-from ctxagent.sessions.redact import SHORT_CHARS, Redactor
+from ctxagent.sessions.redact import Redactor
+from ctxagent.sessions.redact.redactor import SHORT_CHARS
 
 
 def test_the_process_redactor_follows_every_change_of_the_environment(monkeypatch) -> None:

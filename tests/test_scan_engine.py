@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ctxagent.sessions import redact, scan
-from ctxagent.sessions.redact import RedactingStore, Redactor
-from ctxagent.sessions.secret_engine import Engine, Windows, _buffers
-from ctxagent.sessions.secret_shapes import PREFILTERS
+from ctxagent.sessions.redact import RedactingStore, Redactor, scan
+from ctxagent.sessions.redact import redactor as redaction
+from ctxagent.sessions.redact.engine import Engine, Windows, _buffers
+from ctxagent.sessions.redact.rules import PREFILTERS
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools.preview import file_stats
 from examplecount import examples
@@ -98,7 +98,7 @@ def _pair() -> tuple[Redactor, Redactor]:
 def test_in_memory_the_prefilter_redacts_exactly_what_the_patterns_do(blob):
     old, new = _pair()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(redact, "FAST_MIN_BYTES", 0)  # the prefilter for every size
+        mp.setattr(redaction, "FAST_MIN_BYTES", 0)  # the prefilter for every size
         assert new.data(blob) == old.data(blob)
 
 
@@ -110,14 +110,14 @@ CHUNK, OVERLAP = 4096, 1024  # small chunks: many boundaries in a small file (sa
 def test_in_files_the_prefilter_redacts_exactly_what_the_patterns_do(tmp_path, blob):
     old, new = _pair()
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(redact, "CHUNK_BYTES", CHUNK)
-        mp.setattr(redact, "OVERLAP_BYTES", OVERLAP)
+        mp.setattr(redaction, "CHUNK_BYTES", CHUNK)
+        mp.setattr(redaction, "OVERLAP_BYTES", OVERLAP)
         mp.setattr(scan, "CHUNK_BYTES", 1000)  # the prefilter's stream reads other boundaries again
         before, after = tmp_path / "old.out", tmp_path / "new.out"
         before.write_bytes(blob)
         after.write_bytes(blob)
-        redact.redact_file(before, old)
-        stats = redact.redact_file(after, new)[1]
+        redaction.redact_file(before, old)
+        stats = redaction.redact_file(after, new)[1]
         assert after.read_bytes() == before.read_bytes()
         assert stats == file_stats(after)  # what the scan measured is what is there
         source, copy = tmp_path / "source.out", tmp_path / "copy.out"
@@ -129,7 +129,8 @@ def test_in_files_the_prefilter_redacts_exactly_what_the_patterns_do(tmp_path, b
 def _planted(size: int, seed: int = 5) -> bytes:
     rnd = random.Random(seed)
     out = bytearray(_chars(rnd, size, FILLER).encode())
-    for spot in (0, size // 3, redact.CHUNK_BYTES - 30, redact.CHUNK_BYTES - redact.OVERLAP_BYTES - 10, size - 40):
+    chunk, overlap = redaction.CHUNK_BYTES, redaction.OVERLAP_BYTES
+    for spot in (0, size // 3, chunk - 30, chunk - overlap - 10, size - 40):
         out[spot:spot] = f" {_secret(rnd)} ".encode()
     return bytes(out)
 
@@ -137,7 +138,7 @@ def _planted(size: int, seed: int = 5) -> bytes:
 def test_a_spool_file_is_scanned_while_written_and_adopted_redacted(tmp_path):
     """The follower reads the spool as the writer appends to it; adopt uses what it measured."""
     old, new = _pair()
-    blob = _planted(2 * redact.CHUNK_BYTES + 777)
+    blob = _planted(2 * redaction.CHUNK_BYTES + 777)
     store = RedactingStore(tmp_path / "outputs", new)
     fd, spooled = store.spool()
 
@@ -208,7 +209,7 @@ def test_too_many_prefilter_matches_fall_back_to_the_patterns_everywhere(tmp_pat
             "sk-" + _chars(rnd, 40)]
     blob = b"".join(_chars(rnd, 500, FILLER).encode() + f" {key} ".encode() for key in keys)
     monkeypatch.setattr(scan, "MAX_WINDOWS", 2)
-    monkeypatch.setattr(redact, "FAST_MIN_BYTES", 0)
+    monkeypatch.setattr(redaction, "FAST_MIN_BYTES", 0)
     assert new.prefilter.windows(blob) is None  # dense: the path under test
     expected = old.data(blob)
     assert expected != blob and not any(key.encode() in expected for key in keys)
@@ -217,19 +218,19 @@ def test_too_many_prefilter_matches_fall_back_to_the_patterns_everywhere(tmp_pat
     path.write_bytes(blob)
     assert scan.measure(path, new.prefilter).windows is None
     assert new.secret_windows(path) == (True, None)
-    assert redact.redact_file(path, new)[0] and path.read_bytes() == expected
+    assert redaction.redact_file(path, new)[0] and path.read_bytes() == expected
 
 
 def test_without_hyperscan_the_patterns_scan_everything(tmp_path, monkeypatch):
     """The fallback: no wheel (the import fails) or CTXAGENT_SCAN=python."""
-    blob = _planted(redact.CHUNK_BYTES + 5000)
+    blob = _planted(redaction.CHUNK_BYTES + 5000)
     expected = Redactor(prefilter=False).data(blob)
     monkeypatch.setitem(sys.modules, "hyperscan", None)  # import hyperscan raises ImportError
     redactor = Redactor()
     assert redactor.prefilter is None
     path = tmp_path / "out"
     path.write_bytes(blob)
-    assert redact.redact_file(path, redactor)[0] and path.read_bytes() == expected
+    assert redaction.redact_file(path, redactor)[0] and path.read_bytes() == expected
     monkeypatch.delitem(sys.modules, "hyperscan")
     monkeypatch.setenv(scan.ENGINE_ENV, "python")
     assert Redactor().prefilter is None
@@ -305,7 +306,7 @@ def test_an_exact_value_over_4000_bytes_has_no_prefilter_and_is_still_redacted(m
     # above prefilter() are both in its trampoline)
     caller = "trampoline.py" if hasattr(scan, "x_prefilter__mutmut_orig") else "test_scan_engine.py"
     assert [os.path.basename(w.filename) for w in caught] == [caller]
-    monkeypatch.setattr(redact, "FAST_MIN_BYTES", 0)
+    monkeypatch.setattr(redaction, "FAST_MIN_BYTES", 0)
     with pytest.warns(RuntimeWarning):
         assert Redactor({value: "pem"}).data(f"a {value} b".encode()) == b"a [REDACTED:pem] b"
 
@@ -455,7 +456,7 @@ def test_a_follower_gives_up_after_idle_give_up_s_without_new_bytes_and_not_befo
         assert not follower.alive and follower.finish() is None
 
 
-# --- secret_engine's file search, stated exactly (issue 17: mutation testing) --------------------
+# --- the engine's file search, stated exactly (issue 17: mutation testing) --------------------
 
 KEY = "sk-" + "A" * 30  # an openai-key shape: `\bsk-`, so not after a letter (unless nothing is before it)
 
@@ -496,8 +497,8 @@ def test_found_in_file_tries_each_candidate_in_the_buffer_a_chunked_copy_tries_i
         text = "." * (at - 1) + "x" + KEY
         path = _file(tmp_path, text + "." * (300 - len(text)))
         assert engine.found_in_file(path, _windows((at, at + 1)), 100, 40) is replaced
-        monkeypatch.setattr(redact, "CHUNK_BYTES", 100)
-        monkeypatch.setattr(redact, "OVERLAP_BYTES", 40)
+        monkeypatch.setattr(redaction, "CHUNK_BYTES", 100)
+        monkeypatch.setattr(redaction, "OVERLAP_BYTES", 40)
         assert Redactor(prefilter=False).copy_file(path, tmp_path / "copy.out") is replaced
 
 
@@ -542,7 +543,7 @@ def test_a_quoted_value_of_any_characters_is_seen_by_the_prefilter(monkeypatch):
     holds (``"OldPassword": "3s0K_;xh4~8XXI"``), but the prefilters still asked for a bare value's
     characters after the name, so the prefiltered scan left ``]35d/{pB9`` and ``h]6Esz`` where the
     patterns alone replaced them."""
-    monkeypatch.setattr(redact, "FAST_MIN_BYTES", 0)  # the prefilter for every size
+    monkeypatch.setattr(redaction, "FAST_MIN_BYTES", 0)  # the prefilter for every size
     rnd = random.Random(31)
     for first in ";]}~#":
         value = first + _chars(rnd, 11, ALNUM + ";]{}~")

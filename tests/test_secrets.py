@@ -21,8 +21,9 @@ import pytest
 
 from clihelp import call, ctxagent, records, script, tool_messages
 from ctxagent.sessions import records as recs
-from ctxagent.sessions import redact, scan
-from ctxagent.sessions.redact import CHUNK_BYTES, OVERLAP_BYTES, RedactingStore, Redactor
+from ctxagent.sessions.redact import RedactingStore, Redactor, rules, scan
+from ctxagent.sessions.redact import redactor as redaction
+from ctxagent.sessions.redact.redactor import CHUNK_BYTES, OVERLAP_BYTES
 from ctxagent.testing import error
 
 ALNUM = string.ascii_letters + string.digits
@@ -228,9 +229,9 @@ def test_bytes_including_binary_and_utf8_are_redacted():
 
 def test_record_lines_match_the_plain_serializer_and_read_back():
     plain = recs.MessageRecord(seq=1, turn=1, tokens=5, message={"role": "user", "content": "hello \u00e9"})
-    assert redact.dumps(plain) == recs.dumps(plain)
+    assert redaction.dumps(plain) == recs.dumps(plain)
     secret = recs.MessageRecord(seq=2, turn=1, tokens=5, message={"role": "user", "content": fake_keys()["jwt"]})
-    back = recs.loads(redact.dumps(secret))
+    back = recs.loads(redaction.dumps(secret))
     assert back.message["content"] == "[REDACTED:jwt]" and back.seq == 2
 
 
@@ -248,11 +249,11 @@ def test_file_redaction_streams_in_chunks_with_overlap(tmp_path):
     source.write_bytes(bytes(text))
     redactor = Redactor()
     expected = redactor.data(bytes(text))
-    assert redact.redact_file(source, redactor)[0]
+    assert redaction.redact_file(source, redactor)[0]
     assert source.read_bytes() == expected
     assert all(key.encode() not in expected for key in keys.values())
     assert stat.S_IMODE(source.stat().st_mode) == 0o600
-    assert not redact.redact_file(source, redactor)[0]  # nothing left: not rewritten
+    assert not redaction.redact_file(source, redactor)[0]  # nothing left: not rewritten
 
 
 def test_file_redaction_memory_stays_bounded(tmp_path, monkeypatch):
@@ -263,14 +264,13 @@ def test_file_redaction_memory_stays_bounded(tmp_path, monkeypatch):
     allocates (7.7 s of CPU with a key a line, 0.7 s so); every chunk still holds ~200 keys to replace,
     and the peak (37% of the file, measured) is held under half of it, so a copy that reads the whole file
     at once, or keeps what it wrote, fails."""
-    from ctxagent.sessions import scan
 
-    monkeypatch.setattr(redact, "CHUNK_BYTES", redact.CHUNK_BYTES // 4)
+    monkeypatch.setattr(redaction, "CHUNK_BYTES", redaction.CHUNK_BYTES // 4)
     monkeypatch.setattr(scan, "CHUNK_BYTES", scan.CHUNK_BYTES // 4)
     monkeypatch.setattr(scan, "THREAD_MIN_BYTES", scan.THREAD_MIN_BYTES // 4)
-    assert OVERLAP_BYTES < redact.CHUNK_BYTES and redact.MAX_MATCH < OVERLAP_BYTES
+    assert OVERLAP_BYTES < redaction.CHUNK_BYTES and rules.MAX_MATCH < OVERLAP_BYTES
     source = tmp_path / "huge.out"
-    size = 16 * redact.CHUNK_BYTES
+    size = 16 * redaction.CHUNK_BYTES
     line = (("the quick brown fox " * 4 + "\n") * 15 + "the quick brown fox " * 4 + "sk-" + "Q" * 30 + "\n").encode()
     with open(source, "wb") as fh:
         for _ in range(size // len(line)):
@@ -324,7 +324,7 @@ def test_keys_of_a_structure_are_redacted_and_keys_that_are_no_text_are_kept():
 
 def test_a_redacted_record_line_holds_any_value_in_its_json_form():
     record = recs.MessageRecord(seq=0, turn=1, tokens=1, message={"role": "tool", "content": b"caf\xc3\xa9"})
-    line = redact.dumps(record, Redactor())
+    line = redaction.dumps(record, Redactor())
     assert json.loads(line)["message"] == {"role": "tool", "content": "café"} and '"café"' in line
 
 
@@ -358,7 +358,7 @@ def test_the_store_passes_the_suffix_on_however_it_is_given(tmp_path):
 def test_environment_secrets_are_values_of_eight_characters_or_more_under_names_that_say_so():
     environ = {"A_TOKEN": "12345678", "SHORT_KEY": "1234567", "PLAIN": "abcdefghijkl", "API_KEY_FILE": "/etc/k/x.pem",
                "db_password": "  hunter2hunter2  ", "B_SECRET": "12345678"}
-    assert redact.env_secrets(environ) == {"12345678": "A_TOKEN", "hunter2hunter2": "db_password"}
+    assert redaction.env_secrets(environ) == {"12345678": "A_TOKEN", "hunter2hunter2": "db_password"}
     exact = Redactor({"12345678": "eight", "1234567": "seven"})  # exact values: 8 characters or more too
     assert exact.text("a 12345678 b 1234567") == "a [REDACTED:eight] b 1234567"
     # found one character into another anchor ("gh", a GitHub token's start, that matches nothing here)
@@ -376,7 +376,7 @@ def test_exact_values_nested_long_and_undecodable_are_redacted_whole(monkeypatch
     assert nested.data(b"x hunter2hunter2-and-more y") == b"x [REDACTED:long] y"
     odd = Redactor.from_env({"A_TOKEN": "s3cret-\udcff-value"})
     assert odd.data(b"x s3cret-\xff-value y") == b"x [REDACTED:env:A_TOKEN] y"
-    monkeypatch.setattr(redact, "FAST_MIN_BYTES", 0)  # the prefilter for every size
+    monkeypatch.setattr(redaction, "FAST_MIN_BYTES", 0)  # the prefilter for every size
     long_value = "".join(random.Random(3).choice(ALNUM) for _ in range(400))
     long = Redactor({long_value: "long"})
     assert long.prefilter is not None
@@ -446,7 +446,7 @@ def test_a_measurement_of_an_older_size_of_the_file_is_not_used(tmp_path):
     measured = scan.measure(path, redactor.prefilter) if redactor.prefilter is not None else None
     with open(path, "ab") as fh:
         fh.write(f"then {keys['github-token']}\n".encode())
-    assert redact.redact_file(path, redactor, measured)[0] is True
+    assert redaction.redact_file(path, redactor, measured)[0] is True
     assert path.read_bytes() == b"clean so far\nthen [REDACTED:github-token]\n"
 
 

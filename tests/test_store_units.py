@@ -788,7 +788,7 @@ def test_a_store_given_on_the_command_line_is_passed_on_and_never_put_in_the_env
     process opened afterwards (a library caller's, a test's) went to that store. It is read at the
     command line's edge and given to the sessions, their sub-agents and the batch's tasks."""
     from clihelp import run_cli, script
-    from ctxagent.cli.batch_tasks import Task, args_for, standing
+    from ctxagent.batch.tasks import Task, args_for, standing
 
     monkeypatch.delenv("CTXAGENT_STORE", raising=False)
     url = (tmp_path / "store").as_uri()

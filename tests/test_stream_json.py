@@ -106,7 +106,7 @@ def test_piped_stdin_is_attached_to_the_task_and_offloaded_when_large(tmp_path):
     assert out.returncode == 0, out.stderr
     user = [r for r in records("p1") if r["kind"] == "message"][1]["message"]["content"]
     assert user == "summarize\n\n[stdin]\nalpha\nbeta"
-    big = "\n".join(f"line {i} value {i * 3}" for i in range(15_000))  # 330 KB: over redact.FAST_MIN_BYTES too
+    big = "\n".join(f"line {i} value {i * 3}" for i in range(15_000))  # 330 KB: over redactor.FAST_MIN_BYTES too
     model = script(tmp_path / "t.yaml", [{"tool_calls": [call("g", "grep_output", handle="@stdin",
                                                                 pattern="^line 5432 ")]}, {"content": "done"}])
     out = ctxagent("run", "--json", "--session", "p2", "--model", model, "find line 5432", stdin=big)

@@ -250,7 +250,7 @@ def test_a_session_stopped_between_its_answer_and_its_end_record_is_reported_ans
     """A worker killed right after the run recorded its answer: the run's SIGTERM handler writes
     an ``interrupted`` end (or kill -9, none); the activity decides with ``standing``, shared with
     the pool backend (tests/test_batch.py), which reports the recorded answer."""
-    from ctxagent.cli.batch_tasks import Task, standing
+    from ctxagent.batch.tasks import Task, standing
 
     def answered_unrecorded(name: str) -> str | None:
         return standing(Task(1, name, {}, "q")).answer

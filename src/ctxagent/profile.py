@@ -14,6 +14,7 @@ list, a number, a string, null) replaces BASE's. A base may extend another; a cy
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from functools import cached_property
 from importlib import resources
@@ -269,6 +270,4 @@ def json_schema() -> dict[str, Any]:
 def json_schema_text() -> str:
     """:func:`json_schema` as the text shipped in ``profiles/profile.schema.json`` (indented, sorted
     keys, final newline)."""
-    import json
-
     return json.dumps(json_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -199,7 +199,7 @@ class Profile(_Strict):
     recall: RecallConfig = RecallConfig()  # tools/recall.py
     pins: list[str] = Field(default_factory=list, description="facts kept verbatim in every view")
     permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)  # tools/permissions.py
-    redact: Literal["persist", "always"] = "persist"  # sessions/redact.py; docs/security.md
+    redact: Literal["persist", "always"] = "persist"  # sessions/redact/; docs/security.md
     tool_environment: ToolEnvironmentConfig = ToolEnvironmentConfig()  # tools/environment.py
     # explicit prompt-cache breakpoints for providers that need them (Anthropic, Bedrock, Gemini);
     # OpenAI-style automatic caching needs none. docs/context.md, "Prompt caching".

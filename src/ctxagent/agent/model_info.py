@@ -3,6 +3,8 @@ that look like a misspelled one. Imports litellm on first use (agent/litellm_bac
 
 from __future__ import annotations
 
+import difflib
+
 from ctxagent.agent.litellm_backend import _litellm
 
 
@@ -21,8 +23,6 @@ def model_window(model: str) -> int | None:
 def did_you_mean(model: str, n: int = 3) -> list[str]:
     """Model strings litellm knows that look like ``model`` (a typo: ``openai/gpt-4o-mnii`` gives
     ``openai/gpt-4o-mini``), best first; the provider prefix the user gave is kept. Never raises."""
-    import difflib
-
     try:
         known = list(_litellm().model_cost)
     except Exception:  # the price map could not be loaded: no suggestion

@@ -7,7 +7,7 @@ the same sessions every time), ``workdir``, ``model``, ``profile``, ``api_base``
 budgets (``max_input_tokens``, ``max_output_tokens_total``, ``max_cost_usd``, ``max_wall_s``), over
 the command line's options;
 relative paths are relative to the current directory, where every task's process starts.
-Every task runs as its own ``ctxagent run --batch --json`` process (cli/batch_pool.py),
+Every task runs as its own ``ctxagent run --batch --json`` process (batch/pool.py),
 ``--workers`` at a time: a task's crash, bad profile, provider error or budget stop is that task's
 result, never the others'.
 
@@ -52,7 +52,7 @@ from ctxagent.cli.options import (
     WindowOpt,
 )
 from ctxagent.cli.permissions import AllowAllOpt, AllowOpt
-from ctxagent.cli.worker_cmd import AddressOpt, NamespaceOpt, TaskQueueOpt
+from ctxagent.cli.worker_cmd import AddressOpt, NamespaceOpt, TaskQueueOpt, require_temporal
 from ctxagent.errors import UsageError
 
 
@@ -92,8 +92,8 @@ def batch(
 ) -> None:
     """Run every task of a JSONL file, each in its own session, several at once (see the module
     docstring). Answered sessions are skipped on a re-run; the others resume."""
-    from ctxagent.cli.batch_pool import Pool, Tally  # here, not at import: `ctxagent --help` stays fast
-    from ctxagent.cli.batch_tasks import read_tasks
+    from ctxagent.batch.pool import Pool, Tally  # here, not at import: `ctxagent --help` stays fast
+    from ctxagent.batch.tasks import read_tasks
     defaults: dict[str, Any] = {
         "model": model, "profile": profile, "api_base": api_base, "max_turns": max_turns, "allow": allow,
         "allow_all": allow_all or None, "context_window": context_window, "timeout": timeout,
@@ -110,7 +110,6 @@ def batch(
         if workers is not None:
             raise UsageError("--workers is for --backend pool; with temporal, each `ctxagent worker "
                              "--concurrency N` decides how many sessions it runs")
-        from ctxagent.cli.worker_cmd import require_temporal
 
         require_temporal()
         from ctxagent.cluster.temporal_submit import Submitter
@@ -138,13 +137,9 @@ def _progress(tally: Any) -> Iterator[Callable[[str], None]]:
     if not sys.stderr.isatty():
         yield lambda event: print(f"ctxagent batch: {event} · {tally.line()}", file=sys.stderr, flush=True)
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from ctxagent.cli.console import progress_bar
 
-    from ctxagent.cli.console import Console
-
-    with Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                  TimeElapsedColumn(), console=Console(stderr=True), transient=True,
-                  redirect_stdout=False, redirect_stderr=False) as bar:  # results go to stdout, whole
+    with progress_bar() as bar:
         task = bar.add_task(tally.line(), total=tally.total)
 
         def show(event: str) -> None:

@@ -30,7 +30,12 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ctxagent.cli import redacted
+from ctxagent.dirs import user_dir
 from ctxagent.errors import ProfileError, UsageError
+from ctxagent.profile import line_of, load_profile, parse_yaml
+from ctxagent.sessions.redact import private_dir
+from ctxagent.tools.environment import withheld
 
 KEYS = ("model", "profile", "api_base", "context_window", "allow")
 PROJECT_FILE = ".ctxagent.yaml"
@@ -59,8 +64,6 @@ class Value:
 
 def config_dir() -> Path:
     """``$CTXAGENT_CONFIG_DIR``, else platformdirs' user config dir for ``ctxagent``."""
-    from ctxagent.dirs import user_dir
-
     return user_dir("config")
 
 
@@ -97,8 +100,6 @@ def trusted(path: Path) -> bool:
 def read_file(path: Path) -> ConfigFile:
     """Parse and validate one configuration file. Raises ``ProfileError`` naming file, line and key."""
     import yaml
-
-    from ctxagent.profile import line_of, parse_yaml
 
     try:
         text = path.read_text(encoding="utf-8")
@@ -159,8 +160,6 @@ def resolved(values: dict[str, Value]) -> dict[str, Value]:
     ``context_window``: litellm's model info, read when a run starts; ``allow``: nothing granted
     beyond the profile's permissions). A profile that cannot be read leaves them None and its
     error becomes the source."""
-    from ctxagent.profile import load_profile
-
     out = dict(values)
     name = str(values["profile"].value or "default")
     if values["profile"].value is None:
@@ -186,8 +185,6 @@ def show(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.
     with where it came from (a value's secrets, such as a password or token in ``api_base``, shown
     as markers), and the environment variables the shell's commands and MCP servers do not get
     (tools/environment.py)."""
-    from ctxagent.cli import redacted
-
     values = {key: Value(redacted(v.value) if isinstance(v.value, str) else v.value, v.source)
               for key, v in resolved(effective()).items()}
     kept, passes = _withheld(values["profile"].value)
@@ -210,9 +207,6 @@ def show(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.
 def _withheld(profile: str | None) -> tuple[list[str], list[str]]:
     """The names withheld from tools here, and the profile's pass-through list (none when the
     profile does not load: ``run`` says why)."""
-    from ctxagent.profile import load_profile
-    from ctxagent.tools.environment import withheld
-
     try:
         passes = list(load_profile(profile or "default").tool_environment.pass_through)
     except (ProfileError, UsageError, OSError):
@@ -227,7 +221,6 @@ def trust() -> None:
     if project is None:
         raise UsageError(f"no {PROJECT_FILE} in {Path.cwd()} or above")
     read_file(project)  # a broken file is not trusted
-    from ctxagent.sessions.redact import private_dir
 
     private_dir(config_dir())
     path = _trust_file()

@@ -133,10 +133,7 @@ def _render(nxt: NextRequest, budget: dict[str, int | float], rule: str, parts: 
     if not sys.stdout.isatty():
         _plain(rows, notes)
         return
-    from rich.table import Table
-    from rich.text import Text
-
-    from ctxagent.cli.console import Console
+    from ctxagent.cli.console import Console, Table, Text
 
     console = Console(highlight=False, soft_wrap=True)
     table = Table(*COLUMNS)

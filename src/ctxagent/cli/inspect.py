@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -9,12 +10,14 @@ import typer
 from ctxagent.cli import outputs_cmd
 from ctxagent.cli.options import SessionOpt, StoreOpt, pick
 from ctxagent.messages import one_line
+from ctxagent.sessions import records
+from ctxagent.sessions.outcome import Usage
 
 
 def escape(text: str) -> str:
     """rich's markup escape, imported when a transcript is shown (``inspect context`` into a pipe
     never loads rich)."""
-    from rich.markup import escape as rich_escape
+    from ctxagent.cli.console import escape as rich_escape
 
     return rich_escape(text)
 
@@ -30,57 +33,77 @@ def _options(ctx: typer.Context, store: StoreOpt = None) -> None:
 
 
 def _line(rec: Any) -> str:
-    from ctxagent.sessions import records
+    """One transcript record as one line of rich markup (``inspect transcript``), by its ``kind``."""
+    show = _LINES.get(getattr(rec, "kind", ""))
+    return show(rec) if show is not None else escape(repr(rec))
 
-    if isinstance(rec, records.SessionHeader):
-        return (f"[bold]session[/bold] {escape(rec.name)} · model {escape(rec.model)} · profile "
-                f"{escape(rec.profile)} · window {rec.context_window} tokens · schema {rec.schema_version}")
-    if isinstance(rec, records.MessageRecord):
-        msg = rec.message
-        text = msg.get("content") or ""
-        calls = ", ".join(f"{c['function']['name']}({one_line(c['function']['arguments'], 60)})"
-                          for c in msg.get("tool_calls") or [])
-        body = one_line(str(text), 160) + (f" [calls: {calls}]" if calls else "")
-        who = msg.get("role", "?") + (f" {msg['tool_call_id']}" if msg.get("tool_call_id") else "")
-        return f"#{rec.seq:<4} t{rec.turn:<3} [cyan]{who}[/cyan] ({rec.tokens} tok) {escape(body)}"
-    if isinstance(rec, records.OutputRecord):
-        return (f"      [magenta]output[/magenta] {rec.handle} from {rec.tool}: {rec.bytes} bytes, "
-                f"{rec.lines} lines, {rec.tokens} tokens -> {escape(rec.path)}")
-    if isinstance(rec, records.CompactionRecord):
-        return (f"      [yellow]compaction[/yellow] {rec.strategy}: messages #{rec.start}-#{rec.end} "
-                f"({rec.tokens_before} -> {rec.tokens} tokens, view only; originals kept)")
-    if isinstance(rec, records.UsageRecord):
-        who = f" {escape(rec.model)}" if rec.model.startswith(("agent:", "summarizer:")) else ""
-        return (f"      [dim]usage t{rec.turn}{who}: prompt {rec.prompt_tokens} ({rec.cached_tokens} cached, estimated "
-                f"{rec.estimated_prompt_tokens}), completion {rec.completion_tokens}{_usd(rec.cost_usd)}[/dim]")
-    if isinstance(rec, records.EndRecord):
-        limit = f" ({rec.limit}: spent {rec.spent:.6g}, left {rec.left:.6g})" if rec.limit else ""
-        wall = f" after {rec.wall_s:.1f} s" if rec.wall_s is not None else ""
-        return (f"      [bold]end[/bold] {rec.reason}{limit} at turn {rec.turn}{wall} "
-                f"{escape(one_line(rec.detail, 120))}")
-    if isinstance(rec, records.PermissionRecord):
-        return (f"      [yellow]permission[/yellow] {escape(rec.tool)} {escape(rec.call_id)}: "
-                f"{rec.decision} ({escape(rec.policy)}) {escape(one_line(rec.arguments, 80))}")
-    if isinstance(rec, records.SettingsRecord):
-        changed = {k: v for k, v in rec.model_dump(exclude={"ts", "kind", "profile_text"}).items() if v is not None}
-        return f"      [yellow]settings[/yellow] {escape(', '.join(f'{k}={v}' for k, v in changed.items()))}"
-    if isinstance(rec, records.NoteRecord):
-        return f"      [yellow]note[/yellow] {escape(rec.source)}: {escape(one_line(rec.text, 160))}"
-    if isinstance(rec, records.PinRecord):
-        return f"      [yellow]pin[/yellow] {escape(rec.fact)}"
-    if isinstance(rec, records.ToolsRecord) and rec.loaded:
+
+def _header(rec: Any) -> str:
+    return (f"[bold]session[/bold] {escape(rec.name)} · model {escape(rec.model)} · profile "
+            f"{escape(rec.profile)} · window {rec.context_window} tokens · schema {rec.schema_version}")
+
+
+def _message(rec: Any) -> str:
+    msg = rec.message
+    text = msg.get("content") or ""
+    calls = ", ".join(f"{c['function']['name']}({one_line(c['function']['arguments'], 60)})"
+                      for c in msg.get("tool_calls") or [])
+    body = one_line(str(text), 160) + (f" [calls: {calls}]" if calls else "")
+    who = msg.get("role", "?") + (f" {msg['tool_call_id']}" if msg.get("tool_call_id") else "")
+    return f"#{rec.seq:<4} t{rec.turn:<3} [cyan]{who}[/cyan] ({rec.tokens} tok) {escape(body)}"
+
+
+def _output(rec: Any) -> str:
+    return (f"      [magenta]output[/magenta] {rec.handle} from {rec.tool}: {rec.bytes} bytes, "
+            f"{rec.lines} lines, {rec.tokens} tokens -> {escape(rec.path)}")
+
+
+def _compaction(rec: Any) -> str:
+    return (f"      [yellow]compaction[/yellow] {rec.strategy}: messages #{rec.start}-#{rec.end} "
+            f"({rec.tokens_before} -> {rec.tokens} tokens, view only; originals kept)")
+
+
+def _usage(rec: Any) -> str:
+    who = f" {escape(rec.model)}" if rec.model.startswith(("agent:", "summarizer:")) else ""
+    return (f"      [dim]usage t{rec.turn}{who}: prompt {rec.prompt_tokens} ({rec.cached_tokens} cached, estimated "
+            f"{rec.estimated_prompt_tokens}), completion {rec.completion_tokens}{_usd(rec.cost_usd)}[/dim]")
+
+
+def _end(rec: Any) -> str:
+    limit = f" ({rec.limit}: spent {rec.spent:.6g}, left {rec.left:.6g})" if rec.limit else ""
+    wall = f" after {rec.wall_s:.1f} s" if rec.wall_s is not None else ""
+    return f"      [bold]end[/bold] {rec.reason}{limit} at turn {rec.turn}{wall} {escape(one_line(rec.detail, 120))}"
+
+
+def _permission(rec: Any) -> str:
+    return (f"      [yellow]permission[/yellow] {escape(rec.tool)} {escape(rec.call_id)}: "
+            f"{rec.decision} ({escape(rec.policy)}) {escape(one_line(rec.arguments, 80))}")
+
+
+def _settings(rec: Any) -> str:
+    changed = {k: v for k, v in rec.model_dump(exclude={"ts", "kind", "profile_text"}).items() if v is not None}
+    return f"      [yellow]settings[/yellow] {escape(', '.join(f'{k}={v}' for k, v in changed.items()))}"
+
+
+def _tools(rec: Any) -> str:
+    if rec.loaded:
         return f"      [yellow]tools[/yellow] loaded by find_tools: {escape(', '.join(rec.loaded))}"
-    if isinstance(rec, records.ToolsRecord):
-        names = ", ".join(str(t.get("name")) for t in rec.tools or [])
-        return f"      [yellow]tools[/yellow] MCP server {escape(str(rec.server))}: {escape(one_line(names, 160))}"
-    return escape(repr(rec))
+    names = ", ".join(str(t.get("name")) for t in rec.tools or [])
+    return f"      [yellow]tools[/yellow] MCP server {escape(str(rec.server))}: {escape(one_line(names, 160))}"
+
+
+_LINES: dict[str, Callable[[Any], str]] = {
+    "session": _header, "message": _message, "output": _output, "compaction": _compaction, "usage": _usage,
+    "end": _end, "permission": _permission, "settings": _settings, "tools": _tools,
+    "note": lambda rec: f"      [yellow]note[/yellow] {escape(rec.source)}: {escape(one_line(rec.text, 160))}",
+    "pin": lambda rec: f"      [yellow]pin[/yellow] {escape(rec.fact)}",
+}
+"""How ``inspect transcript`` shows each kind of record (sessions/records.py); any other kind as its repr."""
 
 
 @app.command("transcript")
 def transcript(ctx: typer.Context, session: SessionOpt = None, json_out: JsonOpt = False) -> None:
     """Every record of the transcript, oldest first; compactions are marked."""
-    from ctxagent.sessions import records
-
     target = pick(session, ctx.obj)
     items = target.transcript.load()
     if json_out:
@@ -106,8 +129,6 @@ def _usd(cost: float | None) -> str:
 def _spend_lines(items: list[Any]) -> list[str]:
     """Spend per run (the records up to each end record) and for the session: model calls, input
     tokens (cached), output tokens, US dollars, seconds."""
-    from ctxagent.sessions import records
-
     runs: list[list[Any]] = [[]]
     for rec in items:
         if isinstance(rec, records.UsageRecord | records.EndRecord):
@@ -120,9 +141,6 @@ def _spend_lines(items: list[Any]) -> list[str]:
 
 
 def _spent(recs: list[Any]) -> str:
-    from ctxagent.sessions import records
-    from ctxagent.sessions.outcome import Usage  # the fold's totals (not agent/state.py: ~0.1 s of imports)
-
     usage = Usage()
     for rec in recs:
         if isinstance(rec, records.UsageRecord):
@@ -136,8 +154,6 @@ def _spent(recs: list[Any]) -> str:
 
 def _tree(session: Any, depth: int = 1) -> list[str]:
     """The sub-agent sessions under ``session``, indented by depth, each with its status and spend."""
-    from ctxagent.sessions import records
-
     lines = []
     for child in session.children():
         recs = child.transcript.load()

@@ -11,11 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rich.markup import escape
-from rich.status import Status
-
 from ctxagent.agent.events import Event, Finished, Replied, Requesting, ToolStarted, Warned
-from ctxagent.cli.console import Console
+from ctxagent.cli.console import Console, Status, escape, markdown
 from ctxagent.cli.process import Interrupted
 from ctxagent.cli.render import Ticker, describe, size_text
 from ctxagent.errors import CtxagentError, LimitReached
@@ -83,10 +80,8 @@ class InteractiveRenderer:
             if not self.quiet:
                 self.out.print(f"[italic]{escape(one_line(event.reply.content, 200))}[/italic]")
         elif isinstance(event, Finished) and event.status == "answered":
-            from rich.markdown import Markdown  # 25 ms of imports: only when an answer is rendered
-
             self.answer = event.answer
-            self.out.print(Markdown(event.answer or ""))
+            self.out.print(markdown(event.answer or ""))
         elif isinstance(event, Warned):  # warnings go to stderr, as in batch mode
             Console(stderr=True).print(f"[yellow]{escape(describe(event) or '')}[/yellow]", highlight=False)
         elif (line := describe(event)) is not None:

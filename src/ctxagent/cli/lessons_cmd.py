@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from ctxagent.errors import UsageError
+from ctxagent.messages import one_line
 
 if TYPE_CHECKING:
     from ctxagent.lessons.model import Lesson
@@ -72,12 +73,8 @@ def list_(json_out: JsonOpt = False) -> None:
     if not lessons:
         print(f"no lessons yet ({store.root})", file=sys.stderr)
         return
-    from rich.markup import escape
-    from rich.table import Table
-
-    from ctxagent.cli.console import Console
+    from ctxagent.cli.console import Console, Table, escape
     from ctxagent.lessons.model import Scope
-    from ctxagent.messages import one_line
 
     if not sys.stdout.isatty():  # a pipe: tab-separated lines, every column whole (the id is what you need)
         for x in lessons:

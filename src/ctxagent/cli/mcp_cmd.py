@@ -9,6 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from ctxagent.cli.options import McpConfigOpt, ModelOpt, ProfileOpt, WindowOpt
+from ctxagent.dirs import user_dir
+from ctxagent.tokens import count_tools
 
 app = typer.Typer(help="MCP servers: the ones configured (profile mcp_servers, --mcp-config), their tools.",
                   no_args_is_help=True, rich_markup_mode=None)
@@ -27,12 +29,10 @@ def list_(
     of every request), against the profile's schema budget. Exit 0 even when a server fails to start
     (its line says why); exit 2 for a bad profile or configuration."""
     from ctxagent.agent.setup import absolute_model, resolve_window
-    from ctxagent.dirs import user_dir
     from ctxagent.mcp_tools import hub
     from ctxagent.mcp_tools.config import servers_of
     from ctxagent.mcp_tools.mirror import mirror, unique_names
     from ctxagent.profile import load_profile
-    from ctxagent.tokens import count_tools
 
     prof = load_profile(profile or "default")
     servers = servers_of(prof.mcp_servers, str(mcp_config) if mcp_config else None)

@@ -20,6 +20,9 @@ import typer
 
 from ctxagent.cli.options import SessionOpt, check_output, pick
 from ctxagent.errors import UsageError
+from ctxagent.sessions import records
+from ctxagent.tools import values
+from ctxagent.tools.base import ToolError
 
 if TYPE_CHECKING:
     from ctxagent.sessions.store import OutputStore
@@ -47,8 +50,6 @@ class Shown:
 
 def show(store: OutputStore, ref: Ref) -> Shown:
     """Load ``ref`` and render it: text as is, JSON pretty, binary as None. Raises ``ToolError``."""
-    from ctxagent.tools import values
-
     item = values.stored(store, ref.handle)
     value = values.load(store, ref)
     if isinstance(value, str):
@@ -63,8 +64,6 @@ def show(store: OutputStore, ref: Ref) -> Shown:
 def write_value(shown: Shown, target: Path) -> int:
     """Write a shown value to ``target`` faithfully; returns the bytes written. Creates no folder.
     Raises ``OSError`` (a missing folder too)."""
-    from ctxagent.tools import values
-
     if not shown.ref.parts:
         shutil.copyfile(shown.path, target)  # exactly as stored (JSON is stored pretty-printed)
     elif values.is_ndarray(shown.value):
@@ -80,8 +79,6 @@ def write_value(shown: Shown, target: Path) -> int:
 
 
 def _binary_note(shown: Shown) -> str:
-    from ctxagent.tools import values
-
     what = values.describe(shown.value) if values.is_ndarray(shown.value) else f"{len(shown.value):,} bytes"
     return f"{shown.ref} is binary ({what}): not printed; write it with --output FILE"
 
@@ -108,9 +105,6 @@ def deliver(store: OutputStore, answer: str, output: Path | None = None) -> Deli
     is one handle) or the resolved text is written there instead; the printed text is then the
     answer as the model wrote it. Unknown handles are left as written, with a note.
     """
-    from ctxagent.tools import values
-    from ctxagent.tools.base import ToolError
-
     result = Delivered(answer)
     whole = answer.strip()
     found = [whole] if _is_one_handle(whole) else values.handles_in(answer)
@@ -146,8 +140,6 @@ def deliver(store: OutputStore, answer: str, output: Path | None = None) -> Deli
 
 
 def _is_one_handle(text: str) -> bool:
-    from ctxagent.tools import values
-
     try:
         return values.parse_ref(text) is not None
     except Exception:
@@ -156,8 +148,6 @@ def _is_one_handle(text: str) -> bool:
 
 def _inline(shown: Shown) -> str:
     """A value as it replaces its handle inside text: text as is, short JSON on one line."""
-    from ctxagent.tools import values
-
     if isinstance(shown.value, str):
         return shown.value
     compact = values.json_text(shown.value)
@@ -170,8 +160,6 @@ def _inline(shown: Shown) -> str:
 def outputs(ctx: typer.Context, session: SessionOpt = None,
             json_out: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False) -> None:
     """The session's stored outputs, oldest first: handle, tool, type, size, created."""
-    from ctxagent.sessions import records
-
     target = pick(session, ctx.obj)
     latest: dict[str, Any] = {}
     for rec in target.transcript.load():
@@ -220,9 +208,6 @@ def output(
     session: SessionOpt = None, output_file: OutputOpt = None,
 ) -> None:
     """Print one stored value: text as stored, JSON pretty; binary only to a file (--output)."""
-    from ctxagent.tools import values
-    from ctxagent.tools.base import ToolError
-
     check_output(output_file)  # a directory or an unwritable path fails before anything is read
     target = pick(session, ctx.obj)
     name = handle if handle.startswith("@") else "@" + handle

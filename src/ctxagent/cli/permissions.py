@@ -56,9 +56,7 @@ def prompt(tool: str, arguments: dict[str, Any], workdir: Path) -> Answer:
     Enter alone is "no"; an unclear reply is asked again (at most :data:`ASK_TIMES` times in all, then
     "no"); end of input is "no".
     """
-    from rich.markup import escape
-
-    from ctxagent.cli.console import Console
+    from ctxagent.cli.console import Console, escape
     from ctxagent.tools.permissions import WHY_KEY
 
     console = Console(highlight=False)

@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from ctxagent.profile import bundled_names, bundled_text, json_schema_text, load_profile
+
 app = typer.Typer(help="The bundled profiles, the effective keys of a profile, and the profile JSON Schema.",
                   no_args_is_help=True, rich_markup_mode=None)
 
@@ -23,8 +25,6 @@ def description(text: str) -> str:
 @app.command("list")
 def list_() -> None:
     """The bundled profiles, one a line: name and what it is for."""
-    from ctxagent.profile import bundled_names, bundled_text
-
     names = bundled_names()
     width = max(map(len, names), default=0)
     for name in names:
@@ -40,8 +40,6 @@ def show(
     Exit 2 when the profile cannot be read or does not validate (file, line and key named)."""
     import yaml
 
-    from ctxagent.profile import bundled_names, load_profile
-
     profile = load_profile(name)
     where = "bundled" if name in bundled_names() else name
     print(f"# effective profile {profile.name} ({where}): every key, defaults filled in")
@@ -52,6 +50,4 @@ def show(
 def schema() -> None:
     """The JSON Schema of a profile file (also shipped as ``ctxagent/profiles/profile.schema.json``);
     for editors, e.g. ``# yaml-language-server: $schema=PATH`` on a profile's first line."""
-    from ctxagent.profile import json_schema_text
-
     print(json_schema_text(), end="")

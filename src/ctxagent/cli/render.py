@@ -21,7 +21,9 @@ from typing import Any, Protocol
 from ctxagent.agent.events import Compacted, Event, Finished, Requesting, ToolDone, ToolStarted, Warned
 from ctxagent.errors import CtxagentError
 from ctxagent.messages import one_line
+from ctxagent.sessions.redact import default
 from ctxagent.sessions.session import Session
+from ctxagent.tools.base import ERROR_PREFIX
 
 
 def describe(event: Event) -> str | None:
@@ -38,11 +40,10 @@ def describe(event: Event) -> str | None:
         where = f" -> stored as {event.handle}" if event.handle else ""
         status = "denied" if event.denied else "error" if event.is_error else \
             "timed out" if event.content.startswith("timed out") else "ok"
-        from ctxagent.sessions.redact import default as redactor  # progress ends up in CI logs
 
-        reason = one_line(redactor().text(reason_of(event)), REASON_CHARS) if event.is_error else ""
+        reason = one_line(default().text(reason_of(event)), REASON_CHARS) if event.is_error else ""
         why = f" {reason.removeprefix('denied ')}" if reason.startswith("denied ") else f": {reason}" if reason else ""
-        return f"  tool {event.call.name}({one_line(redactor().text(event.call.arguments), 80)}) {status}{why}{where}"
+        return f"  tool {event.call.name}({one_line(default().text(event.call.arguments), 80)}) {status}{why}{where}"
     return None
 
 
@@ -51,8 +52,6 @@ REASON_CHARS = 200  # characters of a refused or failed call's reason in its pro
 
 def reason_of(event: ToolDone) -> str:
     """Why a call was refused or failed: its result without the ``ERROR:`` prefix the model reads."""
-    from ctxagent.tools.base import ERROR_PREFIX
-
     return event.content.removeprefix(ERROR_PREFIX)
 
 
@@ -60,14 +59,12 @@ def denial_of(event: ToolDone) -> dict[str, Any]:
     """A refused call as ``--json`` lists it under ``permission_denials`` (the keys ``claude -p`` uses
     there: ``tool_name``, ``tool_use_id``, ``tool_input``; and the ``reason``, the policy that refused it).
     ``tool_input``: the arguments as an object, or the raw text when they are not JSON."""
-    from ctxagent.sessions.redact import default as redactor
-
     try:
         arguments: Any = json.loads(event.call.arguments) if event.call.arguments.strip() else {}
     except ValueError:
         arguments = event.call.arguments
-    return {"tool_name": event.call.name, "tool_use_id": event.call.id, "tool_input": redactor().value(arguments),
-            "reason": redactor().text(reason_of(event))}
+    return {"tool_name": event.call.name, "tool_use_id": event.call.id, "tool_input": default().value(arguments),
+            "reason": default().text(reason_of(event))}
 
 
 def tokens_text(event: Requesting) -> str:
@@ -120,7 +117,7 @@ class Ticker:
 
 def size_text(n: int) -> str:
     """``n`` bytes as ``12.3 MB`` (decimal units, rich's)."""
-    from rich.filesize import decimal
+    from ctxagent.cli.console import decimal  # rich: only for people (a batch run never loads it)
 
     return decimal(n)
 
@@ -232,8 +229,6 @@ class BatchRenderer:
 
     def finish(self, result: dict[str, Any]) -> None:
         """The answer (or the ``--json`` object) on stdout, redacted as the transcript is."""
-        from ctxagent.sessions.redact import default
-
         shown = default().value({**result, "warnings": self.warnings, "permission_denials": self.denials})
         if self.json_out:
             print(json.dumps(shown, ensure_ascii=False), flush=True)

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ctxagent.agent.breakdown import CATEGORIES, LABELS
+from ctxagent.agent.breakdown import CATEGORIES, LABELS, breakdown
+from ctxagent.agent.peek import next_request
+from ctxagent.agent.timeline import timeline
 from ctxagent.cli.options import SessionOpt, StoreOpt, pick
 
 if TYPE_CHECKING:
@@ -50,10 +52,6 @@ def report(
     """Write one self-contained HTML file (no server, no network: it opens from disk) showing where a
     session's tokens went: every request's tokens, cached and uncached, against the window and the
     reply's reserve; each compaction and offload; the last request by category; the spend."""
-    from ctxagent.agent.breakdown import breakdown
-    from ctxagent.agent.peek import next_request
-    from ctxagent.agent.timeline import timeline
-
     chosen = pick(session)
     data = timeline(chosen.name, chosen.transcript.records())
     nxt = next_request(chosen)

@@ -6,20 +6,36 @@ import os
 import sys
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
-from ctxagent.cli import process
+from ctxagent.agent.events import Finished
+from ctxagent.agent.setup import open_runner
+from ctxagent.cli import config, process, tracing
 from ctxagent.cli.options import RunOptions, with_run_options
+from ctxagent.cli.outputs_cmd import deliver
 from ctxagent.cli.permissions import grants, warn_allow_all
 from ctxagent.cli.process import Interrupted
 from ctxagent.cli.render import BatchRenderer, Renderer
 from ctxagent.cli.stdin import piped, read_all, wait_s
+from ctxagent.cli.stream import StreamRenderer
 from ctxagent.errors import CtxagentError, LimitReached, UsageError
-from ctxagent.sessions.session import Session, discard_if_unstarted, new_name
+from ctxagent.sessions.outcome import recorded_answer
+from ctxagent.sessions.redact import default
+from ctxagent.sessions.session import (
+    Session,
+    discard_if_unstarted,
+    list_sessions,
+    new_name,
+    newest,
+    sessions_root,
+    started_in,
+)
 from ctxagent.tools.clean import mend, plain
+from ctxagent.tools.preview import preview_bytes
 
 if TYPE_CHECKING:
     from ctxagent.agent.events import Event
@@ -65,8 +81,6 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
     Lessons are learned after the answer is shown (batch: printed; interactive: when the session
     ends), never before it: with an LLM lessons step that is a model call.
     """
-    from ctxagent.agent.setup import open_runner
-
     batch = opts.is_batch()
     renderer = _renderer(opts.format(), batch, quiet=opts.quiet)
     result: dict[str, Any] = {"session": session.name, "status": "error", "answer": None, "turns": 0}
@@ -180,8 +194,6 @@ def _events(session: Session, runner: Any, message: str | None, max_turns: int |
     its recorded answer alone (one ``Finished``: no model call, nothing written), even when its
     run was killed before writing its end record (sessions/outcome.py)."""
     if message is None and runner.needs_input():  # answered: execute refused a session without a task
-        from ctxagent.agent.events import Finished
-        from ctxagent.sessions.outcome import recorded_answer
 
         return [Finished("answered", recorded_answer(session.transcript) or "", runner.state.turn)]
     return cast("Iterable[Event]", runner.run(message, max_turns=max_turns))
@@ -189,7 +201,7 @@ def _events(session: Session, runner: Any, message: str | None, max_turns: int |
 
 def _next_message(renderer: Renderer, runner: Any) -> str | None:
     """The next message typed interactively, after any slash commands (cli/slash.py); None ends."""
-    from ctxagent.cli import slash
+    from ctxagent.cli import slash  # rich: only for people
 
     while True:
         line = renderer.ask()
@@ -206,10 +218,6 @@ def _with_defaults(opts: RunOptions, existed: bool) -> RunOptions:
     """``opts`` with what the command line left unset taken from configuration (cli/config.py): all
     of model, profile, api_base, context_window and allow for a new session; only allow for one that
     exists (it keeps what it recorded). Says on stderr when a project file is there but not trusted."""
-    from dataclasses import replace
-
-    from ctxagent.cli import config
-
     start = opts.workdir.resolve() if opts.workdir else None
     given = {"model": opts.model, "profile": opts.profile, "api_base": opts.api_base,
              "context_window": opts.context_window, "allow": opts.allow}
@@ -223,8 +231,6 @@ def _with_defaults(opts: RunOptions, existed: bool) -> RunOptions:
 
 def _tracing() -> Any:
     """OpenTelemetry spans of the run when asked for (cli/tracing.py), else None."""
-    from ctxagent.cli import tracing
-
     return tracing.Tracing(tracing.make_provider()) if tracing.enabled() else None
 
 
@@ -232,8 +238,6 @@ def _renderer(output_format: str, batch: bool, quiet: bool = False) -> Renderer:
     """The renderer of ``--output-format`` (``stream-json``: cli/stream.py) on the batch or interactive
     path; ``quiet``: no progress on stderr (the answer or the JSON alone; errors still said)."""
     if output_format == "stream-json":
-        from ctxagent.cli.stream import StreamRenderer
-
         return StreamRenderer(interactive=not batch, quiet=quiet)
     if batch:
         return BatchRenderer(output_format == "json", quiet=quiet)
@@ -268,8 +272,6 @@ def _quietly(show: Any, *args: Any) -> None:
 
 
 def _redacted(text: str) -> str:
-    from ctxagent.sessions.redact import default  # error messages may quote a URL or a header
-
     return default().text(text)
 
 
@@ -278,8 +280,6 @@ def _deliver(session: Session, answer: str, output: Path | None, result: dict[st
 
     Returns the exit code: 0, or 1 when ``--output`` could not be written (``result`` says why). The
     answer is redacted first, as the transcript holds it: stdout and ``--output`` show the same text."""
-    from ctxagent.cli.outputs_cmd import deliver
-
     try:
         shown = deliver(session.store, _redacted(answer), output)
     except OSError as err:
@@ -309,7 +309,6 @@ def for_terminal(text: str, session: str, max_chars: int = TERMINAL_MAX_CHARS) -
     whole value. A pipe or a file gets the whole value: the caller checks ``isatty``."""
     if len(text) <= max_chars:
         return text
-    from ctxagent.tools.preview import preview_bytes
 
     shown = preview_bytes(text.encode("utf-8", "surrogateescape"), head_lines=40, tail_lines=20,
                           max_chars=max_chars)
@@ -321,8 +320,6 @@ def for_terminal(text: str, session: str, max_chars: int = TERMINAL_MAX_CHARS) -
 
 def _show_answer(session: Session, answer: str | None, output: Path | None) -> None:
     """Interactive: after the rendered answer, the values its handles name (or where they went)."""
-    from ctxagent.cli.outputs_cmd import deliver
-
     if answer is None:
         return
     shown = deliver(session.store, answer, output)
@@ -374,8 +371,6 @@ def _newest(everywhere: bool, store_url: str | None, quiet: bool = False) -> Ses
     directory (its header's workdir), or of all with ``--last``; a session the model never replied
     in is passed over for an older one that it did (sessions/session.py :func:`newest`). Says on
     stderr which one and where it was started. ``UsageError`` when there is none."""
-    from ctxagent.sessions.session import list_sessions, newest, sessions_root, started_in
-
     every, here = list_sessions(store_url), Path(os.path.realpath(Path.cwd()))
     target, skipped = newest(every if everywhere else [s for s in every if started_in(s) == here])
     if target is None:

@@ -23,6 +23,7 @@ from ctxagent.cli import sessions_export
 from ctxagent.cli.options import StoreOpt, pick
 from ctxagent.dirs import data_dir
 from ctxagent.errors import SessionBusyError, UsageError
+from ctxagent.sessions import replica
 from ctxagent.sessions.session import ListFacts, Session, check_name, list_facts, list_sessions
 
 app = typer.Typer(help="List, show, delete, rename, fork and export sessions.", no_args_is_help=True,
@@ -84,9 +85,7 @@ def list_(ctx: typer.Context, json_out: JsonOpt = False) -> None:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
         return
-    from rich.table import Table
-
-    from ctxagent.cli.console import Console
+    from ctxagent.cli.console import Console, Table
 
     table = Table("session", "created", "last used", "turns", "tokens", "cost", "status", "model")
     for row in rows:
@@ -221,7 +220,6 @@ def fork(
     if target.root.exists():
         raise UsageError(f"a session named {new!r} exists already ({target.root})")
     if (sync := source.remote()) is not None:  # a session store: its objects first (UsageError if NEW is there)
-        from ctxagent.sessions import replica
 
         with source.writer():
             replica.copy(sync, target.remote())
@@ -269,7 +267,6 @@ def rename(
         raise UsageError(f"a session named {new!r} exists already ({target.root})")
     with source.writer():
         if (sync := source.remote()) is not None:  # a session store: the objects too (UsageError if NEW is there)
-            from ctxagent.sessions import replica
 
             replica.copy(sync, target.remote())
         try:
@@ -321,8 +318,6 @@ def export(
 def _remove_remote(session: Session) -> None:
     """With a session store: delete ``session``'s objects from it (its writer lock held)."""
     if (sync := session.remote()) is not None:
-        from ctxagent.sessions import replica
-
         replica.remove(sync)
 
 

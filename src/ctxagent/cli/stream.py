@@ -12,10 +12,12 @@ handle and size. Every string of every event is redacted, as the transcript is (
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, ToolStarted, Warned
 from ctxagent.cli.render import BatchRenderer
+from ctxagent.sessions.redact import clip, default
 from ctxagent.sessions.session import Session
 
 CONTENT_CHARS = 2000  # characters of a message or tool result shown in an event at most
@@ -23,8 +25,6 @@ CONTENT_CHARS = 2000  # characters of a message or tool result shown in an event
 
 def _cut(text: str) -> dict[str, Any]:
     """``text`` redacted, then cut to :data:`CONTENT_CHARS` (a key cut first keeps its first characters)."""
-    from ctxagent.sessions.redact import clip
-
     return {"text": clip(text, CONTENT_CHARS), "chars": len(text), "truncated": len(text) > CONTENT_CHARS}
 
 
@@ -74,7 +74,6 @@ class StreamRenderer(BatchRenderer):
     def ask(self) -> str | None:
         if not self.interactive:
             return None
-        import sys
 
         print("> ", end="", file=sys.stderr, flush=True)
         line = sys.stdin.readline()
@@ -87,8 +86,6 @@ class StreamRenderer(BatchRenderer):
     def _emit(self, data: dict[str, Any]) -> None:
         """One event on stdout, every string in it redacted as the transcript is (stdout ends up in
         CI logs and other programs: what ctxagent prints is redacted as what it writes)."""
-        from ctxagent.sessions.redact import default
-
         print(json.dumps(default().value(data), ensure_ascii=False), flush=True)
 
     def start(self, session: Session, runner: Any) -> None:

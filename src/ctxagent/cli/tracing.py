@@ -13,7 +13,7 @@ else to stderr as JSON). Names and attributes follow the OpenTelemetry GenAI sem
 - compactions and warnings are span events of the run span.
 
 Message content (the reply's text, a tool result's preview) is recorded only with
-``CTXAGENT_OTEL_CONTENT=1``, and always redacted (``sessions/redact.py``).
+``CTXAGENT_OTEL_CONTENT=1``, and always redacted (``sessions/redact/``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import os
 from typing import Any
 
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, ToolStarted, Warned
+from ctxagent.errors import UsageError
+from ctxagent.sessions.redact import clip
 
 CONTENT_CHARS = 4000
 
@@ -34,8 +36,6 @@ def enabled() -> bool:
 def make_provider() -> Any:
     """A ``TracerProvider`` exporting as the module docstring says. Raises ``UsageError`` when the
     SDK is not installed."""
-    from ctxagent.errors import UsageError
-
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -87,34 +87,48 @@ class Tracing:
                                     self.model, "ctxagent.turn": event.turn, "ctxagent.context_tokens": event.tokens,
                                     "ctxagent.context_window": event.window})
         elif isinstance(event, Replied) and self.chat is not None:
-            usage = event.reply.usage
-            if usage is not None:
-                self.chat.set_attributes({"gen_ai.usage.input_tokens": usage.prompt_tokens,
-                                          "gen_ai.usage.output_tokens": usage.completion_tokens,
-                                          "gen_ai.usage.cached_input_tokens": usage.cached_tokens})
-            self.chat.set_attribute("gen_ai.response.finish_reasons", [event.reply.finish_reason or "unknown"])
-            if self.content and event.reply.content:
-                self.chat.add_event("gen_ai.assistant.message", {"content": _redacted(event.reply.content)})
-            self.chat.end()
+            self._replied(event, self.chat)
             self.chat = None
         elif isinstance(event, ToolStarted):
             self.tools[event.call.id] = self._child(f"execute_tool {event.call.name}", {
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": event.call.name,
                 "gen_ai.tool.call.id": event.call.id})
         elif isinstance(event, ToolDone) and (span := self.tools.pop(event.call.id, None)) is not None:
-            span.set_attributes({"ctxagent.tool.is_error": event.is_error, "ctxagent.tool.result_chars":
-                                 len(event.content), **({"ctxagent.handle": event.handle} if event.handle else {})})
-            if self.content:
-                span.add_event("gen_ai.tool.message", {"content": _redacted(event.content)})
-            span.end()
-        elif isinstance(event, Compacted):
+            self._tool_done(event, span)
+        else:
+            self._run_event(event, self.run)
+
+    def _replied(self, event: Replied, chat: Any) -> None:
+        """The chat span of a request, given the reply's usage and finish reason, then ended."""
+        usage = event.reply.usage
+        if usage is not None:
+            chat.set_attributes({"gen_ai.usage.input_tokens": usage.prompt_tokens,
+                                 "gen_ai.usage.output_tokens": usage.completion_tokens,
+                                 "gen_ai.usage.cached_input_tokens": usage.cached_tokens})
+        chat.set_attribute("gen_ai.response.finish_reasons", [event.reply.finish_reason or "unknown"])
+        if self.content and event.reply.content:
+            chat.add_event("gen_ai.assistant.message", {"content": _redacted(event.reply.content)})
+        chat.end()
+
+    def _tool_done(self, event: ToolDone, span: Any) -> None:
+        """A tool call's span, given its result's size (and the result, with content on), then ended."""
+        span.set_attributes({"ctxagent.tool.is_error": event.is_error, "ctxagent.tool.result_chars":
+                             len(event.content), **({"ctxagent.handle": event.handle} if event.handle else {})})
+        if self.content:
+            span.add_event("gen_ai.tool.message", {"content": _redacted(event.content)})
+        span.end()
+
+    @staticmethod
+    def _run_event(event: Event, run: Any) -> None:
+        """Compactions and warnings as events of the run span; the final status as its attribute."""
+        if isinstance(event, Compacted):
             c = event.compaction
-            self.run.add_event("ctxagent.compaction", {"strategy": c.strategy, "start": c.start, "end": c.end,
-                                                       "tokens_before": c.tokens_before, "tokens_after": c.tokens})
+            run.add_event("ctxagent.compaction", {"strategy": c.strategy, "start": c.start, "end": c.end,
+                                                  "tokens_before": c.tokens_before, "tokens_after": c.tokens})
         elif isinstance(event, Warned):
-            self.run.add_event("ctxagent.warning", {"source": event.source, "text": _redacted(event.text)})
+            run.add_event("ctxagent.warning", {"source": event.source, "text": _redacted(event.text)})
         elif isinstance(event, Finished):
-            self.run.set_attribute("ctxagent.status", event.status)
+            run.set_attribute("ctxagent.status", event.status)
 
     def finish(self, result: dict[str, Any]) -> None:
         """End every open span; the run span gets the run's status and usage."""
@@ -140,6 +154,4 @@ def _provider(model: str) -> str:
 
 
 def _redacted(text: str, limit: int = CONTENT_CHARS) -> str:
-    from ctxagent.sessions.redact import clip  # redact, then cut
-
     return clip(text, limit)

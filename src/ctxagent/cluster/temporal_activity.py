@@ -1,7 +1,7 @@
 """The one activity of the Temporal backend: run or resume a whole session on this worker.
 
 The session runs as the same ``ctxagent run`` (or ``resume``) process ``ctxagent batch`` starts on
-one machine (cli/batch_tasks.py), with ``--output-format stream-json``: one event per line, and a
+one machine (batch/tasks.py), with ``--output-format stream-json``: one event per line, and a
 heartbeat to Temporal per model turn (its details: the turn) and every ``heartbeat_s / 4``
 seconds while the process lives (a long tool call is not a dead worker). The process runs under
 :mod:`ctxagent.cluster.guard`, so a worker killed with ``kill -9`` leaves no run holding the
@@ -31,7 +31,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ctxagent.cli.batch_tasks import STDERR_KEPT, Task, command_for, reported, standing
+from ctxagent.batch.tasks import STDERR_KEPT, Task, command_for, reported, standing
 from ctxagent.cluster.guard import GRACE_S
 from ctxagent.cluster.temporal_workflow import ACTIVITY, SessionTask
 

@@ -5,7 +5,7 @@ submit of a session that is still running is refused (Temporal's id conflict pol
 result: ``session_busy``), one that ended may run again (an answered session is then reported
 from its transcript, not run: the worker checks, as ``ctxagent batch`` does on one machine).
 Results come back in the order the sessions end, as the same result objects the process pool
-prints (cli/batch_pool.py), plus ``worker`` and ``attempt`` (the activity attempt that ended it).
+prints (batch/pool.py), plus ``worker`` and ``attempt`` (the activity attempt that ended it).
 Ctrl-C or SIGTERM cancels the workflows this command started: their runs record an ``interrupted``
 end, and the same command again resumes them.
 """
@@ -18,7 +18,12 @@ import signal
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ctxagent.cli.batch_tasks import Task
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import CancelledError, WorkflowAlreadyStartedError
+
+from ctxagent.batch.tasks import Task
+from ctxagent.cluster.temporal_worker import connect
 from ctxagent.cluster.temporal_workflow import DEFAULT_TASK_QUEUE, SessionTask, SessionWorkflow
 
 TASK_MAX = 128 * 1024  # bytes of a task's workflow input at most (Temporal warns at 256 KB, fails at 2 MB)
@@ -41,10 +46,6 @@ class Submitter:
         return asyncio.run(self._run(list(tasks), emit))
 
     async def _run(self, tasks: list[Task], emit: Callable[[dict[str, Any]], None]) -> bool:
-        from temporalio.client import Client, WorkflowHandle
-
-        from ctxagent.cluster.temporal_worker import connect
-
         client = await connect(self.address, self.namespace)
         assert isinstance(client, Client)
         stop = asyncio.Event()
@@ -85,9 +86,6 @@ class Submitter:
     async def _start(self, client: Any, task: Task) -> Any:
         """The handle of ``task``'s new workflow, or its result when it cannot start (a bad line, a
         task too long for a payload, its session already running on the cluster)."""
-        from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-        from temporalio.exceptions import WorkflowAlreadyStartedError
-
         if task.error is not None:
             return _base(task, status="usage_error", error=task.error, exit_code=2)
         spec = SessionTask(task.session, task.line, task.text, task.options, self.heartbeat_s)
@@ -110,9 +108,6 @@ class Submitter:
 
 async def _outcome(task: Task, handle: Any) -> dict[str, Any]:
     """The workflow's result, or a result object saying how it failed (cancelled: ``interrupted``)."""
-    from temporalio.client import WorkflowFailureError
-    from temporalio.exceptions import CancelledError
-
     try:
         result: dict[str, Any] = await handle.result()
         return result

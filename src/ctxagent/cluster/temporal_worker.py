@@ -17,6 +17,12 @@ import socket
 import sys
 from datetime import timedelta
 
+from temporalio.client import Client
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from ctxagent.cluster.temporal_activity import SessionActivity
+from ctxagent.cluster.temporal_workflow import SessionWorkflow
 from ctxagent.errors import UsageError
 
 CONNECT_TIMEOUT = timedelta(seconds=10)
@@ -25,9 +31,6 @@ CONNECT_TIMEOUT = timedelta(seconds=10)
 async def connect(address: str, namespace: str) -> object:
     """A ``temporalio.client.Client`` for ``address`` (HOST:PORT). Raises ``UsageError`` when the
     server cannot be reached or the namespace does not exist."""
-    from temporalio.client import Client
-    from temporalio.service import RPCError
-
     try:
         return await Client.connect(address, namespace=namespace, connect_timeout=CONNECT_TIMEOUT)
     except (RPCError, RuntimeError, OSError) as err:
@@ -41,12 +44,6 @@ def serve(address: str, namespace: str, task_queue: str, concurrency: int, store
 
 
 async def _serve(address: str, namespace: str, task_queue: str, concurrency: int, store: str | None) -> None:
-    from temporalio.client import Client
-    from temporalio.worker import Worker
-
-    from ctxagent.cluster.temporal_activity import SessionActivity
-    from ctxagent.cluster.temporal_workflow import SessionWorkflow
-
     client = await connect(address, namespace)
     assert isinstance(client, Client)
     identity = f"{os.getpid()}@{socket.gethostname()}"

@@ -32,7 +32,7 @@ ATTEMPTS = 5  # worker deaths (or a busy session lock) survived per task before 
 @dataclass
 class SessionTask:
     """The workflow's input: a task of the tasks file. ``options``: ``ctxagent run``'s options by
-    TaskLine key (cli/batch_tasks.py); ``heartbeat_s``: seconds without a heartbeat after which
+    TaskLine key (batch/tasks.py); ``heartbeat_s``: seconds without a heartbeat after which
     Temporal takes the worker for dead and retries the session elsewhere."""
 
     session: str

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxagent.errors import UsageError
-from ctxagent.lessons import curate, extract, rank
+from ctxagent.lessons import curate, extract, llm, rank
 from ctxagent.lessons.model import REPLY_NOT_USED, USER_SCOPE, Lesson, Scope, scope_for
 from ctxagent.lessons.store import LessonStore
 from ctxagent.profile_schema import LessonsConfig
@@ -117,8 +117,6 @@ class Learner:
         found = extract.extract(items, session=self.session, scope=self.scope.name, workdir=self.workdir)
         problems: list[str] = []
         if ask is not None and self.config.llm:
-            from ctxagent.lessons import llm  # its pydantic models: only where a model may be asked
-
             proposed, problems = llm.propose(items, ask, session=self.session, scope=self.scope.name)
             found += proposed
             if any(isinstance(r, records.NoteRecord) and r.source == "lessons" and REPLY_NOT_USED in r.text

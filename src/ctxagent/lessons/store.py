@@ -110,10 +110,10 @@ class LessonStore:
     def editing(self, path: Path) -> Iterator[list[Lesson]]:
         """Lock ``path``, yield its lessons as a list to change in place, then write it back (when
         the block raises, nothing is written). Raises ``filelock.Timeout`` after 10 s of waiting."""
-        from filelock import FileLock
+        from ctxagent.sessions.lease import waiting_lock
 
         redact.private_dir(self.root)
-        with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S, mode=0o600):
+        with waiting_lock(Path(str(path) + ".lock"), LOCK_TIMEOUT_S):
             lessons, bad, _ = _read(path)
             before = [lesson.model_dump() for lesson in lessons]
             yield lessons

@@ -1,4 +1,5 @@
-"""One writer per session across machines: a lease made of create-only objects in the store.
+"""One writer per session: on this machine a file lock (:func:`try_lock`, the one module that imports
+filelock), across machines a lease made of create-only objects in the store.
 
 ``URL/sessions/NAME/lease/000000000007.json`` holds ``{owner, host, pid, expires, released}``
 (``expires``: seconds since the epoch, by the holder's clock). The newest number is the lease in
@@ -26,13 +27,33 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from filelock import FileLock, Timeout
 
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
 from ctxagent.sessions.remote import DIGITS, SessionSync, numbers
 
 LEASE_ENV = "CTXAGENT_LEASE_SECONDS"
 DEFAULT_SECONDS = 30.0
+
+
+def try_lock(path: Path) -> FileLock | None:
+    """The lock file at ``path`` (created 0600), taken without waiting; None when another process
+    holds it. The caller releases it. Raises ``OSError`` when the file cannot be opened."""
+    lock = FileLock(str(path), mode=0o600)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return None
+    return lock
+
+
+def waiting_lock(path: Path, timeout_s: float) -> FileLock:
+    """The lock file at ``path`` (created 0600), for a ``with`` block that waits for it up to
+    ``timeout_s`` seconds (then ``filelock.Timeout``, a ``TimeoutError``)."""
+    return FileLock(str(path), timeout=timeout_s, mode=0o600)
 
 
 def lease_seconds() -> float:

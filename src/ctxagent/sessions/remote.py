@@ -27,10 +27,12 @@ are appended, missing outputs downloaded (eagerly: tools open them as files).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
+from ctxagent.sessions.transcript import TranscriptWarning
 
 STATE = ".store.json"  # beside the transcript: {"segments": N, "bytes": B} of it that the store holds
 SNAPSHOT_EVERY = 64  # segments since the last snapshot that make a writer leave a new one
@@ -49,8 +52,6 @@ def cache_key(url: str) -> str:
     """The folder name, under ``<data dir>/stores/``, of the cache of the store at ``url``: the end of
     its :func:`shown` form without userinfo and query (where credentials travel), then a digest of
     the whole URL (two stores, two folders)."""
-    import hashlib
-
     public = re.sub(r"[?#].*$", "", re.sub(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", r"\1", shown(url), flags=re.I))
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", public.replace("[REDACTED:", ""))[-40:].strip("-.") or "store"
     return f"{slug}-{hashlib.sha256(url.encode()).hexdigest()[:12]}"
@@ -304,8 +305,6 @@ class SessionSync:
     def _stale_aside(self) -> str:
         """Move the session's cache folder to ``<cache>/stale/<name>-<time>`` (out of the sessions
         listed); what happened, in words."""
-        import time
-
         base = self.root.parents[len(self.key.split("/")) - 1]  # the folder holding sessions/
         side = base / "stale" / f"{self.key.removeprefix('sessions/').replace('/', '~')}-{int(time.time())}"
         try:
@@ -354,8 +353,6 @@ class SessionSync:
 
     def _set_aside(self, offset: int, kind: str) -> None:
         """Move the local transcript's bytes from ``offset`` on to ``transcript.<kind>N.jsonl``."""
-        from ctxagent.sessions.transcript import TranscriptWarning
-
         n = 1
         while (side := self.root / f"transcript.{kind}{n}.jsonl").exists():
             n += 1

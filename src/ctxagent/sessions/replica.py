@@ -50,17 +50,13 @@ def leased(sync: SessionSync, children: Callable[[list[str]], None]) -> Iterator
 def pull(sync: SessionSync, children: Callable[[list[str]], None]) -> None:
     """Bring the cache of ``sync`` up to the store unless a process here holds the session's writer
     lock (its cache is the newest), then its sub-agents' (``children(names)``)."""
-    from filelock import FileLock, Timeout
-
+    from ctxagent.sessions.lease import try_lock
     from ctxagent.sessions.redact import private_dir
 
     if not sync.root.exists() and not sync.store.names(sync.remote()):
         return  # not in the store either
     private_dir(sync.root)
-    lock = FileLock(str(sync.root / ".lock"), mode=0o600)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
+    if (lock := try_lock(sync.root / ".lock")) is None:
         return
     try:
         sync.pull(writer=False)

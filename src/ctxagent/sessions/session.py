@@ -8,19 +8,23 @@ owner-only (0700), files 0600.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 
 from ctxagent.dirs import data_dir
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
+from ctxagent.sessions import replica
+from ctxagent.sessions.outcome import final_answer
 from ctxagent.sessions.remote import cache_key
+from ctxagent.sessions.replica import fetch_heads, sync_for
 from ctxagent.sessions.store import OutputStore
 from ctxagent.sessions.transcript import Transcript
 
@@ -134,15 +138,12 @@ class Session:
 
         Raises ``SessionBusyError`` at once if another process holds it.
         """
-        from filelock import FileLock, Timeout
-
+        from ctxagent.sessions.lease import try_lock
         from ctxagent.sessions.redact import private_dir
 
         private_dir(self.root)  # 0700, and so are the data and sessions folders when we create them
-        lock = FileLock(str(self.root / ".lock"), mode=0o600)
-        try:
-            lock.acquire(timeout=0)
-        except Timeout:
+        lock = try_lock(self.root / ".lock")
+        if lock is None:
             raise SessionBusyError(
                 f"session {self.name!r} is in use by another ctxagent process "
                 f"(lock: {self.root / '.lock'}); wait for it to finish"
@@ -159,8 +160,6 @@ class Session:
     @contextmanager
     def _leased(self) -> Iterator[None]:
         """With a store: the lease, the sync and the uploads of :func:`ctxagent.sessions.replica.leased`."""
-        from ctxagent.sessions import replica
-
         with replica.leased(self.remote(), self._pull_children) as sync:
             self._sync = sync
             try:
@@ -170,8 +169,6 @@ class Session:
 
     def remote(self) -> Any:
         """This session's :class:`~ctxagent.sessions.remote.SessionSync` (the writer's in :meth:`writer`), or None."""
-        from ctxagent.sessions.replica import sync_for
-
         url = self.store_url
         return self._sync or (sync_for(url, sessions_root(url), self.root, self.name) if url else None)
 
@@ -179,8 +176,6 @@ class Session:
         """With a store: bring this session's cache (and its sub-agents') up to the store unless a process
         here holds its writer lock. Returns ``self``. Raises ``CtxagentError`` when the store fails."""
         if (sync := self.remote()) is not None:
-            from ctxagent.sessions import replica
-
             replica.pull(sync, self._pull_children)
         return self
 
@@ -196,20 +191,18 @@ class Session:
 
     def running(self) -> bool:
         """Whether another process holds this session's writer lock now (a run in progress)."""
-        from filelock import FileLock, Timeout
+        from ctxagent.sessions.lease import try_lock
 
         path = self.root / ".lock"
         if not path.exists():
             return False
-        lock = FileLock(str(path))
         try:
-            lock.acquire(timeout=0)
-        except Timeout:
-            return True
+            lock = try_lock(path)
         except OSError:
             return False
-        lock.release()
-        return False
+        if lock is not None:
+            lock.release()
+        return lock is None
 
 
 HEADER_ONLY_MAX_BYTES = 1 << 20  # a transcript this size or more certainly holds more than its header
@@ -224,7 +217,6 @@ def discard_if_unstarted(session: Session) -> None:
         if transcript.stat().st_size >= HEADER_ONLY_MAX_BYTES or transcript.read_bytes().count(b"\n") > 1:
             return
     if (sync := session.remote()) is not None:  # a session store: its objects go too
-        from ctxagent.sessions import replica
 
         with contextlib.suppress(CtxagentError):
             replica.remove(sync)
@@ -242,8 +234,6 @@ def list_sessions(store_url: str | None = None) -> list[Session]:
     (with a store, the cache gets the heads it lacks)."""
     root, url = sessions_root(store_url), store_url
     if url is not None:
-        from ctxagent.sessions.replica import fetch_heads
-
         fetch_heads(url, root, lambda name: bool(NAME_RE.match(name)) and ".." not in name)
     if not root.is_dir():
         return []
@@ -330,7 +320,6 @@ def status_of(records_: list[Any]) -> str:
     last message is a final answer, whatever end records follow it (sessions/outcome.py), else the
     reason of an end record after the last message, else ``interrupted`` (or ``new`` without messages)."""
     from ctxagent.sessions import records
-    from ctxagent.sessions.outcome import final_answer
 
     if final_answer(records_) is not None:
         return "answered"
@@ -385,8 +374,6 @@ def totals(path: Path) -> Totals:
     """The :class:`Totals` of the transcript at ``path``. Only the bytes appended since the last call
     are read (the totals of the lines before are cached in ``CACHE`` beside it, owner-only), and
     only usage and settings lines are parsed, one line in memory at a time."""
-    import json
-
     cache = path.with_name(CACHE)
     try:
         cached = json.loads(cache.read_text(encoding="utf-8"))
@@ -438,9 +425,6 @@ def _count(fh: BinaryIO, found: Totals) -> None:
 
 def _save(cache: Path, found: Totals) -> None:
     """Write ``found`` to ``cache`` atomically (a temporary file renamed over it); best effort."""
-    import json
-    from dataclasses import asdict
-
     temp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -17,7 +17,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from ctxagent.errors import UsageError
 
@@ -245,8 +245,6 @@ class _Reader:
 
 def known_kinds() -> frozenset[str]:
     """The record kinds this version reads (``kind`` of every record type)."""
-    from typing import get_args
-
     from ctxagent.sessions import records
 
     union = get_args(records.Record)[0]

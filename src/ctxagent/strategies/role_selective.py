@@ -113,12 +113,8 @@ class RoleSelectiveStep(StrategyConfig):
                 continue
             new, by_llm = None, False
             if entry.role == "tool" and entry.tokens > self.tool_tokens:
-                if llm_calls > 0:
-                    llm_calls -= 1
-                    new = self._findings(entry, calls.get(index), ctx, self.findings_tokens, warnings)
-                    by_llm = new is not None and new.tokens < entry.tokens
-                if not by_llm:
-                    new = self._head_tail(entry, calls.get(index), ctx, self.head_lines, self.tail_lines)
+                new, by_llm = self._reduced(entry, calls.get(index), ctx, llm_calls > 0, warnings)
+                llm_calls = max(0, llm_calls - 1)
             elif entry.role == "assistant":
                 new = self._conclusion(entry, ctx, self.assistant_tokens)
             if new is None or new.tokens >= entry.tokens:
@@ -132,6 +128,16 @@ class RoleSelectiveStep(StrategyConfig):
         if out == view:
             return Outcome(view, warnings=warnings)
         return Outcome(out, compactions, offloads, warnings)
+
+    def _reduced(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext, llm: bool,
+                 warnings: list[str]) -> tuple[Entry | None, bool]:
+        """A large tool result reduced: by the LLM's findings when ``llm`` and they are smaller, else to
+        its head and tail; and whether the LLM made it."""
+        if llm:
+            new = self._findings(entry, call, ctx, self.findings_tokens, warnings)
+            if new is not None and new.tokens < entry.tokens:
+                return new, True
+        return self._head_tail(entry, call, ctx, self.head_lines, self.tail_lines), False
 
     def _findings(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext,
                   max_tokens: int, warnings: list[str]) -> Entry | None:

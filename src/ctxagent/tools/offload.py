@@ -33,8 +33,8 @@ from typing import Any
 
 from ctxagent import tokens
 from ctxagent.messages import ToolCall
-from ctxagent.sessions import scan
 from ctxagent.sessions.records import OutputRecord
+from ctxagent.sessions.redact import clip, scan
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools import values
 from ctxagent.tools.base import Spooled, ToolValue
@@ -244,8 +244,6 @@ def _offloaded(path: Path, stats: FileStats | None, handle: str, note: str, job:
 
 
 def _job_record(path: Path, handle: str, job: _Job, stats: FileStats | None = None, **value: Any) -> OutputRecord:
-    from ctxagent.sessions.redact import clip  # redact, then cut: a cut key is no key's shape
-
     return _record(path, handle, job.store, call_id=job.call.id, tool_name=job.tool_name,
                    arguments=clip(job.call.arguments, ARGUMENTS_MAX_CHARS, getattr(job.store, "redactor", None)),
                    model=job.policy.model, stats=stats, **value)

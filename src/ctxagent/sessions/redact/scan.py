@@ -1,9 +1,9 @@
 """One pass over a stored output: its size, lines and sha256, and where a secret may start.
 
-The secret scan of :mod:`ctxagent.sessions.redact` tries its Python patterns only at positions
+The secret scan (:mod:`ctxagent.sessions.redact.engine`) tries its Python patterns only at positions
 near an anchor; on a large output that is ~100 MB/s. A :class:`Prefilter` is a hyperscan database
 (compiled once per process and set of exact values, in ~30 ms, on the first large scan) of
-:data:`ctxagent.sessions.secret_shapes.PREFILTERS` and the exact secret values: every match of a
+:data:`ctxagent.sessions.redact.rules.PREFILTERS` and the exact secret values: every match of a
 secret shape starts with a match of one of them, so positions no prefilter match reaches cannot
 start a secret. Scanning runs at GB/s; the Python patterns then verify only the *windows*
 (``[start, end)`` byte ranges) where a prefilter matched, so what is replaced is exactly what the
@@ -35,8 +35,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ctxagent.sessions.secret_engine import Windows
-from ctxagent.sessions.secret_shapes import PREFILTERS
+from ctxagent.sessions.redact.engine import Windows
+from ctxagent.sessions.redact.rules import PREFILTERS
 from ctxagent.tools.preview import FileStats
 
 CHUNK_BYTES = 2 * 1024 * 1024  # read, hashed and scanned at a time

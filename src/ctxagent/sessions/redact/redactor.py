@@ -1,44 +1,11 @@
-"""Secrets kept off disk: secrets replaced by typed markers before anything is written or printed.
-
-A :class:`Redactor` replaces, in text or bytes, what :mod:`ctxagent.sessions.secret_shapes` describes
-(the rules, after gitleaks' and detect-secrets' published ones): credentials recognisable by their
-format (provider and cloud keys, VCS and chat tokens, JWTs, PEM private keys), values that are secrets
-because of where they stand (after ``Authorization: Bearer``, under a header, name or URL part that
-says so) when they look like one (never a number, date, path, word or reference), and the exact
-values (8 characters or more) of the environment variables whose names say KEY, TOKEN, SECRET,
-PASSWORD or PASSWD (names ending ``_DIR``, ``_PATH``, ``_FILE`` or ``_HOME`` excepted: those hold
-paths), plus any extra exact values given (the keys a run uses); an exact value is replaced whole,
-also where a shape matched only its start. Each by a marker naming what was there:
-``[REDACTED:openai-key]``, ``[REDACTED:env:GITHUB_TOKEN]``.
-Markers never match a pattern again, so redacting twice changes nothing.
-
-Where it applies (the transcript and the output store call it; see docs/security.md "Secrets"):
-
-- :func:`dumps` — a transcript record as one JSON line, every string in it redacted (structured:
-  the JSON stays valid whatever was replaced);
-- :meth:`Redactor.data` — bytes of an offloaded output;
-- :func:`redact_file` — a file rewritten in 1 MiB chunks with a 64 KiB overlap, so a 1 GB spool
-  file costs a few MiB of memory; every pattern's match is bounded (16 KiB at most), so a secret
-  that straddles two chunks is still found;
-- :func:`clip` — text redacted, then cut to a length limit (a key cut first keeps its first
-  characters out of any shape);
-- :class:`RedactingStore` — the session's output store (``Session.store``): every file it writes or
-  adopts is redacted first (numpy ``.npy`` files excepted: their bytes are not text) and owner-only.
-
-Owner-only storage: :func:`private_dir` creates directories 0700 (missing parents too); the files
-the transcript and the store write are 0600.
-
-Every pattern is bounded in length (a match is at most :data:`MAX_MATCH` bytes), which is what
-makes the overlap safe.
-
-Large bytes and files are scanned first by a hyperscan prefilter (:mod:`ctxagent.sessions.scan`,
-GB/s); the patterns are then tried only in the windows where it matched, which replaces exactly
-what trying them everywhere replaces. Without hyperscan they are tried everywhere, as before.
+"""Applying the secret scan: :class:`Redactor` (text, bytes, JSON-like values, files) and what the
+transcript, the output store and the command line call (:func:`dumps`, :func:`redact_file`, :func:`clip`,
+:func:`default`). Large bytes and files go through the prefilter (:mod:`.scan`) first; the patterns
+are then tried only in its windows, which replaces exactly what trying them everywhere replaces.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -47,15 +14,13 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
-from ctxagent.sessions import scan
-from ctxagent.sessions.secret_engine import MARKER, Engine, Windows  # noqa: F401 (MARKER: re-exported)
-from ctxagent.sessions.store import OutputStore
+from ctxagent.sessions.redact import scan
+from ctxagent.sessions.redact.engine import Engine, Windows
 from ctxagent.tools.clean import mend
 from ctxagent.tools.preview import FileStats
 
 CHUNK_BYTES = 1024 * 1024  # streaming reads of a file being redacted
-OVERLAP_BYTES = 64 * 1024  # kept back from each chunk so a match across two chunks is seen whole
-MAX_MATCH = 16 * 1024  # the longest match any pattern can make (PEM blocks); < OVERLAP_BYTES
+OVERLAP_BYTES = 64 * 1024  # kept back from each chunk so a match across two chunks is seen whole (> MAX_MATCH)
 MIN_SECRET_CHARS = 8  # shorter environment values are not treated as secrets
 ENV_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD")
 ENV_NAME_EXCLUDED = re.compile(r"_(?:DIR|PATH|FILE|HOME)$")
@@ -64,7 +29,7 @@ SHORT_CHARS = 256  # texts up to this many characters are redacted once per reda
 SHORT_KEPT = 4096  # how many such texts a redactor remembers (least recently used dropped first)
 
 def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``{value: name}`` of the environment variables that hold secrets (see the module doc)."""
+    """``{value: name}`` of the environment variables that hold secrets (see the package docstring)."""
     environ = os.environ if environ is None else environ
     found: dict[str, str] = {}
     for name, raw in sorted(environ.items()):
@@ -76,7 +41,7 @@ def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 class Redactor:
-    """Replaces secrets in text, bytes, JSON-like data and files (see the module doc).
+    """Replaces secrets in text, bytes, JSON-like data and files (see the package docstring).
 
     Args:
         exact: ``{secret value: kind}`` replaced wherever they occur (``kind`` names the marker,
@@ -280,92 +245,3 @@ def dumps(record: Any, redactor: Redactor | None = None) -> str:
     """
     data = record.model_dump(mode="json")
     return json.dumps((redactor or default()).value(data), ensure_ascii=False, separators=(",", ":"))
-
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` and its missing parents owner-only (0700); existing ones are left alone."""
-    missing = []
-    current = path
-    while not current.exists():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
-            folder.mkdir(mode=0o700)
-    return path
-
-
-UNREDACTED_SUFFIXES = (".npy",)  # binary formats whose bytes a replacement would corrupt
-
-
-class RedactingStore(OutputStore):
-    """The output store of a session with secrets kept out of its files (see the module doc).
-
-    Files it writes are 0600 in a 0700 folder. A spool file holds what the tool produced until it
-    is adopted (that is what streaming to disk means); :meth:`adopt` redacts it first, and
-    :meth:`clean_spools` removes the ones a killed process left behind.
-    """
-
-    def __init__(self, root: Path, redactor: Redactor | None = None, linked: Any = None):
-        super().__init__(root, linked)
-        self._redactor = redactor
-        self._followers: dict[Path, scan.Follower] = {}  # spool files scanned while being written
-
-    @property
-    def redactor(self) -> Redactor:
-        return self._redactor or default()
-
-    def spool(self) -> tuple[int, Path]:
-        """A spool file (see :meth:`OutputStore.spool`); with the prefilter, it is scanned while
-        the tool writes it (:class:`ctxagent.sessions.scan.Follower`), so :meth:`adopt` has little
-        left to read."""
-        private_dir(self.root)
-        fd, path = super().spool()
-        pre = self.redactor.prefilter
-        if pre is not None:
-            self._followers = {p: f for p, f in self._followers.items() if f.alive}  # deleted spools
-            self._followers[path] = scan.Follower(path, pre)
-        return fd, path
-
-    def put_bytes(self, handle: str, data: bytes, *args: Any, **kwargs: Any) -> Path:
-        private_dir(self.root)
-        if not _suffix(args, kwargs).endswith(UNREDACTED_SUFFIXES):
-            data = self.redactor.data(data)
-        path = super().put_bytes(handle, data, *args, **kwargs)
-        os.chmod(path, 0o600)
-        return path
-
-    def adopt_measured(self, spooled: Path, handle: str, suffix: str = ".out") -> tuple[Path, FileStats | None]:
-        follower = self._followers.pop(spooled, None)
-        stats = None
-        if suffix.endswith(UNREDACTED_SUFFIXES):
-            if follower is not None:
-                follower.cancel()
-        else:
-            redactor = self.redactor
-            measured = follower.finish() if follower is not None else None
-            stats = redact_file(spooled, redactor,
-                                measured if follower and follower.prefilter is redactor.prefilter else None)[1]
-        os.chmod(spooled, 0o600)
-        return OutputStore.adopt(self, spooled, handle, suffix), stats
-
-    def adopt(self, spooled: Path, handle: str, *args: Any, **kwargs: Any) -> Path:
-        return self.adopt_measured(spooled, handle, _suffix(args, kwargs))[0]
-
-    def put_file(self, handle: str, source: Path, *args: Any, **kwargs: Any) -> Path:
-        private_dir(self.root)
-        fd, spooled = OutputStore.spool(self)  # no follower: the copy below is the scan
-        os.close(fd)
-        try:
-            self.redactor.copy_file(source, spooled)
-            return OutputStore.adopt(self, spooled, handle, *args, **kwargs)
-        finally:
-            spooled.unlink(missing_ok=True)
-
-
-def _suffix(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """The ``suffix`` argument of a store call (``.out`` when not given)."""
-    value = kwargs.get("suffix", args[0] if args else ".out")
-    return value if isinstance(value, str) else ".out"

@@ -1,4 +1,4 @@
-"""The rules of the secret scan: the shapes of secrets :mod:`ctxagent.sessions.redact` replaces, what a
+"""The rules of the secret scan: the shapes of the secrets it replaces (:mod:`ctxagent.sessions.redact`), what a
 value must look like to count, and the anchors and prefilters that find them fast.
 
 Two families, as in the public rule sets this follows (gitleaks' ``gitleaks.toml`` and detect-secrets'
@@ -21,7 +21,7 @@ plugins and filters; learnt from, not copied):
   test of both rule sets); a password may be any non-word of 4+ characters with a digit or a symbol.
 
 Each shape is ``(kind, prefix kept as is, secret, check)`` as regex source text (used for both
-``str`` and ``bytes``; every match is at most 16 KiB long, ``redact.MAX_MATCH``); ``check`` names
+``str`` and ``bytes``; every match is at most :data:`MAX_MATCH` bytes long); ``check`` names
 the :data:`CHECKS` test the secret must pass (None: the regex says it all). Where a value may stand in
 quotes, the quotes may be JSON-escaped (``API_KEY=\\"...\\"`` inside a tool call's arguments, which
 are JSON text), once or twice.
@@ -112,6 +112,7 @@ SHAPES: tuple[tuple[str, str, str, str | None], ...] = (
 
 # --- what a value must look like ---------------------------------------------------------------
 
+MAX_MATCH = 16 * 1024  # the longest match any shape can make (PEM blocks): what makes chunked scans safe
 MIN_TOKEN_CHARS = 8
 MIN_PASSWORD_CHARS = 4
 _REFERENCE = re.compile(  # a value that names where the secret is, not the secret
@@ -248,7 +249,7 @@ NAMED_NEEDLES: tuple[tuple[str, tuple[int, ...]], ...] = (
     ("key", (13, 4, 3, 0)), ("token", (0,)), ("authorization", (0,)), ("cookie", (0,)), ("?", (0,)), ("&", (0,)),
 )
 
-# The prefilter (:mod:`ctxagent.sessions.scan`): regexes for hyperscan, one or more per shape, each a
+# The prefilter (:mod:`ctxagent.sessions.redact.scan`): regexes for hyperscan, one or more per shape, each a
 # necessary condition: every match of the shape starts with a match of one of them. They keep the
 # distinctive start of each shape (prefix and the first characters of the secret) and drop what
 # hyperscan cannot run or what depends on text outside the match (``\b``, lookarounds), so they may

@@ -32,11 +32,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-PRELOAD = ("ctxagent.cli.batch_server", "ctxagent.cli.run", "ctxagent.agent.setup", "ctxagent.agent.runner",
+PRELOAD = ("ctxagent.batch.preload", "ctxagent.cli.run", "ctxagent.agent.setup", "ctxagent.agent.runner",
            "ctxagent.tools.toolset")
-"""What the fork server imports for every task, in order: first its own set-up (cli/batch_server.py),
+"""What the fork server imports for every task, in order: first its own set-up (batch/preload.py),
 then the modules a ``run`` or ``resume`` loads."""
-LITELLM_MODULE = "ctxagent.cli.batch_litellm"
+LITELLM_MODULE = "ctxagent.batch.preload_litellm"
 """What it imports too when a task may call a provider (litellm, imported the way a run imports it)."""
 
 

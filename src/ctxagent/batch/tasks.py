@@ -7,6 +7,7 @@ A line is one JSON object (:class:`TaskLine`): ``task`` and, optionally, its ses
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ctxagent.errors import UsageError
+from ctxagent.sessions.outcome import recorded_answer, recorded_task
+from ctxagent.tools.clean import plain
 
 LIMIT_EXIT = 3  # LimitReached: a budget, max_turns or the loop guard stopped the run (resumable)
 STDERR_KEPT = 2000  # characters of a failed task's stderr kept in its result
@@ -98,8 +101,6 @@ def read_tasks(path: Path, defaults: dict[str, Any]) -> list[Task]:
 
 def _named(raw: str) -> str | None:
     """The ``session`` a line names, even when the line is not a valid task (its result says so)."""
-    import json
-
     try:
         value = json.loads(raw)
     except ValueError:
@@ -149,9 +150,7 @@ def standing(task: Task) -> Standing:
     """How ``task``'s session stands: its first user message and last records decide
     (sessions/outcome.py), not its status, which an ``interrupted`` end record written before the
     task was recorded would make look started. Raises ``UsageError`` for a bad session name."""
-    from ctxagent.sessions.outcome import recorded_answer, recorded_task
     from ctxagent.sessions.session import Session
-    from ctxagent.tools.clean import plain
 
     session = Session.at(task.session, task.options.get("store"))
     held = recorded_task(session.transcript)

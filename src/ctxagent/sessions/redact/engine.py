@@ -1,7 +1,7 @@
-"""The matching engine of :mod:`ctxagent.sessions.redact`: one combined regex of the exact values
-and the secret shapes (:mod:`ctxagent.sessions.secret_shapes`), tried only where an anchor allows.
+"""The matching engine of the secret scan: one combined regex of the exact values and the secret
+shapes (:mod:`ctxagent.sessions.redact.rules`), tried only where an anchor allows.
 
-With a prefilter (:mod:`ctxagent.sessions.scan`), :meth:`Engine.windowed` narrows those positions
+With a prefilter (:mod:`ctxagent.sessions.redact.scan`), :meth:`Engine.windowed` narrows those positions
 further, to the windows where a prefilter matched: the positions that can start a match are all in
 a window, so :meth:`Engine.sub` replaces exactly what it replaces without one.
 """
@@ -17,10 +17,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxagent.sessions.secret_shapes import ANCHOR_PATTERN, NAMED_NEEDLES, looks_secret
-from ctxagent.sessions.secret_shapes import ANCHORS as _ANCHORS
-from ctxagent.sessions.secret_shapes import LOWER_ANCHORS as _LOWER_ANCHORS
-from ctxagent.sessions.secret_shapes import SHAPES as _SHAPES
+from ctxagent.sessions.redact.rules import ANCHOR_PATTERN, NAMED_NEEDLES, looks_secret
+from ctxagent.sessions.redact.rules import ANCHORS as _ANCHORS
+from ctxagent.sessions.redact.rules import LOWER_ANCHORS as _LOWER_ANCHORS
+from ctxagent.sessions.redact.rules import SHAPES as _SHAPES
 
 MARKER = "[REDACTED:{}]"
 BEFORE_BYTES = 64  # context read before a window to find its candidates

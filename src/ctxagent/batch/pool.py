@@ -1,7 +1,7 @@
 """The worker pool of ``ctxagent batch`` (cli/batch.py): each task a ``ctxagent`` process, N at once.
 
 A thread per worker starts one process (forked from a server that imported ctxagent once:
-cli/batch_fork.py) and waits for it; the main thread collects results in the
+batch/forkserver.py) and waits for it; the main thread collects results in the
 order tasks end, prints each as one JSON line on stdout, and keeps the progress on stderr. On Ctrl-C
 or SIGTERM no task starts any more, each running process gets SIGTERM (which a run handles as
 Ctrl-C: it records an ``interrupted`` end and exits 130), and the pool waits for them.
@@ -19,8 +19,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxagent.cli.batch_fork import Starter, TaskProcess, needs_litellm
-from ctxagent.cli.batch_tasks import STDERR_KEPT, Standing, Task, args_for, reported, standing
+from ctxagent.batch.forkserver import Starter, TaskProcess, needs_litellm
+from ctxagent.batch.tasks import STDERR_KEPT, Standing, Task, args_for, reported, standing
 
 INTERRUPTED_EXIT = 130
 
