@@ -14,11 +14,12 @@ from ctxagent.agent.budgets import session_limits as session_limits_of
 from ctxagent.agent.model import Model, make_model
 from ctxagent.agent.model_types import price_of
 from ctxagent.agent.runner import Runner
-from ctxagent.agent.state import Settings, open_state
+from ctxagent.agent.state import open_state
 from ctxagent.errors import ProfileError, UsageError
 from ctxagent.profile import EXTENDS, Path_, Profile, bundled_names, load_profile, parse_profile, profile_files
 from ctxagent.profile_schema import Limits
 from ctxagent.sessions import records
+from ctxagent.sessions.records import Settings
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_tools
 from ctxagent.tools.agent_tools import context_tools
@@ -168,11 +169,10 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
         profile = load_profile(spec)
         model = absolute_model(model_spec or profile.model)
         window = context_window or resolve_window(profile, model, api_base or profile.api_base, notes)
-        settings = Settings(model, _profile_ref(spec), window, path, api_base, str(workdir or Path.cwd()),
-                            tuple(absolute_spec(t) for t in tools), _profile_text(spec, profile),
-                            tuple(sorted((limits or {}).items())), mcp_config, file_sha256(mcp_config),
-                            max_output_tokens)
-        return settings, profile
+        return Settings(model=model, profile=_profile_ref(spec), context_window=window, path=path, api_base=api_base,
+                        workdir=str(workdir or Path.cwd()), tools=tuple(absolute_spec(t) for t in tools),
+                        profile_text=_profile_text(spec, profile), limits=dict(limits or {}), mcp_config=mcp_config,
+                        mcp_config_sha256=file_sha256(mcp_config), max_output_tokens=max_output_tokens), profile
     profile = load_profile(profile_spec) if profile_spec else session_profile(current)
     ref = _profile_ref(profile_spec) if profile_spec else current.profile
     model = absolute_model(model_spec) if model_spec else current.model
@@ -181,15 +181,15 @@ def wanted_settings(current: Settings | None, *, profile_spec: str | None, model
         window = context_window
     elif ref != current.profile or model != current.model or (profile.context_window or window) != window:
         window = resolve_window(profile, model, api_base or current.api_base or profile.api_base, notes)
-    return Settings(
-        model, ref, window, path, api_base or current.api_base,
-        str(workdir) if workdir else current.workdir or str(Path.cwd()),
-        tuple(absolute_spec(t) for t in tools) if tools else current.tools,
-        _profile_text(profile_spec, profile) if profile_spec else current.profile_text,
-        tuple(sorted({**dict(current.limits), **(limits or {})}.items())),
-        mcp_config or current.mcp_config, _mcp_digest(current, mcp_config),
-        max_output_tokens or current.max_output_tokens,
-    ), profile
+    return current.model_copy(update={
+        "model": model, "profile": ref, "context_window": window, "path": path,
+        "api_base": api_base or current.api_base,
+        "workdir": str(workdir) if workdir else current.workdir or str(Path.cwd()),
+        "tools": tuple(absolute_spec(t) for t in tools) if tools else current.tools,
+        "profile_text": _profile_text(profile_spec, profile) if profile_spec else current.profile_text,
+        "limits": {**current.limits, **(limits or {})}, "mcp_config": mcp_config or current.mcp_config,
+        "mcp_config_sha256": _mcp_digest(current, mcp_config),
+        "max_output_tokens": max_output_tokens or current.max_output_tokens}), profile
 
 
 def open_runner(session: Session, *, profile_spec: str | None, model_spec: str | None,
@@ -242,13 +242,7 @@ def open_runner(session: Session, *, profile_spec: str | None, model_spec: str |
     limits = Limits.model_validate({**profile.limits.run.set(), **(run_limits or {})})
     check_limits(model, reply_tokens, limits, session_limits_of(profile.limits.session, settings.limits))
     if state.settings is None:  # written only once everything above has been checked: no half-made sessions
-        header = records.SessionHeader(name=session.name, model=settings.model, profile=settings.profile,
-                                       context_window=settings.context_window, path=settings.path,
-                                       api_base=settings.api_base, workdir=settings.workdir,
-                                       tools=list(settings.tools), profile_text=settings.profile_text,
-                                       limits=dict(settings.limits) or None, mcp_config=settings.mcp_config,
-                                       mcp_config_sha256=settings.mcp_config_sha256,
-                                       max_output_tokens=settings.max_output_tokens)
+        header = records.SessionHeader(name=session.name, **settings.model_dump())
         session.transcript.append([header])
         state.apply(header)
     elif changes := state.settings.differences(settings):
