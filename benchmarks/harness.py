@@ -447,6 +447,7 @@ class CtxagentRun:
     def __init__(self, name: str, prep: Prepared, profile: Any, *, path: str, window: int, root: Path):
         import yaml
 
+        from ctxagent.agent.config import RunConfig
         from ctxagent.agent.runner import Runner
         from ctxagent.agent.setup import offload_policy
         from ctxagent.agent.state import fold
@@ -483,7 +484,7 @@ class CtxagentRun:
             self.toolset = bench_toolset(prep, profile, ToolContext(self.store, workdir), self.policy)
             self.runner = Runner(self.session, state, profile, self.model, self.toolset,  # as `--allow-all`:
                                  summarizer_model=lambda: self.summarizer,  # the trace's shell and write calls run
-                                 grants=Grants(allow_all=True))
+                                 config=RunConfig(grants=Grants(allow_all=True)))
         self.model.runner = self.runner
         _forget(self.store.root)
 

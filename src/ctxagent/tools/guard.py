@@ -2,7 +2,7 @@
 
 :class:`Grants` is what the person running ctxagent grants beyond the profile's permissions
 (``--allow``, ``--allow-all``, the interactive prompt). It is given when a run opens
-(``open_runner(..., grants=...)``, ``Runner(..., grants=...)``), never patched in afterwards.
+(``RunConfig(grants=...)``, agent/config.py), never patched in afterwards.
 :func:`guard` wraps a :class:`~ctxagent.tools.toolset.Toolset` in a :class:`GuardedToolset` whose
 :meth:`~GuardedToolset.call` asks the :class:`~ctxagent.tools.permissions.Gate` first and returns a
 refusal as the call's error outcome (the model reads it; the run goes on). A sub-agent opens with
@@ -98,10 +98,6 @@ class GuardedToolset:
     @property
     def ctx(self) -> ToolContext:
         return self.toolset.ctx
-
-    @ctx.setter
-    def ctx(self, ctx: ToolContext) -> None:
-        self.toolset.ctx = ctx
 
     @property
     def policy(self) -> OffloadPolicy:

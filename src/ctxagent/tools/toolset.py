@@ -64,17 +64,18 @@ class Toolset:
 
     ``deferred``: names of tools whose schemas are left out of requests until a ``find_tools``
     call loads them (:mod:`ctxagent.tools.deferral`); the toolset then offers ``find_tools``
-    and answers its calls. Raises ``ValueError`` when two tools share a name.
+    and answers its calls. ``servers``: the MCP servers of the run, started or not. Raises
+    ``ValueError`` when two tools share a name.
     """
 
     def __init__(self, tools: Sequence[Tool], ctx: ToolContext, policy: OffloadPolicy,
-                 deferred: Sequence[str] = ()):
+                 deferred: Sequence[str] = (), servers: Sequence[str] = ()):
         self.deferred = [name for name in deferred if any(tool.name == name for tool in tools)]
         finder = [deferral.find_tools_tool([t for t in tools if t.name in self.deferred])] if self.deferred else []
         self.tools = registry([*tools, *finder])
         self.ctx = ctx
         self.policy = policy
-        self.servers: list[str] = []  # the MCP servers of the run, started or not (set by agent/setup.py)
+        self.servers = list(servers)
 
     def specs(self, loaded: Sequence[str] = ()) -> list[dict[str, Any]]:
         """The OpenAI-format schemas sent with each request: every tool not deferred, in order,
@@ -167,10 +168,10 @@ class Toolset:
 
 
 def make_toolset(names: Sequence[str], ctx: ToolContext, policy: OffloadPolicy,
-                 extra: Sequence[Tool] = (), deferred: Sequence[str] = ()) -> Toolset:
+                 extra: Sequence[Tool] = (), deferred: Sequence[str] = (), servers: Sequence[str] = ()) -> Toolset:
     """A toolset of the tools ``names`` (built-in, else installed under the ``ctxagent.tools``
     entry point group), in that order, then the ``extra`` tools (user tools from ``--tools``, MCP
-    tools), ``deferred`` ones behind ``find_tools`` (see :class:`Toolset`).
+    tools), ``deferred`` ones behind ``find_tools``, from MCP ``servers`` (see :class:`Toolset`).
 
     An extra tool that is the very same object as a named one is not added twice. Raises
     ``UsageError`` for an unknown or repeated name, or an entry point that cannot be loaded.
@@ -190,7 +191,7 @@ def make_toolset(names: Sequence[str], ctx: ToolContext, policy: OffloadPolicy,
     clash = sorted({name for name in names_seen if names_seen.count(name) > 1})
     if clash:
         raise UsageError(f"two tools are named {', '.join(map(repr, clash))}; give each tool one name")
-    return Toolset(tools, ctx, policy, deferred)
+    return Toolset(tools, ctx, policy, deferred, servers)
 
 
 def _error(message: str) -> ToolOutcome:
