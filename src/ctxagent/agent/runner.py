@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from ctxagent.agent.budgets import Breaker, session_limits
 from ctxagent.agent.config import RunConfig
 from ctxagent.agent.context import (
-    check_budget,
     check_protected,
     compaction_of,
     largest_parts,
@@ -311,7 +310,9 @@ class Runner:
 
     def _build(self, steps: list[Any], budget: Budget) -> Generator[Event, None, list[Entry]]:
         """Build the view with ``steps``, record what it made (offloads, compactions); returns the
-        request's view: the state's base view with the pins message."""
+        request's view: the state's base view with the pins message. The BUDGET and protection
+        checks are the build's (agent/context.py ``ContextState.build``, once each): it decided with
+        every pin shown, and the request shows those pins or fewer, so it is no larger."""
         # strategies decide on the view with every pin shown: if they compact, that is the request
         # (the pins message is refreshed by the compaction), so a rebuild decides the same (IDENTITY)
         summarizer = self.summarizer()
@@ -329,9 +330,7 @@ class Runner:
                     c.strategy == "checkpoint" for c in built.compactions) and (
                     warning := self.learner.checkpoint(self.session.transcript.records())):
                 yield self.out.warn("lessons", warning)
-        view = self.request()
-        check_budget(view, budget)
-        return view
+        return self.request()
 
     def _check_fits(self, user_input: str) -> None:
         """Refuse, before writing anything, a user message that alone (with the system prompt, pins,
