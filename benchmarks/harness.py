@@ -341,7 +341,7 @@ class TraceModel:
         else:  # not the runner's current view (an emergency rebuild): count the messages themselves
             tokens = [count_message(m, MODEL) for m in messages]
         self.sent = (turn.number, list(messages), tokens)
-        usage = Usage(prompt_tokens=PER_REQUEST + sum(tokens) + self.runner.tool_tokens,
+        usage = Usage(prompt_tokens=PER_REQUEST + sum(tokens) + self.runner.tools.tool_tokens,
                       completion_tokens=self.prep.assistants[turn.number][1])
         reply = Reply(turn.content, tuple(ToolCall(c.id, c.name, c.arguments) for c in turn.calls), usage=usage)
         self.seconds += time.perf_counter() - start
@@ -514,7 +514,7 @@ class CtxagentRun:
         result = RunResult(self.name, group)
         budget = self.runner.budget()
         system = {"role": "system", "content": self.profile.system_prompt}
-        checks = Checks(result, self.prep.trace, system, window=self.window, tool_tokens=self.runner.tool_tokens,
+        checks = Checks(result, self.prep.trace, system, window=self.window, tool_tokens=self.runner.tools.tool_tokens,
                         reserved=int(budget.reserved), probes=probes, on_view=on_view)
         turns, model = self.prep.trace.turns, self.model
         task: Message | None = None
@@ -580,7 +580,7 @@ class CtxagentRun:
         result.summarizer_tokens_out = self.fake.tokens_out
         result.extra.setdefault("compaction_records", 0)
         result.extra.setdefault("runner_disagreements", 0)
-        result.extra["tool_schema_tokens"] = self.runner.tool_tokens
+        result.extra["tool_schema_tokens"] = self.runner.tools.tool_tokens
         result.extra.update(model_seconds=model.seconds, tool_seconds=self.toolset.seconds,
                             summarizer_seconds=self.summarizer.seconds,
                             transcript_bytes=self.session.transcript.path.stat().st_size)

@@ -127,16 +127,6 @@ class Runner:
     def model_name(self) -> str:
         return self.out.model_name
 
-    @property
-    def tool_specs(self) -> list[dict[str, Any]]:
-        """The tool schemas of the next request (agent/tool_calls.py)."""
-        return self.tools.tool_specs
-
-    @property
-    def tool_tokens(self) -> int:
-        """Tokens of :attr:`tool_specs`."""
-        return self.tools.tool_tokens
-
     def _close_open_calls(self) -> None:
         """Give every call left without a result (a crash mid-turn) a synthetic result, and
         delete the spool files a killed tool left in the output store."""
@@ -144,9 +134,7 @@ class Runner:
             self.store.clean_spools()
         delegated = any(self.state.open_call(i).name == "delegate" for i in self.state.open_calls)
         if not (self.sink.writes_files and "delegate" in self.toolset.tools and delegated):
-            for call_id in list(self.state.open_calls):  # else run() resumes the sub-agents first
-                self.out.append(self.out.message({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED},
-                                                 self.state.replies, handle=self.state.new_handle(call_id)))
+            self.tools.close_open_calls(INTERRUPTED)  # else run() resumes the sub-agents first
         for note in self.state.repair_notes() if self.sink.writes_files else []:  # PAIR repairs, said once
             warnings.warn(f"session {self.session.name}: {note.text}", TranscriptWarning, stacklevel=2)
             self.out.append(note)
@@ -160,7 +148,7 @@ class Runner:
 
     def budget(self) -> Budget:
         assert self.state.settings is not None
-        return make_budget(self.profile, self.state.settings.context_window, self.tool_tokens, self.state.scale,
+        return make_budget(self.profile, self.state.settings.context_window, self.tools.tool_tokens, self.state.scale,
                            self.output_tokens)
 
     def spend(self) -> dict[str, Any]:
@@ -228,9 +216,7 @@ class Runner:
         :data:`CANCELLED` as its result (PAIR holds in the transcript at once), an ``interrupted``
         end record is there, and the next :meth:`run` starts afresh (the stop event cleared)."""
         self._halt()
-        for call_id in list(self.state.open_calls):
-            self.out.append(self.out.message({"role": "tool", "tool_call_id": call_id, "content": CANCELLED},
-                                       self.state.replies, handle=self.state.new_handle(call_id)))
+        self.tools.close_open_calls(CANCELLED)
         if not self._ended:  # Ctrl-C came while the CLI, not run(), was running: run() wrote no end record
             self._end("interrupted", "cancelled by the user (Ctrl-C)")
         self.stop.clear()
@@ -361,7 +347,7 @@ class Runner:
             yield Requesting(turn, budget.total(view), budget.window, len(messages), same_prefix(before, view),
                              budget.reserved)
             try:
-                reply: Reply = self.model.complete(messages, self.tool_specs)
+                reply: Reply = self.model.complete(messages, self.tools.tool_specs)
                 if not reply.tool_calls and not (reply.content or "").strip():
                     raise ProviderError(f"model {self.model.name}: the reply has neither text nor tool calls")
                 break
@@ -388,7 +374,7 @@ class Runner:
                 yield self.out.warn("empty reply", f"{err}; asking the model once more to answer or call a tool")
                 self.out.append(self.out.message({"role": "user", "content": EMPTY_REPLY_NUDGE}, turn))
                 view = yield from self._build([*self.profile.pipeline(self.path), *escalation], budget)
-        reply = read_calls(reply, self.profile.text_tool_calls, self.tool_specs)  # calls written as text
+        reply = read_calls(reply, self.profile.text_tool_calls, self.tools.tool_specs)  # calls written as text
         reply = with_call_ids(reply, self.state.next_seq, self.state.call_ids)
         self._record_reply(reply, view, turn)
         yield from self._spend_warnings()

@@ -147,6 +147,12 @@ class ToolCalls:
             self.out.append(*([outcome.output] if outcome.output is not None else []), message)
             yield ToolDone(call, outcome.content, outcome.is_error, handle if outcome.output else None)
 
+    def close_open_calls(self, content: str) -> None:
+        """Give every call still waiting for its result ``content`` as its result (PAIR)."""
+        for call_id in list(self.state.open_calls):
+            self.out.append(self.out.message({"role": "tool", "tool_call_id": call_id, "content": content},
+                                             self.state.replies, handle=self.state.new_handle(call_id)))
+
     def _check(self, call: ToolCall) -> Verdict:
         """The permission gate's verdict on ``call`` (it may ask the user); the records of the
         user's answers are written to the transcript at once."""

@@ -152,19 +152,13 @@ class SessionHeader(Settings, _Record):
     name: str
 
 
-@functools.cache
-def _setting(name: str) -> TypeAdapter[Any]:
-    """The validator of setting ``name`` (a field of :class:`Settings`)."""
-    return TypeAdapter(Settings.model_fields[name].annotation or Any)
-
-
 def _valid(key: str, value: Any) -> Any:
     """``value`` validated as setting ``key`` (any value of a key that is no setting); ``ValueError``
-    naming the setting when it is not one."""
+    naming the setting when it is not one (a resume writes one settings record: no validator is kept)."""
     if key not in Settings.model_fields:
         return value
     try:
-        return _setting(key).validate_python(value)
+        return TypeAdapter(Settings.model_fields[key].annotation or Any).validate_python(value)
     except ValueError as err:
         raise ValueError(f"setting {key}: {str(err).splitlines()[-1].strip()}") from None
 

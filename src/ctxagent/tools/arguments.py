@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any, NoReturn
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -64,24 +64,24 @@ def validate_arguments(tool: Tool, arguments: dict[str, Any], handles: Mapping[s
     """``arguments`` (handles resolved; ``handles``: top-level argument -> the handle it was)
     validated once: by ``tool.validator`` (the ones given, as the annotations make them) or, without
     one, by ``tool.parameters`` as a JSON Schema. Raises ``ToolError`` naming every problem."""
-    if tool.validator is not None:
-        try:
-            checked = tool.validator.model_validate(arguments)
-        except ValidationError as err:
-            _refuse(tool, arguments, handles, [_pydantic_problem(e) for e in err.errors()])
-        fields = tool.validator.model_fields
-        return {fields[key].alias or key: getattr(checked, key) for key in checked.model_fields_set}
-    problems = list(_schema_problems(_as_sent(tool, arguments, handles), tool.parameters))
-    if problems:
-        _refuse(tool, arguments, handles, problems)
-    return arguments
+    if tool.validator is None:
+        sent = {name: "" if tool.kind == "mcp" and name in handles and isinstance(value, bytes) else value
+                for name, value in arguments.items()}  # an MCP server gets bytes as text (mcp_tools/results.py)
+        _refuse(tool, arguments, handles, list(_schema_problems(sent, tool.parameters)))
+        return arguments
+    try:
+        checked = tool.validator.model_validate(arguments)
+    except ValidationError as err:
+        _refuse(tool, arguments, handles, [_pydantic_problem(e) for e in err.errors()])
+    fields = tool.validator.model_fields
+    return {fields[key].alias or key: getattr(checked, key) for key in checked.model_fields_set}
 
 
 def arguments_fit(arguments: Mapping[str, Any], parameters: Mapping[str, Any]) -> bool:
     """Whether ``arguments`` (parsed JSON) fit the JSON Schema ``parameters`` (a string that looks
     like a handle fits any type: it is resolved when the call runs), without running anything."""
-    return not any(not (kind == "type" and isinstance(value, str) and values.looks_like_handle(value))
-                   for _, kind, value, _ in _schema_problems(without_nulls(arguments, parameters), parameters))
+    return all(kind == "type" and isinstance(value, str) and values.looks_like_handle(value)
+               for _, kind, value, _ in _schema_problems(without_nulls(arguments, parameters), parameters))
 
 
 Problem = tuple[str, str, Any, str]
@@ -92,10 +92,10 @@ Problem = tuple[str, str, Any, str]
 def _pydantic_problem(error: Any) -> Problem:
     """A pydantic error (``ErrorDetails``) as a :data:`Problem`."""
     loc = [str(part) for part in error["loc"]]
-    name = loc[0] if loc else ""
     kind = {"missing": "missing", "extra_forbidden": "unexpected"}.get(error["type"], "other")
     message = error["msg"][:1].lower() + error["msg"][1:]
-    return name, kind, error.get("input"), f"argument {'.'.join(loc)!r}: {message}, not {_shown(error.get('input'))}"
+    return (loc or [""])[0], kind, error.get("input"), \
+        f"argument {'.'.join(loc)!r}: {message}, not {_shown(error.get('input'))}"
 
 
 def _schema_problems(arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> Iterator[Problem]:
@@ -108,52 +108,42 @@ def _schema_problems(arguments: Mapping[str, Any], schema: Mapping[str, Any]) ->
     except (jsonschema.exceptions.SchemaError, jsonschema.exceptions.UnknownType, TypeError):
         return
     for error in errors:
-        if error.validator == "required" and not error.path and isinstance(error.validator_value, list):
-            yield from ((name, "missing", None, "") for name in error.validator_value if name not in arguments)
-        elif error.validator == "additionalProperties" and not error.path:
-            properties = schema.get("properties", {})
-            yield from ((name, "unexpected", arguments[name], "") for name in arguments if name not in properties)
+        name = str(error.path[0]) if error.path else ""
+        if error.validator == "required" and not name and isinstance(error.validator_value, list):
+            yield from ((key, "missing", None, "") for key in error.validator_value if key not in arguments)
+        elif error.validator == "additionalProperties" and not name:
+            yield from ((key, "unexpected", value, "") for key, value in arguments.items()
+                        if key not in schema.get("properties", {}))
         else:
-            name = str(error.path[0]) if error.path else ""
             kind = "type" if error.validator == "type" and len(error.path) == 1 else "other"
-            where = ".".join(str(part) for part in error.path)
-            yield name, kind, error.instance, f"argument {where!r}: {error.message}"
+            yield name, kind, error.instance, f"argument {'.'.join(map(str, error.path))!r}: {error.message}"
 
 
-def _as_sent(tool: Tool, arguments: dict[str, Any], handles: Mapping[str, str]) -> dict[str, Any]:
-    """``arguments`` as an MCP tool's server gets them: bytes from a handle go as text (or base64
-    when binary; mcp_tools/results.py), so they pass as a string where one is declared."""
-    properties: Mapping[str, Any] = tool.parameters.get("properties", {})
-    return {name: "" if tool.kind == "mcp" and name in handles and isinstance(value, bytes)
-            and _has_type("", properties.get(name, {})) else value for name, value in arguments.items()}
-
-
-def _refuse(tool: Tool, arguments: Mapping[str, Any], handles: Mapping[str, str],
-            problems: list[Problem]) -> NoReturn:
-    """Raise the ``ToolError`` naming ``problems`` and what ``tool`` takes."""
+def _refuse(tool: Tool, arguments: Mapping[str, Any], handles: Mapping[str, str], problems: list[Problem]) -> None:
+    """Raise the ``ToolError`` naming ``problems`` (if any) and what ``tool`` takes."""
+    if not problems:
+        return
     properties: Mapping[str, Any] = tool.parameters.get("properties", {})
     required = set(tool.parameters.get("required", ()))
-    said = list(dict.fromkeys(_said(name, kind, text, arguments, handles, properties)
-                              for name, kind, _, text in problems))
+    said = dict.fromkeys(_said(name, kind, text, arguments, handles, properties.get(name))
+                         for name, kind, _, text in problems)
     expected = ", ".join(f"{name} ({_type_text(spec)}{', required' if name in required else ''})"
                          for name, spec in properties.items())
     raise ToolError(f"bad arguments for {tool.name}: {'; '.join(said)}. It takes: {expected or 'nothing'}")
 
 
 def _said(name: str, kind: str, text: str, arguments: Mapping[str, Any], handles: Mapping[str, str],
-          properties: Mapping[str, Any]) -> str:
-    """One problem in the words the model reads."""
-    if kind == "missing":
-        return f"missing argument {name!r}"
-    if kind == "unexpected":
-        return f"unexpected argument {name!r}"
-    spec = properties.get(name)
+          spec: Mapping[str, Any] | None) -> str:
+    """One problem in the words the model reads: a value of another JSON type than declared is said
+    as such (with the handle it came from)."""
+    if kind in ("missing", "unexpected"):
+        return f"{kind} argument {name!r}"
     if spec is None or name not in arguments or _has_type(arguments[name], spec):
         return text
+    given = arguments[name]
     if name in handles:
-        return f"argument {name!r} must be {_type_text(spec)}, but {handles[name]} holds " \
-               f"{values.describe(arguments[name])}"
-    return f"argument {name!r} must be {_type_text(spec)}, not {json.dumps(arguments[name], default=str)[:50]}"
+        return f"argument {name!r} must be {_type_text(spec)}, but {handles[name]} holds {values.describe(given)}"
+    return f"argument {name!r} must be {_type_text(spec)}, not {json.dumps(given, default=str)[:50]}"
 
 
 def _shown(value: Any) -> str:
