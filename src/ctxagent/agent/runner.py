@@ -78,18 +78,14 @@ SETTLE = SettleStep()
 
 
 class Runner:
-    """Runs turns of one session from its folded ``state``, within ``config``'s run limits (over the
-    profile's ``limits.run``) and the session's. The caller holds the writer lock (not for a :meth:`peek`).
+    """Runs turns of one session from its folded ``state``, complete when constructed, within
+    ``config``'s run limits and the session's. The caller holds the writer lock (not for a :meth:`peek`).
 
-    Every record goes through :attr:`out` (agent/sinks.py ``Recorder``): written by the sink, then
-    applied to the state by the same :meth:`SessionState.apply` that folded the transcript on open
-    (ONE STATE). The path (``batch`` or ``interactive``) that selects the profile's pipeline is the
-    state's setting. ``toolset`` runs behind the profile's permissions and ``config.grants`` (tools/guard.py)
-    in :attr:`tools` (agent/tool_calls.py); no tool writes into ctxagent's own folders
-    (:func:`ctxagent.dirs.own_dirs`) nor into the ``protected`` files the session is configured from
-    (agent/setup.py ``configured_from``). ``notices``: ``(source, text)`` warned at the start of
-    :meth:`run`; ``delegates``: makes the runner of ``delegate`` calls from this runner (None: not
-    offered); ``learner``: lessons (lessons/hooks.py; None: off). Complete when constructed.
+    Every record goes through :attr:`out` (agent/sinks.py ``Recorder``; ONE STATE). ``toolset`` runs
+    behind the profile's permissions and ``config.grants`` (tools/guard.py) in :attr:`tools`; no tool
+    writes into ctxagent's own folders nor the ``protected`` files (agent/setup.py ``configured_from``).
+    ``notices``: ``(source, text)`` warned when :meth:`run` starts; ``delegates``: makes the runner of
+    ``delegate`` calls (None: not offered); ``learner``: lessons (lessons/hooks.py; None: off).
     """
 
     def __init__(self, session: Session, state: SessionState, profile: Profile, model: Model, toolset: Toolset,

@@ -163,31 +163,23 @@ def wanted_settings(current: Settings | None, config: RunConfig,
     Raises ``ProfileError`` / ``UsageError`` for a bad profile or a model whose window is unknown.
     """
     c = config
-    if current is None:
-        spec = c.profile_spec or "default"
-        profile = load_profile(spec)
-        model = absolute_model(c.model_spec or profile.model)
-        window = c.context_window or resolve_window(profile, model, c.api_base or profile.api_base, notes)
-        return Settings(model=model, profile=_profile_ref(spec), context_window=window, path=c.path,
-                        api_base=c.api_base, workdir=str(c.workdir or Path.cwd()),
-                        tools=tuple(absolute_spec(t) for t in c.tools), profile_text=_profile_text(spec, profile),
-                        limits=dict(c.session_limits), mcp_config=c.mcp_config,
-                        mcp_config_sha256=file_sha256(c.mcp_config), max_output_tokens=c.max_output_tokens), profile
-    profile = load_profile(c.profile_spec) if c.profile_spec else session_profile(current)
-    ref = _profile_ref(c.profile_spec) if c.profile_spec else current.profile
-    model = absolute_model(c.model_spec) if c.model_spec else current.model
-    window = c.context_window or current.context_window
-    if not c.context_window and (ref != current.profile or model != current.model
+    spec = c.profile_spec or (None if current else "default")
+    profile = load_profile(spec or "default") if spec or current is None else session_profile(current)
+    base = current or Settings(model=absolute_model(profile.model), profile="", context_window=0)
+    ref = _profile_ref(spec) if spec else base.profile
+    model = absolute_model(c.model_spec) if c.model_spec else base.model
+    window = c.context_window or base.context_window
+    if not c.context_window and (ref != base.profile or model != base.model
                                  or (profile.context_window or window) != window):
-        window = resolve_window(profile, model, c.api_base or current.api_base or profile.api_base, notes)
-    return current.model_copy(update={
+        window = resolve_window(profile, model, c.api_base or base.api_base or profile.api_base, notes)
+    return base.model_copy(update={
         "model": model, "profile": ref, "context_window": window, "path": c.path,
-        "api_base": c.api_base or current.api_base, "workdir": str(c.workdir or current.workdir or Path.cwd()),
-        "tools": tuple(absolute_spec(t) for t in c.tools) if c.tools else current.tools,
-        "profile_text": _profile_text(c.profile_spec, profile) if c.profile_spec else current.profile_text,
-        "limits": {**current.limits, **c.session_limits}, "mcp_config": c.mcp_config or current.mcp_config,
-        "mcp_config_sha256": _mcp_digest(current, c.mcp_config),
-        "max_output_tokens": c.max_output_tokens or current.max_output_tokens}), profile
+        "api_base": c.api_base or base.api_base, "workdir": str(c.workdir or base.workdir or Path.cwd()),
+        "tools": tuple(absolute_spec(t) for t in c.tools) if c.tools else base.tools,
+        "profile_text": _profile_text(spec, profile) if spec else base.profile_text,
+        "limits": {**base.limits, **c.session_limits}, "mcp_config": c.mcp_config or base.mcp_config,
+        "mcp_config_sha256": _mcp_digest(base, c.mcp_config),
+        "max_output_tokens": c.max_output_tokens or base.max_output_tokens}), profile
 
 
 def open_runner(session: Session, config: RunConfig) -> Runner:
