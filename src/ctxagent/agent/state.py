@@ -122,25 +122,14 @@ class SessionState:
             self.settings = self.settings.changed(record)
             self.context.model = self.settings.model
 
-    @property
-    def signatures(self) -> list[str]:
-        """Signatures (:func:`ctxagent.agent.activity.signature`) of the latest tool calls, oldest
-        first, at most ``activity.SIGNATURES_KEPT`` (the loop guard). Computed when asked: a fold
-        over thousands of replies does not canonicalize every call's arguments."""
-        return [activity.signature(call) for _, call in self._recent[-activity.SIGNATURES_KEPT:]]
-
-    @property
-    def signature_replies(self) -> list[int]:
-        """The reply (its number) each of :attr:`signatures` came in: the loop guard counts a
-        reply's identical parallel calls once."""
-        return [reply for reply, _ in self._recent[-activity.SIGNATURES_KEPT:]]
-
-    @property
-    def signature_results(self) -> list[str | None]:
-        """The result digest (:func:`ctxagent.agent.activity.result_digest`) of each call of
-        :attr:`signatures`, None while it has no result: the loop guard counts only repeats whose
-        results did not change."""
-        return [self._digests.get(call.id) for _, call in self._recent[-activity.SIGNATURES_KEPT:]]
+    def streak(self, back: int) -> int:
+        """The loop guard's count (:func:`ctxagent.agent.activity.streak`) of identical calls with
+        unchanged results ending at the call ``back`` places before the newest (0: the newest), over
+        the last ``activity.SIGNATURES_KEPT`` calls; a reply's identical parallel calls count once.
+        Computed when asked: a fold over thousands of replies does not canonicalize every call."""
+        recent = self._recent[-activity.SIGNATURES_KEPT:]
+        return activity.streak([activity.signature(call) for _, call in recent], len(recent) - 1 - back,
+                               [reply for reply, _ in recent], [self._digests.get(call.id) for _, call in recent])
 
     @property
     def lesson_pins(self) -> list[str]:

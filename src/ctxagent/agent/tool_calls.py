@@ -80,9 +80,7 @@ class ToolCalls:
             if self.delegator is not None else {}
         for index, call in enumerate(calls):
             handle = handles[index]
-            signatures = self.state.signatures
-            repeats = activity.streak(signatures, len(signatures) - len(calls) + index, self.state.signature_replies,
-                                      self.state.signature_results)
+            repeats = self.state.streak(len(calls) - 1 - index)
             if 0 < self.profile.loop_guard < repeats:
                 yield from self._stop_loop(calls[index:], repeats, handles[index:])
             verdict = verdicts.get(call.id) or self._check(call)
