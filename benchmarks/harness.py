@@ -421,11 +421,11 @@ class ReplayToolset(Toolset):
     current = ""
     seconds = 0.0
 
-    def call(self, call: Any, handle: str | None = None, *, ctx: Any = None) -> Any:
+    def call(self, call: Any, handle: str | None = None, *, ctx: Any = None, arguments: Any = None) -> Any:
         start = time.perf_counter()
         self.current = call.id
         try:
-            return super().call(call, handle, ctx=ctx)
+            return super().call(call, handle, ctx=ctx, arguments=arguments)
         finally:
             self.seconds += time.perf_counter() - start
 

@@ -87,7 +87,7 @@ class GuardedToolset:
     """A toolset whose calls pass a permission gate first (see the module doc).
 
     Everything but :meth:`check`, :meth:`call` and :meth:`inherited` is the wrapped toolset's:
-    ``tools``, ``ctx`` (setting it sets the wrapped one's), ``policy``, ``servers``, ``deferred``,
+    ``tools``, ``ctx``, ``policy``, ``servers``, ``deferred``,
     :meth:`specs`, :meth:`groups`.
     """
 
