@@ -87,8 +87,7 @@ class GuardedToolset:
     """A toolset whose calls pass a permission gate first (see the module doc).
 
     Everything but :meth:`check`, :meth:`call` and :meth:`inherited` is the wrapped toolset's:
-    ``tools``, ``ctx``, ``policy``, ``servers``, ``deferred``,
-    :meth:`specs`, :meth:`groups`.
+    ``tools``, ``ctx``, ``policy`` and :meth:`specs` (the rest: ``toolset``).
     """
 
     def __init__(self, toolset: Toolset, gate: Gate):
@@ -107,21 +106,9 @@ class GuardedToolset:
     def policy(self) -> OffloadPolicy:
         return self.toolset.policy
 
-    @property
-    def servers(self) -> list[str]:
-        return self.toolset.servers
-
-    @property
-    def deferred(self) -> list[str]:
-        return self.toolset.deferred
-
     def specs(self, loaded: Sequence[str] = ()) -> list[dict[str, Any]]:
         """The wrapped toolset's :meth:`~ctxagent.tools.toolset.Toolset.specs`."""
         return self.toolset.specs(loaded)
-
-    def groups(self) -> list[str]:
-        """The wrapped toolset's :meth:`~ctxagent.tools.toolset.Toolset.groups`."""
-        return self.toolset.groups()
 
     # -- the guard ----------------------------------------------------------------------------
     def check(self, call: ToolCall, *, turn: int = 0) -> Verdict:
