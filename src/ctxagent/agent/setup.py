@@ -196,7 +196,9 @@ def open_runner(session: Session, config: RunConfig) -> Runner:
     state = open_state(session.transcript, repair=True)
     window_notes: list[str] = []
     settings, profile = wanted_settings(state.settings, config, window_notes)
-    _check_workdir(settings, config)
+    if not Path(str(settings.workdir)).is_dir():
+        raise UsageError(f"the working directory {settings.workdir} does not exist (or is not a directory)"
+                         + ("; give another with --workdir" if config.workdir is None else ""))
     reply_tokens = profile.reply_tokens(settings.context_window, settings.max_output_tokens)
     model = make_model(settings.model, api_base=settings.api_base or profile.api_base, replies_done=state.replies,
                        timeout_s=config.timeout_s or profile.timeout_s, retries=profile.retries,
@@ -218,14 +220,6 @@ def open_runner(session: Session, config: RunConfig) -> Runner:
                   summarizer_model=summarizer_factory(profile, settings, state.summaries), notices=notices,
                   delegates=_delegates(settings, profile) if "delegate" in toolset.tools else None,
                   learner=_learner(session, profile, settings) if config.lessons else None)
-
-
-def _check_workdir(settings: Settings, config: RunConfig) -> None:
-    """``UsageError`` when the working directory the settings name is not a directory."""
-    assert settings.workdir is not None
-    if not Path(settings.workdir).is_dir():
-        raise UsageError(f"the working directory {settings.workdir} does not exist (or is not a directory)"
-                         + ("; give another with --workdir" if config.workdir is None else ""))
 
 
 def _record_settings(session: Session, state: SessionState, settings: Settings,

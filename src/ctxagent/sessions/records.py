@@ -2,12 +2,10 @@
 
 One record is one physical line of ``transcript.jsonl``. Kinds:
 
-- ``session``: the header, first line; schema version, name, creation time, and the settings the
-  session was started with: model, api_base, profile (name or absolute path, plus a copy of a
-  profile file's text), resolved context window (tokens), working directory, user tools, path
-  (``batch`` or ``interactive``).
+- ``session``: the header, first line; schema version, name, creation time, and the
+  :class:`Settings` the session was started with.
 - ``settings``: a change of those settings (a resume with ``--model``, ``--profile``, ...): only the
-  fields that changed are set. Header plus settings records fold into the settings in force.
+  fields that changed. Header plus settings records fold into the settings in force.
 - ``message``: one OpenAI-format message with its sequence number ``seq`` (0-based, in transcript
   order), the agent ``turn`` it belongs to (one model call = one turn), its token count
   ``tokens`` so that resume never re-tokenizes, and for a tool result its ``handle``
