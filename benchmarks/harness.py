@@ -341,7 +341,7 @@ class TraceModel:
         else:  # not the runner's current view (an emergency rebuild): count the messages themselves
             tokens = [count_message(m, MODEL) for m in messages]
         self.sent = (turn.number, list(messages), tokens)
-        usage = Usage(prompt_tokens=PER_REQUEST + sum(tokens) + self.runner.tool_tokens,
+        usage = Usage(prompt_tokens=PER_REQUEST + sum(tokens) + self.runner.tools.tool_tokens,
                       completion_tokens=self.prep.assistants[turn.number][1])
         reply = Reply(turn.content, tuple(ToolCall(c.id, c.name, c.arguments) for c in turn.calls), usage=usage)
         self.seconds += time.perf_counter() - start
@@ -421,11 +421,11 @@ class ReplayToolset(Toolset):
     current = ""
     seconds = 0.0
 
-    def call(self, call: Any, handle: str | None = None, *, ctx: Any = None) -> Any:
+    def call(self, call: Any, handle: str | None = None, *, ctx: Any = None, arguments: Any = None) -> Any:
         start = time.perf_counter()
         self.current = call.id
         try:
-            return super().call(call, handle, ctx=ctx)
+            return super().call(call, handle, ctx=ctx, arguments=arguments)
         finally:
             self.seconds += time.perf_counter() - start
 
@@ -447,6 +447,7 @@ class CtxagentRun:
     def __init__(self, name: str, prep: Prepared, profile: Any, *, path: str, window: int, root: Path):
         import yaml
 
+        from ctxagent.agent.config import RunConfig
         from ctxagent.agent.runner import Runner
         from ctxagent.agent.setup import offload_policy
         from ctxagent.agent.state import fold
@@ -483,7 +484,7 @@ class CtxagentRun:
             self.toolset = bench_toolset(prep, profile, ToolContext(self.store, workdir), self.policy)
             self.runner = Runner(self.session, state, profile, self.model, self.toolset,  # as `--allow-all`:
                                  summarizer_model=lambda: self.summarizer,  # the trace's shell and write calls run
-                                 grants=Grants(allow_all=True))
+                                 config=RunConfig(grants=Grants(allow_all=True)))
         self.model.runner = self.runner
         _forget(self.store.root)
 
@@ -513,7 +514,7 @@ class CtxagentRun:
         result = RunResult(self.name, group)
         budget = self.runner.budget()
         system = {"role": "system", "content": self.profile.system_prompt}
-        checks = Checks(result, self.prep.trace, system, window=self.window, tool_tokens=self.runner.tool_tokens,
+        checks = Checks(result, self.prep.trace, system, window=self.window, tool_tokens=self.runner.tools.tool_tokens,
                         reserved=int(budget.reserved), probes=probes, on_view=on_view)
         turns, model = self.prep.trace.turns, self.model
         task: Message | None = None
@@ -579,7 +580,7 @@ class CtxagentRun:
         result.summarizer_tokens_out = self.fake.tokens_out
         result.extra.setdefault("compaction_records", 0)
         result.extra.setdefault("runner_disagreements", 0)
-        result.extra["tool_schema_tokens"] = self.runner.tool_tokens
+        result.extra["tool_schema_tokens"] = self.runner.tools.tool_tokens
         result.extra.update(model_seconds=model.seconds, tool_seconds=self.toolset.seconds,
                             summarizer_seconds=self.summarizer.seconds,
                             transcript_bytes=self.session.transcript.path.stat().st_size)

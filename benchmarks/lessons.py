@@ -90,6 +90,7 @@ class Policy:
 def run_task(project: Path, n: int, sub: str, target: str, lessons: bool) -> dict[str, Any]:
     """One task as a new session; its calls, first-call success, prompt tokens and lessons shown."""
     from ctxagent import count_text
+    from ctxagent.agent.config import RunConfig
     from ctxagent.agent.setup import open_runner
     from ctxagent.sessions import records
     from ctxagent.sessions.session import Session
@@ -99,8 +100,8 @@ def run_task(project: Path, n: int, sub: str, target: str, lessons: bool) -> dic
     empty = project.parent / "empty.yaml"
     empty.write_text("[]\n", encoding="utf-8")
     with session.writer():
-        runner = open_runner(session, profile_spec=None, model_spec=f"scripted:{empty}", api_base=None,
-                             path="batch", workdir=project, lessons=lessons, grants=Grants.of("shell"))
+        runner = open_runner(session, RunConfig(profile_spec=None, model_spec=f"scripted:{empty}", api_base=None,
+                             path="batch", workdir=project, lessons=lessons, grants=Grants.of("shell")))
         runner.model = Policy(sub, target)
         finished = [e for e in runner.run(f"{sub} {target} with ./tool") if type(e).__name__ == "Finished"][-1]
         list(runner.learn())  # what the CLI does once the answer is shown

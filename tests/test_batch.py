@@ -134,12 +134,13 @@ def interrupted_before_its_task(name: str, model: str, workdir: Path) -> None:
     """Leave session ``name`` as a run leaves it when Ctrl-C or SIGTERM arrives after its header
     was written but before its task was: the header and an ``interrupted`` end record. The run's
     own code writes them (a signal while it shows a notice, before it records the task)."""
+    from ctxagent.agent.config import RunConfig
     from ctxagent.agent.setup import open_runner
 
     session = Session.at(name)
     with session.writer():
-        runner = open_runner(session, profile_spec=None, model_spec=model, api_base=None, path="batch",
-                             workdir=workdir, lessons=False)
+        runner = open_runner(session, RunConfig(profile_spec=None, model_spec=model, api_base=None, path="batch",
+                             workdir=workdir, lessons=False))
         runner.notices = [("test", "the signal arrives while this is shown")]
         run = runner.run("the task")
         next(run)

@@ -576,5 +576,6 @@ def test_numpy_stays_optional(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == '{"a": [1, 2]}'
-    assert lines[1] == "ERROR: bad arguments for echo: argument 'value' must be string, but @r/a/1 holds integer"
+    assert lines[1] == ("ERROR: bad arguments for echo: argument 'value' must be string, but @r/a/1 holds integer. "
+                        "It takes: value (string, required)")
     assert lines[2] == "ERROR: @arr is a numpy array (.npy) but numpy is not installed here"

@@ -127,6 +127,22 @@ def test_structured_content_is_stored_as_json_and_answers_query_output(tmp_path,
     assert "1234000" in tool_results("m")["q"]
 
 
+def test_mcp_arguments_that_break_the_tools_json_schema_come_back_as_error_results_the_server_never_sees(
+        tmp_path, http_url):
+    result = run(tmp_path, [{"tool_calls": [call("t", "demo__cities", count="many"), call("r", "demo__refuse"),
+                                            call("d", "demo__digest", text=7)]},
+                            {"tool_calls": [call("ok", "demo__cities", count=2)]}, "done"],
+                 "--mcp-config", str(http_config(tmp_path, http_url)), "-p", profile(tmp_path))
+    assert result["status"] == "answered"
+    results = tool_results("m")
+    assert results["t"].startswith("ERROR: bad arguments for demo__cities: argument 'count' must be integer, "
+                                   'not "many". It takes: count (integer)')
+    assert results["r"].startswith("ERROR: bad arguments for demo__refuse: missing argument 'reason'")
+    assert "refused" not in results["r"]  # the server's own error would say it: it was never called
+    assert results["d"].startswith("ERROR: bad arguments for demo__digest: argument 'text' must be string, not 7")
+    assert not results["ok"].startswith("ERROR") and "city1" in results["ok"]
+
+
 def test_error_results_images_and_the_servers_stderr(tmp_path):
     result = run(tmp_path, [{"tool_calls": [call("r", "demo__refuse", reason="no such account"),
                                             call("i", "demo__picture")]},

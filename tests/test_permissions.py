@@ -16,9 +16,12 @@ import pytest
 
 from clihelp import call, ctxagent, records, script, tool_messages
 from ctxagent.errors import ProfileError
+from ctxagent.messages import ToolCall
 from ctxagent.profile import bundled_names, load_profile, parse_profile
-from ctxagent.tools.base import Tool, schema
+from ctxagent.sessions.store import OutputStore
+from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
 from ctxagent.tools.builtin import LIST_DIR, READ_FILE, SHELL, WRITE_FILE
+from ctxagent.tools.offload import OffloadPolicy
 from ctxagent.tools.permissions import KINDS, Gate, PermissionsConfig, parse_grants
 
 
@@ -116,11 +119,19 @@ def test_shell_patterns(tmp_path):
     assert everything.check(SHELL, {"command": "make"}) is None
 
 
-def test_invalid_json_arguments_are_left_to_the_toolset(tmp_path):
-    gate = Gate(PermissionsConfig(), "batch", workdir=tmp_path)
-    assert gate.check_call(SHELL, '{"command": ') is None
-    assert gate.check_call(SHELL, "[1]") is None
-    assert "never prompt" in gate.check_call(SHELL, '{"command": "ls"}')
+def test_invalid_json_arguments_are_left_to_the_toolset_parsed_once(tmp_path):
+    from ctxagent.tools.guard import guard
+    from ctxagent.tools.toolset import make_toolset
+
+    toolset = make_toolset(["shell"], ToolContext(OutputStore(tmp_path / "out"), tmp_path), OffloadPolicy(1000))
+    guarded = guard(toolset, PermissionsConfig(), "batch")
+    for raw, error in (('{"command": ', "are not valid JSON"), ("[1]", "must be a JSON object, not list")):
+        verdict = guarded.check(ToolCall("c", "shell", raw))
+        assert verdict.refusal is None and isinstance(verdict.arguments, ToolError)
+        outcome = guarded.call(ToolCall("c", "shell", raw), verdict=verdict)
+        assert outcome.is_error and error in outcome.content
+    verdict = guarded.check(ToolCall("c", "shell", '{"command": "ls"}'))
+    assert verdict.arguments == {"command": "ls"} and "never prompt" in verdict.refusal.content
 
 
 def test_parse_grants():

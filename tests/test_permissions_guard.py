@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from clihelp import call, script
+from ctxagent.agent.config import RunConfig
 from ctxagent.agent.setup import open_runner
 from ctxagent.errors import UsageError
 from ctxagent.messages import ToolCall
@@ -110,8 +111,8 @@ def test_inherited_grants_keep_rules_grants_and_always_but_never_ask(tmp_path):
 def run_session(name: str, model: str, workdir: Path, profile: str | None = None, grants: Grants | None = None) -> str:
     session = Session.at(name)
     with session.writer():
-        runner = open_runner(session, profile_spec=profile, model_spec=model, api_base=None, path="batch",
-                             workdir=workdir, lessons=False, grants=grants)
+        runner = open_runner(session, RunConfig(profile_spec=profile, model_spec=model, api_base=None, path="batch",
+                             workdir=workdir, lessons=False, grants=grants))
         assert isinstance(runner.toolset, GuardedToolset)
         assert not hasattr(runner, "gate")  # nothing to patch: the gate is inside the toolset
         return [e for e in runner.run("go") if type(e).__name__ == "Finished"][-1].status

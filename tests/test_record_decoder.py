@@ -49,7 +49,8 @@ def test_every_record_kind_roundtrips(record: Any) -> None:
     back = records.loads(line.encode())
     assert type(back) is type(record) and back == record
     assert records.dumps(back) == line  # ROUNDTRIP: same bytes, same field order
-    assert back.model_extra == {} and back.model_copy(update={"ts": 1.0}).ts == 1.0
+    changes = back.changes if isinstance(back, records.SettingsRecord) else {}  # a settings record's are its extras
+    assert back.model_extra == changes and back.model_copy(update={"ts": 1.0}).ts == 1.0
 
 
 def test_a_field_of_a_newer_ctxagent_is_kept_and_written_back() -> None:
@@ -96,3 +97,28 @@ def test_inspect_context_listed_every_recorded_compaction_one_per_line():
     few = {"truncate": 1, "mask_observations": 2}
     assert context_cmd._recorded(recorded[:3], few) == [f"recorded compaction: {r.strategy} #{r.start}-#{r.end} "
                                                    "(100 -> 10 tokens)" for r in recorded[:3]]
+
+
+OLD_HEADER = ('{"ts":1.0,"kind":"session","schema_version":1,"name":"old","model":"m0","profile":"default",'
+              '"context_window":8000,"path":"batch","api_base":null,"workdir":"/w","tools":[],"profile_text":null,'
+              '"limits":null,"mcp_config":null,"mcp_config_sha256":null,"max_output_tokens":null}')
+OLD_CHANGE = ('{"ts":2.0,"kind":"settings","model":"m1","api_base":null,"profile":null,"profile_text":null,'
+              '"context_window":16000,"workdir":null,"tools":null,"path":null,"limits":{"max_turns":4},'
+              '"mcp_config":null,"mcp_config_sha256":null,"max_output_tokens":null}')
+
+
+def test_settings_written_in_the_old_shape_every_field_null_when_unchanged_fold_to_the_same_settings() -> None:
+    """Header and settings records written before the one Settings model (a settings record listed
+    every field, null when unchanged; a header's limits were null when none) load and fold as then."""
+    from ctxagent.agent.state import fold
+
+    header, change = records.loads(OLD_HEADER), records.loads(OLD_CHANGE)
+    assert change.changes == {"model": "m1", "context_window": 16000, "limits": {"max_turns": 4}}
+    settings = fold([header, change]).settings
+    assert settings == records.Settings(model="m1", profile="default", context_window=16000, workdir="/w",
+                                        limits={"max_turns": 4})
+
+
+def test_a_settings_record_with_a_bad_value_is_no_record() -> None:
+    with pytest.raises(ValueError, match="context_window"):
+        records.loads(b'{"ts":2.0,"kind":"settings","context_window":"wide"}')

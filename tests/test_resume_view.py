@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from clihelp import FIXED_SYSTEM_PROMPT
+from ctxagent.agent.config import RunConfig
 from ctxagent.agent.setup import open_runner
 from ctxagent.errors import LimitReached
 from ctxagent.profile import bundled_names, load_profile
@@ -60,8 +61,8 @@ def run(data: Path, profile: str, model: str, path: str, tmp_path: Path, max_tur
     sent: list[str] = []
     os.environ["CTXAGENT_DATA_DIR"] = str(data)
     with Session.at("s").writer() as s:
-        runner = open_runner(s, profile_spec=profile, model_spec=model, api_base=None, path=path,  # type: ignore[arg-type]
-                             workdir=tmp_path)
+        runner = open_runner(s, RunConfig(profile_spec=profile, model_spec=model, api_base=None, path=path,  # type: ignore[arg-type]
+                             workdir=tmp_path))
         complete = runner.model.complete
 
         def recording(messages, tools):

@@ -524,6 +524,7 @@ def test_owner_only_files(tmp_path):
 
 def run_recorded(tmp_path: Path, name: str, mode: str, message: str | None, replies: list[Any]) -> list[Any]:
     """Run a session in-process with the scripted model, recording every request it is sent."""
+    from ctxagent.agent.config import RunConfig
     from ctxagent.agent.setup import open_runner
     from ctxagent.sessions.session import Session
 
@@ -533,8 +534,8 @@ def run_recorded(tmp_path: Path, name: str, mode: str, message: str | None, repl
     sent: list[Any] = []
     session = Session.at(name)
     with session.writer():
-        runner = open_runner(session, profile_spec=str(profile), model_spec=model, api_base=None, path="batch",
-                             workdir=tmp_path)
+        runner = open_runner(session, RunConfig(profile_spec=str(profile), model_spec=model, path="batch",
+                             workdir=tmp_path))
         inner = runner.model
 
         class Recording:

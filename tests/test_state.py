@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from clihelp import FIXED_SYSTEM_PROMPT
+from ctxagent.agent.config import RunConfig
 from ctxagent.agent.model import Reply, ToolCall, Usage
 from ctxagent.agent.peek import next_request
 from ctxagent.agent.setup import open_runner
@@ -117,8 +118,8 @@ def drive(tmp: Path, plan: list[Reply], stops: list[int], windows: list[int]) ->
         profile = write_profile(tmp, window, f"p{leg}")
         with session.writer():
             model_file = tmp / ("none.yaml" if leg % 2 == 0 else "other.yaml")  # a model change on resume
-            runner = open_runner(session, profile_spec=profile, model_spec=f"scripted:{model_file}",
-                                 api_base=None, path="batch", workdir=tmp, tools=[f"{tmp / 'tools.py'}:emit"])
+            runner = open_runner(session, RunConfig(profile_spec=profile, model_spec=f"scripted:{model_file}",
+                                 api_base=None, path="batch", workdir=tmp, tools=[f"{tmp / 'tools.py'}:emit"]))
             if message is None and runner.needs_input():
                 break  # answered before this leg
             model = PlanModel(plan, session, start=runner.state.replies)
@@ -192,8 +193,8 @@ def test_live_and_resumed_requests_are_the_same_and_extend_each_other(tmp_path_f
     event(f"compactions: {sorted(kinds)}")
     if data is None:  # the fixed session exercises what the laws are about
         assert {"mask_observations", "truncate", "dedupe"} <= kinds, kinds
-        assert any(isinstance(r, records.SettingsRecord) and r.context_window for r in items)
-        assert any(isinstance(r, records.SettingsRecord) and r.model for r in items)
+        assert any(isinstance(r, records.SettingsRecord) and "context_window" in r.changes for r in items)
+        assert any(isinstance(r, records.SettingsRecord) and "model" in r.changes for r in items)
 
 
 def test_a_repeated_call_flag_that_pushes_the_view_over_the_trigger_is_cut_in_the_same_build(tmp_path):
@@ -249,11 +250,12 @@ def test_resume_without_flags_keeps_api_base_and_workdir(tmp_path, fake_openai):
     profile.write_text("context_window: 20000\npermissions: {kinds: {read: allow}}\n", encoding="utf-8")
     session = Session.at("keeps")
     with session.writer():
-        runner = open_runner(session, profile_spec=str(profile), model_spec="openai/local", api_base=server.base_url,
-                             path="batch", workdir=work)
+        runner = open_runner(session, RunConfig(profile_spec=str(profile), model_spec="openai/local",
+                             api_base=server.base_url,
+                             path="batch", workdir=work))
         assert [e.__class__.__name__ for e in runner.run("hi")][-1] == "Finished"
     with session.writer():
-        runner = open_runner(session, profile_spec=None, model_spec=None, api_base=None, path="batch")
+        runner = open_runner(session, RunConfig(profile_spec=None, model_spec=None, api_base=None, path="batch"))
         list(runner.run("again"))
     assert len(server.requests) == 3  # the resumed run went to the same local server
     tool = [m for m in server.requests[-1]["messages"] if m["role"] == "tool"]
@@ -270,15 +272,15 @@ def test_resume_with_a_new_window_records_it_and_budgets_with_it(tmp_path):
     model = _script(tmp_path / "s.yaml", [{"content": "one"}, {"content": "two"}])
     session = Session.at("window")
     with session.writer():
-        list(open_runner(session, profile_spec=str(big), model_spec=model, api_base=None, path="batch",
-                         workdir=tmp_path).run("x"))
+        list(open_runner(session, RunConfig(profile_spec=str(big), model_spec=model, api_base=None, path="batch",
+                         workdir=tmp_path)).run("x"))
     with session.writer():
-        runner = open_runner(session, profile_spec=str(small), model_spec=None, api_base=None, path="batch")
+        runner = open_runner(session, RunConfig(profile_spec=str(small), model_spec=None, api_base=None, path="batch"))
         assert runner.budget().window == 9000
         events = list(runner.run("y"))
     assert next(e for e in events if e.__class__.__name__ == "Requesting").window == 9000
     change = [r for r in session.transcript.load() if isinstance(r, records.SettingsRecord)]
-    assert len(change) == 1 and change[0].context_window == 9000 and change[0].model is None
+    assert len(change) == 1 and change[0].changes["context_window"] == 9000 and "model" not in change[0].changes
     assert fold(session.transcript.load()).settings.context_window == 9000  # type: ignore[union-attr]
 
 
@@ -291,8 +293,8 @@ def test_a_pin_made_live_is_in_the_state_before_any_resume(tmp_path):
     profile.write_text("context_window: 20000\ntools: [pin]\n", encoding="utf-8")
     session = Session.at("pins")
     with session.writer():
-        runner = open_runner(session, profile_spec=str(profile), model_spec=model, api_base=None, path="batch",
-                             workdir=tmp_path)
+        runner = open_runner(session, RunConfig(profile_spec=str(profile), model_spec=model, path="batch",
+                             workdir=tmp_path))
         list(runner.run("remember the port"))
         assert runner.pins() == ["the port is 8443"]
     assert fold(session.transcript.load()).pins == runner.state.pins
@@ -310,8 +312,9 @@ def test_empty_or_repeated_call_ids_get_unique_ids_and_handles(tmp_path, fake_op
     profile.write_text("context_window: 20000\n", encoding="utf-8")
     session = Session.at("ids")
     with session.writer():
-        list(open_runner(session, profile_spec=str(profile), model_spec="openai/local", api_base=server.base_url,
-                         path="batch", workdir=tmp_path).run("go"))
+        list(open_runner(session, RunConfig(profile_spec=str(profile), model_spec="openai/local",
+                             api_base=server.base_url,
+                         path="batch", workdir=tmp_path)).run("go"))
     tools = [r for r in session.transcript.load() if isinstance(r, records.MessageRecord)
              and r.message["role"] == "tool"]
     assert len(tools) == 4 and len({r.handle for r in tools}) == 4

@@ -527,8 +527,29 @@ def test_a_user_tool_may_name_its_arguments_anything() -> None:
     assert props["title"] == {"type": "string", "description": "a property called title stays"}
     assert props["model_config"] == {"type": ["array", "null"], "items": {"type": "integer"}}
     assert "title" not in tool.parameters and "additionalProperties" not in tool.parameters
-    from ctxagent.tools.signature import validate
+    from ctxagent.tools.arguments import validate_arguments
 
-    assert validate("odd", tool.validator, {"title": "t", "model_config": [1]}) == {"title": "t", "model_config": [1]}
+    given = {"title": "t", "model_config": [1]}
+    assert validate_arguments(tool, given, {}) == given
     with pytest.raises(ToolError, match=r"missing argument 'title'; unexpected argument 'nope'"):
-        validate("odd", tool.validator, {"nope": 1})
+        validate_arguments(tool, {"nope": 1}, {})
+
+
+def test_an_mcp_tools_arguments_are_checked_by_its_json_schema_keywords_not_only_types(tmp_path: Path) -> None:
+    """jsonschema checks what an MCP server declared (enum, minimum, nested objects, extras allowed
+    unless the schema says otherwise); a value that breaks it is an error result and the tool never runs."""
+    ran: list[dict[str, Any]] = []
+    parameters = {"type": "object", "required": ["mode"], "properties": {
+        "mode": {"type": "string", "enum": ["fast", "safe"]}, "depth": {"type": "integer", "minimum": 1},
+        "where": {"type": "object", "properties": {"x": {"type": "number"}}}}}
+    tool = Tool("srv__op", "d", parameters, lambda ctx, **a: ran.append(a) or "ok", kind="mcp", group="srv")
+    toolset = Toolset([tool], ToolContext(OutputStore(tmp_path / "out"), tmp_path), OffloadPolicy(1000))
+    bad = {'{"mode": "wild"}': "argument 'mode': 'wild' is not one of ['fast', 'safe']",
+           '{"mode": "fast", "depth": 0}': "argument 'depth': 0 is less than the minimum of 1",
+           '{"mode": "fast", "where": {"x": "far"}}': "argument 'where.x': 'far' is not of type 'number'"}
+    for raw, problem in bad.items():
+        outcome = toolset.call(ToolCall("c", "srv__op", raw))
+        assert outcome.is_error and problem in outcome.content, outcome.content
+    assert not ran
+    assert toolset.call(ToolCall("c", "srv__op", '{"mode": "safe", "depth": 2, "extra": 1}')).content == "ok"
+    assert ran == [{"mode": "safe", "depth": 2, "extra": 1}]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ctxagent.agent.config import RunConfig
 from ctxagent.agent.context import ContextState
 from ctxagent.agent.events import Event, Finished
 from ctxagent.agent.runner import SETTLE, Runner
@@ -287,10 +288,10 @@ def open_session(name: str | None = None, *, model: str | None = None, api_base:
     lock = contextlib.ExitStack()
     try:
         lock.enter_context(session.writer())
-        runner = open_runner(session, profile_spec=profile, model_spec=model, api_base=api_base, path=path,
-                             workdir=Path(workdir).resolve() if workdir else None, tools=tools,
-                             context_window=context_window, lessons=lessons,
-                             grants=Grants(frozenset(allow)))
+        runner = open_runner(session, RunConfig(profile_spec=profile, model_spec=model, api_base=api_base, path=path,
+                                                workdir=Path(workdir).resolve() if workdir else None,
+                                                tools=tuple(tools), context_window=context_window, lessons=lessons,
+                                                grants=Grants(frozenset(allow))))
     except BaseException:
         lock.close()
         if not existed:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -175,10 +175,10 @@ class Breaker:
         return [("run", self.run, self.run_spend(state)), ("session", self.session, self.session_spend(state))]
 
 
-def session_limits(profile: Limits, recorded: tuple[tuple[str, float | None], ...]) -> Limits:
+def session_limits(profile: Limits, recorded: Mapping[str, float | None]) -> Limits:
     """The session limits in force: the profile's, with the ones the command line recorded instead
     (a recorded None removes the profile's)."""
-    merged: dict[str, float | None] = {**profile.set(), **dict(recorded)}
+    merged: dict[str, float | None] = {**profile.set(), **recorded}
     return Limits.model_validate({k: v for k, v in merged.items() if v is not None})
 
 

@@ -46,7 +46,7 @@ from ctxagent.sessions import records
 from ctxagent.sessions.outcome import Usage
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_text
-from ctxagent.tools.base import ERROR_PREFIX
+from ctxagent.tools.base import ERROR_PREFIX, Stop
 from ctxagent.tools.guard import Grants
 from ctxagent.tools.offload import envelope_overhead, settle
 from ctxagent.tools.toolset import ToolOutcome
@@ -54,9 +54,9 @@ from ctxagent.tools.toolset import ToolOutcome
 PARENT_KEEPS = 0.9  # of what is left, the most all children together may get: the parent must still answer
 MIN_CHILD = {"max_input_tokens": 1500}  # a child's budget below this could not even send its first request
 LEFT = "\x00left\x00"  # where a message to the parent says its remaining budget, filled in when it is collected
-Opener = Callable[[Session, str | None, dict[str, float], Grants], Runner]
-"""``opener(child_session, profile_spec, run_limits, grants)``: the child's runner, opened with ``grants``
-(the caller holds its lock)."""
+Opener = Callable[[Session, str | None, dict[str, float], Grants, Stop], Runner]
+"""``opener(child_session, profile_spec, run_limits, grants, stop)``: the child's runner, opened with
+``grants`` and sharing the parent's ``stop`` event (the caller holds its lock)."""
 
 
 @dataclass
@@ -201,9 +201,7 @@ class Delegator:
             runner: Runner | None = None
             try:
                 with child.session.writer():
-                    runner = self.opener(child.session, child.profile, child.limits, child.grants)
-                    runner.stop = self.parent.stop
-                    runner.toolset.ctx = replace(runner.toolset.ctx, stop=self.parent.stop)
+                    runner = self.opener(child.session, child.profile, child.limits, child.grants, self.parent.stop)
                     answer = self._answer(child, runner)
                 child.outcome = self._result(child, answer, runner)
             except CtxagentError as err:

@@ -74,7 +74,7 @@ def next_request(session: Session, path: Path_ | None = None, *, every_compactio
         state.apply(records.SettingsRecord(path=path))
     profile = session_profile(state.settings)
     mcp = mcp_for(session, profile, state.settings, state.mcp_tools, connect=False)
-    toolset = toolset_for(session, profile, state.settings, mcp.tools)
+    toolset = toolset_for(session, profile, state.settings, mcp)
     runner = Runner(session, state, profile, _NoModel(), toolset, sink=MemorySink())
     last = runner.last_request()
     peek = runner.peek()

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxagent.agent.budgets import Breaker, session_limits
+from ctxagent.agent.config import RunConfig
 from ctxagent.agent.context import (
-    check_budget,
     check_protected,
     compaction_of,
     largest_parts,
@@ -26,11 +26,11 @@ from ctxagent.agent.context import (
     room,
     with_pins,
 )
-from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, Warned
+from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting
 from ctxagent.agent.model import Model, Reply
 from ctxagent.agent.model_types import price_of
 from ctxagent.agent.replies import empty_reply
-from ctxagent.agent.sinks import MemorySink, Sink, TranscriptSink
+from ctxagent.agent.sinks import MemorySink, Recorder, Sink, TranscriptSink
 from ctxagent.agent.state import SessionState
 from ctxagent.agent.text_calls import read_calls
 from ctxagent.agent.tool_calls import CANCELLED, INTERRUPTED, Delegates, ToolCalls
@@ -49,8 +49,7 @@ from ctxagent.dirs import own_dirs
 from ctxagent.errors import ContextOverflowError, CtxagentError, LimitReached, ProviderContextError, ProviderError
 from ctxagent.messages import Message, ToolCall
 from ctxagent.profile import Path_, Profile, StrategyConfig
-from ctxagent.profile_schema import Limits
-from ctxagent.sessions import records, redact
+from ctxagent.sessions import records
 from ctxagent.sessions.redact import RedactingStore
 from ctxagent.sessions.session import Session, sessions_root
 from ctxagent.sessions.transcript import TranscriptWarning
@@ -58,9 +57,9 @@ from ctxagent.strategies.base import Budget, Entry
 from ctxagent.strategies.checkpoint import CheckpointStep
 from ctxagent.strategies.settle import SettleStep
 from ctxagent.tokens import count_message
-from ctxagent.tools.builtin import Stop, kill_running
-from ctxagent.tools.guard import Grants, guard
-from ctxagent.tools.offload import settle, store_text
+from ctxagent.tools.builtin import kill_running
+from ctxagent.tools.guard import guard
+from ctxagent.tools.offload import settle
 from ctxagent.tools.toolset import Toolset
 
 if TYPE_CHECKING:
@@ -78,38 +77,38 @@ SETTLE = SettleStep()
 """First step of every build: the newest results, budgeted together (strategies/settle.py)."""
 
 
-class Runner(ToolCalls):
-    """Runs turns of one session from its folded ``state``, within the run ``limits`` (None: the
-    profile's ``limits.run``) and the session's. The caller holds the writer lock (not for a :meth:`peek`).
+class Runner:
+    """Runs turns of one session from its folded ``state``, complete when constructed, within
+    ``config``'s run limits and the session's. The caller holds the writer lock (not for a :meth:`peek`).
 
-    Every record goes through :meth:`_append`: written by the sink, then applied to the state by
-    the same :meth:`SessionState.apply` that folded the transcript on open (ONE STATE). The path
-    (``batch`` or ``interactive``) that selects the profile's pipeline is the state's setting.
-    ``toolset`` runs behind the profile's permissions and ``grants`` (None: none; tools/guard.py);
-    no tool writes into ctxagent's own folders (:func:`ctxagent.dirs.own_dirs`) nor into the
-    ``protected`` files the session is configured from (agent/setup.py ``configured_from``).
+    Every record goes through :attr:`out` (agent/sinks.py ``Recorder``; ONE STATE). ``toolset`` runs
+    behind the profile's permissions and ``config.grants`` (tools/guard.py) in :attr:`tools`; no tool
+    writes into ctxagent's own folders nor the ``protected`` files (agent/setup.py ``configured_from``).
+    ``notices``: ``(source, text)`` warned when :meth:`run` starts; ``delegates``: makes the runner of
+    ``delegate`` calls (None: not offered); ``learner``: lessons (lessons/hooks.py; None: off).
     """
 
     def __init__(self, session: Session, state: SessionState, profile: Profile, model: Model, toolset: Toolset,
-                 *, sink: Sink | None = None, summarizer_model: Callable[[], Model] | None = None,
-                 limits: Limits | None = None, started: float | None = None, grants: Grants | None = None,
-                 protected: Sequence[Path] = ()):
+                 config: RunConfig | None = None, *, sink: Sink | None = None,
+                 summarizer_model: Callable[[], Model] | None = None, protected: Sequence[Path] = (),
+                 notices: Sequence[tuple[str, str]] = (), delegates: Callable[[Runner], Delegates] | None = None,
+                 learner: Learner | None = None):
         assert state.settings is not None, "a session state without header"
+        config = config or RunConfig()
         self.session, self.state, self.profile, self.model = session, state, profile, model
         self.sink: Sink = sink or TranscriptSink(session)
         self.store = RedactingStore(session.store.root)  # the environment's secrets, read when it writes (a peek never)
+        self.out = Recorder(state, self.sink, self.store, redact_always=profile.redact == "always")
         self._summarizer_model = summarizer_model
-        self._tool_tokens: dict[tuple[str, ...], int] = {}  # by the deferred tools loaded (find_tools)
-        self.notices: list[tuple[str, str]] = []  # (source, text) warned at the start of run() (MCP servers)
-        self.breaker = Breaker(limits or profile.limits.run,
-                               session_limits(profile.limits.session, state.settings.limits), state,
-                               warn_at=profile.limits.warn_at, started=started)
-        self.delegator: Delegates | None = None  # set by agent/setup.py when the toolset has ``delegate``
-        self.learner: Learner | None = None  # set by agent/setup.py when lessons are on (lessons/hooks.py)
-        self.stop = Stop()  # set: stop at the next step (shared with sub-agents and their tools)
-        toolset.ctx = replace(toolset.ctx, stop=self.stop)
-        self.toolset = guard(toolset, profile.permissions, self.path, grants, readable=[session.store.root],
+        self.notices = list(notices)
+        self.breaker = Breaker(config.limits(profile), session_limits(profile.limits.session, state.settings.limits),
+                               state, warn_at=profile.limits.warn_at, started=config.started)
+        self.learner = learner
+        self.stop = toolset.ctx.stop  # set: stop at the next step (shared with sub-agents and their tools)
+        self.toolset = guard(toolset, profile.permissions, self.path, config.grants, readable=[session.store.root],
                              protected=[*own_dirs(), sessions_root(session.store_url), *protected])  # every call: gate
+        self.delegator = delegates(self) if delegates is not None else None
+        self.tools = ToolCalls(session, profile, self.toolset, self.out, self.stop, self.delegator)
         self.replies_at_start = state.replies  # this run's model calls = state.replies - this
         self.unlearned = False  # an answer came that learn() has not learned from yet
         self._ended = False  # the current run() wrote its end record
@@ -122,22 +121,7 @@ class Runner(ToolCalls):
 
     @property
     def model_name(self) -> str:
-        assert self.state.settings is not None
-        return self.state.settings.model
-
-    # -- appending ---------------------------------------------------------------------------
-    def _message(self, message: Message, turn: int, **extra: Any) -> records.MessageRecord:
-        if self.profile.redact == "always":  # the model never sees a secret either (docs/security.md, "Secrets")
-            message = redact.default().value(message)
-        return records.MessageRecord(seq=self.state.next_seq, turn=turn, message=message,
-                                     tokens=count_message(message, self.model_name), **extra)
-
-    def _append(self, *items: Any) -> None:
-        """Write ``items`` (records), then apply each to the state. Message records are appended
-        one by one so that each gets the next seq number."""
-        self.sink.write(items)
-        for item in items:
-            self.state.apply(item)
+        return self.out.model_name
 
     def _close_open_calls(self) -> None:
         """Give every call left without a result (a crash mid-turn) a synthetic result, and
@@ -146,12 +130,10 @@ class Runner(ToolCalls):
             self.store.clean_spools()
         delegated = any(self.state.open_call(i).name == "delegate" for i in self.state.open_calls)
         if not (self.sink.writes_files and "delegate" in self.toolset.tools and delegated):
-            for call_id in list(self.state.open_calls):  # else run() resumes the sub-agents first
-                self._append(self._message({"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED},
-                                           self.state.replies, handle=self.state.new_handle(call_id)))
+            self.tools.close_open_calls(INTERRUPTED)  # else run() resumes the sub-agents first
         for note in self.state.repair_notes() if self.sink.writes_files else []:  # PAIR repairs, said once
             warnings.warn(f"session {self.session.name}: {note.text}", TranscriptWarning, stacklevel=2)
-            self._append(note)
+            self.out.append(note)
 
     # -- the loop ----------------------------------------------------------------------------
     @property
@@ -162,7 +144,7 @@ class Runner(ToolCalls):
 
     def budget(self) -> Budget:
         assert self.state.settings is not None
-        return make_budget(self.profile, self.state.settings.context_window, self.tool_tokens, self.state.scale,
+        return make_budget(self.profile, self.state.settings.context_window, self.tools.tool_tokens, self.state.scale,
                            self.output_tokens)
 
     def spend(self) -> dict[str, Any]:
@@ -184,15 +166,15 @@ class Runner(ToolCalls):
         self._ended = False
         try:
             while self.notices:
-                yield self._warn(*self.notices.pop(0))
-            yield from self._finish_open_calls()
+                yield self.out.warn(*self.notices.pop(0))
+            yield from self.tools.finish_open_calls()
             if self.learner is not None:  # the lessons block: chosen once at the start, forgotten ones dropped
-                self._append(*self.learner.block(self.state.lessons, None if self.state.next_seq else user_input))
+                self.out.append(*self.learner.block(self.state.lessons, None if self.state.next_seq else user_input))
             if user_input is not None:  # refused before it is written: an end record says why
                 self._check_fits(user_input)
                 if self.state.next_seq == 0:
-                    self._append(self._message({"role": "system", "content": self.profile.system_prompt}, 0))
-                self._append(self._message({"role": "user", "content": user_input}, self.state.replies + 1))
+                    self.out.append(self.out.message({"role": "system", "content": self.profile.system_prompt}, 0))
+                self.out.append(self.out.message({"role": "user", "content": user_input}, self.state.replies + 1))
             for _ in range(limit):
                 reply = yield from self._step()
                 if not reply.tool_calls:
@@ -201,7 +183,7 @@ class Runner(ToolCalls):
                     self._end("answered")
                     yield Finished("answered", answer, self.state.turn)
                     return
-                yield from self._run_tools(reply)
+                yield from self.tools.run(reply)
             raise LimitReached(f"stopped after max_turns={limit} model calls; "
                                f"'ctxagent resume --session {self.session.name}' continues",
                                bound="max_turns")
@@ -230,9 +212,7 @@ class Runner(ToolCalls):
         :data:`CANCELLED` as its result (PAIR holds in the transcript at once), an ``interrupted``
         end record is there, and the next :meth:`run` starts afresh (the stop event cleared)."""
         self._halt()
-        for call_id in list(self.state.open_calls):
-            self._append(self._message({"role": "tool", "tool_call_id": call_id, "content": CANCELLED},
-                                       self.state.replies, handle=self.state.new_handle(call_id)))
+        self.tools.close_open_calls(CANCELLED)
         if not self._ended:  # Ctrl-C came while the CLI, not run(), was running: run() wrote no end record
             self._end("interrupted", "cancelled by the user (Ctrl-C)")
         self.stop.clear()
@@ -253,7 +233,7 @@ class Runner(ToolCalls):
         self.unlearned = False
         warning = self.learner.finish(self.session.transcript.records(), self.state.lessons, self.summarizer())
         if warning:
-            yield self._warn("lessons", warning)
+            yield self.out.warn("lessons", warning)
 
     def pins(self) -> list[str]:
         """Every pinned fact: the profile's, the lessons block, the agent's (``pin`` tool), without repeats,
@@ -295,7 +275,7 @@ class Runner(ToolCalls):
         reply = model.complete([{"role": "system", "content": SUMMARIZER_SYSTEM},
                                 {"role": "user", "content": text}], [])
         if reply.usage is not None:
-            self._append(usage_record(reply.usage, self.state.replies + 1, f"summarizer:{model.name}", 0))
+            self.out.append(usage_record(reply.usage, self.state.replies + 1, f"summarizer:{model.name}", 0))
         return reply.content or ""
 
     def peek(self) -> Peek:
@@ -312,7 +292,9 @@ class Runner(ToolCalls):
 
     def _build(self, steps: list[Any], budget: Budget) -> Generator[Event, None, list[Entry]]:
         """Build the view with ``steps``, record what it made (offloads, compactions); returns the
-        request's view: the state's base view with the pins message."""
+        request's view: the state's base view with the pins message. The BUDGET and protection
+        checks are the build's (agent/context.py ``ContextState.build``, once each): it decided with
+        every pin shown, and the request shows those pins or fewer, so it is no larger."""
         # strategies decide on the view with every pin shown: if they compact, that is the request
         # (the pins message is refreshed by the compaction), so a rebuild decides the same (IDENTITY)
         summarizer = self.summarizer()
@@ -320,33 +302,17 @@ class Runner(ToolCalls):
         built = self.state.context.build([SETTLE, *steps], budget, turn=self.state.replies + 1, summarizer=summarizer,
                                          pins=self.pins(), summarizer_window=window)
         for warning in built.warnings:  # a summary failed and a fallback ran: said, never silent
-            yield self._warn("compaction", warning)
-        self._materialize(built.offloads)
+            yield self.out.warn("compaction", warning)
+        self.out.materialize(built.offloads)
         if built.compactions:
-            self._append(*(record_of(c) for c in built.compactions))
+            self.out.append(*(record_of(c) for c in built.compactions))
             for comp in built.compactions:
                 yield Compacted(comp)
             if self.learner is not None and self.sink.writes_files and any(  # lessons learned so far
                     c.strategy == "checkpoint" for c in built.compactions) and (
                     warning := self.learner.checkpoint(self.session.transcript.records())):
-                yield self._warn("lessons", warning)
-        view = self.request()
-        check_budget(view, budget)
-        return view
-
-    def _materialize(self, entries: list[Any]) -> None:
-        """Write to the output store the originals that the view now points at by handle."""
-        for entry in entries:
-            handle = entry.handle
-            if handle is None or handle in self.state.stored:
-                continue
-            call_id = str(entry.message.get("tool_call_id") or "")
-            if self.sink.writes_files:
-                record = store_text(self.store, handle, call_id, str(entry.message.get("content") or ""))
-            else:
-                record = records.OutputRecord(handle=handle, call_id=call_id, tool="", path="", bytes=0, lines=0,
-                                              tokens=entry.tokens, sha256="")
-            self._append(record)
+                yield self.out.warn("lessons", warning)
+        return self.request()
 
     def _check_fits(self, user_input: str) -> None:
         """Refuse, before writing anything, a user message that alone (with the system prompt, pins,
@@ -377,7 +343,7 @@ class Runner(ToolCalls):
             yield Requesting(turn, budget.total(view), budget.window, len(messages), same_prefix(before, view),
                              budget.reserved)
             try:
-                reply: Reply = self.model.complete(messages, self.tool_specs)
+                reply: Reply = self.model.complete(messages, self.tools.tool_specs)
                 if not reply.tool_calls and not (reply.content or "").strip():
                     raise ProviderError(f"model {self.model.name}: the reply has neither text nor tool calls")
                 break
@@ -401,10 +367,10 @@ class Runner(ToolCalls):
                 if nudged or attempt == MAX_RECOVERIES or not empty_reply(err):
                     raise
                 nudged = True
-                yield self._warn("empty reply", f"{err}; asking the model once more to answer or call a tool")
-                self._append(self._message({"role": "user", "content": EMPTY_REPLY_NUDGE}, turn))
+                yield self.out.warn("empty reply", f"{err}; asking the model once more to answer or call a tool")
+                self.out.append(self.out.message({"role": "user", "content": EMPTY_REPLY_NUDGE}, turn))
                 view = yield from self._build([*self.profile.pipeline(self.path), *escalation], budget)
-        reply = read_calls(reply, self.profile.text_tool_calls, self.tool_specs)  # calls written as text
+        reply = read_calls(reply, self.profile.text_tool_calls, self.tools.tool_specs)  # calls written as text
         reply = with_call_ids(reply, self.state.next_seq, self.state.call_ids)
         self._record_reply(reply, view, turn)
         yield from self._spend_warnings()
@@ -415,7 +381,7 @@ class Runner(ToolCalls):
         """The budget and extra steps of this request under the thrash guard (turns.thrash_plan)."""
         budget, steps, warning = thrash_plan(self.profile, self.state.compaction_streak(), budget, self.session.name)
         if warning:
-            yield self._warn("thrash guard", warning)
+            yield self.out.warn("thrash guard", warning)
         return budget, steps
 
     def _spend_check(self, view: list[Entry], budget: Budget) -> Iterator[Event]:
@@ -431,18 +397,18 @@ class Runner(ToolCalls):
 
     def _spend_warnings(self) -> Iterator[Event]:
         for text in self.breaker.due(self.state):  # at 80% of a limit, once per run
-            yield self._warn("budget", text)
+            yield self.out.warn("budget", text)
 
     def _record_reply(self, reply: Reply, view: list[Entry], turn: int) -> None:
         written = {} if reply.written is None else {"written": reply.written}  # calls read from the text
-        items: list[Any] = [self._message(reply.message(), turn, **written)]
+        items: list[Any] = [self.out.message(reply.message(), turn, **written)]
         if reply.usage is not None:
             items.append(usage_record(reply.usage, turn, self.model.name, self.budget().estimate(view)))
-        self._append(*items)
+        self.out.append(*items)
 
     def pin(self, fact: str) -> None:
         """Pin ``fact`` for the rest of the session (a user's ``/pin``): recorded, shown at once."""
-        self._append(records.PinRecord(turn=self.state.replies, fact=fact))
+        self.out.append(records.PinRecord(turn=self.state.replies, fact=fact))
 
     def compact(self) -> Iterator[Event]:
         """Run the path's pipeline now, every step as if over its trigger (a user's ``/compact``);
@@ -459,19 +425,14 @@ class Runner(ToolCalls):
         content, record = settle(text, call=call, tool_name=name, store=self.toolset.ctx.store,
                                  policy=self.toolset.policy, handle=self.state.new_handle(name))
         if record is not None:
-            self._append(record)
+            self.out.append(record)
         return f"[{name}]\n{content}"
 
     def record_usage(self, record: records.UsageRecord) -> None:
         """Append a usage record made elsewhere (a sub-agent's spend, agent/delegate.py)."""
-        self._append(record)
-
-    def _warn(self, source: str, text: str) -> Warned:
-        """Record a note (transcript) and return the event that shows it (stderr)."""
-        self._append(records.NoteRecord(turn=self.state.replies, source=source, text=text))
-        return Warned(source, text)
+        self.out.append(record)
 
     def _end(self, reason: str, detail: str = "", **fields: Any) -> None:
         self._ended = True
-        self._append(records.EndRecord(reason=reason, turn=self.state.turn, detail=detail[:2000],
+        self.out.append(records.EndRecord(reason=reason, turn=self.state.turn, detail=detail[:2000],
                                        wall_s=self.breaker.lap(), **fields))

@@ -6,23 +6,27 @@ Call :func:`open_runner` while holding the session's writer lock.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ctxagent.agent.budgets import session_limits as session_limits_of
+from ctxagent.agent.config import RunConfig
 from ctxagent.agent.model import Model, make_model
 from ctxagent.agent.model_types import price_of
 from ctxagent.agent.runner import Runner
-from ctxagent.agent.state import Settings, open_state
+from ctxagent.agent.state import SessionState, open_state
+from ctxagent.agent.tool_calls import Delegates
 from ctxagent.errors import ProfileError, UsageError
-from ctxagent.profile import EXTENDS, Path_, Profile, bundled_names, load_profile, parse_profile, profile_files
+from ctxagent.profile import EXTENDS, Profile, bundled_names, load_profile, parse_profile, profile_files
 from ctxagent.profile_schema import Limits
 from ctxagent.sessions import records
+from ctxagent.sessions.records import Settings
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_tools
 from ctxagent.tools.agent_tools import context_tools
-from ctxagent.tools.base import Tool, ToolContext
+from ctxagent.tools.base import Stop, ToolContext
 from ctxagent.tools.guard import Grants, check_allowed
 from ctxagent.tools.offload import OffloadPolicy
 from ctxagent.tools.toolset import Toolset, make_toolset
@@ -30,6 +34,7 @@ from ctxagent.tools.user import absolute_spec, load_tools, spec_file
 
 if TYPE_CHECKING:
     from ctxagent.agent.delegate import Opener
+    from ctxagent.lessons.hooks import Learner
     from ctxagent.mcp_tools.config import McpTools
 
 SCRIPTED_WINDOW = 128_000  # tokens: the window a scripted model has when the profile sets none
@@ -143,141 +148,114 @@ def _profile_text(spec: str, profile: Profile) -> str | None:
     return yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
 
 
-def wanted_settings(current: Settings | None, *, profile_spec: str | None, model_spec: str | None,
-                    api_base: str | None, path: Path_, workdir: Path | None,
-                    tools: Sequence[str], limits: Mapping[str, float | None] | None = None,
-                    context_window: int | None = None, mcp_config: str | None = None,
-                    max_output_tokens: int | None = None, notes: list[str] | None = None) -> tuple[Settings, Profile]:
+def wanted_settings(current: Settings | None, config: RunConfig,
+                    notes: list[str] | None = None) -> tuple[Settings, Profile]:
     """The settings a run asks for: the session's (``current``; None for a new session) with what
-    the command line gives instead, and the profile they name. The context window is resolved
-    again only when the profile or model changes (or the profile now sets one). ``limits``: session
-    limits the command line gives, merged over the ones it gave before. ``context_window``
-    (``--context-window``, tokens) wins over the profile and litellm, and is recorded.
-    ``mcp_config``: an ``--mcp-config`` file (absolute path), recorded with the sha256 of its bytes; a
-    resume keeps the last one, and refuses it (``UsageError``) when it changed on disk since. A
-    profile file changed on disk since the session recorded it is replaced by the recorded copy,
-    with a warning (:func:`session_profile`).
-    ``max_output_tokens`` (``--max-output-tokens``, tokens) wins over the profile's reply reserve and
-    is recorded; a resume keeps it. ``notes``: where the window came from when a server said it
+    ``config`` gives instead, and the profile they name. The context window is resolved again only
+    when the profile or model changes (or the profile now sets one); ``config.context_window``
+    (tokens) wins over the profile and litellm. ``config.session_limits`` are merged over the ones
+    recorded. ``config.mcp_config`` is recorded with the sha256 of its bytes; a resume keeps the
+    last one, and refuses it (``UsageError``) when it changed on disk since. A profile file changed
+    on disk since the session recorded it is replaced by the recorded copy, with a warning
+    (:func:`session_profile`). ``notes``: where the window came from when a server said it
     (:func:`resolve_window`).
 
     Raises ``ProfileError`` / ``UsageError`` for a bad profile or a model whose window is unknown.
     """
-    if current is None:
-        spec = profile_spec or "default"
-        profile = load_profile(spec)
-        model = absolute_model(model_spec or profile.model)
-        window = context_window or resolve_window(profile, model, api_base or profile.api_base, notes)
-        settings = Settings(model, _profile_ref(spec), window, path, api_base, str(workdir or Path.cwd()),
-                            tuple(absolute_spec(t) for t in tools), _profile_text(spec, profile),
-                            tuple(sorted((limits or {}).items())), mcp_config, file_sha256(mcp_config),
-                            max_output_tokens)
-        return settings, profile
-    profile = load_profile(profile_spec) if profile_spec else session_profile(current)
-    ref = _profile_ref(profile_spec) if profile_spec else current.profile
-    model = absolute_model(model_spec) if model_spec else current.model
-    window = current.context_window
-    if context_window:
-        window = context_window
-    elif ref != current.profile or model != current.model or (profile.context_window or window) != window:
-        window = resolve_window(profile, model, api_base or current.api_base or profile.api_base, notes)
-    return Settings(
-        model, ref, window, path, api_base or current.api_base,
-        str(workdir) if workdir else current.workdir or str(Path.cwd()),
-        tuple(absolute_spec(t) for t in tools) if tools else current.tools,
-        _profile_text(profile_spec, profile) if profile_spec else current.profile_text,
-        tuple(sorted({**dict(current.limits), **(limits or {})}.items())),
-        mcp_config or current.mcp_config, _mcp_digest(current, mcp_config),
-        max_output_tokens or current.max_output_tokens,
-    ), profile
+    c = config
+    spec = c.profile_spec or (None if current else "default")
+    profile = load_profile(spec or "default") if spec or current is None else session_profile(current)
+    base = current or Settings(model=absolute_model(profile.model), profile="", context_window=0)
+    ref = _profile_ref(spec) if spec else base.profile
+    model = absolute_model(c.model_spec) if c.model_spec else base.model
+    window = c.context_window or base.context_window
+    if not c.context_window and (ref != base.profile or model != base.model
+                                 or (profile.context_window or window) != window):
+        window = resolve_window(profile, model, c.api_base or base.api_base or profile.api_base, notes)
+    return base.model_copy(update={
+        "model": model, "profile": ref, "context_window": window, "path": c.path,
+        "api_base": c.api_base or base.api_base, "workdir": str(c.workdir or base.workdir or Path.cwd()),
+        "tools": tuple(absolute_spec(t) for t in c.tools) if c.tools else base.tools,
+        "profile_text": _profile_text(spec, profile) if spec else base.profile_text,
+        "limits": {**base.limits, **c.session_limits}, "mcp_config": c.mcp_config or base.mcp_config,
+        "mcp_config_sha256": _mcp_digest(base, c.mcp_config),
+        "max_output_tokens": c.max_output_tokens or base.max_output_tokens}), profile
 
 
-def open_runner(session: Session, *, profile_spec: str | None, model_spec: str | None,
-                api_base: str | None, path: Path_, workdir: Path | None = None,
-                tools: Sequence[str] = (), run_limits: Mapping[str, float] | None = None,
-                session_limits: Mapping[str, float | None] | None = None, context_window: int | None = None,
-                timeout_s: float | None = None, started: float | None = None, mcp_config: str | None = None,
-                lessons: bool = True, grants: Grants | None = None, max_output_tokens: int | None = None) -> Runner:
-    """A runner for ``session``: its records folded into a state (ONE STATE), then the header of
-    a new session, or a ``settings`` record of what this run changes, appended and applied.
-
-    A resumed session keeps its model, api_base, profile, context window, working directory and
-    user tools unless new ones are given. ``run_limits`` (over the profile's ``limits.run``) bound
-    this run; ``session_limits`` are recorded in the session (agent/budgets.py); ``context_window``
-    (tokens) is recorded too; ``timeout_s`` (seconds per model request) is this run's; ``started``
-    (``time.monotonic()``) is when the run's wall time starts (default: now). MCP servers (the
-    profile's ``mcp_servers`` and the ``mcp_config`` file's) start now; the tool lists of those the
-    session has not recorded yet are recorded (``tools`` records). Raises
-    ``ProfileError``/``UsageError`` for a bad profile, model, script, working directory or tool;
-    nothing is written then. ``lessons``: False (``--no-lessons``) runs without lessons: none shown
-    to a new session, nothing learned (else the profile's ``lessons`` decides; lessons/hooks.py).
-    ``grants``: what the command line grants beyond the profile's permissions (``--allow``,
-    ``--allow-all``, the prompt; tools/guard.py), given to the runner's guarded toolset; None grants
-    nothing. Its ``allow`` names are checked against the tools (``UsageError``, nothing written),
+def open_runner(session: Session, config: RunConfig) -> Runner:
+    """A runner for ``session`` as ``config`` asks (agent/config.py): its records folded into a
+    state (ONE STATE), then the header of a new session, or a ``settings`` record of what this run
+    changes, appended and applied. MCP servers (the profile's ``mcp_servers`` and the
+    ``mcp_config`` file's) start now; the tool lists of those the session has not recorded yet are
+    recorded (``tools`` records). ``config.grants``' ``allow`` names are checked against the tools,
     except a sub-agent's (``grants.rules`` set: its parent's, checked when the parent opened).
-    ``max_output_tokens`` (``--max-output-tokens``): the reply reserve in tokens, recorded.
+
+    Raises ``ProfileError``/``UsageError`` for a bad profile, model, script, working directory,
+    tool or limit; nothing is written then.
     """
     state = open_state(session.transcript, repair=True)
-    window_before = state.settings.context_window if state.settings is not None else None
     window_notes: list[str] = []
-    settings, profile = wanted_settings(state.settings, profile_spec=profile_spec, model_spec=model_spec,
-                                        api_base=api_base, path=path, workdir=workdir, tools=tools,
-                                        limits=session_limits, context_window=context_window,
-                                        mcp_config=mcp_config, max_output_tokens=max_output_tokens,
-                                        notes=window_notes)
-    reply_tokens = profile.reply_tokens(settings.context_window, settings.max_output_tokens)
-    assert settings.workdir is not None
-    if not Path(settings.workdir).is_dir():
+    settings, profile = wanted_settings(state.settings, config, window_notes)
+    if not Path(str(settings.workdir)).is_dir():
         raise UsageError(f"the working directory {settings.workdir} does not exist (or is not a directory)"
-                         + ("; give another with --workdir" if workdir is None else ""))
+                         + ("; give another with --workdir" if config.workdir is None else ""))
+    reply_tokens = profile.reply_tokens(settings.context_window, settings.max_output_tokens)
     model = make_model(settings.model, api_base=settings.api_base or profile.api_base, replies_done=state.replies,
-                       timeout_s=timeout_s or profile.timeout_s, retries=profile.retries,
+                       timeout_s=config.timeout_s or profile.timeout_s, retries=profile.retries,
                        max_output_tokens=reply_tokens, prompt_cache=profile.prompt_cache,
                        max_retry_wait_s=profile.max_retry_wait_s, send_tool_choice=profile.send_tool_choice)
     mcp = mcp_for(session, profile, settings, state.mcp_tools, connect=True)
-    toolset = toolset_for(session, profile, settings, mcp.tools)
-    toolset.servers = mcp.servers
-    if grants is not None and grants.rules is None:
-        check_allowed(grants, toolset)
-    limits = Limits.model_validate({**profile.limits.run.set(), **(run_limits or {})})
-    check_limits(model, reply_tokens, limits, session_limits_of(profile.limits.session, settings.limits))
-    if state.settings is None:  # written only once everything above has been checked: no half-made sessions
-        header = records.SessionHeader(name=session.name, model=settings.model, profile=settings.profile,
-                                       context_window=settings.context_window, path=settings.path,
-                                       api_base=settings.api_base, workdir=settings.workdir,
-                                       tools=list(settings.tools), profile_text=settings.profile_text,
-                                       limits=dict(settings.limits) or None, mcp_config=settings.mcp_config,
-                                       mcp_config_sha256=settings.mcp_config_sha256,
-                                       max_output_tokens=settings.max_output_tokens)
-        session.transcript.append([header])
-        state.apply(header)
+    toolset = toolset_for(session, profile, settings, mcp, stop=config.stop)
+    if config.grants is not None and config.grants.rules is None:
+        check_allowed(config.grants, toolset)
+    check_limits(model, reply_tokens, config.limits(profile), session_limits_of(profile.limits.session,
+                                                                                settings.limits))
+    window_before = state.settings.context_window if state.settings is not None else None
+    _record_settings(session, state, settings, mcp.listed)  # only once all is checked: no half-made sessions
+    notices = [*(("mcp", warning) for warning in mcp.warnings), *(("context window", n) for n in window_notes)]
+    if settings.context_window != window_before and (share := schema_share(
+            count_tools(toolset.specs(state.loaded_tools), settings.model), settings.context_window)):
+        notices.append(("tool schemas", share))
+    return Runner(session, state, profile, model, toolset, config, protected=configured_from(settings, profile),
+                  summarizer_model=summarizer_factory(profile, settings, state.summaries), notices=notices,
+                  delegates=_delegates(settings, profile) if "delegate" in toolset.tools else None,
+                  learner=_learner(session, profile, settings) if config.lessons else None)
+
+
+def _record_settings(session: Session, state: SessionState, settings: Settings,
+                     listed: Mapping[str, list[dict[str, Any]]]) -> None:
+    """Append and apply the header of a new session, or a ``settings`` record of what changed,
+    then the tool lists of MCP servers ``listed`` for the first time."""
+    items: list[Any] = []
+    if state.settings is None:
+        items.append(records.SessionHeader(name=session.name, **settings.model_dump()))
     elif changes := state.settings.differences(settings):
-        change = records.SettingsRecord(**changes)
-        session.transcript.append([change])
-        state.apply(change)
-    listed = [records.ToolsRecord(server=server, tools=tools) for server, tools in mcp.listed.items()]
-    if listed:
-        session.transcript.append(listed)
-        for record in listed:
-            state.apply(record)
-    summarizer = summarizer_factory(profile, settings, state.summaries)
-    runner = Runner(session, state, profile, model, toolset, summarizer_model=summarizer, limits=limits,
-                    started=started, grants=grants, protected=configured_from(settings, profile))
-    runner.notices = [("mcp", warning) for warning in mcp.warnings]
-    runner.notices += [("context window", note) for note in window_notes]
-    if settings.context_window != window_before and (share := schema_share(runner.tool_tokens,
-                                                                             settings.context_window)):
-        runner.notices.append(("tool schemas", share))
-    if "delegate" in toolset.tools:
-        from ctxagent.agent.delegate import Delegator  # only where sub-agents are allowed
+        items.append(records.SettingsRecord(**changes))
+    items += [records.ToolsRecord(server=server, tools=tools) for server, tools in listed.items()]
+    if items:
+        session.transcript.append(items)
+        for item in items:
+            state.apply(item)
 
-        runner.delegator = Delegator(runner, _child_opener(settings, profile), profile.delegate)
-    if lessons and profile.lessons.enabled and "/" not in session.name:  # sub-agents neither see nor teach
-        from ctxagent.lessons.hooks import Learner
 
-        runner.learner = Learner(session.name, profile.lessons, Path(settings.workdir), settings.model,
-                                 sessions_store=session.store_url)
-    return runner
+def _delegates(settings: Settings, profile: Profile) -> Callable[[Runner], Delegates]:
+    """Makes the runner of a session's ``delegate`` calls (agent/delegate.py, imported only where
+    sub-agents are allowed)."""
+    from ctxagent.agent.delegate import Delegator
+
+    return partial(Delegator, opener=_child_opener(settings, profile), config=profile.delegate)
+
+
+def _learner(session: Session, profile: Profile, settings: Settings) -> Learner | None:
+    """The session's lessons (lessons/hooks.py) when its profile has them on; sub-agents neither
+    see nor teach (None)."""
+    if not profile.lessons.enabled or "/" in session.name:
+        return None
+    from ctxagent.lessons.hooks import Learner
+
+    assert settings.workdir is not None
+    return Learner(session.name, profile.lessons, Path(settings.workdir), settings.model,
+                   sessions_store=session.store_url)
 
 
 def configured_from(settings: Settings, profile: Profile) -> list[Path]:
@@ -329,20 +307,22 @@ def _child_opener(parent: Settings, profile: Profile) -> Opener:
     parent's model (or ``delegate.model``), server, path, working directory and user tools; the
     profile the call names, else ``delegate.profile``, else the parent's; the budget carved for it
     recorded as its session limits (so its resume keeps them); the ``grants`` the delegator passes
-    (the parent's, agent/delegate.py)."""
-    def open_child(session: Session, profile_spec: str | None, limits: dict[str, float], grants: Grants) -> Runner:
-        return open_runner(session, profile_spec=profile_spec or parent.profile,
-                           model_spec=profile.delegate.model or parent.model, api_base=parent.api_base,
-                           path=parent.path,
-                           workdir=Path(parent.workdir) if parent.workdir else None, tools=parent.tools,
-                           session_limits=limits, mcp_config=parent.mcp_config, grants=grants)
+    (the parent's, agent/delegate.py) and the parent's ``stop`` event."""
+    def open_child(session: Session, profile_spec: str | None, limits: dict[str, float], grants: Grants,
+                   stop: Stop) -> Runner:
+        return open_runner(session, RunConfig(
+            profile_spec=profile_spec or parent.profile, model_spec=profile.delegate.model or parent.model,
+            api_base=parent.api_base, path=parent.path, workdir=Path(parent.workdir) if parent.workdir else None,
+            tools=parent.tools, session_limits=limits, mcp_config=parent.mcp_config, grants=grants, stop=stop))
     return open_child
 
 
-def toolset_for(session: Session, profile: Profile, settings: Settings, mcp: Sequence[Tool] = ()) -> Toolset:
+def toolset_for(session: Session, profile: Profile, settings: Settings, mcp: McpTools | None = None, *,
+                stop: Stop | None = None) -> Toolset:
     """The session's tools: the profile's, the user's (``settings.tools``), the context tools
     its pipelines need (``checkpoint``) and the ``mcp`` tools (deferred behind ``find_tools`` when
-    their schemas exceed ``mcp.schema_budget`` of the window), working in ``settings.workdir``. ``delegate`` is left out
+    their schemas exceed ``mcp.schema_budget`` of the window), working in ``settings.workdir``, stopped
+    by ``stop`` (a sub-agent's: its parent's; None: a new one). ``delegate`` is left out
     of a sub-agent at ``delegate.max_depth`` (it could only be refused); where it is offered, its
     ``delegate.profile`` and a scripted ``delegate.model`` are checked now, not at the first call."""
     names = list(profile.tools)
@@ -352,15 +332,18 @@ def toolset_for(session: Session, profile: Profile, settings: Settings, mcp: Seq
         _check_delegate(profile)
     steps = {step.strategy for path in profile.pipelines.values() for step in path}
     extra = [*load_tools(list(settings.tools)), *context_tools(sorted(steps))]
+    tools = mcp.tools if mcp is not None else []
     policy = offload_policy(profile, settings.model, window=settings.context_window)
     workdir = Path(settings.workdir) if settings.workdir else Path.cwd()
     recall = profile.recall
     ctx = ToolContext(session.store, workdir, transcript=session.transcript.path,
                       recall_model=recall.embedding_model, recall_api_base=recall.api_base,
-                      recall_top_k=recall.top_k, pass_env=tuple(profile.tool_environment.pass_through))
+                      recall_top_k=recall.top_k, pass_env=tuple(profile.tool_environment.pass_through),
+                      stop=stop or Stop())
     budget = profile.mcp.schema_budget * settings.context_window
-    deferred = [t.name for t in mcp] if mcp and count_tools([t.spec() for t in mcp], settings.model) > budget else []
-    return make_toolset(names, ctx, policy, [*extra, *mcp], deferred)
+    deferred = [t.name for t in tools] if tools and count_tools([t.spec() for t in tools], settings.model) > budget \
+        else []
+    return make_toolset(names, ctx, policy, [*extra, *tools], deferred, mcp.servers if mcp is not None else ())
 
 
 def mcp_for(session: Session, profile: Profile, settings: Settings, recorded: Mapping[str, list[dict[str, Any]]],

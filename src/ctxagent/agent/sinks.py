@@ -1,7 +1,8 @@
-"""Where the runner's records go before the session state applies them.
+"""Where the runner's records go before the session state applies them, and what makes them.
 
 :class:`TranscriptSink` is the live one (the session's JSONL transcript, fsynced per write);
-:class:`MemorySink` keeps them in memory for a read-only peek (``inspect context``).
+:class:`MemorySink` keeps them in memory for a read-only peek (``inspect context``);
+:class:`Recorder` makes the records, writes them to a sink and applies them to the state.
 """
 
 from __future__ import annotations
@@ -10,8 +11,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ctxagent.agent.events import Warned
+from ctxagent.agent.state import SessionState
+from ctxagent.messages import Message
+from ctxagent.sessions import records, redact
+from ctxagent.sessions.redact import RedactingStore
 from ctxagent.sessions.session import Session
 from ctxagent.sessions.transcript import Transcript
+from ctxagent.strategies.base import Entry
+from ctxagent.tokens import count_message
+from ctxagent.tools.offload import store_text
 
 
 class Sink(Protocol):
@@ -36,8 +45,6 @@ class TranscriptSink:
     _redactor: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        from ctxagent.sessions import redact
-
         self._transcript, self._redactor = self.session.transcript, redact.default()
 
     def write(self, items: Sequence[Any]) -> None:
@@ -53,3 +60,54 @@ class MemorySink:
 
     def write(self, items: Sequence[Any]) -> None:
         self.items.extend(items)
+
+
+class Recorder:
+    """Makes a runner's records and appends them: each is written by the ``sink``, then applied to
+    the ``state`` by the same :meth:`SessionState.apply` that folded the transcript on open (ONE
+    STATE). ``redact_always``: the profile's ``redact: always`` (a message is redacted before the
+    model sees it too; docs/security.md, "Secrets"). ``store``: where originals are materialized."""
+
+    def __init__(self, state: SessionState, sink: Sink, store: RedactingStore, *, redact_always: bool = False):
+        self.state, self.sink, self.store, self.redact_always = state, sink, store, redact_always
+
+    @property
+    def model_name(self) -> str:
+        """The model in force (its tokenizer counts the messages)."""
+        assert self.state.settings is not None, "a session state without header"
+        return self.state.settings.model
+
+    def message(self, message: Message, turn: int, **extra: Any) -> records.MessageRecord:
+        """The record of ``message`` (OpenAI format) as the next message of the session, in ``turn``,
+        its tokens counted; ``extra``: more fields (``handle``, ``offloaded``, ``file``, ``written``)."""
+        if self.redact_always:
+            message = redact.default().value(message)
+        return records.MessageRecord(seq=self.state.next_seq, turn=turn, message=message,
+                                     tokens=count_message(message, self.model_name), **extra)
+
+    def append(self, *items: Any) -> None:
+        """Write ``items`` (records), then apply each to the state. Message records are appended
+        one by one so that each gets the next seq number."""
+        self.sink.write(items)
+        for item in items:
+            self.state.apply(item)
+
+    def warn(self, source: str, text: str) -> Warned:
+        """Record a note (transcript) and return the event that shows it (stderr)."""
+        self.append(records.NoteRecord(turn=self.state.replies, source=source, text=text))
+        return Warned(source, text)
+
+    def materialize(self, entries: Sequence[Entry]) -> None:
+        """Write to the output store the originals that the view now points at by handle (a peek
+        records them without writing)."""
+        for entry in entries:
+            handle = entry.handle
+            if handle is None or handle in self.state.stored:
+                continue
+            call_id = str(entry.message.get("tool_call_id") or "")
+            if self.sink.writes_files:
+                record = store_text(self.store, handle, call_id, str(entry.message.get("content") or ""))
+            else:
+                record = records.OutputRecord(handle=handle, call_id=call_id, tool="", path="", bytes=0, lines=0,
+                                              tokens=entry.tokens, sha256="")
+            self.append(record)

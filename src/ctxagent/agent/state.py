@@ -13,8 +13,8 @@ token calibration, the session's usage totals, and the base view (:class:`~ctxag
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Any
 
 from ctxagent.agent import activity
 from ctxagent.agent.context import ContextState, compaction_of
@@ -23,6 +23,7 @@ from ctxagent.handles import base_handle, new_handle
 from ctxagent.messages import Message, ToolCall, call_ids, loads_json
 from ctxagent.sessions import records
 from ctxagent.sessions.outcome import Usage, is_answer
+from ctxagent.sessions.records import Settings
 from ctxagent.sessions.transcript import Transcript
 from ctxagent.tokens import calibration, reported_prompt
 
@@ -35,56 +36,6 @@ RECENT_COMPACTIONS = 10
 VIEW_STEPS = frozenset({"mask_observations", "prune", "dedupe", "role_selective", "settle"})
 """Steps that edit single results as they age, typically on every request (``trigger: 0``): their
 compactions are the plan, not thrashing, so the thrash guard does not count them."""
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What a run was started with (the header), as changed since by ``settings`` records.
-
-    ``context_window`` is in tokens, resolved from the profile and model in force; ``workdir`` is
-    an absolute path (None in sessions older than this field); ``tools`` are ``--tools`` specs.
-    """
-
-    model: str
-    profile: str
-    context_window: int
-    path: Literal["batch", "interactive"] = "batch"
-    api_base: str | None = None
-    workdir: str | None = None
-    tools: tuple[str, ...] = ()
-    profile_text: str | None = None
-    limits: tuple[tuple[str, float | None], ...] = ()  # session limits from the command line (None: removed)
-    mcp_config: str | None = None  # --mcp-config FILE (absolute)
-    mcp_config_sha256: str | None = None  # of that file's bytes when it was recorded
-    max_output_tokens: int | None = None  # --max-output-tokens: the reply reserve, tokens (None: the profile's)
-
-    @classmethod
-    def of_header(cls, header: records.SessionHeader) -> Settings:
-        extra = header.model_extra or {}
-        text = header.profile_text if header.profile_text is not None else extra.get("profile_text")
-        tools = header.tools or list(extra.get("tools") or [])
-        return cls(header.model, header.profile, header.context_window, header.path, header.api_base,
-                   header.workdir, tuple(tools), text if isinstance(text, str) else None,
-                   tuple(sorted((header.limits or {}).items())), header.mcp_config, header.mcp_config_sha256,
-                   header.max_output_tokens)
-
-    def changed(self, record: records.SettingsRecord) -> Settings:
-        """These settings with ``record``'s fields (those not None) in force."""
-        updates = {f.name: getattr(record, f.name) for f in fields(self) if getattr(record, f.name, None) is not None}
-        if "tools" in updates:
-            updates["tools"] = tuple(updates["tools"])
-        if "limits" in updates:
-            updates["limits"] = tuple(sorted(updates["limits"].items()))
-        return replace(self, **updates)
-
-    def differences(self, wanted: Settings) -> dict[str, Any]:
-        """The fields of ``wanted`` that differ from these (for a ``settings`` record)."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            new = getattr(wanted, f.name)
-            if new != getattr(self, f.name):
-                out[f.name] = dict(new) if f.name == "limits" else list(new) if isinstance(new, tuple) else new
-        return out
 
 
 @dataclass
@@ -155,7 +106,7 @@ class SessionState:
         elif isinstance(record, records.NoteRecord) and record.source == REPAIR_SOURCE and record.text in self.repairs:
             self.repairs.remove(record.text)
         elif isinstance(record, records.SessionHeader):
-            self.name, self.settings = record.name, Settings.of_header(record)
+            self.name, self.settings = record.name, Settings.of(record)
             self.context.model = record.model
         elif isinstance(record, records.LessonsRecord):
             self.lessons = record  # chosen once at the start; shown in every request's pins message
@@ -171,25 +122,14 @@ class SessionState:
             self.settings = self.settings.changed(record)
             self.context.model = self.settings.model
 
-    @property
-    def signatures(self) -> list[str]:
-        """Signatures (:func:`ctxagent.agent.activity.signature`) of the latest tool calls, oldest
-        first, at most ``activity.SIGNATURES_KEPT`` (the loop guard). Computed when asked: a fold
-        over thousands of replies does not canonicalize every call's arguments."""
-        return [activity.signature(call) for _, call in self._recent[-activity.SIGNATURES_KEPT:]]
-
-    @property
-    def signature_replies(self) -> list[int]:
-        """The reply (its number) each of :attr:`signatures` came in: the loop guard counts a
-        reply's identical parallel calls once."""
-        return [reply for reply, _ in self._recent[-activity.SIGNATURES_KEPT:]]
-
-    @property
-    def signature_results(self) -> list[str | None]:
-        """The result digest (:func:`ctxagent.agent.activity.result_digest`) of each call of
-        :attr:`signatures`, None while it has no result: the loop guard counts only repeats whose
-        results did not change."""
-        return [self._digests.get(call.id) for _, call in self._recent[-activity.SIGNATURES_KEPT:]]
+    def streak(self, back: int) -> int:
+        """The loop guard's count (:func:`ctxagent.agent.activity.streak`) of identical calls with
+        unchanged results ending at the call ``back`` places before the newest (0: the newest), over
+        the last ``activity.SIGNATURES_KEPT`` calls; a reply's identical parallel calls count once.
+        Computed when asked: a fold over thousands of replies does not canonicalize every call."""
+        recent = self._recent[-activity.SIGNATURES_KEPT:]
+        return activity.streak([activity.signature(call) for _, call in recent], len(recent) - 1 - back,
+                               [reply for reply, _ in recent], [self._digests.get(call.id) for _, call in recent])
 
     @property
     def lesson_pins(self) -> list[str]:

@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from ctxagent.agent.model_types import Reply, ToolCall
-from ctxagent.tools.toolset import arguments_fit
+from ctxagent.tools.arguments import arguments_fit
 
 Mode = Literal["auto", "always", "off"]
 MODES: tuple[Mode, ...] = ("auto", "always", "off")

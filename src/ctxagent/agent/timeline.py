@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ctxagent.agent.setup import session_profile
-from ctxagent.agent.state import Settings
 from ctxagent.errors import ProfileError
 from ctxagent.sessions import records
+from ctxagent.sessions.records import Settings
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def timeline(name: str, items: Iterable[Any]) -> Timeline:
     reserved = 0
     for record in items:
         if isinstance(record, records.SessionHeader | records.SettingsRecord):
-            settings = Settings.of_header(record) if isinstance(record, records.SessionHeader) else \
+            settings = Settings.of(record) if isinstance(record, records.SessionHeader) else \
                 settings.changed(record) if settings is not None else None
             if settings is not None:
                 out.model, reserved = settings.model, _reserve(settings, reserved)

@@ -1,8 +1,7 @@
 """Running the tool calls of a reply: permissions, repeat notes, the loop guard, sub-agents.
 
 :class:`ToolCalls` is the part of :class:`~ctxagent.agent.runner.Runner` that turns a reply's tool
-calls into tool result records, appended in call order (PAIR, DESIGN.md). It is a mixin: the runner
-provides the attributes declared below.
+calls into tool result records, appended in call order (PAIR, DESIGN.md); the runner holds one.
 """
 
 from __future__ import annotations
@@ -12,18 +11,18 @@ from dataclasses import replace
 from typing import Any, Protocol
 
 from ctxagent.agent import activity
-from ctxagent.agent.events import Event, ToolDone, ToolStarted, Warned
+from ctxagent.agent.events import Event, ToolDone, ToolStarted
 from ctxagent.agent.model import Reply
 from ctxagent.agent.replies import cut_call_error
+from ctxagent.agent.sinks import Recorder
 from ctxagent.agent.state import SessionState
 from ctxagent.errors import LimitReached
-from ctxagent.messages import Message, ToolCall
+from ctxagent.messages import ToolCall
 from ctxagent.profile import Profile
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_tools
-from ctxagent.tools.base import ERROR_PREFIX
-from ctxagent.tools.builtin import Stop
+from ctxagent.tools.base import ERROR_PREFIX, Stop
 from ctxagent.tools.guard import GuardedToolset, Verdict
 from ctxagent.tools.toolset import ToolOutcome
 
@@ -41,32 +40,17 @@ class Delegates(Protocol):
 
 
 class ToolCalls:
-    """Tool execution for the runner (see the module docstring)."""
+    """Tool execution for a runner (see the module docstring): the calls of ``session`` run by
+    ``toolset`` (behind the permission gate) under ``profile``'s repeat notes and loop guard, their
+    records made and appended by ``out`` (the runner's :class:`~ctxagent.agent.sinks.Recorder`);
+    ``stop``: the run's stop event; ``delegator``: runs ``delegate`` calls (None: not offered)."""
 
-    session: Session
-    state: SessionState
-    profile: Profile
-    toolset: GuardedToolset
-    delegator: Delegates | None
-    stop: Stop
-
-    _tool_tokens: dict[tuple[str, ...], int]
-
-    @property
-    def model_name(self) -> str:
-        raise NotImplementedError
-
-    def _message(self, message: Message, turn: int, **extra: Any) -> records.MessageRecord:
-        raise NotImplementedError
-
-    def _append(self, *items: Any) -> None:
-        raise NotImplementedError
-
-    def _warn(self, source: str, text: str) -> Warned:
-        raise NotImplementedError
-
-    def _materialize(self, entries: list[Any]) -> None:
-        raise NotImplementedError
+    def __init__(self, session: Session, profile: Profile, toolset: GuardedToolset, out: Recorder, stop: Stop,
+                 delegator: Delegates | None = None):
+        self.session, self.profile, self.toolset, self.out = session, profile, toolset, out
+        self.state: SessionState = out.state
+        self.stop, self.delegator = stop, delegator
+        self._tool_tokens: dict[tuple[str, ...], int] = {}  # by the deferred tools loaded (find_tools)
 
     @property
     def tool_specs(self) -> list[dict[str, Any]]:
@@ -78,10 +62,10 @@ class ToolCalls:
         """Tokens of :attr:`tool_specs` (counted once per set of loaded tools)."""
         key = tuple(self.state.loaded_tools)
         if key not in self._tool_tokens:
-            self._tool_tokens[key] = count_tools(self.tool_specs, self.model_name)
+            self._tool_tokens[key] = count_tools(self.tool_specs, self.out.model_name)
         return self._tool_tokens[key]
 
-    def _run_tools(self, reply: Reply) -> Iterator[Event]:
+    def run(self, reply: Reply) -> Iterator[Event]:
         """Run the calls of ``reply`` and append their results in call order (PAIR); delegate calls
         the permission gate allows start together first (agent/delegate.py) and are collected in
         their turn. Each call is checked by the gate (tools/guard.py) before it is announced, and
@@ -96,9 +80,7 @@ class ToolCalls:
             if self.delegator is not None else {}
         for index, call in enumerate(calls):
             handle = handles[index]
-            signatures = self.state.signatures
-            repeats = activity.streak(signatures, len(signatures) - len(calls) + index, self.state.signature_replies,
-                                      self.state.signature_results)
+            repeats = self.state.streak(len(calls) - 1 - index)
             if 0 < self.profile.loop_guard < repeats:
                 yield from self._stop_loop(calls[index:], repeats, handles[index:])
             verdict = verdicts.get(call.id) or self._check(call)
@@ -112,13 +94,13 @@ class ToolCalls:
                                  else self.toolset.call(call, handle, verdict=verdict, turn=self.state.replies))
             if repeats == self.profile.loop_guard > 0:
                 outcome = replace(outcome, content=outcome.content + activity.loop_warning(repeats))
-                yield self._warn("loop guard", f"{call.name}: {repeats} identical calls in a row")
+                yield self.out.warn("loop guard", f"{call.name}: {repeats} identical calls in a row")
             touch = None if outcome.is_error or repeat else activity.touch_of(call, self.toolset.ctx.workdir)
-            message = self._message({"role": "tool", "tool_call_id": call.id, "content": outcome.content},
+            message = self.out.message({"role": "tool", "tool_call_id": call.id, "content": outcome.content},
                                     self.state.replies, handle=handle, offloaded=outcome.output is not None,
                                     file=touch)
             loaded = [records.ToolsRecord(loaded=list(outcome.loaded))] if outcome.loaded else []
-            self._append(*outcome.decisions, *([outcome.output] if outcome.output is not None else []), message,
+            self.out.append(*outcome.decisions, *([outcome.output] if outcome.output is not None else []), message,
                          *loaded)
             yield ToolDone(call, outcome.content, outcome.is_error, handle if outcome.output else None,
                            denied=verdict.refusal is not None)
@@ -135,7 +117,7 @@ class ToolCalls:
         if repeat is None:
             return None
         note, handle = repeat
-        self._materialize([verbatim[handle]] if handle in verbatim else [])
+        self.out.materialize([verbatim[handle]] if handle in verbatim else [])
         return ToolOutcome(note, False)
 
     def _stop_loop(self, calls: Sequence[Any], repeats: int, handles: Sequence[str]) -> Iterator[Event]:
@@ -143,13 +125,13 @@ class ToolCalls:
         stop the run: ``LimitReached`` (exit 3, resumable)."""
         text = activity.loop_stop(repeats, self.session.name)
         for call, handle in zip(calls, handles, strict=True):
-            self._append(self._message({"role": "tool", "tool_call_id": call.id, "content": ERROR_PREFIX + text},
+            self.out.append(self.out.message({"role": "tool", "tool_call_id": call.id, "content": ERROR_PREFIX + text},
                                        self.state.replies, handle=handle))
             yield ToolDone(call, text, True, None)
         raise LimitReached(f"loop guard: {calls[0].name} was called {repeats} times in a row with the same "
                            f"arguments; 'ctxagent resume --session {self.session.name}' continues", bound="loop_guard")
 
-    def _finish_open_calls(self) -> Iterator[Event]:
+    def finish_open_calls(self) -> Iterator[Event]:
         """Results, in call order, for the calls a killed run left open when one of them was a
         delegate call (the runner defers those): its sub-agent is resumed, the others get the
         interrupted note."""
@@ -158,15 +140,21 @@ class ToolCalls:
             handle = self.state.new_handle(call_id)
             outcome = self.delegator.resume(call, handle) if self.delegator is not None and call.name == "delegate" \
                 else ToolOutcome(INTERRUPTED, False)
-            message = self._message({"role": "tool", "tool_call_id": call_id, "content": outcome.content},
+            message = self.out.message({"role": "tool", "tool_call_id": call_id, "content": outcome.content},
                                     self.state.replies, handle=handle, offloaded=outcome.output is not None)
-            self._append(*([outcome.output] if outcome.output is not None else []), message)
+            self.out.append(*([outcome.output] if outcome.output is not None else []), message)
             yield ToolDone(call, outcome.content, outcome.is_error, handle if outcome.output else None)
+
+    def close_open_calls(self, content: str) -> None:
+        """Give every call still waiting for its result ``content`` as its result (PAIR)."""
+        for call_id in list(self.state.open_calls):
+            self.out.append(self.out.message({"role": "tool", "tool_call_id": call_id, "content": content},
+                                             self.state.replies, handle=self.state.new_handle(call_id)))
 
     def _check(self, call: ToolCall) -> Verdict:
         """The permission gate's verdict on ``call`` (it may ask the user); the records of the
         user's answers are written to the transcript at once."""
         verdict = self.toolset.check(call, turn=self.state.replies)
         if verdict.decisions:
-            self._append(*verdict.decisions)
+            self.out.append(*verdict.decisions)
         return verdict

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
+from ctxagent.agent.config import RunConfig
 from ctxagent.agent.events import Finished
 from ctxagent.agent.setup import open_runner
 from ctxagent.cli import config, process, tracing
@@ -93,16 +94,15 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
     try:
         opts = _with_defaults(opts, existed)
         with session.writer():
-            runner = open_runner(session, profile_spec=opts.profile, model_spec=opts.model, api_base=opts.api_base,
-                                 path="batch" if batch else "interactive",
-                                 workdir=opts.workdir.resolve() if opts.workdir else None, tools=opts.tool_specs(),
-                                 run_limits=opts.run_limits(), session_limits=opts.session_limits(),
-                                 context_window=opts.context_window, timeout_s=opts.timeout, started=process.STARTED,
-                                 mcp_config=str(opts.mcp_config.resolve()) if opts.mcp_config else None,
-                                 max_output_tokens=opts.max_output_tokens,
-                                 lessons=not opts.no_lessons,  # --allow, --allow-all, the prompt (never amid JSON):
-                                 grants=grants(opts.allow, opts.allow_all,
-                                               interactive=not batch and opts.format() == "text"))
+            runner = open_runner(session, RunConfig(
+                profile_spec=opts.profile, model_spec=opts.model, api_base=opts.api_base,
+                path="batch" if batch else "interactive", workdir=opts.workdir.resolve() if opts.workdir else None,
+                tools=opts.tool_specs(), run_limits=opts.run_limits(), session_limits=opts.session_limits(),
+                context_window=opts.context_window, timeout_s=opts.timeout, started=process.STARTED,
+                mcp_config=str(opts.mcp_config.resolve()) if opts.mcp_config else None,
+                max_output_tokens=opts.max_output_tokens,
+                lessons=not opts.no_lessons,  # --allow, --allow-all, the prompt (never amid JSON):
+                grants=grants(opts.allow, opts.allow_all, interactive=not batch and opts.format() == "text")))
             warn_allow_all(opts.allow_all)
             if stdin is not None and message is not None:
                 message = f"{message}\n\n{runner.attach(stdin, 'stdin')}"

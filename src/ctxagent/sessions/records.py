@@ -2,12 +2,10 @@
 
 One record is one physical line of ``transcript.jsonl``. Kinds:
 
-- ``session``: the header, first line; schema version, name, creation time, and the settings the
-  session was started with: model, api_base, profile (name or absolute path, plus a copy of a
-  profile file's text), resolved context window (tokens), working directory, user tools, path
-  (``batch`` or ``interactive``).
+- ``session``: the header, first line; schema version, name, creation time, and the
+  :class:`Settings` the session was started with.
 - ``settings``: a change of those settings (a resume with ``--model``, ``--profile``, ...): only the
-  fields that changed are set. Header plus settings records fold into the settings in force.
+  fields that changed. Header plus settings records fold into the settings in force.
 - ``message``: one OpenAI-format message with its sequence number ``seq`` (0-based, in transcript
   order), the agent ``turn`` it belongs to (one model call = one turn), its token count
   ``tokens`` so that resume never re-tokenizes, and for a tool result its ``handle``
@@ -36,7 +34,7 @@ import json
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -96,40 +94,92 @@ class _Record(BaseModel):
     ts: float = Field(default_factory=now)
 
 
-class SessionHeader(_Record):
-    kind: Literal["session"] = "session"
-    schema_version: int = SCHEMA_VERSION
-    name: str
+class Settings(BaseModel):
+    """The settings a session runs with: one definition, held by the header (:class:`SessionHeader`)
+    and changed by ``settings`` records (:class:`SettingsRecord`); their fold is the settings in force.
+
+    ``model``: a litellm model name or ``scripted:PATH`` (absolute); ``profile``: a bundled name or an
+    absolute path, ``profile_text`` a profile file's YAML (resume survives its deletion);
+    ``context_window`` and ``max_output_tokens`` (the reply reserve; None: the profile's) in tokens;
+    ``workdir`` absolute (None in sessions older than it); ``tools``: ``--tools`` specs, absolute;
+    ``limits``: session limits the command line set (``--session-limit``; None removes the profile's);
+    ``mcp_config``: ``--mcp-config FILE``, absolute (re-read, its values never recorded), with the
+    sha256 of its bytes when recorded (a resume refuses a changed one).
+    """
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
     model: str
     profile: str
     context_window: int
     path: Literal["batch", "interactive"] = "batch"
     api_base: str | None = None
-    workdir: str | None = None  # absolute; None in sessions written before it was recorded
-    tools: list[str] = Field(default_factory=list)  # --tools specs, absolute
-    profile_text: str | None = None  # a profile file's YAML, kept so resume survives its deletion
-    limits: dict[str, int | float | None] | None = None  # session limits the command line set (--session-limit)
-    mcp_config: str | None = None  # --mcp-config FILE, absolute (the file is re-read; its values never recorded)
-    mcp_config_sha256: str | None = None  # of that file's bytes when recorded (a resume refuses a changed one)
-    max_output_tokens: int | None = None  # --max-output-tokens: the reply reserve, tokens (None: the profile's)
-
-
-class SettingsRecord(_Record):
-    """A change of the session's settings; a field left None did not change."""
-
-    kind: Literal["settings"] = "settings"
-    model: str | None = None
-    api_base: str | None = None
-    profile: str | None = None
-    profile_text: str | None = None
-    context_window: int | None = None
     workdir: str | None = None
-    tools: list[str] | None = None
-    path: Literal["batch", "interactive"] | None = None
-    limits: dict[str, int | float | None] | None = None  # the session limits the command line set (None: removed)
+    tools: tuple[str, ...] = ()
+    profile_text: str | None = None
+    limits: dict[str, int | float | None] = Field(default_factory=dict)
     mcp_config: str | None = None
     mcp_config_sha256: str | None = None
     max_output_tokens: int | None = None
+
+    @field_validator("limits", mode="before")
+    @classmethod
+    def _no_limits(cls, value: Any) -> Any:
+        return {} if value is None else value  # headers before 2026-12 wrote null for none
+
+    @classmethod
+    def of(cls, header: Settings) -> Settings:
+        """The settings of ``header`` (a :class:`SessionHeader`), without its other fields."""
+        return cls.model_construct(**{name: getattr(header, name) for name in cls.model_fields})
+
+    def changed(self, record: SettingsRecord) -> Settings:
+        """These settings with ``record``'s changes in force."""
+        return self.model_copy(update=record.changes)
+
+    def differences(self, wanted: Settings) -> dict[str, Any]:
+        """The fields of ``wanted`` that differ from these (the changes of a ``settings`` record)."""
+        return {name: getattr(wanted, name) for name in Settings.model_fields
+                if getattr(wanted, name) != getattr(self, name)}
+
+
+class SessionHeader(Settings, _Record):
+    """The first line of a transcript: the settings a session was started with, its name and schema."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
+    kind: Literal["session"] = "session"
+    schema_version: int = SCHEMA_VERSION
+    name: str
+
+
+def _valid(key: str, value: Any) -> Any:
+    """``value`` validated as setting ``key`` (any value of a key that is no setting); ``ValueError``
+    naming the setting when it is not one (a resume writes one settings record: no validator is kept)."""
+    if key not in Settings.model_fields:
+        return value
+    try:
+        return TypeAdapter(Settings.model_fields[key].annotation or Any).validate_python(value)
+    except ValueError as err:
+        raise ValueError(f"setting {key}: {str(err).splitlines()[-1].strip()}") from None
+
+
+class SettingsRecord(_Record):
+    """A change of the session's settings: the fields of :class:`Settings` that changed, each as the
+    field is (``{"kind": "settings", "model": "openai/gpt-4o"}``). A field absent or null did not
+    change (records written before 2026-12 list every field, null when unchanged); a key that is no
+    setting (a newer version's) is kept and ignored. Raises ``ValidationError`` for a bad value."""
+
+    kind: Literal["settings"] = "settings"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _changes_only(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return {key: _valid(key, value) for key, value in data.items() if value is not None}
+
+    @property
+    def changes(self) -> dict[str, Any]:
+        """The settings this record changes, by field name."""
+        return {key: value for key, value in (self.model_extra or {}).items() if key in Settings.model_fields}
 
 
 class FileTouch(BaseModel):

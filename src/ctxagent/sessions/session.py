@@ -335,8 +335,8 @@ def summarize(records_: list[Any]) -> dict[str, Any]:
 
     head = next((r for r in records_ if isinstance(r, records.SessionHeader)), None)
     changes = [r for r in records_ if isinstance(r, records.SettingsRecord)]  # resumes that changed them
-    model = next((c.model for c in reversed(changes) if c.model), head.model if head else None)
-    profile = next((c.profile for c in reversed(changes) if c.profile), head.profile if head else None)
+    model = next((c.changes["model"] for c in reversed(changes) if "model" in c.changes), head and head.model)
+    profile = next((c.changes["profile"] for c in reversed(changes) if "profile" in c.changes), head and head.profile)
     messages = [r for r in records_ if isinstance(r, records.MessageRecord)]
     usage = [r for r in records_ if isinstance(r, records.UsageRecord)]
     status = status_of(records_)
@@ -420,7 +420,8 @@ def _count(fh: BinaryIO, found: Totals) -> None:
             if record.cost_usd is not None:
                 found.cost_usd = round((found.cost_usd or 0.0) + record.cost_usd, 6)
         elif isinstance(record, records.SettingsRecord):
-            found.model, found.profile = record.model or found.model, record.profile or found.profile
+            found.model = record.changes.get("model", found.model)
+            found.profile = record.changes.get("profile", found.profile)
 
 
 def _save(cache: Path, found: Totals) -> None:

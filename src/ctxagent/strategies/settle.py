@@ -53,34 +53,33 @@ class SettleStep(StrategyConfig):
         if not results:
             return Outcome(view)
         fixed = [view[i] for i in sorted(protected(view) | {owner}) if i not in results]
-        rooms = {"preview": ctx.budget.window * ctx.budget.trigger, "stub": ctx.budget.window}
         out = list(view)
 
         def fits(room: float) -> bool:
             return ctx.budget.total([*fixed, *(out[i] for i in results)]) <= room
 
-        if fits(rooms["preview"]):
-            return Outcome(view)
-        calls = calls_of_results(view)
         stored: list[int] = []
-        for cut, room in rooms.items():
+        for cut, room in (("preview", ctx.budget.window * ctx.budget.trigger), ("stub", ctx.budget.window)):
             for index in sorted(results, key=lambda i: (-out[i].tokens, i)):
                 if fits(room):
                     break
-                entry = out[index]
-                if cut == "preview" and (entry.offloaded or entry.kind != "message"):
-                    continue  # already a preview
-                text = (preview(view[index], self.preview_tokens, ctx.pins, ctx.model) if cut == "preview"
-                        else stub(view[index], calls.get(index), ctx.pins))
-                new = replaced(entry, {**entry.message, "content": text}, ctx, self.strategy)
-                if new.tokens >= entry.tokens:
-                    continue
-                out[index] = new
-                if not view[index].offloaded and view[index].kind == "message" and index not in stored:
-                    stored.append(index)  # the original goes to the output store: its handle resolves
+                if (new := self._cut(cut, view, index, out[index], ctx)) is not None:
+                    out[index] = new
+                    if not view[index].offloaded and view[index].kind == "message" and index not in stored:
+                        stored.append(index)  # the original goes to the output store: its handle resolves
         if all(a is b for a, b in zip(out, view, strict=True)):
-            return Outcome(view)  # IDENTITY: cut as far as they go already (previews over the trigger)
+            return Outcome(view)  # IDENTITY (also for previews that fit the window, over the trigger)
         return Outcome(out, offloads=[view[i] for i in stored])
+
+    def _cut(self, cut: str, view: list[Entry], index: int, entry: Entry, ctx: StrategyContext) -> Entry | None:
+        """``entry`` (the result at ``index``, as cut so far) made a ``preview`` or a ``stub``; None
+        when that would not shrink it (a preview of a preview)."""
+        if cut == "preview" and (entry.offloaded or entry.kind != "message"):
+            return None  # already a preview
+        text = (preview(view[index], self.preview_tokens, ctx.pins, ctx.model) if cut == "preview"
+                else stub(view[index], calls_of_results(view).get(index), ctx.pins))
+        new = replaced(entry, {**entry.message, "content": text}, ctx, self.strategy)
+        return new if new.tokens < entry.tokens else None
 
 
 def newest_results(view: Sequence[Entry], free_from: int) -> tuple[int, list[int]]:

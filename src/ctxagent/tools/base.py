@@ -23,6 +23,8 @@ the toolset turns it into an error tool result; a tool never crashes the run.
 
 from __future__ import annotations
 
+import subprocess
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +41,17 @@ ERROR_PREFIX = "ERROR: "  # starts every error tool result (the model reads it; 
 
 class ToolError(Exception):
     """A failure to report to the model as an error tool result (message shown as is)."""
+
+
+class Stop(threading.Event):
+    """A run's stop event (``ToolContext.stop``), shared with its sub-agents and their tools, and the
+    shell commands they run now (``running``: a sub-agent's tools run in its parent's process, in
+    their own threads), which :func:`kill_running` kills. Another run's commands are not its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.running: set[subprocess.Popen[bytes]] = set()
+        self.starting = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -62,7 +75,7 @@ class ToolContext:
     recall_model: str | None = None
     recall_api_base: str | None = None
     recall_top_k: int = 8
-    stop: Any = None  # a threading.Event set when the run is stopped: a command started after it is killed
+    stop: Stop = field(default_factory=Stop, repr=False, compare=False)  # set when the run is stopped (kill_running)
     # variables the shell's commands get although they look like credentials (tools/environment.py)
     pass_env: tuple[str, ...] = ()
     state: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)

@@ -14,14 +14,13 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Annotated
 
 from pydantic import Field
 
-from ctxagent.tools.base import Spooled, Tool, ToolContext, ToolError
+from ctxagent.tools.base import Spooled, Stop, Tool, ToolContext, ToolError
 from ctxagent.tools.clean import mend
 from ctxagent.tools.environment import tool_environment
 from ctxagent.tools.offload import as_text
@@ -149,17 +148,6 @@ def _open_in_proc(path: Path) -> bool:
                 if flags & (os.O_WRONLY | os.O_RDWR):
                     return True
     return False
-
-
-class Stop(threading.Event):
-    """A run's stop event (``ToolContext.stop``), shared with its sub-agents and their tools, and the
-    shell commands they run now (``running``: a sub-agent's tools run in its parent's process, in
-    their own threads), which :func:`kill_running` kills. Another run's commands are not its own."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.running: set[subprocess.Popen[bytes]] = set()
-        self.starting = threading.Lock()
 
 
 def kill_running(stop: Stop) -> None:

@@ -2,7 +2,7 @@
 
 :class:`Grants` is what the person running ctxagent grants beyond the profile's permissions
 (``--allow``, ``--allow-all``, the interactive prompt). It is given when a run opens
-(``open_runner(..., grants=...)``, ``Runner(..., grants=...)``), never patched in afterwards.
+(``RunConfig(grants=...)``, agent/config.py), never patched in afterwards.
 :func:`guard` wraps a :class:`~ctxagent.tools.toolset.Toolset` in a :class:`GuardedToolset` whose
 :meth:`~GuardedToolset.call` asks the :class:`~ctxagent.tools.permissions.Gate` first and returns a
 refusal as the call's error outcome (the model reads it; the run goes on). A sub-agent opens with
@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import PermissionRecord
-from ctxagent.tools.base import ERROR_PREFIX, Tool, ToolContext
+from ctxagent.tools.arguments import parse_arguments
+from ctxagent.tools.base import ERROR_PREFIX, Tool, ToolContext, ToolError
 from ctxagent.tools.offload import OffloadPolicy
 from ctxagent.tools.permissions import Ask, Gate, PermissionsConfig, check_grants
 from ctxagent.tools.toolset import ToolOutcome, Toolset
@@ -70,21 +71,23 @@ class Verdict:
     ``refusal``: the error outcome the model reads, naming the policy (None: the call may run).
     ``decisions``: the permission records of the user's answers, oldest first, for the transcript.
     ``checked``: the resolved path the gate checked for each path argument of a file tool (argument
-    name -> path): the tool opens exactly these (``ToolContext.checked``).
+    name -> path): the tool opens exactly these (``ToolContext.checked``). ``arguments``: the call's
+    arguments, parsed once (tools/arguments.py), or why they are no JSON object (the toolset answers
+    it, no tool runs); None for an unknown tool.
     """
 
     call_id: str
     refusal: ToolOutcome | None
     decisions: tuple[PermissionRecord, ...] = ()
     checked: Mapping[str, Path] = field(default_factory=dict)
+    arguments: dict[str, Any] | ToolError | None = None
 
 
 class GuardedToolset:
     """A toolset whose calls pass a permission gate first (see the module doc).
 
     Everything but :meth:`check`, :meth:`call` and :meth:`inherited` is the wrapped toolset's:
-    ``tools``, ``ctx`` (setting it sets the wrapped one's), ``policy``, ``servers``, ``deferred``,
-    :meth:`specs`, :meth:`groups`.
+    ``tools``, ``ctx``, ``policy`` and :meth:`specs` (the rest: ``toolset``).
     """
 
     def __init__(self, toolset: Toolset, gate: Gate):
@@ -99,29 +102,13 @@ class GuardedToolset:
     def ctx(self) -> ToolContext:
         return self.toolset.ctx
 
-    @ctx.setter
-    def ctx(self, ctx: ToolContext) -> None:
-        self.toolset.ctx = ctx
-
     @property
     def policy(self) -> OffloadPolicy:
         return self.toolset.policy
 
-    @property
-    def servers(self) -> list[str]:
-        return self.toolset.servers
-
-    @property
-    def deferred(self) -> list[str]:
-        return self.toolset.deferred
-
     def specs(self, loaded: Sequence[str] = ()) -> list[dict[str, Any]]:
         """The wrapped toolset's :meth:`~ctxagent.tools.toolset.Toolset.specs`."""
         return self.toolset.specs(loaded)
-
-    def groups(self) -> list[str]:
-        """The wrapped toolset's :meth:`~ctxagent.tools.toolset.Toolset.groups`."""
-        return self.toolset.groups()
 
     # -- the guard ----------------------------------------------------------------------------
     def check(self, call: ToolCall, *, turn: int = 0) -> Verdict:
@@ -132,14 +119,18 @@ class GuardedToolset:
         tool = self.toolset.tools.get(call.name)
         if tool is None:
             return Verdict(call.id, None)
+        try:
+            arguments = parse_arguments(tool.name, call.arguments)
+        except ToolError as err:
+            return Verdict(call.id, None, arguments=err)
         checked: dict[str, Path] = {}
         try:
-            refusal, checked = self.gate.decide_call(tool, call.arguments, call_id=call.id, turn=turn)
+            refusal, checked = self.gate.decide(tool, arguments, call_id=call.id, turn=turn)
         except (ValueError, OSError) as err:  # e.g. a NUL byte in a path: the model's mistake, not ours
             refusal = f"{call.name} refused: its arguments cannot be checked ({err})"
         decisions = tuple(self.gate.take_decisions())
         return Verdict(call.id, None if refusal is None else ToolOutcome(ERROR_PREFIX + refusal, True), decisions,
-                       checked)
+                       checked, arguments)
 
     def call(self, call: ToolCall, handle: str | None = None, *, verdict: Verdict | None = None,
              turn: int = 0) -> ToolOutcome:
@@ -156,7 +147,7 @@ class GuardedToolset:
         if verdict.refusal is not None:
             return replace(verdict.refusal, decisions=decided)
         ctx = replace(self.toolset.ctx, checked=verdict.checked, confined=self.gate.config.confine)
-        outcome = self.toolset.call(call, handle, ctx=ctx)  # the tool opens the paths the gate checked
+        outcome = self.toolset.call(call, handle, ctx=ctx, arguments=verdict.arguments)  # opens the paths checked
         return replace(outcome, decisions=decided) if decided else outcome
 
     def inherited(self) -> Grants:

@@ -62,7 +62,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from ctxagent.messages import loads_json
 from ctxagent.tools.base import Tool, ToolKind
 from ctxagent.tools.paths import real_path
 
@@ -228,22 +227,6 @@ class Gate:
             if isinstance(value, str):
                 found[name] = real_path(self.workdir, value)
         return found
-
-    def check_call(self, tool: Tool, raw_arguments: str, *, call_id: str = "", turn: int = 0) -> str | None:
-        """:meth:`check` on a call's raw JSON arguments. Arguments that do not parse to an object
-        are let through: the toolset answers them with its own error, and no tool runs."""
-        return self.decide_call(tool, raw_arguments, call_id=call_id, turn=turn)[0]
-
-    def decide_call(self, tool: Tool, raw_arguments: str, *, call_id: str = "",
-                    turn: int = 0) -> tuple[str | None, dict[str, Path]]:
-        """:meth:`decide` on a call's raw JSON arguments (see :meth:`check_call`)."""
-        try:
-            arguments = loads_json(raw_arguments) if raw_arguments.strip() else {}
-        except ValueError:
-            return None, {}
-        if not isinstance(arguments, dict):
-            return None, {}
-        return self.decide(tool, arguments, call_id=call_id, turn=turn)
 
     def take_decisions(self) -> list[Any]:
         """The permission records made since the last call (for the transcript), oldest first."""

@@ -18,16 +18,16 @@ from __future__ import annotations
 
 import inspect
 import re
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
-from pydantic_core import ErrorDetails
+from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, create_model
 
 from ctxagent.errors import UsageError
-from ctxagent.tools.base import Tool, ToolContext, ToolError, ToolKind
+from ctxagent.tools.base import Tool, ToolContext, ToolKind
 
 ANY_VALUE = "any value; in practice a handle (@abc123) of a stored value, which the tool receives"
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns?|Yields?|Raises|Examples?|Notes?|Attributes):\s*$")
@@ -64,6 +64,7 @@ def function_schema(fn: Callable[..., Any], name: str | None = None) -> Function
         if not _describable(annotation):
             annotation, description = Any, f"{description} ({ANY_VALUE})" if description else ANY_VALUE
         default = ... if param.default is param.empty else param.default
+        annotation = _strict(annotation)
         # aliased: an argument may be called anything, even a name BaseModel uses (json, copy, schema)
         fields[f"a{index}"] = (annotation, Field(default, alias=param.name, description=description))
     model_name = re.sub(r"\W", "_", str(name or getattr(fn, "__name__", "tool"))) or "tool"
@@ -91,33 +92,6 @@ def function_tool(fn: Callable[..., Any], *, description: str | None = None, nam
                 validator=found.model)
 
 
-def validate(tool: str, model: type[BaseModel], arguments: dict[str, Any]) -> dict[str, Any]:
-    """``arguments`` (by name, handles resolved) validated by ``model``: the ones given, as the
-    annotations make them (defaults are left to the function). Raises ``ToolError`` naming every
-    problem."""
-    try:
-        checked = model.model_validate(arguments)
-    except ValidationError as err:
-        raise ToolError(f"bad arguments for {tool}: {'; '.join(_problem(e) for e in err.errors())}") from None
-    fields = model.model_fields
-    return {fields[key].alias or key: getattr(checked, key) for key in checked.model_fields_set}
-
-
-def _problem(error: ErrorDetails) -> str:
-    where = ".".join(str(part) for part in error["loc"])
-    if error["type"] == "missing":
-        return f"missing argument {where!r}"
-    if error["type"] == "extra_forbidden":
-        return f"unexpected argument {where!r}"
-    message = error["msg"][:1].lower() + error["msg"][1:]
-    return f"argument {where!r}: {message}, not {_shown(error['input'])}"
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def _clean(schema: Any, *, names: bool = False) -> Any:
     """``schema`` without pydantic's ``title`` keywords (a property called ``title`` stays), and
     ``X | None`` written ``"type": [X, "null"]`` where X is one JSON type, no ``"default": null`` and
@@ -141,6 +115,21 @@ def _clean(schema: Any, *, names: bool = False) -> Any:
     if out.get("additionalProperties") is True:  # JSON Schema's default
         del out["additionalProperties"]
     return out
+
+
+_JSON_SCALARS = (int, float, str, bool)
+
+
+def _strict(annotation: Any) -> Any:
+    """``annotation`` taking only values of the JSON type its schema declares when it is an int,
+    float, str or bool (or one of them or None): pydantic's lax mode would take ``true`` for 1 and
+    ``"5"`` for 5, and the model was told ``integer`` (a float takes an integer, as in JSON Schema)."""
+    base = typing.get_args(annotation)[0] if typing.get_origin(annotation) is typing.Annotated else annotation
+    members = typing.get_args(base) if isinstance(base, types.UnionType) or typing.get_origin(base) is typing.Union \
+        else (base,)
+    if all(member in _JSON_SCALARS or member is type(None) for member in members):
+        return typing.Annotated[annotation, Strict()]
+    return annotation
 
 
 def _describable(annotation: Any) -> bool:

@@ -11,39 +11,26 @@ and a structured one is stored under a handle.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ctxagent.errors import UsageError
-from ctxagent.messages import ToolCall, loads_json
+from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import OutputRecord, PermissionRecord
 from ctxagent.tools import clean, deferral, permissions, user, values
+from ctxagent.tools.arguments import parse_arguments, validate_arguments, without_nulls
 from ctxagent.tools.base import ERROR_PREFIX, Spooled, Tool, ToolContext, ToolError
 from ctxagent.tools.catalog import BUILTIN, registry
 from ctxagent.tools.offload import OffloadPolicy, settle
-from ctxagent.tools.signature import validate
 
 ERROR_MAX_CHARS = 2000  # of an error message kept in the tool message
-RAW_ARGUMENTS_SHOWN = 200  # characters of invalid JSON quoted back to the model
 
 # Arguments the permission gate inspects before a call (file tools' paths, the shell command) are
 # taken literally: a handle there would let a stored value slip past the policy that checked "@x".
 LITERAL_ARGUMENTS: dict[str, tuple[str, ...]] = {
     **permissions.FILE_ARGS, permissions.SHELL_TOOL: (permissions.SHELL_ARG,),
 }
-
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "null": (type(None),),
-    "array": (list,),
-    "object": (dict,),
-}
-
 
 @dataclass(frozen=True)
 class ToolOutcome:
@@ -64,17 +51,18 @@ class Toolset:
 
     ``deferred``: names of tools whose schemas are left out of requests until a ``find_tools``
     call loads them (:mod:`ctxagent.tools.deferral`); the toolset then offers ``find_tools``
-    and answers its calls. Raises ``ValueError`` when two tools share a name.
+    and answers its calls. ``servers``: the MCP servers of the run, started or not. Raises
+    ``ValueError`` when two tools share a name.
     """
 
     def __init__(self, tools: Sequence[Tool], ctx: ToolContext, policy: OffloadPolicy,
-                 deferred: Sequence[str] = ()):
+                 deferred: Sequence[str] = (), servers: Sequence[str] = ()):
         self.deferred = [name for name in deferred if any(tool.name == name for tool in tools)]
         finder = [deferral.find_tools_tool([t for t in tools if t.name in self.deferred])] if self.deferred else []
         self.tools = registry([*tools, *finder])
         self.ctx = ctx
         self.policy = policy
-        self.servers: list[str] = []  # the MCP servers of the run, started or not (set by agent/setup.py)
+        self.servers = list(servers)
 
     def specs(self, loaded: Sequence[str] = ()) -> list[dict[str, Any]]:
         """The OpenAI-format schemas sent with each request: every tool not deferred, in order,
@@ -87,17 +75,23 @@ class Toolset:
         """The MCP servers the tools come from (names ``--allow`` accepts besides tools and kinds)."""
         return list(dict.fromkeys(tool.group for tool in self.tools.values() if tool.group))
 
-    def call(self, call: ToolCall, handle: str | None = None, *, ctx: ToolContext | None = None) -> ToolOutcome:
+    def call(self, call: ToolCall, handle: str | None = None, *, ctx: ToolContext | None = None,
+             arguments: dict[str, Any] | ToolError | None = None) -> ToolOutcome:
         """Run ``call`` and settle its value; every failure is an error outcome, never raised.
 
         ``handle``: the name a stored value gets (the runner chooses it once, from the session
         state; :mod:`ctxagent.handles`); None picks one free in the store. ``ctx``: the context of
-        this call alone (the permission guard's, with the paths it checked); None: :attr:`ctx`."""
+        this call alone (the permission guard's, with the paths it checked); None: :attr:`ctx`.
+        ``arguments``: the call's arguments already parsed (by the guard,
+        :func:`~ctxagent.tools.arguments.parse_arguments`), or why they could not be; None: parsed here."""
         tool = self.tools.get(call.name)
         if tool is None:
             return _error(f"unknown tool {call.name!r}; the tools are: {', '.join(self.tools)}")
         try:
-            arguments = self._arguments(tool, call.arguments)
+            if isinstance(arguments, ToolError):
+                raise arguments
+            arguments = self._arguments(tool, parse_arguments(tool.name, call.arguments) if arguments is None
+                                        else arguments)
             if tool.name == deferral.FIND_TOOLS and self.deferred:
                 return self._find(arguments["query"])
         except ToolError as err:
@@ -110,22 +104,18 @@ class Toolset:
             return _error(f"tool {tool.name} failed: {type(err).__name__}: {err}")
         return self._settle(tool, call, value, handle)
 
-    def _arguments(self, tool: Tool, raw: str) -> dict[str, Any]:
-        """The call's arguments parsed, checked against the schema, handles resolved to values.
+    def _arguments(self, tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The call's arguments with handles resolved to values, validated once
+        (:func:`~ctxagent.tools.arguments.validate_arguments`). For a tool that resolves handles
+        (the default), every argument that is exactly a handle or sub-handle, at any depth, is
+        replaced by the stored value first; the arguments of :data:`LITERAL_ARGUMENTS` take no handle.
 
-        For a tool that resolves handles (the default), a handle string stands for any JSON type
-        in the schema check; then every argument that is exactly a handle or sub-handle, at any
-        depth, is replaced by the stored value, and a top-level one is checked again against the
-        declared type (a string argument given a handle of an array is refused). The arguments
-        of :data:`LITERAL_ARGUMENTS` take no handle.
-
-        Raises ``ToolError`` for invalid JSON, a non-object, missing, unexpected or mistyped
-        arguments, or a malformed or unknown handle.
+        Raises ``ToolError`` for missing, unexpected or mistyped arguments, or a malformed or
+        unknown handle.
         """
-        arguments = _parse(tool.name, raw)
-        _check(tool.name, arguments, tool.parameters, handles_ok=tool.resolve_handles)
+        arguments = without_nulls(arguments, tool.parameters)
         if not tool.resolve_handles:
-            return arguments if tool.validator is None else validate(tool.name, tool.validator, arguments)
+            return validate_arguments(tool, arguments, {})
         for name in LITERAL_ARGUMENTS.get(tool.name, ()):
             value = arguments.get(name)
             if isinstance(value, str) and values.looks_like_handle(value):
@@ -133,17 +123,7 @@ class Toolset:
                                 f"call, so it takes no handle ({value}); give the value itself (write @{value} for "
                                 "text that starts with @)")
         resolved = values.resolve_arguments(arguments, self.ctx.store)
-        properties: Mapping[str, Any] = tool.parameters.get("properties", {})
-        for name, handle in resolved.handles.items():
-            value = resolved.arguments[name]
-            if tool.kind == "mcp" and isinstance(value, bytes) and _has_type("", properties.get(name, {})):
-                continue  # an MCP tool sends bytes as text, or base64 when binary (mcp_tools/results.py)
-            if name in properties and not _has_type(value, properties[name]):
-                raise ToolError(f"bad arguments for {tool.name}: argument {name!r} must be "
-                                f"{_type_text(properties[name])}, but {handle} holds {values.describe(value)}")
-        if tool.validator is None:
-            return resolved.arguments
-        return validate(tool.name, tool.validator, resolved.arguments)
+        return validate_arguments(tool, resolved.arguments, resolved.handles)
 
     def _find(self, query: str) -> ToolOutcome:
         """A ``find_tools`` call: the selected deferred tools' schemas, and their names to record."""
@@ -167,10 +147,10 @@ class Toolset:
 
 
 def make_toolset(names: Sequence[str], ctx: ToolContext, policy: OffloadPolicy,
-                 extra: Sequence[Tool] = (), deferred: Sequence[str] = ()) -> Toolset:
+                 extra: Sequence[Tool] = (), deferred: Sequence[str] = (), servers: Sequence[str] = ()) -> Toolset:
     """A toolset of the tools ``names`` (built-in, else installed under the ``ctxagent.tools``
     entry point group), in that order, then the ``extra`` tools (user tools from ``--tools``, MCP
-    tools), ``deferred`` ones behind ``find_tools`` (see :class:`Toolset`).
+    tools), ``deferred`` ones behind ``find_tools``, from MCP ``servers`` (see :class:`Toolset`).
 
     An extra tool that is the very same object as a named one is not added twice. Raises
     ``UsageError`` for an unknown or repeated name, or an entry point that cannot be loaded.
@@ -190,7 +170,7 @@ def make_toolset(names: Sequence[str], ctx: ToolContext, policy: OffloadPolicy,
     clash = sorted({name for name in names_seen if names_seen.count(name) > 1})
     if clash:
         raise UsageError(f"two tools are named {', '.join(map(repr, clash))}; give each tool one name")
-    return Toolset(tools, ctx, policy, deferred)
+    return Toolset(tools, ctx, policy, deferred, servers)
 
 
 def _error(message: str) -> ToolOutcome:
@@ -200,80 +180,3 @@ def _error(message: str) -> ToolOutcome:
 
         message = clip(message, ERROR_MAX_CHARS) + f" [... {len(message) - ERROR_MAX_CHARS:,} characters cut]"
     return ToolOutcome(ERROR_PREFIX + message, True, None)
-
-
-def _parse(tool: str, raw: str) -> dict[str, Any]:
-    """The arguments object of a call (empty text means no arguments). Raises ``ToolError``."""
-    if not raw.strip():
-        return {}
-    try:
-        arguments = loads_json(raw)
-    except ValueError as err:
-        from ctxagent.sessions.redact import clip  # redact, then cut: a cut key is no key's shape
-
-        raise ToolError(f"the arguments of {tool} are not valid JSON ({err}): "
-                        f"{clip(raw, RAW_ARGUMENTS_SHOWN)!r}") from err
-    if not isinstance(arguments, dict):
-        raise ToolError(f"the arguments of {tool} must be a JSON object, not {type(arguments).__name__}")
-    return arguments
-
-
-def _check(tool: str, arguments: dict[str, Any], parameters: Mapping[str, Any], *, handles_ok: bool = False) -> None:
-    """Check names and JSON types against the schema; drop a ``null`` given for an optional
-    non-nullable argument (its default applies). With ``handles_ok``, a string that looks like a
-    handle passes any type (it is resolved and checked afterwards). Raises ``ToolError`` naming
-    every problem."""
-    properties: Mapping[str, Any] = parameters.get("properties", {})
-    required = set(parameters.get("required", ()))
-    defaulted = [name for name, value in arguments.items() if value is None and name in properties
-                 and name not in required and not _has_type(None, properties[name])]
-    for name in defaulted:
-        del arguments[name]
-    problems = [f"missing argument {name!r}" for name in properties if name in required - arguments.keys()]
-    if not parameters.get("additionalProperties"):  # an MCP schema may allow more (JSON Schema's default)
-        problems += [f"unexpected argument {name!r}" for name in arguments if name not in properties]
-    problems += [
-        f"argument {name!r} must be {_type_text(properties[name])}, not {json.dumps(value)[:50]}"
-        for name, value in arguments.items()
-        if name in properties and not _has_type(value, properties[name])
-        and not (handles_ok and isinstance(value, str) and values.looks_like_handle(value))
-    ]
-    if problems:
-        expected = ", ".join(f"{name} ({_type_text(spec)}{', required' if name in required else ''})"
-                             for name, spec in properties.items())
-        raise ToolError(f"bad arguments for {tool}: {'; '.join(problems)}. It takes: {expected or 'nothing'}")
-
-
-def arguments_fit(arguments: Mapping[str, Any], parameters: Mapping[str, Any]) -> bool:
-    """Whether ``arguments`` (parsed JSON) pass the schema check a call gets before its tool runs
-    (names, required ones, JSON types; a handle string passes any type), without running anything."""
-    try:
-        _check("", dict(arguments), parameters, handles_ok=True)
-    except ToolError:
-        return False
-    return True
-
-
-def _types(spec: Mapping[str, Any]) -> list[str]:
-    declared = spec.get("type")
-    if declared is None:
-        return []
-    return [declared] if isinstance(declared, str) else list(declared)
-
-
-def _type_text(spec: Mapping[str, Any]) -> str:
-    return " or ".join(_types(spec)) or "any value"
-
-
-def _has_type(value: Any, spec: Mapping[str, Any]) -> bool:
-    """Whether ``value`` (parsed JSON) has one of the JSON types ``spec`` declares (any when none)."""
-    types = _types(spec)
-    if not types:
-        return True
-    for name in types:
-        python_types = _JSON_TYPES.get(name, (object,))
-        if isinstance(value, bool) and bool not in python_types:
-            continue  # JSON true/false is not an integer or a number
-        if isinstance(value, python_types):
-            return True
-    return False
