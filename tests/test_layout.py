@@ -112,6 +112,11 @@ def _private_reaches(tree: ast.AST) -> list[str]:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in outside \
                 and private(node.attr) and f"{outside[node.value.id]}.{node.attr}" not in DOCUMENTED:
             found.append(f"{node.value.id}.{node.attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                node.func.id in ("getattr", "hasattr", "setattr") and len(node.args) >= 2 and \
+                isinstance(name := node.args[1], ast.Constant) and isinstance(name.value, str) and \
+                private(name.value) and not (isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls")):
+            found.append(f"{node.func.id}({ast.unparse(node.args[0])}, {name.value!r})")  # os.environ._data
     return found
 
 
@@ -125,9 +130,10 @@ def test_no_module_reaches_into_another_projects_private_names():
 
 def test_a_private_reach_is_found():
     code = ("import atexit\nimport os.path as p\nfrom typer._click.utils import x\nfrom ctxagent import _y\n"
-            "atexit._run_exitfuncs()\np._joinrealpath\nos = 1\nself._own\natexit.__name__\nimport os\nos._exit(0)\n")
+            "atexit._run_exitfuncs()\np._joinrealpath\nos = 1\nself._own\natexit.__name__\nimport os\nos._exit(0)\n"
+            "getattr(os.environ, '_data', None)\ngetattr(self, '_own')\ngetattr(fn, '__name__')\n")
     assert sorted(_private_reaches(ast.parse(code))) == ["atexit._run_exitfuncs", "from typer._click.utils import x",
-                                                         "p._joinrealpath"]
+                                                         "getattr(os.environ, '_data')", "p._joinrealpath"]
 
 
 def test_nothing_is_unpickled():

@@ -12,7 +12,7 @@ token calibration, the session's usage totals, and the base view (:class:`~ctxag
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,42 +82,53 @@ class SessionState:
 
     def apply(self, record: Any) -> None:
         """Advance the state by one transcript record (any kind; unknown kinds change nothing)."""
-        if isinstance(record, records.MessageRecord):
-            self._message(record)
-        elif isinstance(record, records.CompactionRecord):
-            self.context.record([compaction_of(record)])
-            if record.strategy not in VIEW_STEPS:  # the pins message (2nd in every request) changes only when
-                self.shown_pins = list(self.pins)  # a step cut old history too: a mask batch must not break the
-                self.shown_files = list(self.ledger.files.values())  # whole cached prefix for a new ledger line
-            self._compaction(record)
-            self.compactions[record.strategy] = self.compactions.get(record.strategy, 0) + 1
-            self.recent_compactions = [*self.recent_compactions[1 - RECENT_COMPACTIONS:], record]
-        elif isinstance(record, records.OutputRecord):
-            self.handles.add(record.handle)
-            self.stored.add(record.handle)
-            self._outputs[record.call_id] = record.handle
-            if record.call_id in self._owners and record.sha256:  # the output of a call waiting for its result
-                self._open_sha[record.call_id] = record.sha256
-        elif isinstance(record, records.UsageRecord):
-            self._usage(record)
-        elif isinstance(record, records.EndRecord):
-            self.last_end = record.reason
-            self.wall_s += record.wall_s or 0.0
-        elif isinstance(record, records.NoteRecord) and record.source == REPAIR_SOURCE and record.text in self.repairs:
+        step = _FOLD.get(type(record))
+        if step is not None:
+            step(self, record)
+
+    def _compacted(self, record: records.CompactionRecord) -> None:
+        self.context.record([compaction_of(record)])
+        if record.strategy not in VIEW_STEPS:  # the pins message (2nd in every request) changes only when
+            self.shown_pins = list(self.pins)  # a step cut old history too: a mask batch must not break the
+            self.shown_files = list(self.ledger.files.values())  # whole cached prefix for a new ledger line
+        self._compaction(record)
+        self.compactions[record.strategy] = self.compactions.get(record.strategy, 0) + 1
+        self.recent_compactions = [*self.recent_compactions[1 - RECENT_COMPACTIONS:], record]
+
+    def _output(self, record: records.OutputRecord) -> None:
+        self.handles.add(record.handle)
+        self.stored.add(record.handle)
+        self._outputs[record.call_id] = record.handle
+        if record.call_id in self._owners and record.sha256:  # the output of a call waiting for its result
+            self._open_sha[record.call_id] = record.sha256
+
+    def _end(self, record: records.EndRecord) -> None:
+        self.last_end = record.reason
+        self.wall_s += record.wall_s or 0.0
+
+    def _note(self, record: records.NoteRecord) -> None:
+        if record.source == REPAIR_SOURCE and record.text in self.repairs:
             self.repairs.remove(record.text)
-        elif isinstance(record, records.SessionHeader):
-            self.name, self.settings = record.name, Settings.of(record)
-            self.context.model = record.model
-        elif isinstance(record, records.LessonsRecord):
-            self.lessons = record  # chosen once at the start; shown in every request's pins message
-        elif isinstance(record, records.PinRecord) and record.fact.strip():
+
+    def _header(self, record: records.SessionHeader) -> None:
+        self.name, self.settings = record.name, Settings.of(record)
+        self.context.model = record.model
+
+    def _lessons(self, record: records.LessonsRecord) -> None:
+        self.lessons = record  # chosen once at the start; shown in every request's pins message
+
+    def _pin(self, record: records.PinRecord) -> None:
+        if record.fact.strip():
             self.pins = list(dict.fromkeys([*self.pins, record.fact.strip()]))
             self.shown_pins = list(self.pins)  # the user asked for it now: shown in the next request
-        elif isinstance(record, records.ToolsRecord):
-            if record.server is not None and record.tools is not None:
-                self.mcp_tools[record.server] = list(record.tools)
-            self.loaded_tools = list(dict.fromkeys([*self.loaded_tools, *(record.loaded or ())]))
-        elif isinstance(record, records.SettingsRecord) and self.settings is not None:
+
+    def _tools(self, record: records.ToolsRecord) -> None:
+        if record.server is not None and record.tools is not None:
+            self.mcp_tools[record.server] = list(record.tools)
+        self.loaded_tools = list(dict.fromkeys([*self.loaded_tools, *(record.loaded or ())]))
+
+    def _settings(self, record: records.SettingsRecord) -> None:
+        if self.settings is not None:
             self.compacted_turns = 0  # new settings (say a profile after a thrash stop): the guard starts over
             self.settings = self.settings.changed(record)
             self.context.model = self.settings.model
@@ -268,6 +279,22 @@ class SessionState:
         elif record.estimated_prompt_tokens > 0:
             self.scale = calibration(reported_prompt(record.prompt_tokens, record.cached_tokens,
                                                      record.cache_creation_tokens), record.estimated_prompt_tokens)
+
+
+_FOLD: dict[type, Callable[[SessionState, Any], None]] = {
+    records.MessageRecord: SessionState._message,
+    records.CompactionRecord: SessionState._compacted,
+    records.OutputRecord: SessionState._output,
+    records.UsageRecord: SessionState._usage,
+    records.EndRecord: SessionState._end,
+    records.NoteRecord: SessionState._note,
+    records.SessionHeader: SessionState._header,
+    records.LessonsRecord: SessionState._lessons,
+    records.PinRecord: SessionState._pin,
+    records.ToolsRecord: SessionState._tools,
+    records.SettingsRecord: SessionState._settings,
+}
+"""What :meth:`SessionState.apply` does with a record, by its kind (a kind not here changes nothing)."""
 
 
 def open_state(transcript: Transcript, *, repair: bool = False) -> SessionState:

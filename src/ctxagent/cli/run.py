@@ -94,15 +94,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
     try:
         opts = _with_defaults(opts, existed)
         with session.writer():
-            runner = open_runner(session, RunConfig(
-                profile_spec=opts.profile, model_spec=opts.model, api_base=opts.api_base,
-                path="batch" if batch else "interactive", workdir=opts.workdir.resolve() if opts.workdir else None,
-                tools=opts.tool_specs(), run_limits=opts.run_limits(), session_limits=opts.session_limits(),
-                context_window=opts.context_window, timeout_s=opts.timeout, started=process.STARTED,
-                mcp_config=str(opts.mcp_config.resolve()) if opts.mcp_config else None,
-                max_output_tokens=opts.max_output_tokens,
-                lessons=not opts.no_lessons,  # --allow, --allow-all, the prompt (never amid JSON):
-                grants=grants(opts.allow, opts.allow_all, interactive=not batch and opts.format() == "text")))
+            runner = open_runner(session, _run_config(opts, batch))
             warn_allow_all(opts.allow_all)
             if stdin is not None and message is not None:
                 message = f"{message}\n\n{runner.attach(stdin, 'stdin')}"
@@ -111,12 +103,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
             renderer.start(session, runner)
             if trace is not None:
                 trace.start(session.name, runner.model_name)
-            while True:
-                if _turn(session, runner, renderer, message, opts, trace) and not batch:
-                    _show_answer(session, renderer.answer, opts.output)
-                message = None if batch else _next_message(renderer, runner)
-                if message is None:
-                    break
+            _converse(session, runner, renderer, message, opts, trace, batch)
             result.update(status="answered", answer=renderer.answer)
             if batch:  # the answer first, then the lessons (still holding the lock: they append notes)
                 code, shown = _report(session, runner, renderer, result, code, opts, started, trace), True
@@ -134,6 +121,31 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
     if not shown:
         code = _report(session, runner, renderer, result, code, opts, started, trace)
     raise typer.Exit(code)
+
+
+def _run_config(opts: RunOptions, batch: bool) -> RunConfig:
+    """The run configuration the command line asks for (``--allow``, ``--allow-all``, and the
+    prompt for permissions only on a terminal's text output, never amid JSON)."""
+    return RunConfig(
+        profile_spec=opts.profile, model_spec=opts.model, api_base=opts.api_base,
+        path="batch" if batch else "interactive", workdir=opts.workdir.resolve() if opts.workdir else None,
+        tools=opts.tool_specs(), run_limits=opts.run_limits(), session_limits=opts.session_limits(),
+        context_window=opts.context_window, timeout_s=opts.timeout, started=process.STARTED,
+        mcp_config=str(opts.mcp_config.resolve()) if opts.mcp_config else None,
+        max_output_tokens=opts.max_output_tokens, lessons=not opts.no_lessons,
+        grants=grants(opts.allow, opts.allow_all, interactive=not batch and opts.format() == "text"))
+
+
+def _converse(session: Session, runner: Any, renderer: Renderer, message: str | None, opts: RunOptions,
+              trace: Any, batch: bool) -> None:
+    """The turn of ``message``; interactively, its answer shown, then a turn per message typed until
+    the user ends the session (batch: that one turn)."""
+    while True:
+        if _turn(session, runner, renderer, message, opts, trace) and not batch:
+            _show_answer(session, renderer.answer, opts.output)
+        message = None if batch else _next_message(renderer, runner)
+        if message is None:
+            return
 
 
 def _turn(session: Session, runner: Any, renderer: Renderer, message: str | None, opts: RunOptions,
