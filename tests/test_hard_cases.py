@@ -199,7 +199,7 @@ def test_settle_turns_previews_into_stubs_when_even_previews_do_not_fit():
     ctx = replace(ctx_for(view, window=9_000, pins=()), free_from=3)
     out = SettleStep(preview_tokens=400).apply(view, ctx)
     kinds = [e.message["content"].startswith("[ctxagent: the result of shell(command=job") for e in out.view[3:]]
-    assert any(kinds) and ctx.budget.total(out.view) <= 9_000
+    assert any(kinds) and ctx.budget.total(out.view) <= 9_000 * 0.9
 
 
 def test_a_preview_over_the_trigger_that_fits_the_window_is_not_made_a_stub():
@@ -212,7 +212,7 @@ def test_a_preview_over_the_trigger_that_fits_the_window_is_not_made_a_stub():
     out = SettleStep(preview_tokens=400).apply(view, ctx)
     content = out.view[3].message["content"]
     assert content.startswith("job 0 line 0: value 0") and "cut to a preview" in content
-    assert ctx.budget.window * ctx.budget.trigger < ctx.budget.total(out.view) <= ctx.budget.window
+    assert ctx.budget.window * ctx.budget.trigger < ctx.budget.total(out.view) <= ctx.budget.window * 0.9
     assert SettleStep(preview_tokens=400).apply(out.view, ctx).view is out.view  # IDENTITY: the preview stays
 
 

@@ -12,7 +12,8 @@ everything no strategy may drop (system message, pins, task, current user messag
 message that made the calls, tool schemas, reserve). When they do not, the largest verbatim result
 becomes a preview (head and tail, middle-out, at most ``preview_tokens``; the size and the handle
 of the full output, which goes to the output store), then the next largest, until they fit. Only when
-they would still break the window itself (BUDGET), not merely the trigger, do previews and offloaded
+they would still crowd the window itself (over :data:`STUBS` of it, or the trigger when higher: the
+other steps' notes and markers need the rest), not merely pass the trigger, do previews and offloaded
 results become one-line stubs, largest first: in a 4,096-token window the trigger left ~600 tokens for
 messages, and a 2 MB log's 545-token offloaded preview alone became a stub, so a 1.5B model never saw
 the preview's lines nor how to search the output, and answered ``{"request_id": "ERROR"}``. Whatever made the
@@ -37,6 +38,9 @@ from ctxagent.strategies.common import calls_of_results, content_of, handle_of, 
 from ctxagent.strategies.rendering import clip
 from ctxagent.strategies.step import Count, StrategyConfig
 
+STUBS = 0.9
+"""The share of the window over which the newest results become stubs (previews stay below it)."""
+
 
 class SettleStep(StrategyConfig):
     """``settle``: the newest results cut to previews, largest first, when together they do not fit."""
@@ -59,7 +63,8 @@ class SettleStep(StrategyConfig):
             return ctx.budget.total([*fixed, *(out[i] for i in results)]) <= room
 
         stored: list[int] = []
-        for cut, room in (("preview", ctx.budget.window * ctx.budget.trigger), ("stub", ctx.budget.window)):
+        trigger = ctx.budget.trigger
+        for cut, room in (("preview", ctx.budget.window * trigger), ("stub", ctx.budget.window * max(trigger, STUBS))):
             for index in sorted(results, key=lambda i: (-out[i].tokens, i)):
                 if fits(room):
                     break
