@@ -325,6 +325,21 @@ def _session_keys(bucket: Bucket, name: str) -> list[str]:
     return sorted(key for key in bucket.objects() if key.startswith(f"team/sessions/{name}/"))
 
 
+def test_a_machine_that_never_opened_a_store_session_deletes_and_forks_it(bucket, tmp_path):
+    """``sessions delete`` (and ``fork``) on a machine without the session's cache said "no session
+    named 's'": they looked for the local cache folder only."""
+    model = script(tmp_path / "s.yaml", ["first answer"])
+    a, b, c = bucket.machine("A"), bucket.machine("B"), bucket.machine("C")
+    assert ctxagent("run", "--batch", "--session", "s", "--model", model, "go", env=a).returncode == 0
+    forked = ctxagent("sessions", "fork", "s", "t", env=c)
+    assert forked.returncode == 0, forked.stderr
+    out = ctxagent("sessions", "delete", "s", "--yes", env=b)
+    assert out.returncode == 0, out.stderr
+    assert _session_keys(bucket, "s") == [] and _session_keys(bucket, "t") != []
+    gone = ctxagent("sessions", "delete", "nothing-here", "--yes", env=b)
+    assert gone.returncode == 2 and "no session named 'nothing-here'" in gone.stderr
+
+
 @pytest.mark.parametrize("elsewhere", ["deleted", "emptied", "started again"])
 def test_a_session_gone_from_the_store_is_not_resumed_from_a_stale_cache(bucket, tmp_path, elsewhere):
     """Deleted (or emptied) on another machine, then resumed from this machine's stale cache: the

@@ -70,6 +70,8 @@ def _existing(name: str, store_url: str | None) -> Session:
         raise UsageError(f"{name!r} is a sub-agent's session, part of its parent's; delete or rename "
                          f"{name.split('/', 1)[0]!r} instead")
     session = Session.at(name, store_url)
+    if store_url and not session.exists():  # a store's session this machine never opened: its cache first
+        session.pull()
     if not session.root.is_dir():
         raise UsageError(f"no session named {name!r} under {session.root.parent}")
     return session
