@@ -160,6 +160,18 @@ def test_max_output_tokens_flag_is_sent_recorded_and_kept_on_resume(fake_openai,
     assert server.requests[1]["max_tokens"] == 300
 
 
+def test_a_profiles_temperature_is_sent_with_every_request_and_none_leaves_the_servers_default(fake_openai, workdir,
+                                                                                                tmp_path):
+    """llama.cpp's server samples at 0.8 unless the request says; the real-model benchmark's 1.5B
+    model called tools more reliably at 0 (docs/local-models.md)."""
+    server = fake_openai([{"content": "a"}, {"content": "b"}], info=PROPS)
+    profile = tmp_path / "cold.yaml"
+    profile.write_text("extends: default\ntemperature: 0\n", encoding="utf-8")
+    assert run(server, workdir, "--session", "cold", "--profile", str(profile), "x").exit_code == 0
+    assert run(server, workdir, "--session", "warm", "y").exit_code == 0
+    assert server.requests[0]["temperature"] == 0 and "temperature" not in server.requests[1]
+
+
 def test_a_request_that_cannot_fit_names_the_reply_reserve_and_the_tools_list(fake_openai, workdir):
     server = fake_openai([{"content": "never"}], info={"/props": {"default_generation_settings": {"n_ctx": 1500}}})
     out = run(server, workdir, "--session", "s", "--max-output-tokens", "600", "x")

@@ -173,6 +173,9 @@ class Profile(_Strict):
     context_window: int | None = Field(None, ge=256, description="tokens; None = litellm model info")
     max_output_tokens: int | None = Field(None, ge=1, description="tokens reserved for the reply; None: sized "
                                           "to the window (reply_reserve)")
+    temperature: float | None = Field(None, ge=0, le=2, description=(
+        "sampling temperature sent with every request of the agent's model; None: the provider's or server's "
+        "default (llama.cpp's server samples at 0.8; small local models call tools more reliably at 0)"))
     margin_tokens: int = Field(256, ge=0, description="safety margin, tokens")
     tool_result_limit: int = Field(20_000, ge=100, description="largest tool result, tokens")
     # a tool result also gets at most this fraction of the context window (tokens), so that one

@@ -278,6 +278,7 @@ class LiteLLMModel:
             cache by themselves (OpenAI-style) get nothing extra either way.
         send_tool_choice: send ``tool_choice: "auto"`` with the tools (some OpenAI-compatible
             servers ignore ``tools`` without it).
+        temperature: the sampling temperature sent with each request, or None (the provider's default).
         stream: ask for a server-sent-event stream and assemble it (``stream_chunk_builder``).
         on_retry: called with one line ("retrying in 3.0 s after HTTP 429 from URL: attempt 2 of 3")
             before each retry; the CLI prints it on stderr.
@@ -288,7 +289,7 @@ class LiteLLMModel:
     def __init__(self, model: str, *, api_base: str | None = None, timeout_s: float = 120.0, retries: int = 2,
                  max_output_tokens: int | None = None, backoff_s: float = 0.5, prompt_cache: str = "auto",
                  max_retry_wait_s: float = 60.0, send_tool_choice: bool = True, stream: bool = False,
-                 on_retry: Callable[[str], None] | None = None):
+                 temperature: float | None = None, on_retry: Callable[[str], None] | None = None):
         if prompt_cache not in PROMPT_CACHE_MODES:
             raise ValueError(f"prompt_cache must be one of {', '.join(PROMPT_CACHE_MODES)}, not {prompt_cache!r}")
         self.name = model
@@ -300,6 +301,7 @@ class LiteLLMModel:
         self.backoff_s = backoff_s
         self.max_retry_wait_s = max_retry_wait_s
         self.send_tool_choice = send_tool_choice
+        self.temperature = temperature
         self.stream = stream
         self.on_retry = on_retry
 
@@ -374,6 +376,8 @@ class LiteLLMModel:
                 request["api_key"] = DUMMY_API_KEY
         if self.max_output_tokens is not None:
             request["max_tokens"] = self.max_output_tokens
+        if self.temperature is not None:
+            request["temperature"] = self.temperature
         if self.prompt_cache == "auto" and needs_cache_breakpoints(self.name) and messages:
             request["cache_control_injection_points"] = cache_points(messages)
         return request

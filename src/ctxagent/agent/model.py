@@ -21,7 +21,7 @@ __all__ = ["REASONING_FIELDS", "Model", "Reply", "ToolCall", "Usage", "make_mode
 def make_model(spec: str, *, api_base: str | None = None, replies_done: int = 0,
                timeout_s: float = 120.0, retries: int = 2, max_output_tokens: int | None = None,
                prompt_cache: str = "auto", max_retry_wait_s: float = 60.0, send_tool_choice: bool = True,
-               on_retry: Callable[[str], None] | None = to_stderr) -> Model:
+               temperature: float | None = None, on_retry: Callable[[str], None] | None = to_stderr) -> Model:
     """The backend for ``spec``: ``scripted:PATH`` or a litellm model string.
 
     ``replies_done`` is how many assistant replies the session already holds (a scripted model
@@ -29,7 +29,8 @@ def make_model(spec: str, *, api_base: str | None = None, replies_done: int = 0,
     says whether a litellm model places prompt-cache breakpoints for providers that need them
     (Anthropic); a scripted model ignores it. ``timeout_s`` is seconds per HTTP attempt;
     ``max_retry_wait_s`` the longest wait before a retry (a server asking for more is not retried);
-    ``send_tool_choice`` sends ``tool_choice: "auto"`` with the tools; ``on_retry`` gets each retry
+    ``send_tool_choice`` sends ``tool_choice: "auto"`` with the tools; ``temperature`` is sent with each
+    request when not None (a scripted model ignores it); ``on_retry`` gets each retry
     announcement (default: :func:`to_stderr`, so retries and timeouts are never silent).
     Raises ``UsageError`` for an unreadable script, ``ValueError`` for an unknown ``prompt_cache``.
     """
@@ -41,4 +42,5 @@ def make_model(spec: str, *, api_base: str | None = None, replies_done: int = 0,
 
     return LiteLLMModel(spec, api_base=api_base, timeout_s=timeout_s, retries=retries,
                         max_output_tokens=max_output_tokens, prompt_cache=prompt_cache,
-                        max_retry_wait_s=max_retry_wait_s, send_tool_choice=send_tool_choice, on_retry=on_retry)
+                        max_retry_wait_s=max_retry_wait_s, send_tool_choice=send_tool_choice,
+                        temperature=temperature, on_retry=on_retry)

@@ -203,7 +203,8 @@ def open_runner(session: Session, config: RunConfig) -> Runner:
     model = make_model(settings.model, api_base=settings.api_base or profile.api_base, replies_done=state.replies,
                        timeout_s=config.timeout_s or profile.timeout_s, retries=profile.retries,
                        max_output_tokens=reply_tokens, prompt_cache=profile.prompt_cache,
-                       max_retry_wait_s=profile.max_retry_wait_s, send_tool_choice=profile.send_tool_choice)
+                       max_retry_wait_s=profile.max_retry_wait_s, send_tool_choice=profile.send_tool_choice,
+                       temperature=profile.temperature)
     mcp = mcp_for(session, profile, settings, state.mcp_tools, connect=True)
     toolset = toolset_for(session, profile, settings, mcp, stop=config.stop)
     if config.grants is not None and config.grants.rules is None:
