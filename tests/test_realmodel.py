@@ -28,9 +28,16 @@ def server() -> Iterator[LlamaServer]:
         yield running
 
 
+COLD = "extends: default\ntemperature: 0\n"
+"""The default profile at temperature 0, as the benchmark runs it: at llama.cpp's default 0.8 this model
+found the log's request id in 0 of 3 tries here on 2026-12-04 (docs/local-models.md, "Measured")."""
+
+
 def run(server: LlamaServer, folder: Path, session: str, task: str):
+    profile = folder / "cold.yaml"
+    profile.write_text(COLD, encoding="utf-8")
     return run_cli("run", "--json", "--session", session, "--model", MODEL, "--api-base", server.base_url,
-                   "--workdir", str(folder), "--timeout", "900", "--no-lessons", task)
+                   "--workdir", str(folder), "--profile", str(profile), "--timeout", "900", "--no-lessons", task)
 
 
 def calls(session: str) -> list[str]:
@@ -66,6 +73,9 @@ def test_the_default_profile_runs_in_a_4096_token_window(server, tmp_path):
     out = run(server, tmp_path, "small", "Read report1.txt, then report2.txt, then report3.txt, one at a time. "
                                          "Then tell me the CODE line of report3.txt.")
     result = result_of(out)
-    assert result["status"] in ("answered", "max_turns"), out.stdout  # never an overflow: the window holds
+    # never an overflow nor a thrash stop: the window holds (before the small-window target was lifted above
+    # the schemas and the reserve, every request compacted and the thrash guard stopped it); the loop guard
+    # may stop this model, which repeats a refused shell call (seen at temperature 0 on 2026-12-04)
+    assert result["status"] in ("answered", "max_turns", "loop_guard"), out.stdout
     usage = [r for r in records("small") if r["kind"] == "usage"]
     assert usage and all(u["prompt_tokens"] <= 4096 for u in usage)

@@ -76,6 +76,9 @@ def value_of(gen: Iterator[Any]) -> Any:
 SMALL_WINDOW_ROOM = 0.15
 """Fraction of the window a request keeps above the reply's reserve and the tool schemas before its
 trigger: the least ``trigger - target`` the profile guard accepts (strategies/checks.py)."""
+KEPT_ROOM = 0.05
+"""Fraction of the window a compaction keeps above the reply's reserve and the tool schemas (the
+least a small window's target is lifted to): the system message, the task and the newest turn."""
 HIGHEST_TRIGGER = 0.9
 
 
@@ -85,16 +88,21 @@ def make_budget(profile: Profile, window: int, tool_tokens: int, scale: float = 
     (``output_tokens``, else the profile's for this window: :meth:`Profile.reply_tokens`) and margin,
     the profile's target and trigger, and the calibration ``scale``.
 
-    In a small window, where the reply's reserve and the tool schemas alone come within
-    :data:`SMALL_WINDOW_ROOM` of the profile's trigger, target and trigger rise together (the gap
-    between them kept) until that room is left, at most to :data:`HIGHEST_TRIGGER`: a profile that
-    cuts early to bill less in a 32K window (issue 34) still runs in a local model's 8-16K one."""
+    In a small window, where the reply's reserve and the tool schemas alone (the schemas counted as
+    the provider counts them: times ``scale``) come within :data:`SMALL_WINDOW_ROOM` of the profile's
+    trigger, the trigger rises until that room is left, at most to :data:`HIGHEST_TRIGGER`, and the
+    target with it, to at least :data:`KEPT_ROOM` above that fixed part and at most 0.1 below the
+    trigger: a profile that cuts early to bill less in a 32K window (issue 34) still runs in a local
+    model's 4-16K one. Without the scale and the target's floor, a 4,096-token window with 983
+    tokens of schemas (1,219 as llama.cpp counted them) compacted on every request, the target under
+    the fixed part, and the thrash guard stopped a real model reading three 700-token files."""
     reserved = (output_tokens or profile.reply_tokens(window)) + profile.margin_tokens
     target, trigger = profile.target, profile.trigger
-    needed = (reserved + tool_tokens) / window + SMALL_WINDOW_ROOM if window > 0 else trigger
-    if needed > trigger:
-        lift = max(0.0, min(needed, max(HIGHEST_TRIGGER, trigger)) - trigger)
-        target, trigger = round(target + lift, 4), round(trigger + lift, 4)
+    fixed = (reserved + tool_tokens * scale) / window if window > 0 else 0.0
+    if fixed + SMALL_WINDOW_ROOM > trigger:
+        lifted = min(fixed + SMALL_WINDOW_ROOM, max(HIGHEST_TRIGGER, trigger))
+        target = min(max(target + lifted - trigger, fixed + KEPT_ROOM), lifted - 0.1)
+        target, trigger = round(target, 4), round(lifted, 4)
     return Budget(window=window, tools=tool_tokens, reserved=reserved, target=target, trigger=trigger, scale=scale)
 
 
