@@ -183,3 +183,15 @@ def test_unknown_session_and_bad_name():
 def test_help_works(args):
     out = ctxagent(*args)
     assert out.returncode == 0 and "Usage" in out.stdout
+
+
+def test_inspect_names_a_compactions_stored_original_instead_of_from_nothing():
+    """``output @ctx4_0 from : 175 bytes``: the original of a result a compaction cut has no tool."""
+    from ctxagent.cli.inspect import _output
+    from ctxagent.sessions import records
+
+    cut = records.OutputRecord(handle="@ctx4_0", call_id="ctx4_0", tool="", path="outputs/ctx4_0.out", bytes=175,
+                               lines=2, tokens=67, sha256="")
+    assert "@ctx4_0 (result ctx4_0, kept when a compaction cut it): 175 bytes" in _output(cut)
+    assert "@ctx2_0 from read_file: 9 bytes" in _output(cut.model_copy(update={"handle": "@ctx2_0", "tool": "read_file",
+                                                                                  "bytes": 9}))

@@ -54,7 +54,10 @@ def _message(rec: Any) -> str:
 
 
 def _output(rec: Any) -> str:
-    return (f"      [magenta]output[/magenta] {rec.handle} from {rec.tool}: {rec.bytes} bytes, "
+    """An output record: a tool's offloaded output, or (no tool) the original of a result a compaction
+    cut, kept so its handle resolves (``from :`` was printed for those)."""
+    source = f"from {rec.tool}" if rec.tool else f"(result {rec.call_id}, kept when a compaction cut it)"
+    return (f"      [magenta]output[/magenta] {rec.handle} {escape(source)}: {rec.bytes} bytes, "
             f"{rec.lines} lines, {rec.tokens} tokens -> {escape(rec.path)}")
 
 
