@@ -7,9 +7,8 @@ It lets the real litellm HTTP code run with no model behind it::
     with FakeOpenAI([{"content": "hi"}, context_error("anthropic")]) as server:
         make_model("openai/fake", api_base=server.base_url)   # http://127.0.0.1:PORT/v1
 
-The server listens on 127.0.0.1 (a free port) in a daemon thread and speaks HTTP/1.1 with
-keep-alive. It serves ``POST /v1/chat/completions`` (and ``GET /v1/models``). Each request
-consumes the next *item* of the script, in order:
+It serves ``POST /v1/chat/completions`` (and ``GET /v1/models``) over HTTP/1.1 with keep-alive;
+each request consumes the next *item* of the script, in order:
 
 - a **reply**: ``{"content": str | None, "tool_calls": [{"id": str, "name": str,
   "arguments": dict | str}], "usage": {"prompt_tokens": int, "completion_tokens": int,
@@ -43,22 +42,17 @@ increments): a reply's cached tokens are the tokens (:func:`ctxagent.tokens.coun
 tools plus :func:`~ctxagent.tokens.count_message` of each message) of the longest prefix of whole
 messages that, with the same model and tools, began an earlier request answered with a reply; 0 when
 that is under :data:`CACHE_MIN_TOKENS`, else rounded down to a multiple of :data:`CACHE_STEP_TOKENS`
-and never more than the prompt tokens. :attr:`FakeOpenAI.cached` holds, per request, the cached
-tokens reported (0 for errors and rejections).
+and never more than the prompt tokens.
 
-When the script runs out the server answers HTTP 500 saying so. Every parsed request body is
-appended to :attr:`FakeOpenAI.requests`. Like strict providers (OpenAI, Anthropic), the server
-rejects with HTTP 400 any request whose messages break the PAIR law
-(:func:`ctxagent.messages.pair_violations`); a rejected request consumes no script item and is also
-appended to :attr:`FakeOpenAI.rejected`. With ``require_reasoning_content=True`` it also rejects, as
-DeepSeek's thinking mode does (api-docs.deepseek.com/guides/thinking_mode, "Tool calls"), a request
-with an assistant tool-call message without ``reasoning_content``: HTTP 400 "Missing
-`reasoning_content` field in the assistant message at message index N. ...".
+When the script runs out the server answers HTTP 500 saying so. Like strict providers (OpenAI,
+Anthropic), it rejects with HTTP 400, consuming no script item, a request whose messages break the
+PAIR law (:func:`ctxagent.messages.pair_violations`), and with ``require_reasoning_content`` one that
+DeepSeek's thinking mode rejects (api-docs.deepseek.com/guides/thinking_mode, "Tool calls").
 
 Streaming: when the request says ``"stream": true`` the reply is sent as server-sent events
 (``chat.completion.chunk`` objects, tool calls as indexed deltas, a usage chunk when
 ``stream_options.include_usage`` is set, then ``data: [DONE]``), in one response with a
-Content-Length. Errors are plain HTTP errors in both modes.
+Content-Length. Errors are plain HTTP errors in both modes, but for ``mid_stream`` ones.
 """
 
 from __future__ import annotations
@@ -107,19 +101,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.server.fake._track(self.connection, open_=True)
+        with self.server.fake._lock:
+            self.server.fake._connections.add(self.connection)
 
     def finish(self) -> None:
         try:
             super().finish()
         finally:
-            self.server.fake._track(self.connection, open_=False)
+            with self.server.fake._lock:
+                self.server.fake._connections.discard(self.connection)
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json",
-              headers: dict[str, str] | None = None) -> None:
+              headers: dict[str, str] | None = None, length: int | None = None) -> None:
+        """Answer ``body``; ``length``: the Content-Length promised instead (a reply cut short)."""
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(len(body) if length is None else length))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
@@ -128,32 +125,26 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(payload).encode(), headers=headers)
 
-    def _info(self, method: str) -> bool:
-        """Answer a request for one of the server's ``info`` routes; False when it is not one."""
+    def _other(self, method: str) -> None:
+        """Answer a request other than a chat completion: an ``info`` route, the model list, else 404."""
         route = self.path.split("?", 1)[0].rstrip("/")
         fake = self.server.fake
         with fake._lock:
             fake.info_requests.append(f"{method} {route}")
-        if route not in fake.info:
-            return False
-        self._send_json(200, fake.info[route])
-        return True
-
-    def do_GET(self) -> None:
-        if self._info("GET"):
-            return
-        if self.path.rstrip("/") == "/v1/models":
+        if route in fake.info:
+            self._send_json(200, fake.info[route])
+        elif method == "GET" and self.path.rstrip("/") == "/v1/models":
             self._send_json(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
         else:
-            self._send_json(404, error_body(f"no route GET {self.path}", type="not_found_error"))
+            self._send_json(404, error_body(f"no route {method} {self.path}", type="not_found_error"))
+
+    def do_GET(self) -> None:
+        self._other("GET")
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
-        if self.path.rstrip("/") != "/v1/chat/completions" and self._info("POST"):
-            return
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path.rstrip("/") != "/v1/chat/completions":
-            self._send_json(404, error_body(f"no route POST {self.path}", type="not_found_error"))
+            self._other("POST")
             return
         try:
             request = json.loads(raw)
@@ -167,8 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif status == 200 and streaming:
             assert isinstance(payload, dict), "a 200 answer is a completion object"
             include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-            events = [f"data: {json.dumps(c)}\n\n" for c in sse_chunks(payload, include_usage)]
-            self._send(200, ("".join(events) + "data: [DONE]\n\n").encode(), "text/event-stream")
+            self._send(200, _sse(sse_chunks(payload, include_usage)), "text/event-stream")
         elif streaming and headers.pop(MID_STREAM, ""):
             self._send(200, failed_stream(request, payload), "text/event-stream", headers)
         elif isinstance(payload, str):
@@ -176,25 +166,24 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send_json(status, payload, headers)
 
-
     def _send_cut(self, request: dict[str, Any], payload: Any) -> None:
         """Half a reply, then the connection closes: a stream's first chunk, or half of a JSON body."""
         if request.get("stream"):
-            chunks = sse_chunks(payload, True)
-            whole = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode() + b"data: [DONE]\n\n"
-            part, kind = f"data: {json.dumps(chunks[0])}\n\n".encode(), "text/event-stream"
+            whole, kind = _sse(sse_chunks(payload, True)), "text/event-stream"
+            part = whole[: whole.index(b"\n\n") + 2]  # JSON text has no raw newline
         else:
             whole, kind = json.dumps(payload).encode(), "application/json"
             part = whole[: len(whole) // 2]
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(whole)))
-        self.end_headers()
-        self.wfile.write(part)
+        self._send(200, part, kind, length=len(whole))
         self.wfile.flush()
         self.close_connection = True
         with contextlib.suppress(OSError):
             self.connection.shutdown(socket.SHUT_RDWR)
+
+
+def _sse(chunks: list[dict[str, Any]]) -> bytes:
+    """``chunks`` as server-sent events, then ``data: [DONE]``."""
+    return ("".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n").encode()
 
 
 class _Server(ThreadingHTTPServer):
@@ -220,7 +209,8 @@ class FakeOpenAI:
       usage (``prompt_tokens_details.cached_tokens``; 0 for errors and rejections).
 
     ``check_pairs=False`` accepts PAIR-breaking requests (a lax provider); ``require_reasoning_content``
-    rejects assistant tool-call messages sent back without ``reasoning_content``, as DeepSeek does.
+    rejects assistant tool-call messages sent back without ``reasoning_content`` (HTTP 400, in
+    DeepSeek's words).
     ``routes`` maps a text to its own script: a request whose first user message contains the text
     is answered from that script (in order) instead of the main one, so agents that run at the same
     time (sub-agents) each get their own replies whatever order their requests arrive in.
@@ -320,13 +310,6 @@ class FakeOpenAI:
         return len(self.script) - self.served
 
     # -- request handling (called from handler threads)
-
-    def _track(self, conn: socket.socket, *, open_: bool) -> None:
-        with self._lock:
-            if open_:
-                self._connections.add(conn)
-            else:
-                self._connections.discard(conn)
 
     def _answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any] | str, dict[str, str]]:
         """The HTTP status, body (JSON object or text) and extra headers for one chat-completions request.

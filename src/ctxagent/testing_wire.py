@@ -32,11 +32,8 @@ DEEPSEEK_MISSING_REASONING = ("Missing `reasoning_content` field in the assistan
 def error(status: int, message: str, *, code: Any = None, type: str = "invalid_request_error",
           headers: dict[str, str] | None = None, body: dict[str, Any] | str | None = None,
           mid_stream: bool = False) -> Item:
-    """A script item that answers with HTTP ``status``, an OpenAI-style error body and ``headers``.
-
-    ``body`` replaces the OpenAI-style body (dict: JSON, str: plain text); ``mid_stream`` makes a
-    streaming request fail after its first chunk (see the module doc).
-    """
+    """A script item that answers with HTTP ``status``, an OpenAI-style error body (or ``body``) and
+    ``headers`` (the error item of :mod:`ctxagent.testing`)."""
     item: Item = {"error": {"status": status, "message": message, "code": code, "type": type}}
     if headers:
         item["headers"] = dict(headers)
