@@ -67,27 +67,11 @@ from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
+from ctxagent import testing_wire as wire
 from ctxagent.messages import pair_violations
-from ctxagent.testing_wire import (  # noqa: F401 (re-exported: tests build items with them)
-    CACHE_MIN_TOKENS,
-    CACHE_STEP_TOKENS,
-    CONTEXT_STYLES,
-    CUT,
-    DEEPSEEK_MISSING_REASONING,
-    MID_STREAM,
-    REASONING_KEYS,
-    Item,
-    checked_item,
-    completion,
-    context_error,
-    error,
-    error_body,
-    failed_stream,
-    missing_reasoning,
-    prefix_keys,
-    reported_cached,
-    sse_chunks,
-)
+from ctxagent.testing_wire import CACHE_MIN_TOKENS, CACHE_STEP_TOKENS, CONTEXT_STYLES, Item, context_error, error
+
+__all__ = ["CACHE_MIN_TOKENS", "CACHE_STEP_TOKENS", "CONTEXT_STYLES", "FakeOpenAI", "Item", "context_error", "error"]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -136,7 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif method == "GET" and self.path.rstrip("/") == "/v1/models":
             self._send_json(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
         else:
-            self._send_json(404, error_body(f"no route {method} {self.path}", type="not_found_error"))
+            self._send_json(404, wire.error_body(f"no route {method} {self.path}", type="not_found_error"))
 
     def do_GET(self) -> None:
         self._other("GET")
@@ -149,18 +133,18 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             request = json.loads(raw)
         except ValueError as err:
-            self._send_json(400, error_body(f"request body is not JSON: {err}"))
+            self._send_json(400, wire.error_body(f"request body is not JSON: {err}"))
             return
         status, payload, headers = self.server.fake._answer(request)
         streaming = bool(request.get("stream"))
-        if headers.pop(CUT, None):
+        if headers.pop(wire.CUT, None):
             self._send_cut(request, payload)
         elif status == 200 and streaming:
             assert isinstance(payload, dict), "a 200 answer is a completion object"
             include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-            self._send(200, _sse(sse_chunks(payload, include_usage)), "text/event-stream")
-        elif streaming and headers.pop(MID_STREAM, ""):
-            self._send(200, failed_stream(request, payload), "text/event-stream", headers)
+            self._send(200, _sse(wire.sse_chunks(payload, include_usage)), "text/event-stream")
+        elif streaming and headers.pop(wire.MID_STREAM, ""):
+            self._send(200, wire.failed_stream(request, payload), "text/event-stream", headers)
         elif isinstance(payload, str):
             self._send(status, payload.encode(), "text/plain; charset=utf-8", headers)
         else:
@@ -169,7 +153,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_cut(self, request: dict[str, Any], payload: Any) -> None:
         """Half a reply, then the connection closes: a stream's first chunk, or half of a JSON body."""
         if request.get("stream"):
-            whole, kind = _sse(sse_chunks(payload, True)), "text/event-stream"
+            whole, kind = _sse(wire.sse_chunks(payload, True)), "text/event-stream"
             part = whole[: whole.index(b"\n\n") + 2]  # JSON text has no raw newline
         else:
             whole, kind = json.dumps(payload).encode(), "application/json"
@@ -222,8 +206,8 @@ class FakeOpenAI:
     def __init__(self, replies: Iterable[Item] = (), *, check_pairs: bool = True,
                  require_reasoning_content: bool = False, routes: dict[str, list[Item]] | None = None,
                  info: dict[str, Any] | None = None):
-        self.script: list[Item] = [checked_item(item) for item in replies]
-        self.routes = {key: [checked_item(item) for item in items] for key, items in (routes or {}).items()}
+        self.script: list[Item] = [wire.checked_item(item) for item in replies]
+        self.routes = {key: [wire.checked_item(item) for item in items] for key, items in (routes or {}).items()}
         self._routed = dict.fromkeys(self.routes, 0)
         self.check_pairs = check_pairs
         self.require_reasoning_content = require_reasoning_content
@@ -285,7 +269,7 @@ class FakeOpenAI:
 
     def add(self, *items: Item) -> None:
         """Append script items (played after the ones already queued)."""
-        checked = [checked_item(item) for item in items]
+        checked = [wire.checked_item(item) for item in items]
         with self._lock:
             self.script.extend(checked)
 
@@ -295,7 +279,7 @@ class FakeOpenAI:
         (litellm keeps one pooled client per ``api_base``; hundreds of short-lived servers in one
         process leave it evicting clients whose sockets were never closed.)
         """
-        checked = [checked_item(item) for item in items]
+        checked = [wire.checked_item(item) for item in items]
         with self._lock:
             self.script, self.served = checked, 0
             self.requests.clear()
@@ -318,8 +302,8 @@ class FakeOpenAI:
         """
         messages = request.get("messages") or []
         problems = pair_violations(messages) if self.check_pairs else []
-        missing = missing_reasoning(messages) if self.require_reasoning_content else None
-        keys = prefix_keys(request)
+        missing = wire.missing_reasoning(messages) if self.require_reasoning_content else None
+        keys = wire.prefix_keys(request)
         with self._lock:
             self.requests.append(request)
             self.cached.append(0)
@@ -338,28 +322,29 @@ class FakeOpenAI:
             else:
                 item, number = None, self.served + 1
         if missing is not None:
-            return 400, error_body(DEEPSEEK_MISSING_REASONING.format(index=missing), code="invalid_request_error"), {}
+            message = wire.DEEPSEEK_MISSING_REASONING.format(index=missing)
+            return 400, wire.error_body(message, code="invalid_request_error"), {}
         if problems:
             message = "Invalid 'messages': tool calls and tool results do not pair: " + "; ".join(problems)
-            return 400, error_body(message, param="messages"), {}
+            return 400, wire.error_body(message, param="messages"), {}
         if item is None:
             message = f"FakeOpenAI script exhausted: all {len(self.script)} scripted replies were used"
-            return 500, error_body(message, type="server_error"), {}
+            return 500, wire.error_body(message, type="server_error"), {}
         time.sleep(float(item.get("delay_s") or 0))
         if "error" in item:
             spec = item["error"]
-            kind = spec.get("type", "invalid_request_error")
-            body = item.get("body") or error_body(str(spec.get("message", "error")), type=kind, code=spec.get("code"))
-            headers = dict(item.get("headers") or {}) | ({MID_STREAM: "1"} if item.get("mid_stream") else {})
+            message, kind = str(spec.get("message", "error")), spec.get("type", "invalid_request_error")
+            body = item.get("body") or wire.error_body(message, type=kind, code=spec.get("code"))
+            headers = dict(item.get("headers") or {}) | ({wire.MID_STREAM: "1"} if item.get("mid_stream") else {})
             return int(spec.get("status", 400)), body, headers
         with self._lock:
             matched = next((i for i, key in enumerate(keys) if key not in self._prefixes), len(keys))
             self._prefixes.update(keys)
-        answer = completion(item, request, number, matched)
-        cached = reported_cached(answer["usage"])
+        answer = wire.completion(item, request, number, matched)
+        cached = wire.reported_cached(answer["usage"])
         with self._lock:
             self.cached[index] = cached
-        return 200, answer, {CUT: "1"} if item.get("cut") else {}
+        return 200, answer, {wire.CUT: "1"} if item.get("cut") else {}
 
 
 def _route_of(messages: list[dict[str, Any]], routes: dict[str, list[Item]]) -> str | None:
