@@ -63,15 +63,12 @@ class Outputs:
         self._by_call: dict[str, str] = {}
 
     def offload(self, value: Any, *, call_id: str = "", tool: str = "") -> Offloaded:
-        """Settle a tool's ``value`` as ctxagent's own tools are: ``str`` or UTF-8 ``bytes`` inline
-        when it fits (terminal control cleaned), else stored exactly and previewed; binary
-        ``bytes``, ``dict``/``list``/``tuple`` and numpy arrays always stored (JSON shown in full
-        when it fits); numbers, booleans and None as their JSON text. ``call_id`` (the tool call's
-        id) names the handle. Raises ``TypeError`` for another type, ``OSError`` when the folder
-        cannot be written."""
-        call = ToolCall(call_id, tool, "")
-        content, record = settle(value, call=call, tool_name=tool, store=self._store, policy=self._policy,
-                                 handle=self._store.unique_handle(call_id or tool))
+        """Settle a tool's ``value`` as ctxagent's own tools are (docs/api.md): text inline when it
+        fits, else stored exactly and previewed; binary ``bytes``, JSON values and numpy arrays always
+        stored. ``call_id`` (the tool call's id) names the handle. Raises ``TypeError`` for another
+        type, ``OSError`` when the folder cannot be written."""
+        content, record = settle(value, call=ToolCall(call_id, tool, ""), tool_name=tool, store=self._store,
+                                 policy=self._policy, handle=self._store.unique_handle(call_id or tool))
         if record is None:
             return Offloaded(content, None, None)
         self._by_call[call_id] = record.handle

@@ -150,11 +150,9 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
             f"invalid YAML: {getattr(err, 'problem', err)}",
             path=source, line=mark.line + 1 if mark else None,
         ) from err
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
+    if data is not None and not isinstance(data, dict):
         raise ProfileError("a profile is a YAML mapping of keys to values", path=source, line=1)
-    return data
+    return data or {}
 
 
 def _chain(text: str, source: str, seen: tuple[str, ...]) -> list[_Layer]:
