@@ -223,8 +223,6 @@ class FakeOpenAI:
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
-    # -- lifecycle
-
     @property
     def base_url(self) -> str:
         """The OpenAI base URL of the running server (``.../v1``). Raises ``RuntimeError`` if stopped."""
@@ -264,8 +262,6 @@ class FakeOpenAI:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    # -- script
 
     def add(self, *items: Item) -> None:
         """Append script items (played after the ones already queued)."""
