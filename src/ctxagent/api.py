@@ -1,17 +1,7 @@
-"""The public API: ctxagent's context management for a loop you run yourself, and its own loop.
-
-Import the names from ``ctxagent`` itself (``ctxagent.Context``); this module is how they are
-built, and may move. A thin layer over the internals (docs/api.md documents it, with examples):
-
-- :class:`Context` — the view a profile would send for a list of OpenAI-format messages (messages
-  in, messages out, plus what was compacted and offloaded), for one conversation: the role
-  pydantic-ai's history processors and LangChain's context middleware play in theirs.
-- :class:`Outputs` — a folder of offloaded values: a large tool output goes in, a preview naming a
-  short handle (``@abc``) comes out; handles and sub-handles (``@abc/key/0``) resolve back.
-- :func:`open_session` — a ctxagent session (a JSONL transcript on disk that ``ctxagent resume``
-  and ``inspect`` also read) and :class:`Session`, which runs turns of ctxagent's own agent loop.
-
-Nothing here imports litellm: a model call does, when it happens.
+"""The public API, a thin layer over the internals (docs/api.md documents it, with examples):
+:class:`Context` and :class:`Outputs` for a loop you run yourself, :func:`open_session` and
+:class:`Session` for ctxagent's own loop. Import the names from ``ctxagent`` itself: this module may
+move. Nothing here imports litellm: a model call does, when it happens.
 """
 
 from __future__ import annotations
@@ -73,15 +63,12 @@ class Outputs:
         self._by_call: dict[str, str] = {}
 
     def offload(self, value: Any, *, call_id: str = "", tool: str = "") -> Offloaded:
-        """Settle a tool's ``value`` as ctxagent's own tools are: ``str`` or UTF-8 ``bytes`` inline
-        when it fits (terminal control cleaned), else stored exactly and previewed; binary
-        ``bytes``, ``dict``/``list``/``tuple`` and numpy arrays always stored (JSON shown in full
-        when it fits); numbers, booleans and None as their JSON text. ``call_id`` (the tool call's
-        id) names the handle. Raises ``TypeError`` for another type, ``OSError`` when the folder
-        cannot be written."""
-        call = ToolCall(call_id, tool, "")
-        content, record = settle(value, call=call, tool_name=tool, store=self._store, policy=self._policy,
-                                 handle=self._store.unique_handle(call_id or tool))
+        """Settle a tool's ``value`` as ctxagent's own tools are (docs/api.md): text inline when it
+        fits, else stored exactly and previewed; binary ``bytes``, JSON values and numpy arrays always
+        stored. ``call_id`` (the tool call's id) names the handle. Raises ``TypeError`` for another
+        type, ``OSError`` when the folder cannot be written."""
+        content, record = settle(value, call=ToolCall(call_id, tool, ""), tool_name=tool, store=self._store,
+                                 policy=self._policy, handle=self._store.unique_handle(call_id or tool))
         if record is None:
             return Offloaded(content, None, None)
         self._by_call[call_id] = record.handle
@@ -107,10 +94,6 @@ class Outputs:
             return values.resolve_arguments(arguments, self._store).arguments
         except ToolError as err:
             raise UsageError(str(err)) from None
-
-    def _keep(self, handle: str, call_id: str, text: str) -> None:
-        """Store ``text`` under ``handle`` (a tool result a strategy took out of the view)."""
-        store_text(self._store, handle, call_id, text, model=self._policy.model)
 
     def handles(self) -> list[str]:
         """Every handle stored in the folder, oldest first (by when each was written)."""
@@ -142,18 +125,15 @@ class View:
 
 class Context:
     """The context management of one conversation, for your own agent loop: call :meth:`view`
-    before each model request with the whole history; send ``view.messages`` instead.
+    before each model request with the whole history; send ``view.messages`` instead (docs/api.md).
 
-    ``profile``: a bundled profile's name or a YAML file; its ``path`` pipeline (``batch``:
-    deterministic; ``interactive``: LLM summaries with ``summarizer``) runs under its ``target`` and
-    ``trigger``. ``model`` picks the tokenizer and, with no ``context_window`` (tokens) here or in
-    the profile, the window from litellm's model info (importing litellm), else from the model's
-    server at ``api_base`` (llama.cpp, vLLM, Ollama, LM Studio: docs/local-models.md). ``tools``: the tool
-    schemas (OpenAI format) your requests send, counted in the budget. ``outputs``: the folder
-    (:class:`Outputs`, with the profile's tool-result limit) where the originals of masked tool
-    results are written, so the handles the view names resolve; None keeps them nowhere.
-    ``summarizer(text, max_tokens) -> summary``: the LLM call summarizing strategies make.
-    ``transcript``: where you keep the whole history, as the notes of truncating strategies name it.
+    ``profile``: a bundled profile's name or a YAML file, whose ``path`` pipeline runs. ``model``
+    picks the tokenizer and, with no ``context_window`` (tokens) here or in the profile, the window
+    (litellm's model info, else the server at ``api_base``). ``tools``: the tool schemas (OpenAI
+    format) your requests send, counted in the budget. ``outputs``: the folder (:class:`Outputs`)
+    where the originals of masked tool results are written; None keeps them nowhere.
+    ``summarizer(text, max_tokens) -> summary``: the LLM call of summarizing strategies.
+    ``transcript``: where you keep the whole history, as truncation notes name it.
     Raises ``ProfileError``/``UsageError`` for a bad profile or an unknown window.
     """
 
@@ -183,17 +163,14 @@ class Context:
         self._replies = 0
 
     def view(self, messages: Sequence[Message]) -> View:
-        """The view of the next request for ``messages`` (the whole history, oldest first: system,
-        user, assistant and tool messages; every tool call answered). Pass the same history with
-        new messages appended on each call: the view then extends the last one until a compaction
-        (a provider's prompt cache serves it) and LLM summaries are made once; a history that does
-        not extend the last one starts over. Compactions follow the profile's pipeline, as
-        ``ctxagent run`` makes them (``settle`` first), within the BUDGET law.
+        """The view of the next request for ``messages`` (the whole history, oldest first, every tool
+        call answered), as ``ctxagent run`` builds it within the BUDGET law. Pass the same history with
+        new messages appended on each call: the view extends the last one until a compaction, and a
+        history that does not extend it starts over (docs/api.md).
 
-        Raises ``UsageError`` for a message that is not one, or a history that breaks PAIR (a tool
-        result without its call, a call without its result); ``ContextOverflowError`` when the
-        messages no strategy may drop (system, task, last user message) alone are over the
-        trigger, or the view cannot fit the window.
+        Raises ``UsageError`` for a message that is not one, or a history that breaks PAIR;
+        ``ContextOverflowError`` when the messages no strategy may drop (system, task, last user
+        message) alone are over the trigger, or the view cannot fit the window.
         """
         messages = list(messages)
         if messages[:len(self._seen)] != self._seen:
@@ -234,8 +211,8 @@ class Context:
         if entry.handle is None or entry.offloaded or entry.handle in self._written or self.outputs is None:
             return None
         self._written.add(entry.handle)
-        self.outputs._keep(entry.handle, str(entry.message.get("tool_call_id") or ""),
-                           str(entry.message.get("content") or ""))
+        store_text(self.outputs._store, entry.handle, str(entry.message.get("tool_call_id") or ""),
+                   str(entry.message.get("content") or ""), model=self.model)
         return entry.handle
 
 
@@ -271,14 +248,9 @@ def open_session(name: str | None = None, *, model: str | None = None, api_base:
     """Open the session called ``name`` (a new one named by the time when None), as ``ctxagent run
     --session NAME`` does, holding its writer lock until :meth:`Session.close` (use ``with``).
 
-    A new session records its settings; an existing one keeps its own (model, api_base, profile,
-    window, working directory, tools) unless given here. ``model``: a litellm model string, or
-    ``scripted:FILE`` (replies read from a YAML file); ``api_base``: an OpenAI-compatible server's
-    URL; ``context_window``: tokens; ``tools``: user tools as ``FILE.py:function``; ``allow``: tools
-    granted beyond the profile's permissions (``--allow``); ``lessons``: False as ``--no-lessons``;
-    ``path``: the profile's pipeline that runs (``batch``: deterministic, as ``run --batch``;
-    ``interactive``: with LLM summaries).
-    Sessions live where the CLI keeps them (``$CTXAGENT_DATA_DIR``, else the user data folder).
+    The arguments are ``ctxagent run``'s options (docs/api.md); an existing session keeps its own
+    settings unless given here. ``model``: a litellm model string, or ``scripted:FILE``;
+    ``context_window``: tokens; ``tools``: user tools as ``FILE.py:function``.
 
     Raises ``UsageError``/``ProfileError`` for a bad name, profile, model, folder or tool (nothing
     is left behind), ``SessionBusyError`` when another process holds the session.
@@ -310,10 +282,9 @@ class Session:
         self._runner, self._lock = runner, lock
 
     def stream(self, message: str | None = None, *, max_turns: int | None = None) -> Iterator[Event]:
-        """Run until an answer or a bound, yielding typed events (``Requesting``, ``Replied``,
-        ``ToolStarted``, ``ToolDone``, ``Compacted``, ``Warned``), then ``Finished``, then the
-        lessons' ``Warned`` if learning failed. ``message``: the next user message (None resumes a
-        run that stopped before answering). ``max_turns``: model calls at most (profile's default).
+        """Run until an answer or a bound, yielding typed events, then ``Finished``, then the lessons'
+        ``Warned`` if learning failed. ``message``: the next user message (None resumes a run that
+        stopped before answering). ``max_turns``: model calls at most (profile's default).
 
         Raises ``UsageError`` for an empty message or nothing to do; after ``Finished``, the
         ``CtxagentError`` that ended the run (``LimitReached``, ``ProviderError``,

@@ -62,7 +62,6 @@ class ProfileError(UsageError):
 class SessionBusyError(CtxagentError):
     """Another process is writing this session (one writer per session)."""
 
-    exit_code = 1
     status = "session_busy"
 
 

@@ -19,15 +19,14 @@ from __future__ import annotations
 import re
 from collections.abc import Container
 
-HANDLE_RE = re.compile(r"^@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?$")
+_HANDLE = r"@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?"  # the grammar's ``handle``
+HANDLE_RE = re.compile(f"^{_HANDLE}$")
 """A whole string that is exactly one handle (no sub-handle part)."""
 
-REF_RE = re.compile(r"^(@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?)((?:/[^/\s]+)*)$")
+REF_RE = re.compile(rf"^({_HANDLE})((?:/[^/\s]+)*)$")
 """A handle with an optional ``/part/part`` path into its value (group 1: handle, 2: path)."""
 
-IN_TEXT_RE = re.compile(
-    r"(?<![\w@/.])@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?(?:/[A-Za-z0-9_~%-]+(?:\.[A-Za-z0-9_~%-]+)*)*"
-)
+IN_TEXT_RE = re.compile(rf"(?<![\w@/.]){_HANDLE}(?:/[A-Za-z0-9_~%-]+(?:\.[A-Za-z0-9_~%-]+)*)*")
 """Handles and sub-handles as they appear inside free text (an answer, a view)."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")

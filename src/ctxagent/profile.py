@@ -1,15 +1,10 @@
 """Profiles: YAML files that configure the model, the budget, the tools and the strategy pipelines.
 
-A profile is named (a bundled one: ``default``, ``batch``, ...) or a path to a YAML file. Every key
-is validated by pydantic against :mod:`ctxagent.profile_schema` (whose models are re-exported here),
-then the pipelines by :mod:`ctxagent.strategies.checks`; a bad profile raises
-:class:`~ctxagent.errors.ProfileError` naming the file, the line and the key. Units: every size called
-``*_tokens`` or ``context_window`` is in tokens; ``preview.max_chars`` is in characters; fractions are
-of the context window.
-
-``extends: BASE`` (a bundled name, or a path relative to the file that says it) starts from BASE's
-YAML and applies this file over it: mappings merge key by key, at every depth; any other value (a
-list, a number, a string, null) replaces BASE's. A base may extend another; a cycle is an error.
+A profile is a bundled name (``default``, ``batch``, ...) or a path to a YAML file, which may
+``extends:`` another (:func:`merge`). Every key is validated by pydantic against
+:mod:`ctxagent.profile_schema`, then the pipelines by :mod:`ctxagent.strategies.checks`; a bad profile
+raises :class:`~ctxagent.errors.ProfileError` naming the file, the line and the key. Every key, its
+unit and its default: docs/context.md ("Profiles").
 """
 
 from __future__ import annotations
@@ -25,23 +20,12 @@ import yaml
 from pydantic import ValidationError
 
 from ctxagent.errors import ProfileError
-from ctxagent.profile_schema import (
-    DEFAULT_SYSTEM_PROMPT,
-    DEFAULT_TOOLS,
-    MIN_GAP,
-    Path_,
-    PreviewConfig,
-    Profile,
-    RecallConfig,
-    SummarizerConfig,
-    thrash_problem,
-)
+from ctxagent.profile_schema import MIN_GAP, Path_, Profile
 from ctxagent.strategies.checks import check_gaps, check_pipelines
 from ctxagent.strategies.step import StrategyConfig, step_error
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "DEFAULT_TOOLS", "MIN_GAP", "Path_", "PreviewConfig", "Profile", "RecallConfig",
-           "StrategyConfig", "SummarizerConfig", "bundled_names", "bundled_text", "load_profile", "merge",
-           "parse_profile", "profile_files", "thrash_problem"]
+__all__ = ["MIN_GAP", "Path_", "Profile", "StrategyConfig", "bundled_names", "bundled_text", "load_profile", "merge",
+           "parse_profile", "profile_files"]
 
 EXTENDS = "extends"
 
@@ -128,21 +112,14 @@ def parse_profile(text: str, *, source: str, default_name: str = "custom") -> Pr
     data.setdefault("name", default_name)
     try:
         profile = Profile.model_validate(data)
+        check_gaps(profile, source=source)
+        check_pipelines(profile, source=source)
     except ValidationError as err:
         first = err.errors()[0]
         loc, message = step_error(first) or ([str(p) for p in first["loc"]], first["msg"])
-        layer = _owner(layers, loc)
-        raise ProfileError(
-            message, path=layer.source, line=line_of(layer.node, loc), key=".".join(loc) or None
-        ) from err
-    try:
-        check_gaps(profile, source=source)
-        check_pipelines(profile, source=source)
+        raise _blame(layers, loc, message) from err
     except ProfileError as err:
-        message = str(err).split(": ", 1)[-1]
-        loc = (err.key or "").split(".")
-        layer = _owner(layers, loc)
-        raise ProfileError(message, path=layer.source, line=line_of(layer.node, loc), key=err.key) from None
+        raise _blame(layers, (err.key or "").split("."), str(err).split(": ", 1)[-1]) from None
     return profile
 
 
@@ -173,11 +150,9 @@ def parse_yaml(text: str, source: str) -> dict[str, Any]:
             f"invalid YAML: {getattr(err, 'problem', err)}",
             path=source, line=mark.line + 1 if mark else None,
         ) from err
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
+    if data is not None and not isinstance(data, dict):
         raise ProfileError("a profile is a YAML mapping of keys to values", path=source, line=1)
-    return data
+    return data or {}
 
 
 def _chain(text: str, source: str, seen: tuple[str, ...]) -> list[_Layer]:
@@ -216,8 +191,9 @@ def _identity(source: str) -> str:
     return source if source.startswith("<") else str(Path(source).resolve())
 
 
-def _owner(layers: list[_Layer], loc: list[str]) -> _Layer:
-    """The layer whose keys hold most of the path ``loc`` (this file on a tie): the file to blame."""
+def _blame(layers: list[_Layer], loc: list[str], message: str) -> ProfileError:
+    """``message`` as the error of the layer whose keys hold most of the path ``loc`` (this file on a
+    tie): that file, the line of the key, the dotted key."""
     def depth(data: Any) -> int:
         n = 0
         for part in loc:
@@ -231,7 +207,8 @@ def _owner(layers: list[_Layer], loc: list[str]) -> _Layer:
         return n
 
     best = max(depth(layer.data) for layer in layers)
-    return next(layer for layer in layers if depth(layer.data) == best)
+    layer = next(layer for layer in layers if depth(layer.data) == best)
+    return ProfileError(message, path=layer.source, line=line_of(layer.node, loc), key=".".join(loc) or None)
 
 
 def line_of(node: Any, loc: list[str]) -> int | None:
@@ -251,11 +228,9 @@ def line_of(node: Any, loc: list[str]) -> int | None:
     return line
 
 
-SCHEMA_FILE = "profile.schema.json"  # beside the bundled profiles; `ctxagent profiles schema` prints it
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a profile YAML file, for editors: pydantic's schema of
+def json_schema_text() -> str:
+    """The JSON Schema (draft 2020-12) of a profile YAML file, for editors, as shipped in
+    ``profiles/profile.schema.json`` (indented, sorted keys, final newline): pydantic's schema of
     :class:`Profile` plus the ``extends`` key the loader reads before validation."""
     schema = Profile.model_json_schema()
     schema["properties"] = {
@@ -264,10 +239,5 @@ def json_schema() -> dict[str, Any]:
                                  "are applied over it (mappings merged, lists and values replaced)."},
         **schema["properties"],
     }
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
-
-
-def json_schema_text() -> str:
-    """:func:`json_schema` as the text shipped in ``profiles/profile.schema.json`` (indented, sorted
-    keys, final newline)."""
-    return json.dumps(json_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema}
+    return json.dumps(schema, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -1,12 +1,7 @@
 """The profile's schema: the pydantic models a profile YAML validates against, and the thrash rule.
 
-The bottom of the configuration layer: the strategies' checks and pipelines
-(:mod:`ctxagent.strategies.checks`, :mod:`ctxagent.strategies.pipeline`) import these models without
-importing the loader (:mod:`ctxagent.profile`), which runs the checks. A pipeline step is the step
-class its strategy declares (:mod:`ctxagent.strategies.step`; the union of them all,
-:data:`ctxagent.strategies.registry.Step`), re-exported here as ``StrategyConfig``. Units: every size called
-``*_tokens`` or ``context_window`` is in tokens; ``preview.max_chars`` is in characters; fractions
-are of the context window.
+Apart from the loader (:mod:`ctxagent.profile`) so that the strategies' checks and pipelines import
+these models without it. Every key, its unit and its default: docs/context.md ("Profiles").
 """
 
 from __future__ import annotations
@@ -45,20 +40,13 @@ tokens on a 32K window (4-12 ordinary turns) and 19K on 128K; every bundled prof
 """
 
 
-REPLY_SHARE = 0.125
-"""Share of the context window reserved for the reply when the profile sets no ``max_output_tokens``."""
-REPLY_MAX_TOKENS = 4096
-"""The reserve of every window of 32K tokens and more (what the bundled profiles reserved before)."""
-REPLY_MIN_TOKENS = 256
-
-
 def reply_reserve(window: int) -> int:
     """Tokens reserved for the reply in a ``window``-token context when the profile does not say:
     an eighth of the window, between 256 and 4,096 (4,096 from a 32K window up; 512 of a 4,096-token
     window). A fixed 4,096 took more than the whole of a 4K window (with the margin); a small model on
     a small window answers in tens of tokens, and a tool call rarely needs hundreds. An answer cut at
     the reserve ends with ``finish_reason: "length"`` and names ``max_output_tokens``."""
-    return max(REPLY_MIN_TOKENS, min(REPLY_MAX_TOKENS, int(window * REPLY_SHARE)))
+    return max(256, min(4096, window // 8))
 
 
 class _Strict(BaseModel):
@@ -178,8 +166,7 @@ class Profile(_Strict):
         "default (llama.cpp's server samples at 0.8; small local models call tools more reliably at 0)"))
     margin_tokens: int = Field(256, ge=0, description="safety margin, tokens")
     tool_result_limit: int = Field(20_000, ge=100, description="largest tool result, tokens")
-    # a tool result also gets at most this fraction of the context window (tokens), so that one
-    # output can never fill a small window; the smaller limit wins (agent/setup.py offload_policy)
+    # with tool_result_limit, the smaller wins: one output never fills a small window (agent/setup.py)
     tool_result_fraction: float = Field(0.25, gt=0, le=0.9, description="largest tool result, fraction of window")
     preview: PreviewConfig = PreviewConfig()
     target: float = Field(0.5, gt=0, lt=1, description="compaction target, fraction of window")
@@ -191,9 +178,7 @@ class Profile(_Strict):
     max_retry_wait_s: float = Field(60.0, ge=0, le=3600)
     # send tool_choice: "auto" with the tools (some OpenAI-compatible servers ignore tools without it)
     send_tool_choice: bool = True
-    # tool calls a model writes as text (small local models do): run as calls when the tool exists and the
-    # arguments validate (auto), whatever they name (always), or never (off); agent/text_calls.py
-    text_tool_calls: Literal["auto", "always", "off"] = "auto"
+    text_tool_calls: Literal["auto", "always", "off"] = "auto"  # calls written as text: agent/text_calls.py
     tools: list[str] = Field(default_factory=lambda: list(DEFAULT_TOOLS))
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     pipelines: dict[Path_, list[Step]] = Field(default_factory=_truncate_everywhere)
@@ -204,17 +189,9 @@ class Profile(_Strict):
     permissions: PermissionsConfig = Field(default_factory=PermissionsConfig)  # tools/permissions.py
     redact: Literal["persist", "always"] = "persist"  # sessions/redact/; docs/security.md
     tool_environment: ToolEnvironmentConfig = ToolEnvironmentConfig()  # tools/environment.py
-    # explicit prompt-cache breakpoints for providers that need them (Anthropic, Bedrock, Gemini);
-    # OpenAI-style automatic caching needs none. docs/context.md, "Prompt caching".
-    prompt_cache: Literal["auto", "off"] = "auto"
-    # never redo work (agent/activity.py): the K-th identical tool call in a row gets a warning, the
-    # next one stops the run (exit 3, resumable); 0 turns the guard off
+    prompt_cache: Literal["auto", "off"] = "auto"  # breakpoints for the providers that need them
     loop_guard: int = Field(4, ge=0, description="identical calls in a row before a warning (0: off, else >= 2)")
-    # a repeat read of an unchanged file, or a repeat of an identical read_output/grep_output call,
-    # gets a short note naming the earlier result's handle instead of the content again
-    repeat_notes: bool = True
-    # thrash guard: after this many requests in a row that compacted (more than a view-only step),
-    # the next compaction goes to half the target; after twice as many the run stops (exit 3); 0: off
+    repeat_notes: bool = True  # agent/activity.py, with loop_guard
     thrash_turns: int = Field(3, ge=0, description="consecutive compacting requests before escalation")
     limits: LimitsConfig = LimitsConfig()  # budgets: a circuit breaker on tokens, money and time
     delegate: DelegateConfig = DelegateConfig()  # sub-agents (the delegate tool)

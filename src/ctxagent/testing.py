@@ -7,9 +7,8 @@ It lets the real litellm HTTP code run with no model behind it::
     with FakeOpenAI([{"content": "hi"}, context_error("anthropic")]) as server:
         make_model("openai/fake", api_base=server.base_url)   # http://127.0.0.1:PORT/v1
 
-The server listens on 127.0.0.1 (a free port) in a daemon thread and speaks HTTP/1.1 with
-keep-alive. It serves ``POST /v1/chat/completions`` (and ``GET /v1/models``). Each request
-consumes the next *item* of the script, in order:
+It serves ``POST /v1/chat/completions`` (and ``GET /v1/models``) over HTTP/1.1 with keep-alive;
+each request consumes the next *item* of the script, in order:
 
 - a **reply**: ``{"content": str | None, "tool_calls": [{"id": str, "name": str,
   "arguments": dict | str}], "usage": {"prompt_tokens": int, "completion_tokens": int,
@@ -43,22 +42,17 @@ increments): a reply's cached tokens are the tokens (:func:`ctxagent.tokens.coun
 tools plus :func:`~ctxagent.tokens.count_message` of each message) of the longest prefix of whole
 messages that, with the same model and tools, began an earlier request answered with a reply; 0 when
 that is under :data:`CACHE_MIN_TOKENS`, else rounded down to a multiple of :data:`CACHE_STEP_TOKENS`
-and never more than the prompt tokens. :attr:`FakeOpenAI.cached` holds, per request, the cached
-tokens reported (0 for errors and rejections).
+and never more than the prompt tokens.
 
-When the script runs out the server answers HTTP 500 saying so. Every parsed request body is
-appended to :attr:`FakeOpenAI.requests`. Like strict providers (OpenAI, Anthropic), the server
-rejects with HTTP 400 any request whose messages break the PAIR law
-(:func:`ctxagent.messages.pair_violations`); a rejected request consumes no script item and is also
-appended to :attr:`FakeOpenAI.rejected`. With ``require_reasoning_content=True`` it also rejects, as
-DeepSeek's thinking mode does (api-docs.deepseek.com/guides/thinking_mode, "Tool calls"), a request
-with an assistant tool-call message without ``reasoning_content``: HTTP 400 "Missing
-`reasoning_content` field in the assistant message at message index N. ...".
+When the script runs out the server answers HTTP 500 saying so. Like strict providers (OpenAI,
+Anthropic), it rejects with HTTP 400, consuming no script item, a request whose messages break the
+PAIR law (:func:`ctxagent.messages.pair_violations`), and with ``require_reasoning_content`` one that
+DeepSeek's thinking mode rejects (api-docs.deepseek.com/guides/thinking_mode, "Tool calls").
 
 Streaming: when the request says ``"stream": true`` the reply is sent as server-sent events
 (``chat.completion.chunk`` objects, tool calls as indexed deltas, a usage chunk when
 ``stream_options.include_usage`` is set, then ``data: [DONE]``), in one response with a
-Content-Length. Errors are plain HTTP errors in both modes.
+Content-Length. Errors are plain HTTP errors in both modes, but for ``mid_stream`` ones.
 """
 
 from __future__ import annotations
@@ -73,27 +67,11 @@ from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
+from ctxagent import testing_wire as wire
 from ctxagent.messages import pair_violations
-from ctxagent.testing_wire import (  # noqa: F401 (re-exported: tests build items with them)
-    CACHE_MIN_TOKENS,
-    CACHE_STEP_TOKENS,
-    CONTEXT_STYLES,
-    CUT,
-    DEEPSEEK_MISSING_REASONING,
-    MID_STREAM,
-    REASONING_KEYS,
-    Item,
-    checked_item,
-    completion,
-    context_error,
-    error,
-    error_body,
-    failed_stream,
-    missing_reasoning,
-    prefix_keys,
-    reported_cached,
-    sse_chunks,
-)
+from ctxagent.testing_wire import CACHE_MIN_TOKENS, CACHE_STEP_TOKENS, CONTEXT_STYLES, Item, context_error, error
+
+__all__ = ["CACHE_MIN_TOKENS", "CACHE_STEP_TOKENS", "CONTEXT_STYLES", "FakeOpenAI", "Item", "context_error", "error"]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -107,19 +85,22 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.server.fake._track(self.connection, open_=True)
+        with self.server.fake._lock:
+            self.server.fake._connections.add(self.connection)
 
     def finish(self) -> None:
         try:
             super().finish()
         finally:
-            self.server.fake._track(self.connection, open_=False)
+            with self.server.fake._lock:
+                self.server.fake._connections.discard(self.connection)
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json",
-              headers: dict[str, str] | None = None) -> None:
+              headers: dict[str, str] | None = None, length: int | None = None) -> None:
+        """Answer ``body``; ``length``: the Content-Length promised instead (a reply cut short)."""
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(len(body) if length is None else length))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
@@ -128,73 +109,65 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(payload).encode(), headers=headers)
 
-    def _info(self, method: str) -> bool:
-        """Answer a request for one of the server's ``info`` routes; False when it is not one."""
+    def _other(self, method: str) -> None:
+        """Answer a request other than a chat completion: an ``info`` route, the model list, else 404."""
         route = self.path.split("?", 1)[0].rstrip("/")
         fake = self.server.fake
         with fake._lock:
             fake.info_requests.append(f"{method} {route}")
-        if route not in fake.info:
-            return False
-        self._send_json(200, fake.info[route])
-        return True
-
-    def do_GET(self) -> None:
-        if self._info("GET"):
-            return
-        if self.path.rstrip("/") == "/v1/models":
+        if route in fake.info:
+            self._send_json(200, fake.info[route])
+        elif method == "GET" and self.path.rstrip("/") == "/v1/models":
             self._send_json(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
         else:
-            self._send_json(404, error_body(f"no route GET {self.path}", type="not_found_error"))
+            self._send_json(404, wire.error_body(f"no route {method} {self.path}", type="not_found_error"))
+
+    def do_GET(self) -> None:
+        self._other("GET")
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
-        if self.path.rstrip("/") != "/v1/chat/completions" and self._info("POST"):
-            return
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.path.rstrip("/") != "/v1/chat/completions":
-            self._send_json(404, error_body(f"no route POST {self.path}", type="not_found_error"))
+            self._other("POST")
             return
         try:
             request = json.loads(raw)
         except ValueError as err:
-            self._send_json(400, error_body(f"request body is not JSON: {err}"))
+            self._send_json(400, wire.error_body(f"request body is not JSON: {err}"))
             return
         status, payload, headers = self.server.fake._answer(request)
         streaming = bool(request.get("stream"))
-        if headers.pop(CUT, None):
+        if headers.pop(wire.CUT, None):
             self._send_cut(request, payload)
         elif status == 200 and streaming:
             assert isinstance(payload, dict), "a 200 answer is a completion object"
             include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-            events = [f"data: {json.dumps(c)}\n\n" for c in sse_chunks(payload, include_usage)]
-            self._send(200, ("".join(events) + "data: [DONE]\n\n").encode(), "text/event-stream")
-        elif streaming and headers.pop(MID_STREAM, ""):
-            self._send(200, failed_stream(request, payload), "text/event-stream", headers)
+            self._send(200, _sse(wire.sse_chunks(payload, include_usage)), "text/event-stream")
+        elif streaming and headers.pop(wire.MID_STREAM, ""):
+            self._send(200, wire.failed_stream(request, payload), "text/event-stream", headers)
         elif isinstance(payload, str):
             self._send(status, payload.encode(), "text/plain; charset=utf-8", headers)
         else:
             self._send_json(status, payload, headers)
 
-
     def _send_cut(self, request: dict[str, Any], payload: Any) -> None:
         """Half a reply, then the connection closes: a stream's first chunk, or half of a JSON body."""
         if request.get("stream"):
-            chunks = sse_chunks(payload, True)
-            whole = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode() + b"data: [DONE]\n\n"
-            part, kind = f"data: {json.dumps(chunks[0])}\n\n".encode(), "text/event-stream"
+            whole, kind = _sse(wire.sse_chunks(payload, True)), "text/event-stream"
+            part = whole[: whole.index(b"\n\n") + 2]  # JSON text has no raw newline
         else:
             whole, kind = json.dumps(payload).encode(), "application/json"
             part = whole[: len(whole) // 2]
-        self.send_response(200)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(whole)))
-        self.end_headers()
-        self.wfile.write(part)
+        self._send(200, part, kind, length=len(whole))
         self.wfile.flush()
         self.close_connection = True
         with contextlib.suppress(OSError):
             self.connection.shutdown(socket.SHUT_RDWR)
+
+
+def _sse(chunks: list[dict[str, Any]]) -> bytes:
+    """``chunks`` as server-sent events, then ``data: [DONE]``."""
+    return ("".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n").encode()
 
 
 class _Server(ThreadingHTTPServer):
@@ -220,7 +193,8 @@ class FakeOpenAI:
       usage (``prompt_tokens_details.cached_tokens``; 0 for errors and rejections).
 
     ``check_pairs=False`` accepts PAIR-breaking requests (a lax provider); ``require_reasoning_content``
-    rejects assistant tool-call messages sent back without ``reasoning_content``, as DeepSeek does.
+    rejects assistant tool-call messages sent back without ``reasoning_content`` (HTTP 400, in
+    DeepSeek's words).
     ``routes`` maps a text to its own script: a request whose first user message contains the text
     is answered from that script (in order) instead of the main one, so agents that run at the same
     time (sub-agents) each get their own replies whatever order their requests arrive in.
@@ -232,8 +206,8 @@ class FakeOpenAI:
     def __init__(self, replies: Iterable[Item] = (), *, check_pairs: bool = True,
                  require_reasoning_content: bool = False, routes: dict[str, list[Item]] | None = None,
                  info: dict[str, Any] | None = None):
-        self.script: list[Item] = [checked_item(item) for item in replies]
-        self.routes = {key: [checked_item(item) for item in items] for key, items in (routes or {}).items()}
+        self.script: list[Item] = [wire.checked_item(item) for item in replies]
+        self.routes = {key: [wire.checked_item(item) for item in items] for key, items in (routes or {}).items()}
         self._routed = dict.fromkeys(self.routes, 0)
         self.check_pairs = check_pairs
         self.require_reasoning_content = require_reasoning_content
@@ -248,8 +222,6 @@ class FakeOpenAI:
         self._connections: set[socket.socket] = set()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
-
-    # -- lifecycle
 
     @property
     def base_url(self) -> str:
@@ -291,11 +263,9 @@ class FakeOpenAI:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # -- script
-
     def add(self, *items: Item) -> None:
         """Append script items (played after the ones already queued)."""
-        checked = [checked_item(item) for item in items]
+        checked = [wire.checked_item(item) for item in items]
         with self._lock:
             self.script.extend(checked)
 
@@ -305,7 +275,7 @@ class FakeOpenAI:
         (litellm keeps one pooled client per ``api_base``; hundreds of short-lived servers in one
         process leave it evicting clients whose sockets were never closed.)
         """
-        checked = [checked_item(item) for item in items]
+        checked = [wire.checked_item(item) for item in items]
         with self._lock:
             self.script, self.served = checked, 0
             self.requests.clear()
@@ -321,13 +291,6 @@ class FakeOpenAI:
 
     # -- request handling (called from handler threads)
 
-    def _track(self, conn: socket.socket, *, open_: bool) -> None:
-        with self._lock:
-            if open_:
-                self._connections.add(conn)
-            else:
-                self._connections.discard(conn)
-
     def _answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any] | str, dict[str, str]]:
         """The HTTP status, body (JSON object or text) and extra headers for one chat-completions request.
 
@@ -335,8 +298,8 @@ class FakeOpenAI:
         """
         messages = request.get("messages") or []
         problems = pair_violations(messages) if self.check_pairs else []
-        missing = missing_reasoning(messages) if self.require_reasoning_content else None
-        keys = prefix_keys(request)
+        missing = wire.missing_reasoning(messages) if self.require_reasoning_content else None
+        keys = wire.prefix_keys(request)
         with self._lock:
             self.requests.append(request)
             self.cached.append(0)
@@ -355,28 +318,29 @@ class FakeOpenAI:
             else:
                 item, number = None, self.served + 1
         if missing is not None:
-            return 400, error_body(DEEPSEEK_MISSING_REASONING.format(index=missing), code="invalid_request_error"), {}
+            message = wire.DEEPSEEK_MISSING_REASONING.format(index=missing)
+            return 400, wire.error_body(message, code="invalid_request_error"), {}
         if problems:
             message = "Invalid 'messages': tool calls and tool results do not pair: " + "; ".join(problems)
-            return 400, error_body(message, param="messages"), {}
+            return 400, wire.error_body(message, param="messages"), {}
         if item is None:
             message = f"FakeOpenAI script exhausted: all {len(self.script)} scripted replies were used"
-            return 500, error_body(message, type="server_error"), {}
+            return 500, wire.error_body(message, type="server_error"), {}
         time.sleep(float(item.get("delay_s") or 0))
         if "error" in item:
             spec = item["error"]
-            kind = spec.get("type", "invalid_request_error")
-            body = item.get("body") or error_body(str(spec.get("message", "error")), type=kind, code=spec.get("code"))
-            headers = dict(item.get("headers") or {}) | ({MID_STREAM: "1"} if item.get("mid_stream") else {})
+            message, kind = str(spec.get("message", "error")), spec.get("type", "invalid_request_error")
+            body = item.get("body") or wire.error_body(message, type=kind, code=spec.get("code"))
+            headers = dict(item.get("headers") or {}) | ({wire.MID_STREAM: "1"} if item.get("mid_stream") else {})
             return int(spec.get("status", 400)), body, headers
         with self._lock:
             matched = next((i for i, key in enumerate(keys) if key not in self._prefixes), len(keys))
             self._prefixes.update(keys)
-        answer = completion(item, request, number, matched)
-        cached = reported_cached(answer["usage"])
+        answer = wire.completion(item, request, number, matched)
+        cached = wire.reported_cached(answer["usage"])
         with self._lock:
             self.cached[index] = cached
-        return 200, answer, {CUT: "1"} if item.get("cut") else {}
+        return 200, answer, {wire.CUT: "1"} if item.get("cut") else {}
 
 
 def _route_of(messages: list[dict[str, Any]], routes: dict[str, list[Item]]) -> str | None:

@@ -26,25 +26,13 @@ DEEPSEEK_MISSING_REASONING = ("Missing `reasoning_content` field in the assistan
                               "https://api-docs.deepseek.com/guides/thinking_mode#tool-calls")
 
 
-# ---------------------------------------------------------------- script items
-
-
 def error(status: int, message: str, *, code: Any = None, type: str = "invalid_request_error",
           headers: dict[str, str] | None = None, body: dict[str, Any] | str | None = None,
           mid_stream: bool = False) -> Item:
-    """A script item that answers with HTTP ``status``, an OpenAI-style error body and ``headers``.
-
-    ``body`` replaces the OpenAI-style body (dict: JSON, str: plain text); ``mid_stream`` makes a
-    streaming request fail after its first chunk (see the module doc).
-    """
-    item: Item = {"error": {"status": status, "message": message, "code": code, "type": type}}
-    if headers:
-        item["headers"] = dict(headers)
-    if body is not None:
-        item["body"] = body
-    if mid_stream:
-        item["mid_stream"] = True
-    return item
+    """A script item that answers with HTTP ``status``, an OpenAI-style error body (or ``body``) and
+    ``headers`` (the error item of :mod:`ctxagent.testing`)."""
+    return {"error": {"status": status, "message": message, "code": code, "type": type},
+            "headers": dict(headers or {}), "body": body, "mid_stream": mid_stream}
 
 
 def context_error(style: str = "openai", *, tokens: int = 130_000, limit: int = 128_000) -> Item:
@@ -105,9 +93,6 @@ def checked_item(item: Item) -> Item:
     return item
 
 
-# ---------------------------------------------------------------- the prompt cache
-
-
 def prefix_keys(request: dict[str, Any]) -> list[str]:
     """Digests of the request's cacheable prefixes: model and tools, then each message added in turn."""
     digest = hashlib.sha256(json.dumps([request.get("model"), request.get("tools") or []], sort_keys=True).encode())
@@ -152,9 +137,6 @@ def reported_cached(usage: dict[str, Any]) -> int:
     details = usage.get("prompt_tokens_details")
     value = details.get("cached_tokens") if isinstance(details, dict) else None
     return int(value) if isinstance(value, int | float) else 0
-
-
-# ---------------------------------------------------------------- response bodies
 
 
 def error_body(message: str, *, type: str = "invalid_request_error", code: Any = None,
@@ -228,9 +210,6 @@ def sse_chunks(completion: dict[str, Any], include_usage: bool) -> list[dict[str
     if include_usage:
         chunks.append(head | {"choices": [], "usage": completion["usage"]})
     return chunks
-
-
-# ---------------------------------------------------------------- the server
 
 
 def failed_stream(request: dict[str, Any], payload: dict[str, Any] | str) -> bytes:

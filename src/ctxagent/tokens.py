@@ -3,21 +3,10 @@
 All counts here are *tokens*, never characters. ``o200k_base`` is used for GPT-4o-era and unknown
 models, ``cl100k_base`` for GPT-4/3.5-era ones. For non-OpenAI models the count is an estimate; the
 runner calibrates it with the provider's reported prompt tokens (see :func:`calibration`).
-
-Offline, ``tiktoken.get_encoding`` cannot download an encoding's file. The installed litellm wheel
-ships those files (found with ``importlib.util.find_spec``, without importing litellm, which costs
-seconds; FIELD-NOTES.md), so :func:`encoding` builds the ``tiktoken.Encoding`` from them with
-tiktoken's public constructor: the ranks read from the file (checked against the sha256 OpenAI
-publishes it with), the split pattern as OpenAI defines the encoding (:data:`SOURCES`). Nothing is
-set in ``os.environ`` for it (tiktoken's other way, ``TIKTOKEN_CACHE_DIR``, is a process-wide
-variable every child process inherits). Without litellm's copy, ``tiktoken.get_encoding`` loads it
-(a user's ``TIKTOKEN_CACHE_DIR``, or a download).
-
 Per-message framing follows OpenAI's published counting recipe (cookbook "How to count tokens with
-tiktoken"): 3 tokens per message, 3 to prime the reply, plus the text.
-
-Building an encoding costs about 0.25 s and 80 MB, so it happens on the first count that needs it,
-never at import.
+tiktoken"): 3 tokens per message, 3 to prime the reply, plus the text. Building an encoding
+(:func:`encoding`, offline) costs about 0.25 s and 80 MB: it happens on the first count that needs
+it, never at import.
 """
 
 from __future__ import annotations
@@ -87,9 +76,12 @@ special token, so none are declared."""
 
 @functools.cache
 def encoding(name: str = "o200k_base") -> Any:
-    """The tiktoken ``Encoding`` called ``name``: built from litellm's bundled file when it is there
-    and intact (see the module doc), else ``tiktoken.get_encoding(name)``, which raises for an
-    unknown name and, offline with no copy of the file, whatever its download raises."""
+    """The tiktoken ``Encoding`` called ``name``, built with tiktoken's public constructor from the
+    file the litellm wheel ships (:meth:`Source.bundled`; found without importing litellm, which
+    costs seconds: FIELD-NOTES.md) when it matches OpenAI's sha256, else ``tiktoken.get_encoding(name)``
+    (a user's ``TIKTOKEN_CACHE_DIR``, or a download), which raises for an unknown name and, offline
+    with no copy, whatever its download raises. Setting ``TIKTOKEN_CACHE_DIR`` instead would reach
+    every child process."""
     import tiktoken
 
     source = SOURCES.get(name)
@@ -114,7 +106,7 @@ def ranks(data: bytes) -> dict[bytes, int]:
 def encoding_for(model: str) -> str:
     """The tiktoken encoding name used to count tokens for ``model`` (a litellm model string)."""
     base = model.rsplit("/", 1)[-1].lower()
-    if base.startswith(("gpt-4-", "gpt-4", "gpt-3.5", "text-embedding")) and not base.startswith(
+    if base.startswith(("gpt-4", "gpt-3.5", "text-embedding")) and not base.startswith(
         ("gpt-4o", "gpt-4.1", "gpt-4.5")
     ):
         return "cl100k_base"
@@ -220,11 +212,10 @@ def calibration(reported: int, estimate: int) -> float:
     """The factor that turns our estimate into the provider's count: ``reported / estimate``
     (prompt tokens), clamped to [:data:`CALIBRATION_MIN`, :data:`CALIBRATION_MAX`].
 
-    Never below 1: a provider's count may raise the estimate (its tokenizer counts more than ours),
-    never lower it below what the request counts to on our side. A server that reports only the
-    uncached part of the prompt as ``prompt_tokens`` once drove the factor to its old 0.5 floor: a
-    25,032-token request was shown as 13,713/24,000, compaction never fired and the server rejected
-    it (issue 34). The cap keeps one odd report from wrecking the budget."""
+    Never below 1: a server that reports only the uncached part of the prompt as ``prompt_tokens``
+    once drove the factor to its old 0.5 floor, and a 25,032-token request was shown as
+    13,713/24,000, never compacted and rejected (issue 34). The cap keeps one odd report from
+    wrecking the budget."""
     if reported <= 0 or estimate <= 0:
         return 1.0
     return min(CALIBRATION_MAX, max(CALIBRATION_MIN, reported / estimate))

@@ -5,15 +5,12 @@ Usage (by :mod:`ctxagent.cluster.temporal_activity`, never by hand)::
     python -S guard.py PARENT_PID COMMAND [ARGS...]
 
 Started as the leader of a new process group, it asks Linux to send it SIGTERM when its parent
-(the worker's event loop thread, alive as long as the worker) dies (``prctl(PR_SET_PDEATHSIG)``),
-then starts the command in its own group. On SIGTERM (the worker died, or the activity was
-cancelled) it passes SIGTERM on to the command, which a run handles as Ctrl-C: it records an
-``interrupted`` end, stops its shell commands and releases the session's writer lock, so another
-worker can resume the session. A command still running :data:`GRACE_S` seconds later is killed
-with the whole group (SIGKILL; crash safety makes that resumable too). Exit status: the command's
-(128 + N when signal N ended it). Standard library only, run with ``-S``: it starts in a few
-milliseconds. Unlike ``ctxagent.mcp_tools.guard`` (an MCP server has nothing to record) the
-command gets its chance to stop cleanly.
+(the worker's event loop thread) dies (``prctl(PR_SET_PDEATHSIG)``) and passes that SIGTERM on to
+the command, which a run handles as Ctrl-C: it records an ``interrupted`` end and releases the
+session's writer lock. A command still running :data:`GRACE_S` seconds later is killed with the
+whole group. Exit status: the command's (128 + N when signal N ended it). Standard library only,
+run with ``-S``: it starts in a few milliseconds. Unlike ``ctxagent.mcp_tools.guard`` (an MCP
+server has nothing to record) the command gets its chance to stop cleanly.
 """
 
 from __future__ import annotations

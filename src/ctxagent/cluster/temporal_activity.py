@@ -1,18 +1,7 @@
-"""The one activity of the Temporal backend: run or resume a whole session on this worker.
-
-The session runs as the same ``ctxagent run`` (or ``resume``) process ``ctxagent batch`` starts on
-one machine (batch/tasks.py), with ``--output-format stream-json``: one event per line, and a
-heartbeat to Temporal per model turn (its details: the turn) and every ``heartbeat_s / 4``
-seconds while the process lives (a long tool call is not a dead worker). The process runs under
-:mod:`ctxagent.cluster.guard`, so a worker killed with ``kill -9`` leaves no run holding the
-session's writer lock. The activity returns the run's ``--json`` object, bounded
-(:func:`bounded`): a payload never carries a transcript or a tool output.
-
-A session that is already answered (sessions/outcome.py: even when its run was killed before its
-end record) is reported, not run again (as ``ctxagent batch`` does); a
-session whose lock another process still holds (the run of a worker that just died, stopping)
-or a run that ended without a result (killed, out of memory) raise a retryable error: Temporal
-runs the activity again, on this worker or another, after its backoff.
+"""The one activity of the Temporal backend: run or resume a whole session on this worker, as the
+``ctxagent run`` process ``ctxagent batch`` starts (batch/tasks.py), under :mod:`ctxagent.cluster.guard`,
+heartbeating (docs/batch.md, "Many machines"). A busy session, or a run that ended without a result,
+raises a retryable error: Temporal runs the activity again, here or on another worker.
 """
 
 from __future__ import annotations

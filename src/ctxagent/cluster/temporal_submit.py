@@ -1,13 +1,6 @@
-"""``ctxagent batch --backend temporal``: submit every task as a workflow, report each as it ends.
-
-Each task becomes one workflow (:mod:`.temporal_workflow`) whose id is its session name: a second
-submit of a session that is still running is refused (Temporal's id conflict policy ``FAIL``; its
-result: ``session_busy``), one that ended may run again (an answered session is then reported
-from its transcript, not run: the worker checks, as ``ctxagent batch`` does on one machine).
-Results come back in the order the sessions end, as the same result objects the process pool
-prints (batch/pool.py), plus ``worker`` and ``attempt`` (the activity attempt that ended it).
-Ctrl-C or SIGTERM cancels the workflows this command started: their runs record an ``interrupted``
-end, and the same command again resumes them.
+"""``ctxagent batch --backend temporal``: submit every task as a workflow whose id is its session
+name, report each as it ends, with the result objects of the process pool (batch/pool.py) plus
+``worker`` and ``attempt``. Ctrl-C or SIGTERM cancels the workflows it started (docs/batch.md).
 """
 
 from __future__ import annotations

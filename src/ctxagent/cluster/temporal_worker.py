@@ -1,11 +1,6 @@
-"""``ctxagent worker --backend temporal``: run the sessions a Temporal task queue hands out.
-
-One process per machine (or several): it polls ``task_queue`` on the Temporal server at
-``address`` and runs up to ``concurrency`` sessions at once, each a ``ctxagent run`` process
-(:mod:`.temporal_activity`). Sessions live in the store: ``store`` (an fsspec URL) is the one its
-status checks read and its runs get (``--store``); every worker of a cluster needs the same one
-(on one machine the local data folder is shared already). SIGTERM or Ctrl-C: the running sessions
-are stopped (each records an ``interrupted`` end) and Temporal retries them on another worker.
+"""``ctxagent worker --backend temporal``: run the sessions a Temporal task queue hands out, up to
+``concurrency`` at once, each a ``ctxagent run`` process (:mod:`.temporal_activity`) on the session
+store ``store`` (an fsspec URL, the same for every worker; docs/batch.md, "Many machines").
 """
 
 from __future__ import annotations

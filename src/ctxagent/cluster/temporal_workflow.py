@@ -1,15 +1,9 @@
-"""The Temporal workflow of one ``ctxagent batch`` task (see the package docstring).
+"""The Temporal workflow of one ``ctxagent batch`` task: one coarse activity, :data:`ACTIVITY`, runs
+or resumes the whole session, retried on another worker when one dies (docs/batch.md).
 
 Kept import-light (the standard library and ``temporalio``, never ctxagent's agent or CLI) and
 deterministic, so it could run in Temporal's workflow sandbox; it runs outside it (``sandboxed=False``)
 because the sandbox's validation of the module cost ~0.8 s per worker start.
-
-One workflow per task, its id the session name; it runs one coarse activity,
-:data:`ACTIVITY` (``ctxagent.cluster.temporal_activity``), that runs or resumes the whole session
-on some worker and heartbeats while it runs. A worker that dies stops heartbeating: after
-``heartbeat_s`` seconds Temporal retries the activity on another worker, which resumes the
-session from the store. Payloads are names, options and the bounded result object, never a
-transcript or a tool output.
 """
 
 from __future__ import annotations
