@@ -104,9 +104,12 @@ def _decode(data: str | bytes) -> bytes:
 
 
 def _size(n: int) -> str:
-    from rich.filesize import decimal
-
-    return decimal(n)
+    """``n`` bytes in decimal units, as rich.filesize.decimal writes them: ``1 byte``, ``950 bytes``, ``31.2 kB``."""
+    if n < 1000:
+        return "1 byte" if n == 1 else f"{n} bytes"
+    units = ("kB", "MB", "GB", "TB", "PB", "EB")
+    power = min((len(str(n)) - 1) // 3, len(units))
+    return f"{n / 1000 ** power:,.1f} {units[power - 1]}"
 
 
 def json_ready(value: Any) -> Any:
