@@ -1,21 +1,15 @@
 """Connections to MCP servers: one event loop thread per process, one connection per server.
 
-The runner is synchronous; the MCP SDK (``mcp`` 2.x, the ``ctxagent[mcp]`` extra) is async. Every
-connection lives on one asyncio loop in a daemon thread (:func:`submit`); a tool call from the
-runner's thread waits on a ``concurrent.futures.Future`` in short slices, so it can
+The runner is synchronous, the MCP SDK (``mcp`` 2.x) async: every connection lives on one asyncio
+loop in a daemon thread (:func:`submit`), and a call waits on its future in short slices (:func:`wait`),
+so a progress notification extends its deadline (peers kill a slow tool that reports progress, users
+complain), Ctrl-C or the run's stop cancels it, and a crash (``CONNECTION_CLOSED``) marks the
+connection dead: restarted once, then down for the process (docs/mcp.md).
 
-- extend its deadline at every progress notification (``timeout_s`` is the longest a call may go
-  without a result *or* progress; peers kill a slow tool that reports progress, users complain);
-- be cancelled by Ctrl-C or the run's stop event: cancelling the SDK request sends
-  ``notifications/cancelled`` to the server;
-- notice a crash: a request that fails with ``CONNECTION_CLOSED`` marks the connection dead; it is
-  restarted once for later calls, then the server stays down for the process.
-
-Connections are shared by the runners of the process that run in the same working directory (a
-sub-agent uses its parent's servers; a session elsewhere never gets a server started in another's
-folder) and closed at exit (``atexit``; the SDK closes stdin, then kills the process group). A stdio server runs
-under :mod:`ctxagent.mcp_tools.guard` on Linux, so a ``kill -9`` of ctxagent leaves no server behind.
-Server stderr goes to a log file, never to the user's terminal.
+Connections are shared by the runners of a process working in the same directory (a sub-agent uses
+its parent's servers; a session elsewhere never gets a server started in another's folder) and closed
+at exit. A stdio server runs under :mod:`ctxagent.mcp_tools.guard` on Linux; its stderr goes to a log
+file, never to the user's terminal.
 """
 
 from __future__ import annotations
@@ -44,11 +38,8 @@ LOG_MARK = "--- ctxagent: starting the MCP server"  # a line of the server log b
 
 
 class McpUnavailable(Exception):
-    """A server could not be reached, did not answer in time, or crashed (message for the model)."""
-
-
-class McpMissing(McpUnavailable):
-    """The ``mcp`` package is not installed."""
+    """A server could not be reached, did not answer in time, or crashed, or the ``mcp`` package is
+    not installed (message for the model)."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +143,7 @@ class Connection:
         try:
             from mcp import ClientSession
         except ImportError:
-            ready.set_exception(McpMissing("MCP servers need the mcp package: pip install 'ctxagent[mcp]'"))
+            ready.set_exception(McpUnavailable("MCP servers need the mcp package: pip install 'ctxagent[mcp]'"))
             return
         try:
             async with AsyncExitStack() as stack:
@@ -186,10 +177,10 @@ class Connection:
         try:
             with self.log_path.open("rb") as log:
                 log.seek(self._log_from)
-                lines = [line for line in log.read().decode("utf-8", "replace").splitlines() if line.strip()]
+                lines = [line for line in log.read().decode("utf-8", "replace").splitlines()
+                         if line.strip() and not line.startswith(LOG_MARK)]
         except OSError:
             return ""
-        lines = [line for line in lines if not line.startswith(LOG_MARK)]
         return lines[-1].strip()[:300] if lines else ""
 
     def _transport(self, stack: AsyncExitStack) -> Any:
