@@ -1,18 +1,7 @@
-"""Deterministic lessons from a transcript, and whether a session confirmed or contradicted one.
-
-No LLM: every rule reads the tool calls and results of an answered session's records.
-
-- ``flag``: a shell command failed (exit code not 0) and the next run of the same program that
-  succeeded is the same command with flags added (and maybe flags removed), with no file written
-  in between (a fix, not the flag, may have made it work): the program needs those flags here.
-  Prior confidence 0.6, or 0.7 when the error named the flag.
-- ``error_fix``: a shell command failed, then another command succeeded, then the first command,
-  unchanged, succeeded: that other command is the known fix of the error. Prior 0.5.
-- ``read_first``: the file the session read first. Weak alone (prior 0.35, under the injection
-  floor); each later session that also reads it first raises it, one that never reads it lowers it.
-
-:func:`judge` says what a session did about a lesson it was shown: confirmed (did as it says and
-succeeded) or contradicted (succeeded doing otherwise), with the records that show it.
+"""Deterministic lessons from a transcript (no LLM), and whether a later session confirmed or
+contradicted one (:func:`judge`). The rules read an answered session's tool calls and results
+(docs/lessons.md): ``flag`` (a failed command worked with flags added, no file written in between),
+``error_fix`` (a failed command worked again after another one) and ``read_first`` (the file read first).
 """
 
 from __future__ import annotations

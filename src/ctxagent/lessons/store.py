@@ -1,13 +1,7 @@
-"""The lessons store: one JSONL file per scope under ``<data dir>/lessons/``, plain text a user can edit.
-
-Layout: ``user.jsonl`` (the user-wide scope), ``project-<name>-<hash>.jsonl`` (one per repository
-root), ``named-<name>-<hash>.jsonl`` (a named scope). One :class:`~ctxagent.lessons.model.Lesson`
-per line. The folder is 0700, files 0600 (like sessions); every write takes the file's lock
-(``<file>.lock``, filelock), rewrites the file whole through a temporary file (``os.replace``: a
-reader sees the old or the new file, never half of one), and scrubs every lesson first: secrets
-redacted (:mod:`ctxagent.sessions.redact`), this user's home shown as ``~``, other users' homes as
-``/home/<user>``. A line that does not read back as a lesson (a bad hand edit) is kept as it is and
-reported by :meth:`LessonStore.problems`; it never stops the store.
+"""The lessons store: one JSONL file per scope under ``<data dir>/lessons/`` (docs/lessons.md), 0600
+in a 0700 folder. Every write takes the file's lock, replaces the file whole (``os.replace``: a reader
+sees the old or the new file, never half of one) and scrubs every lesson first (:func:`scrubbed`). A
+line that is not a lesson (a bad hand edit) is kept as it is and reported by :meth:`LessonStore.problems`.
 """
 
 from __future__ import annotations
