@@ -194,10 +194,14 @@ def _fixes(done: list[Attempt], session: str, scope: str) -> Iterator[Lesson]:
                       session=session, scope=scope, program=program_of(fw), tokens=cw)
 
 
+def _reads(done: list[Attempt]) -> list[Attempt]:
+    return [a for a in done if a.tool == "read_file" and a.ok and isinstance(a.args.get("path"), str)]
+
+
 def _read_first(done: list[Attempt], session: str, scope: str, workdir: Path) -> Iterator[Lesson]:
-    first = next((a for a in done if a.tool == "read_file" and a.ok and isinstance(a.args.get("path"), str)), None)
-    if first is None:
+    if not (reads := _reads(done)):
         return
+    first = reads[0]
     path = relative(str(first.args["path"]), workdir)
     yield _lesson("read_first", f"read_first\x00{path}", f"Read `{path}` first: earlier sessions here started there.",
                   first.seqs, f"read first at #{first.call_seq}", session=session, scope=scope,
@@ -228,7 +232,7 @@ def judge(lesson: Lesson, done: list[Attempt], *, session: str, workdir: Path) -
     elif lesson.kind == "error_fix":
         confirm = [s for a, w in _shells(done) if a.ok and w == lesson.tokens for s in a.seqs]
     elif lesson.kind == "read_first":
-        reads = [a for a in done if a.tool == "read_file" and a.ok and isinstance(a.args.get("path"), str)]
+        reads = _reads(done)
         paths = [relative(str(a.args["path"]), workdir) for a in reads]
         if reads and paths[0] == lesson.path:
             confirm = reads[0].seqs
