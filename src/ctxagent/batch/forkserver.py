@@ -1,20 +1,14 @@
-"""Task processes of ``ctxagent batch`` forked from a server that imported ctxagent once.
+"""Task processes of ``ctxagent batch`` forked from a server that imported ctxagent once (docs/batch.md).
 
-A new ``python -m ctxagent`` process spends ~1 s of CPU importing ctxagent before a task starts,
-and ~7 s more when the task calls a provider (``import litellm``, FIELD-NOTES.md): in a batch of
-a hundred tasks, minutes of CPU spent on imports. Here the standard library's ``multiprocessing``
-fork server imports what a run needs (and litellm, unless every task names a ``scripted:`` model)
-once, and each task is a process forked from it: still its own process, in its own session (a
-signal to one task reaches no other), with its own exit code, stdin from ``/dev/null`` and its
-stdout and stderr in files the pool reads when it ends, as it read a child's pipes.
+A new ``python -m ctxagent`` process spends ~1 s of CPU on imports before a task starts, ~7 s more
+when the task calls a provider (``import litellm``, FIELD-NOTES.md). Here the standard library's
+``multiprocessing`` fork server preloads :data:`PRELOAD` (``set_forkserver_preload``, public API only)
+and each task is a process forked from it, in its own session, with its own exit code, stdin from
+``/dev/null`` and stdout and stderr in files. A forked task's ``atexit`` handlers do not run:
+:func:`_task` closes its MCP servers itself (litellm's handlers flush callbacks ctxagent does not set).
 
-Only ``multiprocessing``'s public API: a ``forkserver`` context whose server preloads
-:data:`PRELOAD` (``set_forkserver_preload``); the server starts with the first task. A forked task
-ends as any ``multiprocessing`` child does (its ``atexit`` handlers do not run: the MCP servers it
-started are closed by :func:`_task` itself; litellm's handlers flush callbacks ctxagent does not set).
-
-POSIX only (the fork server); elsewhere, or with ``CTXAGENT_BATCH_FORK=0``, each task is a new
-``python -m ctxagent`` process (:class:`SpawnedTask`).
+POSIX only; elsewhere, or with ``CTXAGENT_BATCH_FORK=0``, each task is a new ``python -m ctxagent``
+process (:class:`SpawnedTask`).
 """
 
 from __future__ import annotations
