@@ -129,10 +129,9 @@ def extract(items: Iterable[Any], *, session: str, scope: str, workdir: Path) ->
     found = [*_flags(done, session, scope), *_fixes(done, session, scope), *_read_first(done, session, scope, workdir)]
     by_key: dict[str, Lesson] = {}
     for lesson in found:
-        if lesson.key in by_key:  # one session, one rule: its records joined
-            seqs = sorted(set(by_key[lesson.key].evidence[0].seqs) | set(lesson.evidence[0].seqs))
-            lesson = by_key[lesson.key].model_copy(
-                update={"evidence": [by_key[lesson.key].evidence[0].model_copy(update={"seqs": seqs})]})
+        if (old := by_key.get(lesson.key)) is not None:  # one session, one rule: its records joined
+            seqs = sorted({*old.evidence[0].seqs, *lesson.evidence[0].seqs})
+            lesson = old.model_copy(update={"evidence": [old.evidence[0].model_copy(update={"seqs": seqs})]})
         by_key[lesson.key] = lesson
     return list(by_key.values())
 
