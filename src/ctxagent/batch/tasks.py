@@ -110,8 +110,8 @@ def _named(raw: str) -> str | None:
 def _first_error(err: Exception) -> str:
     if isinstance(err, ValidationError):
         first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "line"
-        return f"{where}: {first['msg']}" if where != "line" else first["msg"]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{where}: {first['msg']}" if where else first["msg"]
     return str(err)
 
 
