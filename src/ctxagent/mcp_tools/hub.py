@@ -204,9 +204,8 @@ class Connection:
             command, args = sys.executable, ["-S", str(Path(__file__).with_name("guard.py")), str(os.getpid()),
                                              config.command, *args]
         errlog = stack.enter_context(self._errlog())
-        cwd = Path(config.cwd) if config.cwd else self.workdir
         return stdio_client(StdioServerParameters(command=command, args=args, env=config.env or None,
-                                                  cwd=self.workdir / cwd), errlog=errlog)
+                                                  cwd=self.workdir / (config.cwd or "")), errlog=errlog)
 
     def _errlog(self) -> Any:
         """The server's stderr: a pipe whose lines a thread appends, redacted, to the log (0600 in
