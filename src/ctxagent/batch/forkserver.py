@@ -1,14 +1,8 @@
-"""Task processes of ``ctxagent batch`` forked from a server that imported ctxagent once (docs/batch.md).
-
-A new ``python -m ctxagent`` process spends ~1 s of CPU on imports before a task starts, ~7 s more
-when the task calls a provider (``import litellm``, FIELD-NOTES.md). Here the standard library's
-``multiprocessing`` fork server preloads :data:`PRELOAD` (``set_forkserver_preload``, public API only)
-and each task is a process forked from it, in its own session, with its own exit code, stdin from
-``/dev/null`` and stdout and stderr in files. A forked task's ``atexit`` handlers do not run:
-:func:`_task` closes its MCP servers itself (litellm's handlers flush callbacks ctxagent does not set).
-
-POSIX only; elsewhere, or with ``CTXAGENT_BATCH_FORK=0``, each task is a new ``python -m ctxagent``
-process (:class:`SpawnedTask`).
+"""Task processes of ``ctxagent batch`` forked from a server that imported ctxagent once (docs/batch.md;
+what a new process spends on imports: FIELD-NOTES.md), through ``multiprocessing``'s public API only
+(``set_forkserver_preload``). A forked task's ``atexit`` handlers do not run: :func:`_task` closes its
+MCP servers itself (litellm's handlers flush callbacks ctxagent does not set). POSIX only; elsewhere,
+or with ``CTXAGENT_BATCH_FORK=0``, each task is a new ``python -m ctxagent`` process (:class:`SpawnedTask`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Lessons an LLM proposes from an answered session, under a strict output schema (:class:`Proposals`).
-
-Only where LLM calls may run: the runner passes its summarizer, None on a plain batch run. A reply not
-in that schema yields no lessons and a warning; a proposal citing a record that is no message of the
-session is rejected; the rest become ``llm`` lessons with a prior of at most 0.5 (a rule the model
-made up must earn its place by being confirmed).
+"""Lessons an LLM proposes from an answered session, under a strict output schema (:class:`Proposals`),
+where LLM calls may run (the runner's summarizer; None on a plain batch run). Each proposal must cite
+messages of the session, and starts at a prior of at most 0.5: a rule the model made up must earn its
+place by being confirmed.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""Connections to MCP servers: one event loop thread per process, one connection per server.
-
-The runner is synchronous, the MCP SDK (``mcp`` 2.x) async: every connection lives on one asyncio
-loop in a daemon thread (:func:`submit`), and a call waits on its future in short slices (:func:`wait`),
-so a progress notification extends its deadline (peers kill a slow tool that reports progress, users
-complain), Ctrl-C or the run's stop cancels it, and a crash (``CONNECTION_CLOSED``) marks the
-connection dead: restarted once, then down for the process (docs/mcp.md).
-
-Connections are shared by the runners of a process working in the same directory (a sub-agent uses
-its parent's servers; a session elsewhere never gets a server started in another's folder) and closed
-at exit. A stdio server runs under :mod:`ctxagent.mcp_tools.guard` on Linux; its stderr goes to a log
-file, never to the user's terminal.
+"""Connections to MCP servers (docs/mcp.md): one asyncio loop in a daemon thread per process
+(:func:`submit`: the runner is synchronous, the SDK async) and one connection per server, shared by
+the runners of a process working in the same directory (a sub-agent uses its parent's servers; a
+session elsewhere never gets a server started in another's folder). A call waits on its future in
+short slices (:func:`wait`), so a progress notification extends its deadline (peers kill a slow tool
+that reports progress, users complain) and Ctrl-C or the run's stop cancels it.
 """
 
 from __future__ import annotations
@@ -94,7 +88,8 @@ def wait(future: concurrent.futures.Future[Any], *, timeout_s: float, stop: thre
 
 
 class Connection:
-    """One server: connected on first use, restarted once after a crash (see the module docstring)."""
+    """One server: connected on first use; after a crash (``CONNECTION_CLOSED`` during a call)
+    restarted once for later calls, then down for the process."""
 
     def __init__(self, name: str, config: ServerConfig, log_path: Path, workdir: Path):
         self.name, self.config, self.log_path, self.workdir = name, config, log_path, workdir
