@@ -8,6 +8,7 @@ or with ``CTXAGENT_BATCH_FORK=0``, each task is a new ``python -m ctxagent`` pro
 from __future__ import annotations
 
 import contextlib
+import itertools
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -108,32 +109,19 @@ class ForkedTask:
         return (1 if code is None else code), out, err
 
 
-class Starter:
-    """Starts the task processes of one batch (forked when possible, see the module docstring).
-
-    ``litellm``: whether a task may call a provider (the fork server then imports litellm too).
-    Use as a context manager: the folder of the tasks' output files is removed at the end.
-    """
-
-    def __init__(self, env: dict[str, str], litellm: bool):
-        self.env = env
-        self._context = _fork_context(litellm) if env.get("CTXAGENT_BATCH_FORK", "1") != "0" else None
-        self._folder = tempfile.TemporaryDirectory(prefix="ctxagent-batch-") if self._context else None
-        self._count = 0
-
-    def __enter__(self) -> Starter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._folder is not None:
-            self._folder.cleanup()
-
-    def start(self, args: Sequence[str]) -> TaskProcess:
-        """Start a ``ctxagent`` command line ``args`` (without the program name) as a task process."""
-        if self._context is None or self._folder is None:
-            return SpawnedTask(args, self.env)
-        self._count += 1
-        return ForkedTask(self._context, args, self.env, Path(self._folder.name), f"task-{self._count}")
+@contextlib.contextmanager
+def starter(env: dict[str, str], litellm: bool) -> Iterator[Callable[[Sequence[str]], TaskProcess]]:
+    """The function that starts a ``ctxagent`` command line (without the program name) as a task
+    process of one batch with ``env``, forked when possible (see the module docstring). ``litellm``:
+    whether a task may call a provider (the fork server then imports litellm too). The folder of the
+    tasks' output files is removed at the end."""
+    context = _fork_context(litellm) if env.get("CTXAGENT_BATCH_FORK", "1") != "0" else None
+    if context is None:
+        yield lambda args: SpawnedTask(args, env)
+        return
+    numbers = itertools.count(1)
+    with tempfile.TemporaryDirectory(prefix="ctxagent-batch-") as folder:
+        yield lambda args: ForkedTask(context, args, env, Path(folder), f"task-{next(numbers)}")
 
 
 def needs_litellm(models: Sequence[str | None]) -> bool:

@@ -10,12 +10,12 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxagent.batch.forkserver import Starter, TaskProcess, needs_litellm
+from ctxagent.batch.forkserver import TaskProcess, needs_litellm, starter
 from ctxagent.batch.tasks import LIMIT_EXIT, STDERR_KEPT, Standing, Task, args_for, reported, standing
 
 INTERRUPTED_EXIT = 130
@@ -74,13 +74,13 @@ class Pool:
         self.stopping = threading.Event()
         self._procs: set[TaskProcess] = set()
         self._lock = threading.Lock()
-        self._starter: Starter | None = None
+        self._start: Callable[[Sequence[str]], TaskProcess] | None = None
 
     def run(self, tasks: Iterable[Task], emit: Callable[[dict[str, Any]], None]) -> bool:
         """Run every task, ``emit`` each result as it ends; True when interrupted (Ctrl-C, SIGTERM)."""
         pending = list(tasks)
         litellm = needs_litellm([t.options.get("model") for t in pending if t.error is None])
-        with Starter(self.env, litellm) as self._starter, \
+        with starter(self.env, litellm) as self._start, \
                 ThreadPoolExecutor(self.workers, thread_name_prefix="ctxagent-batch") as pool:
             running: set[Future[dict[str, Any]]] = set()
             try:
@@ -122,8 +122,8 @@ class Pool:
         if self.stopping.is_set():
             return {**base, **_NOT_STARTED}
         started = time.monotonic()
-        assert self._starter is not None, "Pool.one runs inside Pool.run"
-        proc = self._starter.start(args_for(task, stand.started))
+        assert self._start is not None, "Pool.one runs inside Pool.run"
+        proc = self._start(args_for(task, stand.started))
         with self._lock:
             self._procs.add(proc)
             late = self.stopping.is_set()  # stop() ran while it started (the fork server may take seconds)
