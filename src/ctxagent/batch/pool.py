@@ -157,10 +157,9 @@ def _parsed(out: str) -> dict[str, Any] | None:
 
 def _wait(running: set[Future[Any]]) -> tuple[set[Future[Any]], set[Future[Any]]]:
     """The futures done within a second, and those still running (short waits keep Ctrl-C prompt)."""
-    if not running:
+    if not running:  # wait() would sleep its whole timeout
         return set(), set()
-    done, still = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
-    return set(done), set(still)
+    return wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
 
 
 def _drain(running: set[Future[Any]]) -> list[Future[Any]]:
