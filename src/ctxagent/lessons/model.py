@@ -121,10 +121,7 @@ class Scope:
 def project_root(workdir: Path) -> Path:
     """The git repository root holding ``workdir`` (a folder with ``.git``), else ``workdir``."""
     start = workdir.resolve()
-    for folder in (start, *start.parents):
-        if (folder / ".git").exists():
-            return folder
-    return start
+    return next((folder for folder in (start, *start.parents) if (folder / ".git").exists()), start)
 
 
 def scope_for(workdir: Path, named: str | None = None) -> Scope:
