@@ -25,8 +25,9 @@ def value_of(result: Any, store: OutputStore) -> Any:
 
     Raises ``ToolError`` with the text blocks for an ``is_error`` result."""
     texts, binaries = _blocks(result.content or [])
+    text = "\n\n".join(texts)
     if result.is_error:
-        raise ToolError("\n\n".join(texts) or "the MCP tool reported an error without a message")
+        raise ToolError(text or "the MCP tool reported an error without a message")
     structured = result.structured_content
     if isinstance(structured, dict) and list(structured) == ["result"]:
         structured = structured["result"]  # the SDK's wrapper of a function's plain return value
@@ -35,18 +36,16 @@ def value_of(result: Any, store: OutputStore) -> Any:
     if structured is not None:
         return structured
     if not binaries:
-        return "\n\n".join(texts)
+        return text
     if len(binaries) == 1:
         kind, mime, data = binaries[0]
         fd, path = store.spool()
         with os.fdopen(fd, "wb") as out:
             out.write(data)
-        text = "\n\n".join(texts)
-        if len(text) > TEXT_NOTE_MAX:
-            text = text[:TEXT_NOTE_MAX] + " [...]"
-        return Spooled(path, note=f"{kind} {mime}, {_size(len(data))}" + (f"; text: {text}" if text else ""))
+        note = text if len(text) <= TEXT_NOTE_MAX else text[:TEXT_NOTE_MAX] + " [...]"
+        return Spooled(path, note=f"{kind} {mime}, {_size(len(data))}" + (f"; text: {note}" if note else ""))
     summary = ", ".join(f"{kind} {mime} {_size(len(data))}" for kind, mime, data in binaries)
-    return {"summary": summary, "text": "\n\n".join(texts),
+    return {"summary": summary, "text": text,
             "content": [{"type": kind, "mime_type": mime, "bytes": len(data),
                          "data": base64.b64encode(data).decode("ascii")} for kind, mime, data in binaries]}
 
