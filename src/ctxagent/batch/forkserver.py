@@ -1,25 +1,14 @@
-"""Task processes of ``ctxagent batch`` forked from a server that imported ctxagent once.
-
-A new ``python -m ctxagent`` process spends ~1 s of CPU importing ctxagent before a task starts,
-and ~7 s more when the task calls a provider (``import litellm``, FIELD-NOTES.md): in a batch of
-a hundred tasks, minutes of CPU spent on imports. Here the standard library's ``multiprocessing``
-fork server imports what a run needs (and litellm, unless every task names a ``scripted:`` model)
-once, and each task is a process forked from it: still its own process, in its own session (a
-signal to one task reaches no other), with its own exit code, stdin from ``/dev/null`` and its
-stdout and stderr in files the pool reads when it ends, as it read a child's pipes.
-
-Only ``multiprocessing``'s public API: a ``forkserver`` context whose server preloads
-:data:`PRELOAD` (``set_forkserver_preload``); the server starts with the first task. A forked task
-ends as any ``multiprocessing`` child does (its ``atexit`` handlers do not run: the MCP servers it
-started are closed by :func:`_task` itself; litellm's handlers flush callbacks ctxagent does not set).
-
-POSIX only (the fork server); elsewhere, or with ``CTXAGENT_BATCH_FORK=0``, each task is a new
-``python -m ctxagent`` process (:class:`SpawnedTask`).
+"""Task processes of ``ctxagent batch`` forked from a server that imported ctxagent once (docs/batch.md;
+what a new process spends on imports: FIELD-NOTES.md), through ``multiprocessing``'s public API only
+(``set_forkserver_preload``). A forked task's ``atexit`` handlers do not run: :func:`_task` closes its
+MCP servers itself (litellm's handlers flush callbacks ctxagent does not set). POSIX only; elsewhere,
+or with ``CTXAGENT_BATCH_FORK=0``, each task is a new ``python -m ctxagent`` process (:class:`SpawnedTask`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -28,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -120,32 +109,19 @@ class ForkedTask:
         return (1 if code is None else code), out, err
 
 
-class Starter:
-    """Starts the task processes of one batch (forked when possible, see the module docstring).
-
-    ``litellm``: whether a task may call a provider (the fork server then imports litellm too).
-    Use as a context manager: the folder of the tasks' output files is removed at the end.
-    """
-
-    def __init__(self, env: dict[str, str], litellm: bool):
-        self.env = env
-        self._context = _fork_context(litellm) if env.get("CTXAGENT_BATCH_FORK", "1") != "0" else None
-        self._folder = tempfile.TemporaryDirectory(prefix="ctxagent-batch-") if self._context else None
-        self._count = 0
-
-    def __enter__(self) -> Starter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._folder is not None:
-            self._folder.cleanup()
-
-    def start(self, args: Sequence[str]) -> TaskProcess:
-        """Start a ``ctxagent`` command line ``args`` (without the program name) as a task process."""
-        if self._context is None or self._folder is None:
-            return SpawnedTask(args, self.env)
-        self._count += 1
-        return ForkedTask(self._context, args, self.env, Path(self._folder.name), f"task-{self._count}")
+@contextlib.contextmanager
+def starter(env: dict[str, str], litellm: bool) -> Iterator[Callable[[Sequence[str]], TaskProcess]]:
+    """The function that starts a ``ctxagent`` command line (without the program name) as a task
+    process of one batch with ``env``, forked when possible (see the module docstring). ``litellm``:
+    whether a task may call a provider (the fork server then imports litellm too). The folder of the
+    tasks' output files is removed at the end."""
+    context = _fork_context(litellm) if env.get("CTXAGENT_BATCH_FORK", "1") != "0" else None
+    if context is None:
+        yield lambda args: SpawnedTask(args, env)
+        return
+    numbers = itertools.count(1)
+    with tempfile.TemporaryDirectory(prefix="ctxagent-batch-") as folder:
+        yield lambda args: ForkedTask(context, args, env, Path(folder), f"task-{next(numbers)}")
 
 
 def needs_litellm(models: Sequence[str | None]) -> bool:

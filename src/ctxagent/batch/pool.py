@@ -1,10 +1,6 @@
-"""The worker pool of ``ctxagent batch`` (cli/batch.py): each task a ``ctxagent`` process, N at once.
-
-A thread per worker starts one process (forked from a server that imported ctxagent once:
-batch/forkserver.py) and waits for it; the main thread collects results in the
-order tasks end, prints each as one JSON line on stdout, and keeps the progress on stderr. On Ctrl-C
-or SIGTERM no task starts any more, each running process gets SIGTERM (which a run handles as
-Ctrl-C: it records an ``interrupted`` end and exits 130), and the pool waits for them.
+"""The worker pool of ``ctxagent batch`` (cli/batch.py; docs/batch.md): a thread per worker starts a
+task process (batch/forkserver.py) and waits for it, the main thread emits each result as it ends. On
+Ctrl-C or SIGTERM nothing more starts and every running task gets SIGTERM (:meth:`Pool.stop`).
 """
 
 from __future__ import annotations
@@ -14,15 +10,16 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxagent.batch.forkserver import Starter, TaskProcess, needs_litellm
-from ctxagent.batch.tasks import STDERR_KEPT, Standing, Task, args_for, reported, standing
+from ctxagent.batch.forkserver import TaskProcess, needs_litellm, starter
+from ctxagent.batch.tasks import LIMIT_EXIT, STDERR_KEPT, Standing, Task, args_for, reported, standing
 
 INTERRUPTED_EXIT = 130
+_NOT_STARTED = {"status": "interrupted", "exit_code": INTERRUPTED_EXIT, "skipped": True, "is_error": True}
 
 
 @dataclass
@@ -32,7 +29,7 @@ class Tally:
     total: int
     done: int = 0
     answered: int = 0
-    limited: int = 0  # stopped by a limit (exit 3)
+    limited: int = 0  # stopped by a limit (LIMIT_EXIT)
     failed: int = 0
     skipped: int = 0
     running: int = 0
@@ -47,7 +44,7 @@ class Tally:
         self.skipped += bool(result.get("skipped"))
         if status == "answered":
             self.answered += 1
-        elif result.get("exit_code") == 3:
+        elif result.get("exit_code") == LIMIT_EXIT:
             self.limited += 1
         else:
             self.failed += 1
@@ -66,7 +63,7 @@ class Tally:
             return INTERRUPTED_EXIT
         if self.failed:
             return 1
-        return 3 if self.limited else 0
+        return LIMIT_EXIT if self.limited else 0
 
 
 class Pool:
@@ -77,13 +74,13 @@ class Pool:
         self.stopping = threading.Event()
         self._procs: set[TaskProcess] = set()
         self._lock = threading.Lock()
-        self._starter: Starter | None = None
+        self._start: Callable[[Sequence[str]], TaskProcess] | None = None
 
     def run(self, tasks: Iterable[Task], emit: Callable[[dict[str, Any]], None]) -> bool:
         """Run every task, ``emit`` each result as it ends; True when interrupted (Ctrl-C, SIGTERM)."""
         pending = list(tasks)
         litellm = needs_litellm([t.options.get("model") for t in pending if t.error is None])
-        with Starter(self.env, litellm) as self._starter, \
+        with starter(self.env, litellm) as self._start, \
                 ThreadPoolExecutor(self.workers, thread_name_prefix="ctxagent-batch") as pool:
             running: set[Future[dict[str, Any]]] = set()
             try:
@@ -123,10 +120,10 @@ class Pool:
         if (done := reported(stand, base)) is not None:
             return done
         if self.stopping.is_set():
-            return {**base, "status": "interrupted", "exit_code": INTERRUPTED_EXIT, "skipped": True, "is_error": True}
+            return {**base, **_NOT_STARTED}
         started = time.monotonic()
-        assert self._starter is not None, "Pool.one runs inside Pool.run"
-        proc = self._starter.start(args_for(task, stand.started))
+        assert self._start is not None, "Pool.one runs inside Pool.run"
+        proc = self._start(args_for(task, stand.started))
         with self._lock:
             self._procs.add(proc)
             late = self.stopping.is_set()  # stop() ran while it started (the fork server may take seconds)
@@ -139,7 +136,7 @@ class Pool:
                 self._procs.discard(proc)
         result = _parsed(out)
         if result is None and late:  # stopped before it ran: as a task the stop kept from starting
-            return {**base, "status": "interrupted", "exit_code": INTERRUPTED_EXIT, "skipped": True, "is_error": True}
+            return {**base, **_NOT_STARTED}
         if result is None:
             result = {"status": "error", "error": (err or "no output").strip()[-STDERR_KEPT:], "is_error": True}
         return {**result, **base, "exit_code": code, "skipped": False,
@@ -160,10 +157,9 @@ def _parsed(out: str) -> dict[str, Any] | None:
 
 def _wait(running: set[Future[Any]]) -> tuple[set[Future[Any]], set[Future[Any]]]:
     """The futures done within a second, and those still running (short waits keep Ctrl-C prompt)."""
-    if not running:
+    if not running:  # wait() would sleep its whole timeout
         return set(), set()
-    done, still = wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
-    return set(done), set(still)
+    return wait(running, timeout=1.0, return_when=FIRST_COMPLETED)
 
 
 def _drain(running: set[Future[Any]]) -> list[Future[Any]]:

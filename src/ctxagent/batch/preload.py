@@ -1,8 +1,8 @@
 """The fork server's own set-up (batch/forkserver.py), done by importing this module, in that server only.
 
-At import, in a module of its own, because ``multiprocessing``'s public API lets a program name only
-the modules its fork server imports (``set_forkserver_preload``); this one is first, and the packages
-above it import only ``typing`` and ``importlib``, so it runs before the imports that take seconds:
+A module because ``multiprocessing``'s public API lets a program name only the modules its fork
+server imports (``set_forkserver_preload``); this one is first, and the packages above it import only
+``typing`` and ``importlib``, so it runs before the imports that take seconds:
 
 - SIGINT ignored: a Ctrl-C at the terminal reaches the whole process group, and the standard
   library's server ignores it only after its imports: it died, and the batch ended with exit 1 and
@@ -11,9 +11,9 @@ above it import only ``typing`` and ``importlib``, so it runs before the imports
   line, so after a ``kill -9`` of the batch the server lives until its last task ends; holding the
   batch's stdout, it made a reader of the batch's output wait that long.
 
-Tasks forked from it set up their own signals and streams. Then the tokenizer of most models
-(``o200k_base``) is built once for every task (~0.25 s a task otherwise: ctxagent.tokens). Never
-import it elsewhere: it would detach that process's streams.
+Then the tokenizer of most models (``o200k_base``) is built once for every task (~0.25 s a task
+otherwise). Tasks set up their own signals and streams. Never import this module elsewhere: it would
+detach that process's streams.
 """
 
 import os

@@ -1,8 +1,6 @@
-"""The tasks of ``ctxagent batch`` (cli/batch.py): the tasks file's lines, and each task's command.
-
-A line is one JSON object (:class:`TaskLine`): ``task`` and, optionally, its session name and the
-``ctxagent run`` options it needs. Each task becomes a ``ctxagent run --batch --json`` command, or
-``resume`` when its session holds the task and is not answered (:func:`standing`).
+"""The tasks of ``ctxagent batch`` (cli/batch.py; docs/batch.md): the tasks file's lines
+(:class:`TaskLine`), each task's ``run`` or ``resume`` command (:func:`args_for`), and how its session
+stands (:func:`standing`).
 """
 
 from __future__ import annotations
@@ -112,8 +110,8 @@ def _named(raw: str) -> str | None:
 def _first_error(err: Exception) -> str:
     if isinstance(err, ValidationError):
         first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "line"
-        return f"{where}: {first['msg']}" if where != "line" else first["msg"]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"{where}: {first['msg']}" if where else first["msg"]
     return str(err)
 
 

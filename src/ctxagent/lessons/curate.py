@@ -5,9 +5,9 @@ store (:mod:`ctxagent.lessons.store`) does the locking and writing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-from ctxagent.lessons.model import Evidence, Lesson, Vote
+from ctxagent.lessons.model import Lesson, Vote
 from ctxagent.sessions.records import now
 
 NEAR_DUPLICATE = 0.8  # Jaccard similarity of the terms of two lessons of one kind and program
@@ -33,18 +33,10 @@ def merge(lessons: list[Lesson], new: Lesson) -> list[Lesson]:
     if at is None:
         return [*lessons, new]
     old = lessons[at]
-    evidence = _by_session([*old.evidence, *new.evidence])
-    merged = old.model_copy(update={"evidence": evidence, "updated": max(old.updated, new.updated),
+    by_session = {e.session: e for e in [*old.evidence, *new.evidence]}  # first-seen order, last entry
+    merged = old.model_copy(update={"evidence": list(by_session.values()), "updated": max(old.updated, new.updated),
                                     "terms": sorted(set(old.terms) | set(new.terms))})
     return [*lessons[:at], merged, *lessons[at + 1:]]
-
-
-def _by_session(evidence: Iterable[Evidence]) -> list[Evidence]:
-    """One evidence entry per session, the last given for it, in first-seen order."""
-    out: dict[str, Evidence] = {}
-    for item in evidence:
-        out[item.session] = item
-    return list(out.values())
 
 
 def vote(lesson: Lesson, new: Vote) -> Lesson:
@@ -92,11 +84,6 @@ def live(lessons: list[Lesson], exists: Callable[[str], bool]) -> list[Lesson]:
     """``lessons`` without anything from sessions for which ``exists`` is false (deleted)."""
     gone = {s for lesson in lessons for s in (*lesson.sessions(), lesson.source, *(v.session for v in lesson.votes))
             if not exists(s)}
-    out = []
-    for lesson in lessons:
-        kept: Lesson | None = lesson
-        for session in sorted(gone):
-            kept = without_session(kept, session) if kept is not None else None
-        if kept is not None:
-            out.append(kept)
-    return out
+    for session in sorted(gone):
+        lessons = [kept for lesson in lessons if (kept := without_session(lesson, session)) is not None]
+    return lessons

@@ -1,18 +1,7 @@
-"""Deterministic lessons from a transcript, and whether a session confirmed or contradicted one.
-
-No LLM: every rule reads the tool calls and results of an answered session's records.
-
-- ``flag``: a shell command failed (exit code not 0) and the next run of the same program that
-  succeeded is the same command with flags added (and maybe flags removed), with no file written
-  in between (a fix, not the flag, may have made it work): the program needs those flags here.
-  Prior confidence 0.6, or 0.7 when the error named the flag.
-- ``error_fix``: a shell command failed, then another command succeeded, then the first command,
-  unchanged, succeeded: that other command is the known fix of the error. Prior 0.5.
-- ``read_first``: the file the session read first. Weak alone (prior 0.35, under the injection
-  floor); each later session that also reads it first raises it, one that never reads it lowers it.
-
-:func:`judge` says what a session did about a lesson it was shown: confirmed (did as it says and
-succeeded) or contradicted (succeeded doing otherwise), with the records that show it.
+"""Deterministic lessons from a transcript (no LLM), and whether a later session confirmed or
+contradicted one (:func:`judge`). The rules read an answered session's tool calls and results
+(docs/lessons.md): ``flag`` (a failed command worked with flags added, no file written in between),
+``error_fix`` (a failed command worked again after another one) and ``read_first`` (the file read first).
 """
 
 from __future__ import annotations
@@ -140,10 +129,9 @@ def extract(items: Iterable[Any], *, session: str, scope: str, workdir: Path) ->
     found = [*_flags(done, session, scope), *_fixes(done, session, scope), *_read_first(done, session, scope, workdir)]
     by_key: dict[str, Lesson] = {}
     for lesson in found:
-        if lesson.key in by_key:  # one session, one rule: its records joined
-            seqs = sorted(set(by_key[lesson.key].evidence[0].seqs) | set(lesson.evidence[0].seqs))
-            lesson = by_key[lesson.key].model_copy(
-                update={"evidence": [by_key[lesson.key].evidence[0].model_copy(update={"seqs": seqs})]})
+        if (old := by_key.get(lesson.key)) is not None:  # one session, one rule: its records joined
+            seqs = sorted({*old.evidence[0].seqs, *lesson.evidence[0].seqs})
+            lesson = old.model_copy(update={"evidence": [old.evidence[0].model_copy(update={"seqs": seqs})]})
         by_key[lesson.key] = lesson
     return list(by_key.values())
 
@@ -205,10 +193,14 @@ def _fixes(done: list[Attempt], session: str, scope: str) -> Iterator[Lesson]:
                       session=session, scope=scope, program=program_of(fw), tokens=cw)
 
 
+def _reads(done: list[Attempt]) -> list[Attempt]:
+    return [a for a in done if a.tool == "read_file" and a.ok and isinstance(a.args.get("path"), str)]
+
+
 def _read_first(done: list[Attempt], session: str, scope: str, workdir: Path) -> Iterator[Lesson]:
-    first = next((a for a in done if a.tool == "read_file" and a.ok and isinstance(a.args.get("path"), str)), None)
-    if first is None:
+    if not (reads := _reads(done)):
         return
+    first = reads[0]
     path = relative(str(first.args["path"]), workdir)
     yield _lesson("read_first", f"read_first\x00{path}", f"Read `{path}` first: earlier sessions here started there.",
                   first.seqs, f"read first at #{first.call_seq}", session=session, scope=scope,
@@ -239,7 +231,7 @@ def judge(lesson: Lesson, done: list[Attempt], *, session: str, workdir: Path) -
     elif lesson.kind == "error_fix":
         confirm = [s for a, w in _shells(done) if a.ok and w == lesson.tokens for s in a.seqs]
     elif lesson.kind == "read_first":
-        reads = [a for a in done if a.tool == "read_file" and a.ok and isinstance(a.args.get("path"), str)]
+        reads = _reads(done)
         paths = [relative(str(a.args["path"]), workdir) for a in reads]
         if reads and paths[0] == lesson.path:
             confirm = reads[0].seqs

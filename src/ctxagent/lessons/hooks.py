@@ -1,30 +1,14 @@
-"""Where a run meets its lessons: the block a new session is shown, and learning when it answers.
-
-The runner (agent/runner.py) holds one :class:`Learner` when lessons are on (profile ``lessons``,
-no ``--no-lessons``, not a sub-agent). Before a run's first request it calls :meth:`Learner.block`,
-which is one of these two:
-
-- :meth:`Learner.opening` when a session starts: the lessons of its scope and the user-wide scope,
-  ranked for its task and working directory, packed into the block (``lessons.max_tokens``), as a
-  ``lessons`` record. The record is the block from then on: resume and ``inspect context`` show it
-  as recorded, and the pins message (second in every request) stays byte-identical (PREFIX).
-- :meth:`Learner.refresh` when a session resumes: a ``lessons`` record without the lessons
-  forgotten since (``ctxagent lessons forget``), or nothing when none was.
-
-At a checkpoint (a ``checkpoint`` compaction) it calls :meth:`Learner.checkpoint`: the lessons
-found so far are merged, without votes. When a run answered it calls :meth:`Learner.finish`: the
-session's deterministic lessons (and, where LLM calls may run, the ones the summarizer model
-proposes: lessons/llm.py) are merged into its scope's file, the lessons it was shown get its vote
-(confirmed or contradicted), anything from deleted sessions is dropped, and the weakest beyond
-``lessons.max_stored`` are evicted.
+"""Where a run meets its lessons (docs/lessons.md): the block a new session is shown, and learning at
+a checkpoint and when the session answers. The runner holds one :class:`Learner` when lessons are on
+(profile ``lessons``, no ``--no-lessons``, not a sub-agent).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ctxagent.errors import UsageError
 from ctxagent.lessons import curate, extract, llm, rank
@@ -34,9 +18,6 @@ from ctxagent.profile_schema import LessonsConfig
 from ctxagent.sessions import records
 from ctxagent.sessions.records import now
 from ctxagent.sessions.session import Session
-
-if TYPE_CHECKING:
-    from ctxagent.lessons import llm
 
 
 @dataclass
@@ -76,7 +57,9 @@ class Learner:
     def block(self, shown: records.LessonsRecord | None, task: str | None) -> list[records.LessonsRecord]:
         """What a run appends before its first request: for a new session (``task``: its first
         message) the block chosen for it (:meth:`opening`); else the block without the lessons
-        forgotten since (:meth:`refresh`). Empty when nothing changes."""
+        forgotten since (:meth:`refresh`). Empty when nothing changes. The record is the block from
+        then on: resume and ``inspect context`` show it as recorded, and the pins message (second in
+        every request) stays byte-identical (PREFIX)."""
         return self.opening(task) if task is not None and shown is None else self.refresh(shown)
 
     def opening(self, task: str, at: float | None = None) -> list[records.LessonsRecord]:
@@ -137,11 +120,7 @@ class Learner:
         if not found:
             return ""
         try:
-            with self.store.editing(self.store.path(self.scope)) as lessons:
-                current = curate.live(lessons, self._exists)
-                for lesson in found:
-                    current = curate.merge(current, lesson)
-                lessons[:] = curate.evict(current, self.config.max_stored)
+            self._merge(self.store.path(self.scope), found)
         except (OSError, ValueError, TimeoutError) as err:  # filelock.Timeout is a TimeoutError
             return f"lessons not updated at the checkpoint: {err}"
         return ""
@@ -151,14 +130,17 @@ class Learner:
         for scope in self.scopes():
             path = self.store.path(scope)
             mine = [lesson for lesson in found if lesson.scope == scope.name]
-            if scope != self.scope and not mine and not path.exists():
-                continue
-            with self.store.editing(path) as lessons:
-                current = curate.live(lessons, self._exists)
-                for lesson in mine:
-                    current = curate.merge(current, lesson)
-                current = [self._voted(lesson, done, shown) for lesson in current]
-                lessons[:] = curate.evict(current, self.config.max_stored)
+            if scope == self.scope or mine or path.exists():
+                self._merge(path, mine, lambda lesson: self._voted(lesson, done, shown))
+
+    def _merge(self, path: Path, found: list[Lesson], vote: Callable[[Lesson], Lesson] = lambda x: x) -> None:
+        """Merge ``found`` into the file ``path`` (less what deleted sessions gave), pass every lesson
+        through ``vote``, evict the weakest."""
+        with self.store.editing(path) as lessons:
+            current = curate.live(lessons, self._exists)
+            for lesson in found:
+                current = curate.merge(current, lesson)
+            lessons[:] = curate.evict([vote(lesson) for lesson in current], self.config.max_stored)
 
     def _voted(self, lesson: Lesson, done: list[extract.Attempt], shown: set[str]) -> Lesson:
         """``lesson`` with this session's vote when it was shown it (and did not find it itself)."""

@@ -1,15 +1,7 @@
-"""Lessons an LLM proposes from an answered session, under a strict output schema.
-
-Only where LLM calls may run: the interactive path, or the batch path when the profile sets
-``allow_llm_in_batch`` (the runner passes its summarizer, which is None otherwise, so this module
-never sees a model on a plain batch run). The model gets a digest of the session's messages, each
-line headed by its record's seq number, and must reply with JSON only::
-
-    {"lessons": [{"rule": "...", "evidence": [12, 13], "scope": "project", "confidence": 0.6}]}
-
-A reply that is not that JSON yields no lessons and a warning. A proposal whose evidence is empty or
-names a seq that is not a message of the session is rejected; the rest become ``llm`` lessons with
-a prior confidence of at most 0.5 (a rule the model made up must earn its place by being confirmed).
+"""Lessons an LLM proposes from an answered session, under a strict output schema (:class:`Proposals`),
+where LLM calls may run (the runner's summarizer; None on a plain batch run). Each proposal must cite
+messages of the session, and starts at a prior of at most 0.5: a rule the model made up must earn its
+place by being confirmed.
 """
 
 from __future__ import annotations

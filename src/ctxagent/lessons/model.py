@@ -1,15 +1,6 @@
-"""What a lesson is: a rule, the transcript records it came from, and what later sessions said of it.
-
-A :class:`Lesson` is one line of a scope's JSONL file (:mod:`ctxagent.lessons.store`). Its
-``evidence`` names the session and the message ``seq`` numbers that show the rule (at least one
-record: a rule without evidence is rejected when it is made or read back). ``votes`` are what later
-sessions that were shown it did: ``confirmed`` (they did as it says and succeeded) or
-``contradicted`` (they succeeded doing otherwise). :attr:`Lesson.confidence` is computed from them,
-never stored, so the file a user edits has one source of truth.
-
-A :class:`Scope` is where a lesson applies: a project (the working directory's git repository
-root, else the working directory), a named scope (profile ``lessons.scope``), or ``user`` (every
-session of this user).
+"""What a lesson is: a rule, the transcript records it came from (``evidence``), what later sessions
+shown it did (``votes``), and where it applies (:class:`Scope`). :attr:`Lesson.confidence` is computed
+from them, never stored, so the file a user edits has one source of truth.
 """
 
 from __future__ import annotations
@@ -130,10 +121,7 @@ class Scope:
 def project_root(workdir: Path) -> Path:
     """The git repository root holding ``workdir`` (a folder with ``.git``), else ``workdir``."""
     start = workdir.resolve()
-    for folder in (start, *start.parents):
-        if (folder / ".git").exists():
-            return folder
-    return start
+    return next((folder for folder in (start, *start.parents) if (folder / ".git").exists()), start)
 
 
 def scope_for(workdir: Path, named: str | None = None) -> Scope:

@@ -1,14 +1,5 @@
-"""Which lessons a new session is shown: ranked, then packed into a block of at most ``max_tokens``.
-
-:func:`rank` orders lessons by a score of four parts: overlap of the lesson's terms with the task's
-and the working directory's (cosine of the two word sets, weight 2), confidence (weight 1),
-confirmations (0.1 each, at most 0.5), recency (0.3, halved every 30 days since the last update),
-and 0.3 for a lesson of the session's own project or named scope (over a user-wide one). Ties go to
-the lower id, so the order is a pure function of the lessons, the query and ``now``.
-
-:func:`block` takes lessons in rank order while the whole block (its header and every line, counted
-with :func:`ctxagent.tokens.count_text`) stays within ``max_tokens``; a lesson that does not fit is
-skipped and the next one tried.
+"""Which lessons a new session is shown: ranked by :func:`score`, then packed in that order into a block
+of at most ``max_tokens`` tokens (:func:`block`).
 """
 
 from __future__ import annotations
@@ -78,7 +69,8 @@ class Block:
 
 
 def block(ranked: Sequence[Lesson], max_tokens: int, model: str = "") -> Block:
-    """The best lessons of ``ranked`` (in order) whose block is at most ``max_tokens`` tokens."""
+    """The best lessons of ``ranked`` (in order) whose block is at most ``max_tokens`` tokens (one
+    that does not fit is skipped and the next one tried)."""
     ids: list[str] = []
     lines: list[str] = []
     for lesson in ranked[:CANDIDATES]:

@@ -1,13 +1,7 @@
-"""The lessons store: one JSONL file per scope under ``<data dir>/lessons/``, plain text a user can edit.
-
-Layout: ``user.jsonl`` (the user-wide scope), ``project-<name>-<hash>.jsonl`` (one per repository
-root), ``named-<name>-<hash>.jsonl`` (a named scope). One :class:`~ctxagent.lessons.model.Lesson`
-per line. The folder is 0700, files 0600 (like sessions); every write takes the file's lock
-(``<file>.lock``, filelock), rewrites the file whole through a temporary file (``os.replace``: a
-reader sees the old or the new file, never half of one), and scrubs every lesson first: secrets
-redacted (:mod:`ctxagent.sessions.redact`), this user's home shown as ``~``, other users' homes as
-``/home/<user>``. A line that does not read back as a lesson (a bad hand edit) is kept as it is and
-reported by :meth:`LessonStore.problems`; it never stops the store.
+"""The lessons store: one JSONL file per scope under ``<data dir>/lessons/`` (docs/lessons.md), 0600
+in a 0700 folder. Every write takes the file's lock, replaces the file whole (``os.replace``: a reader
+sees the old or the new file, never half of one) and scrubs every lesson first (:func:`scrubbed`). A
+line that is not a lesson (a bad hand edit) is kept as it is and reported by :meth:`LessonStore.problems`.
 """
 
 from __future__ import annotations
@@ -28,11 +22,11 @@ from ctxagent.sessions import redact
 FOLDER = "lessons"
 LOCK_TIMEOUT_S = 10.0
 _OTHER_HOME = re.compile(r"(?<![\w/.~-])/(?:home|Users)/[A-Za-z0-9._-]+")
-
-
+_SECRET_FLAG = re.compile(r"--?[A-Za-z0-9_-]*(?:pass|token|secret|apikey|api-key|api_key|auth)[A-Za-z0-9_-]*",
+                          re.IGNORECASE)
 _SECRET_OPTION = re.compile(  # --password=x, --api-key x, --auth-token 'x': a value a lesson must not repeat
-    r"(?<![\w-])(--?[A-Za-z0-9_-]*(?:pass|token|secret|apikey|api-key|api_key|auth)[A-Za-z0-9_-]*)(=|\s+)"
-    r"(?!\[REDACTED)('[^']*'|\"[^\"]*\"|[^\s`'\"]+)", re.IGNORECASE)
+    rf"(?<![\w-])({_SECRET_FLAG.pattern})(=|\s+)(?!\[REDACTED)('[^']*'|\"[^\"]*\"|[^\s`'\"]+)", re.IGNORECASE)
+OPTION_MARKER = "[REDACTED:option]"
 
 
 def scrub(text: str) -> str:
@@ -40,16 +34,11 @@ def scrub(text: str) -> str:
     options named like ``--password``, ``--api-key``, ``--token``), this user's home as ``~`` and
     other users' homes as ``/home/<user>`` (a lesson never names another user's files)."""
     text = redact.default().text(text)
-    text = _SECRET_OPTION.sub(lambda m: f"{m.group(1)}{m.group(2)}[REDACTED:option]", text)
+    text = _SECRET_OPTION.sub(lambda m: f"{m.group(1)}{m.group(2)}{OPTION_MARKER}", text)
     home = str(Path.home())
     if len(home) > 1:
         text = re.sub(re.escape(home) + r"(?=/|\b|$)", "~", text)
     return _OTHER_HOME.sub("/home/<user>", text)
-
-
-_SECRET_FLAG = re.compile(r"--?[A-Za-z0-9_-]*(?:pass|token|secret|apikey|api-key|api_key|auth)[A-Za-z0-9_-]*",
-                          re.IGNORECASE)
-OPTION_MARKER = "[REDACTED:option]"
 
 
 def scrubbed_words(words: list[str], said: str) -> list[str]:
@@ -126,13 +115,9 @@ class LessonStore:
         changed = 0
         for path in self.files():
             with self.editing(path) as lessons:
-                kept = []
-                for lesson in lessons:
-                    new = edit(lesson)
-                    changed += new is None or new != lesson
-                    if new is not None:
-                        kept.append(new)
-                lessons[:] = kept
+                edited = [edit(lesson) for lesson in lessons]
+                changed += sum(new != old for old, new in zip(lessons, edited, strict=True))
+                lessons[:] = [new for new in edited if new is not None]
         return changed
 
 

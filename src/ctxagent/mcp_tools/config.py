@@ -1,20 +1,7 @@
-"""MCP server configuration: the profile's ``mcp_servers:`` key and ``--mcp-config FILE``.
-
-Both take the ``mcpServers`` shape Claude Code, Cursor and deepagents use, one entry per server::
-
-    {"mcpServers": {
-        "files":  {"command": "npx", "args": ["-y", "@scope/server"], "env": {"TOKEN": "${GH_TOKEN}"}},
-        "search": {"url": "http://127.0.0.1:8931/mcp", "headers": {"Authorization": "Bearer ${KEY}"}}}}
-
-A server with ``command`` runs as a child process over stdio; one with ``url`` is reached over
-streamable HTTP (``type``/``transport`` may say ``stdio`` or ``http``; ``sse`` is refused: the SDK
-dropped that transport from the spec). ctxagent's own keys: ``timeout_s`` (seconds one call may go
-without a result *or a progress notification*), ``startup_timeout_s`` (spawn + initialize + list),
-``disabled``.
-
-Values in ``env``, ``headers``, ``args``, ``url`` and ``cwd`` may reference the user's environment as
-``${NAME}`` or ``${NAME:-default}``; they are expanded when the server starts and never written to
-the transcript (a session records the config file's *path*, not its contents).
+"""MCP server configuration: the profile's ``mcp_servers:`` key and ``--mcp-config FILE``, both in
+the ``mcpServers`` shape Claude Code, Cursor and deepagents use (docs/mcp.md). ``${NAME}`` and
+``${NAME:-default}`` in ``command``, ``args``, ``env``, ``headers``, ``url`` and ``cwd`` are expanded
+when the server starts, never written to the transcript (a session records the file's *path*).
 """
 
 from __future__ import annotations

@@ -4,15 +4,13 @@ Usage (by :mod:`ctxagent.mcp_tools.hub`, never by hand)::
 
     python -S guard.py PARENT_PID COMMAND [ARGS...]
 
-The MCP SDK starts this script as the leader of a new process group. It asks Linux to send it
-SIGTERM when its parent dies (``prctl(PR_SET_PDEATHSIG)``; the signal comes when the *thread*
-that spawned it ends, which is ctxagent's MCP event loop thread, alive as long as the servers
-are), starts the server in its own group, and on SIGTERM kills the whole group with
-SIGKILL, so the server and anything it started go too (the group is a session of its own, so
-Ctrl-C at the terminal reaches ctxagent only, which cancels the call). A normal shutdown (the SDK closes the
-server's stdin, then signals the group) ends the same way. Standard library only, run with ``-S``:
-it starts in a few milliseconds. Elsewhere than Linux ctxagent runs servers without it (the SDK
-still kills the group on a normal exit).
+The MCP SDK starts this script as the leader of a new process group (a session of its own, so
+Ctrl-C at the terminal reaches ctxagent only, which cancels the call). It asks Linux for SIGTERM
+when its parent dies (``prctl(PR_SET_PDEATHSIG)``: it comes when the *thread* that spawned it ends,
+ctxagent's MCP event loop thread, alive as long as the servers are), starts the server in its group,
+and on SIGTERM (a normal shutdown too) kills the whole group with SIGKILL, the server's children
+included. Standard library only, run with ``-S``: it starts in a few milliseconds. Elsewhere than
+Linux servers run without it (the SDK still kills the group on a normal exit).
 """
 
 from __future__ import annotations
@@ -43,11 +41,7 @@ def main(argv: list[str]) -> int:
     except OSError as err:
         print(f"ctxagent: cannot start the MCP server {command[0]!r}: {err}", file=sys.stderr)
         return 127
-    while True:
-        try:
-            return server.wait()
-        except InterruptedError:  # pragma: no cover - PEP 475 retries; kept for old interpreters
-            continue
+    return server.wait()  # an interrupted wait is retried (PEP 475)
 
 
 if __name__ == "__main__":

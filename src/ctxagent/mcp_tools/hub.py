@@ -1,21 +1,9 @@
-"""Connections to MCP servers: one event loop thread per process, one connection per server.
-
-The runner is synchronous; the MCP SDK (``mcp`` 2.x, the ``ctxagent[mcp]`` extra) is async. Every
-connection lives on one asyncio loop in a daemon thread (:func:`submit`); a tool call from the
-runner's thread waits on a ``concurrent.futures.Future`` in short slices, so it can
-
-- extend its deadline at every progress notification (``timeout_s`` is the longest a call may go
-  without a result *or* progress; peers kill a slow tool that reports progress, users complain);
-- be cancelled by Ctrl-C or the run's stop event: cancelling the SDK request sends
-  ``notifications/cancelled`` to the server;
-- notice a crash: a request that fails with ``CONNECTION_CLOSED`` marks the connection dead; it is
-  restarted once for later calls, then the server stays down for the process.
-
-Connections are shared by the runners of the process that run in the same working directory (a
-sub-agent uses its parent's servers; a session elsewhere never gets a server started in another's
-folder) and closed at exit (``atexit``; the SDK closes stdin, then kills the process group). A stdio server runs
-under :mod:`ctxagent.mcp_tools.guard` on Linux, so a ``kill -9`` of ctxagent leaves no server behind.
-Server stderr goes to a log file, never to the user's terminal.
+"""Connections to MCP servers (docs/mcp.md): one asyncio loop in a daemon thread per process
+(:func:`submit`: the runner is synchronous, the SDK async) and one connection per server, shared by
+the runners of a process working in the same directory (a sub-agent uses its parent's servers; a
+session elsewhere never gets a server started in another's folder). A call waits on its future in
+short slices (:func:`wait`), so a progress notification extends its deadline (peers kill a slow tool
+that reports progress, users complain) and Ctrl-C or the run's stop cancels it.
 """
 
 from __future__ import annotations
@@ -44,11 +32,8 @@ LOG_MARK = "--- ctxagent: starting the MCP server"  # a line of the server log b
 
 
 class McpUnavailable(Exception):
-    """A server could not be reached, did not answer in time, or crashed (message for the model)."""
-
-
-class McpMissing(McpUnavailable):
-    """The ``mcp`` package is not installed."""
+    """A server could not be reached, did not answer in time, or crashed, or the ``mcp`` package is
+    not installed (message for the model)."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +88,8 @@ def wait(future: concurrent.futures.Future[Any], *, timeout_s: float, stop: thre
 
 
 class Connection:
-    """One server: connected on first use, restarted once after a crash (see the module docstring)."""
+    """One server: connected on first use; after a crash (``CONNECTION_CLOSED`` during a call)
+    restarted once for later calls, then down for the process."""
 
     def __init__(self, name: str, config: ServerConfig, log_path: Path, workdir: Path):
         self.name, self.config, self.log_path, self.workdir = name, config, log_path, workdir
@@ -152,7 +138,7 @@ class Connection:
         try:
             from mcp import ClientSession
         except ImportError:
-            ready.set_exception(McpMissing("MCP servers need the mcp package: pip install 'ctxagent[mcp]'"))
+            ready.set_exception(McpUnavailable("MCP servers need the mcp package: pip install 'ctxagent[mcp]'"))
             return
         try:
             async with AsyncExitStack() as stack:
@@ -186,10 +172,10 @@ class Connection:
         try:
             with self.log_path.open("rb") as log:
                 log.seek(self._log_from)
-                lines = [line for line in log.read().decode("utf-8", "replace").splitlines() if line.strip()]
+                lines = [line for line in log.read().decode("utf-8", "replace").splitlines()
+                         if line.strip() and not line.startswith(LOG_MARK)]
         except OSError:
             return ""
-        lines = [line for line in lines if not line.startswith(LOG_MARK)]
         return lines[-1].strip()[:300] if lines else ""
 
     def _transport(self, stack: AsyncExitStack) -> Any:
@@ -213,9 +199,8 @@ class Connection:
             command, args = sys.executable, ["-S", str(Path(__file__).with_name("guard.py")), str(os.getpid()),
                                              config.command, *args]
         errlog = stack.enter_context(self._errlog())
-        cwd = Path(config.cwd) if config.cwd else self.workdir
         return stdio_client(StdioServerParameters(command=command, args=args, env=config.env or None,
-                                                  cwd=self.workdir / cwd), errlog=errlog)
+                                                  cwd=self.workdir / (config.cwd or "")), errlog=errlog)
 
     def _errlog(self) -> Any:
         """The server's stderr: a pipe whose lines a thread appends, redacted, to the log (0600 in

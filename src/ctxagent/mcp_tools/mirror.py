@@ -1,16 +1,7 @@
-"""MCP tools as mirrored ctxagent tools: ``server__tool``, handles in, handles out.
-
-Each tool of each configured server becomes a :class:`~ctxagent.tools.base.Tool` named
-``SERVER__TOOL`` (characters providers refuse become ``_``; a name over 64 characters is cut and
-given a hash), of kind ``mcp`` and group ``SERVER`` (so ``--allow SERVER`` grants every tool of a
-server, ``--allow mcp`` every MCP tool). Like every tool it is *mirrored*: handle arguments are
-replaced by their stored values before the call (:mod:`ctxagent.tools.values`; bytes and arrays
-made JSON by :func:`~ctxagent.mcp_tools.results.json_ready`), and its result is settled by the
-toolset (offloaded over the threshold, structured content stored as JSON under a handle).
-
-A session records each server's tool list (a ``tools`` record) the first time it lists it, and
-later runs of the session offer the recorded list: resume sends the same tools even if the server
-changed or disappeared; a call to a tool of a server that is gone is an error result, not a crash.
+"""MCP tools as mirrored ctxagent tools named ``SERVER__TOOL``, of kind ``mcp`` and group ``SERVER``
+(docs/mcp.md): handle arguments arrive as their stored values (tools/values.py, made JSON by
+:func:`~ctxagent.mcp_tools.results.json_ready`), results are settled by the toolset. A session's
+recorded tool list is offered again on resume, even when its server changed or is gone.
 """
 
 from __future__ import annotations
@@ -34,10 +25,12 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 def tool_name(server: str, tool: str) -> str:
     """``server__tool`` as a name providers accept (``^[A-Za-z0-9_-]{1,64}$``)."""
     name = f"{server}{SEPARATOR}{_UNSAFE.sub('_', tool)}"
-    if len(name) <= 64:
-        return name
-    digest = hashlib.sha256(tool.encode()).hexdigest()[:8]
-    return f"{name[:55]}_{digest}"
+    return name if len(name) <= 64 else _hashed(name, tool)
+
+
+def _hashed(name: str, seed: str) -> str:
+    """``name`` cut to 55 characters and told apart by a hash of ``seed`` (64 characters at most)."""
+    return f"{name[:55]}_{hashlib.sha256(seed.encode()).hexdigest()[:8]}"
 
 
 def input_schema(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -103,12 +96,9 @@ def unique_names(tools: list[Tool]) -> list[Tool]:
     taken: set[str] = set()
     out = []
     for index, tool in enumerate(tools):
-        name = tool.name
-        if name in taken:
-            digest = hashlib.sha256(f"{index}:{name}".encode()).hexdigest()[:8]
-            name = f"{name[:55]}_{digest}"
-            tool = replace(tool, name=name)
-        taken.add(name)
+        if tool.name in taken:
+            tool = replace(tool, name=_hashed(tool.name, f"{index}:{tool.name}"))
+        taken.add(tool.name)
         out.append(tool)
     return out
 

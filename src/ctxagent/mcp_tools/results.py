@@ -1,22 +1,6 @@
-"""MCP tool results to tool values, and resolved handle values to MCP arguments.
-
-A ``CallToolResult`` becomes a value the toolset settles like any tool's (tools/offload.py), so an
-MCP result is offloaded, previewed and stored under a handle by the same rules as a built-in's:
-
-- ``is_error``: a :class:`~ctxagent.tools.base.ToolError` with the text blocks (an error result);
-- ``structured_content``: the JSON value itself (stored as ``.json`` under a handle, so
-  ``query_output`` and sub-handles work on it); ``{"result": X}``, the SDK's wrapper of a function
-  returning a plain value, is ``X`` (a string is then text like any text result); a result that is
-  one text block holding a whole JSON object or array counts as structured too (what SDK servers
-  send for a function returning a dict or list without an output schema);
-- text blocks and text resources: the text, blocks joined by a blank line (a resource headed by
-  its URI);
-- one binary block (image, audio, blob resource): the decoded bytes in a spool file of the output
-  store with a note describing it (``image/png, 31.2 kB``) and any text; stored exactly, never
-  pasted into the context;
-- several binary blocks: a JSON object ``{"summary": ..., "content": [...]}`` with each block's
-  type, MIME type, size and base64 data (``@handle/content/1/data`` is one block).
-"""
+"""MCP tool results to tool values, and resolved handle values to MCP arguments (docs/mcp.md: Results,
+Arguments). The toolset settles a result like a built-in tool's (tools/offload.py): offloaded over the
+threshold, previewed, stored under a handle."""
 
 from __future__ import annotations
 
@@ -32,12 +16,18 @@ TEXT_NOTE_MAX = 500  # characters of text kept in the note of a binary result
 
 
 def value_of(result: Any, store: OutputStore) -> Any:
-    """The tool value of the SDK ``CallToolResult`` ``result`` (see the module docstring).
+    """The tool value of the SDK ``CallToolResult`` ``result``: its structured content (the SDK's
+    ``{"result": X}`` wrapper of a plain return value is ``X``; one text block holding a whole JSON
+    object or array counts too); else the text blocks, joined by a blank line (a text resource headed
+    by its URI); else one binary block (image, audio, blob) spooled as bytes with a note
+    (``image image/png, 31.2 kB``) and any text; else ``{"summary", "text", "content": [...]}`` with each
+    block's type, MIME type, size and base64 data (``@handle/content/1/data`` is one block).
 
-    Raises ``ToolError`` for an ``is_error`` result."""
+    Raises ``ToolError`` with the text blocks for an ``is_error`` result."""
     texts, binaries = _blocks(result.content or [])
+    text = "\n\n".join(texts)
     if result.is_error:
-        raise ToolError("\n\n".join(texts) or "the MCP tool reported an error without a message")
+        raise ToolError(text or "the MCP tool reported an error without a message")
     structured = result.structured_content
     if isinstance(structured, dict) and list(structured) == ["result"]:
         structured = structured["result"]  # the SDK's wrapper of a function's plain return value
@@ -46,18 +36,16 @@ def value_of(result: Any, store: OutputStore) -> Any:
     if structured is not None:
         return structured
     if not binaries:
-        return "\n\n".join(texts)
+        return text
     if len(binaries) == 1:
         kind, mime, data = binaries[0]
         fd, path = store.spool()
         with os.fdopen(fd, "wb") as out:
             out.write(data)
-        text = "\n\n".join(texts)
-        if len(text) > TEXT_NOTE_MAX:
-            text = text[:TEXT_NOTE_MAX] + " [...]"
-        return Spooled(path, note=f"{kind} {mime}, {_size(len(data))}" + (f"; text: {text}" if text else ""))
+        note = text if len(text) <= TEXT_NOTE_MAX else text[:TEXT_NOTE_MAX] + " [...]"
+        return Spooled(path, note=f"{kind} {mime}, {_size(len(data))}" + (f"; text: {note}" if note else ""))
     summary = ", ".join(f"{kind} {mime} {_size(len(data))}" for kind, mime, data in binaries)
-    return {"summary": summary, "text": "\n\n".join(texts),
+    return {"summary": summary, "text": text,
             "content": [{"type": kind, "mime_type": mime, "bytes": len(data),
                          "data": base64.b64encode(data).decode("ascii")} for kind, mime, data in binaries]}
 
@@ -88,8 +76,8 @@ def _blocks(content: list[Any]) -> tuple[list[str], list[tuple[str, str, bytes]]
 
 
 def _json_document(text: str) -> Any:
-    """The JSON object or array ``text`` holds in full (SDK servers send a function's dict or list
-    result that has no output schema as JSON text), else None."""
+    """The JSON object or array ``text`` holds in full (how SDK servers send a dict or list result
+    without an output schema), else None."""
     stripped = text.strip()
     if (stripped[:1], stripped[-1:]) not in (("{", "}"), ("[", "]")):
         return None
@@ -104,9 +92,12 @@ def _decode(data: str | bytes) -> bytes:
 
 
 def _size(n: int) -> str:
-    from rich.filesize import decimal
-
-    return decimal(n)
+    """``n`` bytes in decimal units, as rich.filesize.decimal writes them: ``1 byte``, ``950 bytes``, ``31.2 kB``."""
+    if n < 1000:
+        return "1 byte" if n == 1 else f"{n} bytes"
+    units = ("kB", "MB", "GB", "TB", "PB", "EB")
+    power = min((len(str(n)) - 1) // 3, len(units))
+    return f"{n / 1000 ** power:,.1f} {units[power - 1]}"
 
 
 def json_ready(value: Any) -> Any:
