@@ -1,36 +1,11 @@
 """Values behind handles: how they are stored, named, described and resolved.
 
-A *handle* (``@abc123``) names one stored output of the session (``ctxagent.sessions.store``). The
-stored value has one of four types, kept in a faithful file format:
-
-=========  ==========================================  ==================================
-type       what a tool returned                        file (``outputs/<name><suffix>``)
-=========  ==========================================  ==================================
-text       ``str`` (or UTF-8 ``bytes``), when offloaded ``.out``, UTF-8 as produced
-bytes      binary or non-UTF-8 ``bytes``               ``.out``, exactly as produced
-json       ``dict``, ``list`` or ``tuple``              ``.json``, ``json.dumps(indent=2)``
-ndarray    a numpy array (numpy is optional)           ``.npy``, ``numpy.save``
-=========  ==========================================  ==================================
-
-Each value file has a ``<name>.meta.json`` sidecar (its OutputRecord as JSON: type, size, sha256,
-shape, the tool and arguments that made it), written when the value is stored, read by
-``output_info``. The transcript's OutputRecord stays the source of truth for ``ctxagent inspect``.
-
-**Sub-handles** name a part of a structured value: ``@h/key`` (a key of a JSON object),
-``@h/0`` (an item of a JSON list, or a row of an ndarray along its first axis; negative indexes
-count from the end), nested as ``@h/a/0/b``. In a key, ``~1`` stands for ``/`` and ``~0`` for
-``~`` (JSON Pointer escaping); keys holding whitespace have no sub-handle (use ``query_output``).
-
-**Resolution** (:func:`resolve_arguments`): before a tool runs, every argument value, at any depth
-of nested lists and objects, that is exactly a handle or sub-handle is replaced by the stored
-value (text -> ``str``, json -> the parsed value, ndarray -> ``numpy.ndarray``, bytes -> ``bytes``).
-A string that looks like a handle (``@`` then no whitespace) but names nothing stored, or is
-malformed (``@../x``, ``@/etc/passwd``, ``@x/``), makes the call fail with a :class:`ToolError`
-naming it and the nearest known handles; it is never passed through. ``@@text`` passes the
-literal ``@text``. Names resolve only inside the session's own store: the base name is checked
-against ``HANDLE_RE`` before any path is built, and parts index into the value, never the disk.
+A handle (``@abc123``) names one stored output of the session (``ctxagent.sessions.store``): text or
+bytes (``.out``), JSON (``.json``) or a numpy array (``.npy``), with a ``<name>.meta.json`` sidecar.
+A sub-handle (``@h/key``, ``@h/0``, ``@h/a/0/b``) names a part of a structured value; in a key, ``~1``
+stands for ``/`` and ``~0`` for ``~`` (JSON Pointer escaping). Names resolve only inside the session's
+own store: parts index into the value, never the disk. See docs/tools.md#handles.
 """
-
 from __future__ import annotations
 
 import difflib
@@ -55,12 +30,8 @@ LISTED = 10  # handles (or keys) listed when none is near
 KEYS_DESCRIBED = 12  # keys of an object named in a one-line description
 
 HANDLE_LIKE = re.compile(r"^@[^\s@]\S*$")  # looks like a handle: it must then parse, or fail loudly
-_REF = REF_RE
 _ESCAPED = re.compile(r"^@(@[^\s@]\S*)$")
 _INT = re.compile(r"^-?[0-9]+$")
-# a handle inside free text (an answer): not after a word character, '@', '/' or '.', and parts
-# without trailing punctuation ("see @max/value." names @max/value)
-IN_TEXT = IN_TEXT_RE
 
 
 @dataclass(frozen=True)
@@ -94,7 +65,7 @@ def parse_ref(text: str) -> Ref | None:
     """
     if not looks_like_handle(text):
         return None
-    match = _REF.match(text)
+    match = REF_RE.match(text)
     if match is None:
         raise ToolError(
             f"not a handle: {text!r} is malformed; a handle is @ then up to 32 letters, digits, '_' or '-' "
@@ -109,14 +80,9 @@ def parse_ref(text: str) -> Ref | None:
 # --- what a value is ------------------------------------------------------------------------
 
 
-def numpy_array_type() -> type | None:
-    """``numpy.ndarray`` when numpy is already imported (a value cannot be an array otherwise)."""
-    numpy = sys.modules.get("numpy")
-    return getattr(numpy, "ndarray", None)
-
-
 def is_ndarray(value: Any) -> bool:
-    array = numpy_array_type()
+    """Whether ``value`` is a numpy array (it cannot be one unless numpy is already imported)."""
+    array = getattr(sys.modules.get("numpy"), "ndarray", None)
     return array is not None and isinstance(value, array)
 
 
@@ -146,7 +112,7 @@ def json_bytes(value: Any) -> bytes:
     numpy scalars and small arrays inside become plain numbers and lists. Raises ``TypeError``
     for what JSON cannot hold (bytes, sets, objects) and ``ValueError`` for circular references.
     """
-    return (json.dumps(value, ensure_ascii=False, indent=2, default=_json_default) + "\n").encode("utf-8")
+    return (json_text(value, indent=2) + "\n").encode("utf-8")
 
 
 def json_text(value: Any, indent: int | None = None) -> str:
@@ -390,4 +356,4 @@ def resolve_arguments(arguments: Mapping[str, Any], store: OutputStore) -> Resol
 
 def handles_in(text: str) -> list[str]:
     """The handle-shaped words of free text (an answer), in order, without repeats."""
-    return list(dict.fromkeys(IN_TEXT.findall(text)))
+    return list(dict.fromkeys(IN_TEXT_RE.findall(text)))
