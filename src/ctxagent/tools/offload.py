@@ -1,26 +1,9 @@
 """The offload wrapper: the one place that decides whether a tool's value enters the context.
 
-:func:`settle` takes whatever a tool returned and returns the content of the tool message plus,
-when the value was stored, the :class:`OutputRecord` of the file it now lives in. The rule:
-
-- text (``str``, UTF-8 ``bytes``, :class:`Spooled`): cleaned of terminal control first
-  (:func:`ctxagent.tools.clean.clean`: escape sequences, ``\\r`` frames, backspaces), then inline
-  when the cleaned text fits the threshold; otherwise stored exactly (raw bytes) and the model sees a
-  middle-out preview of the cleaned text (:mod:`ctxagent.tools.preview`) and a line naming the
-  handle, the path and the tools that read it. Text over 4 MiB is neither cleaned whole nor
-  tokenized: it is offloaded, and only the head and tail its preview shows are cleaned;
-- binary or non-UTF-8 ``bytes``: always stored exactly, described, never dumped;
-- structured values (``dict``, ``list``, ``tuple``, a numpy array): *always* stored, with a handle,
-  so that another tool can take them by pointer (:mod:`ctxagent.tools.values`). A JSON value
-  whose compact text fits the threshold is also shown in full; a larger one is described and
-  previewed; an array is described (dtype, shape, size), with its values only when it is tiny;
-- JSON scalars (``None``, ``bool``, ``int``, ``float``, numpy scalars): their JSON text, as text.
-
-Every stored value gets a ``<handle>.meta.json`` sidecar next to it (the record as JSON), which
-``output_info`` reads.
-
-Units: ``limit_tokens`` and thresholds are *tokens*; sizes are *bytes*; ``max_chars`` is
-*characters* of preview.
+:func:`settle` takes whatever a tool returned and returns the content of the tool message plus, when
+the value was stored (with a ``<handle>.meta.json`` sidecar), its :class:`OutputRecord`. See
+docs/tools.md ("Offloading", "Handles"). Units: ``limit_tokens`` and thresholds are *tokens*; sizes
+are *bytes*; ``max_chars`` is *characters* of preview.
 """
 
 from __future__ import annotations
@@ -44,7 +27,6 @@ from ctxagent.tools.preview import (
     SNIFF_BYTES,
     FileStats,
     Preview,
-    file_stats,  # noqa: F401 (re-exported: tools.outputs and callers take it from here)
     looks_binary,
     plural,
     preview_bytes,
