@@ -1,11 +1,9 @@
 """Tools whose effect is on the context, not the world: ``pin``, ``checkpoint`` and ``delegate``.
 
-``delegate`` is declared here (its schema, so a profile lists it like any tool) but run by the
-runner (agent/delegate.py): it starts a sub-agent, which the tools layer cannot do.
-
-Both only acknowledge: the runner reads their calls from the transcript. ``pin`` adds a fact to the
-pinned facts every view carries verbatim (DESIGN.md, HEAD); a ``checkpoint`` call's arguments
-become the checkpoint the ``checkpoint`` strategy starts the next phase from (no LLM call).
+They only acknowledge (``delegate`` refuses): the runner reads their calls from the transcript and
+starts a delegate's sub-agent (agent/delegate.py). ``pin`` adds a fact to the pinned facts every view
+carries verbatim (DESIGN.md, HEAD); a ``checkpoint`` call's arguments become the checkpoint the
+``checkpoint`` strategy starts the next phase from.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """A tool's JSON schema and argument validator, both made from its function's signature and docstring.
 
-The approach of openai-agents' function schemas: a pydantic model is built from the signature
-(``pydantic.create_model``; a first parameter annotated :class:`ToolContext` is the context, not an
-argument), each parameter's description is taken from the docstring's Google-style ``Args:``
-section, constraints ride on the annotation (``Annotated[int, Field(ge=1, le=3600)]``), and the
-JSON schema sent to the model is that model's, without pydantic's titles. The same model validates
-a call's arguments (after handles are resolved to values), so the schema the model reads and the
-check a call passes cannot disagree.
-
-A type JSON cannot describe (``numpy.ndarray``, ``bytes``, ``Any``, none) takes any value, which in
-practice is a handle (``@abc123``) whose stored value the tool receives; its description says so.
-The schema is deterministic (the same function gives the same bytes): it is part of every request
-and of the provider's prompt-cache prefix.
+The approach of openai-agents' function schemas: a pydantic model built from the signature, parameter
+descriptions from the docstring's Google-style ``Args:``, constraints on the annotation. The same model
+validates a call's arguments (handles resolved), so the schema the model reads and the check a call
+passes cannot disagree. A type JSON cannot describe (``numpy.ndarray``, ``bytes``, ``Any``) takes any
+value, in practice a handle. The schema is deterministic: it is part of every request and of the
+provider's prompt-cache prefix. See docs/tools.md ("Schemas from signatures").
 """
 
 from __future__ import annotations

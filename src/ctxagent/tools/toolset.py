@@ -1,12 +1,8 @@
 """The toolset: the tools of a run, called with the model's raw arguments, outputs settled.
 
-:meth:`Toolset.call` never raises for anything the model or a tool did wrong: invalid JSON, an
-unknown tool, missing or unexpected arguments, an unknown or malformed handle and any exception a
-tool raises all become an error outcome whose content starts with ``ERROR: ``. Before a tool
-runs, its handle arguments are replaced by their stored values (mirrored tools, see
-:mod:`ctxagent.tools.values`). Every successful value goes through
-:func:`ctxagent.tools.offload.settle`, so a large output is offloaded whatever tool produced it,
-and a structured one is stored under a handle.
+:meth:`Toolset.call` never raises for what the model or a tool did wrong: each becomes an error outcome
+starting ``ERROR: ``. Handle arguments are resolved first (:mod:`ctxagent.tools.values`); every value
+goes through :func:`ctxagent.tools.offload.settle`, whatever tool produced it.
 """
 
 from __future__ import annotations
@@ -31,6 +27,7 @@ ERROR_MAX_CHARS = 2000  # of an error message kept in the tool message
 LITERAL_ARGUMENTS: dict[str, tuple[str, ...]] = {
     **permissions.FILE_ARGS, permissions.SHELL_TOOL: (permissions.SHELL_ARG,),
 }
+
 
 @dataclass(frozen=True)
 class ToolOutcome:
