@@ -1,13 +1,7 @@
-"""Tools over stored outputs: read a range of lines, search with a regex.
+"""Tools over stored outputs: ``read_output`` (a range of lines) and ``grep_output`` (a regex search).
 
-A handle (``@abc123``) resolves only inside the session's own output store (``ctx.store``); these
-tools take the handle itself (``resolve_handles=False``), not its value. ``read_output`` and
-``grep_output`` stream the stored file and keep at most one piece of one line (1 MiB) in memory; a
-line longer than 2,000 characters is shown cut (a window around the match, for ``grep_output``).
-(``query_output`` and ``output_info``, over structured values, are in :mod:`ctxagent.tools.structured`.)
-Every result is bounded (at most 200 lines, matches or values listed) and, like any tool result,
-offloaded when it is still too large.
-
+They take the handle itself (``resolve_handles=False``), stream the stored file with at most a 1 MiB
+piece of one line in memory, and show at most 2,000 characters of a line and 200 lines or matches.
 Line format: ``N: text`` (``N-`` for ``grep_output`` context lines, ``--`` between groups).
 """
 

@@ -1,16 +1,10 @@
 """Middle-out preview of an output stored in a file: its head, its tail, and what lies between.
 
-The file is never read whole: the head is read from the start, the tail with a seek from the end,
-and lines are counted by streaming 1 MiB chunks, so a 1 GB output costs a few KiB of memory.
-
-Units: ``max_chars`` and every ``*_chars`` are *characters* of the preview text; sizes are *bytes*
-of the file; lines are ``\\n``-terminated (a last line without ``\\n`` still counts); tokens are
-model tokens (:mod:`ctxagent.tokens`), exact when the file is under 4 MiB, else ``bytes / 4``.
-
-Bytes are decoded as UTF-8 with ``surrogateescape`` so that every undecodable byte maps to one
-character and back; those characters are shown as U+FFFD. Cut points never split a multibyte
-character, so the preview is always valid UTF-8. What is shown and the omitted tokens counted are
-cleaned of terminal control (:func:`ctxagent.tools.clean.clean`); the file is never changed.
+The file is never read whole (the head from the start, the tail after a seek from the end, lines
+counted in 1 MiB chunks). ``max_chars`` and every ``*_chars`` are *characters*; sizes are *bytes*;
+lines end in ``\\n`` (an unterminated last line counts); tokens are exact under 4 MiB, else ``bytes / 4``.
+Undecodable bytes show as U+FFFD and no cut splits a character, so a preview is valid UTF-8; what it
+shows is cleaned of terminal control (:func:`ctxagent.tools.clean.clean`), the file never changed.
 """
 
 from __future__ import annotations
