@@ -24,7 +24,7 @@ from ctxagent.tools.base import Spooled, Stop, Tool, ToolContext, ToolError
 from ctxagent.tools.clean import mend
 from ctxagent.tools.environment import tool_environment
 from ctxagent.tools.offload import as_text
-from ctxagent.tools.outputs import copy_lines, skip_lines
+from ctxagent.tools.outputs import check_range, copy_lines, skip_lines
 from ctxagent.tools.paths import open_path, regular_file, target
 from ctxagent.tools.preview import CHUNK_BYTES
 from ctxagent.tools.signature import function_tool
@@ -245,10 +245,7 @@ def read_file(ctx: ToolContext, path: str, start_line: Annotated[int, Field(ge=1
     fd = _opened(real, os.O_RDONLY | os.O_NONBLOCK, path)  # non-blocking: a FIFO is refused, not waited on
     small = regular_file(fd, path).st_size <= CHUNK_BYTES
     with os.fdopen(fd, "rb") as src:
-        if start_line < 1:
-            raise ToolError(f"start_line must be 1 or more, not {start_line}")
-        if end_line is not None and end_line < start_line:
-            raise ToolError(f"empty range: end_line {end_line} is before start_line {start_line}")
+        check_range(start_line, end_line)
         count = skip_lines(src, start_line - 1)
         if start_line > 1 and not src.peek(1):
             raise ToolError(mend(f"start_line {start_line} is past the end: {path} has {count} lines"))

@@ -20,7 +20,7 @@ from pydantic import Field
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError
 from ctxagent.tools.patterns import SECONDS, Budget, Timed, compile_pattern, too_slow
-from ctxagent.tools.preview import CHUNK_BYTES, SNIFF_BYTES, looks_binary
+from ctxagent.tools.preview import CHUNK_BYTES, SNIFF_BYTES, lines_left, looks_binary
 from ctxagent.tools.signature import function_tool
 
 MAX_LINES = 200  # lines read_output returns when end_line is not given
@@ -61,10 +61,7 @@ def read_output(ctx: ToolContext, handle: str, start_line: Annotated[int, Field(
         end_line: last line (default: 200 lines on)
     """
     path = _output_path(ctx, handle, "read_output")
-    if start_line < 1:
-        raise ToolError(f"start_line must be 1 or more, not {start_line}")
-    if end_line is not None and end_line < start_line:
-        raise ToolError(f"empty range: end_line {end_line} is before start_line {start_line}")
+    check_range(start_line, end_line)
     wanted = (end_line if end_line is not None else start_line + MAX_LINES - 1) - start_line + 1
     with open(path, "rb") as fh:
         _refuse_binary(fh, handle, path)
@@ -75,10 +72,18 @@ def read_output(ctx: ToolContext, handle: str, start_line: Annotated[int, Field(
                 return f"{handle} is empty (0 lines)"
             raise ToolError(f"start_line {start_line} is past the end: {handle} has {skipped:,} lines")
         last = shown[-1].number
-        rest = _count_lines(fh) if end_line is None else None
+        rest = lines_left(fh) if end_line is None else None
     parts = [f"{handle} lines {start_line:,}-{last:,}:", *(line.render() for line in shown),
              _range_trailer(handle, last, end_line, rest)]
     return "\n".join(part for part in parts if part)
+
+
+def check_range(start_line: int, end_line: int | None) -> None:
+    """``ToolError`` unless ``start_line`` >= 1 and ``end_line`` is None or >= ``start_line``."""
+    if start_line < 1:
+        raise ToolError(f"start_line must be 1 or more, not {start_line}")
+    if end_line is not None and end_line < start_line:
+        raise ToolError(f"empty range: end_line {end_line} is before start_line {start_line}")
 
 
 def _range_trailer(handle: str, last: int, end_line: int | None, rest: int | None) -> str:
@@ -214,15 +219,6 @@ def copy_lines(fh: BinaryIO, out: BinaryIO, count: int | None) -> None:
             index = chunk.index(b"\n", index + 1)
         out.write(chunk[: index + 1])
         return
-
-
-def _count_lines(fh: BinaryIO) -> int:
-    """Lines from the position of ``fh`` to the end (an unterminated last line counts)."""
-    newlines, last = 0, b""
-    while chunk := fh.read(CHUNK_BYTES):
-        newlines += chunk.count(b"\n")
-        last = chunk[-1:]
-    return newlines + (1 if last not in (b"", b"\n") else 0)
 
 
 def _lines(fh: BinaryIO, first: int, regex: Any | None = None) -> Iterator[_Line]:

@@ -116,15 +116,18 @@ def guess_type(head: bytes) -> str | None:
 
 
 def count_lines(path: Path) -> int:
-    """Lines in the file at ``path``: its ``\\n`` bytes, plus one for a last line without ``\\n``.
-
-    Streams 1 MiB chunks; memory does not grow with the file. Raises ``OSError``.
-    """
-    newlines, last = 0, b""
+    """Lines in the file at ``path`` (:func:`lines_left` from its start). Raises ``OSError``."""
     with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            newlines += chunk.count(b"\n")
-            last = chunk[-1:]
+        return lines_left(fh)
+
+
+def lines_left(fh: BinaryIO) -> int:
+    """Lines from the position of ``fh`` to its end: its ``\\n`` bytes, plus one for a last line
+    without ``\\n``. Streams 1 MiB chunks; memory does not grow with the file."""
+    newlines, last = 0, b""
+    while chunk := fh.read(CHUNK_BYTES):
+        newlines += chunk.count(b"\n")
+        last = chunk[-1:]
     return newlines + (1 if last not in (b"", b"\n") else 0)
 
 
