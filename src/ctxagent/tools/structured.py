@@ -10,6 +10,7 @@ import json
 import time
 from typing import Any
 
+from ctxagent.handles import REF_RE
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError
 from ctxagent.tools.outputs import ref_of
@@ -155,11 +156,8 @@ def _match_name(handle: str, match: Any) -> str:
         node = node.context
     parts.reverse()
     sub = str(values.Ref(handle, tuple(parts)))
-    try:
-        if values.parse_ref(sub) is not None:
-            return sub
-    except ToolError:
-        pass
+    if values.looks_like_handle(sub) and REF_RE.match(sub):  # what parse_ref takes
+        return sub
     return "$" + "".join(f"[{p}]" if p.lstrip("-").isdigit() else f"['{p}']" for p in parts)
 
 
