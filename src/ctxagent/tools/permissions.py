@@ -187,12 +187,8 @@ class Gate:
 
     def _resolved(self, tool: Tool, arguments: Mapping[str, Any]) -> dict[str, Path]:
         """The resolved path of each path argument of a file tool (``list_dir()``: the workdir)."""
-        found = {}
-        for name in FILE_ARGS.get(tool.name, ()):
-            value = arguments.get(name, ".")
-            if isinstance(value, str):
-                found[name] = real_path(self.workdir, value)
-        return found
+        return {name: real_path(self.workdir, value) for name in FILE_ARGS.get(tool.name, ())
+                if isinstance(value := arguments.get(name, "."), str)}
 
     def take_decisions(self) -> list[Any]:
         """The permission records made since the last call (for the transcript), oldest first."""

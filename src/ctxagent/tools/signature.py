@@ -11,6 +11,7 @@ provider's prompt-cache prefix. See docs/tools.md ("Schemas from signatures").
 from __future__ import annotations
 
 import inspect
+import itertools
 import re
 import types
 import typing
@@ -155,20 +156,14 @@ def _is_context(annotation: Any) -> bool:
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     """``(first paragraph on one line, {parameter: description})`` from a Google-style docstring."""
     lines = doc.splitlines()
-    first: list[str] = []
-    for line in lines:
-        if not line.strip() or _SECTION.match(line.strip()):
-            break
-        first.append(line.strip())
+    first = itertools.takewhile(lambda line: line.strip() and not _SECTION.match(line.strip()), lines)
     args: dict[str, str] = {}
     current: str | None = None
-    in_args = False
-    indent = 0
+    in_args, indent = False, 0
     for line in lines:
         stripped = line.strip()
-        if _SECTION.match(stripped) and len(line) - len(line.lstrip()) == 0:
-            in_args = stripped.rstrip(":") in ("Args", "Arguments", "Parameters")
-            current, indent = None, 0
+        if _SECTION.match(stripped) and not line[:1].isspace():
+            in_args, current = stripped.rstrip(":") in ("Args", "Arguments", "Parameters"), None
             continue
         if not in_args or not stripped:
             continue
@@ -179,5 +174,5 @@ def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
             args[current] = match.group(2).strip()
         elif current is not None and depth > indent:
             args[current] = f"{args[current]} {stripped}".strip()
-    return " ".join(first), args
+    return " ".join(line.strip() for line in first), args
 

@@ -91,9 +91,6 @@ class Toolset:
                                         else arguments)
             if tool.name == deferral.FIND_TOOLS and self.deferred:
                 return self._find(arguments["query"])
-        except ToolError as err:
-            return _error(str(err))
-        try:
             value = tool.fn(ctx or self.ctx, **arguments)
         except ToolError as err:
             return _error(str(err))
