@@ -197,10 +197,8 @@ class _Job:
 
 
 def _settle_spooled(spooled: Spooled, job: _Job) -> tuple[str, OutputRecord | None]:
-    """Inline a small text spool file, cleaned (then delete it), or adopt it raw under a new handle.
-
-    Only a file of at most 4 MiB is read into memory (and cleaned); a larger one is adopted
-    unread, and its preview cleans just the head and tail it shows."""
+    """Inline a small text spool file, cleaned (then delete it), or adopt it raw under a new handle
+    (one over 4 MiB unread: its preview cleans just the head and tail it shows)."""
     if spooled.path.stat().st_size <= INLINE_MAX_BYTES:
         text = as_text(spooled.path.read_bytes())
         if text is not None:
@@ -219,8 +217,7 @@ def _with_note(note: str, text: str) -> str:
 
 
 def _offloaded(path: Path, stats: FileStats | None, handle: str, note: str, job: _Job) -> tuple[str, OutputRecord]:
-    """Content (note, preview, where to read the rest) and record of an output stored at ``path``
-    (``stats``: its stats as the store measured them, None: not measured)."""
+    """Content (note, preview, where to read the rest) and record of an output stored at ``path``."""
     record = _job_record(path, handle, job, stats)
     return _preview_content(path, record.lines, note, _where_line(path, record), job), record
 
@@ -233,10 +230,8 @@ def _job_record(path: Path, handle: str, job: _Job, stats: FileStats | None = No
 
 def _record(path: Path, handle: str, store: OutputStore, *, call_id: str, tool_name: str,
             arguments: str, model: str, stats: FileStats | None = None, **value: Any) -> OutputRecord:
-    """The OutputRecord of the output stored at ``path`` (sizes, sha256 and tokens measured;
-    ``stats``: its sizes and sha256 when the store measured them already), also written as the
-    ``<handle>.meta.json`` sidecar. ``value`` holds ``type`` (default: text, or bytes when binary),
-    ``length``, ``shape``, ``dtype``."""
+    """The OutputRecord of the output stored at ``path`` (``stats``: as the store measured them, else
+    measured here), also written as its sidecar. ``value``: ``type``, ``length``, ``shape``, ``dtype``."""
     stats = stats or scan.measure(path).stats
     binary, count, exact = file_tokens(path, stats.bytes, model)
     value.setdefault("type", "bytes" if binary else "text")
@@ -356,9 +351,8 @@ def _where_line(path: Path, record: OutputRecord) -> str:
 
 
 def _preview_content(path: Path, lines: int, note: str, where: str, job: _Job) -> str:
-    """Note, preview and ``where`` line; the preview is halved until it all fits the threshold
-    (down to no head and tail at all, which is returned even if it does not fit). The preview is
-    of the stored file cleaned of terminal control (same line numbers: :mod:`ctxagent.tools.clean`)."""
+    """Note, preview of the stored file (cleaned) and ``where`` line; the preview is halved until it all
+    fits the threshold, down to no head and tail at all, which is returned even if it does not fit."""
     policy = job.policy
     max_chars = policy.max_chars
     data = cleaned_file(path)
