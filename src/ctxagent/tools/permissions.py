@@ -155,9 +155,8 @@ class Gate:
     def decide(self, tool: Tool, arguments: Mapping[str, Any], *, call_id: str = "",
                turn: int = 0) -> tuple[str | None, dict[str, Path]]:
         """``(refusal, checked)``: None when the call may run, else the message the model reads
-        (naming the policy); and the resolved path of each file-tool path argument (argument name
-        -> absolute path, links resolved: :func:`~ctxagent.tools.paths.real_path`), resolved once
-        here, checked, and handed to the tool to open (``ToolContext.checked``).
+        (naming the policy); and the resolved path of each file-tool path argument (argument name ->
+        absolute path, :func:`~ctxagent.tools.paths.real_path`) that the tool opens (``ToolContext.checked``).
 
         Never raises for a bad call (an exception while asking counts as "no"); Ctrl-C
         (``KeyboardInterrupt``) at the prompt propagates. Raises ``ValueError`` for a path holding a
@@ -173,16 +172,10 @@ class Gate:
         found = self._exec_path(tool, arguments, checked)
         if found:
             return self._exec_write(tool, arguments, found, policy == "allow", call_id, turn), checked
-        if tool.name == SHELL_TOOL:
-            command = arguments.get(SHELL_ARG)
-            if isinstance(command, str):
-                refusal, allowed = self._shell(command)
-                if refusal:
-                    return refusal, checked
-                if allowed:
-                    return None, checked
-        if policy == "allow" or self._granted(tool):
-            return None, checked
+        command = arguments.get(SHELL_ARG) if tool.name == SHELL_TOOL else None
+        refusal, allowed = self._shell(command) if isinstance(command, str) else (None, False)
+        if refusal or allowed or policy == "allow" or self._granted(tool):
+            return refusal, checked
         return self._asked(tool, arguments, where, call_id, turn), checked
 
     def _resolved(self, tool: Tool, arguments: Mapping[str, Any]) -> dict[str, Path]:

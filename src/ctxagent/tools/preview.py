@@ -90,9 +90,6 @@ class _Part:
     cut: bool = False  # the head ends, or the tail starts, inside a line
 
 
-_EMPTY = _Part()
-
-
 def looks_binary(sample: bytes) -> bool:
     """Whether ``sample`` (the first bytes of an output, ~8 KiB) is binary.
 
@@ -245,7 +242,7 @@ def _read_head(fh: BinaryIO, size: int, max_lines: int, budget: int) -> _Part:
     """The first whole lines (at most ``max_lines``, ``budget`` characters); else the cut start
     of the first line."""
     if max_lines <= 0 or budget <= 0 or size == 0:
-        return _EMPTY
+        return _Part()
     fh.seek(0)
     raw = fh.read(min(size, budget * MAX_CHAR_BYTES + MAX_CHAR_BYTES))
     at_eof = len(raw) == size
@@ -261,14 +258,14 @@ def _read_tail(fh: BinaryIO, size: int, head: _Part, max_lines: int, budget: int
     """The last whole lines after the head (at most ``max_lines``, ``budget`` characters); else
     the cut end of the last line."""
     if max_lines <= 0 or budget <= 0 or head.nbytes >= size:
-        return _EMPTY
+        return _Part()
     start = max(head.nbytes, size - (budget * MAX_CHAR_BYTES + MAX_CHAR_BYTES))
     fh.seek(start)
     raw = fh.read(size - start)
     skip = _continuation_bytes(raw) if start > head.nbytes else 0
     pieces = _split_lines(_decode(raw[skip:], final=True))
     if not pieces:
-        return _EMPTY
+        return _Part()
     # The first piece starts mid-line unless the read began right where the head ended.
     first_ok = start + skip == head.nbytes
     backwards = ((pieces[i], i > 0 or first_ok) for i in range(len(pieces) - 1, -1, -1))
