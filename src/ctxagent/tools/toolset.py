@@ -99,14 +99,8 @@ class Toolset:
         return self._settle(tool, call, value, handle)
 
     def _arguments(self, tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The call's arguments with handles resolved to values, validated once
-        (:func:`~ctxagent.tools.arguments.validate_arguments`). For a tool that resolves handles
-        (the default), every argument that is exactly a handle or sub-handle, at any depth, is
-        replaced by the stored value first; the arguments of :data:`LITERAL_ARGUMENTS` take no handle.
-
-        Raises ``ToolError`` for missing, unexpected or mistyped arguments, or a malformed or
-        unknown handle.
-        """
+        """The call's arguments with handles resolved to values (unless the tool takes handles; those
+        of :data:`LITERAL_ARGUMENTS` take none), validated once. Raises ``ToolError``."""
         arguments = without_nulls(arguments, tool.parameters)
         if not tool.resolve_handles:
             return validate_arguments(tool, arguments, {})
