@@ -20,7 +20,7 @@ from typing import Any, Literal
 from ctxagent.handles import IN_TEXT_RE, REF_RE
 from ctxagent.sessions.store import META_SUFFIX, OutputStore
 from ctxagent.tools.base import ToolError
-from ctxagent.tools.preview import SNIFF_BYTES, looks_binary
+from ctxagent.tools.preview import SNIFF_BYTES, looks_binary, plural
 
 ValueType = Literal["text", "bytes", "json", "ndarray"]
 
@@ -134,11 +134,11 @@ def describe(value: Any) -> str:
     if isinstance(value, dict):
         keys = [f"{k} ({_kind(v)})" for k, v in list(value.items())[:KEYS_DESCRIBED]]
         more = f", … {len(value) - KEYS_DESCRIBED:,} more" if len(value) > KEYS_DESCRIBED else ""
-        return f"object of {_count(len(value), 'key')}" + (f": {', '.join(keys)}{more}" if keys else "")
+        return f"object of {plural(len(value), 'key')}" + (f": {', '.join(keys)}{more}" if keys else "")
     if isinstance(value, list | tuple):
         kinds = {_kind(item, short=True) for item in value}
         items = f" ({kinds.pop()})" if len(kinds) == 1 else ""
-        return f"list of {_count(len(value), 'item')}{items}"
+        return f"list of {plural(len(value), 'item')}{items}"
     return _kind(value)
 
 
@@ -146,11 +146,11 @@ def _kind(value: Any, short: bool = False) -> str:
     if is_numpy_scalar(value):
         value = value.item()
     if isinstance(value, dict):
-        return "object" if short else f"object of {_count(len(value), 'key')}"
+        return "object" if short else f"object of {plural(len(value), 'key')}"
     if isinstance(value, list | tuple):
-        return "list" if short else f"list of {_count(len(value), 'item')}"
+        return "list" if short else f"list of {plural(len(value), 'item')}"
     if isinstance(value, str):
-        return "string" if short else f"string of {_count(len(value), 'character')}"
+        return "string" if short else f"string of {plural(len(value), 'character')}"
     if isinstance(value, bytes):
         return f"{len(value):,} bytes"
     if is_ndarray(value):
@@ -160,10 +160,6 @@ def _kind(value: Any, short: bool = False) -> str:
     if isinstance(value, bool):
         return "boolean"
     return "integer" if isinstance(value, int) else "number" if isinstance(value, float) else type(value).__name__
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 # --- stored values --------------------------------------------------------------------------
@@ -308,7 +304,7 @@ def _part(value: Any, where: Ref, part: str) -> Any:
         index = int(part)
         if not -length <= index < length:
             raise ToolError(f"{where}/{part}: index {index} is out of range; {where} is {what} "
-                            f"of {_count(length, 'item')} (indexes 0..{length - 1}, or -1 for the last)")
+                            f"of {plural(length, 'item')} (indexes 0..{length - 1}, or -1 for the last)")
         return value[index]
     raise ToolError(f"{where}/{_escape(part)}: {where} is {_kind(value)}; it has no parts")
 
