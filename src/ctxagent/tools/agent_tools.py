@@ -57,16 +57,13 @@ DELEGATE = function_tool(
 )
 
 
-def checkpoint_tool() -> Tool:
-    """The ``checkpoint`` tool, with the schema the ``checkpoint`` strategy reads its arguments by."""
+def context_tools(strategy_names: list[str]) -> list[Tool]:
+    """The context tools a pipeline brings: ``checkpoint``, with the schema the ``checkpoint`` strategy
+    reads its arguments by, when it uses that strategy. (``pin`` is a built-in tool a profile lists.)"""
+    if "checkpoint" not in strategy_names:
+        return []
     from ctxagent.strategies.checkpoint import CHECKPOINT_TOOL_SCHEMA
 
     function = CHECKPOINT_TOOL_SCHEMA["function"]
-    return Tool(name=function["name"], description=function["description"], parameters=function["parameters"],
-                fn=_checkpoint)
-
-
-def context_tools(strategy_names: list[str]) -> list[Tool]:
-    """The context tools a pipeline brings: ``checkpoint`` when it uses the ``checkpoint`` strategy.
-    (``pin`` is a built-in tool a profile lists like any other.)"""
-    return [checkpoint_tool()] if "checkpoint" in strategy_names else []
+    return [Tool(name=function["name"], description=function["description"], parameters=function["parameters"],
+                 fn=_checkpoint)]
