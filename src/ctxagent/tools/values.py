@@ -331,8 +331,7 @@ def resolve_arguments(arguments: Mapping[str, Any], store: OutputStore) -> Resol
 
     def walk(value: Any) -> Any:
         if isinstance(value, str):
-            escaped = _ESCAPED.match(value)
-            if escaped:
+            if escaped := _ESCAPED.match(value):
                 return escaped.group(1)
             ref = parse_ref(value)
             return value if ref is None else load(store, ref, cache)
@@ -342,12 +341,9 @@ def resolve_arguments(arguments: Mapping[str, Any], store: OutputStore) -> Resol
             return {key: walk(item) for key, item in value.items()}
         return value
 
-    result = Resolved({})
-    for name, value in arguments.items():
-        result.arguments[name] = walk(value)
-        if isinstance(value, str) and looks_like_handle(value):
-            result.handles[name] = value
-    return result
+    resolved = {name: walk(value) for name, value in arguments.items()}
+    return Resolved(resolved, {name: value for name, value in arguments.items()
+                               if isinstance(value, str) and looks_like_handle(value)})
 
 
 def handles_in(text: str) -> list[str]:
