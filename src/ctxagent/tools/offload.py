@@ -27,12 +27,12 @@ from ctxagent.tools.preview import (
     SNIFF_BYTES,
     FileStats,
     Preview,
+    estimate_tokens,
     looks_binary,
     plural,
     preview_bytes,
     preview_file,
 )
-from ctxagent.tools.stored import cleaned_file, file_tokens
 
 INLINE_MAX_BYTES = EXACT_TOKENS_MAX_BYTES  # larger outputs are offloaded without tokenizing them
 ARGUMENTS_MAX_CHARS = 500  # of the call's raw arguments kept in the OutputRecord
@@ -233,7 +233,7 @@ def _record(path: Path, handle: str, store: OutputStore, *, call_id: str, tool_n
     """The OutputRecord of the output stored at ``path`` (``stats``: as the store measured them, else
     measured here), also written as its sidecar. ``value``: ``type``, ``length``, ``shape``, ``dtype``."""
     stats = stats or scan.measure(path).stats
-    binary, count, exact = file_tokens(path, stats.bytes, model)
+    binary, count, exact = _file_tokens(path, stats.bytes, model)
     value.setdefault("type", "bytes" if binary else "text")
     record = OutputRecord(
         handle=handle,
@@ -252,6 +252,16 @@ def _record(path: Path, handle: str, store: OutputStore, *, call_id: str, tool_n
     meta = record.model_dump(mode="json", exclude={"kind"})
     values.write_meta(store, handle, {**meta, "file": path.name})
     return record
+
+
+def _file_tokens(path: Path, size: int, model: str) -> tuple[bool, int, bool]:
+    """``(binary, tokens, exact)`` of a stored output: text under 4 MiB is counted once cleaned of
+    terminal control (what reading it costs the model); the rest is estimated at 4 bytes a token."""
+    with open(path, "rb") as fh:
+        binary = looks_binary(fh.read(SNIFF_BYTES))
+    if binary or size >= EXACT_TOKENS_MAX_BYTES:
+        return binary, estimate_tokens(size), False
+    return binary, tokens.count_text(clean(path.read_bytes().decode("utf-8", "replace")), model), True
 
 
 # --- structured values --------------------------------------------------------------------------
@@ -355,7 +365,7 @@ def _preview_content(path: Path, lines: int, note: str, where: str, job: _Job) -
     fits the threshold, down to no head and tail at all, which is returned even if it does not fit."""
     policy = job.policy
     max_chars = policy.max_chars
-    data = cleaned_file(path)
+    data = _cleaned_file(path)
     while True:
         preview = _preview(path, data, lines, max_chars, policy)
         body = preview.text if preview.text.endswith("\n") or not preview.text else preview.text + "\n"
@@ -363,6 +373,21 @@ def _preview_content(path: Path, lines: int, note: str, where: str, job: _Job) -
         if max_chars <= 0 or tokens.count_text(content, policy.model) <= job.limit:
             return content
         max_chars //= 2
+
+
+def _cleaned_file(path: Path) -> bytes | None:
+    """The stored output at ``path`` cleaned of terminal control, when it is text of at most 4 MiB
+    that cleaning changes; else None (its preview then reads the file and cleans only the head and
+    tail it shows). Read from the store, not from the tool's value: a redacting store's file has
+    no secret, so neither has the preview. Undecodable bytes are kept as they are."""
+    if path.stat().st_size > EXACT_TOKENS_MAX_BYTES:
+        return None
+    raw = path.read_bytes()
+    if looks_binary(raw[:SNIFF_BYTES]):
+        return None
+    text = raw.decode("utf-8", "surrogateescape")
+    shown = clean(text, keep_escapes=True)
+    return None if shown is text else shown.encode("utf-8", "surrogateescape")
 
 
 def _preview(path: Path, data: bytes | None, lines: int, max_chars: int, policy: OffloadPolicy) -> Preview:
