@@ -57,16 +57,12 @@ def select(deferred: Sequence[Tool], query: str, limit: int = SELECT_MAX) -> lis
     if exact:
         return exact[:limit]
     words = set(_WORD.findall(query.lower()))
-    scored = []
-    for index, tool in enumerate(deferred):
-        name_words = set(_WORD.findall(tool.name.lower()))
-        text_words = set(_WORD.findall(tool.description.lower()))
-        score = 2 * len(words & name_words) + len(words & text_words)
-        if score:
-            scored.append((-score, index, tool))
-    if not scored:
+    scores = {tool.name: 2 * len(words & set(_WORD.findall(tool.name.lower())))
+              + len(words & set(_WORD.findall(tool.description.lower()))) for tool in deferred}
+    found = sorted((tool for tool in deferred if scores[tool.name]), key=lambda tool: -scores[tool.name])  # stable
+    if not found:
         raise ToolError(f"no deferred tool matches {query!r}; the names are listed in find_tools' description")
-    return [tool for _, _, tool in sorted(scored, key=lambda item: item[:2])[:limit]]
+    return found[:limit]
 
 
 def loaded_text(tools: Sequence[Tool]) -> str:
