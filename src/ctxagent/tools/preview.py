@@ -96,10 +96,8 @@ def looks_binary(sample: bytes) -> bool:
     Binary: it holds a NUL byte, or more than 30 % of its bytes are not valid UTF-8. A multibyte
     character cut at the end of the sample is not counted as invalid.
     """
-    if b"\x00" in sample:
-        return True
-    text = _decode(sample, final=False)
-    return len(_ESCAPED.findall(text)) > BINARY_INVALID_SHARE * len(sample)
+    invalid = len(_ESCAPED.findall(_decode(sample, final=False)))
+    return b"\x00" in sample or invalid > BINARY_INVALID_SHARE * len(sample)
 
 
 def guess_type(head: bytes) -> str | None:
