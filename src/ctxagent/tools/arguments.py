@@ -1,10 +1,7 @@
-"""A tool call's arguments: parsed once, validated once.
-
-:func:`parse_arguments` turns the model's raw JSON into an object (the permission gate and the tool
-see the same one). :func:`validate_arguments` checks it after handles are resolved: a function
-tool's by its pydantic model (tools/signature.py), any other's (MCP tools) by its JSON Schema with
-the ``jsonschema`` library. Every problem becomes one ``ToolError`` the model reads as the call's
-result: ``bad arguments for TOOL: PROBLEM; PROBLEM. It takes: NAME (TYPE, required), ...``.
+"""A tool call's arguments: parsed once (:func:`parse_arguments`: the permission gate and the tool see the
+same object), validated once after handles are resolved (:func:`validate_arguments`: by the tool's
+pydantic model, else an MCP tool's JSON Schema with ``jsonschema``). Every problem becomes one
+``ToolError``: ``bad arguments for TOOL: PROBLEM; PROBLEM. It takes: NAME (TYPE, required), ...``.
 """
 
 from __future__ import annotations

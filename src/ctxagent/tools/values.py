@@ -221,8 +221,7 @@ def unknown_handle(store: OutputStore, handle: str) -> ToolError:
     if near:
         hint = f"nearest: {', '.join(near)}"
     elif known:
-        shown = known[-LISTED:]
-        hint = f"this session's handles{' (newest)' if len(known) > LISTED else ''}: {', '.join(shown)}"
+        hint = f"this session's handles{' (newest)' if len(known) > LISTED else ''}: {', '.join(known[-LISTED:])}"
     else:
         hint = "this session has no stored outputs yet"
     return ToolError(f"unknown handle {handle}: this session has no output by that name; {hint}. "
