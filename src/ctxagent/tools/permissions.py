@@ -267,9 +267,8 @@ class Gate:
             if re.search(pattern, command):
                 return (f"denied by profile permissions: the command matches the shell deny pattern "
                         f"{pattern!r} (permissions.shell.deny)"), False
-        if SHELL_CHAINING.search(command):
-            return None, False
-        return None, any(re.fullmatch(pattern, command) for pattern in self.config.shell.allow)
+        unchained = not SHELL_CHAINING.search(command)
+        return None, unchained and any(re.fullmatch(pattern, command) for pattern in self.config.shell.allow)
 
     def _confinement(self, tool: Tool, arguments: Mapping[str, Any], checked: Mapping[str, Path]) -> str | None:
         """The refusal of a file tool path outside where it may go, or None."""
