@@ -187,14 +187,11 @@ def render(head: str, lines: list[str], notes: list[str]) -> str:
 
 
 def recall(ctx: ToolContext, query: str, regex: bool = False, top_k: int | None = None) -> str:
-    """Search the session's transcript and stored outputs for ``query``.
+    """Search the session's transcript and stored outputs for ``query`` (ranked as the module says).
 
-    BM25 keyword ranking (fused with embeddings when ``ctx.recall_model`` names a model); with
-    ``regex``, a Python regular expression, newest match first. Returns at most ``top_k`` (default
-    ``ctx.recall_top_k``, at most 50) hit lines, each naming a handle and line range (stored
-    outputs) or a message's seq and turn, with a snippet of at most 300 characters; the whole
-    result is at most 2,500 tokens. Raises ``ToolError`` for an empty query, a ``top_k`` out of
-    1..50, an invalid regex or one too slow (10 s).
+    Returns at most ``top_k`` (default ``ctx.recall_top_k``) hit lines, each naming a handle and line
+    range or a message's seq and turn, with a snippet of at most 300 characters; 2,500 tokens in all.
+    Raises ``ToolError`` for an empty query, a ``top_k`` out of 1..50, an invalid or too slow regex.
 
     Args:
         query: words to look for (or a regex when regex is true)

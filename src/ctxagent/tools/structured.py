@@ -28,13 +28,11 @@ VALUE_MAX_CHARS = 20_000  # characters of one matched value shown by query_outpu
 def query_output(ctx: ToolContext, handle: str, path: str) -> str:
     """The parts of the JSON value ``handle`` (or a sub-handle) that the JSONPath ``path`` selects.
 
-    One line per match, ``NAME = JSON``, where NAME is the match's sub-handle when it has one
-    (pass it to a tool as is), else its JSONPath; at most 200 matches, values over 20,000
-    characters cut. A stored text output that is valid JSON is queried too. No match is a normal
-    result saying so. The regular expressions of the path (``=~`` filters, ``sub()``) share a budget
-    of 10 s (tools/patterns.py). Raises ``ToolError`` for an unknown or malformed handle, an invalid
-    path or regex, a value that is not JSON (text that does not parse, bytes, an array), or a
-    regex that used up its budget.
+    One line per match, ``NAME = JSON`` (NAME: the match's sub-handle when it has one, else its
+    JSONPath); at most 200 matches, values over 20,000 characters cut. A stored text output that is
+    valid JSON is queried too. The path's regular expressions share a budget of 10 s. Raises
+    ``ToolError`` for an unknown or malformed handle, an invalid path or regex, a value that is not
+    JSON (text that does not parse, bytes, an array), or a regex that used up its budget.
 
     Args:
         handle: the value's handle, e.g. @abc123
