@@ -32,8 +32,7 @@ _ESCAPED_BYTES = range(0xDC80, 0xDD00)  # surrogateescape: U+DC80 + byte, for by
 
 
 def clean(text: str, *, keep_escapes: bool = False) -> str:
-    """``text`` as a terminal would show it: escape sequences removed, ``\\r`` frames collapsed,
-    backspaces applied, other control characters dropped (see the module docstring).
+    """``text`` as a terminal would show it (the steps of the module docstring).
 
     ``keep_escapes``: leave lone surrogates as they are (for text decoded with ``surrogateescape``
     that the caller encodes back to its bytes). Returns ``text`` itself when it holds no control

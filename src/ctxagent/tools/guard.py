@@ -104,7 +104,6 @@ class GuardedToolset:
         return self.toolset.policy
 
     def specs(self, loaded: Sequence[str] = ()) -> list[dict[str, Any]]:
-        """The wrapped toolset's :meth:`~ctxagent.tools.toolset.Toolset.specs`."""
         return self.toolset.specs(loaded)
 
     # -- the guard ----------------------------------------------------------------------------

@@ -119,9 +119,6 @@ def litellm_embedder(model: str, api_base: str | None) -> Embed:
     return embed
 
 
-# ---------------------------------------------------------------- the result
-
-
 def snippet(text: str, terms: Sequence[str], weight: Callable[[str], float], pattern: Any = None) -> str:
     """At most 300 characters of ``text``, whitespace collapsed, centred on the best match: the
     regex ``pattern``'s first match, else the rarest of the query ``terms`` (``weight``: IDF)."""
