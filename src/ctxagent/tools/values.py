@@ -6,6 +6,7 @@ A sub-handle (``@h/key``, ``@h/0``, ``@h/a/0/b``) names a part of a structured v
 stands for ``/`` and ``~0`` for ``~`` (JSON Pointer escaping). Names resolve only inside the session's
 own store: parts index into the value, never the disk. See docs/tools.md#handles.
 """
+
 from __future__ import annotations
 
 import difflib
