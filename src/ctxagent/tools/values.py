@@ -4,7 +4,8 @@ A handle (``@abc123``) names one stored output of the session (``ctxagent.sessio
 bytes (``.out``), JSON (``.json``) or a numpy array (``.npy``), with a ``<name>.meta.json`` sidecar.
 A sub-handle (``@h/key``, ``@h/0``, ``@h/a/0/b``) names a part of a structured value; in a key, ``~1``
 stands for ``/`` and ``~0`` for ``~`` (JSON Pointer escaping). Names resolve only inside the session's
-own store: parts index into the value, never the disk. See docs/tools.md#handles.
+own store: the base name is checked against the handle grammar before any path is built, and parts
+index into the value, never the disk. See docs/tools.md#handles.
 """
 
 from __future__ import annotations
