@@ -17,12 +17,12 @@ from ctxagent.tools.offload import (
     INLINE_MAX_BYTES,
     OffloadPolicy,
     envelope_overhead,
-    file_stats,
     fits,
     settle,
     store_text,
     threshold,
 )
+from ctxagent.tools.preview import file_stats
 
 CALL = ToolCall(id="call_9f8XkQ2mZbL0aYv7", name="shell", arguments='{"command": "make"}')
 

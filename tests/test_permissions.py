@@ -21,8 +21,9 @@ from ctxagent.profile import bundled_names, load_profile, parse_profile
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
 from ctxagent.tools.builtin import LIST_DIR, READ_FILE, SHELL, WRITE_FILE
+from ctxagent.tools.guard import Grants
 from ctxagent.tools.offload import OffloadPolicy
-from ctxagent.tools.permissions import KINDS, Gate, PermissionsConfig, parse_grants
+from ctxagent.tools.permissions import KINDS, Gate, PermissionsConfig, check_grants
 
 
 def tool_of(kind: str) -> Tool:
@@ -135,10 +136,11 @@ def test_invalid_json_arguments_are_left_to_the_toolset_parsed_once(tmp_path):
 
 
 def test_parse_grants():
-    assert parse_grants("shell, write_file,exec", ["shell", "write_file"]) == {"shell", "write_file", "exec"}
-    assert parse_grants(None, []) == set()
+    assert check_grants(Grants.of("shell, write_file,exec").allow, ["shell", "write_file"]) == {
+        "shell", "write_file", "exec"}
+    assert check_grants(Grants.of(None).allow, []) == set()
     with pytest.raises(Exception, match="unknown tool or kind 'shel'"):
-        parse_grants("shel", ["shell"])
+        check_grants(Grants.of("shel").allow, ["shell"])
 
 
 @pytest.mark.parametrize("name", bundled_names())

@@ -20,6 +20,7 @@ import typer
 
 from ctxagent.cli.options import SessionOpt, check_output, pick
 from ctxagent.errors import UsageError
+from ctxagent.handles import IN_TEXT_RE
 from ctxagent.sessions import records
 from ctxagent.tools import values
 from ctxagent.tools.base import ToolError
@@ -130,7 +131,7 @@ def deliver(store: OutputStore, answer: str, output: Path | None = None) -> Deli
         return result
     result.notes += [_binary_note(value) for value in shown.values() if value.text is None]
     printable = {name: value for name, value in shown.items() if value.text is not None}
-    text = values.IN_TEXT.sub(lambda m: _inline(printable[m[0]]) if m[0] in printable else m[0], answer)
+    text = IN_TEXT_RE.sub(lambda m: _inline(printable[m[0]]) if m[0] in printable else m[0], answer)
     if output is not None:
         output.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
         result.written = output.stat().st_size

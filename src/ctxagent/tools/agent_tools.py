@@ -1,11 +1,9 @@
 """Tools whose effect is on the context, not the world: ``pin``, ``checkpoint`` and ``delegate``.
 
-``delegate`` is declared here (its schema, so a profile lists it like any tool) but run by the
-runner (agent/delegate.py): it starts a sub-agent, which the tools layer cannot do.
-
-Both only acknowledge: the runner reads their calls from the transcript. ``pin`` adds a fact to the
-pinned facts every view carries verbatim (DESIGN.md, HEAD); a ``checkpoint`` call's arguments
-become the checkpoint the ``checkpoint`` strategy starts the next phase from (no LLM call).
+They only acknowledge (``delegate`` refuses): the runner reads their calls from the transcript and
+starts a delegate's sub-agent (agent/delegate.py). ``pin`` adds a fact to the pinned facts every view
+carries verbatim (DESIGN.md, HEAD); a ``checkpoint`` call's arguments become the checkpoint the
+``checkpoint`` strategy starts the next phase from.
 """
 
 from __future__ import annotations
@@ -59,16 +57,13 @@ DELEGATE = function_tool(
 )
 
 
-def checkpoint_tool() -> Tool:
-    """The ``checkpoint`` tool, with the schema the ``checkpoint`` strategy reads its arguments by."""
+def context_tools(strategy_names: list[str]) -> list[Tool]:
+    """The context tools a pipeline brings: ``checkpoint``, with the schema the ``checkpoint`` strategy
+    reads its arguments by, when it uses that strategy. (``pin`` is a built-in tool a profile lists.)"""
+    if "checkpoint" not in strategy_names:
+        return []
     from ctxagent.strategies.checkpoint import CHECKPOINT_TOOL_SCHEMA
 
     function = CHECKPOINT_TOOL_SCHEMA["function"]
-    return Tool(name=function["name"], description=function["description"], parameters=function["parameters"],
-                fn=_checkpoint)
-
-
-def context_tools(strategy_names: list[str]) -> list[Tool]:
-    """The context tools a pipeline brings: ``checkpoint`` when it uses the ``checkpoint`` strategy.
-    (``pin`` is a built-in tool a profile lists like any other.)"""
-    return [checkpoint_tool()] if "checkpoint" in strategy_names else []
+    return [Tool(name=function["name"], description=function["description"], parameters=function["parameters"],
+                 fn=_checkpoint)]

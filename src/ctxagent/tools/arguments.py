@@ -1,10 +1,7 @@
-"""A tool call's arguments: parsed once, validated once.
-
-:func:`parse_arguments` turns the model's raw JSON into an object (the permission gate and the tool
-see the same one). :func:`validate_arguments` checks it after handles are resolved: a function
-tool's by its pydantic model (tools/signature.py), any other's (MCP tools) by its JSON Schema with
-the ``jsonschema`` library. Every problem becomes one ``ToolError`` the model reads as the call's
-result: ``bad arguments for TOOL: PROBLEM; PROBLEM. It takes: NAME (TYPE, required), ...``.
+"""A tool call's arguments: parsed once (:func:`parse_arguments`: the permission gate and the tool see the
+same object), validated once after handles are resolved (:func:`validate_arguments`: by the tool's
+pydantic model, else an MCP tool's JSON Schema with ``jsonschema``). Every problem becomes one
+``ToolError``: ``bad arguments for TOOL: PROBLEM; PROBLEM. It takes: NAME (TYPE, required), ...``.
 """
 
 from __future__ import annotations
@@ -152,9 +149,7 @@ def _shown(value: Any) -> str:
 
 
 def _types(spec: Mapping[str, Any]) -> list[str]:
-    declared = spec.get("type")
-    if declared is None:
-        return []
+    declared = spec.get("type") or []
     return [declared] if isinstance(declared, str) else list(declared)
 
 
@@ -164,13 +159,7 @@ def _type_text(spec: Mapping[str, Any]) -> str:
 
 def _has_type(value: Any, spec: Mapping[str, Any]) -> bool:
     """Whether ``value`` (parsed JSON) has one of the JSON types ``spec`` declares (any when none)."""
-    types = _types(spec)
-    if not types:
-        return True
-    for name in types:
-        python_types = _JSON_TYPES.get(name, (object,))
-        if isinstance(value, bool) and bool not in python_types:
-            continue  # JSON true/false is not an integer or a number
-        if isinstance(value, python_types):
-            return True
-    return False
+    allowed = [_JSON_TYPES.get(name, (object,)) for name in _types(spec)]
+    # JSON true/false is not an integer or a number
+    return not allowed or any(isinstance(value, python_types) and (bool in python_types or not isinstance(value, bool))
+                              for python_types in allowed)

@@ -1,24 +1,13 @@
-"""The tool contract: what a tool is, what it may return, and the toolset that calls tools.
+"""The tool contract: what a tool is, what it may return, and what it may use.
 
-A tool is a Python callable ``fn(ctx, **arguments)`` with a JSON schema for its arguments. It may
-return:
-
-- ``str`` — text;
-- ``bytes`` — raw output (binary or not valid UTF-8 is stored exactly, never dumped in the context);
-- :class:`Spooled` — output the tool already streamed to a file of the output store (the shell
-  tool does this so a 1 GB output never needs 1 GB of memory);
-- a structured value — ``dict``, ``list`` or ``tuple`` (stored as JSON) or a numpy array (stored
-  as ``.npy``): always stored under a handle that other tools can take (``ctxagent.tools.values``);
-- a JSON scalar (``None``, ``bool``, ``int``, ``float``): shown as its JSON text.
-
-Arguments are *mirrored* (``resolve_handles``, the default): before the tool runs, every argument
-value that is exactly a handle (``@abc123``) or sub-handle (``@abc123/key``) of the session is
-replaced by the stored value, so the tool itself never sees handles. Tools that work on handles
-themselves (``read_output``, ``grep_output``, ``query_output``, ``output_info``) set
-``resolve_handles=False`` and receive the handle text.
-
-A tool signals a failure the model should read by raising :class:`ToolError` (or any exception):
-the toolset turns it into an error tool result; a tool never crashes the run.
+A tool is a Python callable ``fn(ctx, **arguments)`` with a JSON schema for its arguments. It returns
+``str``; ``bytes`` (binary or non-UTF-8 is stored exactly, never dumped in the context); a
+:class:`Spooled` file (output the tool streamed to the store, so a 1 GB output never sits in memory);
+a ``dict``, ``list``, ``tuple`` or numpy array (always stored under a handle other tools can take); or
+a JSON scalar (shown as its JSON text): see :func:`ctxagent.tools.offload.settle`. Handle arguments
+are replaced by their stored values before it runs, unless ``resolve_handles=False``. A failure the
+model should read is raised as :class:`ToolError` (or any exception): the toolset turns it into an
+error tool result; a tool never crashes the run.
 """
 
 from __future__ import annotations

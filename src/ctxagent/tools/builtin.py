@@ -24,7 +24,7 @@ from ctxagent.tools.base import Spooled, Stop, Tool, ToolContext, ToolError
 from ctxagent.tools.clean import mend
 from ctxagent.tools.environment import tool_environment
 from ctxagent.tools.offload import as_text
-from ctxagent.tools.outputs import copy_lines, skip_lines
+from ctxagent.tools.outputs import check_range, copy_lines, skip_lines
 from ctxagent.tools.paths import open_path, regular_file, target
 from ctxagent.tools.preview import CHUNK_BYTES
 from ctxagent.tools.signature import function_tool
@@ -46,11 +46,9 @@ def shell(ctx: ToolContext, command: str,
     (:func:`ctxagent.tools.environment.tool_environment`, ``ctx.pass_env`` passing anyway); the
     command runs in its own session (process group). On timeout, or when the command leaves
     background processes behind, the whole group is killed (SIGTERM, then SIGKILL after 2 s) and the
-    note says so. A process the command detached from its group (``setsid``) may still hold the
-    spool file when the command returns: then what it wrote is copied to a new spool file, and the old
-    one, which that process goes on writing, is deleted (:func:`_away_from_writers`), so nothing is
-    written into the stored, redacted output after the fact. Returns ``Spooled(path, note="exit code:
-    N")``. Raises ``ToolError`` for a bad timeout or when bash cannot start.
+    note says so; a spool file a detached process still writes is not the one stored
+    (:func:`_away_from_writers`). Returns ``Spooled(path, note="exit code: N")``. Raises ``ToolError``
+    for a bad timeout or when bash cannot start.
 
     Args:
         command: bash command line
@@ -98,9 +96,8 @@ def shell(ctx: ToolContext, command: str,
 
 
 def _away_from_writers(ctx: ToolContext, path: Path) -> Path:
-    """``path``, or a copy of it when a process still has it open for writing (one the command
-    detached): the copy goes to a new spool file, ``path`` is deleted (that process writes on into
-    a file nobody reads)."""
+    """``path``, or a copy of it when a process the command detached (``setsid``) still writes it:
+    ``path`` is deleted, so nothing is written into the stored, redacted output after the fact."""
     if not _held_for_writing(path):
         return path
     fd, copy = ctx.store.spool()
@@ -137,8 +134,7 @@ def _held_for_writing(path: Path) -> bool:
 
 
 def _open_in_proc(path: Path) -> bool:
-    """Whether a process this user can see has ``path`` open for writing (``/proc/*/fd`` and the
-    access mode in ``fdinfo``; False without /proc)."""
+    """Whether a process this user can see has ``path`` open for writing (False without /proc)."""
     target = str(path)
     for link in Path("/proc").glob("[0-9]*/fd/*"):
         with contextlib.suppress(OSError, ValueError):
@@ -177,11 +173,8 @@ def _exit_note(code: int) -> str:
 
 
 def _group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs.
-
-    Zombies (dead, waiting for a slow init to reap them) do not count where ``/proc`` tells them
-    apart; elsewhere any member counts.
-    """
+    """Whether a process of group ``pgid`` still runs (zombies waiting for a slow init to reap them
+    do not count where ``/proc`` tells them apart)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -189,9 +182,7 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     proc = Path("/proc")
-    if not proc.is_dir():
-        return True
-    return any(_runs_in_group(stat, pgid) for stat in proc.glob("[0-9]*/stat"))
+    return not proc.is_dir() or any(_runs_in_group(stat, pgid) for stat in proc.glob("[0-9]*/stat"))
 
 
 def _runs_in_group(stat: Path, pgid: int) -> bool:
@@ -228,11 +219,9 @@ def read_file(ctx: ToolContext, path: str, start_line: Annotated[int, Field(ge=1
               end_line: int | None = None) -> str | bytes | Spooled:
     """Lines ``start_line``..``end_line`` (1-based, inclusive; None: to the end) of a file.
 
-    A file of at most 1 MiB is read in memory: its text, or ``bytes`` when it is not UTF-8 text (the
-    toolset stores those exactly instead of showing them). A larger one is streamed, a block (1 MiB)
-    at a time, into a spool file of the store and settled like shell output (``Spooled``: inline when
-    small text, else offloaded with a preview): memory stays a block whatever the file's size.
-    ``end_line`` past the end reads to the end. The file is the path the permission gate checked,
+    A file of at most 1 MiB is read in memory: its text, or ``bytes`` when it is not UTF-8 text. A
+    larger one is streamed a block (1 MiB) at a time into a spool file of the store (``Spooled``):
+    memory stays a block whatever the file's size. The file is the path the permission gate checked,
     opened without following a link (tools/paths.py). Raises ``ToolError`` for a missing file, a
     directory or another file that is not regular, a link met on the way, or a bad range.
 
@@ -245,10 +234,7 @@ def read_file(ctx: ToolContext, path: str, start_line: Annotated[int, Field(ge=1
     fd = _opened(real, os.O_RDONLY | os.O_NONBLOCK, path)  # non-blocking: a FIFO is refused, not waited on
     small = regular_file(fd, path).st_size <= CHUNK_BYTES
     with os.fdopen(fd, "rb") as src:
-        if start_line < 1:
-            raise ToolError(f"start_line must be 1 or more, not {start_line}")
-        if end_line is not None and end_line < start_line:
-            raise ToolError(f"empty range: end_line {end_line} is before start_line {start_line}")
+        check_range(start_line, end_line)
         count = skip_lines(src, start_line - 1)
         if start_line > 1 and not src.peek(1):
             raise ToolError(mend(f"start_line {start_line} is past the end: {path} has {count} lines"))
@@ -342,9 +328,7 @@ def list_dir(ctx: ToolContext, path: str = ".") -> str:
 
 
 def _entry_line(entry: os.DirEntry[str]) -> str:
-    """``name/`` for a directory, ``name  1,234 bytes`` for a file, a note for a broken link.
-
-    A byte of the name that is not UTF-8 is shown as ``\\xff`` (:func:`ctxagent.tools.clean.mend`)."""
+    """``name/`` for a directory, ``name  1,234 bytes`` for a file, a note for a broken link."""
     name = mend(entry.name)
     try:
         if entry.is_dir():

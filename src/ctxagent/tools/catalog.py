@@ -1,8 +1,6 @@
 """The built-in tools by name (:data:`BUILTIN`), and :func:`registry`, which indexes tools by name.
 
-The bottom of the toolset layer: :mod:`ctxagent.tools.toolset` (which builds a run's tools) and
-:mod:`ctxagent.tools.user` (which loads ``--tools`` specs, a bare name being a built-in tool) both
-look tools up here, so neither imports the other for it.
+Here so that tools.toolset and tools.user both look tools up without importing each other.
 """
 
 from __future__ import annotations

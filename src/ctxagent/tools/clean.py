@@ -1,29 +1,18 @@
 """Terminal control out of tool text: what a terminal would show, not the bytes that drew it.
 
-Programs that think they write to a terminal (test runners, package managers, progress bars) send
-escape sequences and carriage-return frames. In the context they cost tokens and say nothing
-(issue 11: 1,000 coloured test lines cost 2-4x their plain text; 20,001 progress frames on one line
-cost 139,019 tokens where the terminal shows one line of ~20). :func:`clean` returns the text a
-reader of the terminal would see:
+Escape sequences and carriage-return frames cost tokens and say nothing (issue 11: 20,001 progress
+frames on one line cost 139,019 tokens where the terminal shows one line of ~20). :func:`clean`:
 
-1. escape sequences removed (ECMA-48, 5th edition, 1991, sections 5.3-5.6): control sequences
-   (CSI: ``ESC [`` or U+009B, parameter bytes 0x30-0x3F, intermediate bytes 0x20-0x2F, a final
-   byte 0x40-0x7E: colours, cursor moves, erase), control strings (OSC ``ESC ]``, DCS ``ESC P``,
-   SOS ``ESC X``, PM ``ESC ^``, APC ``ESC _``, up to BEL or ST ``ESC \\``; one left open ends at
-   the end of its line), and other escape sequences (``ESC`` with intermediates 0x20-0x2F and a
-   final byte 0x30-0x7E, like ``ESC ( B`` or ``ESC 7``);
-2. carriage-return frames collapsed: a line holding ``\\r`` keeps only its last non-empty frame
-   (the text after the last ``\\r``); a single ``\\r`` right before ``\\n`` is a CRLF line end and
-   stays;
-3. backspaces applied: each ``\\b`` erases the character before it on its line (``_\\bX`` -> ``X``);
-4. the remaining C0 controls but tab, newline, vertical tab and form feed, DEL and the C1 controls
-   (U+0080-U+009F) removed: a NUL or another control character is never sent inline;
-5. lone surrogates made visible (:func:`mend`): text that ``os.fsdecode`` or a ``surrogateescape``
-   decoding made holds them, and UTF-8 (the transcript, every provider) cannot.
+1. removes escape sequences (ECMA-48, 5th edition, 1991, sections 5.3-5.6): control sequences (CSI),
+   control strings (OSC, DCS, SOS, PM, APC, up to BEL or ST; one left open ends at the end of its
+   line) and other escape sequences (``ESC ( B``, ``ESC 7``);
+2. keeps the last non-empty ``\\r`` frame of a line (a ``\\r`` right before ``\\n`` is a CRLF end);
+3. applies backspaces (``_\\bX`` -> ``X``);
+4. removes the other C0 controls but tab, newline, vertical tab and form feed, DEL and the C1 controls;
+5. makes lone surrogates visible (:func:`mend`): UTF-8 (the transcript, every provider) cannot hold them.
 
-The number of lines (``\\n``) never changes, so line numbers in a preview of cleaned text are line
-numbers of the raw output. Cleaning is idempotent. Units: lengths are characters. Callers clean
-only text they hold anyway (at most 4 MiB, or a preview's head and tail), never a whole large file.
+The number of lines never changes, so line numbers of a cleaned preview are those of the raw output;
+cleaning is idempotent. Lengths are characters. See docs/tools.md.
 """
 
 from __future__ import annotations
@@ -43,8 +32,7 @@ _ESCAPED_BYTES = range(0xDC80, 0xDD00)  # surrogateescape: U+DC80 + byte, for by
 
 
 def clean(text: str, *, keep_escapes: bool = False) -> str:
-    """``text`` as a terminal would show it: escape sequences removed, ``\\r`` frames collapsed,
-    backspaces applied, other control characters dropped (see the module docstring).
+    """``text`` as a terminal would show it (the steps of the module docstring).
 
     ``keep_escapes``: leave lone surrogates as they are (for text decoded with ``surrogateescape``
     that the caller encodes back to its bytes). Returns ``text`` itself when it holds no control

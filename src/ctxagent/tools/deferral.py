@@ -1,15 +1,9 @@
 """Deferred tool schemas: when MCP tools' schemas would take too much of the window.
 
-Tool schemas go with every request and count against the window. When the MCP tools' schemas
-together exceed ``mcp.schema_budget`` (a fraction of the context window, default 0.10), their full
-schemas are *deferred*: the request carries the ``find_tools`` tool instead, whose description
-names every deferred tool with a one-line description, and a ``find_tools`` call loads the
-schemas of the tools it selects into every later request (recorded as a ``tools`` record with
-``loaded``, so a resumed session sends the same tools). Loaded schemas are appended after the
-others, so the prefix a provider cached before them stays the same.
-
-This is the shape of Anthropic's tool search and of Claude Code's deferred MCP tools: names and
-one-liners up front, schemas on demand.
+Past ``mcp.schema_budget`` the requests carry ``find_tools`` instead, its description naming each
+deferred tool with one line; a ``find_tools`` call loads the schemas it selects into every later
+request, after the others, so the prefix a provider cached stays the same. The shape of Anthropic's
+tool search and Claude Code's deferred MCP tools. See docs/mcp.md.
 """
 
 from __future__ import annotations
@@ -63,16 +57,12 @@ def select(deferred: Sequence[Tool], query: str, limit: int = SELECT_MAX) -> lis
     if exact:
         return exact[:limit]
     words = set(_WORD.findall(query.lower()))
-    scored = []
-    for index, tool in enumerate(deferred):
-        name_words = set(_WORD.findall(tool.name.lower()))
-        text_words = set(_WORD.findall(tool.description.lower()))
-        score = 2 * len(words & name_words) + len(words & text_words)
-        if score:
-            scored.append((-score, index, tool))
-    if not scored:
+    scores = {tool.name: 2 * len(words & set(_WORD.findall(tool.name.lower())))
+              + len(words & set(_WORD.findall(tool.description.lower()))) for tool in deferred}
+    found = sorted((tool for tool in deferred if scores[tool.name]), key=lambda tool: -scores[tool.name])  # stable
+    if not found:
         raise ToolError(f"no deferred tool matches {query!r}; the names are listed in find_tools' description")
-    return [tool for _, _, tool in sorted(scored, key=lambda item: item[:2])[:limit]]
+    return found[:limit]
 
 
 def loaded_text(tools: Sequence[Tool]) -> str:

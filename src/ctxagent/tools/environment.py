@@ -1,22 +1,11 @@
 """The environment a tool's process gets: ctxagent's own, without the run's credentials (issue 31).
 
 A model that can run ``printenv OPENAI_API_KEY | base64`` would otherwise send the run's key to the
-provider (and an encoded copy, which no redaction recognises, to the transcript). So the shell
-tool's commands (and MCP servers, through their ``env``) get every variable of ctxagent's
-environment except:
-
-- a name that says it holds a credential: ``KEY``, ``TOKEN``, ``SECRET``, ``PASSWORD``, ``PASSWD``
-  or ``CREDENTIAL`` anywhere in it, in any case (``OPENAI_API_KEY``, ``AWS_SESSION_TOKEN``,
-  ``GOOGLE_APPLICATION_CREDENTIALS``, ``PGPASSWORD``), as Codex's ``shell_environment_policy``
-  excludes ``*KEY*``, ``*SECRET*`` and ``*TOKEN*`` by default; names ending ``_DIR``, ``_PATH`` or
-  ``_HOME`` are places, and pass (``TIKTOKEN_CACHE_DIR``);
-- the credential variables litellm and common clients read whose names say none of that
-  (:data:`PROVIDER_VARIABLES`: ``SNOWFLAKE_JWT``, ``LITELLM_LICENSE``, ``MYSQL_PWD``...);
-- a value that is a credential by its form (a provider key, a password in a URL: ``DATABASE_URL=
-  postgres://app:PASSWORD@db``), or that is the value of a withheld variable under another name.
-
-A profile's ``tool_environment.pass_through`` lists names (or ``fnmatch`` patterns: ``GITHUB_*``)
-that pass anyway. ``ctxagent config show`` lists the names withheld here and now.
+provider (and an encoded copy, which no redaction recognises, to the transcript). Withheld: a name that
+says it holds a credential (:data:`CREDENTIAL_WORDS` in any case, as Codex's ``shell_environment_policy``
+excludes ``*KEY*``, ``*SECRET*`` and ``*TOKEN*``; names ending ``_DIR``, ``_PATH`` or ``_HOME`` are places
+and pass), :data:`PROVIDER_VARIABLES`, and a value that is a credential by its form or the value of a
+withheld variable. ``pass_through`` names (or ``fnmatch`` patterns) pass anyway. See docs/security.md.
 """
 
 from __future__ import annotations

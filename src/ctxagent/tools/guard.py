@@ -1,12 +1,9 @@
 """Permissions as a wrapper around the toolset: every call passes the gate before a tool runs.
 
-:class:`Grants` is what the person running ctxagent grants beyond the profile's permissions
-(``--allow``, ``--allow-all``, the interactive prompt). It is given when a run opens
-(``RunConfig(grants=...)``, agent/config.py), never patched in afterwards.
-:func:`guard` wraps a :class:`~ctxagent.tools.toolset.Toolset` in a :class:`GuardedToolset` whose
-:meth:`~GuardedToolset.call` asks the :class:`~ctxagent.tools.permissions.Gate` first and returns a
-refusal as the call's error outcome (the model reads it; the run goes on). A sub-agent opens with
-:meth:`GuardedToolset.inherited`: its parent's rules and grants, never a prompt, by the same route.
+:func:`guard` wraps a :class:`~ctxagent.tools.toolset.Toolset` in a :class:`GuardedToolset` whose calls
+ask the :class:`~ctxagent.tools.permissions.Gate` first, a refusal being the call's error outcome.
+:class:`Grants`, what the person running ctxagent grants beyond the profile, is given when a run opens;
+a sub-agent opens with :meth:`GuardedToolset.inherited`: its parent's, never a prompt.
 """
 
 from __future__ import annotations
@@ -107,7 +104,6 @@ class GuardedToolset:
         return self.toolset.policy
 
     def specs(self, loaded: Sequence[str] = ()) -> list[dict[str, Any]]:
-        """The wrapped toolset's :meth:`~ctxagent.tools.toolset.Toolset.specs`."""
         return self.toolset.specs(loaded)
 
     # -- the guard ----------------------------------------------------------------------------

@@ -1,26 +1,9 @@
 """The offload wrapper: the one place that decides whether a tool's value enters the context.
 
-:func:`settle` takes whatever a tool returned and returns the content of the tool message plus,
-when the value was stored, the :class:`OutputRecord` of the file it now lives in. The rule:
-
-- text (``str``, UTF-8 ``bytes``, :class:`Spooled`): cleaned of terminal control first
-  (:func:`ctxagent.tools.clean.clean`: escape sequences, ``\\r`` frames, backspaces), then inline
-  when the cleaned text fits the threshold; otherwise stored exactly (raw bytes) and the model sees a
-  middle-out preview of the cleaned text (:mod:`ctxagent.tools.preview`) and a line naming the
-  handle, the path and the tools that read it. Text over 4 MiB is neither cleaned whole nor
-  tokenized: it is offloaded, and only the head and tail its preview shows are cleaned;
-- binary or non-UTF-8 ``bytes``: always stored exactly, described, never dumped;
-- structured values (``dict``, ``list``, ``tuple``, a numpy array): *always* stored, with a handle,
-  so that another tool can take them by pointer (:mod:`ctxagent.tools.values`). A JSON value
-  whose compact text fits the threshold is also shown in full; a larger one is described and
-  previewed; an array is described (dtype, shape, size), with its values only when it is tiny;
-- JSON scalars (``None``, ``bool``, ``int``, ``float``, numpy scalars): their JSON text, as text.
-
-Every stored value gets a ``<handle>.meta.json`` sidecar next to it (the record as JSON), which
-``output_info`` reads.
-
-Units: ``limit_tokens`` and thresholds are *tokens*; sizes are *bytes*; ``max_chars`` is
-*characters* of preview.
+:func:`settle` takes whatever a tool returned and returns the content of the tool message plus, when
+the value was stored (with a ``<handle>.meta.json`` sidecar), its :class:`OutputRecord`. See
+docs/tools.md ("Offloading", "Handles"). Units: ``limit_tokens`` and thresholds are *tokens*; sizes
+are *bytes*; ``max_chars`` is *characters* of preview.
 """
 
 from __future__ import annotations
@@ -44,13 +27,12 @@ from ctxagent.tools.preview import (
     SNIFF_BYTES,
     FileStats,
     Preview,
-    file_stats,  # noqa: F401 (re-exported: tools.outputs and callers take it from here)
+    estimate_tokens,
     looks_binary,
     plural,
     preview_bytes,
     preview_file,
 )
-from ctxagent.tools.stored import cleaned_file, file_tokens
 
 INLINE_MAX_BYTES = EXACT_TOKENS_MAX_BYTES  # larger outputs are offloaded without tokenizing them
 ARGUMENTS_MAX_CHARS = 500  # of the call's raw arguments kept in the OutputRecord
@@ -215,10 +197,8 @@ class _Job:
 
 
 def _settle_spooled(spooled: Spooled, job: _Job) -> tuple[str, OutputRecord | None]:
-    """Inline a small text spool file, cleaned (then delete it), or adopt it raw under a new handle.
-
-    Only a file of at most 4 MiB is read into memory (and cleaned); a larger one is adopted
-    unread, and its preview cleans just the head and tail it shows."""
+    """Inline a small text spool file, cleaned (then delete it), or adopt it raw under a new handle
+    (one over 4 MiB unread: its preview cleans just the head and tail it shows)."""
     if spooled.path.stat().st_size <= INLINE_MAX_BYTES:
         text = as_text(spooled.path.read_bytes())
         if text is not None:
@@ -237,8 +217,7 @@ def _with_note(note: str, text: str) -> str:
 
 
 def _offloaded(path: Path, stats: FileStats | None, handle: str, note: str, job: _Job) -> tuple[str, OutputRecord]:
-    """Content (note, preview, where to read the rest) and record of an output stored at ``path``
-    (``stats``: its stats as the store measured them, None: not measured)."""
+    """Content (note, preview, where to read the rest) and record of an output stored at ``path``."""
     record = _job_record(path, handle, job, stats)
     return _preview_content(path, record.lines, note, _where_line(path, record), job), record
 
@@ -251,12 +230,10 @@ def _job_record(path: Path, handle: str, job: _Job, stats: FileStats | None = No
 
 def _record(path: Path, handle: str, store: OutputStore, *, call_id: str, tool_name: str,
             arguments: str, model: str, stats: FileStats | None = None, **value: Any) -> OutputRecord:
-    """The OutputRecord of the output stored at ``path`` (sizes, sha256 and tokens measured;
-    ``stats``: its sizes and sha256 when the store measured them already), also written as the
-    ``<handle>.meta.json`` sidecar. ``value`` holds ``type`` (default: text, or bytes when binary),
-    ``length``, ``shape``, ``dtype``."""
+    """The OutputRecord of the output stored at ``path`` (``stats``: as the store measured them, else
+    measured here), also written as its sidecar. ``value``: ``type``, ``length``, ``shape``, ``dtype``."""
     stats = stats or scan.measure(path).stats
-    binary, count, exact = file_tokens(path, stats.bytes, model)
+    binary, count, exact = _file_tokens(path, stats.bytes, model)
     value.setdefault("type", "bytes" if binary else "text")
     record = OutputRecord(
         handle=handle,
@@ -275,6 +252,16 @@ def _record(path: Path, handle: str, store: OutputStore, *, call_id: str, tool_n
     meta = record.model_dump(mode="json", exclude={"kind"})
     values.write_meta(store, handle, {**meta, "file": path.name})
     return record
+
+
+def _file_tokens(path: Path, size: int, model: str) -> tuple[bool, int, bool]:
+    """``(binary, tokens, exact)`` of a stored output: text under 4 MiB is counted once cleaned of
+    terminal control (what reading it costs the model); the rest is estimated at 4 bytes a token."""
+    with open(path, "rb") as fh:
+        binary = looks_binary(fh.read(SNIFF_BYTES))
+    if binary or size >= EXACT_TOKENS_MAX_BYTES:
+        return binary, estimate_tokens(size), False
+    return binary, tokens.count_text(clean(path.read_bytes().decode("utf-8", "replace")), model), True
 
 
 # --- structured values --------------------------------------------------------------------------
@@ -374,12 +361,11 @@ def _where_line(path: Path, record: OutputRecord) -> str:
 
 
 def _preview_content(path: Path, lines: int, note: str, where: str, job: _Job) -> str:
-    """Note, preview and ``where`` line; the preview is halved until it all fits the threshold
-    (down to no head and tail at all, which is returned even if it does not fit). The preview is
-    of the stored file cleaned of terminal control (same line numbers: :mod:`ctxagent.tools.clean`)."""
+    """Note, preview of the stored file (cleaned) and ``where`` line; the preview is halved until it all
+    fits the threshold, down to no head and tail at all, which is returned even if it does not fit."""
     policy = job.policy
     max_chars = policy.max_chars
-    data = cleaned_file(path)
+    data = _cleaned_file(path)
     while True:
         preview = _preview(path, data, lines, max_chars, policy)
         body = preview.text if preview.text.endswith("\n") or not preview.text else preview.text + "\n"
@@ -387,6 +373,21 @@ def _preview_content(path: Path, lines: int, note: str, where: str, job: _Job) -
         if max_chars <= 0 or tokens.count_text(content, policy.model) <= job.limit:
             return content
         max_chars //= 2
+
+
+def _cleaned_file(path: Path) -> bytes | None:
+    """The stored output at ``path`` cleaned of terminal control, when it is text of at most 4 MiB
+    that cleaning changes; else None (its preview then reads the file and cleans only the head and
+    tail it shows). Read from the store, not from the tool's value: a redacting store's file has
+    no secret, so neither has the preview. Undecodable bytes are kept as they are."""
+    if path.stat().st_size > EXACT_TOKENS_MAX_BYTES:
+        return None
+    raw = path.read_bytes()
+    if looks_binary(raw[:SNIFF_BYTES]):
+        return None
+    text = raw.decode("utf-8", "surrogateescape")
+    shown = clean(text, keep_escapes=True)
+    return None if shown is text else shown.encode("utf-8", "surrogateescape")
 
 
 def _preview(path: Path, data: bytes | None, lines: int, max_chars: int, policy: OffloadPolicy) -> Preview:

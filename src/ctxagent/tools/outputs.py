@@ -1,13 +1,7 @@
-"""Tools over stored outputs: read a range of lines, search with a regex.
+"""Tools over stored outputs: ``read_output`` (a range of lines) and ``grep_output`` (a regex search).
 
-A handle (``@abc123``) resolves only inside the session's own output store (``ctx.store``); these
-tools take the handle itself (``resolve_handles=False``), not its value. ``read_output`` and
-``grep_output`` stream the stored file and keep at most one piece of one line (1 MiB) in memory; a
-line longer than 2,000 characters is shown cut (a window around the match, for ``grep_output``).
-(``query_output`` and ``output_info``, over structured values, are in :mod:`ctxagent.tools.structured`.)
-Every result is bounded (at most 200 lines, matches or values listed) and, like any tool result,
-offloaded when it is still too large.
-
+They take the handle itself (``resolve_handles=False``), stream the stored file with at most a 1 MiB
+piece of one line in memory, and show at most 2,000 characters of a line and 200 lines or matches.
 Line format: ``N: text`` (``N-`` for ``grep_output`` context lines, ``--`` between groups).
 """
 
@@ -26,7 +20,7 @@ from pydantic import Field
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError
 from ctxagent.tools.patterns import SECONDS, Budget, Timed, compile_pattern, too_slow
-from ctxagent.tools.preview import CHUNK_BYTES, SNIFF_BYTES, looks_binary
+from ctxagent.tools.preview import CHUNK_BYTES, SNIFF_BYTES, lines_left, looks_binary
 from ctxagent.tools.signature import function_tool
 
 MAX_LINES = 200  # lines read_output returns when end_line is not given
@@ -67,10 +61,7 @@ def read_output(ctx: ToolContext, handle: str, start_line: Annotated[int, Field(
         end_line: last line (default: 200 lines on)
     """
     path = _output_path(ctx, handle, "read_output")
-    if start_line < 1:
-        raise ToolError(f"start_line must be 1 or more, not {start_line}")
-    if end_line is not None and end_line < start_line:
-        raise ToolError(f"empty range: end_line {end_line} is before start_line {start_line}")
+    check_range(start_line, end_line)
     wanted = (end_line if end_line is not None else start_line + MAX_LINES - 1) - start_line + 1
     with open(path, "rb") as fh:
         _refuse_binary(fh, handle, path)
@@ -81,10 +72,18 @@ def read_output(ctx: ToolContext, handle: str, start_line: Annotated[int, Field(
                 return f"{handle} is empty (0 lines)"
             raise ToolError(f"start_line {start_line} is past the end: {handle} has {skipped:,} lines")
         last = shown[-1].number
-        rest = _count_lines(fh) if end_line is None else None
+        rest = lines_left(fh) if end_line is None else None
     parts = [f"{handle} lines {start_line:,}-{last:,}:", *(line.render() for line in shown),
              _range_trailer(handle, last, end_line, rest)]
     return "\n".join(part for part in parts if part)
+
+
+def check_range(start_line: int, end_line: int | None) -> None:
+    """``ToolError`` unless ``start_line`` >= 1 and ``end_line`` is None or >= ``start_line``."""
+    if start_line < 1:
+        raise ToolError(f"start_line must be 1 or more, not {start_line}")
+    if end_line is not None and end_line < start_line:
+        raise ToolError(f"empty range: end_line {end_line} is before start_line {start_line}")
 
 
 def _range_trailer(handle: str, last: int, end_line: int | None, rest: int | None) -> str:
@@ -220,15 +219,6 @@ def copy_lines(fh: BinaryIO, out: BinaryIO, count: int | None) -> None:
             index = chunk.index(b"\n", index + 1)
         out.write(chunk[: index + 1])
         return
-
-
-def _count_lines(fh: BinaryIO) -> int:
-    """Lines from the position of ``fh`` to the end (an unterminated last line counts)."""
-    newlines, last = 0, b""
-    while chunk := fh.read(CHUNK_BYTES):
-        newlines += chunk.count(b"\n")
-        last = chunk[-1:]
-    return newlines + (1 if last not in (b"", b"\n") else 0)
 
 
 def _lines(fh: BinaryIO, first: int, regex: Any | None = None) -> Iterator[_Line]:

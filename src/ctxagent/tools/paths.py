@@ -1,16 +1,10 @@
 """Where a file tool's path argument leads, and opening exactly that without following a link.
 
-The permission gate and the file tools share one resolution (:func:`real_path`), so the gate
-decides on the very path the tool opens: a name as ``list_dir`` shows it (``docs\\x80`` for a
-byte that is not UTF-8) is translated *before* the check, never after it. The gate hands the
-resolved path to the tool (``ToolContext.checked``); the tool opens it with :func:`open_path`,
-which walks it from ``/`` one name at a time with ``O_NOFOLLOW`` (each folder opened relative to
-the one before, ``openat``), so a symlink put in place after the check (a swap between check and
-open) is refused instead of followed: a resolved path holds no link, so any link met is new.
-This is the per-component form of Linux's ``openat2(RESOLVE_NO_SYMLINKS)`` (5.6+), which Python
-has no binding for; it needs only ``os.open`` with ``dir_fd`` (every POSIX system).
-
-Units: sizes are bytes.
+The permission gate and the file tools share one resolution (:func:`real_path`, which translates a name
+as ``list_dir`` shows it before the check, never after), and the tool opens the resolved path with
+:func:`open_path`: one name at a time from ``/`` with ``O_NOFOLLOW`` (``openat``), so a symlink swapped in
+after the check is refused, not followed (a resolved path holds no link). This is the per-component form
+of Linux's ``openat2(RESOLVE_NO_SYMLINKS)`` (5.6+), which Python has no binding for. See docs/security.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Regular expressions a tool runs on the model's behalf, bounded in time.
 
-A pattern from the model can backtrack without end (``(a+)+b`` on forty ``a``): one such search
-hung a ``query_output`` call for over 300 s. Every tool that matches a model's pattern
-(``grep_output``, ``recall``'s regex, ``query_output``'s JSONPath filters) compiles it with the
-``regex`` package (Python ``re`` syntax) and runs it as :class:`Timed`, whose searches share one
-:class:`Budget` of seconds per call: the package stops a search when the budget runs out
-(``TimeoutError``), and the tool answers with an error saying so. Imported on a first search.
+A pattern from the model can backtrack without end (``(a+)+b`` on forty ``a``): one such search hung a
+``query_output`` call for over 300 s. So every tool that matches a model's pattern compiles it with the
+``regex`` package (Python ``re`` syntax, imported on a first search) and runs it as :class:`Timed`, whose
+searches share one :class:`Budget` of seconds per call and raise ``TimeoutError`` when it runs out.
 """
 
 from __future__ import annotations

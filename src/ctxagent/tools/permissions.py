@@ -1,52 +1,20 @@
 """Tool permissions: which calls run, which ask first, which are refused, and where file tools may go.
 
-Every tool declares its kind (``Tool.kind``): ``read``, ``write``, ``exec``, ``network`` or ``mcp``.
-The profile's ``permissions`` key (:class:`PermissionsConfig`) gives each tool a policy — ``allow``,
-``ask`` or ``deny`` — by name (``tools``), else by its MCP server's name (``tools: {github: allow}``
-covers every ``github__*`` tool), else by kind (``kinds``), else by the safe default
-(:data:`DEFAULT_KINDS`: read allowed; write, exec, network and mcp ask). :class:`Gate` applies it to one
-call before the tool runs, in this order:
+The profile's ``permissions`` key (:class:`PermissionsConfig`) gives each tool a policy (``allow``,
+``ask`` or ``deny``) by name, else by its MCP server's name, else by kind, else :data:`DEFAULT_KINDS`.
+:class:`Gate` applies it to one call before the tool runs, in this order:
 
-1. **confinement** — the path arguments of the file tools (:data:`FILE_ARGS`) are resolved once
-   (:func:`~ctxagent.tools.paths.real_path`: a name as ``list_dir`` shows it translated, ``~``,
-   ``..`` and every symlink resolved) and must lead inside the working directory
-   (``permissions.workdir``; default: the run's ``--workdir``) — so ``..`` escapes, absolute paths
-   elsewhere and symlinks pointing out are refused. The tool then opens exactly that resolved path,
-   following no link (a link swapped in after the check is refused; tools/paths.py), and a write
-   never goes through a file with more than one hard link. Read tools may also read the session's
-   output store (previews name those files). Nothing may write into ``protected`` paths, whatever
-   the permissions and the working directory: ctxagent's data, config and cache folders, its
-   package, and the files the session is configured from (profile and its bases, MCP
-   configuration, ``--tools`` files). ``confine: false`` lifts the working-directory rule only.
-2. **policy ``deny``** — refused, whatever the command line grants.
-3. **exec paths** (write tools only) — a write to a file that runs later is exec, not write
-   (:func:`exec_reason`): git runs commands named in a repository's ``config`` (``core.fsmonitor``,
-   ``core.pager``, aliases, filter drivers) and the scripts in its ``hooks`` folder on the user's
-   next ``git status``, and what a ``.git`` folder holds decides which repository and config git
-   uses (``commondir``, ``gitdir`` files, ``worktrees/*``, a ``.git`` file). So a write to any
-   ``.git`` entry or to anything under a ``.git`` folder, at any depth (nested repositories,
-   submodules' ``.git/modules/*`` and worktrees included), or to a path matching a
-   ``permissions.exec_paths`` glob, needs the exec permission as well: ``permissions.kinds.exec:
-   allow``, ``--allow exec`` or ``--allow-all`` (a grant of the tool's own name or of ``write`` is
-   not enough); otherwise the interactive path asks (saying why) and the batch path refuses, naming
-   the reason. ``permissions.kinds.exec: deny`` refuses it. Not exec: ``.gitattributes`` (it names
-   drivers; only config defines their commands) and ``.gitmodules`` (git refuses ``update =
-   !command`` from it since 2.24.1); list them in ``exec_paths`` to guard them too.
-4. **shell patterns** (``shell`` only) — a command matching a ``permissions.shell.deny`` regex
-   (searched anywhere) is refused; one that matches an ``allow`` regex in full and holds none of
-   ``; & | ` $ < >`` or a newline runs without asking. Deny patterns are a convenience, not a
-   boundary: bash runs ``rm -f -r``, ``r\\m``, ``c''url`` and ``${X}l`` as the commands a pattern
-   for ``rm -rf`` or ``curl`` meant to stop. What holds is an allow list (matched whole, no chaining
-   or expansion) with every other command asking or refused.
-5. **policy ``ask``** — runs when the command line granted it (``--allow NAME|KIND``,
-   ``--allow-all``) or the user answered ``always`` earlier in this run; otherwise the interactive
-   path asks (``yes`` / ``no`` / ``always`` for the rest of this run) and the batch path refuses
-   (a batch run never prompts).
+1. confinement: file tools' paths (:data:`FILE_ARGS`), resolved once (:func:`~ctxagent.tools.paths.real_path`),
+   must lead inside the working directory (read tools: or the output store), and never into ``protected``;
+2. policy ``deny``;
+3. a write to an exec path (:func:`exec_reason`) needs the exec permission as well;
+4. ``shell`` patterns: a ``deny`` regex searched anywhere refuses; an ``allow`` regex matched in full, on a
+   command without chaining or expansion (:data:`SHELL_CHAINING`), runs without asking;
+5. policy ``ask``: granted (``--allow``, ``--allow-all``, an earlier ``always``), else asked on the
+   interactive path and refused on the batch path.
 
-A refused call becomes an error tool result the model reads, naming the policy that refused it;
-it never ends the run. Every decision that involved asking is handed back as a
-:class:`~ctxagent.sessions.records.PermissionRecord` (:meth:`Gate.take_decisions`) for the
-transcript. A run's tools are called through the gate by :mod:`ctxagent.tools.guard`.
+A refusal is an error tool result naming the policy; every answer becomes a
+:class:`~ctxagent.sessions.records.PermissionRecord` (:meth:`Gate.take_decisions`). See docs/security.md.
 """
 
 from __future__ import annotations
@@ -140,15 +108,13 @@ class PermissionsConfig(BaseModel):
             return self.tools[tool.name], f"permissions.tools.{tool.name}"
         if tool.group is not None and tool.group in self.tools:
             return self.tools[tool.group], f"permissions.tools.{tool.group}"
-        if tool.kind in self.kinds:
-            return self.kinds[tool.kind], f"permissions.kinds.{tool.kind}"
-        return DEFAULT_KINDS.get(tool.kind, "ask"), f"the default for {tool.kind} tools"
+        return self.kind_policy(tool.kind)
 
-    def exec_policy(self) -> tuple[Policy, str]:
-        """``(policy, where it comes from)`` of the exec kind (writes to exec paths need it)."""
-        if "exec" in self.kinds:
-            return self.kinds["exec"], "permissions.kinds.exec"
-        return DEFAULT_KINDS["exec"], "the default for exec tools"
+    def kind_policy(self, kind: ToolKind) -> tuple[Policy, str]:
+        """``(policy, where it comes from)`` of ``kind`` (a write to an exec path needs ``exec``'s)."""
+        if kind in self.kinds:
+            return self.kinds[kind], f"permissions.kinds.{kind}"
+        return DEFAULT_KINDS.get(kind, "ask"), f"the default for {kind} tools"
 
 
 class Gate:
@@ -189,9 +155,8 @@ class Gate:
     def decide(self, tool: Tool, arguments: Mapping[str, Any], *, call_id: str = "",
                turn: int = 0) -> tuple[str | None, dict[str, Path]]:
         """``(refusal, checked)``: None when the call may run, else the message the model reads
-        (naming the policy); and the resolved path of each file-tool path argument (argument name
-        -> absolute path, links resolved: :func:`~ctxagent.tools.paths.real_path`), resolved once
-        here, checked, and handed to the tool to open (``ToolContext.checked``).
+        (naming the policy); and the resolved path of each file-tool path argument (argument name ->
+        absolute path, :func:`~ctxagent.tools.paths.real_path`) that the tool opens (``ToolContext.checked``).
 
         Never raises for a bad call (an exception while asking counts as "no"); Ctrl-C
         (``KeyboardInterrupt``) at the prompt propagates. Raises ``ValueError`` for a path holding a
@@ -207,26 +172,16 @@ class Gate:
         found = self._exec_path(tool, arguments, checked)
         if found:
             return self._exec_write(tool, arguments, found, policy == "allow", call_id, turn), checked
-        if tool.name == SHELL_TOOL:
-            command = arguments.get(SHELL_ARG)
-            if isinstance(command, str):
-                refusal, allowed = self._shell(command)
-                if refusal:
-                    return refusal, checked
-                if allowed:
-                    return None, checked
-        if policy == "allow" or self._granted(tool):
-            return None, checked
+        command = arguments.get(SHELL_ARG) if tool.name == SHELL_TOOL else None
+        refusal, allowed = self._shell(command) if isinstance(command, str) else (None, False)
+        if refusal or allowed or policy == "allow" or self._granted(tool):
+            return refusal, checked
         return self._asked(tool, arguments, where, call_id, turn), checked
 
     def _resolved(self, tool: Tool, arguments: Mapping[str, Any]) -> dict[str, Path]:
         """The resolved path of each path argument of a file tool (``list_dir()``: the workdir)."""
-        found = {}
-        for name in FILE_ARGS.get(tool.name, ()):
-            value = arguments.get(name, ".")
-            if isinstance(value, str):
-                found[name] = real_path(self.workdir, value)
-        return found
+        return {name: real_path(self.workdir, value) for name in FILE_ARGS.get(tool.name, ())
+                if isinstance(value := arguments.get(name, "."), str)}
 
     def take_decisions(self) -> list[Any]:
         """The permission records made since the last call (for the transcript), oldest first."""
@@ -279,7 +234,7 @@ class Gate:
                     call_id: str, turn: int) -> str | None:
         """The decision on a write to an exec path: it needs the exec permission and the write's;
         one question (saying ``why``) asks for both."""
-        policy, where = self.config.exec_policy()
+        policy, where = self.config.kind_policy("exec")
         if policy == "deny":
             return f"denied by profile permissions: {why}; it needs the exec permission, which is 'deny' ({where})"
         key = f"{tool.name}:exec"
@@ -312,9 +267,8 @@ class Gate:
             if re.search(pattern, command):
                 return (f"denied by profile permissions: the command matches the shell deny pattern "
                         f"{pattern!r} (permissions.shell.deny)"), False
-        if SHELL_CHAINING.search(command):
-            return None, False
-        return None, any(re.fullmatch(pattern, command) for pattern in self.config.shell.allow)
+        unchained = not SHELL_CHAINING.search(command)
+        return None, unchained and any(re.fullmatch(pattern, command) for pattern in self.config.shell.allow)
 
     def _confinement(self, tool: Tool, arguments: Mapping[str, Any], checked: Mapping[str, Path]) -> str | None:
         """The refusal of a file tool path outside where it may go, or None."""
@@ -345,7 +299,9 @@ def exec_reason(path: Path, globs: Sequence[str] = (), workdir: Path | None = No
 
     Built in (always): a ``.git`` entry and everything under a ``.git`` folder, at any depth
     (nested repositories, submodules, worktrees; ``commondir``, ``gitdir`` files and
-    ``worktrees/*`` choose which config git reads, ``config`` and ``hooks/`` name what it runs).
+    ``worktrees/*`` choose which config git reads, ``config`` and ``hooks/`` name what it runs). Not
+    built in: ``.gitattributes`` (it names drivers; only config defines their commands) and
+    ``.gitmodules`` (git refuses ``update = !command`` from it since 2.24.1).
     Then each glob of ``globs`` (``permissions.exec_paths``): one without a slash matches a name at
     any depth (``.envrc``); one with a slash is relative to ``workdir`` (``deploy/*.sh``) unless it
     starts with ``/`` or ``~``; ``**`` matches any number of folders, ``*`` and ``?`` stay within one name.
@@ -395,11 +351,6 @@ def _glob_match(parts: Sequence[str], segments: Sequence[str]) -> bool:
     if segments[0] == "**":
         return any(_glob_match(parts[i:], segments[1:]) for i in range(len(parts) + 1))
     return bool(parts) and fnmatch.fnmatchcase(parts[0], segments[0]) and _glob_match(parts[1:], segments[1:])
-
-
-def parse_grants(text: str | None, known: Iterable[str]) -> set[str]:
-    """The names of ``--allow a,b`` (tool names or kinds). Raises ``UsageError`` for an unknown one."""
-    return check_grants({part.strip() for part in (text or "").split(",") if part.strip()}, known)
 
 
 def check_grants(names: Iterable[str], known: Iterable[str]) -> set[str]:

@@ -1,16 +1,10 @@
 """Middle-out preview of an output stored in a file: its head, its tail, and what lies between.
 
-The file is never read whole: the head is read from the start, the tail with a seek from the end,
-and lines are counted by streaming 1 MiB chunks, so a 1 GB output costs a few KiB of memory.
-
-Units: ``max_chars`` and every ``*_chars`` are *characters* of the preview text; sizes are *bytes*
-of the file; lines are ``\\n``-terminated (a last line without ``\\n`` still counts); tokens are
-model tokens (:mod:`ctxagent.tokens`), exact when the file is under 4 MiB, else ``bytes / 4``.
-
-Bytes are decoded as UTF-8 with ``surrogateescape`` so that every undecodable byte maps to one
-character and back; those characters are shown as U+FFFD. Cut points never split a multibyte
-character, so the preview is always valid UTF-8. What is shown and the omitted tokens counted are
-cleaned of terminal control (:func:`ctxagent.tools.clean.clean`); the file is never changed.
+The file is never read whole (the head from the start, the tail after a seek from the end, lines
+counted in 1 MiB chunks). ``max_chars`` and every ``*_chars`` are *characters*; sizes are *bytes*;
+lines end in ``\\n`` (an unterminated last line counts); tokens are exact under 4 MiB, else ``bytes / 4``.
+Undecodable bytes show as U+FFFD and no cut splits a character, so a preview is valid UTF-8; what it
+shows is cleaned of terminal control (:func:`ctxagent.tools.clean.clean`), the file never changed.
 """
 
 from __future__ import annotations
@@ -96,19 +90,14 @@ class _Part:
     cut: bool = False  # the head ends, or the tail starts, inside a line
 
 
-_EMPTY = _Part()
-
-
 def looks_binary(sample: bytes) -> bool:
     """Whether ``sample`` (the first bytes of an output, ~8 KiB) is binary.
 
     Binary: it holds a NUL byte, or more than 30 % of its bytes are not valid UTF-8. A multibyte
     character cut at the end of the sample is not counted as invalid.
     """
-    if b"\x00" in sample:
-        return True
-    text = _decode(sample, final=False)
-    return len(_ESCAPED.findall(text)) > BINARY_INVALID_SHARE * len(sample)
+    invalid = len(_ESCAPED.findall(_decode(sample, final=False)))
+    return b"\x00" in sample or invalid > BINARY_INVALID_SHARE * len(sample)
 
 
 def guess_type(head: bytes) -> str | None:
@@ -122,15 +111,18 @@ def guess_type(head: bytes) -> str | None:
 
 
 def count_lines(path: Path) -> int:
-    """Lines in the file at ``path``: its ``\\n`` bytes, plus one for a last line without ``\\n``.
-
-    Streams 1 MiB chunks; memory does not grow with the file. Raises ``OSError``.
-    """
-    newlines, last = 0, b""
+    """Lines in the file at ``path`` (:func:`lines_left` from its start). Raises ``OSError``."""
     with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            newlines += chunk.count(b"\n")
-            last = chunk[-1:]
+        return lines_left(fh)
+
+
+def lines_left(fh: BinaryIO) -> int:
+    """Lines from the position of ``fh`` to its end: its ``\\n`` bytes, plus one for a last line
+    without ``\\n``. Streams 1 MiB chunks; memory does not grow with the file."""
+    newlines, last = 0, b""
+    while chunk := fh.read(CHUNK_BYTES):
+        newlines += chunk.count(b"\n")
+        last = chunk[-1:]
     return newlines + (1 if last not in (b"", b"\n") else 0)
 
 
@@ -248,7 +240,7 @@ def _read_head(fh: BinaryIO, size: int, max_lines: int, budget: int) -> _Part:
     """The first whole lines (at most ``max_lines``, ``budget`` characters); else the cut start
     of the first line."""
     if max_lines <= 0 or budget <= 0 or size == 0:
-        return _EMPTY
+        return _Part()
     fh.seek(0)
     raw = fh.read(min(size, budget * MAX_CHAR_BYTES + MAX_CHAR_BYTES))
     at_eof = len(raw) == size
@@ -264,14 +256,14 @@ def _read_tail(fh: BinaryIO, size: int, head: _Part, max_lines: int, budget: int
     """The last whole lines after the head (at most ``max_lines``, ``budget`` characters); else
     the cut end of the last line."""
     if max_lines <= 0 or budget <= 0 or head.nbytes >= size:
-        return _EMPTY
+        return _Part()
     start = max(head.nbytes, size - (budget * MAX_CHAR_BYTES + MAX_CHAR_BYTES))
     fh.seek(start)
     raw = fh.read(size - start)
     skip = _continuation_bytes(raw) if start > head.nbytes else 0
     pieces = _split_lines(_decode(raw[skip:], final=True))
     if not pieces:
-        return _EMPTY
+        return _Part()
     # The first piece starts mid-line unless the read began right where the head ended.
     first_ok = start + skip == head.nbytes
     backwards = ((pieces[i], i > 0 or first_ok) for i in range(len(pieces) - 1, -1, -1))

@@ -1,22 +1,11 @@
 """recall: search everything the session has seen, as Letta's recall memory does.
 
-Documents: the text of every message record of the transcript (tool-call arguments and tool results
-included) and every stored text output, cut into chunks of 35 lines (and at most 6,000 characters)
-with their line range. Binary outputs (``.npy`` arrays, bytes that are not text) are skipped; text
-that is not valid UTF-8 is decoded with U+FFFD for each bad byte; only the first 16 MiB of an
-output, and 256 MiB of outputs in all, are searched (the result names the outputs cut). A message
-whose handle has a stored output is searched through that output; recall's own calls and results
-are not searched (they would echo every query back).
-
-Ranking: BM25 (the ``bm25s`` library, imported on the first call) over lowercase words; with
-``regex`` the documents are scanned for a Python regular expression (the ``regex`` package, ``re``
-syntax, 10 s budget), newest first. When the profile names an embedding model (``recall:
-embedding_model``), documents and query are also embedded through litellm and the two rankings are
-fused by reciprocal rank fusion; any embedding failure falls back to BM25 with a note.
-
-The index is cached per session (per output store) and refreshed on each call: new transcript
-lines are read from where the last call stopped, new outputs are chunked, and the BM25 matrix is
-rebuilt from cached token ids only when something was added.
+Documents (tools/recall_index.py): every message record of the transcript and every stored text
+output, in chunks with their line range; recall's own calls and results are not searched (they would
+echo every query back). Ranking: BM25 (``bm25s``, imported on the first call) over lowercase words,
+or with ``regex`` a Python regular expression (10 s budget), newest first; with an embedding model,
+BM25 fused with the embedding ranking by reciprocal rank fusion, an embedding failure falling back to
+BM25 with a note. See docs/tools.md ("Recall").
 """
 
 from __future__ import annotations
@@ -41,6 +30,7 @@ REGEX_SECONDS = SECONDS  # time budget of one regex scan (tools/patterns.py)
 RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.)
 EMBED_BATCH = 64  # documents per embedding request
 EMBED_CHARS = 4000  # characters of a document sent to the embedding model
+
 
 def bm25_ranking(index: Index, terms: Sequence[str]) -> list[int]:
     """Documents holding any of ``terms``, best BM25 score first."""
@@ -129,9 +119,6 @@ def litellm_embedder(model: str, api_base: str | None) -> Embed:
     return embed
 
 
-# ---------------------------------------------------------------- the result
-
-
 def snippet(text: str, terms: Sequence[str], weight: Callable[[str], float], pattern: Any = None) -> str:
     """At most 300 characters of ``text``, whitespace collapsed, centred on the best match: the
     regex ``pattern``'s first match, else the rarest of the query ``terms`` (``weight``: IDF)."""
@@ -197,14 +184,11 @@ def render(head: str, lines: list[str], notes: list[str]) -> str:
 
 
 def recall(ctx: ToolContext, query: str, regex: bool = False, top_k: int | None = None) -> str:
-    """Search the session's transcript and stored outputs for ``query``.
+    """Search the session's transcript and stored outputs for ``query`` (ranked as the module says).
 
-    BM25 keyword ranking (fused with embeddings when ``ctx.recall_model`` names a model); with
-    ``regex``, a Python regular expression, newest match first. Returns at most ``top_k`` (default
-    ``ctx.recall_top_k``, at most 50) hit lines, each naming a handle and line range (stored
-    outputs) or a message's seq and turn, with a snippet of at most 300 characters; the whole
-    result is at most 2,500 tokens. Raises ``ToolError`` for an empty query, a ``top_k`` out of
-    1..50, an invalid regex or one too slow (10 s).
+    Returns at most ``top_k`` (default ``ctx.recall_top_k``) hit lines, each naming a handle and line
+    range or a message's seq and turn, with a snippet of at most 300 characters; 2,500 tokens in all.
+    Raises ``ToolError`` for an empty query, a ``top_k`` out of 1..50, an invalid or too slow regex.
 
     Args:
         query: words to look for (or a regex when regex is true)

@@ -5,7 +5,6 @@ ranks them). Units: chunk sizes in lines and characters, limits in bytes.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from ctxagent.sessions import records
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools.base import ToolContext
 from ctxagent.tools.preview import SNIFF_BYTES, looks_binary
+from ctxagent.tools.values import read_meta
 
 CHUNK_LINES = 35  # lines of one output chunk
 CHUNK_CHARS = 6000  # characters of one output chunk, at most (a longer line is cut in pieces)
@@ -151,18 +151,9 @@ def _read_outputs(index: Index, ctx: ToolContext) -> bool:
     return True
 
 
-def _tool_of(store: OutputStore, handle: str) -> str | None:
-    """The tool that made ``handle``'s output, from its metadata sidecar (None when unknown)."""
-    try:
-        tool: str | None = json.loads(store.meta_path(handle).read_text(encoding="utf-8")).get("tool")
-        return tool
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
 def _add_output(index: Index, store: OutputStore, path: Path) -> None:
     handle = "@" + path.name.rsplit(".", 1)[0]
-    if handle in index.own or _tool_of(store, handle) == RECALL_NAME:
+    if handle in index.own or read_meta(store, handle).get("tool") == RECALL_NAME:
         return  # recall's own results are not searched
     limit = min(MAX_OUTPUT_BYTES, MAX_SESSION_BYTES - index.read_bytes)
     with open(path, "rb") as fh:
@@ -204,8 +195,3 @@ def chunks(text: str) -> list[tuple[int, int, str]]:
     if piece:
         out.append((first, first + len(piece) - 1, "\n".join(piece)))
     return out
-
-
-# ---------------------------------------------------------------- ranking
-
-

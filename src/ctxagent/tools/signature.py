@@ -1,22 +1,17 @@
 """A tool's JSON schema and argument validator, both made from its function's signature and docstring.
 
-The approach of openai-agents' function schemas: a pydantic model is built from the signature
-(``pydantic.create_model``; a first parameter annotated :class:`ToolContext` is the context, not an
-argument), each parameter's description is taken from the docstring's Google-style ``Args:``
-section, constraints ride on the annotation (``Annotated[int, Field(ge=1, le=3600)]``), and the
-JSON schema sent to the model is that model's, without pydantic's titles. The same model validates
-a call's arguments (after handles are resolved to values), so the schema the model reads and the
-check a call passes cannot disagree.
-
-A type JSON cannot describe (``numpy.ndarray``, ``bytes``, ``Any``, none) takes any value, which in
-practice is a handle (``@abc123``) whose stored value the tool receives; its description says so.
-The schema is deterministic (the same function gives the same bytes): it is part of every request
-and of the provider's prompt-cache prefix.
+The approach of openai-agents' function schemas: a pydantic model built from the signature, parameter
+descriptions from the docstring's Google-style ``Args:``, constraints on the annotation. The same model
+validates a call's arguments (handles resolved), so the schema the model reads and the check a call
+passes cannot disagree. A type JSON cannot describe (``numpy.ndarray``, ``bytes``, ``Any``) takes any
+value, in practice a handle. The schema is deterministic: it is part of every request and of the
+provider's prompt-cache prefix. See docs/tools.md ("Schemas from signatures").
 """
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import re
 import types
 import typing
@@ -161,20 +156,14 @@ def _is_context(annotation: Any) -> bool:
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     """``(first paragraph on one line, {parameter: description})`` from a Google-style docstring."""
     lines = doc.splitlines()
-    first: list[str] = []
-    for line in lines:
-        if not line.strip() or _SECTION.match(line.strip()):
-            break
-        first.append(line.strip())
+    first = itertools.takewhile(lambda line: line.strip() and not _SECTION.match(line.strip()), lines)
     args: dict[str, str] = {}
     current: str | None = None
-    in_args = False
-    indent = 0
+    in_args, indent = False, 0
     for line in lines:
         stripped = line.strip()
-        if _SECTION.match(stripped) and len(line) - len(line.lstrip()) == 0:
-            in_args = stripped.rstrip(":") in ("Args", "Arguments", "Parameters")
-            current, indent = None, 0
+        if _SECTION.match(stripped) and not line[:1].isspace():
+            in_args, current = stripped.rstrip(":") in ("Args", "Arguments", "Parameters"), None
             continue
         if not in_args or not stripped:
             continue
@@ -185,5 +174,5 @@ def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
             args[current] = match.group(2).strip()
         elif current is not None and depth > indent:
             args[current] = f"{args[current]} {stripped}".strip()
-    return " ".join(first), args
+    return " ".join(line.strip() for line in first), args
 

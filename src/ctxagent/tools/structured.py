@@ -10,6 +10,7 @@ import json
 import time
 from typing import Any
 
+from ctxagent.handles import REF_RE
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError
 from ctxagent.tools.outputs import ref_of
@@ -27,13 +28,11 @@ VALUE_MAX_CHARS = 20_000  # characters of one matched value shown by query_outpu
 def query_output(ctx: ToolContext, handle: str, path: str) -> str:
     """The parts of the JSON value ``handle`` (or a sub-handle) that the JSONPath ``path`` selects.
 
-    One line per match, ``NAME = JSON``, where NAME is the match's sub-handle when it has one
-    (pass it to a tool as is), else its JSONPath; at most 200 matches, values over 20,000
-    characters cut. A stored text output that is valid JSON is queried too. No match is a normal
-    result saying so. The regular expressions of the path (``=~`` filters, ``sub()``) share a budget
-    of 10 s (tools/patterns.py). Raises ``ToolError`` for an unknown or malformed handle, an invalid
-    path or regex, a value that is not JSON (text that does not parse, bytes, an array), or a
-    regex that used up its budget.
+    One line per match, ``NAME = JSON`` (NAME: the match's sub-handle when it has one, else its
+    JSONPath); at most 200 matches, values over 20,000 characters cut. A stored text output that is
+    valid JSON is queried too. The path's regular expressions share a budget of 10 s. Raises
+    ``ToolError`` for an unknown or malformed handle, an invalid path or regex, a value that is not
+    JSON (text that does not parse, bytes, an array), or a regex that used up its budget.
 
     Args:
         handle: the value's handle, e.g. @abc123
@@ -155,11 +154,8 @@ def _match_name(handle: str, match: Any) -> str:
         node = node.context
     parts.reverse()
     sub = str(values.Ref(handle, tuple(parts)))
-    try:
-        if values.parse_ref(sub) is not None:
-            return sub
-    except ToolError:
-        pass
+    if values.looks_like_handle(sub) and REF_RE.match(sub):  # what parse_ref takes
+        return sub
     return "$" + "".join(f"[{p}]" if p.lstrip("-").isdigit() else f"['{p}']" for p in parts)
 
 

@@ -1,12 +1,8 @@
 """The toolset: the tools of a run, called with the model's raw arguments, outputs settled.
 
-:meth:`Toolset.call` never raises for anything the model or a tool did wrong: invalid JSON, an
-unknown tool, missing or unexpected arguments, an unknown or malformed handle and any exception a
-tool raises all become an error outcome whose content starts with ``ERROR: ``. Before a tool
-runs, its handle arguments are replaced by their stored values (mirrored tools, see
-:mod:`ctxagent.tools.values`). Every successful value goes through
-:func:`ctxagent.tools.offload.settle`, so a large output is offloaded whatever tool produced it,
-and a structured one is stored under a handle.
+:meth:`Toolset.call` never raises for what the model or a tool did wrong: each becomes an error outcome
+starting ``ERROR: ``. Handle arguments are resolved first (:mod:`ctxagent.tools.values`); every value
+goes through :func:`ctxagent.tools.offload.settle`, whatever tool produced it.
 """
 
 from __future__ import annotations
@@ -31,6 +27,7 @@ ERROR_MAX_CHARS = 2000  # of an error message kept in the tool message
 LITERAL_ARGUMENTS: dict[str, tuple[str, ...]] = {
     **permissions.FILE_ARGS, permissions.SHELL_TOOL: (permissions.SHELL_ARG,),
 }
+
 
 @dataclass(frozen=True)
 class ToolOutcome:
@@ -94,9 +91,6 @@ class Toolset:
                                         else arguments)
             if tool.name == deferral.FIND_TOOLS and self.deferred:
                 return self._find(arguments["query"])
-        except ToolError as err:
-            return _error(str(err))
-        try:
             value = tool.fn(ctx or self.ctx, **arguments)
         except ToolError as err:
             return _error(str(err))
@@ -105,14 +99,8 @@ class Toolset:
         return self._settle(tool, call, value, handle)
 
     def _arguments(self, tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The call's arguments with handles resolved to values, validated once
-        (:func:`~ctxagent.tools.arguments.validate_arguments`). For a tool that resolves handles
-        (the default), every argument that is exactly a handle or sub-handle, at any depth, is
-        replaced by the stored value first; the arguments of :data:`LITERAL_ARGUMENTS` take no handle.
-
-        Raises ``ToolError`` for missing, unexpected or mistyped arguments, or a malformed or
-        unknown handle.
-        """
+        """The call's arguments with handles resolved to values (unless the tool takes handles; those
+        of :data:`LITERAL_ARGUMENTS` take none), validated once. Raises ``ToolError``."""
         arguments = without_nulls(arguments, tool.parameters)
         if not tool.resolve_handles:
             return validate_arguments(tool, arguments, {})

@@ -1,28 +1,12 @@
 """User tools: plain Python functions offered to the model, with a schema made from their signature.
 
-Where they come from:
-
-- ``--tools SPEC`` (repeatable), SPEC being ``module:attr`` (the module is imported with the
-  working directory on ``sys.path``, as uvicorn does), ``path/to/file.py:attr``, or ``NAME``: a
-  built-in tool or one installed under the ``ctxagent.tools`` entry point group. ``attr`` is a
-  function, a :class:`Tool`, or a list or tuple of them.
-- The ``ctxagent.tools`` entry point group: an installed package declares
-  ``[project.entry-points."ctxagent.tools"] my_tool = "my_pkg.tools:my_tool"``; the tool is then
-  available by name (``--tools my_tool`` or a profile's ``tools`` list), never added silently.
-
-The schema and the validation of the arguments come from the signature through pydantic
-(:mod:`ctxagent.tools.signature`): any type pydantic describes in JSON Schema (``str``, ``int``,
-``list[...]``, ``Literal[...]``, enums, ``X | None``, ``Annotated[int, Field(ge=1)]``, models...); a
-parameter with a default is not required; any other type (``numpy.ndarray``, ``bytes``, ``Any``)
-takes any value, which in practice is a handle (``@abc123``) whose stored value the tool receives.
-The description is the docstring's first paragraph; a Google-style ``Args:`` section describes the
-parameters.
-
-A function whose first parameter is annotated :class:`ToolContext` receives the context (output
-store, working directory) first; any other function receives only its arguments. User tools go
-through the same toolset as the built-ins: handle arguments are resolved to values, results are
-offloaded or stored under handles, and anything they raise becomes an error tool result. Their
-``kind`` is ``exec`` (they may do anything) unless built with :func:`make_tool`.
+They come from ``--tools SPEC`` (``module:attr``, the module imported with the working directory on
+``sys.path`` as uvicorn does; ``path/to/file.py:attr``; or ``NAME``, a built-in tool or one installed
+under the ``ctxagent.tools`` entry point group: ``[project.entry-points."ctxagent.tools"] my_tool =
+"my_pkg.tools:my_tool"``), ``attr`` being a function, a :class:`Tool`, or a list or tuple of them.
+Schema and validation come from the signature (:mod:`ctxagent.tools.signature`); they go through the
+same toolset as the built-ins, as ``exec`` tools unless built with :func:`make_tool`. See
+docs/tools.md ("User tools").
 """
 
 from __future__ import annotations
@@ -47,9 +31,6 @@ from ctxagent.tools.signature import function_tool
 
 ENTRY_POINT_GROUP = "ctxagent.tools"
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what providers accept as a function name
-_SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns?|Yields?|Raises|Examples?|Notes?|Attributes):\s*$")
-_ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-_ANY_VALUE = "any value; in practice a handle (@abc123) of a stored value, which the tool receives"
 
 
 def make_tool(fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,

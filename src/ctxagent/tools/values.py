@@ -1,34 +1,11 @@
 """Values behind handles: how they are stored, named, described and resolved.
 
-A *handle* (``@abc123``) names one stored output of the session (``ctxagent.sessions.store``). The
-stored value has one of four types, kept in a faithful file format:
-
-=========  ==========================================  ==================================
-type       what a tool returned                        file (``outputs/<name><suffix>``)
-=========  ==========================================  ==================================
-text       ``str`` (or UTF-8 ``bytes``), when offloaded ``.out``, UTF-8 as produced
-bytes      binary or non-UTF-8 ``bytes``               ``.out``, exactly as produced
-json       ``dict``, ``list`` or ``tuple``              ``.json``, ``json.dumps(indent=2)``
-ndarray    a numpy array (numpy is optional)           ``.npy``, ``numpy.save``
-=========  ==========================================  ==================================
-
-Each value file has a ``<name>.meta.json`` sidecar (its OutputRecord as JSON: type, size, sha256,
-shape, the tool and arguments that made it), written when the value is stored, read by
-``output_info``. The transcript's OutputRecord stays the source of truth for ``ctxagent inspect``.
-
-**Sub-handles** name a part of a structured value: ``@h/key`` (a key of a JSON object),
-``@h/0`` (an item of a JSON list, or a row of an ndarray along its first axis; negative indexes
-count from the end), nested as ``@h/a/0/b``. In a key, ``~1`` stands for ``/`` and ``~0`` for
-``~`` (JSON Pointer escaping); keys holding whitespace have no sub-handle (use ``query_output``).
-
-**Resolution** (:func:`resolve_arguments`): before a tool runs, every argument value, at any depth
-of nested lists and objects, that is exactly a handle or sub-handle is replaced by the stored
-value (text -> ``str``, json -> the parsed value, ndarray -> ``numpy.ndarray``, bytes -> ``bytes``).
-A string that looks like a handle (``@`` then no whitespace) but names nothing stored, or is
-malformed (``@../x``, ``@/etc/passwd``, ``@x/``), makes the call fail with a :class:`ToolError`
-naming it and the nearest known handles; it is never passed through. ``@@text`` passes the
-literal ``@text``. Names resolve only inside the session's own store: the base name is checked
-against ``HANDLE_RE`` before any path is built, and parts index into the value, never the disk.
+A handle (``@abc123``) names one stored output of the session (``ctxagent.sessions.store``): text or
+bytes (``.out``), JSON (``.json``) or a numpy array (``.npy``), with a ``<name>.meta.json`` sidecar.
+A sub-handle (``@h/key``, ``@h/0``, ``@h/a/0/b``) names a part of a structured value; in a key, ``~1``
+stands for ``/`` and ``~0`` for ``~`` (JSON Pointer escaping). Names resolve only inside the session's
+own store: the base name is checked against the handle grammar before any path is built, and parts
+index into the value, never the disk. See docs/tools.md#handles.
 """
 
 from __future__ import annotations
@@ -45,7 +22,7 @@ from typing import Any, Literal
 from ctxagent.handles import IN_TEXT_RE, REF_RE
 from ctxagent.sessions.store import META_SUFFIX, OutputStore
 from ctxagent.tools.base import ToolError
-from ctxagent.tools.preview import SNIFF_BYTES, looks_binary
+from ctxagent.tools.preview import SNIFF_BYTES, looks_binary, plural
 
 ValueType = Literal["text", "bytes", "json", "ndarray"]
 
@@ -55,12 +32,8 @@ LISTED = 10  # handles (or keys) listed when none is near
 KEYS_DESCRIBED = 12  # keys of an object named in a one-line description
 
 HANDLE_LIKE = re.compile(r"^@[^\s@]\S*$")  # looks like a handle: it must then parse, or fail loudly
-_REF = REF_RE
 _ESCAPED = re.compile(r"^@(@[^\s@]\S*)$")
 _INT = re.compile(r"^-?[0-9]+$")
-# a handle inside free text (an answer): not after a word character, '@', '/' or '.', and parts
-# without trailing punctuation ("see @max/value." names @max/value)
-IN_TEXT = IN_TEXT_RE
 
 
 @dataclass(frozen=True)
@@ -94,7 +67,7 @@ def parse_ref(text: str) -> Ref | None:
     """
     if not looks_like_handle(text):
         return None
-    match = _REF.match(text)
+    match = REF_RE.match(text)
     if match is None:
         raise ToolError(
             f"not a handle: {text!r} is malformed; a handle is @ then up to 32 letters, digits, '_' or '-' "
@@ -109,14 +82,9 @@ def parse_ref(text: str) -> Ref | None:
 # --- what a value is ------------------------------------------------------------------------
 
 
-def numpy_array_type() -> type | None:
-    """``numpy.ndarray`` when numpy is already imported (a value cannot be an array otherwise)."""
-    numpy = sys.modules.get("numpy")
-    return getattr(numpy, "ndarray", None)
-
-
 def is_ndarray(value: Any) -> bool:
-    array = numpy_array_type()
+    """Whether ``value`` is a numpy array (it cannot be one unless numpy is already imported)."""
+    array = getattr(sys.modules.get("numpy"), "ndarray", None)
     return array is not None and isinstance(value, array)
 
 
@@ -146,7 +114,7 @@ def json_bytes(value: Any) -> bytes:
     numpy scalars and small arrays inside become plain numbers and lists. Raises ``TypeError``
     for what JSON cannot hold (bytes, sets, objects) and ``ValueError`` for circular references.
     """
-    return (json.dumps(value, ensure_ascii=False, indent=2, default=_json_default) + "\n").encode("utf-8")
+    return (json_text(value, indent=2) + "\n").encode("utf-8")
 
 
 def json_text(value: Any, indent: int | None = None) -> str:
@@ -168,11 +136,11 @@ def describe(value: Any) -> str:
     if isinstance(value, dict):
         keys = [f"{k} ({_kind(v)})" for k, v in list(value.items())[:KEYS_DESCRIBED]]
         more = f", … {len(value) - KEYS_DESCRIBED:,} more" if len(value) > KEYS_DESCRIBED else ""
-        return f"object of {_count(len(value), 'key')}" + (f": {', '.join(keys)}{more}" if keys else "")
+        return f"object of {plural(len(value), 'key')}" + (f": {', '.join(keys)}{more}" if keys else "")
     if isinstance(value, list | tuple):
         kinds = {_kind(item, short=True) for item in value}
         items = f" ({kinds.pop()})" if len(kinds) == 1 else ""
-        return f"list of {_count(len(value), 'item')}{items}"
+        return f"list of {plural(len(value), 'item')}{items}"
     return _kind(value)
 
 
@@ -180,11 +148,11 @@ def _kind(value: Any, short: bool = False) -> str:
     if is_numpy_scalar(value):
         value = value.item()
     if isinstance(value, dict):
-        return "object" if short else f"object of {_count(len(value), 'key')}"
+        return "object" if short else f"object of {plural(len(value), 'key')}"
     if isinstance(value, list | tuple):
-        return "list" if short else f"list of {_count(len(value), 'item')}"
+        return "list" if short else f"list of {plural(len(value), 'item')}"
     if isinstance(value, str):
-        return "string" if short else f"string of {_count(len(value), 'character')}"
+        return "string" if short else f"string of {plural(len(value), 'character')}"
     if isinstance(value, bytes):
         return f"{len(value):,} bytes"
     if is_ndarray(value):
@@ -194,10 +162,6 @@ def _kind(value: Any, short: bool = False) -> str:
     if isinstance(value, bool):
         return "boolean"
     return "integer" if isinstance(value, int) else "number" if isinstance(value, float) else type(value).__name__
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 # --- stored values --------------------------------------------------------------------------
@@ -259,8 +223,7 @@ def unknown_handle(store: OutputStore, handle: str) -> ToolError:
     if near:
         hint = f"nearest: {', '.join(near)}"
     elif known:
-        shown = known[-LISTED:]
-        hint = f"this session's handles{' (newest)' if len(known) > LISTED else ''}: {', '.join(shown)}"
+        hint = f"this session's handles{' (newest)' if len(known) > LISTED else ''}: {', '.join(known[-LISTED:])}"
     else:
         hint = "this session has no stored outputs yet"
     return ToolError(f"unknown handle {handle}: this session has no output by that name; {hint}. "
@@ -342,7 +305,7 @@ def _part(value: Any, where: Ref, part: str) -> Any:
         index = int(part)
         if not -length <= index < length:
             raise ToolError(f"{where}/{part}: index {index} is out of range; {where} is {what} "
-                            f"of {_count(length, 'item')} (indexes 0..{length - 1}, or -1 for the last)")
+                            f"of {plural(length, 'item')} (indexes 0..{length - 1}, or -1 for the last)")
         return value[index]
     raise ToolError(f"{where}/{_escape(part)}: {where} is {_kind(value)}; it has no parts")
 
@@ -369,8 +332,7 @@ def resolve_arguments(arguments: Mapping[str, Any], store: OutputStore) -> Resol
 
     def walk(value: Any) -> Any:
         if isinstance(value, str):
-            escaped = _ESCAPED.match(value)
-            if escaped:
+            if escaped := _ESCAPED.match(value):
                 return escaped.group(1)
             ref = parse_ref(value)
             return value if ref is None else load(store, ref, cache)
@@ -380,14 +342,11 @@ def resolve_arguments(arguments: Mapping[str, Any], store: OutputStore) -> Resol
             return {key: walk(item) for key, item in value.items()}
         return value
 
-    result = Resolved({})
-    for name, value in arguments.items():
-        result.arguments[name] = walk(value)
-        if isinstance(value, str) and looks_like_handle(value):
-            result.handles[name] = value
-    return result
+    resolved = {name: walk(value) for name, value in arguments.items()}
+    return Resolved(resolved, {name: value for name, value in arguments.items()
+                               if isinstance(value, str) and looks_like_handle(value)})
 
 
 def handles_in(text: str) -> list[str]:
     """The handle-shaped words of free text (an answer), in order, without repeats."""
-    return list(dict.fromkeys(IN_TEXT.findall(text)))
+    return list(dict.fromkeys(IN_TEXT_RE.findall(text)))
