@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -97,6 +98,23 @@ def received(outcome: ToolOutcome) -> dict[str, Any]:
 
 
 # --- values and records -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ["", "it's", "a b", "x/y", "~1", "名前"])
+def test_the_part_and_path_a_stored_object_suggests_work_when_its_first_key_is_odd(toolset: Toolset, key: str) -> None:
+    """The note of a stored object suggested "@h/" for a first key "" (a sub-handle that does not parse)
+    and "$['it's']" for a key holding a quote (a JSONPath that does not parse)."""
+    small = run(toolset, "odd", "echo", value={key: "first", "z": 2})
+    part = re.search(r'a part like "([^"]+)"', small.content)
+    assert part is not None, small.content
+    got = received(run(toolset, "use", "kind_of", value=part.group(1)))["repr"]
+    assert got in (repr("first"), repr({key: "first", "z": 2})[:60])
+
+    big = run(toolset, "oddbig", "echo", value={key: "first", **{f"k{i}": "x" * 40 for i in range(200)}})
+    path = re.search(r'query_output\("@oddbig", "(.+?)"\)', big.content)
+    assert path is not None, big.content
+    found = run(toolset, "q", "query_output", handle="@oddbig", path=path.group(1))
+    assert not found.is_error and "first" in found.content, found.content
 
 
 def test_structured_values_are_stored_with_metadata_and_a_handle(toolset: Toolset, store: OutputStore) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxagent import tokens
+from ctxagent.handles import REF_RE
 from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import OutputRecord
 from ctxagent.sessions.redact import clip, scan
@@ -298,19 +299,22 @@ def _save_ndarray(store: OutputStore, handle: str, array: Any) -> Path:
 
 
 def _part_example(value: Any, handle: str) -> str:
-    """``@h/key`` (the first key, when it can be a sub-handle) or ``@h/0``: how to name a part."""
-    if isinstance(value, dict) and value:
-        example = str(values.Ref(handle, (str(next(iter(value))),)))
-        if values.looks_like_handle(example):
-            return example
+    """``@h/key`` (the first key, when it makes a sub-handle that parses back), ``@h/0`` for a list or
+    array, else the whole value's handle (an object whose first key has no sub-handle, like ``""``)."""
+    if isinstance(value, dict):
+        example = str(values.Ref(handle, (str(next(iter(value), "")),)))
+        return example if REF_RE.match(example) else handle
     return f"{handle}/0"
 
 
 def _path_example(value: Any) -> str:
-    """A JSONPath into this value: ``$.first_key`` (``$['key']`` when needed) or ``$[0]``."""
+    """A JSONPath into this value: ``$.first_key``, ``$['key']`` when the key is not an ASCII identifier
+    (``$["it's"]`` when it holds a quote), or ``$[0]``."""
     if isinstance(value, dict) and value:
         key = str(next(iter(value)))
-        return f"$.{key}" if key.isidentifier() else f"$['{key}']"
+        if key.isidentifier() and key.isascii():  # jsonpath-ng's $.name takes ASCII names only
+            return f"$.{key}"
+        return f"$['{key}']" if "'" not in key else f"$[{json.dumps(key, ensure_ascii=False)}]"
     return "$[0]"
 
 
