@@ -151,8 +151,3 @@ def _plain(rows: list[tuple[str, ...]], notes: list[str]) -> None:
            for row in [COLUMNS, *rows]]
     sys.stdout.write("\n".join([*out, *notes]) + "\n")
 
-
-def register(app: typer.Typer) -> None:
-    """Attach the command to the ``inspect`` app."""
-    app.command("context")(context)
-

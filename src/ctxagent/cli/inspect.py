@@ -7,8 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxagent.cli import outputs_cmd
-from ctxagent.cli.options import SessionOpt, StoreOpt, pick
+from ctxagent.cli import context_cmd, outputs_cmd
+from ctxagent.cli.options import SessionOpt, keep_store, pick
 from ctxagent.messages import one_line
 from ctxagent.sessions import records
 from ctxagent.sessions.outcome import Usage
@@ -26,10 +26,7 @@ app = typer.Typer(help="Look inside a session without changing it.", no_args_is_
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON record per line, as stored.")]
 
 
-@app.callback()
-def _options(ctx: typer.Context, store: StoreOpt = None) -> None:
-    """``--store URL`` before the command: the session store to read (default $CTXAGENT_STORE)."""
-    ctx.obj = store  # the commands' ``ctx.obj``
+app.callback()(keep_store)
 
 
 def _line(rec: Any) -> str:
@@ -166,6 +163,6 @@ def _tree(session: Any, depth: int = 1) -> list[str]:
     return lines
 
 
-
 app.command("outputs")(outputs_cmd.outputs)
 app.command("output")(outputs_cmd.output)
+app.command("context")(context_cmd.context)

@@ -1,12 +1,7 @@
 """Command-line options shared by several commands, and the checks of what they name.
 
-- ``run`` and ``resume``: :class:`RunOptions`, the one definition of their shared options
-  (each field's annotation is its typer option); :func:`with_run_options` makes a command take them.
-- ``inspect ...``: :data:`SessionOpt` and :func:`pick` (the named session, else the most recent).
-- ``--output FILE`` (``run``, ``resume``, ``inspect output``): :func:`check_output`.
-
-The bottom of the CLI layer: the command modules import it, it imports none of them. Start-up
-stays fast: it imports only typer and the session paths, as ``ctxagent --help`` does anyway.
+:class:`RunOptions` is the one definition of the options ``run`` and ``resume`` share. The bottom of
+the CLI layer: the command modules import it, it imports none of them.
 """
 
 from __future__ import annotations
@@ -28,9 +23,7 @@ from ctxagent.errors import UsageError
 from ctxagent.sessions.session import Session, latest_session
 from ctxagent.tools.clean import mend
 
-STORE_ENV = "CTXAGENT_STORE"
-"""The environment variable that names the session store when ``--store`` is not given (read here,
-at the command line's edge, and passed on explicitly: nothing below reads or sets it)."""
+STORE_ENV = "CTXAGENT_STORE"  # read here, at the command line's edge, and passed on: nothing below reads it
 
 
 def use_store(url: str | None) -> str | None:
@@ -166,15 +159,10 @@ class RunOptions:
 
         return parse_limits(self.session_limit)
 
-    def tool_specs(self) -> tuple[str, ...]:
-        """The ``--tools`` specs, in order (empty when none)."""
-        return tuple(self.tools or ())
-
     def check(self) -> None:
-        """``UsageError`` (before the run) for an option the session cannot record or ``--output``
-        cannot be written (see :func:`check_recordable`, :func:`check_output`)."""
+        """``UsageError`` (before the run) for an option that is not valid, cannot be recorded or written."""
         check_recordable(model=self.model, profile=self.profile, api_base=self.api_base, workdir=self.workdir,
-                         tools=" ".join(self.tool_specs()))
+                         tools=" ".join(self.tools or ()))
         check_output(self.output)
         if self.mcp_config is not None and not self.mcp_config.is_file():
             raise UsageError(f"--mcp-config {self.mcp_config}: no such file")
@@ -185,10 +173,7 @@ class RunOptions:
 
 def with_run_options(command: Callable[..., None]) -> Callable[..., None]:
     """``command(opts, ...)`` as a typer command: its own parameters but the first, then every
-    :class:`RunOptions` field as a keyword option (annotation and default as declared there).
-
-    Typer reads the returned function's signature; a call gathers the fields into ``opts``.
-    """
+    :class:`RunOptions` field as a keyword option; a call gathers the fields into ``opts``."""
     own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
     hints = typing.get_type_hints(RunOptions, include_extras=True)
     shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
@@ -204,6 +189,11 @@ def with_run_options(command: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
+def keep_store(ctx: typer.Context, store: StoreOpt = None) -> None:
+    """``--store URL`` before the command: the session store to read (default $CTXAGENT_STORE)."""
+    ctx.obj = store  # the commands' ``ctx.obj``
+
+
 def pick(name: str | None, store_url: str | None = None) -> Session:
     """The named session, or the most recent one, on local disk or in the session store at
     ``store_url``; ``UsageError`` if there is none. With a store, the cache is brought up to it first."""
@@ -211,9 +201,8 @@ def pick(name: str | None, store_url: str | None = None) -> Session:
 
 
 def check_recordable(**options: str | Path | None) -> None:
-    """``UsageError`` for an option the session header records (model, profile, api_base, workdir,
-    tools) that holds a byte that is not UTF-8: the transcript is UTF-8, and a path changed to make
-    it fit would name another file on resume."""
+    """``UsageError`` for an option the session header records that holds a byte that is not UTF-8: the
+    transcript is UTF-8, and a path changed to make it fit would name another file on resume."""
     for name, value in options.items():
         text = os.fspath(value) if value is not None else ""
         if mend(text) != text:
@@ -222,9 +211,8 @@ def check_recordable(**options: str | Path | None) -> None:
 
 
 def check_output(output: Path | None) -> None:
-    """``UsageError`` (before the run) when ``--output`` cannot be written: a directory, a folder
-    that does not exist (ctxagent creates none) or that is not one, or a file or folder that refuses
-    writing. A file created to test it is removed again."""
+    """``UsageError`` (before the run) when ``--output`` cannot be written (a file created to test it is
+    removed again)."""
     if output is None:
         return
     if output.is_dir():

@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 
 from ctxagent.cli import sessions_export
-from ctxagent.cli.options import StoreOpt, pick
+from ctxagent.cli.options import keep_store, pick
 from ctxagent.dirs import data_dir
 from ctxagent.errors import SessionBusyError, UsageError
 from ctxagent.sessions import replica
@@ -35,10 +35,7 @@ OptNameArg = Annotated[str | None, typer.Argument(help="Session name (default: m
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object (per line for list).")]
 
 
-@app.callback()
-def _options(ctx: typer.Context, store: StoreOpt = None) -> None:
-    """``--store URL`` before the command: the session store to read (default $CTXAGENT_STORE)."""
-    ctx.obj = store  # the commands' ``ctx.obj``
+app.callback()(keep_store)
 
 
 class Format(StrEnum):
