@@ -1,26 +1,9 @@
-"""``ctxagent batch TASKS.jsonl``: many sessions at once on one machine, idempotent and resumable.
+"""``ctxagent batch TASKS.jsonl``: many sessions at once, idempotent and resumable (docs/batch.md).
 
-Each line of the tasks file is one JSON object: ``task`` and, optionally, ``session`` (default
-``STEM-N``: the file's name without its suffix and the 1-based line number, so the same file names
-the same sessions every time), ``workdir``, ``model``, ``profile``, ``api_base``, ``max_turns``,
-``allow`` (text or a list), ``mcp_config``, ``no_lessons``, ``context_window``, ``timeout`` and the
-budgets (``max_input_tokens``, ``max_output_tokens_total``, ``max_cost_usd``, ``max_wall_s``), over
-the command line's options;
-relative paths are relative to the current directory, where every task's process starts.
-Every task runs as its own ``ctxagent run --batch --json`` process (batch/pool.py),
-``--workers`` at a time: a task's crash, bad profile, provider error or budget stop is that task's
-result, never the others'.
-
-stdout: one JSON object per task as it ends: the run's ``--json`` object plus ``line``,
-``exit_code``, ``skipped`` (an answered session reported from its transcript) and ``resumed``.
-stderr: a progress line per task and a summary. Re-running the same command skips answered
-sessions and resumes the rest. Ctrl-C or SIGTERM: the running tasks stop as one run does (an
-``interrupted`` end record each) and nothing new starts. Exit status: 0 every task answered; 3 the
-others were stopped by a limit (budget, ``max_turns``, loop guard); 130 interrupted; 1 otherwise.
-
-``--backend temporal``: the tasks go to the ``ctxagent worker`` processes of a Temporal cluster
-instead (ctxagent/cluster/temporal_submit.py; the ``temporal`` extra), with the same results,
-summary and exit status; the workers decide how many run at once.
+Every task runs as its own ``ctxagent run --batch --json`` process (batch/pool.py), ``--workers`` at a
+time, or on the ``ctxagent worker`` processes of a Temporal cluster (``--backend temporal``). stdout:
+one JSON object per task as it ends; stderr: progress and a summary. Exit status: 0 every task
+answered; 3 the others were stopped by a limit; 130 interrupted; 1 otherwise.
 """
 
 from __future__ import annotations
@@ -90,8 +73,8 @@ def batch(
     no_lessons: NoLessonsOpt = False,
     store: StoreOpt = None,
 ) -> None:
-    """Run every task of a JSONL file, each in its own session, several at once (see the module
-    docstring). Answered sessions are skipped on a re-run; the others resume."""
+    """Run every task of a JSONL file, each in its own session, several at once (docs/batch.md).
+    Answered sessions are skipped on a re-run; the others resume."""
     from ctxagent.batch.pool import Pool, Tally  # here, not at import: `ctxagent --help` stays fast
     from ctxagent.batch.tasks import read_tasks
     defaults: dict[str, Any] = {

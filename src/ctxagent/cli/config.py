@@ -1,21 +1,9 @@
 """Defaults for ``run`` and ``resume`` from configuration: ``ctxagent config show|trust|path``.
 
-Sources, the first that sets a key wins (docs/usage.md, "Configuration"):
-
-1. the command line;
-2. environment variables ``CTXAGENT_MODEL``, ``CTXAGENT_PROFILE``, ``CTXAGENT_API_BASE``,
-   ``CTXAGENT_CONTEXT_WINDOW``, ``CTXAGENT_ALLOW``;
-3. the project file ``.ctxagent.yaml``, found upward from the working directory, used only once the
-   user trusted it (``ctxagent config trust``: its path and SHA-256 are recorded; an edited file must
-   be trusted again): a repository must not choose the model, server or grants of whoever runs in it;
-4. the user file ``config.yaml`` in platformdirs' user config dir for ``ctxagent`` (or
-   ``$CTXAGENT_CONFIG_DIR``);
-5. the bundled defaults (the ``default`` profile).
-
-Keys: ``model``, ``profile``, ``api_base``, ``context_window`` (tokens), ``allow`` (a tool name,
-kind or comma list, as ``--allow``). They fill only what the command line leaves unset, and for a
-session that already exists only ``allow``: a resumed session keeps what it recorded. Never imports
-litellm.
+Sources, the first that sets a key of :data:`KEYS` wins (docs/usage.md, "Configuration"): the command
+line, ``CTXAGENT_<KEY>``, the project file ``.ctxagent.yaml`` once trusted (its path and SHA-256
+recorded by ``config trust``: a repository must not choose the model, server or grants of whoever runs
+in it), the user file ``config.yaml``, the bundled ``default`` profile. Never imports litellm.
 """
 
 from __future__ import annotations

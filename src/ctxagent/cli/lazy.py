@@ -42,8 +42,8 @@ COMMANDS: dict[str, Lazy] = {
     "resume": Lazy("ctxagent.cli.run", "resume",
                    "Continue a session (the newest one started in this directory by default) where it stopped."),
     "batch": Lazy("ctxagent.cli.batch", "batch",
-                  "Run every task of a JSONL file, each in its own session, several at once (see the module "
-                  "docstring). Answered sessions are skipped on a re-run; the others resume."),
+                  "Run every task of a JSONL file, each in its own session, several at once (docs/batch.md). "
+                  "Answered sessions are skipped on a re-run; the others resume."),
     "worker": Lazy("ctxagent.cli.worker_cmd", "worker",
                    "Run the sessions that `ctxagent batch --backend temporal` submits, until SIGTERM or Ctrl-C "
                    "(the running sessions then resume on another worker)."),

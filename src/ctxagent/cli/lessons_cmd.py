@@ -1,9 +1,5 @@
-"""``ctxagent lessons list|show|forget|edit|export``: the lessons sessions left for the next ones.
-
-The store is plain JSONL under ``<data dir>/lessons/`` (ctxagent/lessons/store.py); these commands
-read it and change it under its lock. A forgotten lesson is never shown again: not to a new
-session, and a session that was shown it drops it from its block when it resumes. Never imports
-litellm.
+"""``ctxagent lessons list|show|forget|edit|export``: the lessons sessions left for the next ones
+(docs/lessons.md), read and changed under the store's lock. Never imports litellm.
 """
 
 from __future__ import annotations

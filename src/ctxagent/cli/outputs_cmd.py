@@ -1,9 +1,6 @@
 """Stored values on the command line: ``inspect outputs``, ``inspect output HANDLE``, and answers by
-handle (``run``/``resume`` print the value an answer names).
-
-How a value is shown: text as stored; JSON pretty-printed; binary data (bytes, numpy arrays) is
-never dumped on a terminal: it is written to a file with ``--output FILE`` (bytes exactly, arrays
-as ``.npy``). Nothing here imports litellm, and the heavy modules load only when a command runs.
+handle (``run``/``resume`` print the value an answer names). Binary data is never dumped on a
+terminal: ``--output FILE`` writes it (bytes exactly, arrays as ``.npy``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Rendering the runner's events: rich for people (cli/interactive.py), plain stdout/stderr for scripts.
-
-Batch: the answer alone on stdout (or one JSON object with ``--json``); progress on stderr, plain
-(:class:`PlainErr`: a batch run never imports rich, ~30 ms).
-Interactive: the answer rendered as Markdown, tool calls shown compactly, a spinner while the model
-works, then a prompt for the next message.
+"""Rendering the runner's events: plain stdout/stderr for scripts (batch: the answer or the ``--json``
+object on stdout, progress on stderr, never rich), rich for people (cli/interactive.py).
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""``ctxagent report``: one self-contained HTML file showing where a session's tokens went.
-
-The page needs no server and no network (inline CSS and SVG; nothing is fetched) and opens from
-disk in any browser. It shows, from the transcript (agent/timeline.py) and the last request's view
-(agent/breakdown.py):
-
-- the tokens of every request, cached and uncached, as bars against the context window and the
-  window less the reply's reserve (two lines), once at the window's scale and once zoomed;
-- each compaction and offload as a marked, named line before the request that first saw it;
-- the last request by category (system, tools, pins, messages, tool results);
-- the spend by model (summaries and sub-agents included), and every request in a table.
-
-Every figure carries its number in a ``data-*`` attribute, so a test reads the page as a browser
-built it and checks it against the transcript. Never imports litellm.
+"""``ctxagent report``: one self-contained HTML file showing where a session's tokens went
+(docs/usage.md). No server, no network: inline CSS and SVG, from the transcript (agent/timeline.py)
+and the last request's view (agent/breakdown.py). Every figure carries its number in a ``data-*``
+attribute, so a test reads the page as a browser built it. Never imports litellm.
 """
 
 from __future__ import annotations

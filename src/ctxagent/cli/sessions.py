@@ -1,9 +1,7 @@
 """``ctxagent sessions list|show|delete|rename|fork|export``: manage the sessions on disk.
 
-``list`` reads each transcript's head, tail and cached totals (milliseconds whatever its size);
-``show`` and ``export`` stream one transcript whole; ``delete`` and ``rename`` take the session's
-writer lock, so they refuse while a run holds it; ``fork`` copies a session to branch from. Never
-imports litellm (``export --format openai`` computes the view without a model call).
+``delete`` and ``rename`` take the session's writer lock, so they refuse while a run holds it. Never
+imports litellm.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""What ``sessions show`` and ``sessions export`` read from a session: its facts, and its transcript
-as JSONL, as Markdown, or its current view as OpenAI messages. Streams the transcript (one record
-in memory at a time) except ``openai``, which folds it as ``inspect context`` does. The record
-models are imported when a command runs, never for ``--help`` (pydantic builds them: ~100 ms).
+"""What ``sessions show`` and ``sessions export`` read from a session: its facts, its transcript as
+JSONL or Markdown (streamed), or its current view as OpenAI messages. The record models are imported
+when a command runs, never for ``--help``.
 """
 
 from __future__ import annotations

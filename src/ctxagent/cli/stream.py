@@ -1,12 +1,8 @@
-"""``--output-format stream-json``: one JSON event per line on stdout as the run goes.
+"""``--output-format stream-json``: one JSON event per line on stdout as the run goes (docs/batch.md).
 
-The shape follows what users of Codex (``exec --json``) and Claude Code (``--output-format
-stream-json``) already parse: a ``type`` on every event, ``item.*`` events for messages, tool
-calls and tool results, ``turn.*`` events with usage, and a final ``result`` event holding the
-``--json`` object. The schema of every event is ``src/ctxagent/cli/events.schema.json`` (tested
-against real runs). Progress lines still go to stderr. An offloaded value never appears: a tool
-result event carries what the model saw (its preview, cut to :data:`CONTENT_CHARS`) with its
-handle and size. Every string of every event is redacted, as the transcript is (cut after).
+Shaped as Codex (``exec --json``) and Claude Code (``stream-json``) users parse; the schema of every
+event is ``src/ctxagent/cli/events.schema.json``. A tool result event carries what the model saw (cut
+to :data:`CONTENT_CHARS`), never an offloaded value; every string is redacted as the transcript is.
 """
 
 from __future__ import annotations
