@@ -19,22 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxagent.cli.options import (
-    ApiBaseOpt,
-    MaxCostOpt,
-    MaxInputOpt,
-    MaxOutputOpt,
-    MaxTurnsOpt,
-    MaxWallOpt,
-    McpConfigOpt,
-    ModelOpt,
-    NoLessonsOpt,
-    ProfileOpt,
-    StoreOpt,
-    TimeoutOpt,
-    WindowOpt,
-)
-from ctxagent.cli.permissions import AllowAllOpt, AllowOpt
+from ctxagent.cli.options import RunOptions, with_run_options
 from ctxagent.cli.worker_cmd import AddressOpt, NamespaceOpt, TaskQueueOpt, require_temporal
 from ctxagent.errors import UsageError
 
@@ -44,7 +29,15 @@ class Backend(StrEnum):
     temporal = "temporal"
 
 
+OPTIONS = ("model", "profile", "api_base", "max_turns", "allow", "allow_all", "context_window", "timeout",
+           "max_input_tokens", "max_output_tokens_total", "max_cost_usd", "max_wall_s", "mcp_config", "no_lessons",
+           "store")
+"""The options of ``run`` that ``batch`` takes too, given to every task under its line's own."""
+
+
+@with_run_options(*OPTIONS)
 def batch(
+    opts: RunOptions,
     tasks_file: Annotated[Path, typer.Argument(help="JSONL: one object per line with at least \"task\".",
                                                metavar="TASKS.jsonl", show_default=False)],
     workers: Annotated[int | None, typer.Option("--workers", "-w", min=1, max=64, show_default="2",
@@ -57,34 +50,15 @@ def batch(
     heartbeat_s: Annotated[float, typer.Option("--heartbeat-s", min=1, help="temporal: seconds without a "
                                                "heartbeat before a worker is taken for dead and its session "
                                                "resumes on another.")] = 30.0,
-    model: ModelOpt = None,
-    profile: ProfileOpt = None,
-    api_base: ApiBaseOpt = None,
-    max_turns: MaxTurnsOpt = None,
-    allow: AllowOpt = None,
-    allow_all: AllowAllOpt = False,
-    context_window: WindowOpt = None,
-    timeout: TimeoutOpt = None,
-    max_input_tokens: MaxInputOpt = None,
-    max_output_tokens_total: MaxOutputOpt = None,
-    max_cost_usd: MaxCostOpt = None,
-    max_wall_s: MaxWallOpt = None,
-    mcp_config: McpConfigOpt = None,
-    no_lessons: NoLessonsOpt = False,
-    store: StoreOpt = None,
 ) -> None:
     """Run every task of a JSONL file, each in its own session, several at once (docs/batch.md).
     Answered sessions are skipped on a re-run; the others resume."""
     from ctxagent.batch.pool import Pool, Tally  # here, not at import: `ctxagent --help` stays fast
     from ctxagent.batch.tasks import read_tasks
-    defaults: dict[str, Any] = {
-        "model": model, "profile": profile, "api_base": api_base, "max_turns": max_turns, "allow": allow,
-        "allow_all": allow_all or None, "context_window": context_window, "timeout": timeout,
-        "max_input_tokens": max_input_tokens, "max_output_tokens_total": max_output_tokens_total,
-        "max_cost_usd": max_cost_usd, "max_wall_s": max_wall_s,
-        "mcp_config": str(mcp_config.resolve()) if mcp_config else None, "no_lessons": no_lessons or None,
-        "store": store,
-    }
+
+    defaults: dict[str, Any] = {key: getattr(opts, key) for key in OPTIONS}
+    defaults.update(allow_all=opts.allow_all or None, no_lessons=opts.no_lessons or None,
+                    mcp_config=str(opts.mcp_config.resolve()) if opts.mcp_config else None)
     defaults = {k: v for k, v in defaults.items() if v is not None}
     tasks = read_tasks(tasks_file, defaults)
     tally = Tally(len(tasks))

@@ -171,22 +171,27 @@ class RunOptions:
         self.format()
 
 
-def with_run_options(command: Callable[..., None]) -> Callable[..., None]:
-    """``command(opts, ...)`` as a typer command: its own parameters but the first, then every
-    :class:`RunOptions` field as a keyword option; a call gathers the fields into ``opts``."""
-    own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
+def with_run_options(*only: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Make ``command(opts, ...)`` a typer command: its own parameters but the first, then every
+    :class:`RunOptions` field (``only``: those, in that order) as a keyword option; a call gathers them
+    into ``opts`` (the fields left out keep their defaults)."""
     hints = typing.get_type_hints(RunOptions, include_extras=True)
-    shared = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
-              for f in fields(RunOptions)]
+    defaults = {f.name: f.default for f in fields(RunOptions)}
+    shared = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=defaults[name], annotation=hints[name])
+              for name in only or defaults]
 
-    @functools.wraps(command)
-    def wrapper(**kwargs: Any) -> None:
-        opts = RunOptions(**{p.name: kwargs.pop(p.name) for p in shared})
-        command(opts, **kwargs)
+    def decorate(command: Callable[..., None]) -> Callable[..., None]:
+        own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
 
-    wrapper.__signature__ = inspect.Signature([*own, *shared])  # type: ignore[attr-defined]
-    wrapper.__annotations__ = {p.name: p.annotation for p in (*own, *shared)}
-    return wrapper
+        @functools.wraps(command)
+        def wrapper(**kwargs: Any) -> None:
+            command(RunOptions(**{p.name: kwargs.pop(p.name) for p in shared}), **kwargs)
+
+        wrapper.__signature__ = inspect.Signature([*own, *shared])  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in (*own, *shared)}
+        return wrapper
+
+    return decorate
 
 
 def keep_store(ctx: typer.Context, store: StoreOpt = None) -> None:

@@ -313,7 +313,7 @@ def _show_answer(session: Session, answer: str | None, output: Path | None) -> N
         print(for_terminal(shown.text, session.name))
 
 
-@with_run_options
+@with_run_options()
 def run(opts: RunOptions,
         task: Annotated[str | None, typer.Argument(help="The task; '-' reads it from stdin.")] = None) -> None:
     """Start (or continue) a session with TASK and run the agent until it answers.
@@ -335,7 +335,7 @@ def run(opts: RunOptions,
     execute(_session(opts.session, opts.store), text, opts, stdin=_piped() if task not in (None, "-") else None)
 
 
-@with_run_options
+@with_run_options()
 def resume(opts: RunOptions,
            message: Annotated[str | None, typer.Argument(help="A new user message; '-' reads stdin.")] = None,
            last: Annotated[bool, typer.Option("--last", help="Without --session: the newest session of all, "
