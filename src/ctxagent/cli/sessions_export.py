@@ -80,28 +80,33 @@ def _add_usage(out: dict[str, Any], record: records.UsageRecord) -> None:
         out["cost_usd"] = round((out["cost_usd"] or 0.0) + record.cost_usd, 6)
 
 
-def _when(ts: float | None) -> str:
+def when(ts: float | None) -> str:
+    """Epoch seconds as local ``YYYY-MM-DD HH:MM:SS``; ``-`` for None."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def usd(cost: float | None) -> str:
+    """US dollars to four decimals; ``-`` for None (no price known)."""
+    return "-" if cost is None else f"${cost:.4f}"
 
 
 def show_lines(found: dict[str, Any]) -> list[str]:
     """The lines ``sessions show`` prints for ``found`` (:func:`facts`)."""
     settings = found["settings"]
     renamed = found["started_as"] and found["started_as"] != found["name"]
-    cost = "-" if found["cost_usd"] is None else f"${found['cost_usd']:.4f}"
     rows: list[tuple[str, Any]] = [
         ("session", found["name"] + (f" (started as {found['started_as']})" if renamed else "")),
-        ("folder", found["folder"]), ("status", found["status"]), ("created", _when(found["created"])),
-        ("last used", _when(found["last_used"]))]
+        ("folder", found["folder"]), ("status", found["status"]), ("created", when(found["created"])),
+        ("last used", when(found["last_used"]))]
     rows += [(key.replace("_", " "), _inline(settings.get(key))) for key in SETTINGS]
     rows += [("turns", f"{found['turns']} ({found['messages']} messages; runs {found['runs']}, "
                        f"{found['wall_s']:.1f} s)"),
              ("tokens", f"{found['tokens']} ({found['prompt_tokens']} prompt, {found['cached_tokens']} of them cached; "
                         f"{found['completion_tokens']} completion; {found['calls']} model calls)"),
-             ("cost", cost), ("outputs", f"{found['outputs']} offloaded ({found['output_bytes']:,} bytes)"),
+             ("cost", usd(found["cost_usd"])),
+             ("outputs", f"{found['outputs']} offloaded ({found['output_bytes']:,} bytes)"),
              ("compactions", found["compactions"])]
-    lines = [f"{label:<15}{value}" for label, value in rows]
-    return lines
+    return [f"{label:<15}{value}" for label, value in rows]
 
 
 # ------------------------------------------------------------------------------------------ export
@@ -137,7 +142,7 @@ def markdown(session: Session) -> Iterator[str]:
         if isinstance(record, records.SessionHeader):
             yield f"# Session {session.name}\n\n"
             yield "".join(f"- {key.replace('_', ' ')}: {_inline(getattr(record, key, None))}\n" for key in SETTINGS)
-            yield f"- created: {_when(record.ts)}\n\n"
+            yield f"- created: {when(record.ts)}\n\n"
         elif isinstance(record, records.SettingsRecord):
             changed = {k: v for k in SETTINGS if (v := getattr(record, k, None)) is not None}
             yield f"*settings changed: {', '.join(f'{k} {_inline(v)}' for k, v in changed.items())}*\n\n"
