@@ -76,12 +76,20 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _known() -> dict[str, str]:
+    """The trusted files: resolved path -> SHA-256 (empty when there is no readable record)."""
+    try:
+        known = json.loads(_trust_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
 def trusted(path: Path) -> bool:
     """Whether the user trusted ``path`` as it is now (same SHA-256 as when trusted)."""
     try:
-        known: dict[str, str] = json.loads(_trust_file().read_text(encoding="utf-8"))  # path -> SHA-256
-        return known.get(str(path.resolve())) == _digest(path)
-    except (OSError, ValueError, AttributeError):
+        return _known().get(str(path.resolve())) == _digest(path)
+    except OSError:
         return False
 
 
@@ -142,12 +150,9 @@ def untrusted_note(start: Path | None = None) -> str | None:
 
 
 def resolved(values: dict[str, Value]) -> dict[str, Value]:
-    """``values`` (:func:`effective`) with what a new session would use where no source sets a key:
-    the profile ``default``, the profile's model (source ``profile NAME``), the profile's context
-    window when it sets one; the others stay None (``api_base``: the provider's own endpoint;
-    ``context_window``: litellm's model info, read when a run starts; ``allow``: nothing granted
-    beyond the profile's permissions). A profile that cannot be read leaves them None and its
-    error becomes the source."""
+    """``values`` (:func:`effective`) with what a new session would use where no source sets a key: the
+    profile ``default``, its model and its context window (source ``profile NAME``); the others stay
+    None. A profile that cannot be read leaves them None, its error as the source."""
     out = dict(values)
     name = str(values["profile"].value or "default")
     if values["profile"].value is None:
@@ -211,13 +216,9 @@ def trust() -> None:
     read_file(project)  # a broken file is not trusted
 
     private_dir(config_dir())
-    path = _trust_file()
-    try:
-        known = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        known = {}
+    known = _known()
     known[str(project.resolve())] = _digest(project)
-    path.write_text(json.dumps(known, indent=1) + "\n", encoding="utf-8")
+    _trust_file().write_text(json.dumps(known, indent=1) + "\n", encoding="utf-8")
     print(f"trusted {project}")
 
 
