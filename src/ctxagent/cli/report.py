@@ -42,7 +42,7 @@ def report(
     """Write one self-contained HTML file (no server, no network: it opens from disk) showing where a
     session's tokens went: every request's tokens, cached and uncached, against the window and the
     reply's reserve; each compaction and offload; the last request by category; the spend."""
-    chosen = pick(session)
+    chosen = pick(session, store)
     data = timeline(chosen.name, chosen.transcript.records())
     nxt = next_request(chosen)
     parts = breakdown(nxt.last, nxt.budget.tools) if nxt.last else {}
