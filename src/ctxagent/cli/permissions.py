@@ -7,7 +7,6 @@ the permission gate; nothing is changed on the runner afterwards.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -37,12 +36,6 @@ def grants(allow: str | None, allow_all: bool, *, interactive: bool) -> Grants:
     from ctxagent.tools.guard import Grants
 
     return Grants.of(allow, allow_all, prompt if interactive else None)
-
-
-def warn_allow_all(allow_all: bool) -> None:
-    """Print :data:`ALLOW_ALL_WARNING` on stderr when ``--allow-all`` was given (once the run opened)."""
-    if allow_all:
-        print(ALLOW_ALL_WARNING, file=sys.stderr, flush=True)
 
 
 ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "": "no",

@@ -63,9 +63,9 @@ def render(data: Timeline, parts: dict[str, int], window: int, reserved: int) ->
     sections = [
         f"<h1>{_e(title)}</h1>",
         f'<p class="facts">model <b>{_e(data.model)}</b> · <b id="requests" data-count="{len(data.requests)}">'
-        f"{len(data.requests):,}</b> requests · {_count(len(data.runs), 'run')} · spend <b id=\"total-cost\" "
-        f'data-usd="{data.cost_usd if data.cost_usd is not None else ""}">{cost}</b> · written '
-        f"{_e(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>",
+        f"{len(data.requests):,}</b> requests · {len(data.runs):,} run{'' if len(data.runs) == 1 else 's'} · "
+        f'spend <b id="total-cost" data-usd="{data.cost_usd if data.cost_usd is not None else ""}">{cost}</b> · '
+        f"written {_e(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>",
         "<h2>Tokens of every request</h2>",
         _legend(),
         _chart(data, scale=max([window, *(r.window for r in data.requests)]), chart_id="window-chart"),
@@ -91,10 +91,6 @@ STYLE = ("body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}h1{font
 TIMING = ("<script>addEventListener('load',()=>{const n=performance.getEntriesByType('navigation')[0];"
           "document.documentElement.dataset.loadMs=(n?n.loadEventStart:performance.now()).toFixed(1)})</script>")
 """The page's own load time, for ``benchmarks/report_render.py`` (it reads it from the rendered page)."""
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _e(text: object) -> str:

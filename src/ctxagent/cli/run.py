@@ -18,10 +18,10 @@ from ctxagent.agent.setup import open_runner
 from ctxagent.cli import config, process, redacted, tracing
 from ctxagent.cli.options import RunOptions, with_run_options
 from ctxagent.cli.outputs_cmd import deliver
-from ctxagent.cli.permissions import grants, warn_allow_all
+from ctxagent.cli.permissions import ALLOW_ALL_WARNING, grants
 from ctxagent.cli.process import Interrupted
 from ctxagent.cli.render import BatchRenderer, Renderer
-from ctxagent.cli.stdin import piped, read_all, wait_s
+from ctxagent.cli.stdin import piped, wait_s
 from ctxagent.cli.stream import StreamRenderer
 from ctxagent.errors import CtxagentError, LimitReached, UsageError
 from ctxagent.sessions.outcome import recorded_answer
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 def _read_task(task: str | None) -> str | None:
     """The argument, or stdin for ``-`` (read to its end), as :func:`plain` text; ``UsageError`` when blank."""
-    text = _text(read_all()) if task == "-" else task
+    text = _text(sys.stdin.buffer.read()) if task == "-" else task
     text = None if text is None else plain(text)
     if text is not None and not text.strip():
         raise UsageError("the task is empty" + (" (read from stdin)" if task == "-" else ""))
@@ -89,7 +89,8 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
         opts = _with_defaults(opts, existed)
         with session.writer():
             runner = open_runner(session, _run_config(opts, batch))
-            warn_allow_all(opts.allow_all)
+            if opts.allow_all:
+                print(ALLOW_ALL_WARNING, file=sys.stderr, flush=True)
             if stdin is not None and message is not None:
                 message = f"{message}\n\n{runner.attach(stdin, 'stdin')}"
             if message is None and runner.needs_input() and not runner.state.users:  # no task recorded

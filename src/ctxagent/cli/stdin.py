@@ -35,11 +35,6 @@ def wait_s() -> float:
         return WAIT_S
 
 
-def read_all() -> bytes:
-    """All of stdin, to its end (``-``): blocks until the writer closes it."""
-    return sys.stdin.buffer.read()
-
-
 def piped() -> bytes | None:
     """The bytes piped into stdin that are ours to read (see the module docstring), or None: stdin
     is a terminal, closed, an idle pipe, or a file somebody else is reading."""

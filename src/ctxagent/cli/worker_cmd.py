@@ -14,15 +14,14 @@ import typer
 from ctxagent.cli.options import use_store
 from ctxagent.errors import UsageError
 
-ADDRESS_HELP = "The Temporal server (frontend), HOST:PORT."
-
 
 class Backend(StrEnum):
     temporal = "temporal"
 
 
 BackendOpt = Annotated[Backend, typer.Option("--backend", help="The cluster engine (only temporal for now).")]
-AddressOpt = Annotated[str, typer.Option("--address", envvar="CTXAGENT_TEMPORAL_ADDRESS", help=ADDRESS_HELP)]
+AddressOpt = Annotated[str, typer.Option("--address", envvar="CTXAGENT_TEMPORAL_ADDRESS",
+                                         help="The Temporal server (frontend), HOST:PORT.")]
 TaskQueueOpt = Annotated[str, typer.Option("--task-queue", help="The Temporal task queue the sessions go through.")]
 NamespaceOpt = Annotated[str, typer.Option("--namespace", help="The Temporal namespace.")]
 
