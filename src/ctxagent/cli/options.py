@@ -39,93 +39,79 @@ StoreOpt = Annotated[str | None, typer.Option(
     "--store", callback=use_store, metavar="URL", help="Keep sessions in this object store (an fsspec URL: "
     "s3://bucket/prefix, gs://..., az://..., file:///...; default $CTXAGENT_STORE, else local disk).")]
 SessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Session name (default: most recent).")]
-RunSessionOpt = Annotated[str | None, typer.Option("--session", "-s", help="Session name.", show_default=(
-    "run: a new name, YYYYMMDD-HHMMSS-xxxx; resume: the newest session started in this directory"))]
 ModelOpt = Annotated[str | None, typer.Option(
     "--model", "-m", help="litellm model string (openai/gpt-4o-mini, anthropic/..., ollama/...) "
     "or scripted:PATH for a scripted run.", show_default="configuration (ctxagent config show), else the "
     "profile's model: openai/gpt-4o-mini in the default profile; resume: the session's")]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", "-p", help="Bundled profile name or YAML path.",
                                                 show_default="configuration, else default; resume: the session's")]
-ApiBaseOpt = Annotated[str | None, typer.Option("--api-base", help="Base URL of an OpenAI-compatible server.",
-                                                show_default="configuration, else the provider's own")]
-MaxTurnsOpt = Annotated[int | None, typer.Option("--max-turns", min=1, help="Model calls allowed in this run "
-                                                 "(interactively: in one turn, then the prompt comes back).",
-                                                 show_default="the profile's max_turns: 30 in the default profile")]
-BatchOpt = Annotated[bool, typer.Option("--batch", help="No prompts; answer alone on stdout (implied when "
-                                        "stdin is not a terminal).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object: session, status, answer, "
-                                       "turns, usage, permission_denials.")]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Only the answer (or only the JSON): no progress, "
-                                        "warnings or notes on stderr; errors are still said.")]
-WorkdirOpt = Annotated[Path | None, typer.Option("--workdir", help="Working directory of the tools.",
-                                                 show_default="the current directory; resume: the session's")]
-ToolsOpt = Annotated[list[str] | None, typer.Option(
-    "--tools", help="Add a tool: module:function, path/to/file.py:function, or the name of a built-in or "
-    "installed (ctxagent.tools entry point) tool. Repeatable; kept for resume.")]
-MaxInputOpt = Annotated[int | None, typer.Option(
-    "--max-input-tokens", min=1, help="Budget: prompt tokens this run may use (summed over calls).")]
-MaxOutputOpt = Annotated[int | None, typer.Option(
-    "--max-output-tokens-total", min=1, help="Budget: reply tokens this run may use (summed over calls).")]
-MaxCostOpt = Annotated[float | None, typer.Option(
-    "--max-cost-usd", min=0.000001, help="Budget: US dollars this run may spend (litellm's prices).")]
-MaxWallOpt = Annotated[float | None, typer.Option(
-    "--max-wall-s", min=0.001, help="Budget: seconds of wall time this run may take.")]
-SessionLimitOpt = Annotated[list[str] | None, typer.Option(
-    "--session-limit", help="Budget of the whole session, KEY=VALUE (max_input_tokens, max_output_tokens_total, "
-    "max_cost_usd, max_wall_s; VALUE none removes one); kept in the session. Repeatable.")]
 WindowOpt = Annotated[int | None, typer.Option(
     "--context-window", min=256, help="The model's context window in tokens (when litellm does not know it, "
     "e.g. a local server); kept in the session.", show_default="configuration, else the profile's, else "
     "litellm's model info")]
-ReplyTokensOpt = Annotated[int | None, typer.Option(
-    "--max-output-tokens", min=1, help="Tokens reserved for each reply, sent as max_tokens; kept in the session.",
-    show_default="the profile's max_output_tokens, else an eighth of the window, 256 to 4096")]
-TimeoutOpt = Annotated[float | None, typer.Option(
-    "--timeout", min=0.1, help="Seconds one model request may take.",
-    show_default="the profile's timeout_s: 120 in the default profile")]
-OutputFormatOpt = Annotated[str | None, typer.Option(
-    "--output-format", help="text (the answer), json (one object, as --json) or stream-json (one JSON event "
-    "per line as the run goes; schema: src/ctxagent/cli/events.schema.json).", show_default="text")]
 McpConfigOpt = Annotated[Path | None, typer.Option(
     "--mcp-config", help="MCP servers to add, from a JSON file in the mcpServers shape (Claude Code, Cursor); "
     "its path is kept for resume, its values (${NAME} references expanded) never recorded.")]
-NoLessonsOpt = Annotated[bool, typer.Option(
-    "--no-lessons", help="Run without lessons: a new session is shown none, and this run teaches none "
-    "(ctxagent lessons --help).")]
-AnswerOutputOpt = Annotated[Path | None, typer.Option(
-    "--output", "-o", help="Write the answer's value to FILE: the value of an answer that is one handle "
-    "(bytes exactly, arrays as .npy, JSON pretty), else the answer with its handles resolved.")]
 
 
 @dataclass(frozen=True)
 class RunOptions:
-    """The options ``run`` and ``resume`` share, as the command line gave them (in ``--help`` order)."""
+    """The options ``run`` and ``resume`` share, as the command line gave them (in ``--help`` order);
+    each field's annotation is its typer option."""
 
-    session: RunSessionOpt = None
+    session: Annotated[str | None, typer.Option("--session", "-s", help="Session name.", show_default=(
+        "run: a new name, YYYYMMDD-HHMMSS-xxxx; resume: the newest session started in this directory"))] = None
     model: ModelOpt = None
     profile: ProfileOpt = None
-    api_base: ApiBaseOpt = None
-    max_turns: MaxTurnsOpt = None
-    batch: BatchOpt = False
-    json_out: JsonOpt = False
-    quiet: QuietOpt = False
-    workdir: WorkdirOpt = None
-    tools: ToolsOpt = None
-    output: AnswerOutputOpt = None
+    api_base: Annotated[str | None, typer.Option(
+        "--api-base", help="Base URL of an OpenAI-compatible server.",
+        show_default="configuration, else the provider's own")] = None
+    max_turns: Annotated[int | None, typer.Option(
+        "--max-turns", min=1, help="Model calls allowed in this run (interactively: in one turn, then the "
+        "prompt comes back).", show_default="the profile's max_turns: 30 in the default profile")] = None
+    batch: Annotated[bool, typer.Option(
+        "--batch", help="No prompts; answer alone on stdout (implied when stdin is not a terminal).")] = False
+    json_out: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON object: session, status, answer, turns, usage, permission_denials.")] = False
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only the answer (or only the JSON): no progress, "
+                                        "warnings or notes on stderr; errors are still said.")] = False
+    workdir: Annotated[Path | None, typer.Option(
+        "--workdir", help="Working directory of the tools.",
+        show_default="the current directory; resume: the session's")] = None
+    tools: Annotated[list[str] | None, typer.Option(
+        "--tools", help="Add a tool: module:function, path/to/file.py:function, or the name of a built-in or "
+        "installed (ctxagent.tools entry point) tool. Repeatable; kept for resume.")] = None
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", help="Write the answer's value to FILE: the value of an answer that is one handle "
+        "(bytes exactly, arrays as .npy, JSON pretty), else the answer with its handles resolved.")] = None
     allow: AllowOpt = None
     allow_all: AllowAllOpt = False
-    max_input_tokens: MaxInputOpt = None
-    max_output_tokens_total: MaxOutputOpt = None
-    max_cost_usd: MaxCostOpt = None
-    max_wall_s: MaxWallOpt = None
-    session_limit: SessionLimitOpt = None
+    max_input_tokens: Annotated[int | None, typer.Option(
+        "--max-input-tokens", min=1, help="Budget: prompt tokens this run may use (summed over calls).")] = None
+    max_output_tokens_total: Annotated[int | None, typer.Option(
+        "--max-output-tokens-total", min=1, help="Budget: reply tokens this run may use (summed over calls).")] = None
+    max_cost_usd: Annotated[float | None, typer.Option(
+        "--max-cost-usd", min=0.000001, help="Budget: US dollars this run may spend (litellm's prices).")] = None
+    max_wall_s: Annotated[float | None, typer.Option(
+        "--max-wall-s", min=0.001, help="Budget: seconds of wall time this run may take.")] = None
+    session_limit: Annotated[list[str] | None, typer.Option(
+        "--session-limit", help="Budget of the whole session, KEY=VALUE (max_input_tokens, "
+        "max_output_tokens_total, max_cost_usd, max_wall_s; VALUE none removes one); kept in the session. "
+        "Repeatable.")] = None
     context_window: WindowOpt = None
-    max_output_tokens: ReplyTokensOpt = None
-    timeout: TimeoutOpt = None
-    output_format: OutputFormatOpt = None
+    max_output_tokens: Annotated[int | None, typer.Option(
+        "--max-output-tokens", min=1, help="Tokens reserved for each reply, sent as max_tokens; kept in the "
+        "session.", show_default="the profile's max_output_tokens, else an eighth of the window, 256 to 4096")] = None
+    timeout: Annotated[float | None, typer.Option(
+        "--timeout", min=0.1, help="Seconds one model request may take.",
+        show_default="the profile's timeout_s: 120 in the default profile")] = None
+    output_format: Annotated[str | None, typer.Option(
+        "--output-format", help="text (the answer), json (one object, as --json) or stream-json (one JSON event "
+        "per line as the run goes; schema: src/ctxagent/cli/events.schema.json).", show_default="text")] = None
     mcp_config: McpConfigOpt = None
-    no_lessons: NoLessonsOpt = False
+    no_lessons: Annotated[bool, typer.Option(
+        "--no-lessons", help="Run without lessons: a new session is shown none, and this run teaches none "
+        "(ctxagent lessons --help).")] = False
     store: StoreOpt = None
 
     def is_batch(self) -> bool:
