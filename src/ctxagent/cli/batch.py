@@ -89,8 +89,7 @@ def batch(
 
 @contextlib.contextmanager
 def _progress(tally: Any) -> Iterator[Callable[[str], None]]:
-    """``show(event)``: on a terminal, a progress bar (done / running / failed, tokens, cost) with
-    each event printed above it; else one line per event on stderr."""
+    """``show(event)``: on a terminal, a progress bar with each event printed above it; else a line on stderr."""
     if not sys.stderr.isatty():
         yield lambda event: print(f"ctxagent batch: {event} · {tally.line()}", file=sys.stderr, flush=True)
         return

@@ -112,9 +112,8 @@ def read_file(path: Path) -> ConfigFile:
 
 
 def effective(cli: dict[str, Any] | None = None, *, start: Path | None = None) -> dict[str, Value]:
-    """Every key of :data:`KEYS` with its effective value and source (see the module docstring);
-    ``cli``: what the command line gave (None values: not given). Raises ``ProfileError`` for a bad
-    file, ``UsageError`` for a bad ``CTXAGENT_CONTEXT_WINDOW``."""
+    """Every key of :data:`KEYS` with its effective value and source; ``cli``: what the command line gave
+    (None: not given). Raises ``ProfileError`` for a bad file, ``UsageError`` for a bad env value."""
     layers: list[tuple[str, dict[str, Any]]] = [("cli", dict(cli or {}))]
     env: dict[str, str | int] = {key: os.environ[f"CTXAGENT_{key.upper()}"] for key in KEYS
                                  if os.environ.get(f"CTXAGENT_{key.upper()}")}
@@ -198,8 +197,7 @@ def show(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.
 
 
 def _withheld(profile: str | None) -> tuple[list[str], list[str]]:
-    """The names withheld from tools here, and the profile's pass-through list (none when the
-    profile does not load: ``run`` says why)."""
+    """The names withheld from tools here, and the profile's pass-through list (none when it does not load)."""
     try:
         passes = list(load_profile(profile or "default").tool_environment.pass_through)
     except (ProfileError, UsageError, OSError):

@@ -38,8 +38,7 @@ def markdown(text: str) -> Any:
 
 
 def progress_bar() -> Any:
-    """The progress bar of ``ctxagent batch`` on a terminal (done / total, the tally, time), on stderr;
-    results go to stdout, whole, so it redirects neither stream."""
+    """The progress bar of ``ctxagent batch`` on stderr (results go to stdout: it redirects neither stream)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),

@@ -89,8 +89,7 @@ def _rows(nxt: NextRequest) -> list[tuple[str, ...]]:
 
 
 def _notes(nxt: NextRequest, budget: dict[str, int | float], rule: str, parts: dict[str, int]) -> list[str]:
-    """The lines after the table: the cached prefix, the budget, the request by category (as
-    ``ctxagent report`` shows the last one), the rule, lessons, compactions."""
+    """The lines after the table: the cached prefix, the budget, the categories, the rule, lessons, compactions."""
     from ctxagent.agent.breakdown import lines as category_lines
 
     same_tokens = sum(e.tokens for e in nxt.view[:nxt.same])
@@ -115,9 +114,8 @@ def _notes(nxt: NextRequest, budget: dict[str, int | float], rule: str, parts: d
 
 
 def _recorded(recorded: list[Any], counts: dict[str, int]) -> list[str]:
-    """One line per compaction in ``recorded`` (the session's newest: the state keeps
-    ``state.RECENT_COMPACTIONS``), after a count per strategy (``counts``) when the session recorded
-    more (a 500-turn session records thousands: mostly masks of old results)."""
+    """One line per compaction in ``recorded`` (the newest), after a count per strategy (``counts``) when
+    the session recorded more (a 500-turn session records thousands: mostly masks of old results)."""
     lines = []
     total = sum(counts.values())
     if total > len(recorded):

@@ -15,8 +15,7 @@ from ctxagent.sessions.outcome import Usage
 
 
 def escape(text: str) -> str:
-    """rich's markup escape, imported when a transcript is shown (``inspect context`` into a pipe
-    never loads rich)."""
+    """rich's markup escape, imported only when a transcript is shown."""
     from ctxagent.cli.console import escape as rich_escape
 
     return rich_escape(text)
@@ -51,8 +50,7 @@ def _message(rec: Any) -> str:
 
 
 def _output(rec: Any) -> str:
-    """An output record: a tool's offloaded output, or (no tool) the original of a result a compaction
-    cut, kept so its handle resolves (``from :`` was printed for those)."""
+    """An output record: a tool's offloaded output, or (no tool) a result a compaction cut, kept for its handle."""
     source = f"from {rec.tool}" if rec.tool else f"(result {rec.call_id}, kept when a compaction cut it)"
     return (f"      [magenta]output[/magenta] {rec.handle} {escape(source)}: {rec.bytes} bytes, "
             f"{rec.lines} lines, {rec.tokens} tokens -> {escape(rec.path)}")
@@ -127,8 +125,7 @@ def _usd(cost: float | None) -> str:
 
 
 def _spend_lines(items: list[Any]) -> list[str]:
-    """Spend per run (the records up to each end record) and for the session: model calls, input
-    tokens (cached), output tokens, US dollars, seconds."""
+    """Spend per run (the records up to each end record) and for the session."""
     runs: list[list[Any]] = [[]]
     for rec in items:
         if isinstance(rec, records.UsageRecord | records.EndRecord):

@@ -28,13 +28,12 @@ def _waiting(timeout_s: float = 0.03) -> bool:
         return False
 
 
-QUIT_WINDOW_S = 2.0
-"""A second Ctrl-C within this many seconds of the first quits the session (the first cancels the turn)."""
+QUIT_WINDOW_S = 2.0  # seconds: a second Ctrl-C within them quits the session (the first cancels the turn)
 
 
 class InteractiveRenderer:
-    """People: rich output, a spinner while the model works, a prompt after each answer.
-    ``quiet``: the answers alone (no session line, no progress lines; errors and warnings still said)."""
+    """People: rich output, a spinner while the model works, a prompt after each answer. ``quiet``: the
+    answers alone (errors and warnings still said)."""
 
     def __init__(self, quiet: bool = False) -> None:
         self.out = Console()

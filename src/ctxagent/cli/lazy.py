@@ -75,9 +75,8 @@ class LazyGroup(TyperGroup):
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: Any) -> Any:
-        """Run the command; a reader that closed stdout (``ctxagent run ... | head``) raises
-        :class:`~ctxagent.cli.process.StdoutClosed`, not ``BrokenPipeError``: typer's main turns an
-        EPIPE into exit 1, the code of a real failure (cli.invoke gives it 141, SIGPIPE's)."""
+        """Run the command; a closed stdout raises :class:`StdoutClosed` (exit 141), not ``BrokenPipeError``,
+        which typer's main turns into exit 1, the code of a real failure."""
         try:
             return super().invoke(ctx)
         except BrokenPipeError as err:
@@ -86,8 +85,7 @@ class LazyGroup(TyperGroup):
             raise StdoutClosed() from err
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
-        """The "Commands" section of ``--help``, from the summaries (no command module imported): each
-        shortened as click shortens a command's help (``Command.get_short_help_str``)."""
+        """The "Commands" section of ``--help`` from the summaries, shortened as click shortens a help."""
         names = self.list_commands(ctx)
         if not names:
             return

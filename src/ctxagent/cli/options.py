@@ -27,8 +27,7 @@ STORE_ENV = "CTXAGENT_STORE"  # read here, at the command line's edge, and passe
 
 
 def use_store(url: str | None) -> str | None:
-    """The session store of a command: ``--store URL``, else ``$CTXAGENT_STORE``, else None (local
-    disk); trailing slashes dropped. Raises ``typer.BadParameter`` for a blank ``--store``."""
+    """``--store URL``, else ``$CTXAGENT_STORE``, else None (local disk); ``typer.BadParameter`` when blank."""
     if url is not None and not url.strip():
         raise typer.BadParameter("give a URL, e.g. s3://bucket/prefix or file:///srv/ctxagent")
     url = url if url is not None else os.environ.get(STORE_ENV, "")
@@ -115,8 +114,7 @@ class RunOptions:
     store: StoreOpt = None
 
     def is_batch(self) -> bool:
-        """The batch path: ``--batch``, ``json`` output, or stdin not a terminal (``stream-json`` with
-        a terminal on stdin is interactive: events on stdout, messages read from the terminal)."""
+        """The batch path: ``--batch``, ``json`` output, or stdin not a terminal."""
         return self.batch or self.format() == "json" or not sys.stdin.isatty()
 
     def format(self) -> str:
@@ -186,8 +184,8 @@ def keep_store(ctx: typer.Context, store: StoreOpt = None) -> None:
 
 
 def pick(name: str | None, store_url: str | None = None) -> Session:
-    """The named session, or the most recent one, on local disk or in the session store at
-    ``store_url``; ``UsageError`` if there is none. With a store, the cache is brought up to it first."""
+    """The named session, or the most recent one, brought up to the store at ``store_url`` if any;
+    ``UsageError`` if there is none."""
     return (Session.at(name, store_url) if name else latest_session(store_url)).pull().require()
 
 

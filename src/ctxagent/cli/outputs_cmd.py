@@ -60,8 +60,7 @@ def show(store: OutputStore, ref: Ref) -> Shown:
 
 
 def write_value(shown: Shown, target: Path) -> int:
-    """Write a shown value to ``target`` faithfully; returns the bytes written. Creates no folder.
-    Raises ``OSError`` (a missing folder too)."""
+    """Write a shown value to ``target`` faithfully (no folder created); the bytes written. Raises ``OSError``."""
     if not shown.ref.parts:
         shutil.copyfile(shown.path, target)  # exactly as stored (JSON is stored pretty-printed)
     elif values.is_ndarray(shown.value):
@@ -95,14 +94,10 @@ class Delivered:
 
 
 def deliver(store: OutputStore, answer: str, output: Path | None = None) -> Delivered:
-    """Resolve the handles of a final answer.
-
-    An answer that is exactly one handle becomes that value (text as is, JSON pretty); an answer
-    that contains handles gets each known one replaced by its value (JSON on one line when short).
-    Binary values are left as handles, with a note. With ``output``, the value (an answer that
-    is one handle) or the resolved text is written there instead; the printed text is then the
-    answer as the model wrote it. Unknown handles are left as written, with a note.
-    """
+    """Resolve the handles of a final answer: an answer that is one handle becomes its value (text as is,
+    JSON pretty), an answer that contains handles gets each replaced by its value (short JSON on one line).
+    Binary values and unknown handles stay as written, with a note. With ``output``, what would be
+    printed is written there instead, and the answer is printed as the model wrote it."""
     result = Delivered(answer)
     whole = answer.strip()
     found = [whole] if _is_one_handle(whole) else values.handles_in(answer)

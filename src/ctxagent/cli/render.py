@@ -136,8 +136,7 @@ class Renderer(Protocol):
     def finish(self, result: dict[str, Any]) -> None: ...
 
     def goes_on(self, err: BaseException) -> bool:
-        """After ``err`` ended a turn (Ctrl-C, ``--max-turns``): True when the session goes on to the
-        next prompt (said to the user), False when it ends with ``err``."""
+        """After ``err`` (Ctrl-C, ``--max-turns``) ended a turn: whether the session goes on to the next prompt."""
         ...
 
     def learning(self, asks_model: bool) -> AbstractContextManager[None]:

@@ -56,8 +56,8 @@ def report(
 
 
 def render(data: Timeline, parts: dict[str, int], window: int, reserved: int) -> str:
-    """The page (see the module docstring): ``parts`` is the last request by category (empty: no
-    request yet), ``window`` and ``reserved`` the session's window and reply reserve now (tokens)."""
+    """The page: ``parts`` is the last request by category (empty: none yet), ``window`` and ``reserved``
+    the session's window and reply reserve now (tokens)."""
     title = f"ctxagent report: session {data.session}"
     cost = "no price known" if data.cost_usd is None else f"${data.cost_usd:,.4f}"
     sections = [
@@ -137,8 +137,7 @@ def _chart(data: Timeline, scale: int, chart_id: str) -> str:
 
 
 def _zoomed(data: Timeline, window: int) -> list[str]:
-    """The chart again at the scale of the largest prompt, when that is under half the window (else
-    the first chart shows the bars well enough)."""
+    """The chart again at the scale of the largest prompt, when that is under half the window."""
     largest = max([1, *(r.prompt for r in data.requests)])
     if largest * 2 > window:
         return []

@@ -69,13 +69,9 @@ def _session(name: str | None, store_url: str | None) -> Session:
 
 
 def execute(session: Session, message: str | None, opts: RunOptions, stdin: str | None = None) -> None:
-    """Open ``session``, run it (and, interactively, keep prompting), exit with the right code.
-    ``stdin``: piped text attached to the first message (offloaded under ``@stdin`` when large).
-
-    An answer that is or contains handles is printed with their values (see ``outputs_cmd.deliver``).
-    Lessons are learned after the answer is shown (batch: printed; interactive: when the session
-    ends), never before it: with an LLM lessons step that is a model call.
-    """
+    """Open ``session``, run it (interactively, keep prompting), exit with the right code. ``stdin``: piped
+    text attached to the first message. Lessons are learned after the answer was shown, never before it:
+    with an LLM lessons step that is a model call."""
     batch = opts.is_batch()
     renderer = _renderer(opts.format(), batch, quiet=opts.quiet)
     result: dict[str, Any] = {"session": session.name, "status": "error", "answer": None, "turns": 0}

@@ -218,9 +218,8 @@ SKIPPED = (".lock", ".spool-*", ".store.json", ".list-cache.json", "*.tmp")  # a
 
 
 def _copy(source: Path, session: Session) -> None:
-    """Copy a session folder to ``session``'s: every file but :data:`SKIPPED`; each transcript cut after
-    its last newline (a line being appended is not copied half). The folder is claimed first (``mkdir``
-    fails when another fork took the name) and made owner-only, as sessions are."""
+    """Copy a session folder to ``session``'s (claimed first, owner-only): every file but :data:`SKIPPED`,
+    each transcript cut after its last newline (a line being appended is not copied half)."""
     target = session.root
     try:
         target.mkdir(mode=0o700)

@@ -113,8 +113,7 @@ def show_lines(found: dict[str, Any]) -> list[str]:
 
 
 def jsonl(session: Session) -> Iterator[str]:
-    """The transcript's readable records, one JSON object per line, oldest first (as
-    ``inspect transcript --json``; a damaged line is set aside with a warning)."""
+    """The transcript's readable records, one JSON object per line, oldest first."""
     from ctxagent.sessions import records
 
     for record in session.transcript.records():
@@ -122,9 +121,8 @@ def jsonl(session: Session) -> Iterator[str]:
 
 
 def openai_messages(session: Session) -> str:
-    """The messages the next request of ``session`` would send (its current view: compactions
-    applied), as the OpenAI chat wire carries them, as one indented JSON array. No model call.
-    Raises ``UsageError``/``ProfileError`` as :func:`ctxagent.agent.peek.next_request`."""
+    """The messages the next request of ``session`` would send, as an indented JSON array of OpenAI chat
+    messages. No model call; raises as :func:`ctxagent.agent.peek.next_request`."""
     from ctxagent.agent.peek import next_request
     from ctxagent.agent.replies import wire_message
 
@@ -133,8 +131,7 @@ def openai_messages(session: Session) -> str:
 
 
 def markdown(session: Session) -> Iterator[str]:
-    """A readable transcript in Markdown: the settings, then every message (tool calls and results
-    in fenced blocks, with their handles), compactions and run ends where they happened."""
+    """A readable transcript in Markdown: the settings, then every message, compaction and run end."""
     from ctxagent.sessions import records
 
     names: dict[str, str] = {}  # call id -> tool name

@@ -36,8 +36,7 @@ def wait_s() -> float:
 
 
 def piped() -> bytes | None:
-    """The bytes piped into stdin that are ours to read (see the module docstring), or None: stdin
-    is a terminal, closed, an idle pipe, or a file somebody else is reading."""
+    """The bytes piped into stdin that are ours to read (see the module docstring), or None."""
     try:
         fd = sys.stdin.fileno()
         mode = os.fstat(fd).st_mode
@@ -56,8 +55,7 @@ def piped() -> bytes | None:
 
 
 def _from_file(fd: int) -> bytes | None:
-    """A redirected file, read from its start; None when it was read from before (its offset is not
-    0: a ``while read`` loop's file, whose next lines are the loop's)."""
+    """A redirected file, read from its start; None when it was read from before (a ``while read`` loop's)."""
     try:
         if os.lseek(fd, 0, os.SEEK_CUR) != 0:
             return None

@@ -59,9 +59,8 @@ def event_of(event: Event) -> list[dict[str, Any]]:
 
 
 class StreamRenderer(BatchRenderer):
-    """Programs reading events: JSON lines on stdout, progress on stderr. ``interactive``: after each
-    answer the next message is read from stdin (a terminal; the prompt on stderr), and emitted as a
-    ``user_message`` item; an empty line or end of input ends the run."""
+    """Programs reading events: JSON lines on stdout, progress on stderr. ``interactive``: after each answer
+    the next message is read from the terminal and emitted as a ``user_message`` item."""
 
     def __init__(self, interactive: bool = False, quiet: bool = False) -> None:
         super().__init__(json_out=True, quiet=quiet)
@@ -80,8 +79,7 @@ class StreamRenderer(BatchRenderer):
         return text
 
     def _emit(self, data: dict[str, Any]) -> None:
-        """One event on stdout, every string in it redacted as the transcript is (stdout ends up in
-        CI logs and other programs: what ctxagent prints is redacted as what it writes)."""
+        """One event on stdout, every string in it redacted as the transcript is."""
         print(json.dumps(default().value(data), ensure_ascii=False), flush=True)
 
     def start(self, session: Session, runner: Any) -> None:

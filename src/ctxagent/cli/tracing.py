@@ -46,8 +46,7 @@ def make_provider() -> Any:
 
 
 class Tracing:
-    """Turns a run's events into spans of a tracer of ``provider`` (see the module docstring), flushed
-    when the run ends."""
+    """Turns a run's events into spans of ``provider``'s tracer, flushed when the run ends."""
 
     def __init__(self, provider: Any, *, content: bool | None = None):
         self.provider = provider
