@@ -102,8 +102,7 @@ def _invoke(args: list[str]) -> int:
             err.show()
         else:
             print(f"ctxagent: error: {err}", file=sys.stderr)
-        message = err.format_message() if hasattr(err, "format_message") else str(err)
-        return _fail(args, getattr(err, "exit_code", 2), "usage_error", message)
+        return _fail(args, getattr(err, "exit_code", 2), "usage_error", err.format_message())
     except typer.Abort:
         print("Aborted!", file=sys.stderr)
         return 1

@@ -6,8 +6,7 @@ from __future__ import annotations
 import select
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -110,13 +109,8 @@ class InteractiveRenderer:
         self._interrupted_at = now
         return last is not None and now - last < QUIT_WINDOW_S
 
-    @contextmanager
-    def learning(self, asks_model: bool) -> Iterator[None]:
-        if not asks_model:
-            yield
-            return
-        with self.out.status("learning lessons from this session (Ctrl-C skips)"):
-            yield
+    def learning(self, asks_model: bool) -> AbstractContextManager[object]:
+        return self.out.status("learning lessons from this session (Ctrl-C skips)") if asks_model else nullcontext()
 
     def ask(self) -> str | None:
         """The next message: one line; a paste keeps all its lines (lines already waiting on stdin

@@ -87,8 +87,6 @@ class LazyGroup(TyperGroup):
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         """The "Commands" section of ``--help`` from the summaries, shortened as click shortens a help."""
         names = self.list_commands(ctx)
-        if not names:
-            return
         limit = formatter.width - 6 - max(len(n) for n in names)
         rows = [(n, TyperCommand(n, help=self._summary(n)).get_short_help_str(limit)) for n in names]
         with formatter.section("Commands"):

@@ -139,7 +139,7 @@ class Renderer(Protocol):
         """After ``err`` (Ctrl-C, ``--max-turns``) ended a turn: whether the session goes on to the next prompt."""
         ...
 
-    def learning(self, asks_model: bool) -> AbstractContextManager[None]:
+    def learning(self, asks_model: bool) -> AbstractContextManager[object]:
         """A status shown while lessons are learned (``asks_model``: a model call is part of it)."""
         ...
 

@@ -79,7 +79,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
     runner = None
     shown = False  # the result was printed (inside the writer lock, before lessons were learned)
     started = time.monotonic()
-    trace = tracing.Tracing(tracing.make_provider()) if tracing.enabled() else None
+    trace = tracing.Tracing(tracing.make_provider() if tracing.enabled() else None)
     existed = session.root.exists()
     try:
         opts = _with_defaults(opts, existed)
@@ -92,8 +92,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
             if message is None and runner.needs_input() and not runner.state.users:  # no task recorded
                 raise UsageError(f"session {session.name!r} has nothing left to do; give a new message")
             renderer.start(session, runner)
-            if trace is not None:
-                trace.start(session.name, runner.model_name)
+            trace.start(session.name, runner.model_name)
             _converse(session, runner, renderer, message, opts, trace, batch)
             result.update(status="answered", answer=renderer.answer)
             if batch:  # the answer first, then the lessons (still holding the lock: they append notes)
@@ -127,7 +126,7 @@ def _run_config(opts: RunOptions, batch: bool) -> RunConfig:
 
 
 def _converse(session: Session, runner: Any, renderer: Renderer, message: str | None, opts: RunOptions,
-              trace: Any, batch: bool) -> None:
+              trace: tracing.Tracing, batch: bool) -> None:
     """The turn of ``message``; interactively, then a turn per message typed until the session ends."""
     while True:
         if _turn(session, runner, renderer, message, opts, trace) and not batch:
@@ -138,14 +137,13 @@ def _converse(session: Session, runner: Any, renderer: Renderer, message: str | 
 
 
 def _turn(session: Session, runner: Any, renderer: Renderer, message: str | None, opts: RunOptions,
-          trace: Any) -> bool:
+          trace: tracing.Tracing) -> bool:
     """Run one turn, rendering its events; True when it answered. Interactively, a first Ctrl-C and
     ``--max-turns`` end the turn, not the session (:meth:`Renderer.goes_on`)."""
     try:
         for event in _events(session, runner, message, opts.max_turns):
             renderer.event(event)
-            if trace is not None:
-                trace.event(event)
+            trace.event(event)
         return True
     except KeyboardInterrupt as err:
         if not renderer.goes_on(err):
@@ -170,7 +168,7 @@ def _learn(runner: Any, renderer: Renderer) -> None:
 
 
 def _report(session: Session, runner: Any, renderer: Renderer, result: dict[str, Any], code: int, opts: RunOptions,
-            started: float, trace: Any) -> int:
+            started: float, trace: tracing.Tracing) -> int:
     """Complete ``result`` (spend, delivered handles, ``is_error``), print it, return the exit code."""
     batch = opts.is_batch()
     if runner is not None:
@@ -179,8 +177,7 @@ def _report(session: Session, runner: Any, renderer: Renderer, result: dict[str,
         code = _deliver(session, renderer.answer, opts.output, result, opts.format() != "text")
     result.update({key: mend(result[key]) for key in ("answer", "error") if isinstance(result.get(key), str)})
     result["is_error"] = code != 0
-    if trace is not None:
-        trace.finish(result)
+    trace.finish(result)
     if code == 129:  # the terminal is gone: what cannot be shown is dropped, the exit code stays
         _quietly(renderer.finish, result)
     else:

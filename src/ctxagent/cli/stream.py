@@ -32,15 +32,14 @@ def event_of(event: Event) -> list[dict[str, Any]]:
                  "context_window": event.window, "messages": event.messages, "same_prefix": event.same}]
     if isinstance(event, Replied):
         reply, usage = event.reply, event.reply.usage
-        out: list[dict[str, Any]] = [{"type": "item.completed", "item": {
+        return [{"type": "item.completed", "item": {
             "type": "assistant_message", "turn": event.turn, **_cut(reply.content or ""),
             "tool_calls": [{"id": c.id, "name": c.name, "arguments": _cut(c.arguments)["text"]}
-                           for c in reply.tool_calls]}}]
-        out.append({"type": "turn.completed", "turn": event.turn, "finish_reason": reply.finish_reason,
-                    "usage": None if usage is None else {
-                        "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-                        "cached_tokens": usage.cached_tokens, "cost_usd": usage.cost_usd}})
-        return out
+                           for c in reply.tool_calls]}},
+                {"type": "turn.completed", "turn": event.turn, "finish_reason": reply.finish_reason,
+                 "usage": None if usage is None else {
+                     "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                     "cached_tokens": usage.cached_tokens, "cost_usd": usage.cost_usd}}]
     if isinstance(event, ToolStarted):
         return [{"type": "item.started", "item": {"type": "tool_call", "id": event.call.id, "name": event.call.name}}]
     if isinstance(event, ToolDone):

@@ -46,17 +46,20 @@ def make_provider() -> Any:
 
 
 class Tracing:
-    """Turns a run's events into spans of ``provider``'s tracer, flushed when the run ends."""
+    """Turns a run's events into spans of ``provider``'s tracer, flushed when the run ends; with no
+    provider (tracing off), does nothing."""
 
-    def __init__(self, provider: Any, *, content: bool | None = None):
+    def __init__(self, provider: Any = None):
         self.provider = provider
-        self.tracer = provider.get_tracer("ctxagent")
-        self.content = os.environ.get("CTXAGENT_OTEL_CONTENT") == "1" if content is None else content
+        self.content = os.environ.get("CTXAGENT_OTEL_CONTENT") == "1"
         self.run: Any = None
         self.chat: Any = None
         self.tools: dict[str, Any] = {}
 
     def start(self, session: str, model: str) -> None:
+        if self.provider is None:
+            return
+        self.tracer = self.provider.get_tracer("ctxagent")
         self.run = self.tracer.start_span("invoke_agent ctxagent", attributes={
             "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "ctxagent",
             "gen_ai.conversation.id": session, "gen_ai.request.model": model, "gen_ai.provider.name": _provider(model)})
