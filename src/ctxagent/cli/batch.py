@@ -1,9 +1,11 @@
-"""``ctxagent batch TASKS.jsonl``: many sessions at once, idempotent and resumable (docs/batch.md).
+"""``ctxagent batch TASKS.jsonl``: many sessions at once, idempotent and resumable (docs/batch.md); and
+``ctxagent worker``: one machine's share of a Temporal cluster's sessions.
 
 Every task runs as its own ``ctxagent run --batch --json`` process (batch/pool.py), ``--workers`` at a
 time, or on the ``ctxagent worker`` processes of a Temporal cluster (``--backend temporal``). stdout:
 one JSON object per task as it ends; stderr: progress and a summary. Exit status: 0 every task
-answered; 3 the others were stopped by a limit; 130 interrupted; 1 otherwise.
+answered; 3 the others were stopped by a limit; 130 interrupted; 1 otherwise. temporalio is imported
+only when a command uses it; a missing extra is a usage error that says what to install.
 """
 
 from __future__ import annotations
@@ -19,14 +21,23 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxagent.cli.options import RunOptions, with_run_options
-from ctxagent.cli.worker_cmd import AddressOpt, NamespaceOpt, TaskQueueOpt, require_temporal
+from ctxagent.cli.options import RunOptions, use_store, with_run_options
 from ctxagent.errors import UsageError
 
 
 class Backend(StrEnum):
     pool = "pool"
     temporal = "temporal"
+
+
+class Cluster(StrEnum):
+    temporal = "temporal"
+
+
+AddressOpt = Annotated[str, typer.Option("--address", envvar="CTXAGENT_TEMPORAL_ADDRESS",
+                                         help="The Temporal server (frontend), HOST:PORT.")]
+TaskQueueOpt = Annotated[str, typer.Option("--task-queue", help="The Temporal task queue the sessions go through.")]
+NamespaceOpt = Annotated[str, typer.Option("--namespace", help="The Temporal namespace.")]
 
 
 OPTIONS = ("model", "profile", "api_base", "max_turns", "allow", "allow_all", "context_window", "timeout",
@@ -112,3 +123,31 @@ def _summary(tally: Any, interrupted: bool) -> None:
     if tally.statuses:
         print("ctxagent batch: by status: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.statuses.items())),
               file=sys.stderr)
+
+
+def worker(
+    backend: Annotated[Cluster, typer.Option("--backend", help="The cluster engine (only temporal for now).")]
+    = Cluster.temporal,
+    address: AddressOpt = "localhost:7233",
+    task_queue: TaskQueueOpt = "ctxagent",
+    namespace: NamespaceOpt = "default",
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, max=256,
+                                             help="Sessions this worker runs at once (each a ctxagent process).")] = 2,
+    store: Annotated[str | None, typer.Option(
+        "--store", callback=use_store, help="Where the sessions live (an fsspec URL): every worker of a cluster "
+                        "needs the same one. Default: $CTXAGENT_STORE, else this machine's data folder.")] = None,
+) -> None:
+    """Run the sessions that `ctxagent batch --backend temporal` submits, until SIGTERM or Ctrl-C
+    (the running sessions then resume on another worker)."""
+    require_temporal()
+    from ctxagent.cluster.temporal_worker import serve
+
+    serve(address, namespace, task_queue, concurrency, store)
+
+
+def require_temporal() -> None:
+    """Raises ``UsageError`` when the ``temporal`` extra (temporalio) is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("temporalio") is None:
+        raise UsageError("the temporal backend needs the temporalio package: pip install 'ctxagent[temporal]'")

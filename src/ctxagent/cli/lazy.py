@@ -44,7 +44,7 @@ COMMANDS: dict[str, Lazy] = {
     "batch": Lazy("ctxagent.cli.batch", "batch",
                   "Run every task of a JSONL file, each in its own session, several at once (docs/batch.md). "
                   "Answered sessions are skipped on a re-run; the others resume."),
-    "worker": Lazy("ctxagent.cli.worker_cmd", "worker",
+    "worker": Lazy("ctxagent.cli.batch", "worker",
                    "Run the sessions that `ctxagent batch --backend temporal` submits, until SIGTERM or Ctrl-C "
                    "(the running sessions then resume on another worker)."),
     "inspect": Lazy("ctxagent.cli.inspect", "app", "Look inside a session without changing it."),
