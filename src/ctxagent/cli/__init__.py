@@ -26,7 +26,6 @@ from ctxagent.tools.clean import mend
 
 app = typer.Typer(
     name="ctxagent",
-    help="An agent runner that keeps its context: transcripts, compaction strategies, tool output offloading.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion (typer's, for bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
