@@ -60,13 +60,12 @@ class InteractiveRenderer:
             self.status = None
 
     def event(self, event: Event) -> None:
+        self._stop_spinner()
         if isinstance(event, Requesting):
-            self._stop_spinner()
             self.status = self.out.status(f"turn {event.turn} · {event.prompt:,} prompt tokens + {event.reserved:,} "
                                           f"reserved for the reply · window {event.window:,}")
             self.status.start()
             return
-        self._stop_spinner()
         if isinstance(event, ToolStarted):  # a live status: elapsed time, output so far
             status = self.status = self.out.status(f"running {escape(event.call.name)}")
             status.start()

@@ -69,22 +69,23 @@ def list_(json_out: JsonOpt = False) -> None:
     if not lessons:
         print(f"no lessons yet ({store.root})", file=sys.stderr)
         return
-    from ctxagent.cli.console import Console, Table, escape
     from ctxagent.lessons.model import Scope
 
+    rows = [[x.id, Scope(x.scope).describe(), x.kind, f"{x.confidence:.2f}", f"+{x.confirmations}/-{x.contradictions}"]
+            for x in lessons]
     if not sys.stdout.isatty():  # a pipe: tab-separated lines, every column whole (the id is what you need)
-        for x in lessons:
-            print("\t".join([x.id, Scope(x.scope).describe(), x.kind, f"{x.confidence:.2f}",
-                             f"+{x.confirmations}/-{x.contradictions}", one_line(x.rule, 200)]))
+        for row, x in zip(rows, lessons, strict=True):
+            print("\t".join([*row, one_line(x.rule, 200)]))
         return
+    from ctxagent.cli.console import Console, Table, escape
+
     table = Table("id", "scope", "kind", "conf", "+/-")
     for column in table.columns:
         column.no_wrap, column.min_width = True, len(str(column.header))
     table.columns[0].min_width = max(len(x.id) for x in lessons)  # the id is what show/forget/edit take
     table.add_column("rule", no_wrap=True, overflow="ellipsis")
-    for x in lessons:
-        table.add_row(x.id, escape(Scope(x.scope).describe()), x.kind, f"{x.confidence:.2f}",
-                      f"+{x.confirmations}/-{x.contradictions}", escape(one_line(x.rule, 100)))
+    for row, x in zip(rows, lessons, strict=True):
+        table.add_row(*map(escape, row), escape(one_line(x.rule, 100)))
     Console(highlight=False, soft_wrap=True).print(table)
 
 
