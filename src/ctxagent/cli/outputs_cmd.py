@@ -32,9 +32,6 @@ OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write th
                                                 "arrays as .npy, JSON pretty-printed).")]
 
 
-# --- showing one value ---------------------------------------------------------------------------
-
-
 @dataclass
 class Shown:
     """A value ready for the terminal: ``text`` (None when binary), the value, what it is."""
@@ -78,9 +75,6 @@ def write_value(shown: Shown, target: Path) -> int:
 def _binary_note(shown: Shown) -> str:
     what = values.describe(shown.value) if values.is_ndarray(shown.value) else f"{len(shown.value):,} bytes"
     return f"{shown.ref} is binary ({what}): not printed; write it with --output FILE"
-
-
-# --- answers by handle ----------------------------------------------------------------------------
 
 
 @dataclass
@@ -145,9 +139,6 @@ def _inline(shown: Shown) -> str:
         return shown.value
     compact = values.json_text(shown.value)
     return compact if len(compact) <= INLINE_JSON_CHARS else "\n" + (shown.text or compact) + "\n"
-
-
-# --- inspect outputs / inspect output -----------------------------------------------------------------
 
 
 def outputs(ctx: typer.Context, session: SessionOpt = None,

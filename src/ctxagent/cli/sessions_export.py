@@ -109,9 +109,6 @@ def show_lines(found: dict[str, Any]) -> list[str]:
     return [f"{label:<15}{value}" for label, value in rows]
 
 
-# ------------------------------------------------------------------------------------------ export
-
-
 def jsonl(session: Session) -> Iterator[str]:
     """The transcript's readable records, one JSON object per line, oldest first."""
     from ctxagent.sessions import records
