@@ -134,7 +134,7 @@ def _spend_lines(items: list[Any]) -> list[str]:
             runs.append([])
     runs = [r for r in runs if r]
     lines = [f"[bold]spend[/bold] run {n}: {_spent(run)}" for n, run in enumerate(runs, 1)]
-    return [*lines, f"[bold]spend[/bold] session: {_spent([r for run in runs for r in run])}"] if runs else []
+    return [*lines, f"[bold]spend[/bold] session: {_spent(items)}"] if runs else []
 
 
 def _spent(recs: list[Any]) -> str:
@@ -153,9 +153,7 @@ def _tree(session: Any, depth: int = 1) -> list[str]:
     """The sub-agent sessions under ``session``, indented by depth, each with its status and spend."""
     lines = []
     for child in session.children():
-        recs = child.transcript.load()
-        lines.append(f"{'  ' * depth}[bold]sub-agent[/bold] {escape(child.name)}: "
-                     f"{_spent([r for r in recs if isinstance(r, records.UsageRecord | records.EndRecord)])}")
+        lines.append(f"{'  ' * depth}[bold]sub-agent[/bold] {escape(child.name)}: {_spent(child.transcript.load())}")
         lines.extend(_tree(child, depth + 1))
     return lines
 

@@ -108,11 +108,9 @@ def _markdown(lesson: Lesson, store: LessonStore) -> str:
              f"- confidence {lesson.confidence:.2f} (prior {lesson.prior:.2f}, +{lesson.confirmations} "
              f"confirmed, -{lesson.contradictions} contradicted); updated {when}",
              f"- file: {store.path(Scope(lesson.scope))}"]
-    for e in lesson.evidence:
-        lines.append(f"- evidence: session {e.session}, records #{', #'.join(map(str, e.seqs))}"
-                     + (f" ({e.note})" if e.note else ""))
-    for v in lesson.votes:
-        lines.append(f"- {v.verdict} by session {v.session}, records #{', #'.join(map(str, v.seqs))}")
+    lines += [f"- evidence: session {e.session}, records #{', #'.join(map(str, e.seqs))}"
+              + (f" ({e.note})" if e.note else "") for e in lesson.evidence]
+    lines += [f"- {v.verdict} by session {v.session}, records #{', #'.join(map(str, v.seqs))}" for v in lesson.votes]
     return "\n".join(lines)
 
 
