@@ -130,12 +130,10 @@ class RunOptions:
         """The run limits the command line sets (``--max-*``), by profile key."""
         from ctxagent.agent.budgets import FLAGS, check_limit  # imports no litellm
 
-        given = {"max_input_tokens": self.max_input_tokens, "max_output_tokens_total": self.max_output_tokens_total,
-                 "max_cost_usd": self.max_cost_usd, "max_wall_s": self.max_wall_s}
+        given: dict[str, float] = {key: value for key in FLAGS if (value := getattr(self, key)) is not None}
         for key, value in given.items():
-            if value is not None:
-                check_limit(f"{FLAGS[key]} {value}", key, value)
-        return {k: v for k, v in given.items() if v is not None}
+            check_limit(f"{FLAGS[key]} {value}", key, value)
+        return given
 
     def session_limits(self) -> dict[str, float | None]:
         """The session limits ``--session-limit`` sets. Raises ``UsageError`` for a bad item."""

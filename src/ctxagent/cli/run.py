@@ -212,8 +212,7 @@ def _with_defaults(opts: RunOptions, existed: bool) -> RunOptions:
     """``opts`` with what the command line left unset taken from configuration (cli/config.py); for a
     session that exists only ``allow`` (it keeps what it recorded)."""
     start = opts.workdir.resolve() if opts.workdir else None
-    given = {"model": opts.model, "profile": opts.profile, "api_base": opts.api_base,
-             "context_window": opts.context_window, "allow": opts.allow}
+    given = {key: getattr(opts, key) for key in config.KEYS}
     values = config.effective(given, start=start)
     note = config.untrusted_note(start)
     if note and any(v is None for v in given.values()):

@@ -153,14 +153,12 @@ def markdown(session: Session) -> Iterator[str]:
 def _message(record: records.MessageRecord, names: dict[str, str]) -> str:
     msg = record.message
     role = str(msg.get("role", "?"))
-    head = f"## {role} · turn {record.turn} · #{record.seq} · {record.tokens} tokens"
-    parts = [head]
+    parts = [f"## {role} · turn {record.turn} · #{record.seq} · {record.tokens} tokens"]
     if role == "tool":
         call_id = str(msg.get("tool_call_id", ""))
         handle = f", {record.handle}" + (" (offloaded)" if record.offloaded else "") if record.handle else ""
-        parts[0] = f"{head}\n\nresult of `{names.get(call_id, '?')}` ({call_id}{handle})"
-        parts.append(_fence(_text(msg.get("content"))))
-    elif role == "system":
+        parts.append(f"result of `{names.get(call_id, '?')}` ({call_id}{handle})")
+    if role in ("tool", "system"):
         parts.append(_fence(_text(msg.get("content"))))
     elif text := _text(msg.get("content")):
         parts.append(text)
