@@ -126,26 +126,19 @@ class PlainErr:
 
 
 class Renderer(Protocol):
+    """What ``run`` draws the session with (:class:`BatchRenderer`, cli/interactive.py, cli/stream.py)."""
+
     answer: str | None
 
     def start(self, session: Session, runner: Any) -> None: ...
     def event(self, event: Event) -> None: ...
     def ask(self) -> str | None: ...
+    def note(self, text: str) -> None: ...  # progress, not an error
     def error(self, err: CtxagentError) -> None: ...
     def interrupted(self, session: Session) -> None: ...
     def finish(self, result: dict[str, Any]) -> None: ...
-
-    def goes_on(self, err: BaseException) -> bool:
-        """After ``err`` (Ctrl-C, ``--max-turns``) ended a turn: whether the session goes on to the next prompt."""
-        ...
-
-    def learning(self, asks_model: bool) -> AbstractContextManager[object]:
-        """A status shown while lessons are learned (``asks_model``: a model call is part of it)."""
-        ...
-
-    def note(self, text: str) -> None:
-        """Say ``text`` (progress, not an error)."""
-        ...
+    def goes_on(self, err: BaseException) -> bool: ...  # after err (Ctrl-C, --max-turns) ended a turn
+    def learning(self, asks_model: bool) -> AbstractContextManager[object]: ...  # shown while lessons are learned
 
 
 class BatchRenderer:
