@@ -129,7 +129,7 @@ def deliver(store: OutputStore, answer: str, output: Path | None = None) -> Deli
 def _is_one_handle(text: str) -> bool:
     try:
         return values.parse_ref(text) is not None
-    except Exception:
+    except ToolError:
         return False
 
 
