@@ -26,7 +26,6 @@ from ctxagent.tools.clean import mend
 
 app = typer.Typer(
     name="ctxagent",
-    help="An agent runner that keeps its context: transcripts, compaction strategies, tool output offloading.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion (typer's, for bash, zsh, fish, PowerShell)
     pretty_exceptions_enable=False,
@@ -56,31 +55,21 @@ def _root(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: run the app on ``argv`` (default: the process's arguments); a
-    ctxagent error prints one line and sets the exit code. Never returns: the process ends.
+    """Console-script entry point: :func:`invoke` on ``argv`` (default: the process's arguments), then
+    end the process with its exit code. SIGTERM and SIGHUP (exit 129) end a run like Ctrl-C: an
+    interrupted end record is written and the session stays resumable.
 
-    SIGTERM (CI timeouts, ``timeout``, service managers) ends a run like Ctrl-C, and so does SIGHUP
-    (the terminal closed; exit 129): the shell tool kills its process group, an interrupted end
-    record is written and the session stays resumable. Warnings print as one ``ctxagent: warning:``
-    line on stderr. With ``--json``, an error that ends the command before it printed its object
-    (a usage error, a bad session name, an unknown session) prints one (:func:`failure_json`).
-
-    The process ends with the interpreter's own teardown (``atexit`` handlers run: MCP servers
-    close), after ``gc.freeze()``: the teardown's garbage collections walk every object still alive,
-    and a fold of a long session leaves hundreds of thousands (a 10,000-message session's cold
-    ``inspect context`` spent 0.46-0.78 s after its output in teardown here, 0.26-0.36 s frozen).
-    Except in a process that loaded temporalio's Rust extension (:data:`TEMPORAL_BRIDGE`): its
-    runtime's threads can call into an interpreter that is finalizing ("Fatal Python error:
-    PyGILState_Release", exit -6 after a complete batch; seen in this suite; temporalio/sdk-python
-    issue 300, open), so that process ends with ``os._exit`` once stdout and stderr are flushed, the
-    workaround users of that SDK apply; its ``atexit`` handlers do not run (the Temporal commands
-    start no MCP server: their sessions run in processes of their own).
+    ``gc.freeze()`` first: the teardown's collections walk every object still alive (a 10,000-message
+    session's cold ``inspect context`` spent 0.46-0.78 s in teardown, 0.26-0.36 s frozen). A process
+    that loaded temporalio's Rust extension ends with ``os._exit`` instead: its threads can call into a
+    finalizing interpreter ("Fatal Python error: PyGILState_Release"; temporalio/sdk-python issue 300),
+    and the Temporal commands start no MCP server whose ``atexit`` handler would be skipped.
     """
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
     code = invoke(sys.argv[1:] if argv is None else argv)
     _flush()
-    if TEMPORAL_BRIDGE in sys.modules:  # see the docstring of main
+    if TEMPORAL_BRIDGE in sys.modules:
         os._exit(code)
     gc.freeze()
     sys.exit(code)
@@ -91,11 +80,9 @@ TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
 
 
 def invoke(args: list[str]) -> int:
-    """Run the command line ``args`` (without the program name) in this process and return its exit
-    code: what :func:`main` does, short of installing signal handlers and ending the process. A
-    ctxagent error, a usage error or an OS error prints its one line (and the ``--json`` object of the
-    failure when asked for) and gives the error's exit code; nothing is raised but ``SystemExit``
-    (a command that calls ``sys.exit``). The tests run most CLI commands through this."""
+    """Run the command line ``args`` (without the program name) in this process; its exit code. A
+    ctxagent, usage or OS error prints one line (and, with ``--json``, the :func:`failure_json` object)
+    and gives the error's exit code; nothing is raised but ``SystemExit``."""
     process.STARTED = time.monotonic()  # a run's wall time counts from here (litellm's import included)
     try:
         return _invoke(args)
@@ -110,9 +97,11 @@ def _invoke(args: list[str]) -> int:
     try:
         code = app(args, prog_name="ctxagent", standalone_mode=False)
     except typer.TyperException as err:  # click's usage errors: bad option, --max-turns 0, ...
-        _show(err)
-        message = err.format_message() if hasattr(err, "format_message") else str(err)
-        return _fail(args, getattr(err, "exit_code", 2), "usage_error", message)
+        if hasattr(err, "show"):  # a click error as click shows it (usage line, hint)
+            err.show()
+        else:
+            print(f"ctxagent: error: {err}", file=sys.stderr)
+        return _fail(args, getattr(err, "exit_code", 2), "usage_error", err.format_message())
     except typer.Abort:
         print("Aborted!", file=sys.stderr)
         return 1
@@ -131,24 +120,14 @@ def _invoke(args: list[str]) -> int:
 
 
 def _flush() -> None:
-    """Flush stdout and stderr before the process ends. A stream whose reader left (``ctxagent ... |
-    head``) is pointed at ``/dev/null``, the recipe of Python's ``signal`` documentation for SIGPIPE:
-    else the interpreter's own flush at exit would fail too, print "Exception ignored" and end with
-    status 120 instead of the command's exit code."""
+    """Flush stdout and stderr. A stream whose reader left is pointed at ``/dev/null`` (the SIGPIPE recipe of
+    Python's ``signal`` docs): else the interpreter's flush at exit fails too and ends with status 120."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):
             with contextlib.suppress(OSError, ValueError):  # not a real file (a test's capture)
                 os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
-
-
-def _show(err: Exception) -> None:
-    """A click error as click shows it (usage line, hint), else as one ``ctxagent: error:`` line."""
-    if hasattr(err, "show"):
-        err.show()
-    else:
-        print(f"ctxagent: error: {err}", file=sys.stderr)
 
 
 def _fail(args: list[str], code: int, status: str, message: str) -> int:
@@ -164,8 +143,8 @@ def _fail(args: list[str], code: int, status: str, message: str) -> int:
 
 
 def wants_json(args: list[str]) -> str | None:
-    """``json`` when ``--json`` or ``--output-format json`` is among the options of the command line
-    ``args`` (before a ``--``), ``stream-json`` for that format, else None."""
+    """``json`` for ``--json`` or ``--output-format json`` among the options of ``args`` (before a ``--``),
+    ``stream-json`` for that format, else None."""
     options = args[: args.index("--")] if "--" in args else args
     for i, arg in enumerate(options):
         value = arg.split("=", 1)[1] if arg.startswith("--output-format=") else \
@@ -176,9 +155,8 @@ def wants_json(args: list[str]) -> str | None:
 
 
 def failure_json(args: list[str], status: str, message: str) -> dict[str, Any]:
-    """The object ``--json`` prints for a command that failed before it could print its own: the
-    shape of ``run``'s (session, status, answer, turns, error, permission_denials), the session as the command line
-    names it (None when it names none), ``is_error`` true."""
+    """The object ``--json`` prints for a command that failed before it could print its own, in the shape
+    of ``run``'s; the session as ``args`` names it (None when they do not)."""
     session = None
     for i, arg in enumerate(args):
         if arg in ("--session", "-s") and i + 1 < len(args):
@@ -201,9 +179,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 class _Warnings:
-    """A command's warnings, each printed once as ``ctxagent: warning: ...`` (redacted). Python's
-    own once-per-place rule printed a damaged transcript line twice on ``resume``: the command and
-    the run read the transcript from two places."""
+    """A command's warnings, each printed once as ``ctxagent: warning: ...`` (redacted): Python's
+    once-per-place rule printed a damaged transcript line twice on ``resume`` (read from two places)."""
 
     def __init__(self) -> None:
         self.shown: set[str] = set()

@@ -1,26 +1,11 @@
-"""``ctxagent batch TASKS.jsonl``: many sessions at once on one machine, idempotent and resumable.
+"""``ctxagent batch TASKS.jsonl``: many sessions at once, idempotent and resumable (docs/batch.md); and
+``ctxagent worker``: one machine's share of a Temporal cluster's sessions.
 
-Each line of the tasks file is one JSON object: ``task`` and, optionally, ``session`` (default
-``STEM-N``: the file's name without its suffix and the 1-based line number, so the same file names
-the same sessions every time), ``workdir``, ``model``, ``profile``, ``api_base``, ``max_turns``,
-``allow`` (text or a list), ``mcp_config``, ``no_lessons``, ``context_window``, ``timeout`` and the
-budgets (``max_input_tokens``, ``max_output_tokens_total``, ``max_cost_usd``, ``max_wall_s``), over
-the command line's options;
-relative paths are relative to the current directory, where every task's process starts.
-Every task runs as its own ``ctxagent run --batch --json`` process (batch/pool.py),
-``--workers`` at a time: a task's crash, bad profile, provider error or budget stop is that task's
-result, never the others'.
-
-stdout: one JSON object per task as it ends: the run's ``--json`` object plus ``line``,
-``exit_code``, ``skipped`` (an answered session reported from its transcript) and ``resumed``.
-stderr: a progress line per task and a summary. Re-running the same command skips answered
-sessions and resumes the rest. Ctrl-C or SIGTERM: the running tasks stop as one run does (an
-``interrupted`` end record each) and nothing new starts. Exit status: 0 every task answered; 3 the
-others were stopped by a limit (budget, ``max_turns``, loop guard); 130 interrupted; 1 otherwise.
-
-``--backend temporal``: the tasks go to the ``ctxagent worker`` processes of a Temporal cluster
-instead (ctxagent/cluster/temporal_submit.py; the ``temporal`` extra), with the same results,
-summary and exit status; the workers decide how many run at once.
+Every task runs as its own ``ctxagent run --batch --json`` process (batch/pool.py), ``--workers`` at a
+time, or on the ``ctxagent worker`` processes of a Temporal cluster (``--backend temporal``). stdout:
+one JSON object per task as it ends; stderr: progress and a summary. Exit status: 0 every task
+answered; 3 the others were stopped by a limit; 130 interrupted; 1 otherwise. temporalio is imported
+only when a command uses it; a missing extra is a usage error that says what to install.
 """
 
 from __future__ import annotations
@@ -36,23 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxagent.cli.options import (
-    ApiBaseOpt,
-    MaxCostOpt,
-    MaxInputOpt,
-    MaxOutputOpt,
-    MaxTurnsOpt,
-    MaxWallOpt,
-    McpConfigOpt,
-    ModelOpt,
-    NoLessonsOpt,
-    ProfileOpt,
-    StoreOpt,
-    TimeoutOpt,
-    WindowOpt,
-)
-from ctxagent.cli.permissions import AllowAllOpt, AllowOpt
-from ctxagent.cli.worker_cmd import AddressOpt, NamespaceOpt, TaskQueueOpt, require_temporal
+from ctxagent.cli.options import RunOptions, use_store, with_run_options
 from ctxagent.errors import UsageError
 
 
@@ -61,7 +30,25 @@ class Backend(StrEnum):
     temporal = "temporal"
 
 
+class Cluster(StrEnum):
+    temporal = "temporal"
+
+
+AddressOpt = Annotated[str, typer.Option("--address", envvar="CTXAGENT_TEMPORAL_ADDRESS",
+                                         help="The Temporal server (frontend), HOST:PORT.")]
+TaskQueueOpt = Annotated[str, typer.Option("--task-queue", help="The Temporal task queue the sessions go through.")]
+NamespaceOpt = Annotated[str, typer.Option("--namespace", help="The Temporal namespace.")]
+
+
+OPTIONS = ("model", "profile", "api_base", "max_turns", "allow", "allow_all", "context_window", "timeout",
+           "max_input_tokens", "max_output_tokens_total", "max_cost_usd", "max_wall_s", "mcp_config", "no_lessons",
+           "store")
+"""The options of ``run`` that ``batch`` takes too, given to every task under its line's own."""
+
+
+@with_run_options(*OPTIONS)
 def batch(
+    opts: RunOptions,
     tasks_file: Annotated[Path, typer.Argument(help="JSONL: one object per line with at least \"task\".",
                                                metavar="TASKS.jsonl", show_default=False)],
     workers: Annotated[int | None, typer.Option("--workers", "-w", min=1, max=64, show_default="2",
@@ -74,34 +61,15 @@ def batch(
     heartbeat_s: Annotated[float, typer.Option("--heartbeat-s", min=1, help="temporal: seconds without a "
                                                "heartbeat before a worker is taken for dead and its session "
                                                "resumes on another.")] = 30.0,
-    model: ModelOpt = None,
-    profile: ProfileOpt = None,
-    api_base: ApiBaseOpt = None,
-    max_turns: MaxTurnsOpt = None,
-    allow: AllowOpt = None,
-    allow_all: AllowAllOpt = False,
-    context_window: WindowOpt = None,
-    timeout: TimeoutOpt = None,
-    max_input_tokens: MaxInputOpt = None,
-    max_output_tokens_total: MaxOutputOpt = None,
-    max_cost_usd: MaxCostOpt = None,
-    max_wall_s: MaxWallOpt = None,
-    mcp_config: McpConfigOpt = None,
-    no_lessons: NoLessonsOpt = False,
-    store: StoreOpt = None,
 ) -> None:
-    """Run every task of a JSONL file, each in its own session, several at once (see the module
-    docstring). Answered sessions are skipped on a re-run; the others resume."""
+    """Run every task of a JSONL file, each in its own session, several at once (docs/batch.md).
+    Answered sessions are skipped on a re-run; the others resume."""
     from ctxagent.batch.pool import Pool, Tally  # here, not at import: `ctxagent --help` stays fast
     from ctxagent.batch.tasks import read_tasks
-    defaults: dict[str, Any] = {
-        "model": model, "profile": profile, "api_base": api_base, "max_turns": max_turns, "allow": allow,
-        "allow_all": allow_all or None, "context_window": context_window, "timeout": timeout,
-        "max_input_tokens": max_input_tokens, "max_output_tokens_total": max_output_tokens_total,
-        "max_cost_usd": max_cost_usd, "max_wall_s": max_wall_s,
-        "mcp_config": str(mcp_config.resolve()) if mcp_config else None, "no_lessons": no_lessons or None,
-        "store": store,
-    }
+
+    defaults: dict[str, Any] = {key: getattr(opts, key) for key in OPTIONS}
+    defaults.update(allow_all=opts.allow_all or None, no_lessons=opts.no_lessons or None,
+                    mcp_config=str(opts.mcp_config.resolve()) if opts.mcp_config else None)
     defaults = {k: v for k, v in defaults.items() if v is not None}
     tasks = read_tasks(tasks_file, defaults)
     tally = Tally(len(tasks))
@@ -132,8 +100,7 @@ def batch(
 
 @contextlib.contextmanager
 def _progress(tally: Any) -> Iterator[Callable[[str], None]]:
-    """``show(event)``: on a terminal, a progress bar (done / running / failed, tokens, cost) with
-    each event printed above it; else one line per event on stderr."""
+    """``show(event)``: on a terminal, a progress bar with each event printed above it; else a line on stderr."""
     if not sys.stderr.isatty():
         yield lambda event: print(f"ctxagent batch: {event} · {tally.line()}", file=sys.stderr, flush=True)
         return
@@ -156,3 +123,31 @@ def _summary(tally: Any, interrupted: bool) -> None:
     if tally.statuses:
         print("ctxagent batch: by status: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.statuses.items())),
               file=sys.stderr)
+
+
+def worker(
+    backend: Annotated[Cluster, typer.Option("--backend", help="The cluster engine (only temporal for now).")]
+    = Cluster.temporal,
+    address: AddressOpt = "localhost:7233",
+    task_queue: TaskQueueOpt = "ctxagent",
+    namespace: NamespaceOpt = "default",
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", min=1, max=256,
+                                             help="Sessions this worker runs at once (each a ctxagent process).")] = 2,
+    store: Annotated[str | None, typer.Option(
+        "--store", callback=use_store, help="Where the sessions live (an fsspec URL): every worker of a cluster "
+                        "needs the same one. Default: $CTXAGENT_STORE, else this machine's data folder.")] = None,
+) -> None:
+    """Run the sessions that `ctxagent batch --backend temporal` submits, until SIGTERM or Ctrl-C
+    (the running sessions then resume on another worker)."""
+    require_temporal()
+    from ctxagent.cluster.temporal_worker import serve
+
+    serve(address, namespace, task_queue, concurrency, store)
+
+
+def require_temporal() -> None:
+    """Raises ``UsageError`` when the ``temporal`` extra (temporalio) is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("temporalio") is None:
+        raise UsageError("the temporal backend needs the temporalio package: pip install 'ctxagent[temporal]'")

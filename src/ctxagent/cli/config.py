@@ -1,21 +1,9 @@
 """Defaults for ``run`` and ``resume`` from configuration: ``ctxagent config show|trust|path``.
 
-Sources, the first that sets a key wins (docs/usage.md, "Configuration"):
-
-1. the command line;
-2. environment variables ``CTXAGENT_MODEL``, ``CTXAGENT_PROFILE``, ``CTXAGENT_API_BASE``,
-   ``CTXAGENT_CONTEXT_WINDOW``, ``CTXAGENT_ALLOW``;
-3. the project file ``.ctxagent.yaml``, found upward from the working directory, used only once the
-   user trusted it (``ctxagent config trust``: its path and SHA-256 are recorded; an edited file must
-   be trusted again): a repository must not choose the model, server or grants of whoever runs in it;
-4. the user file ``config.yaml`` in platformdirs' user config dir for ``ctxagent`` (or
-   ``$CTXAGENT_CONFIG_DIR``);
-5. the bundled defaults (the ``default`` profile).
-
-Keys: ``model``, ``profile``, ``api_base``, ``context_window`` (tokens), ``allow`` (a tool name,
-kind or comma list, as ``--allow``). They fill only what the command line leaves unset, and for a
-session that already exists only ``allow``: a resumed session keeps what it recorded. Never imports
-litellm.
+Sources, the first that sets a key of :data:`KEYS` wins (docs/usage.md, "Configuration"): the command
+line, ``CTXAGENT_<KEY>``, the project file ``.ctxagent.yaml`` once trusted (its path and SHA-256
+recorded by ``config trust``: a repository must not choose the model, server or grants of whoever runs
+in it), the user file ``config.yaml``, the bundled ``default`` profile. Never imports litellm.
 """
 
 from __future__ import annotations
@@ -88,12 +76,20 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _known() -> dict[str, str]:
+    """The trusted files: resolved path -> SHA-256 (empty when there is no readable record)."""
+    try:
+        known = json.loads(_trust_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
 def trusted(path: Path) -> bool:
     """Whether the user trusted ``path`` as it is now (same SHA-256 as when trusted)."""
     try:
-        known: dict[str, str] = json.loads(_trust_file().read_text(encoding="utf-8"))  # path -> SHA-256
-        return known.get(str(path.resolve())) == _digest(path)
-    except (OSError, ValueError, AttributeError):
+        return _known().get(str(path.resolve())) == _digest(path)
+    except OSError:
         return False
 
 
@@ -116,9 +112,8 @@ def read_file(path: Path) -> ConfigFile:
 
 
 def effective(cli: dict[str, Any] | None = None, *, start: Path | None = None) -> dict[str, Value]:
-    """Every key of :data:`KEYS` with its effective value and source (see the module docstring);
-    ``cli``: what the command line gave (None values: not given). Raises ``ProfileError`` for a bad
-    file, ``UsageError`` for a bad ``CTXAGENT_CONTEXT_WINDOW``."""
+    """Every key of :data:`KEYS` with its effective value and source; ``cli``: what the command line gave
+    (None: not given). Raises ``ProfileError`` for a bad file, ``UsageError`` for a bad env value."""
     layers: list[tuple[str, dict[str, Any]]] = [("cli", dict(cli or {}))]
     env: dict[str, str | int] = {key: os.environ[f"CTXAGENT_{key.upper()}"] for key in KEYS
                                  if os.environ.get(f"CTXAGENT_{key.upper()}")}
@@ -154,12 +149,9 @@ def untrusted_note(start: Path | None = None) -> str | None:
 
 
 def resolved(values: dict[str, Value]) -> dict[str, Value]:
-    """``values`` (:func:`effective`) with what a new session would use where no source sets a key:
-    the profile ``default``, the profile's model (source ``profile NAME``), the profile's context
-    window when it sets one; the others stay None (``api_base``: the provider's own endpoint;
-    ``context_window``: litellm's model info, read when a run starts; ``allow``: nothing granted
-    beyond the profile's permissions). A profile that cannot be read leaves them None and its
-    error becomes the source."""
+    """``values`` (:func:`effective`) with what a new session would use where no source sets a key: the
+    profile ``default``, its model and its context window (source ``profile NAME``); the others stay
+    None. A profile that cannot be read leaves them None, its error as the source."""
     out = dict(values)
     name = str(values["profile"].value or "default")
     if values["profile"].value is None:
@@ -205,8 +197,7 @@ def show(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.
 
 
 def _withheld(profile: str | None) -> tuple[list[str], list[str]]:
-    """The names withheld from tools here, and the profile's pass-through list (none when the
-    profile does not load: ``run`` says why)."""
+    """The names withheld from tools here, and the profile's pass-through list (none when it does not load)."""
     try:
         passes = list(load_profile(profile or "default").tool_environment.pass_through)
     except (ProfileError, UsageError, OSError):
@@ -223,13 +214,9 @@ def trust() -> None:
     read_file(project)  # a broken file is not trusted
 
     private_dir(config_dir())
-    path = _trust_file()
-    try:
-        known = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        known = {}
+    known = _known()
     known[str(project.resolve())] = _digest(project)
-    path.write_text(json.dumps(known, indent=1) + "\n", encoding="utf-8")
+    _trust_file().write_text(json.dumps(known, indent=1) + "\n", encoding="utf-8")
     print(f"trusted {project}")
 
 

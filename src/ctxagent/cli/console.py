@@ -1,16 +1,9 @@
-"""The rich console of ctxagent's human-readable output (tables, the interactive screen).
+"""The rich console of ctxagent's human-readable output: the one module that imports rich (~40 ms;
+ruff's banned-api rule keeps it so), so a batch run, a pipe and ``ctxagent --help`` never load it.
 
-rich's :class:`rich.console.Console` ends the process with exit status 1 when the reader of its
-output leaves (``ctxagent sessions list | head``: ``on_broken_pipe``, rich's documented hook, raises
-``SystemExit(1)``): a script could not tell that from a failure. Here the broken pipe is
-:class:`~ctxagent.cli.process.StdoutClosed`, which the entry point turns into exit status 141
-(128 + SIGPIPE), as for plain output and as shells report a command killed by SIGPIPE.
-
-This is the one module of ctxagent that imports rich (~40 ms with its console; ruff's banned-api
-rule keeps it so): the commands import it when they draw for a person, so a batch run, a pipe and
-``ctxagent --help`` never load rich. What they use of it is here: :class:`Console`, ``escape``,
-``Table``, ``Text``, ``Status``, ``decimal`` (~6 ms more than the console), and, imported when
-called, :func:`markdown` (~25 ms) and :func:`progress_bar`.
+rich's console ends the process with exit status 1 when the reader of its output leaves
+(``on_broken_pipe``); here that is :class:`~ctxagent.cli.process.StdoutClosed`, exit 141 (128 +
+SIGPIPE), as for plain output.
 """
 
 from __future__ import annotations
@@ -45,8 +38,7 @@ def markdown(text: str) -> Any:
 
 
 def progress_bar() -> Any:
-    """The progress bar of ``ctxagent batch`` on a terminal (done / total, the tally, time), on stderr;
-    results go to stdout, whole, so it redirects neither stream."""
+    """The progress bar of ``ctxagent batch`` on stderr (results go to stdout: it redirects neither stream)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     return Progress(TextColumn("batch"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),

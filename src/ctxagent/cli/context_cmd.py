@@ -45,18 +45,16 @@ def context(
 
 def show(session: Session, path: Literal["interactive", "batch"] | None, json_out: bool) -> None:
     """Print what ``inspect context`` shows of ``session`` (``path``: None, the session's)."""
+    from ctxagent.agent.breakdown import breakdown
     from ctxagent.agent.peek import next_request
-
-    nxt = next_request(session, path=path, every_compaction=json_out)
     from ctxagent.strategies.pipeline import rule_in_force
 
+    nxt = next_request(session, path=path, every_compaction=json_out)
     b = nxt.budget
     used = b.total(nxt.view)
     rule = rule_in_force(nxt.profile.pipeline(nxt.path), nxt.view, b, nxt.turn)
     budget = {"window": b.window, "used": used, "target": int(b.window * b.target),
               "trigger": int(b.window * b.trigger), "tools": b.tools, "reserved": b.reserved, "scale": b.scale}
-    from ctxagent.agent.breakdown import breakdown
-
     parts = breakdown(nxt.view, b.tools)
     if json_out:
         print(json.dumps({
@@ -88,22 +86,20 @@ def _rows(nxt: NextRequest) -> list[tuple[str, ...]]:
     return rows
 
 
-def _notes(nxt: NextRequest, budget: dict[str, int | float], rule: str, parts: dict[str, int]) -> list[str]:
-    """The lines after the table: the cached prefix, the budget, the request by category (as
-    ``ctxagent report`` shows the last one), the rule, lessons, compactions."""
+def _notes(nxt: NextRequest, budget: dict[str, Any], rule: str, parts: dict[str, int]) -> list[str]:
+    """The lines after the table: the cached prefix, the budget, the categories, the rule, lessons, compactions."""
     from ctxagent.agent.breakdown import lines as category_lines
 
     same_tokens = sum(e.tokens for e in nxt.view[:nxt.same])
-    b = budget
-    window = int(b["window"])
-    bar = budget_bar(int(b["used"]), window, b["target"] / window, b["trigger"] / window)
+    b, window = budget, budget["window"]
+    bar = budget_bar(b["used"], window, b["target"] / window, b["trigger"] / window)
     lines = [f"prefix: the first {nxt.same} of {len(nxt.view)} messages ({same_tokens} tokens) are identical to "
              f"the last request sent ({len(nxt.last)} messages); a provider's prompt cache can serve them",
-             f"budget {bar} {int(b['used']) - int(b['reserved']):,} prompt tokens + {int(b['reserved']):,} reserved "
-             f"for the reply = {int(b['used']):,} of {window:,} (target {int(b['target']):,}, trigger "
-             f"{int(b['trigger']):,}; tool schemas {int(b['tools']):,}, calibration x{b['scale']:.2f})",
+             f"budget {bar} {b['used'] - b['reserved']:,} prompt tokens + {b['reserved']:,} reserved for the reply "
+             f"= {b['used']:,} of {window:,} (target {b['target']:,}, trigger {b['trigger']:,}; tool schemas "
+             f"{b['tools']:,}, calibration x{b['scale']:.2f})",
              "by category (our count, before calibration):",
-             *(f"  {line}" for line in category_lines(parts, int(b["reserved"]), window)),
+             *(f"  {line}" for line in category_lines(parts, b["reserved"], window)),
              f"rule in force at turn {nxt.turn} ({nxt.profile.name}, {nxt.path}): {rule}"]
     if nxt.lessons is not None and nxt.lessons.text:  # in the pins message, as recorded when the session started
         lines.append(f"lessons shown ({', '.join(nxt.lessons.ids)}; in the pins message, chosen when the session "
@@ -115,9 +111,8 @@ def _notes(nxt: NextRequest, budget: dict[str, int | float], rule: str, parts: d
 
 
 def _recorded(recorded: list[Any], counts: dict[str, int]) -> list[str]:
-    """One line per compaction in ``recorded`` (the session's newest: the state keeps
-    ``state.RECENT_COMPACTIONS``), after a count per strategy (``counts``) when the session recorded
-    more (a 500-turn session records thousands: mostly masks of old results)."""
+    """One line per compaction in ``recorded`` (the newest), after a count per strategy (``counts``) when
+    the session recorded more (a 500-turn session records thousands: mostly masks of old results)."""
     lines = []
     total = sum(counts.values())
     if total > len(recorded):
@@ -128,7 +123,7 @@ def _recorded(recorded: list[Any], counts: dict[str, int]) -> list[str]:
                     for r in recorded]
 
 
-def _render(nxt: NextRequest, budget: dict[str, int | float], rule: str, parts: dict[str, int]) -> None:
+def _render(nxt: NextRequest, budget: dict[str, Any], rule: str, parts: dict[str, int]) -> None:
     rows, notes = _rows(nxt), _notes(nxt, budget, rule, parts)
     if not sys.stdout.isatty():
         _plain(rows, notes)
@@ -150,9 +145,4 @@ def _plain(rows: list[tuple[str, ...]], notes: list[str]) -> None:
     out = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]
            for row in [COLUMNS, *rows]]
     sys.stdout.write("\n".join([*out, *notes]) + "\n")
-
-
-def register(app: typer.Typer) -> None:
-    """Attach the command to the ``inspect`` app."""
-    app.command("context")(context)
 

@@ -7,16 +7,15 @@ from typing import Annotated, Any
 
 import typer
 
-from ctxagent.cli import outputs_cmd
-from ctxagent.cli.options import SessionOpt, StoreOpt, pick
+from ctxagent.cli import context_cmd, outputs_cmd
+from ctxagent.cli.options import SessionOpt, keep_store, pick
 from ctxagent.messages import one_line
 from ctxagent.sessions import records
 from ctxagent.sessions.outcome import Usage
 
 
 def escape(text: str) -> str:
-    """rich's markup escape, imported when a transcript is shown (``inspect context`` into a pipe
-    never loads rich)."""
+    """rich's markup escape, imported only when a transcript is shown."""
     from ctxagent.cli.console import escape as rich_escape
 
     return rich_escape(text)
@@ -26,10 +25,7 @@ app = typer.Typer(help="Look inside a session without changing it.", no_args_is_
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON record per line, as stored.")]
 
 
-@app.callback()
-def _options(ctx: typer.Context, store: StoreOpt = None) -> None:
-    """``--store URL`` before the command: the session store to read (default $CTXAGENT_STORE)."""
-    ctx.obj = store  # the commands' ``ctx.obj``
+app.callback()(keep_store)
 
 
 def _line(rec: Any) -> str:
@@ -54,8 +50,7 @@ def _message(rec: Any) -> str:
 
 
 def _output(rec: Any) -> str:
-    """An output record: a tool's offloaded output, or (no tool) the original of a result a compaction
-    cut, kept so its handle resolves (``from :`` was printed for those)."""
+    """An output record: a tool's offloaded output, or (no tool) a result a compaction cut, kept for its handle."""
     source = f"from {rec.tool}" if rec.tool else f"(result {rec.call_id}, kept when a compaction cut it)"
     return (f"      [magenta]output[/magenta] {rec.handle} {escape(source)}: {rec.bytes} bytes, "
             f"{rec.lines} lines, {rec.tokens} tokens -> {escape(rec.path)}")
@@ -130,8 +125,7 @@ def _usd(cost: float | None) -> str:
 
 
 def _spend_lines(items: list[Any]) -> list[str]:
-    """Spend per run (the records up to each end record) and for the session: model calls, input
-    tokens (cached), output tokens, US dollars, seconds."""
+    """Spend per run (the records up to each end record) and for the session."""
     runs: list[list[Any]] = [[]]
     for rec in items:
         if isinstance(rec, records.UsageRecord | records.EndRecord):
@@ -140,7 +134,7 @@ def _spend_lines(items: list[Any]) -> list[str]:
             runs.append([])
     runs = [r for r in runs if r]
     lines = [f"[bold]spend[/bold] run {n}: {_spent(run)}" for n, run in enumerate(runs, 1)]
-    return [*lines, f"[bold]spend[/bold] session: {_spent([r for run in runs for r in run])}"] if runs else []
+    return [*lines, f"[bold]spend[/bold] session: {_spent(items)}"] if runs else []
 
 
 def _spent(recs: list[Any]) -> str:
@@ -159,13 +153,11 @@ def _tree(session: Any, depth: int = 1) -> list[str]:
     """The sub-agent sessions under ``session``, indented by depth, each with its status and spend."""
     lines = []
     for child in session.children():
-        recs = child.transcript.load()
-        lines.append(f"{'  ' * depth}[bold]sub-agent[/bold] {escape(child.name)}: "
-                     f"{_spent([r for r in recs if isinstance(r, records.UsageRecord | records.EndRecord)])}")
+        lines.append(f"{'  ' * depth}[bold]sub-agent[/bold] {escape(child.name)}: {_spent(child.transcript.load())}")
         lines.extend(_tree(child, depth + 1))
     return lines
 
 
-
 app.command("outputs")(outputs_cmd.outputs)
 app.command("output")(outputs_cmd.output)
+app.command("context")(context_cmd.context)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import select
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,12 @@ def _waiting(timeout_s: float = 0.03) -> bool:
         return False
 
 
-QUIT_WINDOW_S = 2.0
-"""A second Ctrl-C within this many seconds of the first quits the session (the first cancels the turn)."""
+QUIT_WINDOW_S = 2.0  # seconds: a second Ctrl-C within them quits the session (the first cancels the turn)
 
 
 class InteractiveRenderer:
-    """People: rich output, a spinner while the model works, a prompt after each answer.
-    ``quiet``: the answers alone (no session line, no progress lines; errors and warnings still said)."""
+    """People: rich output, a spinner while the model works, a prompt after each answer. ``quiet``: the
+    answers alone (errors and warnings still said)."""
 
     def __init__(self, quiet: bool = False) -> None:
         self.out = Console()
@@ -62,13 +60,12 @@ class InteractiveRenderer:
             self.status = None
 
     def event(self, event: Event) -> None:
+        self._stop_spinner()
         if isinstance(event, Requesting):
-            self._stop_spinner()
             self.status = self.out.status(f"turn {event.turn} · {event.prompt:,} prompt tokens + {event.reserved:,} "
                                           f"reserved for the reply · window {event.window:,}")
             self.status.start()
             return
-        self._stop_spinner()
         if isinstance(event, ToolStarted):  # a live status: elapsed time, output so far
             status = self.status = self.out.status(f"running {escape(event.call.name)}")
             status.start()
@@ -111,13 +108,8 @@ class InteractiveRenderer:
         self._interrupted_at = now
         return last is not None and now - last < QUIT_WINDOW_S
 
-    @contextmanager
-    def learning(self, asks_model: bool) -> Iterator[None]:
-        if not asks_model:
-            yield
-            return
-        with self.out.status("learning lessons from this session (Ctrl-C skips)"):
-            yield
+    def learning(self, asks_model: bool) -> AbstractContextManager[object]:
+        return self.out.status("learning lessons from this session (Ctrl-C skips)") if asks_model else nullcontext()
 
     def ask(self) -> str | None:
         """The next message: one line; a paste keeps all its lines (lines already waiting on stdin

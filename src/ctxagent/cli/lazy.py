@@ -1,15 +1,9 @@
 """Sub-commands imported only when they run: ``ctxagent --help`` costs little more than ``import typer``.
 
-A Typer app builds every command's click object, options included, before it parses anything, so
-an eager ``ctxagent --help`` imported all of the command modules (pydantic, rich, the session and
-profile code: ~0.15 s, 3.5x ``import typer``; issue 18 asks for at most 1.3x). :class:`LazyGroup`
-(a Typer group, click's documented "lazy loading of subcommands" pattern) lists the commands from
-:data:`COMMANDS` and imports one command's module only when click asks for that command (to run it,
-to show its help, or to complete its options).
-
-The listing in ``ctxagent --help`` shows each command's summary from :data:`COMMANDS`;
-``tests/test_cli_lazy.py`` checks that each summary is the first paragraph of the command's own
-help, so the two cannot drift apart.
+An eager Typer app imported every command module for ``--help`` (~0.15 s, 3.5x ``import typer``; issue
+18 asks for at most 1.3x). :class:`LazyGroup` (click's "lazy loading of subcommands" pattern) lists
+:data:`COMMANDS` and imports a command's module only when click asks for that command.
+``tests/test_cli_lazy.py`` checks each summary is the first paragraph of the command's own help.
 """
 
 from __future__ import annotations
@@ -24,20 +18,16 @@ from typer.core import TyperCommand, TyperGroup
 
 @dataclass(frozen=True)
 class Lazy:
-    """A command of the root app: ``module:attr`` is a Typer app (a group of commands) or a
-    command function, or with ``factory`` a function returning the Typer app; ``summary`` is the
-    first paragraph of its help (shown by ``--help``)."""
+    """A command of the root app: ``module:attr`` is a Typer app (a group of commands) or a command
+    function; ``summary`` is the first paragraph of its help (shown by ``--help``)."""
 
     module: str
     attr: str
     summary: str
-    factory: bool = False
 
     def load(self, name: str) -> Any:
         """The click command ``name``: the module imported, the app or function turned into it."""
         target = getattr(importlib.import_module(self.module), self.attr)
-        if self.factory:
-            target = target()
         host = typer.Typer(add_completion=False, rich_markup_mode=None)  # the root's settings, as add_typer gave
         if isinstance(target, typer.Typer):
             host.add_typer(target, name=name)
@@ -52,12 +42,12 @@ COMMANDS: dict[str, Lazy] = {
     "resume": Lazy("ctxagent.cli.run", "resume",
                    "Continue a session (the newest one started in this directory by default) where it stopped."),
     "batch": Lazy("ctxagent.cli.batch", "batch",
-                  "Run every task of a JSONL file, each in its own session, several at once (see the module "
-                  "docstring). Answered sessions are skipped on a re-run; the others resume."),
-    "worker": Lazy("ctxagent.cli.worker_cmd", "worker",
+                  "Run every task of a JSONL file, each in its own session, several at once (docs/batch.md). "
+                  "Answered sessions are skipped on a re-run; the others resume."),
+    "worker": Lazy("ctxagent.cli.batch", "worker",
                    "Run the sessions that `ctxagent batch --backend temporal` submits, until SIGTERM or Ctrl-C "
                    "(the running sessions then resume on another worker)."),
-    "inspect": Lazy("ctxagent.cli.lazy", "inspect_app", "Look inside a session without changing it.", factory=True),
+    "inspect": Lazy("ctxagent.cli.inspect", "app", "Look inside a session without changing it."),
     "sessions": Lazy("ctxagent.cli.sessions", "app", "List, show, delete, rename, fork and export sessions."),
     "profiles": Lazy("ctxagent.cli.profiles_cmd", "app",
                      "The bundled profiles, the effective keys of a profile, and the profile JSON Schema."),
@@ -73,15 +63,6 @@ COMMANDS: dict[str, Lazy] = {
 }
 
 
-def inspect_app() -> typer.Typer:
-    """The ``inspect`` app with its ``context`` command, which lives in cli/context_cmd.py."""
-    from ctxagent.cli import context_cmd, inspect
-
-    if not any(c.name == "context" for c in inspect.app.registered_commands):
-        context_cmd.register(inspect.app)
-    return inspect.app
-
-
 class LazyGroup(TyperGroup):
     """The root group: eagerly registered commands (none today) plus :data:`COMMANDS`, loaded on use."""
 
@@ -94,9 +75,8 @@ class LazyGroup(TyperGroup):
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: Any) -> Any:
-        """Run the command; a reader that closed stdout (``ctxagent run ... | head``) raises
-        :class:`~ctxagent.cli.process.StdoutClosed`, not ``BrokenPipeError``: typer's main turns an
-        EPIPE into exit 1, the code of a real failure (cli.invoke gives it 141, SIGPIPE's)."""
+        """Run the command; a closed stdout raises :class:`StdoutClosed` (exit 141), not ``BrokenPipeError``,
+        which typer's main turns into exit 1, the code of a real failure."""
         try:
             return super().invoke(ctx)
         except BrokenPipeError as err:
@@ -105,11 +85,8 @@ class LazyGroup(TyperGroup):
             raise StdoutClosed() from err
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
-        """The "Commands" section of ``--help``, from the summaries (no command module imported): each
-        shortened as click shortens a command's help (``Command.get_short_help_str``)."""
+        """The "Commands" section of ``--help`` from the summaries, shortened as click shortens a help."""
         names = self.list_commands(ctx)
-        if not names:
-            return
         limit = formatter.width - 6 - max(len(n) for n in names)
         rows = [(n, TyperCommand(n, help=self._summary(n)).get_short_help_str(limit)) for n in names]
         with formatter.section("Commands"):

@@ -1,9 +1,5 @@
-"""``ctxagent lessons list|show|forget|edit|export``: the lessons sessions left for the next ones.
-
-The store is plain JSONL under ``<data dir>/lessons/`` (ctxagent/lessons/store.py); these commands
-read it and change it under its lock. A forgotten lesson is never shown again: not to a new
-session, and a session that was shown it drops it from its block when it resumes. Never imports
-litellm.
+"""``ctxagent lessons list|show|forget|edit|export``: the lessons sessions left for the next ones
+(docs/lessons.md), read and changed under the store's lock. Never imports litellm.
 """
 
 from __future__ import annotations
@@ -73,22 +69,23 @@ def list_(json_out: JsonOpt = False) -> None:
     if not lessons:
         print(f"no lessons yet ({store.root})", file=sys.stderr)
         return
-    from ctxagent.cli.console import Console, Table, escape
     from ctxagent.lessons.model import Scope
 
+    rows = [[x.id, Scope(x.scope).describe(), x.kind, f"{x.confidence:.2f}", f"+{x.confirmations}/-{x.contradictions}"]
+            for x in lessons]
     if not sys.stdout.isatty():  # a pipe: tab-separated lines, every column whole (the id is what you need)
-        for x in lessons:
-            print("\t".join([x.id, Scope(x.scope).describe(), x.kind, f"{x.confidence:.2f}",
-                             f"+{x.confirmations}/-{x.contradictions}", one_line(x.rule, 200)]))
+        for row, x in zip(rows, lessons, strict=True):
+            print("\t".join([*row, one_line(x.rule, 200)]))
         return
+    from ctxagent.cli.console import Console, Table, escape
+
     table = Table("id", "scope", "kind", "conf", "+/-")
     for column in table.columns:
         column.no_wrap, column.min_width = True, len(str(column.header))
     table.columns[0].min_width = max(len(x.id) for x in lessons)  # the id is what show/forget/edit take
     table.add_column("rule", no_wrap=True, overflow="ellipsis")
-    for x in lessons:
-        table.add_row(x.id, escape(Scope(x.scope).describe()), x.kind, f"{x.confidence:.2f}",
-                      f"+{x.confirmations}/-{x.contradictions}", escape(one_line(x.rule, 100)))
+    for row, x in zip(rows, lessons, strict=True):
+        table.add_row(*map(escape, row), escape(one_line(x.rule, 100)))
     Console(highlight=False, soft_wrap=True).print(table)
 
 
@@ -111,11 +108,9 @@ def _markdown(lesson: Lesson, store: LessonStore) -> str:
              f"- confidence {lesson.confidence:.2f} (prior {lesson.prior:.2f}, +{lesson.confirmations} "
              f"confirmed, -{lesson.contradictions} contradicted); updated {when}",
              f"- file: {store.path(Scope(lesson.scope))}"]
-    for e in lesson.evidence:
-        lines.append(f"- evidence: session {e.session}, records #{', #'.join(map(str, e.seqs))}"
-                     + (f" ({e.note})" if e.note else ""))
-    for v in lesson.votes:
-        lines.append(f"- {v.verdict} by session {v.session}, records #{', #'.join(map(str, v.seqs))}")
+    lines += [f"- evidence: session {e.session}, records #{', #'.join(map(str, e.seqs))}"
+              + (f" ({e.note})" if e.note else "") for e in lesson.evidence]
+    lines += [f"- {v.verdict} by session {v.session}, records #{', #'.join(map(str, v.seqs))}" for v in lesson.votes]
     return "\n".join(lines)
 
 

@@ -1,9 +1,6 @@
 """Stored values on the command line: ``inspect outputs``, ``inspect output HANDLE``, and answers by
-handle (``run``/``resume`` print the value an answer names).
-
-How a value is shown: text as stored; JSON pretty-printed; binary data (bytes, numpy arrays) is
-never dumped on a terminal: it is written to a file with ``--output FILE`` (bytes exactly, arrays
-as ``.npy``). Nothing here imports litellm, and the heavy modules load only when a command runs.
+handle (``run``/``resume`` print the value an answer names). Binary data is never dumped on a
+terminal: ``--output FILE`` writes it (bytes exactly, arrays as ``.npy``).
 """
 
 from __future__ import annotations
@@ -35,9 +32,6 @@ OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="Write th
                                                 "arrays as .npy, JSON pretty-printed).")]
 
 
-# --- showing one value ---------------------------------------------------------------------------
-
-
 @dataclass
 class Shown:
     """A value ready for the terminal: ``text`` (None when binary), the value, what it is."""
@@ -63,8 +57,7 @@ def show(store: OutputStore, ref: Ref) -> Shown:
 
 
 def write_value(shown: Shown, target: Path) -> int:
-    """Write a shown value to ``target`` faithfully; returns the bytes written. Creates no folder.
-    Raises ``OSError`` (a missing folder too)."""
+    """Write a shown value to ``target`` faithfully (no folder created); the bytes written. Raises ``OSError``."""
     if not shown.ref.parts:
         shutil.copyfile(shown.path, target)  # exactly as stored (JSON is stored pretty-printed)
     elif values.is_ndarray(shown.value):
@@ -84,9 +77,6 @@ def _binary_note(shown: Shown) -> str:
     return f"{shown.ref} is binary ({what}): not printed; write it with --output FILE"
 
 
-# --- answers by handle ----------------------------------------------------------------------------
-
-
 @dataclass
 class Delivered:
     """An answer with its handles resolved: what to print, the handles found, notes for stderr."""
@@ -98,14 +88,10 @@ class Delivered:
 
 
 def deliver(store: OutputStore, answer: str, output: Path | None = None) -> Delivered:
-    """Resolve the handles of a final answer.
-
-    An answer that is exactly one handle becomes that value (text as is, JSON pretty); an answer
-    that contains handles gets each known one replaced by its value (JSON on one line when short).
-    Binary values are left as handles, with a note. With ``output``, the value (an answer that
-    is one handle) or the resolved text is written there instead; the printed text is then the
-    answer as the model wrote it. Unknown handles are left as written, with a note.
-    """
+    """Resolve the handles of a final answer: an answer that is one handle becomes its value (text as is,
+    JSON pretty), an answer that contains handles gets each replaced by its value (short JSON on one line).
+    Binary values and unknown handles stay as written, with a note. With ``output``, what would be
+    printed is written there instead, and the answer is printed as the model wrote it."""
     result = Delivered(answer)
     whole = answer.strip()
     found = [whole] if _is_one_handle(whole) else values.handles_in(answer)
@@ -143,7 +129,7 @@ def deliver(store: OutputStore, answer: str, output: Path | None = None) -> Deli
 def _is_one_handle(text: str) -> bool:
     try:
         return values.parse_ref(text) is not None
-    except Exception:
+    except ToolError:
         return False
 
 
@@ -153,9 +139,6 @@ def _inline(shown: Shown) -> str:
         return shown.value
     compact = values.json_text(shown.value)
     return compact if len(compact) <= INLINE_JSON_CHARS else "\n" + (shown.text or compact) + "\n"
-
-
-# --- inspect outputs / inspect output -----------------------------------------------------------------
 
 
 def outputs(ctx: typer.Context, session: SessionOpt = None,

@@ -7,7 +7,6 @@ the permission gate; nothing is changed on the runner afterwards.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -31,18 +30,11 @@ PROMPT_ARGUMENT_CHARS = 400  # of one argument value shown at the prompt
 
 
 def grants(allow: str | None, allow_all: bool, *, interactive: bool) -> Grants:
-    """The command line's grants, given to ``open_runner`` (tools/guard.py): ``--allow`` names (checked
-    when the run opens: ``UsageError`` for an unknown one), ``--allow-all``, and on the interactive
-    path the permission :func:`prompt` (None elsewhere: batch and JSON runs never prompt)."""
+    """The command line's grants for ``open_runner``: ``--allow``, ``--allow-all`` and, on the interactive
+    path only, the permission :func:`prompt`."""
     from ctxagent.tools.guard import Grants
 
     return Grants.of(allow, allow_all, prompt if interactive else None)
-
-
-def warn_allow_all(allow_all: bool) -> None:
-    """Print :data:`ALLOW_ALL_WARNING` on stderr when ``--allow-all`` was given (once the run opened)."""
-    if allow_all:
-        print(ALLOW_ALL_WARNING, file=sys.stderr, flush=True)
 
 
 ANSWERS: dict[str, Answer] = {"y": "yes", "yes": "yes", "n": "no", "no": "no", "": "no",
@@ -51,11 +43,8 @@ ASK_TIMES = 3
 
 
 def prompt(tool: str, arguments: dict[str, Any], workdir: Path) -> Answer:
-    """Show a call (tool, arguments, working directory) and read yes / no / always on the terminal.
-
-    Enter alone is "no"; an unclear reply is asked again (at most :data:`ASK_TIMES` times in all, then
-    "no"); end of input is "no".
-    """
+    """Show a call and read yes / no / always on the terminal. Enter alone, end of input and
+    :data:`ASK_TIMES` unclear replies are "no"."""
     from ctxagent.cli.console import Console, escape
     from ctxagent.tools.permissions import WHY_KEY
 

@@ -1,9 +1,5 @@
-"""Rendering the runner's events: rich for people (cli/interactive.py), plain stdout/stderr for scripts.
-
-Batch: the answer alone on stdout (or one JSON object with ``--json``); progress on stderr, plain
-(:class:`PlainErr`: a batch run never imports rich, ~30 ms).
-Interactive: the answer rendered as Markdown, tool calls shown compactly, a spinner while the model
-works, then a prompt for the next message.
+"""Rendering the runner's events: plain stdout/stderr for scripts (batch: the answer or the ``--json``
+object on stdout, progress on stderr, never rich), rich for people (cli/interactive.py).
 """
 
 from __future__ import annotations
@@ -33,14 +29,14 @@ def describe(event: Event) -> str | None:
         return f"compacted: {c.strategy} replaced messages {c.start}-{c.end} ({c.tokens_before} -> {c.tokens} tokens)"
     if isinstance(event, Requesting):
         same = f", {event.same} as last time" if event.same else ""
-        return f"turn {event.turn}: asking the model ({tokens_text(event)}; {event.messages} messages{same})"
+        return (f"turn {event.turn}: asking the model ({event.prompt:,} prompt tokens + {event.reserved:,} reserved "
+                f"for the reply, of a {event.window:,}-token window; {event.messages} messages{same})")
     if isinstance(event, Warned):
         return f"warning: {event.source}: {event.text}"
     if isinstance(event, ToolDone):
         where = f" -> stored as {event.handle}" if event.handle else ""
         status = "denied" if event.denied else "error" if event.is_error else \
             "timed out" if event.content.startswith("timed out") else "ok"
-
         reason = one_line(default().text(reason_of(event)), REASON_CHARS) if event.is_error else ""
         why = f" {reason.removeprefix('denied ')}" if reason.startswith("denied ") else f": {reason}" if reason else ""
         return f"  tool {event.call.name}({one_line(default().text(event.call.arguments), 80)}) {status}{why}{where}"
@@ -56,9 +52,8 @@ def reason_of(event: ToolDone) -> str:
 
 
 def denial_of(event: ToolDone) -> dict[str, Any]:
-    """A refused call as ``--json`` lists it under ``permission_denials`` (the keys ``claude -p`` uses
-    there: ``tool_name``, ``tool_use_id``, ``tool_input``; and the ``reason``, the policy that refused it).
-    ``tool_input``: the arguments as an object, or the raw text when they are not JSON."""
+    """A refused call as ``--json`` lists it under ``permission_denials``: ``claude -p``'s keys (``tool_name``,
+    ``tool_use_id``, ``tool_input``: the arguments, as text when not JSON) and the refusing policy's ``reason``."""
     try:
         arguments: Any = json.loads(event.call.arguments) if event.call.arguments.strip() else {}
     except ValueError:
@@ -67,16 +62,8 @@ def denial_of(event: ToolDone) -> dict[str, Any]:
             "reason": default().text(reason_of(event))}
 
 
-def tokens_text(event: Requesting) -> str:
-    """The figures of a request, the prompt and the reply's reserve apart:
-    ``1,047 prompt tokens + 4,352 reserved for the reply, of a 128,000-token window``."""
-    return (f"{event.prompt:,} prompt tokens + {event.reserved:,} reserved for the reply, "
-            f"of a {event.window:,}-token window")
-
-
 def heartbeat_s() -> float:
-    """Seconds between two "still running" lines of a long tool call in batch mode (15;
-    ``CTXAGENT_HEARTBEAT_S`` changes it)."""
+    """Seconds between two "still running" lines of a long tool call in batch mode (``CTXAGENT_HEARTBEAT_S``)."""
     try:
         return max(0.2, float(os.environ.get("CTXAGENT_HEARTBEAT_S", "15")))
     except ValueError:
@@ -93,9 +80,8 @@ def spooled_bytes(folder: Path) -> int:
 
 
 class Ticker:
-    """While a tool runs: ``tick(seconds elapsed, bytes of output so far)`` every ``every_s`` seconds,
-    from a daemon thread, until :meth:`stop`. The bytes never go down: once the tool ends, its spool
-    file is adopted (renamed) before the ticker is stopped, and a tick in between finds no spool."""
+    """While a tool runs: ``tick(seconds elapsed, bytes of output so far)`` every ``every_s`` seconds, from a
+    daemon thread, until :meth:`stop`. The bytes never go down (a tick after the spool was adopted finds none)."""
 
     def __init__(self, every_s: float, tick: Callable[[float, int], None], spool_folder: Path):
         self.every_s, self.tick, self.folder = every_s, tick, spool_folder
@@ -126,9 +112,8 @@ _DROPPED = dict.fromkeys((7, 8, 11, 12, 13))  # bell, backspace, vertical tab, f
 
 
 class PlainErr:
-    """Lines on stderr for batch mode, as rich's console printed them there before (markup off):
-    the control codes rich drops dropped, tabs expanded to 8 columns; but ``:b:`` or ``:smile:`` in
-    a tool's arguments or an error stays as it is (rich made them emoji)."""
+    """Lines on stderr for batch mode, as rich printed them there before (control codes dropped, tabs
+    expanded), without rich's import or its emoji codes (``:smile:`` in an error stays as it is)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()  # the heartbeat ticker prints from its own thread
@@ -141,33 +126,24 @@ class PlainErr:
 
 
 class Renderer(Protocol):
+    """What ``run`` draws the session with (:class:`BatchRenderer`, cli/interactive.py, cli/stream.py)."""
+
     answer: str | None
 
     def start(self, session: Session, runner: Any) -> None: ...
     def event(self, event: Event) -> None: ...
     def ask(self) -> str | None: ...
+    def note(self, text: str) -> None: ...  # progress, not an error
     def error(self, err: CtxagentError) -> None: ...
     def interrupted(self, session: Session) -> None: ...
     def finish(self, result: dict[str, Any]) -> None: ...
-
-    def goes_on(self, err: BaseException) -> bool:
-        """After ``err`` ended a turn (Ctrl-C, ``--max-turns``): True when the session goes on to the
-        next prompt (said to the user), False when it ends with ``err``."""
-        ...
-
-    def learning(self, asks_model: bool) -> AbstractContextManager[None]:
-        """A status shown while lessons are learned (``asks_model``: a model call is part of it)."""
-        ...
-
-    def note(self, text: str) -> None:
-        """Say ``text`` (progress, not an error)."""
-        ...
+    def goes_on(self, err: BaseException) -> bool: ...  # after err (Ctrl-C, --max-turns) ended a turn
+    def learning(self, asks_model: bool) -> AbstractContextManager[object]: ...  # shown while lessons are learned
 
 
 class BatchRenderer:
-    """Scripts: progress to stderr, the answer (or JSON) to stdout, never a prompt. ``quiet``: no
-    progress, warnings or heartbeats on stderr (the answer or the JSON alone; errors still said;
-    warnings still in the JSON)."""
+    """Scripts: progress to stderr, the answer (or JSON) to stdout, never a prompt. ``quiet``: nothing on
+    stderr but errors (warnings still in the JSON)."""
 
     def __init__(self, json_out: bool, quiet: bool = False):
         self.json_out = json_out
@@ -196,10 +172,13 @@ class BatchRenderer:
             self.note("lessons: asking the model what this session teaches (after the answer; Ctrl-C skips)")
         yield
 
-    def event(self, event: Event) -> None:
+    def _stop_ticker(self) -> None:
         if self.ticker is not None:
             self.ticker.stop()
             self.ticker = None
+
+    def event(self, event: Event) -> None:
+        self._stop_ticker()
         if isinstance(event, ToolStarted) and not self.quiet:  # a heartbeat on stderr while a long tool runs
             name = event.call.name
             self.ticker = Ticker(heartbeat_s(), lambda s, n: self.err.print(
@@ -218,13 +197,11 @@ class BatchRenderer:
         return None
 
     def error(self, err: CtxagentError) -> None:
-        if self.ticker is not None:
-            self.ticker.stop()
+        self._stop_ticker()
         self.err.print(f"ctxagent: error: {err}")
 
     def interrupted(self, session: Session) -> None:
-        if self.ticker is not None:
-            self.ticker.stop()
+        self._stop_ticker()
         self.err.print(f"interrupted; 'ctxagent resume --session {session.name}' continues")
 
     def finish(self, result: dict[str, Any]) -> None:

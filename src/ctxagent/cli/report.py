@@ -1,17 +1,7 @@
-"""``ctxagent report``: one self-contained HTML file showing where a session's tokens went.
-
-The page needs no server and no network (inline CSS and SVG; nothing is fetched) and opens from
-disk in any browser. It shows, from the transcript (agent/timeline.py) and the last request's view
-(agent/breakdown.py):
-
-- the tokens of every request, cached and uncached, as bars against the context window and the
-  window less the reply's reserve (two lines), once at the window's scale and once zoomed;
-- each compaction and offload as a marked, named line before the request that first saw it;
-- the last request by category (system, tools, pins, messages, tool results);
-- the spend by model (summaries and sub-agents included), and every request in a table.
-
-Every figure carries its number in a ``data-*`` attribute, so a test reads the page as a browser
-built it and checks it against the transcript. Never imports litellm.
+"""``ctxagent report``: one self-contained HTML file showing where a session's tokens went
+(docs/usage.md). No server, no network: inline CSS and SVG, from the transcript (agent/timeline.py)
+and the last request's view (agent/breakdown.py). Every figure carries its number in a ``data-*``
+attribute, so a test reads the page as a browser built it. Never imports litellm.
 """
 
 from __future__ import annotations
@@ -52,7 +42,7 @@ def report(
     """Write one self-contained HTML file (no server, no network: it opens from disk) showing where a
     session's tokens went: every request's tokens, cached and uncached, against the window and the
     reply's reserve; each compaction and offload; the last request by category; the spend."""
-    chosen = pick(session)
+    chosen = pick(session, store)
     data = timeline(chosen.name, chosen.transcript.records())
     nxt = next_request(chosen)
     parts = breakdown(nxt.last, nxt.budget.tools) if nxt.last else {}
@@ -66,16 +56,16 @@ def report(
 
 
 def render(data: Timeline, parts: dict[str, int], window: int, reserved: int) -> str:
-    """The page (see the module docstring): ``parts`` is the last request by category (empty: no
-    request yet), ``window`` and ``reserved`` the session's window and reply reserve now (tokens)."""
+    """The page: ``parts`` is the last request by category (empty: none yet), ``window`` and ``reserved``
+    the session's window and reply reserve now (tokens)."""
     title = f"ctxagent report: session {data.session}"
     cost = "no price known" if data.cost_usd is None else f"${data.cost_usd:,.4f}"
     sections = [
         f"<h1>{_e(title)}</h1>",
         f'<p class="facts">model <b>{_e(data.model)}</b> · <b id="requests" data-count="{len(data.requests)}">'
-        f"{len(data.requests):,}</b> requests · {_count(len(data.runs), 'run')} · spend <b id=\"total-cost\" "
-        f'data-usd="{data.cost_usd if data.cost_usd is not None else ""}">{cost}</b> · written '
-        f"{_e(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>",
+        f"{len(data.requests):,}</b> requests · {len(data.runs):,} run{'' if len(data.runs) == 1 else 's'} · "
+        f'spend <b id="total-cost" data-usd="{data.cost_usd if data.cost_usd is not None else ""}">{cost}</b> · '
+        f"written {_e(time.strftime('%Y-%m-%d %H:%M:%S'))}</p>",
         "<h2>Tokens of every request</h2>",
         _legend(),
         _chart(data, scale=max([window, *(r.window for r in data.requests)]), chart_id="window-chart"),
@@ -101,10 +91,6 @@ STYLE = ("body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222}h1{font
 TIMING = ("<script>addEventListener('load',()=>{const n=performance.getEntriesByType('navigation')[0];"
           "document.documentElement.dataset.loadMs=(n?n.loadEventStart:performance.now()).toFixed(1)})</script>")
 """The page's own load time, for ``benchmarks/report_render.py`` (it reads it from the rendered page)."""
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _e(text: object) -> str:
@@ -151,8 +137,7 @@ def _chart(data: Timeline, scale: int, chart_id: str) -> str:
 
 
 def _zoomed(data: Timeline, window: int) -> list[str]:
-    """The chart again at the scale of the largest prompt, when that is under half the window (else
-    the first chart shows the bars well enough)."""
+    """The chart again at the scale of the largest prompt, when that is under half the window."""
     largest = max([1, *(r.prompt for r in data.requests)])
     if largest * 2 > window:
         return []

@@ -15,17 +15,16 @@ import typer
 from ctxagent.agent.config import RunConfig
 from ctxagent.agent.events import Finished
 from ctxagent.agent.setup import open_runner
-from ctxagent.cli import config, process, tracing
+from ctxagent.cli import config, process, redacted, tracing
 from ctxagent.cli.options import RunOptions, with_run_options
 from ctxagent.cli.outputs_cmd import deliver
-from ctxagent.cli.permissions import grants, warn_allow_all
+from ctxagent.cli.permissions import ALLOW_ALL_WARNING, grants
 from ctxagent.cli.process import Interrupted
 from ctxagent.cli.render import BatchRenderer, Renderer
-from ctxagent.cli.stdin import piped, read_all, wait_s
+from ctxagent.cli.stdin import piped, wait_s
 from ctxagent.cli.stream import StreamRenderer
 from ctxagent.errors import CtxagentError, LimitReached, UsageError
 from ctxagent.sessions.outcome import recorded_answer
-from ctxagent.sessions.redact import default
 from ctxagent.sessions.session import (
     Session,
     discard_if_unstarted,
@@ -43,10 +42,8 @@ if TYPE_CHECKING:
 
 
 def _read_task(task: str | None) -> str | None:
-    """The task or message: the argument, or stdin for ``-`` (read to its end), as text that can be
-    written and sent (:func:`ctxagent.tools.clean.plain`: a byte that is not UTF-8 shown as ``\\xff``,
-    NUL and other control characters dropped). ``UsageError`` when it is blank."""
-    text = _text(read_all()) if task == "-" else task
+    """The argument, or stdin for ``-`` (read to its end), as :func:`plain` text; ``UsageError`` when blank."""
+    text = _text(sys.stdin.buffer.read()) if task == "-" else task
     text = None if text is None else plain(text)
     if text is not None and not text.strip():
         raise UsageError("the task is empty" + (" (read from stdin)" if task == "-" else ""))
@@ -58,30 +55,23 @@ def _text(data: bytes) -> str:
 
 
 def _piped() -> str | None:
-    """What is piped into stdin and ours to read (cli/stdin.py: never an idle pipe, never a
-    ``while read`` loop's file), as text (:func:`plain`); None when nothing is
-    (``cat log | ctxagent run "task"``, as ``llm`` does)."""
+    """What is piped into stdin and ours to read (cli/stdin.py), as :func:`plain` text; None when nothing is."""
     data = piped()
     text = None if data is None else plain(_text(data)).rstrip("\n")
     return text if text and text.strip() else None
 
 
 def _session(name: str | None, store_url: str | None) -> Session:
-    """The session ``--session`` names (a new name when it is not given; ``UsageError`` when blank),
-    on local disk or in the session store at ``store_url``."""
+    """The session ``--session`` names (a new one when not given), locally or in the store at ``store_url``."""
     if name is None:
         return Session.at(new_name(), store_url)
     return Session.at(name, store_url).pull()  # with a session store: the cache brought up to it
 
 
 def execute(session: Session, message: str | None, opts: RunOptions, stdin: str | None = None) -> None:
-    """Open ``session``, run it (and, interactively, keep prompting), exit with the right code.
-    ``stdin``: piped text attached to the first message (offloaded under ``@stdin`` when large).
-
-    An answer that is or contains handles is printed with their values (see ``outputs_cmd.deliver``).
-    Lessons are learned after the answer is shown (batch: printed; interactive: when the session
-    ends), never before it: with an LLM lessons step that is a model call.
-    """
+    """Open ``session``, run it (interactively, keep prompting), exit with the right code. ``stdin``: piped
+    text attached to the first message. Lessons are learned after the answer was shown, never before it:
+    with an LLM lessons step that is a model call."""
     batch = opts.is_batch()
     renderer = _renderer(opts.format(), batch, quiet=opts.quiet)
     result: dict[str, Any] = {"session": session.name, "status": "error", "answer": None, "turns": 0}
@@ -89,20 +79,20 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
     runner = None
     shown = False  # the result was printed (inside the writer lock, before lessons were learned)
     started = time.monotonic()
-    trace = _tracing()
+    trace = tracing.Tracing(tracing.make_provider() if tracing.enabled() else None)
     existed = session.root.exists()
     try:
         opts = _with_defaults(opts, existed)
         with session.writer():
             runner = open_runner(session, _run_config(opts, batch))
-            warn_allow_all(opts.allow_all)
+            if opts.allow_all:
+                print(ALLOW_ALL_WARNING, file=sys.stderr, flush=True)
             if stdin is not None and message is not None:
                 message = f"{message}\n\n{runner.attach(stdin, 'stdin')}"
             if message is None and runner.needs_input() and not runner.state.users:  # no task recorded
                 raise UsageError(f"session {session.name!r} has nothing left to do; give a new message")
             renderer.start(session, runner)
-            if trace is not None:
-                trace.start(session.name, runner.model_name)
+            trace.start(session.name, runner.model_name)
             _converse(session, runner, renderer, message, opts, trace, batch)
             result.update(status="answered", answer=renderer.answer)
             if batch:  # the answer first, then the lessons (still holding the lock: they append notes)
@@ -110,7 +100,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
             _learn(runner, renderer)
     except CtxagentError as err:
         code = err.exit_code
-        result.update(status=err.status, error=_redacted(str(err)))
+        result.update(status=err.status, error=redacted(str(err)))
         renderer.error(CtxagentError(result["error"]))  # printed as redacted as it is recorded
     except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM, SIGHUP (the terminal may be gone: no output then)
         code = err.exit_code if isinstance(err, Interrupted) else 130
@@ -124,12 +114,11 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
 
 
 def _run_config(opts: RunOptions, batch: bool) -> RunConfig:
-    """The run configuration the command line asks for (``--allow``, ``--allow-all``, and the
-    prompt for permissions only on a terminal's text output, never amid JSON)."""
+    """The run configuration the command line asks for (the permission prompt only for text output)."""
     return RunConfig(
         profile_spec=opts.profile, model_spec=opts.model, api_base=opts.api_base,
         path="batch" if batch else "interactive", workdir=opts.workdir.resolve() if opts.workdir else None,
-        tools=opts.tool_specs(), run_limits=opts.run_limits(), session_limits=opts.session_limits(),
+        tools=tuple(opts.tools or ()), run_limits=opts.run_limits(), session_limits=opts.session_limits(),
         context_window=opts.context_window, timeout_s=opts.timeout, started=process.STARTED,
         mcp_config=str(opts.mcp_config.resolve()) if opts.mcp_config else None,
         max_output_tokens=opts.max_output_tokens, lessons=not opts.no_lessons,
@@ -137,9 +126,8 @@ def _run_config(opts: RunOptions, batch: bool) -> RunConfig:
 
 
 def _converse(session: Session, runner: Any, renderer: Renderer, message: str | None, opts: RunOptions,
-              trace: Any, batch: bool) -> None:
-    """The turn of ``message``; interactively, its answer shown, then a turn per message typed until
-    the user ends the session (batch: that one turn)."""
+              trace: tracing.Tracing, batch: bool) -> None:
+    """The turn of ``message``; interactively, then a turn per message typed until the session ends."""
     while True:
         if _turn(session, runner, renderer, message, opts, trace) and not batch:
             _show_answer(session, renderer.answer, opts.output)
@@ -149,15 +137,13 @@ def _converse(session: Session, runner: Any, renderer: Renderer, message: str | 
 
 
 def _turn(session: Session, runner: Any, renderer: Renderer, message: str | None, opts: RunOptions,
-          trace: Any) -> bool:
-    """Run one turn, rendering its events; True when it answered. Interactively, a Ctrl-C that
-    cancels the turn (the first one; :meth:`Renderer.goes_on`) and ``--max-turns`` end the turn,
-    not the session: the runner cancels what it started (``Runner.cancel``) and the prompt comes back."""
+          trace: tracing.Tracing) -> bool:
+    """Run one turn, rendering its events; True when it answered. Interactively, a first Ctrl-C and
+    ``--max-turns`` end the turn, not the session (:meth:`Renderer.goes_on`)."""
     try:
         for event in _events(session, runner, message, opts.max_turns):
             renderer.event(event)
-            if trace is not None:
-                trace.event(event)
+            trace.event(event)
         return True
     except KeyboardInterrupt as err:
         if not renderer.goes_on(err):
@@ -170,8 +156,7 @@ def _turn(session: Session, runner: Any, renderer: Renderer, message: str | None
 
 
 def _learn(runner: Any, renderer: Renderer) -> None:
-    """The lessons of the session's answers (``Runner.learn``), after the answer was shown, with a
-    status while a model is asked; Ctrl-C (or a signal) skips them and keeps the run's exit code."""
+    """Learn the session's lessons (``Runner.learn``) after the answer was shown; Ctrl-C skips them."""
     if not runner.unlearned:
         return
     try:
@@ -183,8 +168,8 @@ def _learn(runner: Any, renderer: Renderer) -> None:
 
 
 def _report(session: Session, runner: Any, renderer: Renderer, result: dict[str, Any], code: int, opts: RunOptions,
-            started: float, trace: Any) -> int:
-    """Complete ``result`` (spend, delivered handles, ``is_error``), print it, and return the exit code."""
+            started: float, trace: tracing.Tracing) -> int:
+    """Complete ``result`` (spend, delivered handles, ``is_error``), print it, return the exit code."""
     batch = opts.is_batch()
     if runner is not None:
         result.update(_spend(runner, started))
@@ -192,8 +177,7 @@ def _report(session: Session, runner: Any, renderer: Renderer, result: dict[str,
         code = _deliver(session, renderer.answer, opts.output, result, opts.format() != "text")
     result.update({key: mend(result[key]) for key in ("answer", "error") if isinstance(result.get(key), str)})
     result["is_error"] = code != 0
-    if trace is not None:
-        trace.finish(result)
+    trace.finish(result)
     if code == 129:  # the terminal is gone: what cannot be shown is dropped, the exit code stays
         _quietly(renderer.finish, result)
     else:
@@ -202,11 +186,9 @@ def _report(session: Session, runner: Any, renderer: Renderer, result: dict[str,
 
 
 def _events(session: Session, runner: Any, message: str | None, max_turns: int | None) -> Iterable[Event]:
-    """The events of one run: ``runner.run``'s; for an answered session and no new ``message``,
-    its recorded answer alone (one ``Finished``: no model call, nothing written), even when its
-    run was killed before writing its end record (sessions/outcome.py)."""
+    """``runner.run``'s events; for an answered session and no new ``message``, its recorded answer
+    alone (one ``Finished``: no model call, nothing written)."""
     if message is None and runner.needs_input():  # answered: execute refused a session without a task
-
         return [Finished("answered", recorded_answer(session.transcript) or "", runner.state.turn)]
     return cast("Iterable[Event]", runner.run(message, max_turns=max_turns))
 
@@ -227,12 +209,10 @@ def _next_message(renderer: Renderer, runner: Any) -> str | None:
 
 
 def _with_defaults(opts: RunOptions, existed: bool) -> RunOptions:
-    """``opts`` with what the command line left unset taken from configuration (cli/config.py): all
-    of model, profile, api_base, context_window and allow for a new session; only allow for one that
-    exists (it keeps what it recorded). Says on stderr when a project file is there but not trusted."""
+    """``opts`` with what the command line left unset taken from configuration (cli/config.py); for a
+    session that exists only ``allow`` (it keeps what it recorded)."""
     start = opts.workdir.resolve() if opts.workdir else None
-    given = {"model": opts.model, "profile": opts.profile, "api_base": opts.api_base,
-             "context_window": opts.context_window, "allow": opts.allow}
+    given = {key: getattr(opts, key) for key in config.KEYS}
     values = config.effective(given, start=start)
     note = config.untrusted_note(start)
     if note and any(v is None for v in given.values()):
@@ -241,14 +221,8 @@ def _with_defaults(opts: RunOptions, existed: bool) -> RunOptions:
     return replace(opts, **{key: values[key].value for key in keys if given[key] is None})
 
 
-def _tracing() -> Any:
-    """OpenTelemetry spans of the run when asked for (cli/tracing.py), else None."""
-    return tracing.Tracing(tracing.make_provider()) if tracing.enabled() else None
-
-
 def _renderer(output_format: str, batch: bool, quiet: bool = False) -> Renderer:
-    """The renderer of ``--output-format`` (``stream-json``: cli/stream.py) on the batch or interactive
-    path; ``quiet``: no progress on stderr (the answer or the JSON alone; errors still said)."""
+    """The renderer of ``--output-format`` on the batch or interactive path."""
     if output_format == "stream-json":
         return StreamRenderer(interactive=not batch, quiet=quiet)
     if batch:
@@ -259,21 +233,17 @@ def _renderer(output_format: str, batch: bool, quiet: bool = False) -> Renderer:
 
 
 def _spend(runner: Any, started: float) -> dict[str, Any]:
-    """The ``--json`` fields of what was spent: ``turns`` (the session's turns), ``run_turns`` (model
-    calls of this run), ``usage`` (this run's) and ``session_usage`` (every run's; both with tokens,
-    ``cost_usd``, ``calls``, ``wall_s``), the ``limits`` in force, ``model``, ``duration_s`` and
-    ``cost_usd`` (this run's)."""
+    """The ``--json`` fields of what was spent, this run's and the session's (docs/batch.md lists them)."""
     spend = runner.spend()
     return {"turns": runner.state.turn, "run_turns": runner.state.replies - runner.replies_at_start,
-            "usage": spend["run"],
-            "session_usage": spend["session"], "model": runner.model_name,
+            "usage": spend["run"], "session_usage": spend["session"], "model": runner.model_name,
             "duration_s": round(time.monotonic() - started, 3), "cost_usd": spend["run"]["cost_usd"],
             "limits": runner.breaker.limits()}
 
 
 def _quietly(show: Any, *args: Any) -> None:
-    """Call ``show`` (it prints); when the terminal is gone (EIO), send stdout and stderr to
-    /dev/null from then on, so that nothing left in a buffer fails the exit."""
+    """Call ``show``; when the terminal is gone (EIO), send stdout and stderr to /dev/null from then on,
+    so that nothing left in a buffer fails the exit."""
     try:
         show(*args)
         sys.stdout.flush()
@@ -283,17 +253,11 @@ def _quietly(show: Any, *args: Any) -> None:
         os.dup2(devnull, sys.stderr.fileno())
 
 
-def _redacted(text: str) -> str:
-    return default().text(text)
-
-
 def _deliver(session: Session, answer: str, output: Path | None, result: dict[str, Any], json_out: bool) -> int:
-    """Batch: the answer's handles resolved (what stdout shows, or ``handles`` with ``--json``).
-
-    Returns the exit code: 0, or 1 when ``--output`` could not be written (``result`` says why). The
-    answer is redacted first, as the transcript holds it: stdout and ``--output`` show the same text."""
+    """Batch: the (redacted) answer's handles resolved into ``result``; the exit code, 1 when ``--output``
+    could not be written."""
     try:
-        shown = deliver(session.store, _redacted(answer), output)
+        shown = deliver(session.store, redacted(answer), output)
     except OSError as err:
         message = f"cannot write --output {output}: {err.strerror or err}"
         print(f"ctxagent: error: {message}", file=sys.stderr)
@@ -317,8 +281,7 @@ TERMINAL_MAX_CHARS = 20_000  # characters of an answer's resolved value printed 
 
 def for_terminal(text: str, session: str, max_chars: int = TERMINAL_MAX_CHARS) -> str:
     """``text`` as a terminal shows it: whole up to ``max_chars`` characters, else the middle-out
-    preview offloaded outputs get (tools/preview.py: first 40 and last 20 lines) with how to get the
-    whole value. A pipe or a file gets the whole value: the caller checks ``isatty``."""
+    preview offloaded outputs get (first 40 and last 20 lines) with how to get the whole value."""
     if len(text) <= max_chars:
         return text
 
@@ -343,7 +306,7 @@ def _show_answer(session: Session, answer: str | None, output: Path | None) -> N
         print(for_terminal(shown.text, session.name))
 
 
-@with_run_options
+@with_run_options()
 def run(opts: RunOptions,
         task: Annotated[str | None, typer.Argument(help="The task; '-' reads it from stdin.")] = None) -> None:
     """Start (or continue) a session with TASK and run the agent until it answers.
@@ -365,7 +328,7 @@ def run(opts: RunOptions,
     execute(_session(opts.session, opts.store), text, opts, stdin=_piped() if task not in (None, "-") else None)
 
 
-@with_run_options
+@with_run_options()
 def resume(opts: RunOptions,
            message: Annotated[str | None, typer.Argument(help="A new user message; '-' reads stdin.")] = None,
            last: Annotated[bool, typer.Option("--last", help="Without --session: the newest session of all, "
@@ -379,10 +342,8 @@ def resume(opts: RunOptions,
 
 
 def _newest(everywhere: bool, store_url: str | None, quiet: bool = False) -> Session:
-    """The session ``resume`` continues without ``--session``: the newest started in the current
-    directory (its header's workdir), or of all with ``--last``; a session the model never replied
-    in is passed over for an older one that it did (sessions/session.py :func:`newest`). Says on
-    stderr which one and where it was started. ``UsageError`` when there is none."""
+    """The session ``resume`` continues without ``--session``: the newest (:func:`newest`) started in the
+    current directory, or of all with ``--last``; said on stderr. ``UsageError`` when there is none."""
     every, here = list_sessions(store_url), Path(os.path.realpath(Path.cwd()))
     target, skipped = newest(every if everywhere else [s for s in every if started_in(s) == here])
     if target is None:

@@ -1,9 +1,7 @@
 """``ctxagent sessions list|show|delete|rename|fork|export``: manage the sessions on disk.
 
-``list`` reads each transcript's head, tail and cached totals (milliseconds whatever its size);
-``show`` and ``export`` stream one transcript whole; ``delete`` and ``rename`` take the session's
-writer lock, so they refuse while a run holds it; ``fork`` copies a session to branch from. Never
-imports litellm (``export --format openai`` computes the view without a model call).
+``delete`` and ``rename`` take the session's writer lock, so they refuse while a run holds it. Never
+imports litellm.
 """
 
 from __future__ import annotations
@@ -20,7 +18,8 @@ from typing import Annotated
 import typer
 
 from ctxagent.cli import sessions_export
-from ctxagent.cli.options import StoreOpt, pick
+from ctxagent.cli.options import keep_store, pick
+from ctxagent.cli.sessions_export import usd, when
 from ctxagent.dirs import data_dir
 from ctxagent.errors import SessionBusyError, UsageError
 from ctxagent.sessions import replica
@@ -35,10 +34,7 @@ OptNameArg = Annotated[str | None, typer.Argument(help="Session name (default: m
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object (per line for list).")]
 
 
-@app.callback()
-def _options(ctx: typer.Context, store: StoreOpt = None) -> None:
-    """``--store URL`` before the command: the session store to read (default $CTXAGENT_STORE)."""
-    ctx.obj = store  # the commands' ``ctx.obj``
+app.callback()(keep_store)
 
 
 class Format(StrEnum):
@@ -49,23 +45,14 @@ class Format(StrEnum):
     openai = "openai"
 
 
-def _when(ts: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
-
-
-def _cost(cost: float | None) -> str:
-    return "-" if cost is None else f"${cost:.4f}"
-
-
 def on_terminal() -> bool:
     """Whether stdin and stdout are both a terminal (someone can answer a question)."""
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def _existing(name: str, store_url: str | None) -> Session:
-    """The top-level session ``name`` whose folder exists (even with an empty transcript);
-    ``UsageError`` for a bad name, a sub-agent's session (``PARENT/CHILD``: it belongs to its
-    parent's folder, and goes with it), or no such session."""
+    """The top-level session ``name`` whose folder exists (even with an empty transcript); ``UsageError``
+    for a bad name, a sub-agent's session (``PARENT/CHILD``: it goes with its parent), or none."""
     if "/" in name:
         raise UsageError(f"{name!r} is a sub-agent's session, part of its parent's; delete or rename "
                          f"{name.split('/', 1)[0]!r} instead")
@@ -92,8 +79,8 @@ def list_(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     table = Table("session", "created", "last used", "turns", "tokens", "cost", "status", "model")
     for row in rows:
         name = row["name"] if row["parent"] is None else "  " * row["name"].count("/") + "└ " + row["name"]
-        table.add_row(name, _when(row["created"]), _when(row["last_used"]), str(row["turns"]),
-                      str(row["tokens"]), _cost(row["cost_usd"]), row["status"], row["model"] or "-")
+        table.add_row(name, when(row["created"]), when(row["last_used"]), str(row["turns"]),
+                      str(row["tokens"]), usd(row["cost_usd"]), row["status"], row["model"] or "-")
     # not a terminal: a width no row reaches, so rich never cuts a name or a model string
     Console(highlight=False, width=None if sys.stdout.isatty() else 100_000).print(table)
 
@@ -107,7 +94,7 @@ class _Row(ListFacts):
 
 
 def _rows(session: Session, parent: str | None = None) -> list[_Row]:
-    """The ``list`` rows of ``session`` then of its sub-agents' sessions (``parent`` names theirs)."""
+    """The ``list`` rows of ``session`` then of its sub-agents' sessions."""
     facts = list_facts(session)  # header, tail and cached totals: never the whole transcript
     row: _Row = {"name": session.name, **facts, "last_used": sessions_export.last_used(session), "parent": parent}
     return [row, *(r for child in session.children() for r in _rows(child, session.name))]
@@ -146,7 +133,7 @@ def age_s(text: str) -> float:
 
 
 def _older_than(age: str, store_url: str | None) -> list[Session]:
-    """The top-level sessions last used (their transcript written) more than ``age`` ago, none running."""
+    """The top-level sessions whose transcript was written more than ``age`` ago, none running."""
     cutoff = time.time() - age_s(age)
     return [s for s in list_sessions(store_url) if (s.root / "transcript.jsonl").stat().st_mtime < cutoff
             and not s.running()]
@@ -191,7 +178,7 @@ def delete(
 
 
 def _delete(session: Session) -> None:
-    """Delete one session (its writer lock held): its store objects, its snapshot, its folder, its lessons."""
+    """Delete one session under its writer lock: its store objects, its folder, its lessons."""
     name = session.name
     trash = data_dir() / f".deleting-{name}-{os.getpid()}"
     with session.writer():  # SessionBusyError (exit 1) while a run holds it (or a session store's lease)
@@ -217,31 +204,27 @@ def fork(
     """Copy a session to branch from: NEW holds its transcript, offloaded outputs and sub-agents'
     sessions as they are now; ``resume --session NEW "..."`` goes another way, NAME stays as it is.
     Refuses when NEW is taken (exit 2). A session being written is copied up to its last whole line."""
-    source = _existing(name, ctx.obj)
-    target = Session.at(check_name(new), ctx.obj)
-    if target.root.exists():
-        raise UsageError(f"a session named {new!r} exists already ({target.root})")
+    source, target = _existing(name, ctx.obj), _unused(new, ctx.obj)
     if (sync := source.remote()) is not None:  # a session store: its objects first (UsageError if NEW is there)
-
         with source.writer():
             replica.copy(sync, target.remote())
         target.pull()
     else:
-        _copy(source.root, target.root)
+        _copy(source.root, target)
     print(f"forked session {name} as {new} ({target.root})", file=sys.stderr)
 
 
 SKIPPED = (".lock", ".spool-*", ".store.json", ".list-cache.json", "*.tmp")  # a writer's, or caches rebuilt on use
 
 
-def _copy(source: Path, target: Path) -> None:
-    """Copy a session folder: every file but :data:`SKIPPED`; each transcript cut after its last
-    newline (a line being appended is not copied half). The folder is claimed first (``mkdir``
-    fails when another fork took the name) and made owner-only, as sessions are."""
+def _copy(source: Path, session: Session) -> None:
+    """Copy a session folder to ``session``'s (claimed first, owner-only): every file but :data:`SKIPPED`,
+    each transcript cut after its last newline (a line being appended is not copied half)."""
+    target = session.root
     try:
         target.mkdir(mode=0o700)
     except FileExistsError:
-        raise UsageError(f"a session named {target.name!r} exists already ({target})") from None
+        raise _taken(session) from None
     try:
         shutil.copytree(source, target, ignore=shutil.ignore_patterns(*SKIPPED), dirs_exist_ok=True)
         for transcript in target.rglob("transcript.jsonl"):
@@ -263,19 +246,15 @@ def rename(
     """Rename a session: its folder moves, nothing in it is rewritten (the header keeps the name
     it was started with; ``resume --session NEW`` continues it). Refuses while another process
     holds the session (exit 1), and when NEW is taken (exit 2)."""
-    source = _existing(old, ctx.obj)
-    target = Session.at(check_name(new), ctx.obj)
-    if target.root.exists():
-        raise UsageError(f"a session named {new!r} exists already ({target.root})")
+    source, target = _existing(old, ctx.obj), _unused(new, ctx.obj)
     with source.writer():
         if (sync := source.remote()) is not None:  # a session store: the objects too (UsageError if NEW is there)
-
             replica.copy(sync, target.remote())
         try:
             target.root.mkdir(mode=0o700)  # claims the name: a second rename to it fails here
             os.rename(source.root, target.root)  # onto the empty folder just made
         except FileExistsError:
-            raise UsageError(f"a session named {new!r} exists already ({target.root})") from None
+            raise _taken(target) from None
         _remove_remote(source)
     from ctxagent.lessons.hooks import rename_session
 
@@ -315,6 +294,18 @@ def export(
     finally:
         temp.unlink(missing_ok=True)
     print(f"exported session {session.name} as {fmt.value} to {output}", file=sys.stderr)
+
+
+def _unused(name: str, store_url: str | None) -> Session:
+    """The session ``name`` (a NEW argument); ``UsageError`` when it exists already."""
+    target = Session.at(check_name(name), store_url)
+    if target.root.exists():
+        raise _taken(target)
+    return target
+
+
+def _taken(target: Session) -> UsageError:
+    return UsageError(f"a session named {target.name!r} exists already ({target.root})")
 
 
 def _remove_remote(session: Session) -> None:

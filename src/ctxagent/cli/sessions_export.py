@@ -1,7 +1,6 @@
-"""What ``sessions show`` and ``sessions export`` read from a session: its facts, and its transcript
-as JSONL, as Markdown, or its current view as OpenAI messages. Streams the transcript (one record
-in memory at a time) except ``openai``, which folds it as ``inspect context`` does. The record
-models are imported when a command runs, never for ``--help`` (pydantic builds them: ~100 ms).
+"""What ``sessions show`` and ``sessions export`` read from a session: its facts, its transcript as
+JSONL or Markdown (streamed), or its current view as OpenAI messages. The record models are imported
+when a command runs, never for ``--help``.
 """
 
 from __future__ import annotations
@@ -81,36 +80,37 @@ def _add_usage(out: dict[str, Any], record: records.UsageRecord) -> None:
         out["cost_usd"] = round((out["cost_usd"] or 0.0) + record.cost_usd, 6)
 
 
-def _when(ts: float | None) -> str:
+def when(ts: float | None) -> str:
+    """Epoch seconds as local ``YYYY-MM-DD HH:MM:SS``; ``-`` for None."""
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def usd(cost: float | None) -> str:
+    """US dollars to four decimals; ``-`` for None (no price known)."""
+    return "-" if cost is None else f"${cost:.4f}"
 
 
 def show_lines(found: dict[str, Any]) -> list[str]:
     """The lines ``sessions show`` prints for ``found`` (:func:`facts`)."""
     settings = found["settings"]
     renamed = found["started_as"] and found["started_as"] != found["name"]
-    cost = "-" if found["cost_usd"] is None else f"${found['cost_usd']:.4f}"
     rows: list[tuple[str, Any]] = [
         ("session", found["name"] + (f" (started as {found['started_as']})" if renamed else "")),
-        ("folder", found["folder"]), ("status", found["status"]), ("created", _when(found["created"])),
-        ("last used", _when(found["last_used"]))]
+        ("folder", found["folder"]), ("status", found["status"]), ("created", when(found["created"])),
+        ("last used", when(found["last_used"]))]
     rows += [(key.replace("_", " "), _inline(settings.get(key))) for key in SETTINGS]
     rows += [("turns", f"{found['turns']} ({found['messages']} messages; runs {found['runs']}, "
                        f"{found['wall_s']:.1f} s)"),
              ("tokens", f"{found['tokens']} ({found['prompt_tokens']} prompt, {found['cached_tokens']} of them cached; "
                         f"{found['completion_tokens']} completion; {found['calls']} model calls)"),
-             ("cost", cost), ("outputs", f"{found['outputs']} offloaded ({found['output_bytes']:,} bytes)"),
+             ("cost", usd(found["cost_usd"])),
+             ("outputs", f"{found['outputs']} offloaded ({found['output_bytes']:,} bytes)"),
              ("compactions", found["compactions"])]
-    lines = [f"{label:<15}{value}" for label, value in rows]
-    return lines
-
-
-# ------------------------------------------------------------------------------------------ export
+    return [f"{label:<15}{value}" for label, value in rows]
 
 
 def jsonl(session: Session) -> Iterator[str]:
-    """The transcript's readable records, one JSON object per line, oldest first (as
-    ``inspect transcript --json``; a damaged line is set aside with a warning)."""
+    """The transcript's readable records, one JSON object per line, oldest first."""
     from ctxagent.sessions import records
 
     for record in session.transcript.records():
@@ -118,9 +118,8 @@ def jsonl(session: Session) -> Iterator[str]:
 
 
 def openai_messages(session: Session) -> str:
-    """The messages the next request of ``session`` would send (its current view: compactions
-    applied), as the OpenAI chat wire carries them, as one indented JSON array. No model call.
-    Raises ``UsageError``/``ProfileError`` as :func:`ctxagent.agent.peek.next_request`."""
+    """The messages the next request of ``session`` would send, as an indented JSON array of OpenAI chat
+    messages. No model call; raises as :func:`ctxagent.agent.peek.next_request`."""
     from ctxagent.agent.peek import next_request
     from ctxagent.agent.replies import wire_message
 
@@ -129,8 +128,7 @@ def openai_messages(session: Session) -> str:
 
 
 def markdown(session: Session) -> Iterator[str]:
-    """A readable transcript in Markdown: the settings, then every message (tool calls and results
-    in fenced blocks, with their handles), compactions and run ends where they happened."""
+    """A readable transcript in Markdown: the settings, then every message, compaction and run end."""
     from ctxagent.sessions import records
 
     names: dict[str, str] = {}  # call id -> tool name
@@ -138,7 +136,7 @@ def markdown(session: Session) -> Iterator[str]:
         if isinstance(record, records.SessionHeader):
             yield f"# Session {session.name}\n\n"
             yield "".join(f"- {key.replace('_', ' ')}: {_inline(getattr(record, key, None))}\n" for key in SETTINGS)
-            yield f"- created: {_when(record.ts)}\n\n"
+            yield f"- created: {when(record.ts)}\n\n"
         elif isinstance(record, records.SettingsRecord):
             changed = {k: v for k in SETTINGS if (v := getattr(record, k, None)) is not None}
             yield f"*settings changed: {', '.join(f'{k} {_inline(v)}' for k, v in changed.items())}*\n\n"
@@ -155,14 +153,12 @@ def markdown(session: Session) -> Iterator[str]:
 def _message(record: records.MessageRecord, names: dict[str, str]) -> str:
     msg = record.message
     role = str(msg.get("role", "?"))
-    head = f"## {role} · turn {record.turn} · #{record.seq} · {record.tokens} tokens"
-    parts = [head]
+    parts = [f"## {role} · turn {record.turn} · #{record.seq} · {record.tokens} tokens"]
     if role == "tool":
         call_id = str(msg.get("tool_call_id", ""))
         handle = f", {record.handle}" + (" (offloaded)" if record.offloaded else "") if record.handle else ""
-        parts[0] = f"{head}\n\nresult of `{names.get(call_id, '?')}` ({call_id}{handle})"
-        parts.append(_fence(_text(msg.get("content"))))
-    elif role == "system":
+        parts.append(f"result of `{names.get(call_id, '?')}` ({call_id}{handle})")
+    if role in ("tool", "system"):
         parts.append(_fence(_text(msg.get("content"))))
     elif text := _text(msg.get("content")):
         parts.append(text)

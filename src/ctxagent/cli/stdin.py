@@ -1,19 +1,11 @@
 """What ``run`` and ``resume`` read from standard input, and when: never by waiting without bound.
 
-A run whose task is an argument is often started by a program whose stdin is an open pipe nobody
-writes to (a CI runner, an editor's task runner, another agent): reading it to its end would wait
-until that program exits (Codex's ``exec`` had this bug: openai/codex#20919). And in
-``while read t; do ctxagent run --batch "$t"; done < tasks.txt`` stdin is the loop's own file:
-reading it would swallow the tasks still to come. The rules (docs/batch.md):
-
-- ``-`` as the task: stdin is the task, read to its end however long that takes (asked for).
-- a task argument: piped text is attached to it only when it is *already there*: a pipe or socket
-  that has data within :data:`WAIT_S` of the command's start, or a redirected file read from its
-  start (a file someone already read from, such as a ``while read`` loop's, is not ours).
-- no task at all, stdin not a terminal: what comes the same way is the task.
-
-Once data came, the rest is read to its end, unless the writer goes quiet for :data:`IDLE_S`
-without closing it: then what came is used and a note says so. Imports nothing heavy.
+A run is often started with an open pipe nobody writes to as stdin (a CI runner, another agent:
+openai/codex#20919), or inside ``while read t; do ctxagent run ...; done < tasks.txt``, whose stdin
+holds the tasks still to come. So (docs/batch.md): ``-`` reads stdin to its end; with a task argument,
+piped text is attached only when it is already there (within :data:`WAIT_S` of the start, or a
+redirected file not read from yet); without one, stdin is the task. Once data came, reading stops
+at its end or when the writer is quiet for :data:`IDLE_S`.
 """
 
 from __future__ import annotations
@@ -43,14 +35,8 @@ def wait_s() -> float:
         return WAIT_S
 
 
-def read_all() -> bytes:
-    """All of stdin, to its end (``-``): blocks until the writer closes it."""
-    return sys.stdin.buffer.read()
-
-
 def piped() -> bytes | None:
-    """The bytes piped into stdin that are ours to read (see the module docstring), or None: stdin
-    is a terminal, closed, an idle pipe, or a file somebody else is reading."""
+    """The bytes piped into stdin that are ours to read (see the module docstring), or None."""
     try:
         fd = sys.stdin.fileno()
         mode = os.fstat(fd).st_mode
@@ -69,8 +55,7 @@ def piped() -> bytes | None:
 
 
 def _from_file(fd: int) -> bytes | None:
-    """A redirected file, read from its start; None when it was read from before (its offset is not
-    0: a ``while read`` loop's file, whose next lines are the loop's)."""
+    """A redirected file, read from its start; None when it was read from before (a ``while read`` loop's)."""
     try:
         if os.lseek(fd, 0, os.SEEK_CUR) != 0:
             return None

@@ -1,12 +1,8 @@
-"""``--output-format stream-json``: one JSON event per line on stdout as the run goes.
+"""``--output-format stream-json``: one JSON event per line on stdout as the run goes (docs/batch.md).
 
-The shape follows what users of Codex (``exec --json``) and Claude Code (``--output-format
-stream-json``) already parse: a ``type`` on every event, ``item.*`` events for messages, tool
-calls and tool results, ``turn.*`` events with usage, and a final ``result`` event holding the
-``--json`` object. The schema of every event is ``src/ctxagent/cli/events.schema.json`` (tested
-against real runs). Progress lines still go to stderr. An offloaded value never appears: a tool
-result event carries what the model saw (its preview, cut to :data:`CONTENT_CHARS`) with its
-handle and size. Every string of every event is redacted, as the transcript is (cut after).
+Shaped as Codex (``exec --json``) and Claude Code (``stream-json``) users parse; the schema of every
+event is ``src/ctxagent/cli/events.schema.json``. A tool result event carries what the model saw (cut
+to :data:`CONTENT_CHARS`), never an offloaded value; every string is redacted as the transcript is.
 """
 
 from __future__ import annotations
@@ -36,15 +32,14 @@ def event_of(event: Event) -> list[dict[str, Any]]:
                  "context_window": event.window, "messages": event.messages, "same_prefix": event.same}]
     if isinstance(event, Replied):
         reply, usage = event.reply, event.reply.usage
-        out: list[dict[str, Any]] = [{"type": "item.completed", "item": {
+        return [{"type": "item.completed", "item": {
             "type": "assistant_message", "turn": event.turn, **_cut(reply.content or ""),
             "tool_calls": [{"id": c.id, "name": c.name, "arguments": _cut(c.arguments)["text"]}
-                           for c in reply.tool_calls]}}]
-        out.append({"type": "turn.completed", "turn": event.turn, "finish_reason": reply.finish_reason,
-                    "usage": None if usage is None else {
-                        "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-                        "cached_tokens": usage.cached_tokens, "cost_usd": usage.cost_usd}})
-        return out
+                           for c in reply.tool_calls]}},
+                {"type": "turn.completed", "turn": event.turn, "finish_reason": reply.finish_reason,
+                 "usage": None if usage is None else {
+                     "prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                     "cached_tokens": usage.cached_tokens, "cost_usd": usage.cost_usd}}]
     if isinstance(event, ToolStarted):
         return [{"type": "item.started", "item": {"type": "tool_call", "id": event.call.id, "name": event.call.name}}]
     if isinstance(event, ToolDone):
@@ -63,9 +58,8 @@ def event_of(event: Event) -> list[dict[str, Any]]:
 
 
 class StreamRenderer(BatchRenderer):
-    """Programs reading events: JSON lines on stdout, progress on stderr. ``interactive``: after each
-    answer the next message is read from stdin (a terminal; the prompt on stderr), and emitted as a
-    ``user_message`` item; an empty line or end of input ends the run."""
+    """Programs reading events: JSON lines on stdout, progress on stderr. ``interactive``: after each answer
+    the next message is read from the terminal and emitted as a ``user_message`` item."""
 
     def __init__(self, interactive: bool = False, quiet: bool = False) -> None:
         super().__init__(json_out=True, quiet=quiet)
@@ -84,8 +78,7 @@ class StreamRenderer(BatchRenderer):
         return text
 
     def _emit(self, data: dict[str, Any]) -> None:
-        """One event on stdout, every string in it redacted as the transcript is (stdout ends up in
-        CI logs and other programs: what ctxagent prints is redacted as what it writes)."""
+        """One event on stdout, every string in it redacted as the transcript is."""
         print(json.dumps(default().value(data), ensure_ascii=False), flush=True)
 
     def start(self, session: Session, runner: Any) -> None:

@@ -1,19 +1,9 @@
-"""Optional OpenTelemetry export of a run (extra ``ctxagent[otel]``): spans from the runner's events.
+"""Optional OpenTelemetry export of a run (extra ``ctxagent[otel]``; docs/usage.md, "Tracing").
 
-On when ``CTXAGENT_OTEL=1`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set and the SDK is installed
-(spans go to the OTLP/HTTP exporter when ``opentelemetry-exporter-otlp-proto-http`` is installed,
-else to stderr as JSON). Names and attributes follow the OpenTelemetry GenAI semantic conventions:
-
-- ``invoke_agent ctxagent``: one span per run (``gen_ai.conversation.id`` = the session,
-  ``gen_ai.agent.name``, ``gen_ai.request.model``; the run's status);
-- ``chat MODEL``: one per model call (``gen_ai.operation.name`` = chat, ``gen_ai.usage.input_tokens``,
-  ``gen_ai.usage.output_tokens``, cached input tokens, ``gen_ai.response.finish_reasons``);
-- ``execute_tool NAME``: one per tool call (``gen_ai.tool.name``, ``gen_ai.tool.call.id``; the
-  handle of an offloaded result);
-- compactions and warnings are span events of the run span.
-
-Message content (the reply's text, a tool result's preview) is recorded only with
-``CTXAGENT_OTEL_CONTENT=1``, and always redacted (``sessions/redact/``).
+On when ``CTXAGENT_OTEL=1`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. Spans follow the OpenTelemetry
+GenAI semantic conventions: ``invoke_agent ctxagent`` per run, ``chat MODEL`` per model call,
+``execute_tool NAME`` per tool call; compactions and warnings are events of the run span. Content only
+with ``CTXAGENT_OTEL_CONTENT=1``, always redacted.
 """
 
 from __future__ import annotations
@@ -34,8 +24,8 @@ def enabled() -> bool:
 
 
 def make_provider() -> Any:
-    """A ``TracerProvider`` exporting as the module docstring says. Raises ``UsageError`` when the
-    SDK is not installed."""
+    """A ``TracerProvider`` exporting over OTLP/HTTP (with ``opentelemetry-exporter-otlp-proto-http``), else
+    to stderr as JSON. Raises ``UsageError`` when the SDK is not installed."""
     try:
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
@@ -56,18 +46,20 @@ def make_provider() -> Any:
 
 
 class Tracing:
-    """Turns a run's events into spans of a tracer of ``provider`` (see the module docstring), flushed
-    when the run ends."""
+    """Turns a run's events into spans of ``provider``'s tracer, flushed when the run ends; with no
+    provider (tracing off), does nothing."""
 
-    def __init__(self, provider: Any, *, content: bool | None = None):
+    def __init__(self, provider: Any = None):
         self.provider = provider
-        self.tracer = provider.get_tracer("ctxagent")
-        self.content = os.environ.get("CTXAGENT_OTEL_CONTENT") == "1" if content is None else content
+        self.content = os.environ.get("CTXAGENT_OTEL_CONTENT") == "1"
         self.run: Any = None
         self.chat: Any = None
         self.tools: dict[str, Any] = {}
 
     def start(self, session: str, model: str) -> None:
+        if self.provider is None:
+            return
+        self.tracer = self.provider.get_tracer("ctxagent")
         self.run = self.tracer.start_span("invoke_agent ctxagent", attributes={
             "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "ctxagent",
             "gen_ai.conversation.id": session, "gen_ai.request.model": model, "gen_ai.provider.name": _provider(model)})
@@ -107,7 +99,7 @@ class Tracing:
                                  "gen_ai.usage.cached_input_tokens": usage.cached_tokens})
         chat.set_attribute("gen_ai.response.finish_reasons", [event.reply.finish_reason or "unknown"])
         if self.content and event.reply.content:
-            chat.add_event("gen_ai.assistant.message", {"content": _redacted(event.reply.content)})
+            chat.add_event("gen_ai.assistant.message", {"content": clip(event.reply.content, CONTENT_CHARS)})
         chat.end()
 
     def _tool_done(self, event: ToolDone, span: Any) -> None:
@@ -115,7 +107,7 @@ class Tracing:
         span.set_attributes({"ctxagent.tool.is_error": event.is_error, "ctxagent.tool.result_chars":
                              len(event.content), **({"ctxagent.handle": event.handle} if event.handle else {})})
         if self.content:
-            span.add_event("gen_ai.tool.message", {"content": _redacted(event.content)})
+            span.add_event("gen_ai.tool.message", {"content": clip(event.content, CONTENT_CHARS)})
         span.end()
 
     @staticmethod
@@ -126,7 +118,7 @@ class Tracing:
             run.add_event("ctxagent.compaction", {"strategy": c.strategy, "start": c.start, "end": c.end,
                                                   "tokens_before": c.tokens_before, "tokens_after": c.tokens})
         elif isinstance(event, Warned):
-            run.add_event("ctxagent.warning", {"source": event.source, "text": _redacted(event.text)})
+            run.add_event("ctxagent.warning", {"source": event.source, "text": clip(event.text, CONTENT_CHARS)})
         elif isinstance(event, Finished):
             run.set_attribute("ctxagent.status", event.status)
 
@@ -144,14 +136,10 @@ class Tracing:
         if result.get("error"):
             from opentelemetry.trace import Status, StatusCode
 
-            self.run.set_status(Status(StatusCode.ERROR, _redacted(str(result["error"]), 500)))
+            self.run.set_status(Status(StatusCode.ERROR, clip(str(result["error"]), 500)))
         self.run.end()
         self.provider.force_flush()
 
 
 def _provider(model: str) -> str:
     return model.split("/", 1)[0] if "/" in model else "openai"
-
-
-def _redacted(text: str, limit: int = CONTENT_CHARS) -> str:
-    return clip(text, limit)
