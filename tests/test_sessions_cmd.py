@@ -103,6 +103,16 @@ def test_show_reports_settings_status_usage_and_outputs(tmp_path):
         assert expected in text, text
 
 
+def test_show_counts_every_model_call_a_usage_record_sums(tmp_path):
+    """A sub-agent's spend is one usage record summing all its calls: ``sessions show`` counted it as one
+    call while ``inspect transcript`` counted them all."""
+    sub = records.UsageRecord(turn=1, model="m", prompt_tokens=30, completion_tokens=5, estimated_prompt_tokens=30,
+                              cost_usd=None, calls=3)
+    _session("spent", _header("spent"), _msg(0, "user"), _usage(10, 2, 0.5), sub, _msg(1, "assistant", "done"))
+    facts = json.loads(ok("sessions", "show", "spent", "--json"))
+    assert (facts["calls"], facts["tokens"], facts["prompt_tokens"], facts["cost_usd"]) == (4, 47, 40, 0.5)
+
+
 def test_show_and_export_of_an_unknown_session_are_usage_errors():
     for args in (["sessions", "show", "ghost"], ["sessions", "export", "ghost"], ["sessions", "delete", "ghost"],
                  ["sessions", "rename", "ghost", "other"]):

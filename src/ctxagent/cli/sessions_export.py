@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ctxagent.messages import loads_json
+from ctxagent.sessions.outcome import Usage
 from ctxagent.sessions.session import Session, status_of
 
 if TYPE_CHECKING:
@@ -38,9 +39,9 @@ def facts(session: Session) -> dict[str, Any]:
 
     out: dict[str, Any] = {"name": session.name, "folder": str(session.root), "started_as": None,
                            "created": None, "last_used": None, "settings": {}, "status": "new", "turns": 0,
-                           "messages": 0, "tokens": 0, "prompt_tokens": 0, "completion_tokens": 0,
-                           "cached_tokens": 0, "cost_usd": None, "calls": 0, "outputs": 0, "output_bytes": 0,
-                           "compactions": 0, "runs": 0, "wall_s": 0.0}
+                           "messages": 0, "outputs": 0, "output_bytes": 0, "compactions": 0, "runs": 0,
+                           "wall_s": 0.0}
+    usage = Usage()
     last: list[Any] = []  # the last message and the end records after it: enough for status_of
     for record in session.transcript.records():
         out["last_used"] = record.ts
@@ -55,7 +56,7 @@ def facts(session: Session) -> dict[str, Any]:
             out["turns"] = max(out["turns"], record.turn)
             last = [record]
         elif isinstance(record, records.UsageRecord):
-            _add_usage(out, record)
+            usage.add(record)
         elif isinstance(record, records.OutputRecord):
             out["outputs"] += 1
             out["output_bytes"] += record.bytes
@@ -67,17 +68,10 @@ def facts(session: Session) -> dict[str, Any]:
             last.append(record)
     out["status"] = "running" if session.running() else status_of(last)
     out["wall_s"] = round(out["wall_s"], 3)
+    out.update(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+               tokens=usage.prompt_tokens + usage.completion_tokens, cached_tokens=usage.cached_tokens,
+               cost_usd=round(usage.cost_usd, 6) if usage.priced else None, calls=usage.calls)
     return out
-
-
-def _add_usage(out: dict[str, Any], record: records.UsageRecord) -> None:
-    out["calls"] += 1
-    out["prompt_tokens"] += record.prompt_tokens
-    out["completion_tokens"] += record.completion_tokens
-    out["tokens"] += record.prompt_tokens + record.completion_tokens
-    out["cached_tokens"] += record.cached_tokens
-    if record.cost_usd is not None:
-        out["cost_usd"] = round((out["cost_usd"] or 0.0) + record.cost_usd, 6)
 
 
 def when(ts: float | None) -> str:
