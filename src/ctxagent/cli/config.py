@@ -173,8 +173,8 @@ UNSET = {"api_base": "the provider's own endpoint", "allow": "nothing beyond the
 
 @app.command("show")
 def show(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False) -> None:
-    """The settings a new ``run`` would use here (the model actually used, the profile...), each
-    with where it came from (a value's secrets, such as a password or token in ``api_base``, shown
+    """The settings a new run would use here (the model actually used, the profile...), each
+    with where it came from (a value's secrets, such as a password or token in api_base, shown
     as markers), and the environment variables the shell's commands and MCP servers do not get
     (tools/environment.py)."""
     values = {key: Value(redacted(v.value) if isinstance(v.value, str) else v.value, v.source)
@@ -207,7 +207,7 @@ def _withheld(profile: str | None) -> tuple[list[str], list[str]]:
 
 @app.command("trust")
 def trust() -> None:
-    """Trust the project file (``.ctxagent.yaml``) found from here upward, as it is now."""
+    """Trust the project file (.ctxagent.yaml) found from here upward, as it is now."""
     project = project_file()
     if project is None:
         raise UsageError(f"no {PROJECT_FILE} in {Path.cwd()} or above")

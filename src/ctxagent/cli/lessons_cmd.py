@@ -132,7 +132,7 @@ def edit(
 ) -> None:
     """Edit a lesson: with --rule or --scope, set those; else open it as JSON in $VISUAL/$EDITOR.
     The result is validated (a lesson keeps its id and at least one evidence record); a new
-    ``scope`` (``user``, ``named:NAME``, ``project:/PATH``) moves it to that scope's file."""
+    scope (user, named:NAME, project:/PATH) moves it to that scope's file."""
     from pydantic import ValidationError
 
     from ctxagent.lessons.model import Lesson

@@ -36,7 +36,7 @@ def show(
     name: Annotated[str, typer.Argument(help="A bundled profile name or a YAML file.", metavar="NAME|FILE",
                                           show_default=False)] = "default",
 ) -> None:
-    """The effective profile as YAML: every key, defaults filled in, an ``extends`` chain merged.
+    """The effective profile as YAML: every key, defaults filled in, an extends chain merged.
     Exit 2 when the profile cannot be read or does not validate (file, line and key named)."""
     import yaml
 
@@ -48,6 +48,6 @@ def show(
 
 @app.command("schema")
 def schema() -> None:
-    """The JSON Schema of a profile file (also shipped as ``ctxagent/profiles/profile.schema.json``);
-    for editors, e.g. ``# yaml-language-server: $schema=PATH`` on a profile's first line."""
+    """The JSON Schema of a profile file (also shipped as 'ctxagent/profiles/profile.schema.json');
+    for editors, e.g. '# yaml-language-server: $schema=PATH' on a profile's first line."""
     print(json_schema_text(), end="")

@@ -147,8 +147,8 @@ def delete(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask (needed when not on a terminal).")] = False,
 ) -> None:
     """Delete sessions' folders: their transcripts and offloaded outputs. Takes several names, and with
-    ``--older-than AGE`` every session not used for that long. Asks first on a terminal; elsewhere
-    needs ``--yes``. A session another process holds is not deleted (said, exit 1); the others are."""
+    --older-than AGE every session not used for that long. Asks first on a terminal; elsewhere
+    needs --yes. A session another process holds is not deleted (said, exit 1); the others are."""
     chosen = [_existing(name, ctx.obj) for name in dict.fromkeys(names or [])]
     if older_than is not None:
         chosen += [s for s in _older_than(older_than, ctx.obj) if s.name not in {c.name for c in chosen}]
@@ -202,7 +202,7 @@ def fork(
     new: Annotated[str, typer.Argument(help="The new session's name.", metavar="NEW", show_default=False)],
 ) -> None:
     """Copy a session to branch from: NEW holds its transcript, offloaded outputs and sub-agents'
-    sessions as they are now; ``resume --session NEW "..."`` goes another way, NAME stays as it is.
+    sessions as they are now; resume --session NEW "..." goes another way, NAME stays as it is.
     Refuses when NEW is taken (exit 2). A session being written is copied up to its last whole line."""
     source, target = _existing(name, ctx.obj), _unused(new, ctx.obj)
     if (sync := source.remote()) is not None:  # a session store: its objects first (UsageError if NEW is there)
@@ -244,7 +244,7 @@ def rename(
     new: Annotated[str, typer.Argument(help="The new name.", metavar="NEW", show_default=False)],
 ) -> None:
     """Rename a session: its folder moves, nothing in it is rewritten (the header keeps the name
-    it was started with; ``resume --session NEW`` continues it). Refuses while another process
+    it was started with; resume --session NEW continues it). Refuses while another process
     holds the session (exit 1), and when NEW is taken (exit 2)."""
     source, target = _existing(old, ctx.obj), _unused(new, ctx.obj)
     with source.writer():
