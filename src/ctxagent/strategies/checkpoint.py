@@ -54,6 +54,8 @@ from pydantic import Field
 from ctxagent.messages import Message, loads_json
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
+    call_args,
+    call_name,
     calls_of_results,
     content_of,
     cut_line,
@@ -160,18 +162,10 @@ def parse_json_object(reply: str) -> dict[str, Any]:
 def agent_call(view: Sequence[Entry]) -> tuple[str, dict[str, Any]] | None:
     """``(call id, arguments)`` when the newest assistant message calls ``checkpoint`` with a JSON
     object; else None."""
-    assistants = [e for e in view if e.role == "assistant"]
-    if not assistants:
-        return None
-    for call in assistants[-1].message.get("tool_calls") or []:
-        fn = call.get("function", {})
-        if fn.get("name") == "checkpoint":
-            try:
-                data = loads_json(fn.get("arguments") or "")
-            except ValueError:
-                continue
-            if isinstance(data, dict) and data:
-                return str(call.get("id")), data
+    last = next((e for e in reversed(view) if e.role == "assistant"), None)
+    for call in (last.message.get("tool_calls") or []) if last else []:
+        if call_name(call) == "checkpoint" and (data := call_args(call)):
+            return str(call.get("id")), data
     return None
 
 
@@ -180,12 +174,7 @@ def files_touched(entries: Sequence[Entry], limit: int = 20) -> list[str]:
     found: dict[str, None] = {}
     for entry in entries:
         for call in entry.message.get("tool_calls") or []:
-            try:
-                args = loads_json(call.get("function", {}).get("arguments") or "")
-            except ValueError:
-                continue
-            if not isinstance(args, dict):
-                continue
+            args = call_args(call)
             for key in _PATH_KEYS:
                 value = args.get(key)
                 for item in value if isinstance(value, list) else [value]:

@@ -17,7 +17,7 @@ from typing import Any
 from ctxagent.messages import Message, loads_json, one_line, text_of
 from ctxagent.sessions import redact
 from ctxagent.sessions.store import handle_for
-from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, groups, protected
+from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, T, groups, protected
 from ctxagent.tokens import count_message, count_text
 
 _SIZE_BEFORE_HANDLE = re.compile(r"(~?[0-9][0-9,]*) tokens; saved as @")
@@ -105,15 +105,10 @@ def follow_calls(calls: dict[Any, dict[str, Any]], entry: Entry) -> tuple[dict[A
     message puts its calls (by id) in force, a tool result looks its call up there, any other
     message ends them; the call is None except for a tool result whose call was found."""
     if entry.role == "assistant":
-        return calls_by_id(entry), None
+        return {c.get("id"): c for c in entry.message.get("tool_calls", ())}, None
     if entry.role != "tool":
         return {}, None
     return calls, calls.get(entry.message.get("tool_call_id"))
-
-
-def calls_by_id(entry: Entry) -> dict[Any, dict[str, Any]]:
-    """The tool calls of an assistant message entry by call id."""
-    return {c.get("id"): c for c in entry.message.get("tool_calls", ())}
 
 
 def call_name(call: dict[str, Any] | None) -> str:
@@ -128,6 +123,17 @@ def call_arguments(call: dict[str, Any] | None) -> str:
     if not call:
         return ""
     return str(call.get("function", {}).get("arguments") or "")
+
+
+def call_args(call: dict[str, Any] | None) -> dict[str, Any]:
+    """The JSON arguments of a tool call as an object ({} when missing, not JSON or not an object)."""
+    function = (call or {}).get("function")
+    raw = function.get("arguments") if isinstance(function, dict) else None
+    try:
+        data = loads_json(raw) if isinstance(raw, str) and raw.strip() else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def cut_line(value: str, limit: int) -> str:
@@ -214,14 +220,17 @@ def quotes_of(entries: Sequence[Entry], max_tokens: float, model: str = "") -> t
         if entry.role == "user" and entry.kind == "message":
             found.append(content_of(entry.message))
         found.extend(entry.quotes)
-    picked: list[str] = []
-    total = 0
-    for text_ in reversed(list(dict.fromkeys(found))):
-        total += count_text(text_, model) + 2
-        if total > max_tokens:
-            break
-        picked.append(text_)
-    return tuple(reversed(picked))
+    return tuple(newest_within(list(dict.fromkeys(found)), lambda quote: count_text(quote, model) + 2, max_tokens))
+
+
+def newest_within(items: Sequence[T], cost: Callable[[T], float], limit: float) -> list[T]:
+    """The newest of ``items`` (oldest first, as given) whose ``cost`` adds up to at most ``limit``."""
+    total = 0.0
+    for start in range(len(items), 0, -1):
+        total += cost(items[start - 1])
+        if total > limit:
+            return list(items[start:])
+    return list(items)
 
 
 def quotes_block(quotes: Sequence[str]) -> str:
@@ -268,17 +277,18 @@ def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> l
     anchors.update(users[:1])
     head_end = max((u for u, unit in enumerate(units) if anchors.intersection(unit)), default=-1)
     first = head_end + 1 + max(0, keep_first)
-    last = len(units) - max(0, keep_last)
+    last = max(0, len(units) - max(0, keep_last))
+    return consecutive(i for unit in units[first:last] if not keep.intersection(unit) for i in unit)
+
+
+def consecutive(indexes: Iterable[int]) -> list[list[int]]:
+    """``indexes`` (ascending) cut into runs of consecutive numbers."""
     runs: list[list[int]] = []
-    previous = -2
-    for u in range(first, last):
-        if keep.intersection(units[u]):
-            continue
-        if u == previous + 1 and runs:
-            runs[-1].extend(units[u])
+    for index in indexes:
+        if runs and runs[-1][-1] + 1 == index:
+            runs[-1].append(index)
         else:
-            runs.append(list(units[u]))
-        previous = u
+            runs.append([index])
     return runs
 
 

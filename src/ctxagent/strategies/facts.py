@@ -42,9 +42,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxagent.messages import loads_json
 from ctxagent.strategies.base import Entry
-from ctxagent.strategies.common import call_name, content_of, cut_line, handle_of, short_call
+from ctxagent.strategies.common import call_args, call_name, content_of, cut_line, handle_of, short_call
 from ctxagent.strategies.rendering import label_range
 from ctxagent.strategies.step import FACTS_TOKENS
 from ctxagent.tokens import count_text
@@ -129,22 +128,12 @@ def values_in(text: str) -> list[tuple[int, str]]:
     return [(rank, value) for value, rank in ranks.items()]
 
 
-def _arguments(call: dict[str, object]) -> dict[str, object]:
-    function = call.get("function")
-    raw = function.get("arguments") if isinstance(function, dict) else None
-    try:
-        data = loads_json(raw) if isinstance(raw, str) and raw.strip() else {}
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def call_label(call: dict[str, Any] | None) -> str:
     """What a call's values belong to, in short: a shell call's command (its first line), else
     ``name(key=value, ...)``; at most :data:`LABEL_CHARS` characters."""
     if call is None or not isinstance(call.get("function"), dict):
         return "?"
-    args = _arguments(call)
+    args = call_args(call)
     command = args.get("command", args.get("cmd"))
     if isinstance(command, str) and command.strip():
         return cut_line(command.strip().splitlines()[0], LABEL_CHARS)
@@ -153,7 +142,7 @@ def call_label(call: dict[str, Any] | None) -> str:
 
 def _call_values(call: dict[str, Any]) -> Iterator[tuple[int, str]]:
     """The exact values of the string arguments of a tool call (a shell command is its label)."""
-    for key, value in _arguments(call).items():
+    for key, value in call_args(call).items():
         if isinstance(value, str) and key not in ("command", "cmd"):
             yield from values_in(value)
 

@@ -43,6 +43,7 @@ from ctxagent.strategies.common import (
     content_of,
     follow_calls,
     handle_of,
+    newest_within,
     replaced,
     short_call,
     size_of,
@@ -75,13 +76,7 @@ class _State:
 def _kept(view: list[Entry], recent: list[int], max_tokens: float) -> int:
     """How many of the ``recent`` results (indexes, oldest first) stay verbatim: the newest always,
     then older ones while their tokens add up to at most ``max_tokens``."""
-    total, kept = 0, 0
-    for index in reversed(recent):
-        total += view[index].tokens
-        if kept and total > max_tokens:
-            break
-        kept += 1
-    return kept
+    return max(len(newest_within(recent, lambda index: view[index].tokens, max_tokens)), min(1, len(recent)))
 
 
 class MaskObservationsStep(StrategyConfig):

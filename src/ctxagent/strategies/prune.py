@@ -50,6 +50,7 @@ from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyCo
 from ctxagent.strategies.common import (
     call_name,
     calls_of_results,
+    consecutive,
     content_of,
     cut_line,
     follow_calls,
@@ -152,7 +153,7 @@ class PruneStep(StrategyConfig):
         whole = [u for u in units if len(u) > 1 and all(i in dead for i in u[1:])]
         out: list[Entry | None] = list(view)
         offloads: list[Entry] = []
-        for run in self._consecutive(whole):
+        for run in consecutive(i for unit in whole for i in unit):
             entries = [view[i] for i in run]
             results = [i for i in run if view[i].role == "tool"]
             out[run[0]] = memo.get(entries[0], (ctx.pins, ctx.model),
@@ -201,17 +202,6 @@ class PruneStep(StrategyConfig):
         content = with_pins(line, [content_of(entry.message)], ctx.pins)
         new = replaced(entry, {**entry.message, "content": content}, ctx, self.strategy)
         return new if new.tokens < entry.tokens else None
-
-    @staticmethod
-    def _consecutive(units: list[list[int]]) -> list[list[int]]:
-        """Units that follow each other in the view, merged into runs of indexes."""
-        runs: list[list[int]] = []
-        for unit in units:
-            if runs and runs[-1][-1] + 1 == unit[0]:
-                runs[-1].extend(unit)
-            else:
-                runs.append(list(unit))
-        return runs
 
     def _note(self, view: Sequence[Entry], run: list[int], calls: dict[int, dict[str, Any]],
               ctx: StrategyContext) -> Message:

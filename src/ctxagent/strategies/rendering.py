@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 
 from ctxagent.strategies.base import Entry
-from ctxagent.strategies.common import calls_of_results, content_of, cut_line, short_call
+from ctxagent.strategies.common import calls_of_results, content_of, cut_line, newest_within, short_call
 from ctxagent.tokens import count_text
 
 _FACT = re.compile(
@@ -68,15 +68,7 @@ def fact_lines(entries: Sequence[Entry], max_tokens: int, model: str = "") -> li
         line = line.strip()
         if len(line) >= 4 and _FACT.search(line):
             found.setdefault(cut_line(line, FACT_LINE_CHARS), None)
-    picked: list[str] = []
-    total = 0
-    for line in reversed(list(found)):
-        cost = count_text(line, model) + 1
-        if total + cost > max_tokens:
-            break
-        picked.append(line)
-        total += cost
-    return picked[::-1]
+    return newest_within(list(found), lambda line: count_text(line, model) + 1, max_tokens)
 
 
 def task_text(view: Sequence[Entry]) -> str:

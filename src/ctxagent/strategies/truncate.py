@@ -37,7 +37,16 @@ from pydantic import Field
 
 from ctxagent.messages import Message
 from ctxagent.strategies.base import Compaction, Entry, Outcome, Scan, StrategyContext, groups, protected
-from ctxagent.strategies.common import QUOTES_FRACTION, handles_line, quotes_block, quotes_of, refs_of, unstored
+from ctxagent.strategies.common import (
+    QUOTES_FRACTION,
+    consecutive,
+    handles_line,
+    newest_within,
+    quotes_block,
+    quotes_of,
+    refs_of,
+    unstored,
+)
 from ctxagent.strategies.step import Fraction, StrategyConfig, Target
 from ctxagent.tokens import count_message
 
@@ -61,16 +70,8 @@ def note_message(dropped: list[Entry], ctx: StrategyContext) -> Message:
 
 def _users_kept(view: list[Entry], max_tokens: float) -> set[int]:
     """Indexes of the newest user messages (original ones) whose tokens add up to ``max_tokens``."""
-    kept: set[int] = set()
-    total = 0
-    for index in range(len(view) - 1, -1, -1):
-        entry = view[index]
-        if entry.role == "user" and entry.kind == "message":
-            total += entry.tokens
-            if total > max_tokens:
-                break
-            kept.add(index)
-    return kept
+    users = [i for i, e in enumerate(view) if e.role == "user" and e.kind == "message"]
+    return set(newest_within(users, lambda index: view[index].tokens, max_tokens))
 
 
 class TruncateStep(StrategyConfig):
@@ -127,30 +128,26 @@ class TruncateStep(StrategyConfig):
         return entry.kind == self.strategy or (entry.role == "user" and entry.kind == "message")
 
     def _rebuild(self, view: list[Entry], dropped: set[int], ctx: StrategyContext) -> Outcome:
-        out: list[Entry] = []
+        notes: dict[int, Entry] = {}  # by the index of the first entry of the run each stands for
+        gone: set[int] = set()
         compactions: list[Compaction] = []
         offloads: list[Entry] = []
-        run: list[Entry] = []
-        for index, entry in enumerate([*view, None]):
-            if entry is not None and index in dropped:
-                run.append(entry)
-                continue
+        for indexes in consecutive(sorted(dropped)):
+            run = [view[i] for i in indexes]
             if len(run) == 1 and run[0].kind == self.strategy:
-                out.extend(run)  # a note alone: noting it again would only rewrite it
-                run = []
-            elif run:
-                note = note_message(run, ctx)
-                tokens, before = count_message(note, ctx.model), sum(e.tokens for e in run)
-                if tokens >= before:  # a note as long as what it replaces would only grow the view
-                    out.extend(run)
-                else:
-                    start, end, refs = run[0].start, run[-1].end, refs_of(run, ctx.budget.window)
-                    quotes = quotes_of(run, QUOTES_FRACTION * ctx.budget.window, ctx.model)
-                    compactions.append(Compaction(self.strategy, start, end, note, tokens, before, refs, quotes))
-                    out.append(Entry(note, tokens, start, end, run[-1].turn, kind=self.strategy, refs=refs,
-                                     quotes=quotes))
-                    offloads.extend(unstored(run))
-                run = []
-            if entry is not None:
-                out.append(entry)
-        return Outcome(out, compactions, offloads) if compactions else Outcome(view)
+                continue  # a note alone: noting it again would only rewrite it
+            note = note_message(run, ctx)
+            tokens, before = count_message(note, ctx.model), sum(e.tokens for e in run)
+            if tokens >= before:  # a note as long as what it replaces would only grow the view
+                continue
+            start, end, refs = run[0].start, run[-1].end, refs_of(run, ctx.budget.window)
+            quotes = quotes_of(run, QUOTES_FRACTION * ctx.budget.window, ctx.model)
+            compactions.append(Compaction(self.strategy, start, end, note, tokens, before, refs, quotes))
+            notes[indexes[0]] = Entry(note, tokens, start, end, run[-1].turn, kind=self.strategy, refs=refs,
+                                      quotes=quotes)
+            gone.update(indexes)
+            offloads.extend(unstored(run))
+        if not compactions:
+            return Outcome(view)
+        return Outcome([notes.get(i, e) for i, e in enumerate(view) if i in notes or i not in gone], compactions,
+                       offloads)
