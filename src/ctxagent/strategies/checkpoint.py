@@ -241,7 +241,6 @@ class CheckpointStep(SummaryStep):
         if (self.at is not None and not ctx.budget.over(view, self.at)) or under_target(view, ctx, self.target):
             return Outcome(view)
         entries = [view[i] for r in runs for i in r]
-        max_tokens = self.max_tokens
         body = None
         warnings: list[str] = []
         if self.needs_llm() and ctx.summarizer is not None:
@@ -251,7 +250,7 @@ class CheckpointStep(SummaryStep):
                 warnings.append(failure(self.strategy, "the LLM checkpoint", entries, err,
                                         "made a deterministic checkpoint instead"))
         if body is None:
-            body = render_checkpoint(deterministic_checkpoint(view, entries, max_tokens, ctx.model))
+            body = render_checkpoint(deterministic_checkpoint(view, entries, self.max_tokens, ctx.model))
         return replace(place(view, runs, body, "checkpoint", ctx, self.strategy), warnings=warnings)
 
     @staticmethod

@@ -79,8 +79,7 @@ def keep_pins(view: Sequence[Entry], outcome: Outcome, ctx: StrategyContext) -> 
     for entry in outcome.view:
         done = fixed.get((entry.start, entry.end))
         if done is not None and done.message is not None and entry.kind == done.strategy:  # fixed: all have one
-            entry = Entry(done.message, done.tokens, entry.start, entry.end, entry.turn, entry.kind, entry.handle,
-                          entry.offloaded, entry.refs, entry.quotes)
+            entry = replace(entry, message=done.message, tokens=done.tokens)
         new_view.append(entry)
     return Outcome(new_view, compactions, outcome.offloads)
 

@@ -150,19 +150,18 @@ class DistillStep(LlmStep):
         entries = [view[i] for r in runs for i in r]
         if not runs or sum(e.tokens for e in entries) <= self.min_tokens:
             return Outcome(view)
-        max_tokens = self.max_tokens
         body = None
         warnings: list[str] = []
         if self.needs_llm() and ctx.summarizer is not None:
             try:
                 body = condense(render(entries), summarizer=ctx.summarizer,
-                                final_prompt=DISTILL_PROMPT.replace("{max_tokens}", str(max_tokens)),
-                                max_tokens=max_tokens, chunk_tokens=self.chunk_tokens,
+                                final_prompt=DISTILL_PROMPT.replace("{max_tokens}", str(self.max_tokens)),
+                                max_tokens=self.max_tokens, chunk_tokens=self.chunk_tokens,
                                 pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model,
                                 finish=_finish, window=ctx.summarizer_window)
             except SummaryFailed as err:
                 warnings.append(failure(self.strategy, "the LLM state document", entries, err,
                                         "distilled the state deterministically instead"))
         if body is None:
-            body = dumps(deterministic_state(view, entries, ctx.pins, max_tokens, ctx.model))
+            body = dumps(deterministic_state(view, entries, ctx.pins, self.max_tokens, ctx.model))
         return replace(place(view, runs, body, "state", ctx, self.strategy), warnings=warnings)

@@ -96,10 +96,7 @@ class Engine:
 
     def scan(self, step: StrategyConfig) -> Scan:
         """The scan of ``step``'s strategy in this session (made on first use)."""
-        scan = self._scans.get(step.strategy)
-        if scan is None:
-            scan = self._scans[step.strategy] = Scan()
-        return scan
+        return self._scans.setdefault(step.strategy, Scan())
 
     def run(self, view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
         """Run ``steps`` in order over ``view``; returns the final view and the compactions that turn

@@ -68,14 +68,10 @@ FINDINGS_PROMPT = (
 def head_tail(content: str, head: int, tail: int, marker: str) -> str:
     """``content``'s first ``head`` and last ``tail`` lines (each cut to :data:`LINE_CHARS`) around
     ``marker``."""
-    lines = content.splitlines()
-    if len(lines) > head + tail:
-        kept_head, kept_tail = lines[:head], lines[len(lines) - tail :] if tail else []
-    else:
-        kept_head, kept_tail = lines, []
-    cut = [line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + "…" for line in kept_head]
-    cut_tail = [line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + "…" for line in kept_tail]
-    return "\n".join([*cut, marker, *cut_tail])
+    lines = [line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + "…" for line in content.splitlines()]
+    if len(lines) <= head + tail:
+        return "\n".join([*lines, marker])
+    return "\n".join([*lines[:head], marker, *lines[len(lines) - tail :]])
 
 
 def conclusion(content: str, max_tokens: int, model: str = "") -> str:
@@ -116,7 +112,7 @@ class RoleSelectiveStep(StrategyConfig):
                 new, by_llm = self._reduced(entry, calls.get(index), ctx, llm_calls > 0, warnings)
                 llm_calls = max(0, llm_calls - 1)
             elif entry.role == "assistant":
-                new = self._conclusion(entry, ctx, self.assistant_tokens)
+                new = self._conclusion(entry, ctx)
             if new is None or new.tokens >= entry.tokens:
                 continue
             out[index] = new
@@ -134,21 +130,21 @@ class RoleSelectiveStep(StrategyConfig):
         """A large tool result reduced: by the LLM's findings when ``llm`` and they are smaller, else to
         its head and tail; and whether the LLM made it."""
         if llm:
-            new = self._findings(entry, call, ctx, self.findings_tokens, warnings)
+            new = self._findings(entry, call, ctx, warnings)
             if new is not None and new.tokens < entry.tokens:
                 return new, True
-        return self._head_tail(entry, call, ctx, self.head_lines, self.tail_lines), False
+        return self._head_tail(entry, call, ctx), False
 
     def _findings(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext,
-                  max_tokens: int, warnings: list[str]) -> Entry | None:
+                  warnings: list[str]) -> Entry | None:
         """The LLM reduction of one tool result, or None when it failed (its warning added to
         ``warnings``)."""
         assert ctx.summarizer is not None
         content = content_of(entry.message)
         try:
             findings = condense(f"result of {short_call(call, 200)}:\n{content}", summarizer=ctx.summarizer,
-                                final_prompt=FINDINGS_PROMPT.format(max_tokens=max_tokens),
-                                max_tokens=max_tokens, chunk_tokens=8000,
+                                final_prompt=FINDINGS_PROMPT.format(max_tokens=self.findings_tokens),
+                                max_tokens=self.findings_tokens, chunk_tokens=8000,
                                 pins=pins_in([content], ctx.pins), model=ctx.model,
                                 window=ctx.summarizer_window)
         except SummaryFailed as err:
@@ -159,17 +155,17 @@ class RoleSelectiveStep(StrategyConfig):
                  f"full result: {handle_of(entry)} (read_output or grep_output)]")
         return replaced(entry, {**entry.message, "content": f"{label}\n{findings}"}, ctx, self.strategy)
 
-    def _head_tail(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext, head: int,
-                   tail: int) -> Entry:
+    def _head_tail(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> Entry:
         """The deterministic head-and-tail reduction of one tool result."""
         content = content_of(entry.message)
         marker = (f"[... ctxagent cut this {size_of(entry)}-token result of {short_call(call, 80)} to its "
                   f"head and tail; full result: {handle_of(entry)} (read_output or grep_output) ...]")
-        reduced = with_pins(head_tail(content, head, tail, marker), [content], ctx.pins)
+        reduced = with_pins(head_tail(content, self.head_lines, self.tail_lines, marker), [content], ctx.pins)
         return replaced(entry, {**entry.message, "content": reduced}, ctx, self.strategy)
 
-    def _conclusion(self, entry: Entry, ctx: StrategyContext, max_tokens: int) -> Entry | None:
-        """Assistant text over ``max_tokens`` reduced to its conclusion, or None when it is not over."""
+    def _conclusion(self, entry: Entry, ctx: StrategyContext) -> Entry | None:
+        """Assistant text over ``assistant_tokens`` reduced to its conclusion, or None when it is not over."""
+        max_tokens = self.assistant_tokens
         if entry.tokens <= max_tokens:  # cheap first: the entry's count includes its text
             return None
         content = content_of(entry.message)

@@ -37,7 +37,6 @@ Count = Annotated[int, Field(ge=0, strict=True)]
 """A whole number, 0 or more (tokens, lines, results: the field's description says which)."""
 Fraction = Annotated[float, Field(ge=0, strict=True)]
 """A number, 0 or more: a fraction of the context window unless the description says otherwise."""
-Switch = Annotated[bool, Field(strict=True)]
 KeepTurns = Annotated[int, Field(ge=1, strict=True, description=(
     "units (a call with its results, or one message) kept verbatim at the end; at least 1: the newest "
     "unit is the turn in flight, the call the model just made, and is always kept"))]
