@@ -6,39 +6,17 @@ with exact values, completed and pending work, decisions with rationale, constra
 state of stateful tools (here: files touched); the session shape table puts checkpoints at over
 15 turns and 85% of the budget; window sizing says under 4 turns the agent repeats itself.
 
-Triggers:
-- the agent calls the ``checkpoint`` tool (:data:`CHECKPOINT_TOOL_SCHEMA`, registered by the
-  runner): when the newest assistant message in the view calls it, its JSON arguments ARE the
-  checkpoint (no LLM). Applied once per call (the message names the call id).
-- otherwise, when the step runs (its ``trigger`` fraction, e.g. 0.75, or ``every_turns``), and
-  the request is over ``at`` (a fraction of the window; unset: no extra condition) and over the
-  target (IDENTITY): the summarizer writes the checkpoint as JSON (``llm: true`` and a summarizer
-  given), checked like a summary (not empty, at most ``max_tokens``, every pinned fact present)
-  and followed by the exact values of the range it does not hold (a block copied by code, at most
-  ``facts_tokens``); without a summarizer, with ``llm: false``, or when the LLM checkpoint fails
-  (reported in ``Outcome.warnings``), a deterministic
-  checkpoint is made: the task as goal, fact-like lines of the range verbatim (paths, numbers,
-  handles, errors), the calls made, the files named in call arguments.
-To catch the agent's checkpoint at the next request, give the step ``trigger: 0`` and ``at: 0.75``.
+When the newest assistant message calls the ``checkpoint`` tool (:data:`CHECKPOINT_TOOL_SCHEMA`),
+its JSON arguments are the checkpoint (no LLM), applied once per call. Otherwise, when the step runs
+and the request is over ``at`` and over the target (IDENTITY), the summarizer writes it as JSON,
+checked like a summary and followed by the exact values it lacks; without a summarizer, with
+``llm: false``, or when that fails (reported in ``Outcome.warnings``), a deterministic checkpoint
+copies the task, fact-like lines, the calls made and the files named in their arguments. To catch
+the agent's checkpoint at the next request, give the step ``trigger: 0`` and ``at: 0.75``.
 
-The next phase starts from HEAD, the checkpoint message and the last ``keep_turns`` units: the
-units between are replaced by a user-role message ``[ctxagent checkpoint of messages #a-#b ...]``
-(rendered compactly: goal, phase, key facts, completed, pending, decisions, constraints, files
-touched), recorded as a compaction (an older checkpoint in the range is superseded and is part of
-the new one's input). When HEAD splits the range in two (the current user message is not recent),
-the older part becomes a one-line pointer to the checkpoint. Pinned facts of the range are kept.
-
-Parameters:
-    keep_turns: units kept verbatim after the checkpoint; default 4, at least 1 (the turn in flight).
-    at: fraction of the window the request must be over for a non-agent checkpoint; default
-        unset (the step's trigger decides).
-    llm: write non-agent checkpoints with the summarizer when one is given; default true.
-    max_tokens: tokens of an LLM checkpoint, and about the size of a deterministic one; default 1200.
-    chunk_tokens: tokens of rendered text per summarizer call; default 8000 (lowered to fit the
-        summarizer's window).
-    facts_tokens: tokens of the block of exact values appended to an LLM checkpoint; default 400.
-    target: fraction of the window at or under which no non-agent checkpoint is made; default the
-        profile's.
+The units between HEAD and the last ``keep_turns`` become a user-role message ``[ctxagent checkpoint
+of messages #a-#b ...]``, recorded as a compaction (an older checkpoint in the range is part of its
+input); when HEAD splits the range in two, the older part becomes a pointer to it. Pins are kept.
 """
 
 from __future__ import annotations

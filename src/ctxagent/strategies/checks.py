@@ -1,17 +1,11 @@
 """Profile-load checks of the pipelines beyond the step types: no LLM on batch paths, no thrashing.
 
-The steps themselves (a known strategy, the parameters it declares, of the right types and ranges)
-are validated by pydantic with the rest of the profile (:mod:`ctxagent.strategies.step`).
-
 Source of the rule (DESIGN.md, "Knowledge"; issue 3): LLM summarization belongs to interactive
 paths; on batch paths it adds latency and cost per compression and can invent tool results, so a
-batch pipeline that names a strategy calling an LLM is rejected when the profile is loaded,
-unless the profile sets ``allow_llm_in_batch: true``. Whether a step may call the LLM is its
-:meth:`~ctxagent.strategies.step.StrategyConfig.needs_llm` (``llm: false``, ``rolling: false``
-turn it off where the strategy has such a switch).
-
-Thrash guard (:func:`check_gaps`): the profile's ``target`` and every step that compacts to a
-target at a trigger keep ``trigger - target >= MIN_GAP`` (see :data:`ctxagent.profile_schema.MIN_GAP`).
+batch step that may call an LLM (:meth:`~ctxagent.strategies.step.StrategyConfig.needs_llm`) is
+refused unless the profile sets ``allow_llm_in_batch: true``. The thrash guard (:func:`check_gaps`)
+keeps ``trigger - target >= MIN_GAP`` (:data:`ctxagent.profile_schema.MIN_GAP`) for the profile and
+every step that compacts to a target at a trigger.
 """
 
 from __future__ import annotations

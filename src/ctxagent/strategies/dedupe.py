@@ -2,23 +2,14 @@
 
 Source of the rule (DESIGN.md, "Knowledge"): conversation history and retrieval injections
 compound if nobody manages them; pointer memory lets the model see a handle instead of a value;
-"resumed sessions continue without asking for what they were already given" is how a strategy is
-judged, and an agent that repeats a call is asking again.
+an agent that repeats a call is asking again for what it was already given.
 
-A tool result whose text is identical to an earlier result's in the view, or the same once
-whitespace is collapsed (case kept), becomes ``[same result as turn T, handle H]`` (H: the earlier
-result's handle; the earlier original and the replaced one go to ``Outcome.offloads`` so H, and the
-replaced result's own handle, resolve). A result of a
-call repeated exactly (same tool name, same canonical JSON arguments) is flagged
-``[this call was already made at turn T; its result is handle H]``: in front of the reference
-when the result is also the same, else in front of the new result, which stays in full. Only
-original results (not ones another strategy replaced) are compared and referenced; a reference
-is made only when it is smaller than the result. Only results not yet sent (from
-``ctx.free_from`` on) are replaced, so the cached prefix never changes (PREFIX); each replacement is
-recorded as a compaction. Deterministic, idempotent; a view without repeats is returned unchanged.
-
-Parameters:
-    min_tokens: tokens a result must exceed to be replaced by a reference; default 20.
+A result whose text equals an earlier original result's (whitespace collapsed, case kept) becomes
+``[same result as turn T, handle H]``; a result of a call repeated exactly (same tool, same
+canonical JSON arguments) is flagged ``[this call was already made at turn T; its result is handle
+H]``, before the reference or before the result, kept in full. A reference is made only when it is
+smaller, and only in results not yet sent (PREFIX); the earlier and the replaced originals are
+offloaded, so both handles resolve.
 """
 
 from __future__ import annotations

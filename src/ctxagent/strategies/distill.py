@@ -5,31 +5,13 @@ discarded hypotheses, pending actions) updated every few turns, beats a verbatim
 failures; a token threshold (e.g. 15K) avoids paying the compression tax every turn. Run it with
 ``every_turns: 5`` (the default cadence) and raise ``min_tokens`` to skip small ranges.
 
-Everything between HEAD and the last ``keep_turns`` units is replaced by one user-role message
-``[ctxagent state of messages #a-#b]`` followed by a one-line JSON object with the keys ``goal``,
-``verified_facts``, ``discarded_hypotheses``, ``pending_actions`` (and ``pinned`` when pinned facts
-had to be added), recorded as a compaction. The previous state document is in the range, so the
-new one supersedes it and is made from it.
-
-With a summarizer (``llm: true``) the document is written by the LLM and checked (valid JSON
-object, at most ``max_tokens``, every pinned fact of the range present). Without one, with
-``llm: false``, or when that fails (reported in ``Outcome.warnings``), the *deterministic
-distillation* updates the previous document: goal kept (else the task's first line); verified
-facts = the previous ones plus the fact-like lines of the new messages, copied verbatim (lines
-naming paths, numbers, handles, URLs or errors; these are observations, not checked truths);
-discarded hypotheses = the previous ones plus every dead-end call (a failed or empty result, as
-``prune`` defines it) with its first line; pending actions kept from the previous document; the
-oldest facts and discarded entries are dropped first when the document is over ``max_tokens``. A
-range of at most ``min_tokens`` tokens, or holding nothing but the previous document, is left
-unchanged (IDENTITY).
-
-Parameters:
-    keep_turns: units kept verbatim at the end; default 4, at least 1 (the turn in flight).
-    llm: write the document with the summarizer when one is given; default true.
-    max_tokens: tokens of the document; default 1000.
-    chunk_tokens: tokens of rendered text per summarizer call; default 8000 (lowered to fit the
-        summarizer's window).
-    min_tokens: tokens the range must exceed to be distilled; default 1000.
+The range between HEAD and the last ``keep_turns`` units (over ``min_tokens``, and more than the
+previous document) becomes ``[ctxagent state of messages #a-#b]`` and a one-line JSON object made
+from it, the previous document included, recorded as a compaction. The summarizer writes it
+(``llm: true``; checked); without one, or when that fails (reported in ``Outcome.warnings``),
+:func:`deterministic_state` updates the previous document: fact-like lines of the new messages
+copied verbatim (observations, not checked truths), dead-end calls (as ``prune`` judges them)
+discarded, the oldest of both dropped first when over ``max_tokens``.
 """
 
 from __future__ import annotations

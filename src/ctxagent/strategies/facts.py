@@ -3,36 +3,18 @@
 An LLM summary may paraphrase "port 8443" as "the usual TLS port" or drop a commit hash; the
 checks of :mod:`ctxagent.strategies.summarizing` cannot see that. So every LLM-written replacement
 of a range (``summarize``, the rolling summary of ``sliding_window``, an LLM ``checkpoint``) ends
-with a block of the exact values found in the messages it replaces, extracted deterministically
-(regular expressions, standard library only):
+with a block of the exact values found in the messages it replaces by regular expressions (URLs,
+paths, ports, UUIDs and hashes, numbers with units, versions, exit codes, error lines, handles other
+than the range's own, the values of an earlier block), those already verbatim in the summary left out.
 
-- URLs, file paths (``/etc/app.yaml``, ``tests/test_io.py:42``), ``host:port`` and ``port N``;
-- UUIDs and hex hashes or ids (7-64 hex characters holding both digits and letters);
-- numbers with units (``412 ms``, ``3.2s``, ``17%``, ``64 MB``), versions, exit codes;
-- error lines (``ValueError: ...``, ``error: ...``, ``... failed``), trimmed;
-- handles (``@abc123``), except those of the range's own tool results (the groups name them);
-- the values of an earlier block in the range (a summary of a summary keeps them).
-
-Each value is listed under what it belongs to (issue 34: a loose summarizer over 28 service
-descriptions left 1 of 28 ports, 0 of 28 config paths and 19 bare commit hashes in view, and the
-block spent its cap on 18 repeated command lines): a tool result's values and its call's arguments
-under the call in short (a shell call's command, else ``name(key=value)``) and the handle of its
-result; other text under its message. Calls with the same label are one group (repeats collapsed),
-and a value is listed once::
-
-    [exact values from messages #3-#30, copied by ctxagent]
-    - svcctl describe svc17 (@c17)
-      port: 41017
-      /etc/svc17/config.yaml
-    - left out: 12 more values; full results: @c3 @c5 (read_output, grep_output)
-
-:func:`with_facts` appends the block to a checked summary: values already verbatim in the summary
-are left out. The range's own messages get ``max_tokens`` for their values; the groups carried from
-the blocks of earlier summaries in the range get :data:`CARRY_FACTOR` times as much again, so a
-newly summarized range always has room for its own values. Within each, the most specific kinds
-(ids, URLs, paths, ports) and the newest groups come first, and what does not fit is counted on
-the block's last line with the handles that hold it. Pure and deterministic: the same entries and
-summary always give the same block (the text is recorded in a compaction).
+Each value is listed once, under what it belongs to: a tool result's values and its call's arguments
+under the call in short and the handle of its result, other text under its message (issue 34: a
+loose summarizer over 28 service descriptions left 1 of 28 ports, 0 of 28 config paths and 19 bare
+commit hashes in view, and the block spent its cap on 18 repeated command lines). The range's own
+values get ``max_tokens``, the groups carried from earlier blocks :data:`CARRY_FACTOR` times as much
+again, so a new range always has room; the most specific kinds and the newest groups come first,
+and what does not fit is counted on the last line with the handles that hold it. Pure and
+deterministic (the block is recorded in a compaction). Format: docs/context.md.
 """
 
 from __future__ import annotations

@@ -5,29 +5,13 @@ observation masking as good as LLM summarization at about half the cost, with a 
 turns; the tool-result lifecycle is "full while referenced, then findings only, then removed";
 pointer memory lets the model see a key (a handle) instead of the value.
 
-The newest tool results stay verbatim: at most ``keep`` of them and, past the newest one, at
-most ``keep_tokens`` (a fraction of the context window) in all. Each older result over ``min_tokens`` becomes
+The newest results stay verbatim: at most ``keep``, and past the newest at most ``keep_tokens`` of
+the window. Each older one over ``min_tokens``, and every offloaded preview, becomes
 ``[ctxagent masked an old tool result: shell(command=ls -la), 1,234 tokens; full result: @c12 ...]``
-(the call in short, looked up in the preceding assistant message, the size, the handle). An
-offloaded preview (its content names its own handle) becomes the stub whatever its size and
-points at the stored file. The original entry of every other masked result goes to
-``Outcome.offloads`` so the runner stores it under the entry's handle. Pinned facts of a masked
-result are kept in its stub. Deterministic and idempotent; a view where nothing qualifies is
-returned unchanged (IDENTITY).
-
-In steps, for prompt caching (PREFIX; Anthropic's context editing has ``clear_at_least`` for the
-same reason): masking an old result rewrites a message the provider has cached, so results are
-masked only once at least ``batch`` of them qualify (or the request is over the profile's trigger),
-and then all of them at once, down to ``keep``. Each stub is recorded as a compaction, so the next
-requests extend this one and a resume replays it.
-
-Parameters:
-    keep: tool results (counted from the newest) kept verbatim; default 10.
-    keep_tokens: fraction of the context window those verbatim results may take; default 0.15
-        (in a 32K window two or three 1,500-token outputs, in a 128K one ~19K tokens).
-    min_tokens: tokens a result must exceed to be masked (offloaded previews always are); default 50.
-    batch: results that must qualify before any already-sent one is masked; default ``keep``
-        (``1`` masks one result per request, the behaviour that breaks the cache every turn).
+(pins kept; the original offloaded). Masking rewrites a message the provider has cached, so
+already-sent results are masked only once ``batch`` of them qualify (or the request is over the
+trigger), then all at once, each recorded as a compaction (PREFIX; Anthropic's context editing has
+``clear_at_least`` for the same reason).
 """
 
 from __future__ import annotations

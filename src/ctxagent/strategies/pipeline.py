@@ -1,21 +1,16 @@
 """Running a pipeline: each strategy whose trigger fires, every change it makes recorded.
 
-Pure: no I/O. ``replay`` rebuilds the view the transcript's recorded compactions describe, so a
-resumed session sees what it saw before (SAME CONTEXT ON RESUME). :meth:`Engine.run` applies the
-profile's strategies for one path and returns the new view with **every** change expressed as
-compactions (:func:`changes`): the view a run returns is always ``replay(view, compactions)``, so
-recording the compactions and replaying them (live or on resume) gives the same view, and nothing
-changes an earlier message except a recorded step (PREFIX).
+Pure: no I/O. :func:`replay` rebuilds the view the transcript's recorded compactions describe (SAME
+CONTEXT ON RESUME). :meth:`Engine.run` returns the new view with **every** change expressed as
+compactions (:func:`changes`), so recording and replaying them, live or on resume, gives the same
+view, and nothing changes an earlier message except a recorded step (PREFIX). An :class:`Engine`
+belongs to one session and holds each step's :class:`~ctxagent.strategies.base.Scan` (the fold and
+memo that keep per-request work flat), so two sessions (two sub-agents on two threads) never share one.
 
-An :class:`Engine` belongs to one session (its :class:`~ctxagent.agent.context.ContextState`): it
-holds each step's :class:`~ctxagent.strategies.base.Scan`, the incremental fold and memo that keep
-per-request work flat, so two sessions (two sub-agents on two threads) never share one.
-
-Steps that edit old messages in batches (``mask_observations``, ``prune``, ``dedupe``: a step class
-with ``batched = True``) edit freely only messages from ``ctx.free_from`` on (those never sent, so
-no provider has cached them); older ones only when their own batch threshold is reached. When any
-step of a build changed the view, the prefix is broken from that point anyway, so the batched steps
-run a second time with ``free_from`` moved back to it: pending edits ride along for free.
+Batched steps (``batched = True``: ``mask_observations``, ``prune``, ``dedupe``) edit freely only
+messages never sent (``ctx.free_from`` on), older ones when their batch is reached; when any step of
+a build changed the view, the prefix is broken from there anyway, so they run again with
+``free_from`` moved back to it: pending edits ride along for free.
 """
 
 from __future__ import annotations

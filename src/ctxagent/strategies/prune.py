@@ -4,35 +4,15 @@ Source of the rule (DESIGN.md, "Knowledge"): pruning removes dead-end searches o
 found; a state of verified facts beats a verbatim record of failures; the session shape table
 applies light pruning from 5-15 turns under 70% of the budget.
 
-A tool result is *dead* when it found nothing or failed, judged first by what the tool reported:
-a toolset error (``ERROR: ...``), a timeout or a kill is dead; a status line (:func:`status_of`:
-our shell's ``exit code: N``, and other agents' ``Exit code: N``, ``exit status N``, ``[exit N]``,
-``returncode=N``, ``[Command finished with exit code N]``), as the first non-empty line or else the
-last, decides alone: non-zero is dead, zero is alive whatever the output says (a successful
-``grep -r 'No such file'`` is no dead end; ``exit code: 0`` with no output is a success, e.g.
-``mkdir``). Only a result with no status is judged by its words: empty, or short (at most
-``max_tokens``) and saying "No such file", "not found", "no matches", "does not exist".
-A dead result is pruned when it is at least ``min_age_turns`` turns old and a later unit holds a
-successful (not dead) result of a call to the same tool: a later attempt superseded it. Run it
-before ``mask_observations`` in a pipeline (a masked stub no longer shows that it failed).
-
-A unit whose results are all pruned is replaced whole (assistant message and results: PAIR holds)
-by one user-role note ``[ctxagent pruned dead ends (later attempts succeeded): ...]``
-naming each call, its first line and the handle of its full result (consecutive such units share
-one note). Otherwise each pruned result's content becomes a one-line stub
-``[ctxagent pruned dead end: ... ]`` in the same tool message. Pruned originals go to
-``Outcome.offloads`` (their handles resolve); pinned facts are kept in the note or stub. A stub
-is made only when it is smaller than the result; a note always (for a tiny dead end it may cost
-a few tokens more, and it tells the model the attempt was superseded). The newest unit is never
-pruned. Deterministic, idempotent; a view without prunable results is returned unchanged.
-In steps (PREFIX): already-sent results are pruned only once ``batch`` of them qualify (or the
-request is over the profile's trigger, or another step broke the cached prefix before them), each
-change recorded as a compaction.
-
-Parameters:
-    min_age_turns: turns a dead result must be old before it is pruned; default 3.
-    max_tokens: tokens under which a result is checked for "not found"-style wordings; default 200.
-    batch: dead results that must qualify before any already-sent one is pruned; default 3.
+A result is dead (:func:`is_dead`) by what the tool reported first: an error, a timeout, a kill,
+or a status line (:func:`status_of`), non-zero dead and zero alive whatever the output says (a
+successful ``grep -r 'No such file'`` is no dead end); only without a status by its words (empty, or
+short and saying "not found"). A dead result ``min_age_turns`` old is pruned once a later unit holds
+a success of the same tool: a unit whose results all are becomes one note ``[ctxagent pruned dead
+ends ...]`` (PAIR holds; consecutive ones share it), any other a one-line stub in its tool message
+(when smaller), each naming the handle of the full result (offloaded) and keeping its pins. The
+newest unit is never pruned. Run it before ``mask_observations`` (a stub no longer shows a failure).
+Already-sent results are pruned only in batches of ``batch`` (PREFIX).
 """
 
 from __future__ import annotations

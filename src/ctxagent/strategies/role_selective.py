@@ -5,30 +5,13 @@ cuts tool results over ~300 tokens to their findings and assistant text over ~40
 conclusion; the middle-out preview keeps the beginning (headers, structure) and the end
 (conclusions, final values); LLM compression belongs to interactive paths only.
 
-Outside the last ``keep_turns`` units (still being worked on), each original tool result over
-``tool_tokens`` tokens becomes its first ``head_lines`` and last ``tail_lines`` lines (each line
-cut to 200 characters) around a marker naming the call, the size and the handle of the full
-result; the original goes to ``Outcome.offloads`` (an offloaded preview keeps pointing at its
-stored file). Each original assistant message whose text is over ``assistant_tokens`` keeps only
-its conclusion, the last paragraph (cut middle-out to half of ``assistant_tokens``), with its
-tool calls untouched. System and user messages are never touched. Pinned facts of a reduced
-message are kept in it. These reductions are view-only (recomputed every request, idempotent).
-
-With ``llm: true`` and a summarizer (interactive path), up to ``max_calls`` tool results per
-request are reduced by the LLM to their key findings instead; each such result is recorded as a
-compaction of that one message, replaced by a tool message with the same ``tool_call_id`` (PAIR
-holds, and resume never recomputes it). A failed or unchecked LLM reduction (empty, over
-``findings_tokens``, a pinned fact dropped, an exception, a request the summarizer's window cannot
-hold) falls back to the deterministic one and is reported in ``Outcome.warnings``.
-
-Parameters:
-    tool_tokens: tokens over which a tool result is reduced; default 300.
-    assistant_tokens: tokens of text over which assistant text is reduced; default 400.
-    keep_turns: newest units left untouched; default 2, at least 1 (the turn in flight).
-    head_lines, tail_lines: lines kept at the head and tail of a reduced tool result; 8 and 4.
-    llm: reduce tool results with the summarizer when one is given; default false.
-    findings_tokens: tokens an LLM reduction may have; default 200.
-    max_calls: LLM reductions per request at most; default 4.
+Outside the last ``keep_turns`` units, a tool result over ``tool_tokens`` keeps its first and last
+lines around a marker naming the call, the size and the handle of the full result (the original is
+offloaded), and assistant text over ``assistant_tokens`` its last paragraph, tool calls untouched;
+pins are kept. These reductions are view-only (recomputed every request, idempotent). With ``llm:
+true`` and a summarizer, up to ``max_calls`` results per request are reduced to their findings by
+the LLM instead, each recorded as a compaction of that one message (PAIR holds); a failed reduction
+falls back to head and tail and is reported in ``Outcome.warnings``.
 """
 
 from __future__ import annotations

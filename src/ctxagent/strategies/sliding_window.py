@@ -6,29 +6,12 @@ is little gain), so the default keeps 10 units; asymmetric windows (keep the tas
 recent work, compress the middle) match how agents refer back, hence ``keep_first``; the session
 shape table puts the sliding window at 70-85% of the budget (set the step's trigger there).
 
-HEAD, the first ``keep_first`` units after the task and the last ``keep_turns`` units stay
-verbatim; everything between becomes one user-role message, recorded as a compaction. With a
-summarizer (and ``rolling: true``), that message is an LLM summary
-``[ctxagent summary of messages #a-#b]`` whose input includes the previous rolling summary (the
-new range covers it, so it supersedes it and nothing is lost), checked like ``summarize``'s and
-followed, like it, by the exact values of the range it does not hold (a block copied by code). With
-no summarizer, ``rolling: false``, or a failed summary (empty, too long, a pinned fact dropped,
-an exception, a request the summarizer's window cannot hold; reported in ``Outcome.warnings``),
-it degrades to a deterministic note like truncation's,
-``[ctxagent window: messages #a-#b (...) are not shown; the full transcript is at ...]``, that
-carries the text of earlier summaries in the range verbatim (cut middle-out to ``max_tokens``)
-and every pinned fact of the range. A view at or under the target is returned unchanged.
-
-Parameters:
-    keep_turns: units kept verbatim at the end; default 10, at least 1 (the turn in flight).
-    keep_first: units after the task kept verbatim (task setup); default 0.
-    rolling: make an LLM rolling summary when a summarizer is given; default true (false: the
-        deterministic note only, allowed on batch paths).
-    max_tokens: tokens of the summary, or of the carried text of the note; default 1000.
-    chunk_tokens: tokens of rendered text per summarizer call; default 8000 (lowered to fit the
-        summarizer's window).
-    facts_tokens: tokens of the block of exact values appended to the summary; default 400.
-    target: fraction of the window at or under which nothing is done; default the profile's.
+Between HEAD with the first ``keep_first`` units after the task and the last ``keep_turns`` units,
+everything becomes one user-role message, recorded as a compaction: a summary as ``summarize``
+writes it (its input holds the previous rolling summary, which it supersedes), or, with no
+summarizer, ``rolling: false`` or a failed summary (reported in ``Outcome.warnings``), a note
+``[ctxagent window: messages #a-#b (...) are not shown; ...]`` carrying the text of the earlier
+summaries in the range (cut to ``max_tokens``) and its pins. At or under the target: unchanged.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """A pipeline step: its strategy, its trigger, that strategy's parameters, and the strategy itself.
 
-Each strategy is a subclass of :class:`StrategyConfig` (``TruncateStep``, ``SummarizeStep``, ...):
-a frozen, typed configuration whose ``strategy`` field is the literal name it is known by and whose
-:meth:`~StrategyConfig.apply` is the strategy, a pure function of the view, the context and the
-step's :class:`~ctxagent.strategies.base.Scan`. Declaring the class registers it under that name
-(the one registry: :func:`kinds`; a name declared twice is refused); a profile's pipeline is a list
-of steps told apart by ``strategy`` (a pydantic discriminated union of every class,
-:data:`ctxagent.strategies.registry.Step`). So a parameter is checked, typed and documented where it
-is declared: an unknown one, or one of the wrong type, is refused when the profile is loaded (with
-its file, line and key; :func:`step_error` words the message), and the profile's JSON Schema
-describes every strategy's parameters.
-
-``StrategyConfig(strategy=NAME, **params)`` builds the step class of NAME (for code that builds a
-step from a name); the classes themselves (``TruncateStep(target=0.3)``) are the typed way.
+Each strategy is a frozen, typed subclass of :class:`StrategyConfig` (``TruncateStep``, ...) whose
+``strategy`` field is the literal name it is known by and whose :meth:`~StrategyConfig.apply` is the
+strategy. Declaring the class registers it (:func:`kinds`; a name declared twice is refused); a
+profile's pipeline is a pydantic discriminated union of them by ``strategy``
+(:data:`ctxagent.strategies.registry.Step`), so an unknown or ill-typed parameter is refused when the
+profile loads (:func:`step_error` words it) and the profile's JSON Schema documents every one.
+``StrategyConfig(strategy=NAME, **params)`` builds the step class of NAME from its name.
 
 Only pydantic is imported here at run time: the profile's schema and every strategy module import it.
 """

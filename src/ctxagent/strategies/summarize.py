@@ -2,38 +2,16 @@
 
 Source of the rule (DESIGN.md, "Knowledge"; issue 3): LLM summarization belongs to interactive
 paths (on batch paths it adds latency and cost per compression and can invent tool results), so
-this strategy is refused on batch pipelines unless the profile allows it; batch summarization
-compresses 4:1 to 6:1; window sizing says 5-8 turns for short follow-ups, 10-15 for multi-step
-tasks, and under 4 the agent repeats itself (default: keep the last 6 units).
+:mod:`~ctxagent.strategies.checks` refuses it on batch pipelines unless the profile allows it;
+window sizing says under 4 turns the agent repeats itself (default: keep the last 6 units).
 
-Everything between HEAD (system message, task, current user message) and the last ``keep_turns``
-units is rendered as plain text (no tool schemas, no tool-role messages: a tool result is a line
-``result of shell(command=ls): ...``), cut into chunks of ``chunk_tokens`` when longer (chunks
-are summarized, then their summaries combined), and replaced by one user-role message
-``[ctxagent summary of messages #a-#b]`` followed by the summary. The summary is recorded as a
-compaction, so resume never recomputes it; a later summary whose range covers an earlier one
-supersedes it, and the earlier summary's text is part of the later one's input (nothing is lost).
-
-The output is checked: not empty, at most ``max_tokens`` tokens, and every pinned fact found in
-the summarized messages present verbatim. Then the exact values of the range that the summary does
-not hold verbatim (paths, ports, ids, hashes, URLs, commands, numbers with units, error lines) are
-appended by code, as a labelled block of at most ``facts_tokens`` (:mod:`ctxagent.strategies.facts`).
-A failed check, a summarizer that raises, or no summarizer at all falls back to
-:class:`~ctxagent.strategies.truncate.TruncateStep` (deterministic); a failure (not a missing
-summarizer) is reported in ``Outcome.warnings``. Every summarizer request fits the summarizer's
-window when it is known (``ctx.summarizer_window``). A view at or under the target is returned
-unchanged (IDENTITY).
-
-Parameters:
-    keep_turns: units (a call with its results, or one message) kept verbatim at the end; default 6,
-        at least 1 (the turn in flight is always kept; checked at profile load).
-    max_tokens: tokens the summary may have (the summarizer's reply cap); default 1000.
-    chunk_tokens: tokens of rendered text per summarizer call; default 8000 (lowered to fit the
-        summarizer's window).
-    facts_tokens: tokens of the block of exact values appended to the summary; default 400
-        (0: no block).
-    target: fraction of the window under which nothing is done (and the truncation fallback's
-        target); default the profile's ``target``.
+Everything between HEAD and the last ``keep_turns`` units becomes one user-role message
+``[ctxagent summary of messages #a-#b]`` and its summary, recorded as a compaction (resume never
+recomputes it; a later summary's range covers the earlier one, whose text is part of its input).
+The summary is checked (:mod:`~ctxagent.strategies.summarizing`) and followed by the exact values of
+the range it lacks (:mod:`~ctxagent.strategies.facts`). A failed summary, or no summarizer, falls
+back to truncation (a failure is reported in ``Outcome.warnings``). A view at or under the target
+is returned unchanged (IDENTITY). See docs/context.md.
 """
 
 from __future__ import annotations

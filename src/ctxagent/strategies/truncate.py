@@ -1,32 +1,19 @@
 """``truncate``: drop the oldest whole units until the request is under the target.
 
 Free, fast, deterministic, never hallucinates: the default wherever nobody is watching (batch
-paths). Target: half the context window by default, leaving room for the current turn's input and
-output. Keeps HEAD (system message, task, the user message of the current turn), never splits a
-tool call from its results (units from :func:`~ctxagent.strategies.base.groups`), always keeps the
-most recent unit, and leaves a note naming the transcript where messages were dropped and the
-handle of every tool result they held (NO LOSS: the originals go to the output store, so each
-handle resolves; a later truncation that drops the note carries its handles over).
-The drop is recorded as a compaction so the next views start from it (and resume sees the same).
+paths). Keeps HEAD and the newest unit, never splits a tool call from its results, and leaves a note
+naming the transcript and the handle of every tool result it dropped (NO LOSS: the originals go to
+the output store; a later note carries the handles of the notes it drops). User messages between
+the task and the current one are kept while they add up to at most ``keep_user_tokens`` of the
+window (compaction by role keeps them: they hold instructions, corrections and decisions).
 
-User messages between the task and the current one are kept too (system and user messages are
-kept in compaction by role; they hold instructions, corrections and decisions, and are short),
-while they add up to at most ``keep_user_tokens`` of the window; past that the oldest are dropped.
-
-Notes do not pile up (issue 18): a truncation that drops original messages but would still leave the
-request over the middle of its target and its trigger (so the next request or two would truncate
-again) also takes in the earlier truncation notes and the user messages kept between them, up to its
-last dropped unit: the history they stand for becomes one note, which quotes those user messages
-verbatim and names the handles of the notes it replaces (both capped, newest kept; ``recall`` reaches
-the rest). Without that each truncation left its own note between two kept user messages, no later
-truncation could shrink them, and after 400 turns in a 32K window they filled the room a truncation
-is meant to free: `adaptive` truncated on every request and the thrash guard stopped the run. The
-merge rides on a truncation that rewrites the view anyway (PREFIX: no extra prefix break, the one it
-makes moves to the first note), and one that leaves room keeps the earlier notes, and the cached
-prefix they are part of, as they are.
-
-Parameters: ``target`` (fraction of the window; default the profile's ``target``),
-``keep_user_tokens`` (fraction of the window; default 0.1; 0 drops user messages like the rest).
+Notes do not pile up (issue 18): each truncation used to leave its own note between two kept user
+messages, no later one could shrink them, and after 400 turns in a 32K window they filled the room a
+truncation is meant to free (`adaptive` truncated on every request until the thrash guard stopped
+the run). So a truncation that drops original messages but would still leave the request over the
+middle of its target and trigger also takes in the earlier notes and kept user messages before its
+last dropped unit: one note, quoting those messages and naming the notes' handles (capped, newest
+kept). The merge rides on a truncation that rewrites the view anyway (PREFIX: no extra break).
 """
 
 from __future__ import annotations
