@@ -31,9 +31,6 @@ class Entry:
     for a transcript message, else the name of the strategy that made the entry. A tool result
     (and a replacement of one) carries its ``handle``, chosen once when its record was written
     (:mod:`ctxagent.handles`), and ``offloaded``: its full value is already in the output store.
-    A replacement of a range carries ``refs``, the handles of the tool results it stands for, so
-    the model keeps a way back to each of them (NO LOSS), and ``quotes``, the user messages it
-    replaced, kept verbatim in it (compaction by role keeps user messages).
     """
 
     message: Message
@@ -44,8 +41,8 @@ class Entry:
     kind: str = "message"
     handle: str | None = None
     offloaded: bool = False
-    refs: tuple[str, ...] = ()  # a replacement of a range: the handles of the tool results inside it
-    quotes: tuple[str, ...] = ()  # a replacement of a range: the user messages inside it, verbatim
+    refs: tuple[str, ...] = ()  # a replacement of a range: the handles of the tool results inside it (NO LOSS)
+    quotes: tuple[str, ...] = ()  # a replacement of a range: its user messages, verbatim (kept by role)
     role: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -57,14 +54,11 @@ class EntryMemo:
     """Results of pure per-entry computations, remembered while the entry object lives (one per
     :class:`Scan`, so per session and step: never shared between sessions).
 
-    Entries of the base view are the same objects from one request to the next, so a strategy
-    that derives something from one entry (a stub, a verdict, a normalized text) computes it once
-    instead of on every request: per-turn cost stops growing with the history. A computation that
-    also depends on other objects (the entry's tool call, the earlier result it repeats) names them
-    in ``deps``: they are told apart by identity, and the memo holds them with the entry, so no
-    ``id`` in a remembered slot can be reused by a new object (an ``id`` in ``key`` alone could be:
-    once its object is freed, a new call at the same address would get the old call's stub). It is
-    cleared when it reaches ``limit`` items (memory stays bounded in sessions of any length).
+    Base-view entries are the same objects from one request to the next, so a stub, a verdict or a
+    normalized text is computed once per entry: per-turn cost stops growing with the history. Other
+    objects a computation depends on (the entry's call, the result it repeats) go in ``deps``: told
+    apart by identity and held with the entry, so no remembered ``id`` can be reused by a new object
+    (a new call at a freed call's address would get the old call's stub). Cleared at ``limit`` items.
     """
 
     def __init__(self, limit: int = 200_000):
@@ -87,16 +81,13 @@ class EntryMemo:
 
 class Scan:
     """What one pipeline step keeps for one session between requests: a left fold over the
-    entries of the view, carried over from one request to the next, and an :class:`EntryMemo`.
-
-    Owned by the session's :class:`~ctxagent.strategies.pipeline.Engine` (one per strategy), given
-    to the step's ``apply``; a step called without one gets a fresh one (a first request).
+    entries of the view, and an :class:`EntryMemo`. Owned by the session's
+    :class:`~ctxagent.strategies.pipeline.Engine`; a step called without one gets a fresh one.
 
     Between compactions a request's view is the previous one plus new entries at its end (the same
-    entry objects in front: PREFIX), so a strategy that folds the view entry by entry only needs to
-    fold the new ones: per-request work stays flat however long the session grows. :meth:`fold`
-    checks that the view extends the one folded last (identity of the entries, a C-level list
-    compare) and starts over when it does not (a compaction, other parameters: ``key``).
+    objects in front: PREFIX), so :meth:`fold` folds only the new ones and per-request work stays
+    flat; it starts over when the view does not extend the one folded last (identity of the
+    entries, a C-level list compare: a compaction) or ``key`` (other parameters) changed.
     """
 
     def __init__(self) -> None:

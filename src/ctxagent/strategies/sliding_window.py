@@ -27,8 +27,7 @@ from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import content_of, nothing_new, replace_runs, runs_to_compact, text, with_pins
 from ctxagent.strategies.rendering import clip, label_range
 from ctxagent.strategies.step import Count, KeepTurns, SummaryStep, UseLlm
-from ctxagent.strategies.summarize import failure, summarize_run, summary_message, under_target
-from ctxagent.strategies.summarizing import SummaryFailed
+from ctxagent.strategies.summarize import summarize_runs, summary_message, under_target
 
 CARRIED_KINDS = ("summarize", "sliding_window", "checkpoint", "distill")
 """Replacements whose text a deterministic note carries forward (their first line is a label)."""
@@ -36,22 +35,14 @@ CARRIED_KINDS = ("summarize", "sliding_window", "checkpoint", "distill")
 
 def carried_text(run: Sequence[Entry], max_tokens: int, model: str = "") -> str:
     """The bodies (label line removed) of the earlier summaries in ``run``, cut to ``max_tokens``."""
-    bodies = []
-    for entry in run:
-        if entry.kind in CARRIED_KINDS:
-            body = content_of(entry.message).partition("\n")[2].strip()
-            if body:
-                bodies.append(body)
-    return clip("\n".join(bodies), max_tokens, model)
+    bodies = [content_of(e.message).partition("\n")[2].strip() for e in run if e.kind in CARRIED_KINDS]
+    return clip("\n".join(body for body in bodies if body), max_tokens, model)
 
 
 def window_note(run: Sequence[Entry], ctx: StrategyContext, max_tokens: int) -> Message:
     """The deterministic user-role note that stands for ``run``."""
-    tokens = sum(e.tokens for e in run)
-    header = (
-        f"[ctxagent window: messages {label_range(run)} (turns {run[0].turn}-{run[-1].turn}, "
-        f"{tokens} tokens) are not shown; the full transcript is at {ctx.transcript_path}]"
-    )
+    header = (f"[ctxagent window: messages {label_range(run)} (turns {run[0].turn}-{run[-1].turn}, "
+              f"{sum(e.tokens for e in run)} tokens) are not shown; the full transcript is at {ctx.transcript_path}]")
     body = carried_text(run, max_tokens, ctx.model)
     content = f"{header}\n{body}" if body else header
     return {"role": "user", "content": with_pins(content, (text(e) for e in run), ctx.pins)}
@@ -76,7 +67,8 @@ class SlidingWindowStep(SummaryStep):
         summaries: dict[int, str] = {}
         warnings: list[str] = []
         if self.needs_llm() and ctx.summarizer is not None:
-            summaries, warnings = self._summaries(view, runs, ctx)
+            summaries, warnings = summarize_runs(view, runs, ctx, self, "the rolling summary",
+                                                 "wrote a deterministic window note instead")
 
         def make(run: list[Entry]) -> Message:
             if run[0].start in summaries:
@@ -84,16 +76,3 @@ class SlidingWindowStep(SummaryStep):
             return window_note(run, ctx, self.max_tokens)
 
         return replace(replace_runs(view, runs, make, ctx, self.strategy), warnings=warnings)
-
-    def _summaries(self, view: list[Entry], runs: list[list[int]], ctx: StrategyContext
-                   ) -> tuple[dict[int, str], list[str]]:
-        """The rolling summary of each run by its first seq, or none and the warning of the failure."""
-        summaries: dict[int, str] = {}
-        for r in runs:
-            run = [view[i] for i in r]
-            try:
-                summaries[run[0].start] = summarize_run(run, ctx, self)
-            except SummaryFailed as err:
-                return {}, [failure(self.strategy, "the rolling summary", run, err,
-                                    "wrote a deterministic window note instead")]
-        return summaries, []

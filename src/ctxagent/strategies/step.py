@@ -47,17 +47,11 @@ UseLlm = Annotated[bool, Field(strict=True, description="write it with the summa
 class StrategyConfig(BaseModel):
     """One step of a pipeline: the strategy's registered name, when it runs, its parameters.
 
-    ``trigger`` is a fraction of the context window; the step runs only when the request is over
-    it (``None``: the profile's ``trigger``; ``0``: on every request). ``every_turns`` runs it on a
-    turn count instead. ``min_turns``: the step never runs before that turn (seed 003: no management
-    under 5 turns). ``rule``: a label ``inspect context`` shows for the step when it is the last one
-    that fires (the selection rule in force, e.g. the ``adaptive`` profile's). Every other key is a
-    parameter of the strategy, declared by its subclass.
-
-    ``uses_llm``: the strategy may call the summarizer; ``llm_switch``: the boolean parameter that
-    turns that off (``llm``, ``rolling``), if it has one. ``batched``: the strategy edits old
-    messages in batches, so the pipeline runs it again when another step broke the cached prefix
-    (:mod:`ctxagent.strategies.pipeline`).
+    The fields of :data:`COMMON` say when it runs (``min_turns``: seed 003, no management under 5
+    turns); every other key is a parameter of the strategy, declared by its subclass. ``uses_llm``:
+    the strategy may call the summarizer; ``llm_switch``: the boolean parameter that turns that off
+    (``llm``, ``rolling``), if it has one; ``batched``: it edits old messages in batches, so the
+    pipeline runs it again when another step broke the cached prefix (:mod:`ctxagent.strategies.pipeline`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -102,8 +96,7 @@ class StrategyConfig(BaseModel):
         raise NotImplementedError(f"{type(self).__name__} declares no strategy")
 
     def params(self) -> dict[str, Any]:
-        """The strategy's parameters the step sets (every key but ``strategy``, ``trigger``,
-        ``every_turns``, ``min_turns``, ``rule``; defaults left out)."""
+        """The strategy's parameters the step sets (every key but :data:`COMMON`; defaults left out)."""
         return {key: getattr(self, key) for key in sorted(self.model_fields_set - COMMON)}
 
     def needs_llm(self) -> bool:

@@ -59,6 +59,20 @@ def summarize_run(run: Sequence[Entry], ctx: StrategyContext, p: SummaryStep) ->
     return with_facts(summary, run, p.facts_tokens, ctx.model)
 
 
+def summarize_runs(view: Sequence[Entry], runs: list[list[int]], ctx: StrategyContext, p: SummaryStep, what: str,
+                   instead: str) -> tuple[dict[int, str], list[str]]:
+    """The summary of each run (:func:`summarize_run`) by its first seq; or none, and the warning
+    (:func:`failure`: ``what`` failed, ``instead`` was done) when one fails."""
+    summaries: dict[int, str] = {}
+    for r in runs:
+        run = [view[i] for i in r]
+        try:
+            summaries[run[0].start] = summarize_run(run, ctx, p)
+        except SummaryFailed as err:
+            return {}, [failure(p.strategy, what, run, err, instead)]
+    return summaries, []
+
+
 def failure(strategy: str, what: str, run: Sequence[Entry], err: SummaryFailed, instead: str) -> str:
     """The warning an LLM strategy reports when its summarizer failed: strategy, what failed, for
     which messages, why, and what was done instead."""
@@ -92,14 +106,7 @@ class SummarizeStep(SummaryStep):
             return Outcome(view)
         if ctx.summarizer is None:  # no LLM on this path: truncation is the plan, not a failure
             return truncate_fallback(view, ctx, self.target)
-        summaries: dict[int, str] = {}
-        for r in runs:
-            run = [view[i] for i in r]
-            try:
-                summaries[r[0]] = summarize_run(run, ctx, self)
-            except SummaryFailed as err:
-                return truncate_fallback(view, ctx, self.target, [failure(self.strategy, "the summary", run, err,
-                                                                       "fell back to truncation")])
-        by_start = {view[i].start: s for i, s in summaries.items()}
-        return replace_runs(view, runs, lambda run: summary_message(run, by_start[run[0].start]),
-                            ctx, self.strategy)
+        summaries, warnings = summarize_runs(view, runs, ctx, self, "the summary", "fell back to truncation")
+        if warnings:
+            return truncate_fallback(view, ctx, self.target, warnings)
+        return replace_runs(view, runs, lambda run: summary_message(run, summaries[run[0].start]), ctx, self.strategy)
