@@ -776,7 +776,7 @@ def test_size_of_reads_an_offloaded_previews_own_size_else_the_entrys_tokens():
 def test_replaced_keeps_range_turn_and_handle_and_counts_the_new_message_for_the_model():
     entry = Entry({"role": "tool", "tool_call_id": "c1", "content": "long"}, 500, 3, 4, 2, "message", "@h", True)
     message = {"role": "tool", "tool_call_id": "c1", "content": UNICODE}
-    assert replaced(entry, message, _ctx(), "mask") == Entry(message, count_message(message, "gpt-4"), 3, 4, 2,
+    assert replaced(entry, UNICODE, _ctx(), "mask") == Entry(message, count_message(message, "gpt-4"), 3, 4, 2,
                                                              "mask", "@h", True)
     assert count_message(message, "gpt-4") != count_message(message)
 

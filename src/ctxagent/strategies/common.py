@@ -253,8 +253,9 @@ def size_of(entry: Entry) -> str:
     return match.group(1) if match else f"{entry.tokens:,}"
 
 
-def replaced(entry: Entry, message: Message, ctx: StrategyContext, kind: str) -> Entry:
-    """A replacement of ``entry``: same seq range, turn and handle, new message, ``kind`` set."""
+def replaced(entry: Entry, content: str, ctx: StrategyContext, kind: str) -> Entry:
+    """A replacement of ``entry``: same message but its ``content``, same seq range, turn and handle, ``kind`` set."""
+    message = {**entry.message, "content": content}
     return Entry(message, count_message(message, ctx.model), entry.start, entry.end, entry.turn, kind,
                  entry.handle, entry.offloaded)
 

@@ -93,13 +93,11 @@ class DedupeStep(StrategyConfig):
         content = content_of(entry.message)
         if same_text is not None:
             reference = f"[same result as turn {same_text.turn}, handle {handle_of(same_text)}]"
-            shorter = with_pins(f"{flag} {reference}".strip(), [content], ctx.pins)
-            new = replaced(entry, {**entry.message, "content": shorter}, ctx, self.strategy)
+            new = replaced(entry, with_pins(f"{flag} {reference}".strip(), [content], ctx.pins), ctx, self.strategy)
             if new.tokens < entry.tokens:
                 return new, (True, same_call is not None)
         if same_call is not None:
-            message = {**entry.message, "content": f"{flag}\n{content}"}
-            return replaced(entry, message, ctx, self.strategy), (False, True)
+            return replaced(entry, f"{flag}\n{content}", ctx, self.strategy), (False, True)
         return None, (False, False)
 
 

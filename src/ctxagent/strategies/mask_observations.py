@@ -113,5 +113,5 @@ class MaskObservationsStep(StrategyConfig):
         stored = stored_handle(entry) is not None
         if not stored and entry.tokens <= self.min_tokens:
             return None, stored
-        new = replaced(entry, {**entry.message, "content": stub(entry, call, ctx.pins)}, ctx, self.strategy)
+        new = replaced(entry, stub(entry, call, ctx.pins), ctx, self.strategy)
         return (new if new.tokens < entry.tokens else None), stored

@@ -18,14 +18,12 @@ Already-sent results are pruned only in batches of ``batch`` (PREFIX).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import Message
 from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyContext, groups
 from ctxagent.strategies.common import (
     call_name,
@@ -135,12 +133,11 @@ class PruneStep(StrategyConfig):
         offloads: list[Entry] = []
         for run in consecutive(i for unit in whole for i in unit):
             entries = [view[i] for i in run]
-            results = [i for i in run if view[i].role == "tool"]
-            out[run[0]] = memo.get(entries[0], (ctx.pins, ctx.model),
-                                   partial(self._note_entry, view, run, entries, calls, ctx), tuple(entries[1:]))
+            out[run[0]] = memo.get(entries[0], (ctx.pins, ctx.model), partial(self._note, entries, calls, run, ctx),
+                                   tuple(entries[1:]))
             for i in run[1:]:
                 out[i] = None
-            offloads.extend(view[i] for i in results)
+            offloads.extend(e for e in entries if e.role == "tool")
         in_whole = {i for u in whole for i in u}
         for index in sorted(dead - in_whole):
             entry, call = view[index], calls.get(index)
@@ -168,25 +165,19 @@ class PruneStep(StrategyConfig):
         elif dead and entry.kind == "message" and call is not None:
             state.dead.append((index, state.unit, name, entry.turn))
 
-    def _note_entry(self, view: list[Entry], run: list[int], entries: list[Entry],
-                    calls: dict[int, dict[str, Any]], ctx: StrategyContext) -> Entry:
-        """The one note entry that stands for a run of wholly dead units."""
-        message = self._note(view, run, calls, ctx)
-        return Entry(message, count_message(message, ctx.model), entries[0].start, entries[-1].end,
-                     entries[-1].turn, kind=self.strategy, refs=refs_of(entries, ctx.budget.window))
-
     def _stub(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> Entry | None:
         """The one-line stub of a dead result, or None when it would not be smaller."""
         line = (f"[ctxagent pruned dead end: {short_call(call, 60)} → {first_line(entry)}; "
                 f"superseded by a later {call_name(call)} call; full result: {handle_of(entry)}]")
-        content = with_pins(line, [content_of(entry.message)], ctx.pins)
-        new = replaced(entry, {**entry.message, "content": content}, ctx, self.strategy)
+        new = replaced(entry, with_pins(line, [content_of(entry.message)], ctx.pins), ctx, self.strategy)
         return new if new.tokens < entry.tokens else None
 
-    def _note(self, view: Sequence[Entry], run: list[int], calls: dict[int, dict[str, Any]],
-              ctx: StrategyContext) -> Message:
-        """The user-role note that stands for whole pruned units (``run``: their indexes)."""
-        parts = [f"{short_call(calls.get(i), 60)} → {first_line(view[i])} ({handle_of(view[i])})"
-                 for i in run if view[i].role == "tool"]
+    def _note(self, entries: list[Entry], calls: dict[int, dict[str, Any]], run: list[int],
+              ctx: StrategyContext) -> Entry:
+        """The user-role note entry that stands for whole pruned units (``entries``, at indexes ``run``)."""
+        parts = [f"{short_call(calls.get(i), 60)} → {first_line(e)} ({handle_of(e)})"
+                 for i, e in zip(run, entries, strict=True) if e.role == "tool"]
         line = "[ctxagent pruned dead ends (later attempts succeeded): " + "; ".join(parts) + "]"
-        return {"role": "user", "content": with_pins(line, (text(view[i]) for i in run), ctx.pins)}
+        message = {"role": "user", "content": with_pins(line, map(text, entries), ctx.pins)}
+        return Entry(message, count_message(message, ctx.model), entries[0].start, entries[-1].end,
+                     entries[-1].turn, kind=self.strategy, refs=refs_of(entries, ctx.budget.window))

@@ -136,15 +136,15 @@ class RoleSelectiveStep(StrategyConfig):
             return None
         label = (f"[ctxagent findings of {short_call(call, 80)}, a {size_of(entry)}-token result; "
                  f"full result: {handle_of(entry)} (read_output or grep_output)]")
-        return replaced(entry, {**entry.message, "content": f"{label}\n{findings}"}, ctx, self.strategy)
+        return replaced(entry, f"{label}\n{findings}", ctx, self.strategy)
 
     def _head_tail(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> Entry:
         """The deterministic head-and-tail reduction of one tool result."""
         content = content_of(entry.message)
         marker = (f"[... ctxagent cut this {size_of(entry)}-token result of {short_call(call, 80)} to its "
                   f"head and tail; full result: {handle_of(entry)} (read_output or grep_output) ...]")
-        reduced = with_pins(head_tail(content, self.head_lines, self.tail_lines, marker), [content], ctx.pins)
-        return replaced(entry, {**entry.message, "content": reduced}, ctx, self.strategy)
+        reduced = head_tail(content, self.head_lines, self.tail_lines, marker)
+        return replaced(entry, with_pins(reduced, [content], ctx.pins), ctx, self.strategy)
 
     def _conclusion(self, entry: Entry, ctx: StrategyContext) -> Entry | None:
         """Assistant text over ``assistant_tokens`` reduced to its conclusion, or None when it is not over."""
@@ -157,5 +157,4 @@ class RoleSelectiveStep(StrategyConfig):
             return None
         reduced = (f"[ctxagent cut {tokens} tokens of reasoning to the conclusion]\n"
                    f"{conclusion(content, max_tokens // 2, ctx.model)}")
-        reduced = with_pins(reduced, [content], ctx.pins)
-        return replaced(entry, {**entry.message, "content": reduced}, ctx, self.strategy)
+        return replaced(entry, with_pins(reduced, [content], ctx.pins), ctx, self.strategy)

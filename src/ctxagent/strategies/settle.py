@@ -72,7 +72,7 @@ class SettleStep(StrategyConfig):
             return None  # already a preview
         text = (preview(view[index], self.preview_tokens, ctx.pins, ctx.model) if cut == "preview"
                 else stub(view[index], calls_of_results(view).get(index), ctx.pins))
-        new = replaced(entry, {**entry.message, "content": text}, ctx, self.strategy)
+        new = replaced(entry, text, ctx, self.strategy)
         return new if new.tokens < entry.tokens else None
 
 
