@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -48,7 +48,7 @@ from ctxagent.strategies.common import (
 from ctxagent.strategies.facts import with_facts
 from ctxagent.strategies.prune import is_dead
 from ctxagent.strategies.rendering import fact_lines, label_range, render, task_text
-from ctxagent.strategies.step import Fraction, KeepTurns, SummaryStep, UseLlm
+from ctxagent.strategies.step import Fraction, KeepTurns, LlmStep, SummaryStep, UseLlm
 from ctxagent.strategies.summarize import failure, under_target
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 
@@ -62,7 +62,6 @@ FIELDS: dict[str, str] = {
     "constraints": "constraints the rest of the work must respect",
     "files_touched": "files read, created or changed",
 }
-TITLES = {"key_facts": "key facts", "files_touched": "files touched"}
 LISTED = ("key_facts", "decisions")  # rendered one item a line; other lists on one line
 
 CHECKPOINT_TOOL_SCHEMA: dict[str, Any] = {
@@ -116,7 +115,7 @@ def render_checkpoint(data: dict[str, Any]) -> str:
         value = data.get(key)
         if value in (None, "", [], {}):
             continue
-        title = TITLES.get(key, key.replace("_", " "))
+        title = key.replace("_", " ")
         if isinstance(value, list):
             items = [i for i in (_item(v) for v in value) if i]
             if key in LISTED:
@@ -177,6 +176,23 @@ def deterministic_checkpoint(view: Sequence[Entry], run: Sequence[Entry], max_to
     }
 
 
+def llm_body(step: LlmStep, ctx: StrategyContext, entries: Sequence[Entry], prompt: str,
+             finish: Callable[[str], str], what: str, instead: str) -> tuple[str | None, list[str]]:
+    """The summarizer's checked text for ``entries`` (``prompt``, its ``{max_tokens}`` filled in;
+    ``finish`` makes the reply the text) and no warning; ``(None, [])`` when the step may not call it
+    or there is none; ``(None, [warning])`` when it fails (``what`` failed, ``instead`` was done)."""
+    if not step.needs_llm() or ctx.summarizer is None:
+        return None, []
+    try:
+        return condense(render(entries), summarizer=ctx.summarizer,
+                        final_prompt=prompt.replace("{max_tokens}", str(step.max_tokens)),
+                        max_tokens=step.max_tokens, chunk_tokens=step.chunk_tokens,
+                        pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model, finish=finish,
+                        window=ctx.summarizer_window), []
+    except SummaryFailed as err:
+        return None, [failure(step.strategy, what, entries, err, instead)]
+
+
 def place(view: list[Entry], runs: list[list[int]], body: str, label: str, ctx: StrategyContext,
           name: str) -> Outcome:
     """Replace the newest run by ``label`` + ``body`` and each older run by a pointer to it."""
@@ -219,15 +235,12 @@ class CheckpointStep(SummaryStep):
         if (self.at is not None and not ctx.budget.over(view, self.at)) or under_target(view, ctx, self.target):
             return Outcome(view)
         entries = [view[i] for r in runs for i in r]
-        body = None
-        warnings: list[str] = []
-        if self.needs_llm() and ctx.summarizer is not None:
-            try:
-                body = self._llm(view, entries, ctx)
-            except SummaryFailed as err:
-                warnings.append(failure(self.strategy, "the LLM checkpoint", entries, err,
-                                        "made a deterministic checkpoint instead"))
-        if body is None:
+        prompt = CHECKPOINT_PROMPT.replace("{task}", cut_line(task_text(view), 500))
+        body, warnings = llm_body(self, ctx, entries, prompt, lambda reply: render_checkpoint(parse_json_object(reply)),
+                                  "the LLM checkpoint", "made a deterministic checkpoint instead")
+        if body is not None:  # the exact values of the range the checkpoint does not hold follow it
+            body = with_facts(body, entries, self.facts_tokens, ctx.model)
+        else:
             body = render_checkpoint(deterministic_checkpoint(view, entries, self.max_tokens, ctx.model))
         return replace(place(view, runs, body, "checkpoint", ctx, self.strategy), warnings=warnings)
 
@@ -236,16 +249,3 @@ class CheckpointStep(SummaryStep):
         """Whether the agent's checkpoint of call ``call_id`` is already in the view."""
         mark = f"call {call_id})"
         return any(e.kind == "checkpoint" and mark in content_of(e.message) for e in view)
-
-    def _llm(self, view: Sequence[Entry], entries: Sequence[Entry], ctx: StrategyContext) -> str:
-        """The checked body of an LLM checkpoint, then the exact values of ``entries`` it does not
-        hold (:func:`~ctxagent.strategies.facts.with_facts`). Raises ``SummaryFailed``."""
-        assert ctx.summarizer is not None
-        prompt = CHECKPOINT_PROMPT.replace("{task}", cut_line(task_text(view), 500)).replace(
-            "{max_tokens}", str(self.max_tokens))
-        body = condense(render(entries), summarizer=ctx.summarizer, final_prompt=prompt,
-                        max_tokens=self.max_tokens, chunk_tokens=self.chunk_tokens,
-                        pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model,
-                        finish=lambda reply: render_checkpoint(parse_json_object(reply)),
-                        window=ctx.summarizer_window)
-        return with_facts(body, entries, self.facts_tokens, ctx.model)

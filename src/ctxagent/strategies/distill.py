@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
-from ctxagent.strategies.checkpoint import parse_json_object, place
+from ctxagent.strategies.checkpoint import llm_body, parse_json_object, place
 from ctxagent.strategies.common import (
     calls_of_results,
     content_of,
@@ -36,10 +36,8 @@ from ctxagent.strategies.common import (
     text,
 )
 from ctxagent.strategies.prune import first_line, is_dead
-from ctxagent.strategies.rendering import fact_lines, render, task_text
+from ctxagent.strategies.rendering import fact_lines, task_text
 from ctxagent.strategies.step import Count, KeepTurns, LlmStep, UseLlm
-from ctxagent.strategies.summarize import failure
-from ctxagent.strategies.summarizing import SummaryFailed, condense
 from ctxagent.tokens import count_text
 
 STATE_KEYS = ("goal", "verified_facts", "discarded_hypotheses", "pending_actions")
@@ -132,18 +130,8 @@ class DistillStep(LlmStep):
         entries = [view[i] for r in runs for i in r]
         if not runs or sum(e.tokens for e in entries) <= self.min_tokens:
             return Outcome(view)
-        body = None
-        warnings: list[str] = []
-        if self.needs_llm() and ctx.summarizer is not None:
-            try:
-                body = condense(render(entries), summarizer=ctx.summarizer,
-                                final_prompt=DISTILL_PROMPT.replace("{max_tokens}", str(self.max_tokens)),
-                                max_tokens=self.max_tokens, chunk_tokens=self.chunk_tokens,
-                                pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model,
-                                finish=_finish, window=ctx.summarizer_window)
-            except SummaryFailed as err:
-                warnings.append(failure(self.strategy, "the LLM state document", entries, err,
-                                        "distilled the state deterministically instead"))
+        body, warnings = llm_body(self, ctx, entries, DISTILL_PROMPT, _finish, "the LLM state document",
+                                  "distilled the state deterministically instead")
         if body is None:
             body = dumps(deterministic_state(view, entries, ctx.pins, self.max_tokens, ctx.model))
         return replace(place(view, runs, body, "state", ctx, self.strategy), warnings=warnings)
