@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import Message, loads_json
+from ctxagent.messages import Message, loads_json, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
     call_args,
@@ -42,7 +42,6 @@ from ctxagent.strategies.common import (
     replace_runs,
     runs_to_compact,
     short_call,
-    text,
     with_pins,
 )
 from ctxagent.strategies.facts import with_facts
@@ -187,7 +186,7 @@ def llm_body(step: LlmStep, ctx: StrategyContext, entries: Sequence[Entry], prom
         return condense(render(entries), summarizer=ctx.summarizer,
                         final_prompt=prompt.replace("{max_tokens}", str(step.max_tokens)),
                         max_tokens=step.max_tokens, chunk_tokens=step.chunk_tokens,
-                        pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model, finish=finish,
+                        pins=pins_in((text_of(e.message) for e in entries), ctx.pins), model=ctx.model, finish=finish,
                         window=ctx.summarizer_window), []
     except SummaryFailed as err:
         return None, [failure(step.strategy, what, entries, err, instead)]
@@ -197,7 +196,7 @@ def place(view: list[Entry], runs: list[list[int]], body: str, label: str, ctx: 
           name: str) -> Outcome:
     """Replace the newest run by ``label`` + ``body`` and each older run by a pointer to it."""
     covered = ", ".join(label_range([view[r[0]], view[r[-1]]]) for r in runs)
-    removed = [text(view[i]) for r in runs for i in r]
+    removed = [text_of(view[i].message) for r in runs for i in r]
     newest = view[runs[-1][0]].start
 
     def make(run: list[Entry]) -> Message:

@@ -26,11 +26,6 @@ _SIZE_BEFORE_HANDLE = re.compile(r"(~?[0-9][0-9,]*) tokens; saved as @")
 # --- text and pins ----------------------------------------------------------------------------
 
 
-def text(entry: Entry) -> str:
-    """The text an entry carries (content plus tool calls), as :func:`ctxagent.messages.text_of`."""
-    return text_of(entry.message)
-
-
 def content_of(message: Message) -> str:
     """A message's content as a string (text parts joined when it is a list of parts)."""
     content = message.get("content")
@@ -66,7 +61,7 @@ def keep_pins(view: Sequence[Entry], outcome: Outcome, ctx: StrategyContext) -> 
     for comp in outcome.compactions:
         if comp.message is None:
             continue
-        removed = [text(e) for e in view if comp.start <= e.start and e.end <= comp.end]
+        removed = [text_of(e.message) for e in view if comp.start <= e.start and e.end <= comp.end]
         content = with_pins(content_of(comp.message), removed, ctx.pins)
         if content != content_of(comp.message):
             message = {**comp.message, "content": content}

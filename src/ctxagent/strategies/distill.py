@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from ctxagent.messages import text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.checkpoint import llm_body, parse_json_object, place
 from ctxagent.strategies.common import (
@@ -33,7 +34,6 @@ from ctxagent.strategies.common import (
     pins_in,
     runs_to_compact,
     short_call,
-    text,
 )
 from ctxagent.strategies.prune import first_line, is_dead
 from ctxagent.strategies.rendering import fact_lines, task_text
@@ -94,7 +94,7 @@ def deterministic_state(view: Sequence[Entry], entries: Sequence[Entry], pins: S
         "discarded_hypotheses": list(dict.fromkeys(discarded)),
         "pending_actions": pending,
     }
-    pinned = [p for p in pins_in((text(e) for e in entries), pins) if p not in dumps(doc)]
+    pinned = [p for p in pins_in((text_of(e.message) for e in entries), pins) if p not in dumps(doc)]
     if pinned:
         doc["pinned"] = pinned
     while count_text(dumps(doc), model) > max_tokens and (doc["verified_facts"]

@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from ctxagent.messages import text_of
 from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyContext, groups
 from ctxagent.strategies.common import (
     call_name,
@@ -36,7 +37,6 @@ from ctxagent.strategies.common import (
     refs_of,
     replaced,
     short_call,
-    text,
     with_pins,
 )
 from ctxagent.strategies.step import Count, StrategyConfig
@@ -178,6 +178,6 @@ class PruneStep(StrategyConfig):
         parts = [f"{short_call(calls.get(i), 60)} → {first_line(e)} ({handle_of(e)})"
                  for i, e in zip(run, entries, strict=True) if e.role == "tool"]
         line = "[ctxagent pruned dead ends (later attempts succeeded): " + "; ".join(parts) + "]"
-        message = {"role": "user", "content": with_pins(line, map(text, entries), ctx.pins)}
+        message = {"role": "user", "content": with_pins(line, (text_of(e.message) for e in entries), ctx.pins)}
         return Entry(message, count_message(message, ctx.model), entries[0].start, entries[-1].end,
                      entries[-1].turn, kind=self.strategy, refs=refs_of(entries, ctx.budget.window))

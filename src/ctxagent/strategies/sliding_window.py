@@ -22,9 +22,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from ctxagent.messages import Message
+from ctxagent.messages import Message, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
-from ctxagent.strategies.common import content_of, nothing_new, replace_runs, runs_to_compact, text, with_pins
+from ctxagent.strategies.common import content_of, nothing_new, replace_runs, runs_to_compact, with_pins
 from ctxagent.strategies.rendering import clip, label_range
 from ctxagent.strategies.step import Count, KeepTurns, SummaryStep, UseLlm
 from ctxagent.strategies.summarize import summarize_runs, summary_message, under_target
@@ -45,7 +45,7 @@ def window_note(run: Sequence[Entry], ctx: StrategyContext, max_tokens: int) -> 
               f"{sum(e.tokens for e in run)} tokens) are not shown; the full transcript is at {ctx.transcript_path}]")
     body = carried_text(run, max_tokens, ctx.model)
     content = f"{header}\n{body}" if body else header
-    return {"role": "user", "content": with_pins(content, (text(e) for e in run), ctx.pins)}
+    return {"role": "user", "content": with_pins(content, (text_of(e.message) for e in run), ctx.pins)}
 
 
 class SlidingWindowStep(SummaryStep):

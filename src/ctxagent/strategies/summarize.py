@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
 
-from ctxagent.messages import Message
+from ctxagent.messages import Message, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
-from ctxagent.strategies.common import keep_pins, nothing_new, pins_in, replace_runs, runs_to_compact, text
+from ctxagent.strategies.common import keep_pins, nothing_new, pins_in, replace_runs, runs_to_compact
 from ctxagent.strategies.facts import with_facts
 from ctxagent.strategies.rendering import label_range, render
 from ctxagent.strategies.step import KeepTurns, SummaryStep
@@ -52,7 +52,7 @@ def summarize_run(run: Sequence[Entry], ctx: StrategyContext, p: SummaryStep) ->
     ``SummaryFailed`` (also when there is no summarizer, or its window cannot hold a request)."""
     if ctx.summarizer is None:
         raise SummaryFailed("no summarizer on this path")
-    pins = pins_in((text(e) for e in run), ctx.pins)
+    pins = pins_in((text_of(e.message) for e in run), ctx.pins)
     summary = condense(render(run), summarizer=ctx.summarizer,
                        final_prompt=SUMMARY_PROMPT.format(max_tokens=p.max_tokens), max_tokens=p.max_tokens,
                        chunk_tokens=p.chunk_tokens, pins=pins, model=ctx.model, window=ctx.summarizer_window)
