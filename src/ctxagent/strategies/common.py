@@ -1,9 +1,6 @@
-"""Helpers the strategies share: pins, tool-call lookup, short renderings, ranges to compact.
-
-Flattened text for summarizers (``render``, ``clip``, ``fact_lines``) is in :mod:`ctxagent.strategies.rendering`.
-
-Pure functions over entries (no I/O). Units: every ``*_tokens`` argument is tokens, every
-``limit`` or ``*_chars`` argument is characters.
+"""Helpers the strategies share: pins, tool-call lookup, short renderings, ranges to compact (flattened
+text for summarizers is in :mod:`ctxagent.strategies.rendering`). Pure functions over entries (no I/O).
+Units: every ``*_tokens`` argument is tokens, every ``limit`` or ``*_chars`` argument is characters.
 """
 
 from __future__ import annotations
@@ -287,13 +284,8 @@ def consecutive(indexes: Iterable[int]) -> list[list[int]]:
     return runs
 
 
-def replace_runs(
-    view: Sequence[Entry],
-    runs: Sequence[Sequence[int]],
-    make: Callable[[list[Entry]], Message],
-    ctx: StrategyContext,
-    name: str,
-) -> Outcome:
+def replace_runs(view: Sequence[Entry], runs: Sequence[Sequence[int]], make: Callable[[list[Entry]], Message],
+                 ctx: StrategyContext, name: str) -> Outcome:
     """Replace each run of ``view`` by the one message ``make(run entries)`` returns, recorded as a
     compaction (seq range of the run) so replay rebuilds the same view."""
     out: list[Entry] = []

@@ -331,13 +331,8 @@ def _render(label: str, groups: Sequence[Group], chosen: Sequence[tuple[int, str
 
 def facts_block(entries: Sequence[Entry], summary: str, max_tokens: int = FACTS_TOKENS, model: str = "") -> str:
     """The labelled block of the exact values of ``entries`` missing from ``summary``, each under
-    what it belongs to; "" when there is none or ``max_tokens`` is 0.
-
-    The values the range's own messages hold get ``max_tokens`` tokens (label included); the
-    values of the blocks of earlier summaries in the range get :data:`CARRY_FACTOR` times as much
-    again, so a newly summarized range always has room for its own. Within each, the most specific
-    values and the newest groups come first; what does not fit is counted, with the handles that
-    hold it, on the block's last line."""
+    what it belongs to; "" when there is none or ``max_tokens`` (tokens: the range's own values,
+    label included; carried ones get :data:`CARRY_FACTOR` times as much again) is 0."""
     if not entries or max_tokens <= 0:
         return ""
     carried_groups, left, fresh = collect(entries)

@@ -27,11 +27,9 @@ from ctxagent.strategies.step import StrategyConfig
 def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
     """Apply recorded compactions in order: each replaces the entries inside its seq range.
 
-    ``view`` is ordered by seq with disjoint ranges (pins entries, seq -1, only in front). A
-    compaction whose range covers an earlier one's replacement supersedes it. Entries are replaced
-    only when wholly inside the range, so a call is never split from its results. A replacement of
-    exactly one tool result keeps that result's handle. Cost: a binary search and a slice per
-    compaction.
+    ``view`` is ordered by seq with disjoint ranges (pins entries, seq -1, only in front). Entries
+    are replaced only when wholly inside the range (a call is never split from its results; an
+    earlier replacement inside is superseded); a replacement of one tool result keeps its handle.
     """
     for comp in compactions:
         lo = bisect_left(view, comp.start, key=lambda e: e.start)
@@ -98,12 +96,10 @@ class Engine:
         ``view`` into it (in order; replaying them on ``view`` gives the final view), with the warnings
         of every step that ran (every pass), in order.
 
-        The result is a fixed point (IDENTITY, ONE STATE): running the steps again on it changes
-        nothing, so a state folded afresh from the transcript, which starts from the result, builds the
-        very request the live run sends. A step decides on the view the steps before it left, so a later
-        step's change can move an earlier one's decision (``dedupe``'s repeated-call flag grows a tool
-        result, which leaves ``mask_observations`` fewer verbatim results to keep); the pipeline then
-        runs again on its result, at most :data:`MAX_PASSES` times in all.
+        The result is a fixed point (IDENTITY, ONE STATE), so a state folded afresh from the transcript
+        builds the very request the live run sends. A later step's change can move an earlier one's
+        decision (``dedupe``'s repeated-call flag grows a result, which leaves ``mask_observations``
+        fewer verbatim results to keep), so the pipeline runs again on its result, :data:`MAX_PASSES` at most.
         """
         result = self._pass(view, steps, ctx)
         for _ in range(MAX_PASSES - 1):

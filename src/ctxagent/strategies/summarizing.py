@@ -128,28 +128,17 @@ def room(window: int | None, max_tokens: int, prompts: Sequence[str], chunk_toke
     return min(chunk_tokens, left)
 
 
-def condense(
-    material: str,
-    *,
-    summarizer: Summarizer,
-    final_prompt: str,
-    max_tokens: int,
-    chunk_tokens: int,
-    pins: Sequence[str] = (),
-    model: str = "",
-    finish: Callable[[str], str] = lambda reply: reply,
-    window: int | None = None,
-) -> str:
+def condense(material: str, *, summarizer: Summarizer, final_prompt: str, max_tokens: int, chunk_tokens: int,
+             pins: Sequence[str] = (), model: str = "", finish: Callable[[str], str] = lambda reply: reply,
+             window: int | None = None) -> str:
     """The checked result of asking ``final_prompt`` about ``material``.
 
     ``material`` over ``chunk_tokens`` tokens is first cut into chunks, each summarized with
     :data:`CHUNK_PROMPT`; their summaries are joined (and condensed again, at most
     :data:`MAX_COMBINE_ROUNDS` times, while still over ``chunk_tokens``) and given to
-    ``final_prompt``. ``window``: the summarizer's context window (tokens; None: unknown): chunks
-    are cut so that every request (chunk prompts, combine rounds, the final prompt) fits it with
+    ``final_prompt``. Every request fits ``window`` (the summarizer's, tokens; None: unknown) with
     its reply (``max_tokens``) and :data:`MARGIN_TOKENS`. ``finish`` turns the final reply into the
-    text to check (it may raise ``ValueError``, e.g. for invalid JSON). Raises
-    :class:`SummaryFailed` (also when the window cannot hold the requests).
+    text to check (it may raise ``ValueError``, e.g. for invalid JSON). Raises :class:`SummaryFailed`.
     """
     widest_chunk_prompt = CHUNK_PROMPT.format(part=999, parts=999, max_tokens=max_tokens) + pins_block(pins)
     chunk_tokens = room(window, max_tokens, [widest_chunk_prompt, final_prompt + pins_block(pins)],
