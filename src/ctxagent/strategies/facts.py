@@ -178,21 +178,21 @@ def _rank(value: str) -> int:
 
 
 def _parse(lines: Sequence[str]) -> tuple[list[Group], LeftOut]:
-    """The groups of an earlier block's lines (``- header`` then ``  value`` lines; a ``- value``
-    alone is one bare value of an old block) and its left-out line."""
+    """The groups of an earlier block's lines as :func:`split_blocks` gives them (a header, then
+    indented values; a header alone is one bare value of an old block) and its left-out line."""
     groups: list[Group] = []
     left = LeftOut()
     for line in lines:
-        if line.startswith(VALUE_INDENT) and groups and groups[-1].label:
-            value = line[len(VALUE_INDENT):]
-            groups[-1].values.append((_rank(value), value))
-        elif line.startswith(f"- {LEFT_OUT_PREFIX}"):
-            count = _LEFT_COUNT.match(line[2 + len(LEFT_OUT_PREFIX):])
+        if line.startswith(VALUE_INDENT):
+            if groups and groups[-1].label:
+                value = line[len(VALUE_INDENT):]
+                groups[-1].values.append((_rank(value), value))
+        elif line.startswith(LEFT_OUT_PREFIX):
+            count = _LEFT_COUNT.match(line[len(LEFT_OUT_PREFIX):])
             left.add(int(count.group(1)) if count else 0, _HANDLE_IN_LINE.findall(line))
-        elif line.startswith("- "):
-            header = line[2:]
-            handles = _HANDLES_AT_END.search(header)
-            label = header[:handles.start()] if handles else header
+        else:
+            handles = _HANDLES_AT_END.search(line)
+            label = line[:handles.start()] if handles else line
             groups.append(Group(label, _HANDLE_IN_LINE.findall(handles.group(0)) if handles else []))
     for group in groups:  # a header with no value lines is a bare value of an old block
         if not group.values:
@@ -220,8 +220,7 @@ def split_blocks(content: str) -> tuple[str, list[str]]:
 
 def carried(content: str) -> list[str]:
     """The values of the facts blocks inside ``content`` (an earlier summary's), in order."""
-    _, lines = split_blocks(content)
-    groups, _ = _parse([line if line.startswith(VALUE_INDENT) else f"- {line}" for line in lines])
+    groups, _ = _parse(split_blocks(content)[1])
     return [value for group in groups for _, value in group.values]
 
 
@@ -263,7 +262,7 @@ def collect(entries: Sequence[Entry]) -> tuple[list[Group], LeftOut, list[Group]
     for entry in entries:
         rest, lines = split_blocks(content_of(entry.message))
         if lines:
-            groups, earlier = _parse([line if line.startswith(VALUE_INDENT) else f"- {line}" for line in lines])
+            groups, earlier = _parse(lines)
             carried_groups.extend(groups)
             left.add(earlier.count, earlier.handles)
         found = [(rank, v) for rank, v in values_in(rest) if v not in own]

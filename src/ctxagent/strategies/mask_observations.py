@@ -39,11 +39,8 @@ from ctxagent.strategies.step import Count, Fraction, StrategyConfig
 
 def stub(entry: Entry, call: dict[str, Any] | None, pins: tuple[str, ...]) -> str:
     """The one-line stub of a masked tool result (plus ``[pinned]`` lines for its pinned facts)."""
-    handle = handle_of(entry)
-    line = (
-        f"[ctxagent masked an old tool result: {short_call(call, 80)}, {size_of(entry)} tokens; "
-        f"full result: {handle} (read_output or grep_output)]"
-    )
+    line = (f"[ctxagent masked an old tool result: {short_call(call, 80)}, {size_of(entry)} tokens; "
+            f"full result: {handle_of(entry)} (read_output or grep_output)]")
     return with_pins(line, [content_of(entry.message)], pins)
 
 

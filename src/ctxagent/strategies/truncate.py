@@ -41,18 +41,12 @@ from ctxagent.tokens import count_message
 def note_message(dropped: list[Entry], ctx: StrategyContext) -> Message:
     """The user-role note that stands where ``dropped`` entries were (oldest first): what was
     dropped, where the transcript is, and the handles of the tool results it held."""
-    tokens = sum(e.tokens for e in dropped)
     where = f"#{dropped[0].start}-#{dropped[-1].end}, up to turn {dropped[-1].turn}"
-    return {
-        "role": "user",
-        "content": (
-            f"[ctxagent] {sum(e.end - e.start + 1 for e in dropped)} earlier messages ({where}, "
-            f"{tokens} tokens) were dropped from this view to fit the context window; "
-            f"the full transcript is at {ctx.transcript_path}"
-            + quotes_block(quotes_of(dropped, QUOTES_FRACTION * ctx.budget.window, ctx.model))
-            + handles_line(refs_of(dropped, ctx.budget.window))
-        ),
-    }
+    content = (f"[ctxagent] {sum(e.end - e.start + 1 for e in dropped)} earlier messages ({where}, "
+               f"{sum(e.tokens for e in dropped)} tokens) were dropped from this view to fit the context window; "
+               f"the full transcript is at {ctx.transcript_path}")
+    quotes = quotes_block(quotes_of(dropped, QUOTES_FRACTION * ctx.budget.window, ctx.model))
+    return {"role": "user", "content": content + quotes + handles_line(refs_of(dropped, ctx.budget.window))}
 
 
 def _users_kept(view: list[Entry], max_tokens: float) -> set[int]:
