@@ -40,10 +40,8 @@ def pins_in(texts: Iterable[str], pins: Sequence[str]) -> list[str]:
 
 
 def with_pins(content: str, removed: Iterable[str], pins: Sequence[str]) -> str:
-    """``content`` plus one ``[pinned] ...`` line per pin found in ``removed`` and not in ``content``.
-
-    This is how a strategy that removes text keeps every pinned fact in the view verbatim.
-    """
+    """``content`` plus one ``[pinned] ...`` line per pin found in ``removed`` and not in ``content``:
+    how a strategy that removes text keeps every pinned fact in the view verbatim."""
     missing = [p for p in pins_in(removed, pins) if p not in content]
     return content + "".join(f"\n[pinned] {p}" for p in missing)
 
@@ -314,6 +312,5 @@ def replace_runs(view: Sequence[Entry], runs: Sequence[Sequence[int]], make: Cal
 
 
 def nothing_new(view: Sequence[Entry], run: Sequence[int]) -> bool:
-    """Whether ``run`` is nothing but one earlier replacement (a summary, a note, a checkpoint):
-    compacting it again would gain nothing."""
+    """Whether ``run`` is only one earlier replacement (a summary, a note): compacting it again gains nothing."""
     return len(run) == 1 and view[run[0]].kind != "message"

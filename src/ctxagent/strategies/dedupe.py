@@ -56,8 +56,7 @@ class DedupeStep(StrategyConfig):
         return Outcome(out, [], list(referenced.values()))
 
     def _fold(self, state: _State, index: int, entry: Entry, ctx: StrategyContext, memo: EntryMemo) -> None:
-        """Fold one entry: remember each original result's text and call; a result not yet sent that
-        repeats an earlier one gets its replacement (a result already sent is only remembered)."""
+        """Fold one entry: an original result not yet sent that repeats an earlier one gets its replacement."""
         state.calls, call = follow_calls(state.calls, entry)
         if entry.role != "tool" or entry.kind != "message":
             return
@@ -84,8 +83,7 @@ class DedupeStep(StrategyConfig):
 
     def _replacement(self, entry: Entry, same_text: Entry | None, same_call: Entry | None,
                      ctx: StrategyContext) -> tuple[Entry | None, tuple[bool, bool]]:
-        """The entry that replaces result ``entry`` (None: keep it) and which of the earlier results
-        (same text, same call) it names."""
+        """The entry that replaces result ``entry`` (None: keep it), and which earlier results it names."""
         flag = ""
         if same_call is not None:
             flag = (f"[this call was already made at turn {same_call.turn}; its result is handle "
@@ -103,8 +101,7 @@ class DedupeStep(StrategyConfig):
 
 @dataclass
 class _State:
-    """What dedupe folds over a view: the first original result of each text and of each call, and
-    the replacements of the results not yet sent that repeat one of them (index, entry, named)."""
+    """What dedupe folds: the first original result of each text and call, and the replacements made."""
 
     by_text: dict[str, Entry] = field(default_factory=dict)
     by_call: dict[tuple[str, str], Entry] = field(default_factory=dict)

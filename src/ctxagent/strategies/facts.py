@@ -308,8 +308,7 @@ def choose(groups: Sequence[Group], summary: str, max_tokens: int, model: str = 
 
 
 def _render(label: str, groups: Sequence[Group], chosen: Sequence[tuple[int, str]], left: str) -> str:
-    """The block: its label, each group with a chosen value (its header, then its chosen values in
-    the order first seen; a bare value as its own line), then the left-out line."""
+    """The block: its label, each group with a chosen value (its header, then those values), the left-out line."""
     picked: dict[int, set[str]] = {}
     for g, value in chosen:
         picked.setdefault(g, set()).add(value)

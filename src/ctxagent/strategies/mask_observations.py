@@ -46,8 +46,7 @@ def stub(entry: Entry, call: dict[str, Any] | None, pins: tuple[str, ...]) -> st
 
 @dataclass
 class _State:
-    """What masking folds over a view: the indexes of its tool results, and of the original ones a
-    stub would shrink, with the stub and whether the result is already stored (oldest first)."""
+    """What masking folds: its tool results' indexes, and the original ones a stub shrinks (with it)."""
 
     results: list[int] = field(default_factory=list)
     maskable: list[tuple[int, Entry, bool]] = field(default_factory=list)
@@ -55,8 +54,7 @@ class _State:
 
 
 def _kept(view: list[Entry], recent: list[int], max_tokens: float) -> int:
-    """How many of the ``recent`` results (indexes, oldest first) stay verbatim: the newest always,
-    then older ones while their tokens add up to at most ``max_tokens``."""
+    """How many ``recent`` results stay verbatim: the newest always, then older ones within ``max_tokens``."""
     return max(len(newest_within(recent, lambda index: view[index].tokens, max_tokens)), min(1, len(recent)))
 
 
@@ -105,8 +103,7 @@ class MaskObservationsStep(StrategyConfig):
             state.maskable.append((index, new, stored))
 
     def _masked(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> tuple[Entry | None, bool]:
-        """``(stub entry or None, already stored)``: None when ``entry`` is too small to mask or
-        its stub would not be smaller. One call per entry: the memo keeps the answer."""
+        """``(stub entry, already stored)``, the stub None when too small or not smaller (memoized)."""
         stored = stored_handle(entry) is not None
         if not stored and entry.tokens <= self.min_tokens:
             return None, stored

@@ -91,10 +91,8 @@ def first_line(entry: Entry) -> str:
 
 @dataclass
 class _State:
-    """What ``prune`` folds over a view (see :meth:`~ctxagent.strategies.base.Scan.fold`): the unit
-    each entry belongs to (the index that opened it, as :func:`groups` cuts them), the newest unit
-    holding a successful result of each tool, and the dead original results with their unit, tool
-    and turn."""
+    """What ``prune`` folds: the current unit (as :func:`groups` cuts them), the newest unit holding a
+    success of each tool, and the dead original results."""
 
     unit: int = -1  # index of the entry that opened the current unit
     unit_calls: bool = False  # the current unit was opened by an assistant message with tool calls

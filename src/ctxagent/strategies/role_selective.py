@@ -49,8 +49,7 @@ FINDINGS_PROMPT = (
 
 
 def head_tail(content: str, head: int, tail: int, marker: str) -> str:
-    """``content``'s first ``head`` and last ``tail`` lines (each cut to :data:`LINE_CHARS`) around
-    ``marker``."""
+    """``content``'s first ``head`` and last ``tail`` lines (each cut to :data:`LINE_CHARS`) around ``marker``."""
     lines = [line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + "…" for line in content.splitlines()]
     if len(lines) <= head + tail:
         return "\n".join([*lines, marker])
@@ -110,8 +109,7 @@ class RoleSelectiveStep(StrategyConfig):
 
     def _reduced(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext, llm: bool,
                  warnings: list[str]) -> tuple[Entry | None, bool]:
-        """A large tool result reduced: by the LLM's findings when ``llm`` and they are smaller, else to
-        its head and tail; and whether the LLM made it."""
+        """A large result reduced by the LLM when ``llm`` (and smaller), else to head and tail; and whether by LLM."""
         if llm:
             new = self._findings(entry, call, ctx, warnings)
             if new is not None and new.tokens < entry.tokens:
@@ -120,8 +118,7 @@ class RoleSelectiveStep(StrategyConfig):
 
     def _findings(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext,
                   warnings: list[str]) -> Entry | None:
-        """The LLM reduction of one tool result, or None when it failed (its warning added to
-        ``warnings``)."""
+        """The LLM reduction of one tool result, or None when it failed (its warning added to ``warnings``)."""
         assert ctx.summarizer is not None
         content = content_of(entry.message)
         try:

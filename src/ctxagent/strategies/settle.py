@@ -77,9 +77,8 @@ class SettleStep(StrategyConfig):
 
 
 def newest_results(view: Sequence[Entry], free_from: int) -> tuple[int, list[int]]:
-    """``(index of the assistant message, indexes of its tool results)`` of the newest unit that
-    holds results, when none of them was sent yet (seq at or after ``free_from``); ``(-1, [])``
-    otherwise."""
+    """``(index of the assistant message, indexes of its tool results)`` of the newest unit that holds
+    results, when none of them was sent yet (seq at or after ``free_from``); else ``(-1, [])``."""
     for unit in reversed(groups(view)):
         results = [i for i in unit if view[i].role == "tool"]
         if results:

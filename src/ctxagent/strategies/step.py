@@ -106,8 +106,7 @@ class StrategyConfig(BaseModel):
 
 
 def kinds() -> dict[str, type[StrategyConfig]]:
-    """Every strategy declared so far (``ctxagent.strategies.registry`` imports them all): its step
-    class by name, sorted by name."""
+    """The step class of every strategy declared so far (the registry imports them all), sorted by name."""
     return dict(sorted(StrategyConfig._kinds.items()))
 
 
@@ -156,8 +155,7 @@ class LlmStep(StrategyConfig):
 
 
 class SummaryStep(LlmStep):
-    """An LLM step whose summary is followed by the exact values it lacks, and which does nothing
-    at or under its target."""
+    """An LLM step whose summary is followed by the exact values it lacks; nothing done at or under ``target``."""
 
     facts_tokens: FactsTokens = FACTS_TOKENS
     target: Target = None

@@ -46,9 +46,8 @@ def under_target(view: Sequence[Entry], ctx: StrategyContext, target: float | No
 
 
 def summarize_run(run: Sequence[Entry], ctx: StrategyContext, p: SummaryStep) -> str:
-    """The checked LLM summary of ``run`` (at most ``p.max_tokens``, read ``p.chunk_tokens`` at a
-    time) followed by the exact values of ``run`` it does not hold
-    (:func:`~ctxagent.strategies.facts.with_facts`, at most ``p.facts_tokens`` more tokens). Raises
+    """The checked LLM summary of ``run`` (``p.max_tokens``, read ``p.chunk_tokens`` at a time) followed by
+    the exact values it lacks (:func:`~ctxagent.strategies.facts.with_facts`, ``p.facts_tokens``). Raises
     ``SummaryFailed`` (also when there is no summarizer, or its window cannot hold a request)."""
     if ctx.summarizer is None:
         raise SummaryFailed("no summarizer on this path")
@@ -74,8 +73,7 @@ def summarize_runs(view: Sequence[Entry], runs: list[list[int]], ctx: StrategyCo
 
 
 def failure(strategy: str, what: str, run: Sequence[Entry], err: SummaryFailed, instead: str) -> str:
-    """The warning an LLM strategy reports when its summarizer failed: strategy, what failed, for
-    which messages, why, and what was done instead."""
+    """The warning of a failed summarizer: strategy, what failed, for which messages, why, what was done instead."""
     return f"{strategy}: {what} of messages {label_range(run)} failed ({err}); {instead}"
 
 

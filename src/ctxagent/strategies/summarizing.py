@@ -39,8 +39,7 @@ class SummaryFailed(Exception):
 
 
 def chunks(value: str, chunk_tokens: int, model: str = "") -> list[str]:
-    """``value`` cut at line ends into pieces of at most about ``chunk_tokens`` tokens each (a
-    single longer line is cut by characters)."""
+    """``value`` cut at line ends into pieces of about ``chunk_tokens`` tokens at most (a longer line by characters)."""
     if count_text(value, model) <= chunk_tokens:
         return [value]
     pieces: list[str] = []
