@@ -23,8 +23,8 @@ def check_gaps(profile: Profile, source: str | None = None) -> None:
     where = source or f"<profile:{profile.name}>"
     problem = thrash_problem(profile.target, profile.trigger)
     if problem:
-        key = "target" if "target" in profile.model_fields_set or "trigger" not in profile.model_fields_set \
-            else "trigger"
+        fields = profile.model_fields_set
+        key = "target" if "target" in fields or "trigger" not in fields else "trigger"
         raise ProfileError(problem, path=where, key=key)
     for path, steps in profile.pipelines.items():
         for index, step in enumerate(steps):
@@ -48,11 +48,8 @@ def _check_step_gap(profile: Profile, step: StrategyConfig, key: str, where: str
 
 
 def check_pipelines(profile: Profile, source: str | None = None) -> None:
-    """Check that no batch step of ``profile`` may call an LLM unless ``allow_llm_in_batch`` is set.
-
-    ``source`` names the profile in errors (its file or ``<bundled:NAME>``; default the profile's
-    name). Raises ``ProfileError`` (key ``pipelines.batch.INDEX.strategy``).
-    """
+    """Check that no batch step of ``profile`` may call an LLM unless ``allow_llm_in_batch`` is set. Raises
+    ``ProfileError`` (key ``pipelines.batch.INDEX.strategy``; ``source`` names the file, default the profile)."""
     where = source or f"<profile:{profile.name}>"
     for index, step in enumerate(profile.pipeline("batch")):
         if not profile.allow_llm_in_batch and step.needs_llm():

@@ -262,10 +262,9 @@ def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> l
     """
     units = groups(view)
     keep = protected(view)
-    users = [i for i, e in enumerate(view) if e.role == "user" and e.kind == "message"]
-    anchors = {0} if view and view[0].role == "system" else set()
-    anchors.update(users[:1])
-    head_end = max((u for u, unit in enumerate(units) if anchors.intersection(unit)), default=-1)
+    task = next((i for i, e in enumerate(view) if e.role == "user" and e.kind == "message"), None)
+    anchor = task if task is not None else 0 if view and view[0].role == "system" else -1  # HEAD's last index
+    head_end = next((u for u, unit in enumerate(units) if anchor in unit), -1)
     first = head_end + 1 + max(0, keep_first)
     last = max(0, len(units) - max(0, keep_last))
     return consecutive(i for unit in units[first:last] if not keep.intersection(unit) for i in unit)

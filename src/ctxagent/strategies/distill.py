@@ -99,8 +99,7 @@ def deterministic_state(view: Sequence[Entry], entries: Sequence[Entry], pins: S
         doc["pinned"] = pinned
     while count_text(dumps(doc), model) > max_tokens and (doc["verified_facts"]
                                                            or doc["discarded_hypotheses"]):
-        key = "verified_facts" if len(doc["verified_facts"]) >= len(doc["discarded_hypotheses"]) else \
-            "discarded_hypotheses"
+        key = max(("verified_facts", "discarded_hypotheses"), key=lambda k: len(doc[k]))  # the facts on a tie
         doc[key] = doc[key][max(1, len(doc[key]) // 8) :]
     return doc
 

@@ -41,8 +41,7 @@ SUMMARY_PROMPT = (
 
 def under_target(view: Sequence[Entry], ctx: StrategyContext, target: float | None) -> bool:
     """Whether the request is at or under ``target`` (a fraction of the window; None: the profile's)."""
-    fraction = ctx.budget.target if target is None else target
-    return ctx.budget.total(view) <= ctx.budget.window * fraction
+    return not ctx.budget.over(view, ctx.budget.target if target is None else target)
 
 
 def summarize_run(run: Sequence[Entry], ctx: StrategyContext, p: SummaryStep) -> str:
