@@ -191,11 +191,8 @@ class Outcome:
 
 
 def groups(view: Sequence[Entry]) -> list[list[int]]:
-    """Indexes of ``view`` cut into units that are kept or dropped whole.
-
-    An assistant message with tool calls forms one unit with the tool messages that follow it;
-    every other message is a unit alone. Returned oldest first.
-    """
+    """Indexes of ``view`` cut into units kept or dropped whole, oldest first: an assistant message
+    with tool calls and the tool messages that follow it, or any other message alone."""
     units: list[list[int]] = []
     for index, entry in enumerate(view):
         if entry.role == "tool" and units and view[units[-1][0]].message.get("tool_calls"):

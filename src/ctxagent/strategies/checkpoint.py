@@ -210,7 +210,8 @@ def place(view: list[Entry], runs: list[list[int]], body: str, label: str, ctx: 
 
 
 class CheckpointStep(SummaryStep):
-    """``checkpoint``: a structured checkpoint (the agent's, or one written at a milestone) for the older history."""
+    """``checkpoint``: a structured checkpoint (the agent's, or written at a milestone) in place of
+    the older history."""
 
     llm_switch = "llm"
     strategy: Literal["checkpoint"] = "checkpoint"

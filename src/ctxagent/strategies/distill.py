@@ -115,7 +115,8 @@ def _finish(reply: str) -> str:
 
 
 class DistillStep(LlmStep):
-    """``distill``: a JSON state document in place of the older history."""
+    """``distill``: a JSON state document (goal, verified facts, discarded hypotheses, pending actions)
+    in place of the older history."""
 
     llm_switch = "llm"
     strategy: Literal["distill"] = "distill"

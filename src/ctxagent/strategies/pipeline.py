@@ -148,12 +148,9 @@ def _joined(first: Outcome, second: Outcome) -> Outcome:
 
 
 def changes(old: Sequence[Entry], new: Sequence[Entry], strategy: str) -> list[Compaction]:
-    """The compactions that turn ``old`` into ``new`` (both ordered by seq; pins entries ignored).
-
-    An entry of ``new`` that is not an entry of ``old`` replaces the old entries inside its seq
-    range; a run of old entries that ``new`` lacks and no new entry covers is removed (a compaction
-    without message, named ``strategy``).
-    """
+    """The compactions that turn ``old`` into ``new`` (both ordered by seq; pins entries ignored): a new
+    entry replaces the old ones inside its seq range; a run of old entries that no new entry covers is
+    removed (a compaction without message, named ``strategy``)."""
     olds = [e for e in old if e.start >= 0]
     news = [e for e in new if e.start >= 0]
     out: list[Compaction] = []

@@ -129,8 +129,7 @@ def step_error(error: ErrorDetails) -> tuple[list[str], str] | None:
         return [*where, "strategy"], f"a step names its strategy (strategy: NAME); known: {', '.join(known())}"
     if not rest or rest[0] not in kinds:
         return loc, error["msg"]
-    kind, rest = kinds[rest[0]], rest[1:]
-    name = kind.model_fields["strategy"].default
+    name, kind, rest = rest[0], kinds[rest[0]], rest[1:]  # the union's tag is the strategy's name
     if not rest or rest[0] in COMMON:
         return [*where, *rest], error["msg"]
     if error["type"] == "extra_forbidden":

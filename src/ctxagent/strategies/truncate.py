@@ -70,7 +70,7 @@ class TruncateStep(StrategyConfig):
         room = ctx.budget.window * (target + trigger) / 2  # over it after a cut, the next request cuts again
         out = Outcome(view)
         for _ in range(3):  # the notes cost tokens too: aim lower by what the last try was over
-            dropped, estimate = self._choose(view, ctx, aim, self.keep_user_tokens, room)
+            dropped, estimate = self._choose(view, ctx, aim, room)
             if not dropped:
                 return out
             out = self._rebuild(view, dropped, ctx)
@@ -80,15 +80,13 @@ class TruncateStep(StrategyConfig):
             aim = estimate - over - 1
         return out
 
-    def _choose(self, view: list[Entry], ctx: StrategyContext, aim: float, users: float,
-                room: float) -> tuple[set[int], float]:
-        """Indexes of the oldest droppable units to drop so the calibrated total gets to ``aim`` tokens,
-        and that total (tokens, notes not counted); ``users``: fraction of the window kept user messages take.
-        Earlier notes and user messages are merged in when the rest leaves the request over ``room``
-        tokens (module docstring)."""
+    def _choose(self, view: list[Entry], ctx: StrategyContext, aim: float, room: float) -> tuple[set[int], float]:
+        """Indexes of the oldest droppable units to drop so the calibrated total gets to ``aim`` tokens, and
+        that total (notes not counted); earlier notes and user messages are merged in when the rest leaves
+        the request over ``room`` tokens (module docstring)."""
         units = groups(view)
         head = protected(view)
-        keep = head | _users_kept(view, users * ctx.budget.window)
+        keep = head | _users_kept(view, self.keep_user_tokens * ctx.budget.window)
         total: float = ctx.budget.total(view)
         dropped: set[int] = set()
         for unit in (u for u in units[:-1] if not keep.intersection(u)):
