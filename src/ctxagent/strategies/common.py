@@ -254,12 +254,9 @@ def replaced(entry: Entry, content: str, ctx: StrategyContext, kind: str) -> Ent
 
 
 def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> list[list[int]]:
-    """Indexes of ``view`` a range strategy may replace, as contiguous runs, oldest first.
-
-    Kept: HEAD (system message, task, current user message), every unit up to the task's plus the
-    ``keep_first`` units after it (task setup), and the last ``keep_last`` units. Each run is made
-    of whole units (:func:`~ctxagent.strategies.base.groups`), so PAIR holds whatever replaces it.
-    """
+    """Indexes of ``view`` a range strategy may replace, as contiguous runs of whole units (PAIR holds
+    whatever replaces them), oldest first. Kept: HEAD, every unit up to the task's plus the
+    ``keep_first`` units after it (task setup), and the last ``keep_last`` units."""
     units = groups(view)
     keep = protected(view)
     task = next((i for i, e in enumerate(view) if e.role == "user" and e.kind == "message"), None)

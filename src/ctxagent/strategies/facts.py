@@ -250,10 +250,9 @@ def _seq(entry: Entry) -> str:
 
 
 def collect(entries: Sequence[Entry]) -> tuple[list[Group], LeftOut, list[Group]]:
-    """``(carried groups, carried left-out, fresh groups)`` of ``entries``: the groups of the facts
-    blocks of earlier summaries among them, and the exact values of the rest, each with what it
-    belongs to (a tool result and its call's arguments: the call; other text: its message). The
-    handles of the entries' own tool results are not values (the group names them)."""
+    """``(carried groups, carried left-out, fresh groups)`` of ``entries``: the groups of the facts blocks
+    of earlier summaries among them, and the exact values of the rest, each under what it belongs to
+    (the handles of the entries' own tool results are no values: the groups name them)."""
     own = {handle_of(e) for e in entries if e.role == "tool"} | {r for e in entries for r in e.refs}
     carried_groups: list[Group] = []
     left = LeftOut()

@@ -84,9 +84,7 @@ def first_line(entry: Entry) -> str:
     lines = [line for line in content_of(entry.message).splitlines() if line.strip()]
     if not lines:
         return "(empty)"
-    exit_line = len(lines) > 1 and bool(_STATUS.fullmatch(lines[0]))
-    shown = f"{lines[0]} | {lines[1]}" if exit_line else lines[0]
-    return cut_line(shown, 100)
+    return cut_line(" | ".join(lines[:2]) if _STATUS.fullmatch(lines[0]) else lines[0], 100)
 
 
 @dataclass

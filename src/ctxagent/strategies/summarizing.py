@@ -1,17 +1,14 @@
 """Calling the summarizer safely: chunking, prompts, and the checks every LLM output must pass.
 
-The summarizer (``ctx.summarizer(text, max_tokens) -> str``) is an LLM call the runner gives to
-strategies on paths that allow it. It receives the whole prompt as ``text`` and ``max_tokens`` as
-the cap of its reply (tokens). When its own context window is known (``ctx.summarizer_window``,
-tokens), every request fits it: prompt + ``max_tokens`` + :data:`MARGIN_TOKENS` ≤ window (chunks
-are cut small enough; a request that still would not fit is never sent). Its output is checked
-(not empty, at most ``max_tokens`` tokens, every pinned fact of its input present verbatim); a
-failed check, a request the window cannot hold, or any exception raises :class:`SummaryFailed`,
-and the calling strategy falls back to a deterministic path and reports why in
-``Outcome.warnings``. Summarization can invent tool results the tool never returned (DESIGN.md,
-"Knowledge"): the prompts ask for exact values and forbid inventions; the pin check catches
-dropped facts, and the strategies append the exact values of the range by code
-(:mod:`ctxagent.strategies.facts`).
+The summarizer (``ctx.summarizer(text, max_tokens) -> str``: the whole prompt, the cap of its reply in
+tokens) is an LLM call the runner gives to strategies on paths that allow it. When its window is known
+(``ctx.summarizer_window``, tokens), every request fits it: prompt + ``max_tokens`` + :data:`MARGIN_TOKENS`
+≤ window. Its output is checked (not empty, at most ``max_tokens``, every pinned fact of its input
+verbatim); a failed check, a request the window cannot hold, or any exception raises
+:class:`SummaryFailed`, and the strategy falls back to a deterministic path, reported in
+``Outcome.warnings``. Summarization can invent tool results (DESIGN.md, "Knowledge"): the prompts ask
+for exact values and forbid inventions, the pin check catches dropped facts, and the strategies append
+the exact values of the range by code (:mod:`ctxagent.strategies.facts`).
 """
 
 from __future__ import annotations
