@@ -37,8 +37,7 @@ def _check_step_gap(profile: Profile, step: StrategyConfig, key: str, where: str
         return
     at: float | None = getattr(step, "at", None)
     target: float | None = getattr(step, "target", None)
-    trigger = at if at else step.trigger
-    trigger = profile.trigger if trigger is None else trigger
+    trigger = at or (profile.trigger if step.trigger is None else step.trigger)
     if not trigger:
         return
     problem = thrash_problem(profile.target if target is None else target, trigger)

@@ -102,16 +102,12 @@ def follow_calls(calls: dict[Any, dict[str, Any]], entry: Entry) -> tuple[dict[A
 
 def call_name(call: dict[str, Any] | None) -> str:
     """The function name of a tool call ("?" when unknown)."""
-    if not call:
-        return "?"
-    return str(call.get("function", {}).get("name") or "?")
+    return str((call or {}).get("function", {}).get("name") or "?")
 
 
 def call_arguments(call: dict[str, Any] | None) -> str:
     """The raw JSON arguments of a tool call ("" when unknown)."""
-    if not call:
-        return ""
-    return str(call.get("function", {}).get("arguments") or "")
+    return str((call or {}).get("function", {}).get("arguments") or "")
 
 
 def call_args(call: dict[str, Any] | None) -> dict[str, Any]:
@@ -140,10 +136,8 @@ def short_args(arguments: str, limit: int = 80) -> str:
     except ValueError:
         return cut_line(arguments, limit)
     if isinstance(data, dict):
-        parts = []
-        for key, value in data.items():
-            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            parts.append(f"{key}={shown}")
+        parts = (f"{key}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+                 for key, value in data.items())
         return cut_line(", ".join(parts), limit)
     return cut_line(json.dumps(data, ensure_ascii=False), limit)
 
