@@ -1,11 +1,9 @@
 """The strategy contract: a view made of entries, the budget, and what a strategy returns.
 
-A strategy is a pipeline step (its parameters, :mod:`ctxagent.strategies.step`) with a pure
-``step.apply(view, ctx, scan) -> Outcome``: a function of the view, the context and the step's own
-:class:`Scan` (the incremental work one session keeps for it). It does no I/O and never imports
-litellm; one that needs an LLM receives a summarizer callable in ``ctx``. When it replaces a range
-of messages in a way that must survive resume (truncation, summaries, checkpoints), it returns
-:class:`Compaction` objects; the runner appends them to the transcript as compaction records.
+A strategy is a pipeline step (:mod:`ctxagent.strategies.step`) with a pure ``step.apply(view, ctx,
+scan) -> Outcome``: no I/O, never litellm (an LLM step receives a summarizer callable in ``ctx``). A
+replacement that must survive resume (truncation, summaries, checkpoints) comes back as
+:class:`Compaction` objects, which the runner appends to the transcript as compaction records.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Running a pipeline: each strategy whose trigger fires, every change it makes recorded.
 
-Pure: no I/O. :func:`replay` rebuilds the view the transcript's recorded compactions describe (SAME
-CONTEXT ON RESUME). :meth:`Engine.run` returns the new view with **every** change expressed as
-compactions (:func:`changes`), so recording and replaying them, live or on resume, gives the same
-view, and nothing changes an earlier message except a recorded step (PREFIX). An :class:`Engine`
-belongs to one session and holds each step's :class:`~ctxagent.strategies.base.Scan` (the fold and
-memo that keep per-request work flat), so two sessions (two sub-agents on two threads) never share one.
+Pure: no I/O. :func:`replay` rebuilds the view the recorded compactions describe (SAME CONTEXT ON
+RESUME); :meth:`Engine.run` returns every change as compactions (:func:`changes`), so replaying them,
+live or on resume, gives the same view, and only a recorded step changes an earlier message (PREFIX).
+An :class:`Engine` belongs to one session and holds each step's :class:`~ctxagent.strategies.base.Scan`,
+so two sessions (two sub-agents on two threads) never share one.
 
 Batched steps (``batched = True``: ``mask_observations``, ``prune``, ``dedupe``) edit freely only
 messages never sent (``ctx.free_from`` on), older ones when their batch is reached; when any step of

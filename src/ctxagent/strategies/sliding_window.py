@@ -64,11 +64,9 @@ class SlidingWindowStep(SummaryStep):
         runs = [r for r in runs_to_compact(view, self.keep_first, self.keep_turns) if not nothing_new(view, r)]
         if not runs:
             return Outcome(view)
-        summaries: dict[int, str] = {}
-        warnings: list[str] = []
-        if self.needs_llm() and ctx.summarizer is not None:
-            summaries, warnings = summarize_runs(view, runs, ctx, self, "the rolling summary",
-                                                 "wrote a deterministic window note instead")
+        llm = self.needs_llm() and ctx.summarizer is not None
+        summaries, warnings = (summarize_runs(view, runs, ctx, self, "the rolling summary",
+                                              "wrote a deterministic window note instead") if llm else ({}, []))
 
         def make(run: list[Entry]) -> Message:
             if run[0].start in summaries:

@@ -1,12 +1,10 @@
 """A pipeline step: its strategy, its trigger, that strategy's parameters, and the strategy itself.
 
-Each strategy is a frozen, typed subclass of :class:`StrategyConfig` (``TruncateStep``, ...) whose
-``strategy`` field is the literal name it is known by and whose :meth:`~StrategyConfig.apply` is the
-strategy. Declaring the class registers it (:func:`kinds`; a name declared twice is refused); a
-profile's pipeline is a pydantic discriminated union of them by ``strategy``
+Each strategy is a frozen, typed subclass of :class:`StrategyConfig` whose ``strategy`` field is its
+literal name and whose :meth:`~StrategyConfig.apply` is the strategy; declaring it registers it
+(:func:`kinds`). A profile's pipeline is a pydantic union of them told apart by ``strategy``
 (:data:`ctxagent.strategies.registry.Step`), so an unknown or ill-typed parameter is refused when the
 profile loads (:func:`step_error` words it) and the profile's JSON Schema documents every one.
-``StrategyConfig(strategy=NAME, **params)`` builds the step class of NAME from its name.
 
 Only pydantic is imported here at run time: the profile's schema and every strategy module import it.
 """
