@@ -7,16 +7,13 @@ state of stateful tools (here: files touched); the session shape table puts chec
 15 turns and 85% of the budget; window sizing says under 4 turns the agent repeats itself.
 
 When the newest assistant message calls the ``checkpoint`` tool (:data:`CHECKPOINT_TOOL_SCHEMA`),
-its JSON arguments are the checkpoint (no LLM), applied once per call. Otherwise, when the step runs
-and the request is over ``at`` and over the target (IDENTITY), the summarizer writes it as JSON,
-checked like a summary and followed by the exact values it lacks; without a summarizer, with
-``llm: false``, or when that fails (reported in ``Outcome.warnings``), a deterministic checkpoint
-copies the task, fact-like lines, the calls made and the files named in their arguments. To catch
-the agent's checkpoint at the next request, give the step ``trigger: 0`` and ``at: 0.75``.
-
-The units between HEAD and the last ``keep_turns`` become a user-role message ``[ctxagent checkpoint
-of messages #a-#b ...]``, recorded as a compaction (an older checkpoint in the range is part of its
-input); when HEAD splits the range in two, the older part becomes a pointer to it. Pins are kept.
+its JSON arguments are the checkpoint, applied once per call (to catch it at the next request, give
+the step ``trigger: 0`` and ``at: 0.75``). Otherwise, over ``at`` and the target, the summarizer
+writes it as JSON, checked like a summary and followed by the exact values it lacks; without one,
+with ``llm: false`` or when that fails (reported in ``Outcome.warnings``), a deterministic checkpoint
+copies the task, fact-like lines, the calls made and the files they name. The units between HEAD and
+the last ``keep_turns`` become ``[ctxagent checkpoint of messages #a-#b ...]`` (an older checkpoint
+among them is part of its input; an older part HEAD splits off becomes a pointer to it).
 """
 
 from __future__ import annotations

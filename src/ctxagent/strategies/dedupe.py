@@ -41,9 +41,8 @@ class DedupeStep(StrategyConfig):
 
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
         scan = scan or Scan()
-        memo = scan.memo
         state = scan.fold(view, (self.min_tokens, ctx.pins, ctx.model), _State,
-                          lambda state, index, entry: self._fold(state, index, entry, ctx, memo))
+                          lambda state, index, entry: self._fold(state, index, entry, ctx, scan.memo))
         found = [r for r in state.replaced if view[r[0]].start >= ctx.free_from]
         if not found:
             return Outcome(view)

@@ -2,19 +2,17 @@
 
 An LLM summary may paraphrase "port 8443" as "the usual TLS port" or drop a commit hash; the
 checks of :mod:`ctxagent.strategies.summarizing` cannot see that. So every LLM-written replacement
-of a range (``summarize``, the rolling summary of ``sliding_window``, an LLM ``checkpoint``) ends
-with a block of the exact values found in the messages it replaces by regular expressions (URLs,
-paths, ports, UUIDs and hashes, numbers with units, versions, exit codes, error lines, handles other
-than the range's own, the values of an earlier block), those already verbatim in the summary left out.
+of a range ends with a block of the exact values its messages hold (URLs, paths, ports, ids and
+hashes, numbers with units, versions, exit codes, error lines, handles, an earlier block's values),
+found by regular expressions, those already verbatim in the summary left out.
 
-Each value is listed once, under what it belongs to: a tool result's values and its call's arguments
-under the call in short and the handle of its result, other text under its message (issue 34: a
-loose summarizer over 28 service descriptions left 1 of 28 ports, 0 of 28 config paths and 19 bare
-commit hashes in view, and the block spent its cap on 18 repeated command lines). The range's own
-values get ``max_tokens``, the groups carried from earlier blocks :data:`CARRY_FACTOR` times as much
-again, so a new range always has room; the most specific kinds and the newest groups come first,
-and what does not fit is counted on the last line with the handles that hold it. Pure and
-deterministic (the block is recorded in a compaction). Format: docs/context.md.
+Each value is listed once, under what it belongs to: the call in short and the handle of its result,
+else its message (issue 34: a loose summarizer over 28 service descriptions left 1 of 28 ports, 0 of
+28 config paths and 19 bare commit hashes in view, and the block spent its cap on 18 repeated command
+lines). The range's own values get ``max_tokens``, those carried from earlier blocks
+:data:`CARRY_FACTOR` times as much again, so a new range always has room; the most specific kinds and
+the newest groups come first, what does not fit is counted on the last line with the handles that
+hold it. Pure and deterministic (the block is recorded in a compaction). Format: docs/context.md.
 """
 
 from __future__ import annotations
@@ -336,10 +334,9 @@ def facts_block(entries: Sequence[Entry], summary: str, max_tokens: int = FACTS_
     label = LABEL.format(range=label_range(entries))
     room = max_tokens - count_text(label, model) - 1
     fresh_chosen = choose(fresh, summary, room, model) if room > 0 else []
-    old_chosen = choose(carried_groups, summary, CARRY_FACTOR * max_tokens, model) if carried_groups else []
+    old_chosen = choose(carried_groups, summary, CARRY_FACTOR * max_tokens, model)
     groups = [*carried_groups, *fresh]
-    shift = len(carried_groups)
-    order = [*((g + shift, v) for g, v in fresh_chosen), *old_chosen]  # best first: the range's own, then carried
+    order = [*((g + len(carried_groups), v) for g, v in fresh_chosen), *old_chosen]  # the range's own first
     cap = max_tokens + (CARRY_FACTOR * max_tokens if carried_groups else 0)
     while True:
         lost = LeftOut(left.count, list(left.handles))

@@ -72,9 +72,8 @@ class MaskObservationsStep(StrategyConfig):
 
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
         scan = scan or Scan()
-        memo = scan.memo
         state = scan.fold(view, (self.min_tokens, ctx.pins, ctx.model), _State,
-                          lambda state, index, entry: self._fold(state, index, entry, ctx, memo))
+                          lambda state, index, entry: self._fold(state, index, entry, ctx, scan.memo))
         keep, results = self.keep, state.results
         batch = max(1, self.batch or keep or 1)
         kept = _kept(view, results[max(0, len(results) - keep):] if keep else [], self.keep_tokens * ctx.budget.window)

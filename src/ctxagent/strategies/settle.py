@@ -6,13 +6,12 @@ reply can overflow the window together, and no strategy drops the newest unit (i
 limit, ended the run with exit 5). So when the newest results, never sent (``ctx.free_from`` on),
 do not fit under the trigger with everything no strategy may drop, the largest becomes a preview
 (head and tail, its size and handle; the full output goes to the store), then the next, until they
-fit. Only when they would still crowd the window itself (over :data:`STUBS` of it, or the trigger
-when higher) do previews and offloaded results become one-line stubs: in a 4,096-token window the
-trigger left ~600 tokens for messages, a 2 MB log's 545-token preview alone became a stub, and a
-1.5B model, never seeing its lines nor how to search the output, answered ``{"request_id": "ERROR"}``.
-Whatever made the results (parallel calls, ``delegate``, MCP, a resume closing open calls), each cut
-is a recorded compaction (NO LOSS). The runner runs this step first on every request; a profile need
-not name it. A view whose newest results fit is returned unchanged (IDENTITY).
+fit. Only over :data:`STUBS` of the window (or the trigger when higher) do they become one-line stubs:
+in a 4,096-token window the trigger left ~600 tokens for messages, a 2 MB log's 545-token preview
+alone became a stub, and a 1.5B model, never seeing its lines nor how to search the output, answered
+``{"request_id": "ERROR"}``. Each cut is a recorded compaction (NO LOSS); results that fit are left as
+they are (IDENTITY). The runner runs this step first on every request (a profile need not name it),
+whatever made the results (parallel calls, ``delegate``, MCP, a resume).
 """
 
 from __future__ import annotations

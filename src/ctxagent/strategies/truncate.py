@@ -3,17 +3,15 @@
 Free, fast, deterministic, never hallucinates: the default wherever nobody is watching (batch
 paths). Keeps HEAD and the newest unit, never splits a tool call from its results, and leaves a note
 naming the transcript and the handle of every tool result it dropped (NO LOSS: the originals go to
-the output store; a later note carries the handles of the notes it drops). User messages between
-the task and the current one are kept while they add up to at most ``keep_user_tokens`` of the
-window (compaction by role keeps them: they hold instructions, corrections and decisions).
+the output store). User messages between the task and the current one are kept while they add up
+to ``keep_user_tokens`` of the window (compaction by role keeps them: instructions, corrections).
 
 Notes do not pile up (issue 18): each truncation used to leave its own note between two kept user
-messages, no later one could shrink them, and after 400 turns in a 32K window they filled the room a
-truncation is meant to free (`adaptive` truncated on every request until the thrash guard stopped
-the run). So a truncation that drops original messages but would still leave the request over the
-middle of its target and trigger also takes in the earlier notes and kept user messages before its
-last dropped unit: one note, quoting those messages and naming the notes' handles (capped, newest
-kept). The merge rides on a truncation that rewrites the view anyway (PREFIX: no extra break).
+messages, and after 400 turns in a 32K window they filled the room a truncation is meant to free
+(`adaptive` truncated on every request until the thrash guard stopped the run). So a truncation that
+would still leave the request over the middle of its target and trigger also takes in the earlier
+notes and user messages before its last dropped unit: one note quoting them and naming their handles
+(capped, newest kept), riding on a truncation that rewrites the view anyway (PREFIX).
 """
 
 from __future__ import annotations
