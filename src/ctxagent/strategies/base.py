@@ -22,13 +22,11 @@ _TOKENS: Callable[[Entry], int] = attrgetter("tokens")  # an entry's: summed ove
 
 @dataclass(frozen=True)
 class Entry:
-    """One message of the view with its token count (tokens) and where it comes from.
-
-    ``start``..``end`` are the transcript seq numbers it stands for (inclusive): equal for an
-    original message, a range for a compaction's replacement message. ``kind`` is ``"message"``
-    for a transcript message, else the name of the strategy that made the entry. A tool result
-    (and a replacement of one) carries its ``handle``, chosen once when its record was written
-    (:mod:`ctxagent.handles`), and ``offloaded``: its full value is already in the output store.
+    """One message of the view with its token count (tokens) and where it comes from: ``start``..``end``,
+    the transcript seq numbers it stands for (inclusive; a range for a compaction's replacement), and
+    ``kind``, ``"message"`` or the name of the strategy that made it. A tool result (and a replacement
+    of one) carries its ``handle``, chosen once when its record was written (:mod:`ctxagent.handles`),
+    and ``offloaded``: its full value is already in the output store.
     """
 
     message: Message
@@ -110,11 +108,9 @@ class Scan:
 
 @dataclass(frozen=True)
 class Budget:
-    """The token budget of one request (all numbers in tokens, fractions of ``window``).
-
-    BUDGET law: view tokens + ``tools`` + ``reserved`` ≤ ``window``, where ``reserved`` is the
-    reply's reserved output plus the safety margin. ``scale`` calibrates our token estimate with
-    the provider's reported prompt tokens (ratio of the two; 1.0 before any report).
+    """The token budget of one request (all numbers in tokens, fractions of ``window``). BUDGET law:
+    view tokens + ``tools`` + ``reserved`` (the reply's reserved output and the safety margin) ≤ ``window``.
+    ``scale`` calibrates our estimate with the provider's reported prompt tokens (1.0 before any report).
     """
 
     window: int

@@ -24,12 +24,9 @@ from ctxagent.strategies.step import StrategyConfig
 
 
 def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
-    """Apply recorded compactions in order: each replaces the entries inside its seq range.
-
-    ``view`` is ordered by seq with disjoint ranges (pins entries, seq -1, only in front). Entries
-    are replaced only when wholly inside the range (a call is never split from its results; an
-    earlier replacement inside is superseded); a replacement of one tool result keeps its handle.
-    """
+    """Apply recorded compactions in order: each replaces the entries wholly inside its seq range (a
+    call is never split from its results; an earlier replacement inside is superseded); a replacement
+    of one tool result keeps its handle. ``view``: ordered by seq, disjoint ranges, pins (seq -1) first."""
     for comp in compactions:
         lo = bisect_left(view, comp.start, key=lambda e: e.start)
         hi = lo
@@ -91,9 +88,8 @@ class Engine:
         return self._scans.setdefault(step.strategy, Scan())
 
     def run(self, view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
-        """Run ``steps`` in order over ``view``; returns the final view and the compactions that turn
-        ``view`` into it (in order; replaying them on ``view`` gives the final view), with the warnings
-        of every step that ran (every pass), in order.
+        """Run ``steps`` in order over ``view``: the final view, the compactions that turn ``view`` into it
+        (replayed on ``view``, they give it) and the warnings of every step that ran, in order.
 
         The result is a fixed point (IDENTITY, ONE STATE), so a state folded afresh from the transcript
         builds the very request the live run sends. A later step's change can move an earlier one's

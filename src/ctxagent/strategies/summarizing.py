@@ -127,14 +127,12 @@ def room(window: int | None, max_tokens: int, prompts: Sequence[str], chunk_toke
 def condense(material: str, *, summarizer: Summarizer, final_prompt: str, max_tokens: int, chunk_tokens: int,
              pins: Sequence[str] = (), model: str = "", finish: Callable[[str], str] = lambda reply: reply,
              window: int | None = None) -> str:
-    """The checked result of asking ``final_prompt`` about ``material``.
-
-    ``material`` over ``chunk_tokens`` tokens is first cut into chunks, each summarized with
-    :data:`CHUNK_PROMPT`; their summaries are joined (and condensed again, at most
-    :data:`MAX_COMBINE_ROUNDS` times, while still over ``chunk_tokens``) and given to
-    ``final_prompt``. Every request fits ``window`` (the summarizer's, tokens; None: unknown) with
-    its reply (``max_tokens``) and :data:`MARGIN_TOKENS`. ``finish`` turns the final reply into the
-    text to check (it may raise ``ValueError``, e.g. for invalid JSON). Raises :class:`SummaryFailed`.
+    """The checked result of asking ``final_prompt`` about ``material``: over ``chunk_tokens`` tokens it is
+    first cut into chunks summarized with :data:`CHUNK_PROMPT`, whose summaries are joined (condensed
+    again while over, :data:`MAX_COMBINE_ROUNDS` at most) and given to ``final_prompt``. Every request
+    fits ``window`` (the summarizer's, tokens; None: unknown) with its reply (``max_tokens``) and
+    :data:`MARGIN_TOKENS`. ``finish`` turns the final reply into the text to check (it may raise
+    ``ValueError``, e.g. for invalid JSON). Raises :class:`SummaryFailed`.
     """
     widest_chunk_prompt = CHUNK_PROMPT.format(part=999, parts=999, max_tokens=max_tokens) + pins_block(pins)
     chunk_tokens = room(window, max_tokens, [widest_chunk_prompt, final_prompt + pins_block(pins)],
