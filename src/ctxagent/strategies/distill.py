@@ -6,12 +6,10 @@ failures; a token threshold (e.g. 15K) avoids paying the compression tax every t
 ``every_turns: 5`` (the default cadence) and raise ``min_tokens`` to skip small ranges.
 
 The range between HEAD and the last ``keep_turns`` units (over ``min_tokens``, and more than the
-previous document) becomes ``[ctxagent state of messages #a-#b]`` and a one-line JSON object made
-from it, the previous document included, recorded as a compaction. The summarizer writes it
-(``llm: true``; checked); without one, or when that fails (reported in ``Outcome.warnings``),
-:func:`deterministic_state` updates the previous document: fact-like lines of the new messages
-copied verbatim (observations, not checked truths), dead-end calls (as ``prune`` judges them)
-discarded, the oldest of both dropped first when over ``max_tokens``.
+previous document) becomes ``[ctxagent state of messages #a-#b]`` and a one-line JSON object made from
+it, the previous document included: by the summarizer (``llm: true``; checked) or, without one or when
+that fails (reported in ``Outcome.warnings``), by :func:`deterministic_state`, which copies fact-like
+lines (observations, not checked truths) and discards dead-end calls (as ``prune`` judges them).
 """
 
 from __future__ import annotations

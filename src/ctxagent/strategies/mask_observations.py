@@ -5,13 +5,12 @@ observation masking as good as LLM summarization at about half the cost, with a 
 turns; the tool-result lifecycle is "full while referenced, then findings only, then removed";
 pointer memory lets the model see a key (a handle) instead of the value.
 
-The newest results stay verbatim: at most ``keep``, and past the newest at most ``keep_tokens`` of
-the window. Each older one over ``min_tokens``, and every offloaded preview, becomes
-``[ctxagent masked an old tool result: shell(command=ls -la), 1,234 tokens; full result: @c12 ...]``
-(pins kept; the original offloaded). Masking rewrites a message the provider has cached, so
-already-sent results are masked only once ``batch`` of them qualify (or the request is over the
-trigger), then all at once, each recorded as a compaction (PREFIX; Anthropic's context editing has
-``clear_at_least`` for the same reason).
+The newest results stay verbatim (at most ``keep``, and past the newest ``keep_tokens`` of the
+window); each older one over ``min_tokens``, and every offloaded preview, becomes ``[ctxagent masked
+an old tool result: shell(command=ls -la), 1,234 tokens; full result: @c12 ...]``. Masking rewrites a
+message the provider has cached, so already-sent results are masked only once ``batch`` of them
+qualify (or the request is over the trigger), then all at once (PREFIX; Anthropic's context editing
+has ``clear_at_least`` for the same reason).
 """
 
 from __future__ import annotations

@@ -6,12 +6,11 @@ conclusion; the middle-out preview keeps the beginning (headers, structure) and 
 (conclusions, final values); LLM compression belongs to interactive paths only.
 
 Outside the last ``keep_turns`` units, a tool result over ``tool_tokens`` keeps its first and last
-lines around a marker naming the call, the size and the handle of the full result (the original is
-offloaded), and assistant text over ``assistant_tokens`` its last paragraph, tool calls untouched;
-pins are kept. These reductions are view-only (recomputed every request, idempotent). With ``llm:
-true`` and a summarizer, up to ``max_calls`` results per request are reduced to their findings by
-the LLM instead, each recorded as a compaction of that one message (PAIR holds); a failed reduction
-falls back to head and tail and is reported in ``Outcome.warnings``.
+lines around a marker naming the call, size and handle (the original is offloaded), assistant text
+over ``assistant_tokens`` its last paragraph; pins are kept. These reductions are view-only
+(recomputed every request). With ``llm: true``, up to ``max_calls`` results per request are reduced
+to their findings by the summarizer instead, each recorded as a compaction of that one message; a
+failed one falls back to head and tail and is reported in ``Outcome.warnings``.
 """
 
 from __future__ import annotations

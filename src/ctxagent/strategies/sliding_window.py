@@ -6,12 +6,11 @@ is little gain), so the default keeps 10 units; asymmetric windows (keep the tas
 recent work, compress the middle) match how agents refer back, hence ``keep_first``; the session
 shape table puts the sliding window at 70-85% of the budget (set the step's trigger there).
 
-Between HEAD with the first ``keep_first`` units after the task and the last ``keep_turns`` units,
-everything becomes one user-role message, recorded as a compaction: a summary as ``summarize``
-writes it (its input holds the previous rolling summary, which it supersedes), or, with no
-summarizer, ``rolling: false`` or a failed summary (reported in ``Outcome.warnings``), a note
-``[ctxagent window: messages #a-#b (...) are not shown; ...]`` carrying the text of the earlier
-summaries in the range (cut to ``max_tokens``) and its pins. At or under the target: unchanged.
+Between HEAD with the ``keep_first`` units after the task and the last ``keep_turns`` units, all
+becomes one message: a summary as ``summarize`` writes it (its input holds the previous rolling
+summary), or, without a summarizer, with ``rolling: false`` or when it fails (reported in
+``Outcome.warnings``), a note ``[ctxagent window: messages #a-#b (...) are not shown; ...]`` carrying
+the earlier summaries' text (cut to ``max_tokens``) and the range's pins. At or under the target: IDENTITY.
 """
 
 from __future__ import annotations

@@ -5,13 +5,11 @@ paths (on batch paths it adds latency and cost per compression and can invent to
 :mod:`~ctxagent.strategies.checks` refuses it on batch pipelines unless the profile allows it;
 window sizing says under 4 turns the agent repeats itself (default: keep the last 6 units).
 
-Everything between HEAD and the last ``keep_turns`` units becomes one user-role message
-``[ctxagent summary of messages #a-#b]`` and its summary, recorded as a compaction (resume never
-recomputes it; a later summary's range covers the earlier one, whose text is part of its input).
-The summary is checked (:mod:`~ctxagent.strategies.summarizing`) and followed by the exact values of
-the range it lacks (:mod:`~ctxagent.strategies.facts`). A failed summary, or no summarizer, falls
-back to truncation (a failure is reported in ``Outcome.warnings``). A view at or under the target
-is returned unchanged (IDENTITY). See docs/context.md.
+Everything between HEAD and the last ``keep_turns`` units becomes ``[ctxagent summary of messages
+#a-#b]`` and its summary, recorded as a compaction (a later summary covers the earlier one, whose text
+is part of its input), checked (:mod:`~ctxagent.strategies.summarizing`) and followed by the exact
+values it lacks (:mod:`~ctxagent.strategies.facts`). A failed summary, or no summarizer, falls back to
+truncation (a failure is reported in ``Outcome.warnings``). At or under the target: IDENTITY.
 """
 
 from __future__ import annotations
