@@ -222,12 +222,12 @@ def carried(content: str) -> list[str]:
     return [value for group in groups for _, value in group.values]
 
 
+@dataclass
 class _Groups:
     """Groups by label, in order of first appearance; a value already in a group is not added again."""
 
-    def __init__(self) -> None:
-        self.by_label: dict[str, Group] = {}
-        self.seen: set[str] = set()
+    by_label: dict[str, Group] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
 
     def add(self, label: str, values: Iterable[tuple[int, str]], handle: str | None = None) -> None:
         group = self.by_label.setdefault(label, Group(label))

@@ -44,11 +44,8 @@ def chunks(value: str, chunk_tokens: int, model: str = "") -> list[str]:
     size = 0
     for line in value.splitlines():
         tokens = count_text(line, model) + 1
-        if tokens > chunk_tokens:
-            step = max(1, int(len(line) * chunk_tokens / tokens * 0.9))
-            parts = [line[i : i + step] for i in range(0, len(line), step)]
-        else:
-            parts = [line]
+        step = max(1, int(len(line) * chunk_tokens / tokens * 0.9))  # characters, when the line alone is over
+        parts = [line[i : i + step] for i in range(0, len(line), step)] if tokens > chunk_tokens else [line]
         for part in parts:
             cost = tokens if len(parts) == 1 else count_text(part, model) + 1
             if current and size + cost > chunk_tokens:
@@ -65,9 +62,7 @@ def pins_block(pins: Sequence[str]) -> str:
     """The prompt lines that ask for each pinned fact verbatim ("" when there is none)."""
     if not pins:
         return ""
-    return "\nCopy each of these pinned facts verbatim into your answer:\n" + "\n".join(
-        f"- {p}" for p in pins
-    )
+    return "\nCopy each of these pinned facts verbatim into your answer:\n" + "\n".join(f"- {p}" for p in pins)
 
 
 def call(summarizer: Summarizer, prompt: str, max_tokens: int) -> str:
