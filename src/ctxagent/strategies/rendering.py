@@ -24,9 +24,6 @@ _FACT = re.compile(
 FACT_LINE_CHARS = 160  # a fact line is cut to this many characters
 
 
-# --- flattened text ---------------------------------------------------------------------------
-
-
 def render(entries: Sequence[Entry]) -> str:
     """A plain-text rendering of ``entries`` (whole units) for a summarizer: one block per message,
     labelled with its seq (``#12``), tool results as ``result of name(args): ...``; no tool

@@ -34,11 +34,6 @@ KeepTurns = Annotated[int, Field(ge=1, strict=True, description=(
     "unit is the turn in flight, the call the model just made, and is always kept"))]
 Target = Annotated[float | None, Field(strict=True, ge=0, description=(
     "fraction of the window at or under which nothing is done; null: the profile's target"))]
-MaxTokens = Annotated[int, Field(ge=0, strict=True, description="tokens of the text the step writes at most")]
-ChunkTokens = Annotated[int, Field(ge=0, strict=True, description=(
-    "tokens of rendered text per summarizer call (lowered to fit the summarizer's window)"))]
-FactsTokens = Annotated[int, Field(ge=0, strict=True, description=(
-    "tokens of the block of exact values appended to an LLM summary (0: no block)"))]
 UseLlm = Annotated[bool, Field(strict=True, description="write it with the summarizer when one is given")]
 
 
@@ -147,14 +142,16 @@ class LlmStep(StrategyConfig):
     """The parameters of a step that may write its text with the summarizer (an LLM)."""
 
     uses_llm: ClassVar[bool] = True
-    max_tokens: MaxTokens = 1000
-    chunk_tokens: ChunkTokens = 8000
+    max_tokens: int = Field(1000, ge=0, strict=True, description="tokens of the text the step writes at most")
+    chunk_tokens: int = Field(8000, ge=0, strict=True, description=(
+        "tokens of rendered text per summarizer call (lowered to fit the summarizer's window)"))
 
 
 class SummaryStep(LlmStep):
     """An LLM step whose summary is followed by the exact values it lacks; nothing done at or under ``target``."""
 
-    facts_tokens: FactsTokens = FACTS_TOKENS
+    facts_tokens: int = Field(FACTS_TOKENS, ge=0, strict=True, description=(
+        "tokens of the block of exact values appended to an LLM summary (0: no block)"))
     target: Target = None
 
 
