@@ -62,8 +62,7 @@ class EntryMemo:
         self._items: dict[tuple[Any, ...], tuple[Entry, tuple[object, ...], Any]] = {}
 
     def get(self, entry: Entry, key: Any, compute: Callable[[], T], deps: tuple[object, ...] = ()) -> T:
-        """``compute()`` for (``entry``, ``key``, the objects ``deps``), from memory when it was
-        computed before. ``key`` holds values (compared by equality), ``deps`` objects (by identity)."""
+        """``compute()`` for ``entry``, ``key`` (values, by equality) and ``deps`` (objects, by identity), memoized."""
         slot = (id(entry), key, *map(id, deps))
         hit = self._items.get(slot)
         if hit is not None and hit[0] is entry:

@@ -133,8 +133,7 @@ def parse_json_object(reply: str) -> dict[str, Any]:
 
 
 def agent_call(view: Sequence[Entry]) -> tuple[str, dict[str, Any]] | None:
-    """``(call id, arguments)`` when the newest assistant message calls ``checkpoint`` with a JSON
-    object; else None."""
+    """``(call id, arguments)`` when the newest assistant message calls ``checkpoint`` with a JSON object."""
     last = next((e for e in reversed(view) if e.role == "assistant"), None)
     for call in (last.message.get("tool_calls") or []) if last else []:
         if call_name(call) == "checkpoint" and (data := call_args(call)):

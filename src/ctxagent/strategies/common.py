@@ -187,8 +187,7 @@ def refs_of(entries: Iterable[Entry], window: int) -> tuple[str, ...]:
 
 
 def unstored(entries: Iterable[Entry]) -> list[Entry]:
-    """The original tool results among ``entries`` whose full text is not in the output store yet
-    (for :attr:`Outcome.offloads`, so that the handles a note names resolve)."""
+    """The original tool results among ``entries`` not in the output store yet (for :attr:`Outcome.offloads`)."""
     return [e for e in entries if e.role == "tool" and e.kind == "message" and not e.offloaded]
 
 

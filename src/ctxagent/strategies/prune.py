@@ -65,8 +65,7 @@ def status_of(content: str) -> int | None:
 
 
 def is_dead(entry: Entry, max_tokens: int = 200) -> bool:
-    """Whether a tool result found nothing or failed (see the module docstring): what the tool
-    reported first, its words only when it reported no status."""
+    """Whether a tool result found nothing or failed (module docstring): its status first, else its words."""
     content = content_of(entry.message)
     if _FAILED.match(content):
         return True

@@ -77,8 +77,7 @@ def call(summarizer: Summarizer, prompt: str, max_tokens: int) -> str:
 
 
 def check(output: str, max_tokens: int, pins: Sequence[str], model: str = "") -> str:
-    """``output`` if it is not empty, at most ``max_tokens`` tokens and holds every pin verbatim;
-    else raises :class:`SummaryFailed` naming the failed check."""
+    """``output`` if not empty, at most ``max_tokens`` tokens and holding every pin; else :class:`SummaryFailed`."""
     if not output.strip():
         raise SummaryFailed("the summary is empty")
     tokens = count_text(output, model)
