@@ -171,11 +171,10 @@ class Compaction:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a strategy returns: the new view, the compactions to record (maybe none), and the
-    original tool-result entries whose full text must be in the output store because the new view
-    only points at them by handle (the runner writes those; strategies do no I/O). ``warnings``:
-    readable lines for the user (a summary that failed and what was done instead); diagnostics
-    only, so two outcomes that differ in them alone are equal."""
+    """What a strategy returns: the new view, the compactions to record (maybe none), and the original
+    tool-result entries the new view only points at by handle (the runner stores them; strategies do
+    no I/O). ``warnings``: lines for the user (a summary that failed and what was done instead),
+    diagnostics only: two outcomes that differ in them alone are equal."""
 
     view: list[Entry]
     compactions: list[Compaction] = field(default_factory=list)

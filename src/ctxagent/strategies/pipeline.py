@@ -68,8 +68,7 @@ def rule_in_force(steps: Sequence[StrategyConfig], view: Sequence[Entry], budget
 
 
 MAX_PASSES = 4
-"""Passes of the whole pipeline a build makes at most: the first, then one more per pass that still
-changed the view (a later step's change can move what an earlier one decides; see :meth:`Engine.run`)."""
+"""Passes of the whole pipeline a build makes at most, while a pass still changes the view (:meth:`Engine.run`)."""
 
 
 class Engine:

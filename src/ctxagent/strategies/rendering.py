@@ -25,9 +25,8 @@ FACT_LINE_CHARS = 160  # a fact line is cut to this many characters
 
 
 def render(entries: Sequence[Entry]) -> str:
-    """A plain-text rendering of ``entries`` (whole units) for a summarizer: one block per message,
-    labelled with its seq (``#12``), tool results as ``result of name(args): ...``; no tool
-    schemas, no tool-role messages."""
+    """A plain-text rendering of ``entries`` (whole units) for a summarizer: one block per message labelled
+    with its seq (``#12``), a tool result as ``result of name(args): ...``; no tool schemas, no tool-role messages."""
     calls = calls_of_results(entries)
     blocks: list[str] = []
     for index, entry in enumerate(entries):

@@ -76,8 +76,8 @@ def failure(strategy: str, what: str, run: Sequence[Entry], err: SummaryFailed, 
 
 def truncate_fallback(view: list[Entry], ctx: StrategyContext, target: float | None,
                       warnings: Sequence[str] = ()) -> Outcome:
-    """What an LLM strategy does when its summarizer fails: plain truncation to ``target`` (None: the
-    profile's), its notes given the pinned facts of what they replace; ``warnings`` (why) ride along."""
+    """A failed summarizer's fallback: truncation to ``target`` (None: the profile's), its notes given the
+    pinned facts of what they replace, ``warnings`` (why) riding along."""
     outcome = TruncateStep(target=target).apply(view, ctx)
     return replace(keep_pins(view, outcome, ctx), warnings=list(warnings))
 
