@@ -20,9 +20,6 @@ from ctxagent.tokens import count_message, count_text
 _SIZE_BEFORE_HANDLE = re.compile(r"(~?[0-9][0-9,]*) tokens; saved as @")
 
 
-# --- text and pins ----------------------------------------------------------------------------
-
-
 def content_of(message: Message) -> str:
     """A message's content as a string (text parts joined when it is a list of parts)."""
     content = message.get("content")
@@ -72,9 +69,6 @@ def keep_pins(view: Sequence[Entry], outcome: Outcome, ctx: StrategyContext) -> 
             entry = replace(entry, message=done.message, tokens=done.tokens)
         new_view.append(entry)
     return Outcome(new_view, compactions, outcome.offloads)
-
-
-# --- tool calls and handles -------------------------------------------------------------------
 
 
 def calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
@@ -241,9 +235,6 @@ def replaced(entry: Entry, content: str, ctx: StrategyContext, kind: str) -> Ent
     message = {**entry.message, "content": content}
     return Entry(message, count_message(message, ctx.model), entry.start, entry.end, entry.turn, kind,
                  entry.handle, entry.offloaded)
-
-
-# --- ranges to compact ------------------------------------------------------------------------
 
 
 def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> list[list[int]]:

@@ -105,15 +105,14 @@ class PruneStep(StrategyConfig):
     batched: ClassVar[bool] = True
     strategy: Literal["prune"] = "prune"
     min_age_turns: Count = Field(3, description="turns a dead result must be old before it is pruned")
-    max_tokens: Count = Field(200, description="tokens under which a result is checked for 'not found'-style "
-                              "wordings")
+    max_tokens: Count = Field(200, description="tokens under which a result is checked for 'not found'-style wordings")
     batch: Count = Field(3, description="dead results that must qualify before any already-sent one is pruned")
 
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
         scan = scan or Scan()
         memo = scan.memo
-        state = scan.fold(view, self.max_tokens, _State, lambda state, index, entry: self._fold(state, index, entry,
-                                                                                                  memo))
+        state = scan.fold(view, self.max_tokens, _State,
+                          lambda state, index, entry: self._fold(state, index, entry, memo))
         now, batch = max(ctx.turn, state.turn), max(1, self.batch)
         found = [(i, unit) for i, unit, name, turn in state.dead
                  if unit != state.unit and now - turn >= self.min_age_turns and state.success.get(name, -1) > unit]

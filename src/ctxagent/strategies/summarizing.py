@@ -96,10 +96,8 @@ def fits(prompt: str, max_tokens: int, window: int | None, model: str = "") -> N
         return
     tokens = count_text(prompt, model)
     if tokens + max_tokens + MARGIN_TOKENS > window:
-        raise SummaryFailed(
-            f"a summarizer request of {tokens} prompt tokens + {max_tokens} reply tokens + "
-            f"{MARGIN_TOKENS} margin does not fit the summarizer's {window}-token window"
-        )
+        raise SummaryFailed(f"a summarizer request of {tokens} prompt tokens + {max_tokens} reply tokens + "
+                            f"{MARGIN_TOKENS} margin does not fit the summarizer's {window}-token window")
 
 
 def room(window: int | None, max_tokens: int, prompts: Sequence[str], chunk_tokens: int, model: str = "") -> int:
@@ -111,10 +109,8 @@ def room(window: int | None, max_tokens: int, prompts: Sequence[str], chunk_toke
     overhead = max(count_text(p, model) for p in prompts) + 2  # the prompt, then a blank line
     left = int((window - overhead - max_tokens - MARGIN_TOKENS) * ESTIMATE_SLACK)
     if left <= 0:
-        raise SummaryFailed(
-            f"the summarizer's {window}-token window cannot hold a request: prompt {overhead} + reply "
-            f"{max_tokens} + margin {MARGIN_TOKENS} tokens leave {max(left, 0)} for the material"
-        )
+        raise SummaryFailed(f"the summarizer's {window}-token window cannot hold a request: prompt {overhead} + "
+                            f"reply {max_tokens} + margin {MARGIN_TOKENS} tokens leave {max(left, 0)} for the material")
     return min(chunk_tokens, left)
 
 
