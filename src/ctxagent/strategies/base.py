@@ -50,11 +50,10 @@ class EntryMemo:
     """Results of pure per-entry computations, remembered while the entry object lives (one per
     :class:`Scan`, so per session and step: never shared between sessions).
 
-    Base-view entries are the same objects from one request to the next, so a stub, a verdict or a
-    normalized text is computed once per entry: per-turn cost stops growing with the history. Other
-    objects a computation depends on (the entry's call, the result it repeats) go in ``deps``: told
-    apart by identity and held with the entry, so no remembered ``id`` can be reused by a new object
-    (a new call at a freed call's address would get the old call's stub). Cleared at ``limit`` items.
+    Base-view entries are the same objects from one request to the next, so a stub or a verdict is
+    computed once per entry: per-turn cost stops growing with the history. Objects it also depends on
+    (the entry's call) go in ``deps`` and are held with the entry, so no remembered ``id`` is reused
+    by a new object (a new call at a freed call's address would get the old stub). Cleared at ``limit``.
     """
 
     def __init__(self, limit: int = 200_000):
@@ -79,10 +78,9 @@ class Scan:
     entries of the view, and an :class:`EntryMemo`. Owned by the session's
     :class:`~ctxagent.strategies.pipeline.Engine`; a step called without one gets a fresh one.
 
-    Between compactions a request's view is the previous one plus new entries at its end (the same
-    objects in front: PREFIX), so :meth:`fold` folds only the new ones and per-request work stays
-    flat; it starts over when the view does not extend the one folded last (identity of the
-    entries, a C-level list compare: a compaction) or ``key`` (other parameters) changed.
+    Between compactions a request's view is the previous one plus new entries (PREFIX), so
+    :meth:`fold` folds only the new ones and per-request work stays flat; it starts over when the view
+    does not extend the one folded last (identity of the entries: a compaction) or ``key`` changed.
     """
 
     def __init__(self) -> None:

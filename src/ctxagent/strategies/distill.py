@@ -105,11 +105,10 @@ def deterministic_state(view: Sequence[Entry], entries: Sequence[Entry], pins: S
 def _finish(reply: str) -> str:
     """An LLM reply as the document's JSON line (the four keys first). Raises ``ValueError``."""
     data = parse_json_object(reply)
-    if not any(k in data for k in STATE_KEYS):
-        raise ValueError(f"none of the keys {STATE_KEYS}")
     ordered = {k: data[k] for k in STATE_KEYS if k in data}
-    ordered.update({k: v for k, v in data.items() if k not in ordered})
-    return dumps(ordered)
+    if not ordered:
+        raise ValueError(f"none of the keys {STATE_KEYS}")
+    return dumps({**ordered, **data})
 
 
 class DistillStep(LlmStep):
