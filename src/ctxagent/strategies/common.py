@@ -44,9 +44,8 @@ def with_pins(content: str, removed: Iterable[str], pins: Sequence[str]) -> str:
 
 
 def keep_pins(view: Sequence[Entry], outcome: Outcome, ctx: StrategyContext) -> Outcome:
-    """``outcome`` (of a strategy run on ``view``) with each compaction's note given the pinned
-    facts of the entries its range removed (one ``[pinned] ...`` line each), in the compaction
-    and in the view alike. Lets a strategy that does not know about pins (``truncate``) keep them."""
+    """``outcome`` (of a strategy run on ``view``) with each compaction's note given the pinned facts its
+    range removed, in the compaction and the view alike: how ``truncate``, which knows no pins, keeps them."""
     if not ctx.pins or not outcome.compactions:
         return outcome
     fixed: dict[tuple[int, int], Compaction] = {}
@@ -84,9 +83,8 @@ def calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
 
 def follow_calls(calls: dict[Any, dict[str, Any]], entry: Entry) -> tuple[dict[Any, dict[str, Any]],
                                                                          dict[str, Any] | None]:
-    """One step of a walk over a view: ``(calls in force after entry, entry's call)``. An assistant
-    message puts its calls (by id) in force, a tool result looks its call up there, any other
-    message ends them; the call is None except for a tool result whose call was found."""
+    """One step of a walk over a view: ``(calls in force after entry, entry's call or None)``. An assistant
+    message puts its calls (by id) in force, a tool result looks its call up there, any other ends them."""
     if entry.role == "assistant":
         return {c.get("id"): c for c in entry.message.get("tool_calls", ())}, None
     if entry.role != "tool":
@@ -167,9 +165,8 @@ REFS_FRACTION = 0.05  # of the window: the handles one replacement names, at mos
 
 
 def refs_of(entries: Iterable[Entry], window: int) -> tuple[str, ...]:
-    """The handles of the tool results ``entries`` stand for (their own, or those a replacement
-    carries in ``refs``), oldest first, once each; the newest kept when there are more than fit in
-    :data:`REFS_FRACTION` of the ``window`` (tokens), so a note never grows with the session."""
+    """The handles of the tool results ``entries`` stand for (their own, or a replacement's ``refs``), once
+    each, the newest that fit :data:`REFS_FRACTION` of the ``window`` (tokens): a note never grows with the session."""
     found: dict[str, None] = {}
     for entry in entries:
         if entry.role == "tool":

@@ -99,9 +99,8 @@ def _cut(line: str) -> str:
 
 
 def values_in(text: str) -> list[tuple[int, str]]:
-    """``(rank, value)`` of every exact value the patterns find in ``text`` (error lines
-    included), in order of first appearance, once each with its lowest rank. Every value is a
-    substring of ``text``."""
+    """``(rank, value)`` of every exact value (a substring of ``text``) the patterns find, error lines
+    included, in order of first appearance, once each with its lowest rank."""
     ranks: dict[str, int] = {}
     for _, rank, value in sorted(_matches(text), key=lambda item: item[0]):
         ranks[value] = min(rank, ranks.get(value, rank))
@@ -129,9 +128,8 @@ def _call_values(call: dict[str, Any]) -> Iterator[tuple[int, str]]:
 
 @dataclass
 class Group:
-    """Exact values and what they belong to: ``label`` (a call in short, or the message they came
-    from; "" for a line of an old block, which held one bare value) and the ``handles`` of the
-    results that hold them. ``values``: ``(rank, value)``, first seen first."""
+    """Exact values (``(rank, value)``, first seen first) and what they belong to: ``label`` (a call in short,
+    a message; "" for an old block's bare value) and the ``handles`` of the results that hold them."""
 
     label: str
     handles: list[str] = field(default_factory=list)

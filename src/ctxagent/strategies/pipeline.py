@@ -47,9 +47,8 @@ def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
 
 def fires(step: StrategyConfig, view: Sequence[Entry], ctx: StrategyContext, default_trigger: float,
           total: int | None = None) -> bool:
-    """Whether a pipeline step runs: every N turns, or when the request is over its trigger
-    (a fraction of the window; ``0`` runs it on every request); never before turn ``min_turns``.
-    ``total``: the request's tokens (``ctx.budget.total(view)``), when the caller has them already."""
+    """Whether a pipeline step runs: every N turns, or when the request (``total`` tokens, when the caller
+    has them) is over its trigger (``0``: every request); never before turn ``min_turns``."""
     if step.min_turns and ctx.turn < step.min_turns:
         return False
     if step.every_turns:
@@ -59,9 +58,8 @@ def fires(step: StrategyConfig, view: Sequence[Entry], ctx: StrategyContext, def
 
 
 def rule_in_force(steps: Sequence[StrategyConfig], view: Sequence[Entry], budget: Budget, turn: int) -> str:
-    """The ``rule`` label of the last step that fires for ``view`` at ``turn`` (a profile's selection
-    rule in force, e.g. ``adaptive``'s); "no management" when no labelled step fires (only an
-    unlabelled safety net may)."""
+    """The ``rule`` label of the last step that fires for ``view`` at ``turn`` (the selection rule in force,
+    e.g. ``adaptive``'s); "no management" when no labelled step fires (only an unlabelled safety net may)."""
     ctx = StrategyContext(budget=budget, turn=turn)
     fired = [s.rule for s in steps if s.rule and fires(s, view, ctx, budget.trigger)]
     return fired[-1] if fired else "no management"

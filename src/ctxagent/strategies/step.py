@@ -83,9 +83,8 @@ class StrategyConfig(BaseModel):
             raise TypeError(f"strategy {name!r} is declared twice: {taken.__qualname__} and {cls.__qualname__}")
 
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
-        """The strategy: the new view and what to record (see :class:`~ctxagent.strategies.base.Outcome`).
-        ``view``: oldest first, never changed in place; ``scan``: this step's incremental work for
-        the session (None: start afresh). Pure: the same arguments give the same outcome."""
+        """The strategy, pure: the new view and what to record (:class:`~ctxagent.strategies.base.Outcome`).
+        ``view``: oldest first, never changed in place; ``scan``: this step's work for the session (None: afresh)."""
         raise NotImplementedError(f"{type(self).__name__} declares no strategy")
 
     def params(self) -> dict[str, Any]:
