@@ -241,7 +241,7 @@ def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> l
     units = groups(view)
     keep = protected(view)
     task = next((i for i, e in enumerate(view) if e.role == "user" and e.kind == "message"), None)
-    anchor = task if task is not None else 0 if view and view[0].role == "system" else -1  # HEAD's last index
+    anchor = task if task is not None else 0 if view and view[0].role == "system" else -1  # HEAD ends at its unit
     head_end = next((u for u, unit in enumerate(units) if anchor in unit), -1)
     first = head_end + 1 + max(0, keep_first)
     last = max(0, len(units) - max(0, keep_last))
