@@ -89,8 +89,10 @@ class RoleSelectiveStep(StrategyConfig):
             if index in recent or entry.kind != "message":
                 continue
             new, by_llm = None, False
-            if entry.role == "tool" and entry.tokens > self.tool_tokens:
-                new, by_llm = self._reduced(entry, calls.get(index), ctx, llm_calls > 0, warnings)
+            if entry.role == "tool" and entry.tokens > self.tool_tokens:  # by the LLM when it is smaller
+                new = self._findings(entry, calls.get(index), ctx, warnings) if llm_calls > 0 else None
+                by_llm = new is not None and new.tokens < entry.tokens
+                new = new if by_llm else self._head_tail(entry, calls.get(index), ctx)
                 llm_calls = max(0, llm_calls - 1)
             elif entry.role == "assistant":
                 new = self._conclusion(entry, ctx)
@@ -105,15 +107,6 @@ class RoleSelectiveStep(StrategyConfig):
         if out == view:
             return Outcome(view, warnings=warnings)
         return Outcome(out, compactions, offloads, warnings)
-
-    def _reduced(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext, llm: bool,
-                 warnings: list[str]) -> tuple[Entry | None, bool]:
-        """A large result reduced by the LLM when ``llm`` (and smaller), else to head and tail; and whether by LLM."""
-        if llm:
-            new = self._findings(entry, call, ctx, warnings)
-            if new is not None and new.tokens < entry.tokens:
-                return new, True
-        return self._head_tail(entry, call, ctx), False
 
     def _findings(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext,
                   warnings: list[str]) -> Entry | None:
