@@ -776,7 +776,7 @@ def test_size_of_reads_an_offloaded_previews_own_size_else_the_entrys_tokens():
 def test_replaced_keeps_range_turn_and_handle_and_counts_the_new_message_for_the_model():
     entry = Entry({"role": "tool", "tool_call_id": "c1", "content": "long"}, 500, 3, 4, 2, "message", "@h", True)
     message = {"role": "tool", "tool_call_id": "c1", "content": UNICODE}
-    assert replaced(entry, message, _ctx(), "mask") == Entry(message, count_message(message, "gpt-4"), 3, 4, 2,
+    assert replaced(entry, UNICODE, _ctx(), "mask") == Entry(message, count_message(message, "gpt-4"), 3, 4, 2,
                                                              "mask", "@h", True)
     assert count_message(message, "gpt-4") != count_message(message)
 
@@ -1726,7 +1726,8 @@ def test_role_selective_leaves_the_newest_units_other_kinds_and_a_cut_that_would
     lines = [f"line {i}" for i in range(19)]
     lines[5] += " w w w"  # its head and tail (1 line each and the marker) are exactly as long: 83 tokens
     even = _role_view("\n".join(lines))
-    assert RoleSelectiveStep()._head_tail(even[4], LONG_CALL, _ctx(model=""), 1, 1).tokens == even[4].tokens == 83
+    cut = RoleSelectiveStep(head_lines=1, tail_lines=1)._head_tail(even[4], LONG_CALL, _ctx(model=""))
+    assert cut.tokens == even[4].tokens == 83
     assert _role_apply(even, tool_tokens=1, head_lines=1, tail_lines=1).view is even
 
 
@@ -1792,7 +1793,7 @@ def test_llm_findings_as_long_as_the_result_are_not_used_and_the_head_and_tail_i
     view = _role_view(LINES, tool_call("c1", "shell", json.dumps({"command": "cat log"})))
     reply = " ".join(f"f{i}" for i in range(64)) + "!"
     step, ctx = _role(summarizer=_findings_summarizer(reply, []), tool_tokens=1, llm=True)
-    assert step._findings(view[4], view[3].message["tool_calls"][0], ctx, 200, []).tokens == 164
+    assert step._findings(view[4], view[3].message["tool_calls"][0], ctx, []).tokens == 164
     out = step.apply(view, ctx)
     assert out.compactions == [] and out.view[4].kind == "role_selective"
     assert out.view[4].message["content"].startswith("line 0\nline 1\n") and "ctxagent cut this" in out.view[4].message[

@@ -1,11 +1,9 @@
 """The strategy contract: a view made of entries, the budget, and what a strategy returns.
 
-A strategy is a pipeline step (its parameters, :mod:`ctxagent.strategies.step`) with a pure
-``step.apply(view, ctx, scan) -> Outcome``: a function of the view, the context and the step's own
-:class:`Scan` (the incremental work one session keeps for it). It does no I/O and never imports
-litellm; one that needs an LLM receives a summarizer callable in ``ctx``. When it replaces a range
-of messages in a way that must survive resume (truncation, summaries, checkpoints), it returns
-:class:`Compaction` objects; the runner appends them to the transcript as compaction records.
+A strategy is a pipeline step (:mod:`ctxagent.strategies.step`) with a pure ``step.apply(view, ctx,
+scan) -> Outcome``: no I/O, never litellm (an LLM step receives a summarizer callable in ``ctx``). A
+replacement that must survive resume (truncation, summaries, checkpoints) comes back as
+:class:`Compaction` objects, which the runner appends to the transcript as compaction records.
 """
 
 from __future__ import annotations
@@ -24,16 +22,11 @@ _TOKENS: Callable[[Entry], int] = attrgetter("tokens")  # an entry's: summed ove
 
 @dataclass(frozen=True)
 class Entry:
-    """One message of the view with its token count (tokens) and where it comes from.
-
-    ``start``..``end`` are the transcript seq numbers it stands for (inclusive): equal for an
-    original message, a range for a compaction's replacement message. ``kind`` is ``"message"``
-    for a transcript message, else the name of the strategy that made the entry. A tool result
-    (and a replacement of one) carries its ``handle``, chosen once when its record was written
-    (:mod:`ctxagent.handles`), and ``offloaded``: its full value is already in the output store.
-    A replacement of a range carries ``refs``, the handles of the tool results it stands for, so
-    the model keeps a way back to each of them (NO LOSS), and ``quotes``, the user messages it
-    replaced, kept verbatim in it (compaction by role keeps user messages).
+    """One message of the view with its token count (tokens) and where it comes from: ``start``..``end``,
+    the transcript seq numbers it stands for (inclusive; a range for a compaction's replacement), and
+    ``kind``, ``"message"`` or the name of the strategy that made it. A tool result (and a replacement
+    of one) carries its ``handle``, chosen once when its record was written (:mod:`ctxagent.handles`),
+    and ``offloaded``: its full value is already in the output store.
     """
 
     message: Message
@@ -44,8 +37,8 @@ class Entry:
     kind: str = "message"
     handle: str | None = None
     offloaded: bool = False
-    refs: tuple[str, ...] = ()  # a replacement of a range: the handles of the tool results inside it
-    quotes: tuple[str, ...] = ()  # a replacement of a range: the user messages inside it, verbatim
+    refs: tuple[str, ...] = ()  # a replacement of a range: the handles of the tool results inside it (NO LOSS)
+    quotes: tuple[str, ...] = ()  # a replacement of a range: its user messages, verbatim (kept by role)
     role: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -57,14 +50,10 @@ class EntryMemo:
     """Results of pure per-entry computations, remembered while the entry object lives (one per
     :class:`Scan`, so per session and step: never shared between sessions).
 
-    Entries of the base view are the same objects from one request to the next, so a strategy
-    that derives something from one entry (a stub, a verdict, a normalized text) computes it once
-    instead of on every request: per-turn cost stops growing with the history. A computation that
-    also depends on other objects (the entry's tool call, the earlier result it repeats) names them
-    in ``deps``: they are told apart by identity, and the memo holds them with the entry, so no
-    ``id`` in a remembered slot can be reused by a new object (an ``id`` in ``key`` alone could be:
-    once its object is freed, a new call at the same address would get the old call's stub). It is
-    cleared when it reaches ``limit`` items (memory stays bounded in sessions of any length).
+    Base-view entries are the same objects from one request to the next, so a stub or a verdict is
+    computed once per entry: per-turn cost stops growing with the history. Objects it also depends on
+    (the entry's call) go in ``deps`` and are held with the entry, so no remembered ``id`` is reused
+    by a new object (a new call at a freed call's address would get the old stub). Cleared at ``limit``.
     """
 
     def __init__(self, limit: int = 200_000):
@@ -72,8 +61,7 @@ class EntryMemo:
         self._items: dict[tuple[Any, ...], tuple[Entry, tuple[object, ...], Any]] = {}
 
     def get(self, entry: Entry, key: Any, compute: Callable[[], T], deps: tuple[object, ...] = ()) -> T:
-        """``compute()`` for (``entry``, ``key``, the objects ``deps``), from memory when it was
-        computed before. ``key`` holds values (compared by equality), ``deps`` objects (by identity)."""
+        """``compute()`` for ``entry``, ``key`` (values, by equality) and ``deps`` (objects, by identity), memoized."""
         slot = (id(entry), key, *map(id, deps))
         hit = self._items.get(slot)
         if hit is not None and hit[0] is entry:
@@ -87,16 +75,12 @@ class EntryMemo:
 
 class Scan:
     """What one pipeline step keeps for one session between requests: a left fold over the
-    entries of the view, carried over from one request to the next, and an :class:`EntryMemo`.
+    entries of the view, and an :class:`EntryMemo`. Owned by the session's
+    :class:`~ctxagent.strategies.pipeline.Engine`; a step called without one gets a fresh one.
 
-    Owned by the session's :class:`~ctxagent.strategies.pipeline.Engine` (one per strategy), given
-    to the step's ``apply``; a step called without one gets a fresh one (a first request).
-
-    Between compactions a request's view is the previous one plus new entries at its end (the same
-    entry objects in front: PREFIX), so a strategy that folds the view entry by entry only needs to
-    fold the new ones: per-request work stays flat however long the session grows. :meth:`fold`
-    checks that the view extends the one folded last (identity of the entries, a C-level list
-    compare) and starts over when it does not (a compaction, other parameters: ``key``).
+    Between compactions a request's view is the previous one plus new entries (PREFIX), so
+    :meth:`fold` folds only the new ones and per-request work stays flat; it starts over when the view
+    does not extend the one folded last (identity of the entries: a compaction) or ``key`` changed.
     """
 
     def __init__(self) -> None:
@@ -121,11 +105,9 @@ class Scan:
 
 @dataclass(frozen=True)
 class Budget:
-    """The token budget of one request (all numbers in tokens, fractions of ``window``).
-
-    BUDGET law: view tokens + ``tools`` + ``reserved`` ≤ ``window``, where ``reserved`` is the
-    reply's reserved output plus the safety margin. ``scale`` calibrates our token estimate with
-    the provider's reported prompt tokens (ratio of the two; 1.0 before any report).
+    """The token budget of one request (all numbers in tokens, fractions of ``window``). BUDGET law:
+    view tokens + ``tools`` + ``reserved`` (the reply's reserved output and the safety margin) ≤ ``window``.
+    ``scale`` calibrates our estimate with the provider's reported prompt tokens (1.0 before any report).
     """
 
     window: int
@@ -187,11 +169,10 @@ class Compaction:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a strategy returns: the new view, the compactions to record (maybe none), and the
-    original tool-result entries whose full text must be in the output store because the new view
-    only points at them by handle (the runner writes those; strategies do no I/O). ``warnings``:
-    readable lines for the user (a summary that failed and what was done instead); diagnostics
-    only, so two outcomes that differ in them alone are equal."""
+    """What a strategy returns: the new view, the compactions to record (maybe none), and the original
+    tool-result entries the new view only points at by handle (the runner stores them; strategies do
+    no I/O). ``warnings``: lines for the user (a summary that failed and what was done instead),
+    diagnostics only: two outcomes that differ in them alone are equal."""
 
     view: list[Entry]
     compactions: list[Compaction] = field(default_factory=list)
@@ -200,11 +181,8 @@ class Outcome:
 
 
 def groups(view: Sequence[Entry]) -> list[list[int]]:
-    """Indexes of ``view`` cut into units that are kept or dropped whole.
-
-    An assistant message with tool calls forms one unit with the tool messages that follow it;
-    every other message is a unit alone. Returned oldest first.
-    """
+    """Indexes of ``view`` cut into units kept or dropped whole, oldest first: an assistant message
+    with tool calls and the tool messages that follow it, or any other message alone."""
     units: list[list[int]] = []
     for index, entry in enumerate(view):
         if entry.role == "tool" and units and view[units[-1][0]].message.get("tool_calls"):

@@ -6,54 +6,31 @@ with exact values, completed and pending work, decisions with rationale, constra
 state of stateful tools (here: files touched); the session shape table puts checkpoints at over
 15 turns and 85% of the budget; window sizing says under 4 turns the agent repeats itself.
 
-Triggers:
-- the agent calls the ``checkpoint`` tool (:data:`CHECKPOINT_TOOL_SCHEMA`, registered by the
-  runner): when the newest assistant message in the view calls it, its JSON arguments ARE the
-  checkpoint (no LLM). Applied once per call (the message names the call id).
-- otherwise, when the step runs (its ``trigger`` fraction, e.g. 0.75, or ``every_turns``), and
-  the request is over ``at`` (a fraction of the window; unset: no extra condition) and over the
-  target (IDENTITY): the summarizer writes the checkpoint as JSON (``llm: true`` and a summarizer
-  given), checked like a summary (not empty, at most ``max_tokens``, every pinned fact present)
-  and followed by the exact values of the range it does not hold (a block copied by code, at most
-  ``facts_tokens``); without a summarizer, with ``llm: false``, or when the LLM checkpoint fails
-  (reported in ``Outcome.warnings``), a deterministic
-  checkpoint is made: the task as goal, fact-like lines of the range verbatim (paths, numbers,
-  handles, errors), the calls made, the files named in call arguments.
-To catch the agent's checkpoint at the next request, give the step ``trigger: 0`` and ``at: 0.75``.
-
-The next phase starts from HEAD, the checkpoint message and the last ``keep_turns`` units: the
-units between are replaced by a user-role message ``[ctxagent checkpoint of messages #a-#b ...]``
-(rendered compactly: goal, phase, key facts, completed, pending, decisions, constraints, files
-touched), recorded as a compaction (an older checkpoint in the range is superseded and is part of
-the new one's input). When HEAD splits the range in two (the current user message is not recent),
-the older part becomes a one-line pointer to the checkpoint. Pinned facts of the range are kept.
-
-Parameters:
-    keep_turns: units kept verbatim after the checkpoint; default 4, at least 1 (the turn in flight).
-    at: fraction of the window the request must be over for a non-agent checkpoint; default
-        unset (the step's trigger decides).
-    llm: write non-agent checkpoints with the summarizer when one is given; default true.
-    max_tokens: tokens of an LLM checkpoint, and about the size of a deterministic one; default 1200.
-    chunk_tokens: tokens of rendered text per summarizer call; default 8000 (lowered to fit the
-        summarizer's window).
-    facts_tokens: tokens of the block of exact values appended to an LLM checkpoint; default 400.
-    target: fraction of the window at or under which no non-agent checkpoint is made; default the
-        profile's.
+When the newest assistant message calls the ``checkpoint`` tool (:data:`CHECKPOINT_TOOL_SCHEMA`),
+its JSON arguments are the checkpoint, applied once per call (to catch it at the next request, give
+the step ``trigger: 0`` and ``at: 0.75``). Otherwise, over ``at`` and the target, the summarizer
+writes it as JSON, checked like a summary and followed by the exact values it lacks; without one,
+with ``llm: false`` or when that fails (reported in ``Outcome.warnings``), a deterministic checkpoint
+copies the task, fact-like lines, the calls made and the files they name. The units between HEAD and
+the last ``keep_turns`` become ``[ctxagent checkpoint of messages #a-#b ...]`` (an older checkpoint
+among them is part of its input; an older part HEAD splits off becomes a pointer to it).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import Message, loads_json
+from ctxagent.messages import Message, loads_json, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
+    call_args,
+    call_name,
     calls_of_results,
     content_of,
     cut_line,
@@ -62,13 +39,12 @@ from ctxagent.strategies.common import (
     replace_runs,
     runs_to_compact,
     short_call,
-    text,
     with_pins,
 )
 from ctxagent.strategies.facts import with_facts
 from ctxagent.strategies.prune import is_dead
 from ctxagent.strategies.rendering import fact_lines, label_range, render, task_text
-from ctxagent.strategies.step import Fraction, KeepTurns, SummaryStep, UseLlm
+from ctxagent.strategies.step import Fraction, KeepTurns, LlmStep, SummaryStep, UseLlm
 from ctxagent.strategies.summarize import failure, under_target
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 
@@ -82,7 +58,6 @@ FIELDS: dict[str, str] = {
     "constraints": "constraints the rest of the work must respect",
     "files_touched": "files read, created or changed",
 }
-TITLES = {"key_facts": "key facts", "files_touched": "files touched"}
 LISTED = ("key_facts", "decisions")  # rendered one item a line; other lists on one line
 
 CHECKPOINT_TOOL_SCHEMA: dict[str, Any] = {
@@ -136,7 +111,7 @@ def render_checkpoint(data: dict[str, Any]) -> str:
         value = data.get(key)
         if value in (None, "", [], {}):
             continue
-        title = TITLES.get(key, key.replace("_", " "))
+        title = key.replace("_", " ")
         if isinstance(value, list):
             items = [i for i in (_item(v) for v in value) if i]
             if key in LISTED:
@@ -158,20 +133,11 @@ def parse_json_object(reply: str) -> dict[str, Any]:
 
 
 def agent_call(view: Sequence[Entry]) -> tuple[str, dict[str, Any]] | None:
-    """``(call id, arguments)`` when the newest assistant message calls ``checkpoint`` with a JSON
-    object; else None."""
-    assistants = [e for e in view if e.role == "assistant"]
-    if not assistants:
-        return None
-    for call in assistants[-1].message.get("tool_calls") or []:
-        fn = call.get("function", {})
-        if fn.get("name") == "checkpoint":
-            try:
-                data = loads_json(fn.get("arguments") or "")
-            except ValueError:
-                continue
-            if isinstance(data, dict) and data:
-                return str(call.get("id")), data
+    """``(call id, arguments)`` when the newest assistant message calls ``checkpoint`` with a JSON object."""
+    last = next((e for e in reversed(view) if e.role == "assistant"), None)
+    for call in (last.message.get("tool_calls") or []) if last else []:
+        if call_name(call) == "checkpoint" and (data := call_args(call)):
+            return str(call.get("id")), data
     return None
 
 
@@ -180,12 +146,7 @@ def files_touched(entries: Sequence[Entry], limit: int = 20) -> list[str]:
     found: dict[str, None] = {}
     for entry in entries:
         for call in entry.message.get("tool_calls") or []:
-            try:
-                args = loads_json(call.get("function", {}).get("arguments") or "")
-            except ValueError:
-                continue
-            if not isinstance(args, dict):
-                continue
+            args = call_args(call)
             for key in _PATH_KEYS:
                 value = args.get(key)
                 for item in value if isinstance(value, list) else [value]:
@@ -210,11 +171,28 @@ def deterministic_checkpoint(view: Sequence[Entry], run: Sequence[Entry], max_to
     }
 
 
+def llm_body(step: LlmStep, ctx: StrategyContext, entries: Sequence[Entry], prompt: str,
+             finish: Callable[[str], str], what: str, instead: str) -> tuple[str | None, list[str]]:
+    """The summarizer's checked text for ``entries`` (``prompt``, its ``{max_tokens}`` filled in;
+    ``finish`` makes the reply the text) and no warning; ``(None, [])`` when the step may not call it
+    or there is none; ``(None, [warning])`` when it fails (``what`` failed, ``instead`` was done)."""
+    if not step.needs_llm() or ctx.summarizer is None:
+        return None, []
+    try:
+        return condense(render(entries), summarizer=ctx.summarizer,
+                        final_prompt=prompt.replace("{max_tokens}", str(step.max_tokens)),
+                        max_tokens=step.max_tokens, chunk_tokens=step.chunk_tokens,
+                        pins=pins_in((text_of(e.message) for e in entries), ctx.pins), model=ctx.model, finish=finish,
+                        window=ctx.summarizer_window), []
+    except SummaryFailed as err:
+        return None, [failure(step.strategy, what, entries, err, instead)]
+
+
 def place(view: list[Entry], runs: list[list[int]], body: str, label: str, ctx: StrategyContext,
           name: str) -> Outcome:
     """Replace the newest run by ``label`` + ``body`` and each older run by a pointer to it."""
     covered = ", ".join(label_range([view[r[0]], view[r[-1]]]) for r in runs)
-    removed = [text(view[i]) for r in runs for i in r]
+    removed = [text_of(view[i].message) for r in runs for i in r]
     newest = view[runs[-1][0]].start
 
     def make(run: list[Entry]) -> Message:
@@ -252,17 +230,13 @@ class CheckpointStep(SummaryStep):
         if (self.at is not None and not ctx.budget.over(view, self.at)) or under_target(view, ctx, self.target):
             return Outcome(view)
         entries = [view[i] for r in runs for i in r]
-        max_tokens = self.max_tokens
-        body = None
-        warnings: list[str] = []
-        if self.needs_llm() and ctx.summarizer is not None:
-            try:
-                body = self._llm(view, entries, ctx)
-            except SummaryFailed as err:
-                warnings.append(failure(self.strategy, "the LLM checkpoint", entries, err,
-                                        "made a deterministic checkpoint instead"))
-        if body is None:
-            body = render_checkpoint(deterministic_checkpoint(view, entries, max_tokens, ctx.model))
+        prompt = CHECKPOINT_PROMPT.replace("{task}", cut_line(task_text(view), 500))
+        body, warnings = llm_body(self, ctx, entries, prompt, lambda reply: render_checkpoint(parse_json_object(reply)),
+                                  "the LLM checkpoint", "made a deterministic checkpoint instead")
+        if body is not None:  # the exact values of the range the checkpoint does not hold follow it
+            body = with_facts(body, entries, self.facts_tokens, ctx.model)
+        else:
+            body = render_checkpoint(deterministic_checkpoint(view, entries, self.max_tokens, ctx.model))
         return replace(place(view, runs, body, "checkpoint", ctx, self.strategy), warnings=warnings)
 
     @staticmethod
@@ -270,16 +244,3 @@ class CheckpointStep(SummaryStep):
         """Whether the agent's checkpoint of call ``call_id`` is already in the view."""
         mark = f"call {call_id})"
         return any(e.kind == "checkpoint" and mark in content_of(e.message) for e in view)
-
-    def _llm(self, view: Sequence[Entry], entries: Sequence[Entry], ctx: StrategyContext) -> str:
-        """The checked body of an LLM checkpoint, then the exact values of ``entries`` it does not
-        hold (:func:`~ctxagent.strategies.facts.with_facts`). Raises ``SummaryFailed``."""
-        assert ctx.summarizer is not None
-        prompt = CHECKPOINT_PROMPT.replace("{task}", cut_line(task_text(view), 500)).replace(
-            "{max_tokens}", str(self.max_tokens))
-        body = condense(render(entries), summarizer=ctx.summarizer, final_prompt=prompt,
-                        max_tokens=self.max_tokens, chunk_tokens=self.chunk_tokens,
-                        pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model,
-                        finish=lambda reply: render_checkpoint(parse_json_object(reply)),
-                        window=ctx.summarizer_window)
-        return with_facts(body, entries, self.facts_tokens, ctx.model)

@@ -1,17 +1,11 @@
 """Profile-load checks of the pipelines beyond the step types: no LLM on batch paths, no thrashing.
 
-The steps themselves (a known strategy, the parameters it declares, of the right types and ranges)
-are validated by pydantic with the rest of the profile (:mod:`ctxagent.strategies.step`).
-
 Source of the rule (DESIGN.md, "Knowledge"; issue 3): LLM summarization belongs to interactive
 paths; on batch paths it adds latency and cost per compression and can invent tool results, so a
-batch pipeline that names a strategy calling an LLM is rejected when the profile is loaded,
-unless the profile sets ``allow_llm_in_batch: true``. Whether a step may call the LLM is its
-:meth:`~ctxagent.strategies.step.StrategyConfig.needs_llm` (``llm: false``, ``rolling: false``
-turn it off where the strategy has such a switch).
-
-Thrash guard (:func:`check_gaps`): the profile's ``target`` and every step that compacts to a
-target at a trigger keep ``trigger - target >= MIN_GAP`` (see :data:`ctxagent.profile_schema.MIN_GAP`).
+batch step that may call an LLM (:meth:`~ctxagent.strategies.step.StrategyConfig.needs_llm`) is
+refused unless the profile sets ``allow_llm_in_batch: true``. The thrash guard (:func:`check_gaps`)
+keeps ``trigger - target >= MIN_GAP`` (:data:`ctxagent.profile_schema.MIN_GAP`) for the profile and
+every step that compacts to a target at a trigger.
 """
 
 from __future__ import annotations
@@ -29,8 +23,8 @@ def check_gaps(profile: Profile, source: str | None = None) -> None:
     where = source or f"<profile:{profile.name}>"
     problem = thrash_problem(profile.target, profile.trigger)
     if problem:
-        key = "target" if "target" in profile.model_fields_set or "trigger" not in profile.model_fields_set \
-            else "trigger"
+        fields = profile.model_fields_set
+        key = "target" if "target" in fields or "trigger" not in fields else "trigger"
         raise ProfileError(problem, path=where, key=key)
     for path, steps in profile.pipelines.items():
         for index, step in enumerate(steps):
@@ -43,8 +37,7 @@ def _check_step_gap(profile: Profile, step: StrategyConfig, key: str, where: str
         return
     at: float | None = getattr(step, "at", None)
     target: float | None = getattr(step, "target", None)
-    trigger = at if at else step.trigger
-    trigger = profile.trigger if trigger is None else trigger
+    trigger = at or (profile.trigger if step.trigger is None else step.trigger)
     if not trigger:
         return
     problem = thrash_problem(profile.target if target is None else target, trigger)
@@ -54,11 +47,8 @@ def _check_step_gap(profile: Profile, step: StrategyConfig, key: str, where: str
 
 
 def check_pipelines(profile: Profile, source: str | None = None) -> None:
-    """Check that no batch step of ``profile`` may call an LLM unless ``allow_llm_in_batch`` is set.
-
-    ``source`` names the profile in errors (its file or ``<bundled:NAME>``; default the profile's
-    name). Raises ``ProfileError`` (key ``pipelines.batch.INDEX.strategy``).
-    """
+    """Check that no batch step of ``profile`` may call an LLM unless ``allow_llm_in_batch`` is set. Raises
+    ``ProfileError`` (key ``pipelines.batch.INDEX.strategy``; ``source`` names the file, default the profile)."""
     where = source or f"<profile:{profile.name}>"
     for index, step in enumerate(profile.pipeline("batch")):
         if not profile.allow_llm_in_batch and step.needs_llm():

@@ -1,9 +1,6 @@
-"""Helpers the strategies share: pins, tool-call lookup, short renderings, ranges to compact.
-
-Flattened text for summarizers (``render``, ``clip``, ``fact_lines``) is in :mod:`ctxagent.strategies.rendering`.
-
-Pure functions over entries (no I/O). Units: every ``*_tokens`` argument is tokens, every
-``limit`` or ``*_chars`` argument is characters.
+"""Helpers the strategies share: pins, tool-call lookup, short renderings, ranges to compact (flattened
+text for summarizers is in :mod:`ctxagent.strategies.rendering`). Pure functions over entries (no I/O).
+Units: every ``*_tokens`` argument is tokens, every ``limit`` or ``*_chars`` argument is characters.
 """
 
 from __future__ import annotations
@@ -17,18 +14,10 @@ from typing import Any
 from ctxagent.messages import Message, loads_json, one_line, text_of
 from ctxagent.sessions import redact
 from ctxagent.sessions.store import handle_for
-from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, groups, protected
+from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, T, groups, protected
 from ctxagent.tokens import count_message, count_text
 
 _SIZE_BEFORE_HANDLE = re.compile(r"(~?[0-9][0-9,]*) tokens; saved as @")
-
-
-# --- text and pins ----------------------------------------------------------------------------
-
-
-def text(entry: Entry) -> str:
-    """The text an entry carries (content plus tool calls), as :func:`ctxagent.messages.text_of`."""
-    return text_of(entry.message)
 
 
 def content_of(message: Message) -> str:
@@ -48,25 +37,22 @@ def pins_in(texts: Iterable[str], pins: Sequence[str]) -> list[str]:
 
 
 def with_pins(content: str, removed: Iterable[str], pins: Sequence[str]) -> str:
-    """``content`` plus one ``[pinned] ...`` line per pin found in ``removed`` and not in ``content``.
-
-    This is how a strategy that removes text keeps every pinned fact in the view verbatim.
-    """
+    """``content`` plus one ``[pinned] ...`` line per pin found in ``removed`` and not in ``content``:
+    how a strategy that removes text keeps every pinned fact in the view verbatim."""
     missing = [p for p in pins_in(removed, pins) if p not in content]
     return content + "".join(f"\n[pinned] {p}" for p in missing)
 
 
 def keep_pins(view: Sequence[Entry], outcome: Outcome, ctx: StrategyContext) -> Outcome:
-    """``outcome`` (of a strategy run on ``view``) with each compaction's note given the pinned
-    facts of the entries its range removed (one ``[pinned] ...`` line each), in the compaction
-    and in the view alike. Lets a strategy that does not know about pins (``truncate``) keep them."""
+    """``outcome`` (of a strategy run on ``view``) with each compaction's note given the pinned facts its
+    range removed, in the compaction and the view alike: how ``truncate``, which knows no pins, keeps them."""
     if not ctx.pins or not outcome.compactions:
         return outcome
     fixed: dict[tuple[int, int], Compaction] = {}
     for comp in outcome.compactions:
         if comp.message is None:
             continue
-        removed = [text(e) for e in view if comp.start <= e.start and e.end <= comp.end]
+        removed = [text_of(e.message) for e in view if comp.start <= e.start and e.end <= comp.end]
         content = with_pins(content_of(comp.message), removed, ctx.pins)
         if content != content_of(comp.message):
             message = {**comp.message, "content": content}
@@ -79,13 +65,9 @@ def keep_pins(view: Sequence[Entry], outcome: Outcome, ctx: StrategyContext) -> 
     for entry in outcome.view:
         done = fixed.get((entry.start, entry.end))
         if done is not None and done.message is not None and entry.kind == done.strategy:  # fixed: all have one
-            entry = Entry(done.message, done.tokens, entry.start, entry.end, entry.turn, entry.kind, entry.handle,
-                          entry.offloaded, entry.refs, entry.quotes)
+            entry = replace(entry, message=done.message, tokens=done.tokens)
         new_view.append(entry)
     return Outcome(new_view, compactions, outcome.offloads)
-
-
-# --- tool calls and handles -------------------------------------------------------------------
 
 
 def calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
@@ -101,33 +83,34 @@ def calls_of_results(view: Sequence[Entry]) -> dict[int, dict[str, Any]]:
 
 def follow_calls(calls: dict[Any, dict[str, Any]], entry: Entry) -> tuple[dict[Any, dict[str, Any]],
                                                                          dict[str, Any] | None]:
-    """One step of a walk over a view: ``(calls in force after entry, entry's call)``. An assistant
-    message puts its calls (by id) in force, a tool result looks its call up there, any other
-    message ends them; the call is None except for a tool result whose call was found."""
+    """One step of a walk over a view: ``(calls in force after entry, entry's call or None)``. An assistant
+    message puts its calls (by id) in force, a tool result looks its call up there, any other ends them."""
     if entry.role == "assistant":
-        return calls_by_id(entry), None
+        return {c.get("id"): c for c in entry.message.get("tool_calls", ())}, None
     if entry.role != "tool":
         return {}, None
     return calls, calls.get(entry.message.get("tool_call_id"))
 
 
-def calls_by_id(entry: Entry) -> dict[Any, dict[str, Any]]:
-    """The tool calls of an assistant message entry by call id."""
-    return {c.get("id"): c for c in entry.message.get("tool_calls", ())}
-
-
 def call_name(call: dict[str, Any] | None) -> str:
     """The function name of a tool call ("?" when unknown)."""
-    if not call:
-        return "?"
-    return str(call.get("function", {}).get("name") or "?")
+    return str((call or {}).get("function", {}).get("name") or "?")
 
 
 def call_arguments(call: dict[str, Any] | None) -> str:
     """The raw JSON arguments of a tool call ("" when unknown)."""
-    if not call:
-        return ""
-    return str(call.get("function", {}).get("arguments") or "")
+    return str((call or {}).get("function", {}).get("arguments") or "")
+
+
+def call_args(call: dict[str, Any] | None) -> dict[str, Any]:
+    """The JSON arguments of a tool call as an object ({} when missing, not JSON or not an object)."""
+    function = (call or {}).get("function")
+    raw = function.get("arguments") if isinstance(function, dict) else None
+    try:
+        data = loads_json(raw) if isinstance(raw, str) and raw.strip() else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def cut_line(value: str, limit: int) -> str:
@@ -145,10 +128,8 @@ def short_args(arguments: str, limit: int = 80) -> str:
     except ValueError:
         return cut_line(arguments, limit)
     if isinstance(data, dict):
-        parts = []
-        for key, value in data.items():
-            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            parts.append(f"{key}={shown}")
+        parts = (f"{key}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+                 for key, value in data.items())
         return cut_line(", ".join(parts), limit)
     return cut_line(json.dumps(data, ensure_ascii=False), limit)
 
@@ -184,9 +165,8 @@ REFS_FRACTION = 0.05  # of the window: the handles one replacement names, at mos
 
 
 def refs_of(entries: Iterable[Entry], window: int) -> tuple[str, ...]:
-    """The handles of the tool results ``entries`` stand for (their own, or those a replacement
-    carries in ``refs``), oldest first, once each; the newest kept when there are more than fit in
-    :data:`REFS_FRACTION` of the ``window`` (tokens), so a note never grows with the session."""
+    """The handles of the tool results ``entries`` stand for (their own, or a replacement's ``refs``), once
+    each, the newest that fit :data:`REFS_FRACTION` of the ``window`` (tokens): a note never grows with the session."""
     found: dict[str, None] = {}
     for entry in entries:
         if entry.role == "tool":
@@ -198,8 +178,7 @@ def refs_of(entries: Iterable[Entry], window: int) -> tuple[str, ...]:
 
 
 def unstored(entries: Iterable[Entry]) -> list[Entry]:
-    """The original tool results among ``entries`` whose full text is not in the output store yet
-    (for :attr:`Outcome.offloads`, so that the handles a note names resolve)."""
+    """The original tool results among ``entries`` not in the output store yet (for :attr:`Outcome.offloads`)."""
     return [e for e in entries if e.role == "tool" and e.kind == "message" and not e.offloaded]
 
 
@@ -214,14 +193,17 @@ def quotes_of(entries: Sequence[Entry], max_tokens: float, model: str = "") -> t
         if entry.role == "user" and entry.kind == "message":
             found.append(content_of(entry.message))
         found.extend(entry.quotes)
-    picked: list[str] = []
-    total = 0
-    for text_ in reversed(list(dict.fromkeys(found))):
-        total += count_text(text_, model) + 2
-        if total > max_tokens:
-            break
-        picked.append(text_)
-    return tuple(reversed(picked))
+    return tuple(newest_within(list(dict.fromkeys(found)), lambda quote: count_text(quote, model) + 2, max_tokens))
+
+
+def newest_within(items: Sequence[T], cost: Callable[[T], float], limit: float) -> list[T]:
+    """The newest of ``items`` (oldest first, as given) whose ``cost`` adds up to at most ``limit``."""
+    total = 0.0
+    for start in range(len(items), 0, -1):
+        total += cost(items[start - 1])
+        if total > limit:
+            return list(items[start:])
+    return list(items)
 
 
 def quotes_block(quotes: Sequence[str]) -> str:
@@ -245,50 +227,40 @@ def size_of(entry: Entry) -> str:
     return match.group(1) if match else f"{entry.tokens:,}"
 
 
-def replaced(entry: Entry, message: Message, ctx: StrategyContext, kind: str) -> Entry:
-    """A replacement of ``entry``: same seq range, turn and handle, new message, ``kind`` set."""
+def replaced(entry: Entry, content: str, ctx: StrategyContext, kind: str) -> Entry:
+    """A replacement of ``entry``: same message but its ``content``, same seq range, turn and handle, ``kind`` set."""
+    message = {**entry.message, "content": content}
     return Entry(message, count_message(message, ctx.model), entry.start, entry.end, entry.turn, kind,
                  entry.handle, entry.offloaded)
 
 
-# --- ranges to compact ------------------------------------------------------------------------
-
-
 def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> list[list[int]]:
-    """Indexes of ``view`` a range strategy may replace, as contiguous runs, oldest first.
-
-    Kept: HEAD (system message, task, current user message), every unit up to the task's plus the
-    ``keep_first`` units after it (task setup), and the last ``keep_last`` units. Each run is made
-    of whole units (:func:`~ctxagent.strategies.base.groups`), so PAIR holds whatever replaces it.
-    """
+    """Indexes of ``view`` a range strategy may replace, as contiguous runs of whole units (PAIR holds
+    whatever replaces them), oldest first. Kept: HEAD, every unit up to the task's plus the
+    ``keep_first`` units after it (task setup), and the last ``keep_last`` units."""
     units = groups(view)
     keep = protected(view)
-    users = [i for i, e in enumerate(view) if e.role == "user" and e.kind == "message"]
-    anchors = {0} if view and view[0].role == "system" else set()
-    anchors.update(users[:1])
-    head_end = max((u for u, unit in enumerate(units) if anchors.intersection(unit)), default=-1)
+    task = next((i for i, e in enumerate(view) if e.role == "user" and e.kind == "message"), None)
+    anchor = task if task is not None else 0 if view and view[0].role == "system" else -1  # HEAD ends at its unit
+    head_end = next((u for u, unit in enumerate(units) if anchor in unit), -1)
     first = head_end + 1 + max(0, keep_first)
-    last = len(units) - max(0, keep_last)
+    last = max(0, len(units) - max(0, keep_last))
+    return consecutive(i for unit in units[first:last] if not keep.intersection(unit) for i in unit)
+
+
+def consecutive(indexes: Iterable[int]) -> list[list[int]]:
+    """``indexes`` (ascending) cut into runs of consecutive numbers."""
     runs: list[list[int]] = []
-    previous = -2
-    for u in range(first, last):
-        if keep.intersection(units[u]):
-            continue
-        if u == previous + 1 and runs:
-            runs[-1].extend(units[u])
+    for index in indexes:
+        if runs and runs[-1][-1] + 1 == index:
+            runs[-1].append(index)
         else:
-            runs.append(list(units[u]))
-        previous = u
+            runs.append([index])
     return runs
 
 
-def replace_runs(
-    view: Sequence[Entry],
-    runs: Sequence[Sequence[int]],
-    make: Callable[[list[Entry]], Message],
-    ctx: StrategyContext,
-    name: str,
-) -> Outcome:
+def replace_runs(view: Sequence[Entry], runs: Sequence[Sequence[int]], make: Callable[[list[Entry]], Message],
+                 ctx: StrategyContext, name: str) -> Outcome:
     """Replace each run of ``view`` by the one message ``make(run entries)`` returns, recorded as a
     compaction (seq range of the run) so replay rebuilds the same view."""
     out: list[Entry] = []
@@ -317,6 +289,5 @@ def replace_runs(
 
 
 def nothing_new(view: Sequence[Entry], run: Sequence[int]) -> bool:
-    """Whether ``run`` is nothing but one earlier replacement (a summary, a note, a checkpoint):
-    compacting it again would gain nothing."""
+    """Whether ``run`` is only one earlier replacement (a summary, a note): compacting it again gains nothing."""
     return len(run) == 1 and view[run[0]].kind != "message"

@@ -2,23 +2,14 @@
 
 Source of the rule (DESIGN.md, "Knowledge"): conversation history and retrieval injections
 compound if nobody manages them; pointer memory lets the model see a handle instead of a value;
-"resumed sessions continue without asking for what they were already given" is how a strategy is
-judged, and an agent that repeats a call is asking again.
+an agent that repeats a call is asking again for what it was already given.
 
-A tool result whose text is identical to an earlier result's in the view, or the same once
-whitespace is collapsed (case kept), becomes ``[same result as turn T, handle H]`` (H: the earlier
-result's handle; the earlier original and the replaced one go to ``Outcome.offloads`` so H, and the
-replaced result's own handle, resolve). A result of a
-call repeated exactly (same tool name, same canonical JSON arguments) is flagged
-``[this call was already made at turn T; its result is handle H]``: in front of the reference
-when the result is also the same, else in front of the new result, which stays in full. Only
-original results (not ones another strategy replaced) are compared and referenced; a reference
-is made only when it is smaller than the result. Only results not yet sent (from
-``ctx.free_from`` on) are replaced, so the cached prefix never changes (PREFIX); each replacement is
-recorded as a compaction. Deterministic, idempotent; a view without repeats is returned unchanged.
-
-Parameters:
-    min_tokens: tokens a result must exceed to be replaced by a reference; default 20.
+A result whose text equals an earlier original result's (whitespace collapsed, case kept) becomes
+``[same result as turn T, handle H]``; a result of a call repeated exactly (same tool, same
+canonical JSON arguments) is flagged ``[this call was already made at turn T; its result is handle
+H]``, before the reference or before the result, kept in full. A reference is made only when it is
+smaller, and only in results not yet sent (PREFIX); the earlier and the replaced originals are
+offloaded, so both handles resolve.
 """
 
 from __future__ import annotations
@@ -50,9 +41,8 @@ class DedupeStep(StrategyConfig):
 
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
         scan = scan or Scan()
-        memo = scan.memo
         state = scan.fold(view, (self.min_tokens, ctx.pins, ctx.model), _State,
-                          lambda state, index, entry: self._fold(state, index, entry, ctx, memo))
+                          lambda state, index, entry: self._fold(state, index, entry, ctx, scan.memo))
         found = [r for r in state.replaced if view[r[0]].start >= ctx.free_from]
         if not found:
             return Outcome(view)
@@ -65,8 +55,7 @@ class DedupeStep(StrategyConfig):
         return Outcome(out, [], list(referenced.values()))
 
     def _fold(self, state: _State, index: int, entry: Entry, ctx: StrategyContext, memo: EntryMemo) -> None:
-        """Fold one entry: remember each original result's text and call; a result not yet sent that
-        repeats an earlier one gets its replacement (a result already sent is only remembered)."""
+        """Fold one entry: an original result not yet sent that repeats an earlier one gets its replacement."""
         state.calls, call = follow_calls(state.calls, entry)
         if entry.role != "tool" or entry.kind != "message":
             return
@@ -93,8 +82,7 @@ class DedupeStep(StrategyConfig):
 
     def _replacement(self, entry: Entry, same_text: Entry | None, same_call: Entry | None,
                      ctx: StrategyContext) -> tuple[Entry | None, tuple[bool, bool]]:
-        """The entry that replaces result ``entry`` (None: keep it) and which of the earlier results
-        (same text, same call) it names."""
+        """The entry that replaces result ``entry`` (None: keep it), and which earlier results it names."""
         flag = ""
         if same_call is not None:
             flag = (f"[this call was already made at turn {same_call.turn}; its result is handle "
@@ -102,20 +90,17 @@ class DedupeStep(StrategyConfig):
         content = content_of(entry.message)
         if same_text is not None:
             reference = f"[same result as turn {same_text.turn}, handle {handle_of(same_text)}]"
-            shorter = with_pins(f"{flag} {reference}".strip(), [content], ctx.pins)
-            new = replaced(entry, {**entry.message, "content": shorter}, ctx, self.strategy)
+            new = replaced(entry, with_pins(f"{flag} {reference}".strip(), [content], ctx.pins), ctx, self.strategy)
             if new.tokens < entry.tokens:
                 return new, (True, same_call is not None)
         if same_call is not None:
-            message = {**entry.message, "content": f"{flag}\n{content}"}
-            return replaced(entry, message, ctx, self.strategy), (False, True)
+            return replaced(entry, f"{flag}\n{content}", ctx, self.strategy), (False, True)
         return None, (False, False)
 
 
 @dataclass
 class _State:
-    """What dedupe folds over a view: the first original result of each text and of each call, and
-    the replacements of the results not yet sent that repeat one of them (index, entry, named)."""
+    """What dedupe folds: the first original result of each text and call, and the replacements made."""
 
     by_text: dict[str, Entry] = field(default_factory=dict)
     by_call: dict[tuple[str, str], Entry] = field(default_factory=dict)

@@ -5,31 +5,11 @@ discarded hypotheses, pending actions) updated every few turns, beats a verbatim
 failures; a token threshold (e.g. 15K) avoids paying the compression tax every turn. Run it with
 ``every_turns: 5`` (the default cadence) and raise ``min_tokens`` to skip small ranges.
 
-Everything between HEAD and the last ``keep_turns`` units is replaced by one user-role message
-``[ctxagent state of messages #a-#b]`` followed by a one-line JSON object with the keys ``goal``,
-``verified_facts``, ``discarded_hypotheses``, ``pending_actions`` (and ``pinned`` when pinned facts
-had to be added), recorded as a compaction. The previous state document is in the range, so the
-new one supersedes it and is made from it.
-
-With a summarizer (``llm: true``) the document is written by the LLM and checked (valid JSON
-object, at most ``max_tokens``, every pinned fact of the range present). Without one, with
-``llm: false``, or when that fails (reported in ``Outcome.warnings``), the *deterministic
-distillation* updates the previous document: goal kept (else the task's first line); verified
-facts = the previous ones plus the fact-like lines of the new messages, copied verbatim (lines
-naming paths, numbers, handles, URLs or errors; these are observations, not checked truths);
-discarded hypotheses = the previous ones plus every dead-end call (a failed or empty result, as
-``prune`` defines it) with its first line; pending actions kept from the previous document; the
-oldest facts and discarded entries are dropped first when the document is over ``max_tokens``. A
-range of at most ``min_tokens`` tokens, or holding nothing but the previous document, is left
-unchanged (IDENTITY).
-
-Parameters:
-    keep_turns: units kept verbatim at the end; default 4, at least 1 (the turn in flight).
-    llm: write the document with the summarizer when one is given; default true.
-    max_tokens: tokens of the document; default 1000.
-    chunk_tokens: tokens of rendered text per summarizer call; default 8000 (lowered to fit the
-        summarizer's window).
-    min_tokens: tokens the range must exceed to be distilled; default 1000.
+The range between HEAD and the last ``keep_turns`` units (over ``min_tokens``, and more than the
+previous document) becomes ``[ctxagent state of messages #a-#b]`` and a one-line JSON object made from
+it, the previous document included: by the summarizer (``llm: true``; checked) or, without one or when
+that fails (reported in ``Outcome.warnings``), by :func:`deterministic_state`, which copies fact-like
+lines (observations, not checked truths) and discards dead-end calls (as ``prune`` judges them).
 """
 
 from __future__ import annotations
@@ -41,8 +21,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from ctxagent.messages import text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
-from ctxagent.strategies.checkpoint import parse_json_object, place
+from ctxagent.strategies.checkpoint import llm_body, parse_json_object, place
 from ctxagent.strategies.common import (
     calls_of_results,
     content_of,
@@ -51,13 +32,10 @@ from ctxagent.strategies.common import (
     pins_in,
     runs_to_compact,
     short_call,
-    text,
 )
 from ctxagent.strategies.prune import first_line, is_dead
-from ctxagent.strategies.rendering import fact_lines, render, task_text
+from ctxagent.strategies.rendering import fact_lines, task_text
 from ctxagent.strategies.step import Count, KeepTurns, LlmStep, UseLlm
-from ctxagent.strategies.summarize import failure
-from ctxagent.strategies.summarizing import SummaryFailed, condense
 from ctxagent.tokens import count_text
 
 STATE_KEYS = ("goal", "verified_facts", "discarded_hypotheses", "pending_actions")
@@ -114,13 +92,12 @@ def deterministic_state(view: Sequence[Entry], entries: Sequence[Entry], pins: S
         "discarded_hypotheses": list(dict.fromkeys(discarded)),
         "pending_actions": pending,
     }
-    pinned = [p for p in pins_in((text(e) for e in entries), pins) if p not in dumps(doc)]
+    pinned = [p for p in pins_in((text_of(e.message) for e in entries), pins) if p not in dumps(doc)]
     if pinned:
         doc["pinned"] = pinned
     while count_text(dumps(doc), model) > max_tokens and (doc["verified_facts"]
                                                            or doc["discarded_hypotheses"]):
-        key = "verified_facts" if len(doc["verified_facts"]) >= len(doc["discarded_hypotheses"]) else \
-            "discarded_hypotheses"
+        key = max(("verified_facts", "discarded_hypotheses"), key=lambda k: len(doc[k]))  # the facts on a tie
         doc[key] = doc[key][max(1, len(doc[key]) // 8) :]
     return doc
 
@@ -128,11 +105,10 @@ def deterministic_state(view: Sequence[Entry], entries: Sequence[Entry], pins: S
 def _finish(reply: str) -> str:
     """An LLM reply as the document's JSON line (the four keys first). Raises ``ValueError``."""
     data = parse_json_object(reply)
-    if not any(k in data for k in STATE_KEYS):
-        raise ValueError(f"none of the keys {STATE_KEYS}")
     ordered = {k: data[k] for k in STATE_KEYS if k in data}
-    ordered.update({k: v for k, v in data.items() if k not in ordered})
-    return dumps(ordered)
+    if not ordered:
+        raise ValueError(f"none of the keys {STATE_KEYS}")
+    return dumps({**ordered, **data})
 
 
 class DistillStep(LlmStep):
@@ -150,19 +126,8 @@ class DistillStep(LlmStep):
         entries = [view[i] for r in runs for i in r]
         if not runs or sum(e.tokens for e in entries) <= self.min_tokens:
             return Outcome(view)
-        max_tokens = self.max_tokens
-        body = None
-        warnings: list[str] = []
-        if self.needs_llm() and ctx.summarizer is not None:
-            try:
-                body = condense(render(entries), summarizer=ctx.summarizer,
-                                final_prompt=DISTILL_PROMPT.replace("{max_tokens}", str(max_tokens)),
-                                max_tokens=max_tokens, chunk_tokens=self.chunk_tokens,
-                                pins=pins_in((text(e) for e in entries), ctx.pins), model=ctx.model,
-                                finish=_finish, window=ctx.summarizer_window)
-            except SummaryFailed as err:
-                warnings.append(failure(self.strategy, "the LLM state document", entries, err,
-                                        "distilled the state deterministically instead"))
+        body, warnings = llm_body(self, ctx, entries, DISTILL_PROMPT, _finish, "the LLM state document",
+                                  "distilled the state deterministically instead")
         if body is None:
-            body = dumps(deterministic_state(view, entries, ctx.pins, max_tokens, ctx.model))
+            body = dumps(deterministic_state(view, entries, ctx.pins, self.max_tokens, ctx.model))
         return replace(place(view, runs, body, "state", ctx, self.strategy), warnings=warnings)

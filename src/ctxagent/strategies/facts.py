@@ -2,37 +2,17 @@
 
 An LLM summary may paraphrase "port 8443" as "the usual TLS port" or drop a commit hash; the
 checks of :mod:`ctxagent.strategies.summarizing` cannot see that. So every LLM-written replacement
-of a range (``summarize``, the rolling summary of ``sliding_window``, an LLM ``checkpoint``) ends
-with a block of the exact values found in the messages it replaces, extracted deterministically
-(regular expressions, standard library only):
+of a range ends with a block of the exact values its messages hold (URLs, paths, ports, ids and
+hashes, numbers with units, versions, exit codes, error lines, handles, an earlier block's values),
+found by regular expressions, those already verbatim in the summary left out.
 
-- URLs, file paths (``/etc/app.yaml``, ``tests/test_io.py:42``), ``host:port`` and ``port N``;
-- UUIDs and hex hashes or ids (7-64 hex characters holding both digits and letters);
-- numbers with units (``412 ms``, ``3.2s``, ``17%``, ``64 MB``), versions, exit codes;
-- error lines (``ValueError: ...``, ``error: ...``, ``... failed``), trimmed;
-- handles (``@abc123``), except those of the range's own tool results (the groups name them);
-- the values of an earlier block in the range (a summary of a summary keeps them).
-
-Each value is listed under what it belongs to (issue 34: a loose summarizer over 28 service
-descriptions left 1 of 28 ports, 0 of 28 config paths and 19 bare commit hashes in view, and the
-block spent its cap on 18 repeated command lines): a tool result's values and its call's arguments
-under the call in short (a shell call's command, else ``name(key=value)``) and the handle of its
-result; other text under its message. Calls with the same label are one group (repeats collapsed),
-and a value is listed once::
-
-    [exact values from messages #3-#30, copied by ctxagent]
-    - svcctl describe svc17 (@c17)
-      port: 41017
-      /etc/svc17/config.yaml
-    - left out: 12 more values; full results: @c3 @c5 (read_output, grep_output)
-
-:func:`with_facts` appends the block to a checked summary: values already verbatim in the summary
-are left out. The range's own messages get ``max_tokens`` for their values; the groups carried from
-the blocks of earlier summaries in the range get :data:`CARRY_FACTOR` times as much again, so a
-newly summarized range always has room for its own values. Within each, the most specific kinds
-(ids, URLs, paths, ports) and the newest groups come first, and what does not fit is counted on
-the block's last line with the handles that hold it. Pure and deterministic: the same entries and
-summary always give the same block (the text is recorded in a compaction).
+Each value is listed once, under what it belongs to: the call in short and the handle of its result,
+else its message (issue 34: a loose summarizer over 28 service descriptions left 1 of 28 ports, 0 of
+28 config paths and 19 bare commit hashes in view, and the block spent its cap on 18 repeated command
+lines). The range's own values get ``max_tokens``, those carried from earlier blocks
+:data:`CARRY_FACTOR` times as much again, so a new range always has room; the most specific kinds and
+the newest groups come first, what does not fit is counted on the last line with the handles that
+hold it. Pure and deterministic (the block is recorded in a compaction). Format: docs/context.md.
 """
 
 from __future__ import annotations
@@ -42,9 +22,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ctxagent.messages import loads_json
 from ctxagent.strategies.base import Entry
-from ctxagent.strategies.common import call_name, content_of, cut_line, handle_of, short_call
+from ctxagent.strategies.common import call_args, call_name, content_of, cut_line, handle_of, short_call
 from ctxagent.strategies.rendering import label_range
 from ctxagent.strategies.step import FACTS_TOKENS
 from ctxagent.tokens import count_text
@@ -120,23 +99,12 @@ def _cut(line: str) -> str:
 
 
 def values_in(text: str) -> list[tuple[int, str]]:
-    """``(rank, value)`` of every exact value the patterns find in ``text`` (error lines
-    included), in order of first appearance, once each with its lowest rank. Every value is a
-    substring of ``text``."""
+    """``(rank, value)`` of every exact value (a substring of ``text``) the patterns find, error lines
+    included, in order of first appearance, once each with its lowest rank."""
     ranks: dict[str, int] = {}
     for _, rank, value in sorted(_matches(text), key=lambda item: item[0]):
         ranks[value] = min(rank, ranks.get(value, rank))
     return [(rank, value) for value, rank in ranks.items()]
-
-
-def _arguments(call: dict[str, object]) -> dict[str, object]:
-    function = call.get("function")
-    raw = function.get("arguments") if isinstance(function, dict) else None
-    try:
-        data = loads_json(raw) if isinstance(raw, str) and raw.strip() else {}
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def call_label(call: dict[str, Any] | None) -> str:
@@ -144,7 +112,7 @@ def call_label(call: dict[str, Any] | None) -> str:
     ``name(key=value, ...)``; at most :data:`LABEL_CHARS` characters."""
     if call is None or not isinstance(call.get("function"), dict):
         return "?"
-    args = _arguments(call)
+    args = call_args(call)
     command = args.get("command", args.get("cmd"))
     if isinstance(command, str) and command.strip():
         return cut_line(command.strip().splitlines()[0], LABEL_CHARS)
@@ -153,16 +121,15 @@ def call_label(call: dict[str, Any] | None) -> str:
 
 def _call_values(call: dict[str, Any]) -> Iterator[tuple[int, str]]:
     """The exact values of the string arguments of a tool call (a shell command is its label)."""
-    for key, value in _arguments(call).items():
+    for key, value in call_args(call).items():
         if isinstance(value, str) and key not in ("command", "cmd"):
             yield from values_in(value)
 
 
 @dataclass
 class Group:
-    """Exact values and what they belong to: ``label`` (a call in short, or the message they came
-    from; "" for a line of an old block, which held one bare value) and the ``handles`` of the
-    results that hold them. ``values``: ``(rank, value)``, first seen first."""
+    """Exact values (``(rank, value)``, first seen first) and what they belong to: ``label`` (a call in short,
+    a message; "" for an old block's bare value) and the ``handles`` of the results that hold them."""
 
     label: str
     handles: list[str] = field(default_factory=list)
@@ -207,21 +174,21 @@ def _rank(value: str) -> int:
 
 
 def _parse(lines: Sequence[str]) -> tuple[list[Group], LeftOut]:
-    """The groups of an earlier block's lines (``- header`` then ``  value`` lines; a ``- value``
-    alone is one bare value of an old block) and its left-out line."""
+    """The groups of an earlier block's lines as :func:`split_blocks` gives them (a header, then
+    indented values; a header alone is one bare value of an old block) and its left-out line."""
     groups: list[Group] = []
     left = LeftOut()
     for line in lines:
-        if line.startswith(VALUE_INDENT) and groups and groups[-1].label:
-            value = line[len(VALUE_INDENT):]
-            groups[-1].values.append((_rank(value), value))
-        elif line.startswith(f"- {LEFT_OUT_PREFIX}"):
-            count = _LEFT_COUNT.match(line[2 + len(LEFT_OUT_PREFIX):])
+        if line.startswith(VALUE_INDENT):
+            if groups and groups[-1].label:
+                value = line[len(VALUE_INDENT):]
+                groups[-1].values.append((_rank(value), value))
+        elif line.startswith(LEFT_OUT_PREFIX):
+            count = _LEFT_COUNT.match(line[len(LEFT_OUT_PREFIX):])
             left.add(int(count.group(1)) if count else 0, _HANDLE_IN_LINE.findall(line))
-        elif line.startswith("- "):
-            header = line[2:]
-            handles = _HANDLES_AT_END.search(header)
-            label = header[:handles.start()] if handles else header
+        else:
+            handles = _HANDLES_AT_END.search(line)
+            label = line[:handles.start()] if handles else line
             groups.append(Group(label, _HANDLE_IN_LINE.findall(handles.group(0)) if handles else []))
     for group in groups:  # a header with no value lines is a bare value of an old block
         if not group.values:
@@ -249,17 +216,16 @@ def split_blocks(content: str) -> tuple[str, list[str]]:
 
 def carried(content: str) -> list[str]:
     """The values of the facts blocks inside ``content`` (an earlier summary's), in order."""
-    _, lines = split_blocks(content)
-    groups, _ = _parse([line if line.startswith(VALUE_INDENT) else f"- {line}" for line in lines])
+    groups, _ = _parse(split_blocks(content)[1])
     return [value for group in groups for _, value in group.values]
 
 
+@dataclass
 class _Groups:
     """Groups by label, in order of first appearance; a value already in a group is not added again."""
 
-    def __init__(self) -> None:
-        self.by_label: dict[str, Group] = {}
-        self.seen: set[str] = set()
+    by_label: dict[str, Group] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
 
     def add(self, label: str, values: Iterable[tuple[int, str]], handle: str | None = None) -> None:
         group = self.by_label.setdefault(label, Group(label))
@@ -280,10 +246,9 @@ def _seq(entry: Entry) -> str:
 
 
 def collect(entries: Sequence[Entry]) -> tuple[list[Group], LeftOut, list[Group]]:
-    """``(carried groups, carried left-out, fresh groups)`` of ``entries``: the groups of the facts
-    blocks of earlier summaries among them, and the exact values of the rest, each with what it
-    belongs to (a tool result and its call's arguments: the call; other text: its message). The
-    handles of the entries' own tool results are not values (the group names them)."""
+    """``(carried groups, carried left-out, fresh groups)`` of ``entries``: the groups of the facts blocks
+    of earlier summaries among them, and the exact values of the rest, each under what it belongs to
+    (the handles of the entries' own tool results are no values: the groups name them)."""
     own = {handle_of(e) for e in entries if e.role == "tool"} | {r for e in entries for r in e.refs}
     carried_groups: list[Group] = []
     left = LeftOut()
@@ -292,7 +257,7 @@ def collect(entries: Sequence[Entry]) -> tuple[list[Group], LeftOut, list[Group]
     for entry in entries:
         rest, lines = split_blocks(content_of(entry.message))
         if lines:
-            groups, earlier = _parse([line if line.startswith(VALUE_INDENT) else f"- {line}" for line in lines])
+            groups, earlier = _parse(lines)
             carried_groups.extend(groups)
             left.add(earlier.count, earlier.handles)
         found = [(rank, v) for rank, v in values_in(rest) if v not in own]
@@ -338,8 +303,7 @@ def choose(groups: Sequence[Group], summary: str, max_tokens: int, model: str = 
 
 
 def _render(label: str, groups: Sequence[Group], chosen: Sequence[tuple[int, str]], left: str) -> str:
-    """The block: its label, each group with a chosen value (its header, then its chosen values in
-    the order first seen; a bare value as its own line), then the left-out line."""
+    """The block: its label, each group with a chosen value (its header, then those values), the left-out line."""
     picked: dict[int, set[str]] = {}
     for g, value in chosen:
         picked.setdefault(g, set()).add(value)
@@ -360,23 +324,17 @@ def _render(label: str, groups: Sequence[Group], chosen: Sequence[tuple[int, str
 
 def facts_block(entries: Sequence[Entry], summary: str, max_tokens: int = FACTS_TOKENS, model: str = "") -> str:
     """The labelled block of the exact values of ``entries`` missing from ``summary``, each under
-    what it belongs to; "" when there is none or ``max_tokens`` is 0.
-
-    The values the range's own messages hold get ``max_tokens`` tokens (label included); the
-    values of the blocks of earlier summaries in the range get :data:`CARRY_FACTOR` times as much
-    again, so a newly summarized range always has room for its own. Within each, the most specific
-    values and the newest groups come first; what does not fit is counted, with the handles that
-    hold it, on the block's last line."""
+    what it belongs to; "" when there is none or ``max_tokens`` (tokens: the range's own values,
+    label included; carried ones get :data:`CARRY_FACTOR` times as much again) is 0."""
     if not entries or max_tokens <= 0:
         return ""
     carried_groups, left, fresh = collect(entries)
     label = LABEL.format(range=label_range(entries))
     room = max_tokens - count_text(label, model) - 1
     fresh_chosen = choose(fresh, summary, room, model) if room > 0 else []
-    old_chosen = choose(carried_groups, summary, CARRY_FACTOR * max_tokens, model) if carried_groups else []
+    old_chosen = choose(carried_groups, summary, CARRY_FACTOR * max_tokens, model)
     groups = [*carried_groups, *fresh]
-    shift = len(carried_groups)
-    order = [*((g + shift, v) for g, v in fresh_chosen), *old_chosen]  # best first: the range's own, then carried
+    order = [*((g + len(carried_groups), v) for g, v in fresh_chosen), *old_chosen]  # the range's own first
     cap = max_tokens + (CARRY_FACTOR * max_tokens if carried_groups else 0)
     while True:
         lost = LeftOut(left.count, list(left.handles))

@@ -5,29 +5,12 @@ observation masking as good as LLM summarization at about half the cost, with a 
 turns; the tool-result lifecycle is "full while referenced, then findings only, then removed";
 pointer memory lets the model see a key (a handle) instead of the value.
 
-The newest tool results stay verbatim: at most ``keep`` of them and, past the newest one, at
-most ``keep_tokens`` (a fraction of the context window) in all. Each older result over ``min_tokens`` becomes
-``[ctxagent masked an old tool result: shell(command=ls -la), 1,234 tokens; full result: @c12 ...]``
-(the call in short, looked up in the preceding assistant message, the size, the handle). An
-offloaded preview (its content names its own handle) becomes the stub whatever its size and
-points at the stored file. The original entry of every other masked result goes to
-``Outcome.offloads`` so the runner stores it under the entry's handle. Pinned facts of a masked
-result are kept in its stub. Deterministic and idempotent; a view where nothing qualifies is
-returned unchanged (IDENTITY).
-
-In steps, for prompt caching (PREFIX; Anthropic's context editing has ``clear_at_least`` for the
-same reason): masking an old result rewrites a message the provider has cached, so results are
-masked only once at least ``batch`` of them qualify (or the request is over the profile's trigger),
-and then all of them at once, down to ``keep``. Each stub is recorded as a compaction, so the next
-requests extend this one and a resume replays it.
-
-Parameters:
-    keep: tool results (counted from the newest) kept verbatim; default 10.
-    keep_tokens: fraction of the context window those verbatim results may take; default 0.15
-        (in a 32K window two or three 1,500-token outputs, in a 128K one ~19K tokens).
-    min_tokens: tokens a result must exceed to be masked (offloaded previews always are); default 50.
-    batch: results that must qualify before any already-sent one is masked; default ``keep``
-        (``1`` masks one result per request, the behaviour that breaks the cache every turn).
+The newest results stay verbatim (at most ``keep``, and past the newest ``keep_tokens`` of the
+window); each older one over ``min_tokens``, and every offloaded preview, becomes ``[ctxagent masked
+an old tool result: shell(command=ls -la), 1,234 tokens; full result: @c12 ...]``. Masking rewrites a
+message the provider has cached, so already-sent results are masked only once ``batch`` of them
+qualify (or the request is over the trigger), then all at once (PREFIX; Anthropic's context editing
+has ``clear_at_least`` for the same reason).
 """
 
 from __future__ import annotations
@@ -43,6 +26,7 @@ from ctxagent.strategies.common import (
     content_of,
     follow_calls,
     handle_of,
+    newest_within,
     replaced,
     short_call,
     size_of,
@@ -54,18 +38,14 @@ from ctxagent.strategies.step import Count, Fraction, StrategyConfig
 
 def stub(entry: Entry, call: dict[str, Any] | None, pins: tuple[str, ...]) -> str:
     """The one-line stub of a masked tool result (plus ``[pinned]`` lines for its pinned facts)."""
-    handle = handle_of(entry)
-    line = (
-        f"[ctxagent masked an old tool result: {short_call(call, 80)}, {size_of(entry)} tokens; "
-        f"full result: {handle} (read_output or grep_output)]"
-    )
+    line = (f"[ctxagent masked an old tool result: {short_call(call, 80)}, {size_of(entry)} tokens; "
+            f"full result: {handle_of(entry)} (read_output or grep_output)]")
     return with_pins(line, [content_of(entry.message)], pins)
 
 
 @dataclass
 class _State:
-    """What masking folds over a view: the indexes of its tool results, and of the original ones a
-    stub would shrink, with the stub and whether the result is already stored (oldest first)."""
+    """What masking folds: its tool results' indexes, and the original ones a stub shrinks (with it)."""
 
     results: list[int] = field(default_factory=list)
     maskable: list[tuple[int, Entry, bool]] = field(default_factory=list)
@@ -73,15 +53,8 @@ class _State:
 
 
 def _kept(view: list[Entry], recent: list[int], max_tokens: float) -> int:
-    """How many of the ``recent`` results (indexes, oldest first) stay verbatim: the newest always,
-    then older ones while their tokens add up to at most ``max_tokens``."""
-    total, kept = 0, 0
-    for index in reversed(recent):
-        total += view[index].tokens
-        if kept and total > max_tokens:
-            break
-        kept += 1
-    return kept
+    """How many ``recent`` results stay verbatim: the newest always, then older ones within ``max_tokens``."""
+    return max(len(newest_within(recent, lambda index: view[index].tokens, max_tokens)), min(1, len(recent)))
 
 
 class MaskObservationsStep(StrategyConfig):
@@ -98,9 +71,8 @@ class MaskObservationsStep(StrategyConfig):
 
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
         scan = scan or Scan()
-        memo = scan.memo
         state = scan.fold(view, (self.min_tokens, ctx.pins, ctx.model), _State,
-                          lambda state, index, entry: self._fold(state, index, entry, ctx, memo))
+                          lambda state, index, entry: self._fold(state, index, entry, ctx, scan.memo))
         keep, results = self.keep, state.results
         batch = max(1, self.batch or keep or 1)
         kept = _kept(view, results[max(0, len(results) - keep):] if keep else [], self.keep_tokens * ctx.budget.window)
@@ -129,10 +101,9 @@ class MaskObservationsStep(StrategyConfig):
             state.maskable.append((index, new, stored))
 
     def _masked(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> tuple[Entry | None, bool]:
-        """``(stub entry or None, already stored)``: None when ``entry`` is too small to mask or
-        its stub would not be smaller. One call per entry: the memo keeps the answer."""
+        """``(stub entry, already stored)``, the stub None when too small or not smaller (memoized)."""
         stored = stored_handle(entry) is not None
         if not stored and entry.tokens <= self.min_tokens:
             return None, stored
-        new = replaced(entry, {**entry.message, "content": stub(entry, call, ctx.pins)}, ctx, self.strategy)
+        new = replaced(entry, stub(entry, call, ctx.pins), ctx, self.strategy)
         return (new if new.tokens < entry.tokens else None), stored

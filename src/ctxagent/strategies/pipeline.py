@@ -1,21 +1,15 @@
 """Running a pipeline: each strategy whose trigger fires, every change it makes recorded.
 
-Pure: no I/O. ``replay`` rebuilds the view the transcript's recorded compactions describe, so a
-resumed session sees what it saw before (SAME CONTEXT ON RESUME). :meth:`Engine.run` applies the
-profile's strategies for one path and returns the new view with **every** change expressed as
-compactions (:func:`changes`): the view a run returns is always ``replay(view, compactions)``, so
-recording the compactions and replaying them (live or on resume) gives the same view, and nothing
-changes an earlier message except a recorded step (PREFIX).
+Pure: no I/O. :func:`replay` rebuilds the view the recorded compactions describe (SAME CONTEXT ON
+RESUME); :meth:`Engine.run` returns every change as compactions (:func:`changes`), so replaying them,
+live or on resume, gives the same view, and only a recorded step changes an earlier message (PREFIX).
+An :class:`Engine` belongs to one session and holds each step's :class:`~ctxagent.strategies.base.Scan`,
+so two sessions (two sub-agents on two threads) never share one.
 
-An :class:`Engine` belongs to one session (its :class:`~ctxagent.agent.context.ContextState`): it
-holds each step's :class:`~ctxagent.strategies.base.Scan`, the incremental fold and memo that keep
-per-request work flat, so two sessions (two sub-agents on two threads) never share one.
-
-Steps that edit old messages in batches (``mask_observations``, ``prune``, ``dedupe``: a step class
-with ``batched = True``) edit freely only messages from ``ctx.free_from`` on (those never sent, so
-no provider has cached them); older ones only when their own batch threshold is reached. When any
-step of a build changed the view, the prefix is broken from that point anyway, so the batched steps
-run a second time with ``free_from`` moved back to it: pending edits ride along for free.
+Batched steps (``batched = True``: ``mask_observations``, ``prune``, ``dedupe``) edit freely only
+messages never sent (``ctx.free_from`` on), older ones when their batch is reached; when any step of
+a build changed the view, the prefix is broken from there anyway, so they run again with
+``free_from`` moved back to it: pending edits ride along for free.
 """
 
 from __future__ import annotations
@@ -30,14 +24,9 @@ from ctxagent.strategies.step import StrategyConfig
 
 
 def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
-    """Apply recorded compactions in order: each replaces the entries inside its seq range.
-
-    ``view`` is ordered by seq with disjoint ranges (pins entries, seq -1, only in front). A
-    compaction whose range covers an earlier one's replacement supersedes it. Entries are replaced
-    only when wholly inside the range, so a call is never split from its results. A replacement of
-    exactly one tool result keeps that result's handle. Cost: a binary search and a slice per
-    compaction.
-    """
+    """Apply recorded compactions in order: each replaces the entries wholly inside its seq range (a
+    call is never split from its results; an earlier replacement inside is superseded); a replacement
+    of one tool result keeps its handle. ``view``: ordered by seq, disjoint ranges, pins (seq -1) first."""
     for comp in compactions:
         lo = bisect_left(view, comp.start, key=lambda e: e.start)
         hi = lo
@@ -58,9 +47,8 @@ def replay(view: list[Entry], compactions: Iterable[Compaction]) -> list[Entry]:
 
 def fires(step: StrategyConfig, view: Sequence[Entry], ctx: StrategyContext, default_trigger: float,
           total: int | None = None) -> bool:
-    """Whether a pipeline step runs: every N turns, or when the request is over its trigger
-    (a fraction of the window; ``0`` runs it on every request); never before turn ``min_turns``.
-    ``total``: the request's tokens (``ctx.budget.total(view)``), when the caller has them already."""
+    """Whether a pipeline step runs: every N turns, or when the request (``total`` tokens, when the caller
+    has them) is over its trigger (``0``: every request); never before turn ``min_turns``."""
     if step.min_turns and ctx.turn < step.min_turns:
         return False
     if step.every_turns:
@@ -70,17 +58,15 @@ def fires(step: StrategyConfig, view: Sequence[Entry], ctx: StrategyContext, def
 
 
 def rule_in_force(steps: Sequence[StrategyConfig], view: Sequence[Entry], budget: Budget, turn: int) -> str:
-    """The ``rule`` label of the last step that fires for ``view`` at ``turn`` (a profile's selection
-    rule in force, e.g. ``adaptive``'s); "no management" when no labelled step fires (only an
-    unlabelled safety net may)."""
+    """The ``rule`` label of the last step that fires for ``view`` at ``turn`` (the selection rule in force,
+    e.g. ``adaptive``'s); "no management" when no labelled step fires (only an unlabelled safety net may)."""
     ctx = StrategyContext(budget=budget, turn=turn)
     fired = [s.rule for s in steps if s.rule and fires(s, view, ctx, budget.trigger)]
     return fired[-1] if fired else "no management"
 
 
 MAX_PASSES = 4
-"""Passes of the whole pipeline a build makes at most: the first, then one more per pass that still
-changed the view (a later step's change can move what an earlier one decides; see :meth:`Engine.run`)."""
+"""Passes of the whole pipeline a build makes at most, while a pass still changes the view (:meth:`Engine.run`)."""
 
 
 class Engine:
@@ -96,22 +82,16 @@ class Engine:
 
     def scan(self, step: StrategyConfig) -> Scan:
         """The scan of ``step``'s strategy in this session (made on first use)."""
-        scan = self._scans.get(step.strategy)
-        if scan is None:
-            scan = self._scans[step.strategy] = Scan()
-        return scan
+        return self._scans.setdefault(step.strategy, Scan())
 
     def run(self, view: list[Entry], steps: Sequence[StrategyConfig], ctx: StrategyContext) -> Outcome:
-        """Run ``steps`` in order over ``view``; returns the final view and the compactions that turn
-        ``view`` into it (in order; replaying them on ``view`` gives the final view), with the warnings
-        of every step that ran (every pass), in order.
+        """Run ``steps`` in order over ``view``: the final view, the compactions that turn ``view`` into it
+        (replayed on ``view``, they give it) and the warnings of every step that ran, in order.
 
-        The result is a fixed point (IDENTITY, ONE STATE): running the steps again on it changes
-        nothing, so a state folded afresh from the transcript, which starts from the result, builds the
-        very request the live run sends. A step decides on the view the steps before it left, so a later
-        step's change can move an earlier one's decision (``dedupe``'s repeated-call flag grows a tool
-        result, which leaves ``mask_observations`` fewer verbatim results to keep); the pipeline then
-        runs again on its result, at most :data:`MAX_PASSES` times in all.
+        The result is a fixed point (IDENTITY, ONE STATE), so a state folded afresh from the transcript
+        builds the very request the live run sends. A later step's change can move an earlier one's
+        decision (``dedupe``'s repeated-call flag grows a result, which leaves ``mask_observations``
+        fewer verbatim results to keep), so the pipeline runs again on its result, :data:`MAX_PASSES` at most.
         """
         result = self._pass(view, steps, ctx)
         for _ in range(MAX_PASSES - 1):
@@ -160,12 +140,9 @@ def _joined(first: Outcome, second: Outcome) -> Outcome:
 
 
 def changes(old: Sequence[Entry], new: Sequence[Entry], strategy: str) -> list[Compaction]:
-    """The compactions that turn ``old`` into ``new`` (both ordered by seq; pins entries ignored).
-
-    An entry of ``new`` that is not an entry of ``old`` replaces the old entries inside its seq
-    range; a run of old entries that ``new`` lacks and no new entry covers is removed (a compaction
-    without message, named ``strategy``).
-    """
+    """The compactions that turn ``old`` into ``new`` (both ordered by seq; pins entries ignored): a new
+    entry replaces the old ones inside its seq range; a run of old entries that no new entry covers is
+    removed (a compaction without message, named ``strategy``)."""
     olds = [e for e in old if e.start >= 0]
     news = [e for e in new if e.start >= 0]
     out: list[Compaction] = []

@@ -4,52 +4,32 @@ Source of the rule (DESIGN.md, "Knowledge"): pruning removes dead-end searches o
 found; a state of verified facts beats a verbatim record of failures; the session shape table
 applies light pruning from 5-15 turns under 70% of the budget.
 
-A tool result is *dead* when it found nothing or failed, judged first by what the tool reported:
-a toolset error (``ERROR: ...``), a timeout or a kill is dead; a status line (:func:`status_of`:
-our shell's ``exit code: N``, and other agents' ``Exit code: N``, ``exit status N``, ``[exit N]``,
-``returncode=N``, ``[Command finished with exit code N]``), as the first non-empty line or else the
-last, decides alone: non-zero is dead, zero is alive whatever the output says (a successful
-``grep -r 'No such file'`` is no dead end; ``exit code: 0`` with no output is a success, e.g.
-``mkdir``). Only a result with no status is judged by its words: empty, or short (at most
-``max_tokens``) and saying "No such file", "not found", "no matches", "does not exist".
-A dead result is pruned when it is at least ``min_age_turns`` turns old and a later unit holds a
-successful (not dead) result of a call to the same tool: a later attempt superseded it. Run it
-before ``mask_observations`` in a pipeline (a masked stub no longer shows that it failed).
-
-A unit whose results are all pruned is replaced whole (assistant message and results: PAIR holds)
-by one user-role note ``[ctxagent pruned dead ends (later attempts succeeded): ...]``
-naming each call, its first line and the handle of its full result (consecutive such units share
-one note). Otherwise each pruned result's content becomes a one-line stub
-``[ctxagent pruned dead end: ... ]`` in the same tool message. Pruned originals go to
-``Outcome.offloads`` (their handles resolve); pinned facts are kept in the note or stub. A stub
-is made only when it is smaller than the result; a note always (for a tiny dead end it may cost
-a few tokens more, and it tells the model the attempt was superseded). The newest unit is never
-pruned. Deterministic, idempotent; a view without prunable results is returned unchanged.
-In steps (PREFIX): already-sent results are pruned only once ``batch`` of them qualify (or the
-request is over the profile's trigger, or another step broke the cached prefix before them), each
-change recorded as a compaction.
-
-Parameters:
-    min_age_turns: turns a dead result must be old before it is pruned; default 3.
-    max_tokens: tokens under which a result is checked for "not found"-style wordings; default 200.
-    batch: dead results that must qualify before any already-sent one is pruned; default 3.
+A result is dead (:func:`is_dead`) by what the tool reported first: an error, a timeout, a kill,
+or a status line (:func:`status_of`), non-zero dead and zero alive whatever the output says (a
+successful ``grep -r 'No such file'`` is no dead end); only without a status by its words (empty, or
+short and saying "not found"). A dead result ``min_age_turns`` old is pruned once a later unit holds
+a success of the same tool: a unit whose results all are becomes one note ``[ctxagent pruned dead
+ends ...]`` (PAIR holds; consecutive ones share it), any other a one-line stub in its tool message
+(when smaller), each naming the handle of the full result (offloaded) and keeping its pins. The
+newest unit is never pruned. Run it before ``mask_observations`` (a stub no longer shows a failure).
+Already-sent results are pruned only in batches of ``batch`` (PREFIX).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import Message
+from ctxagent.messages import text_of
 from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyContext, groups
 from ctxagent.strategies.common import (
     call_name,
     calls_of_results,
+    consecutive,
     content_of,
     cut_line,
     follow_calls,
@@ -57,7 +37,6 @@ from ctxagent.strategies.common import (
     refs_of,
     replaced,
     short_call,
-    text,
     with_pins,
 )
 from ctxagent.strategies.step import Count, StrategyConfig
@@ -86,8 +65,7 @@ def status_of(content: str) -> int | None:
 
 
 def is_dead(entry: Entry, max_tokens: int = 200) -> bool:
-    """Whether a tool result found nothing or failed (see the module docstring): what the tool
-    reported first, its words only when it reported no status."""
+    """Whether a tool result found nothing or failed (module docstring): its status first, else its words."""
     content = content_of(entry.message)
     if _FAILED.match(content):
         return True
@@ -105,17 +83,13 @@ def first_line(entry: Entry) -> str:
     lines = [line for line in content_of(entry.message).splitlines() if line.strip()]
     if not lines:
         return "(empty)"
-    exit_line = len(lines) > 1 and bool(_STATUS.fullmatch(lines[0]))
-    shown = f"{lines[0]} | {lines[1]}" if exit_line else lines[0]
-    return cut_line(shown, 100)
+    return cut_line(" | ".join(lines[:2]) if _STATUS.fullmatch(lines[0]) else lines[0], 100)
 
 
 @dataclass
 class _State:
-    """What ``prune`` folds over a view (see :meth:`~ctxagent.strategies.base.Scan.fold`): the unit
-    each entry belongs to (the index that opened it, as :func:`groups` cuts them), the newest unit
-    holding a successful result of each tool, and the dead original results with their unit, tool
-    and turn."""
+    """What ``prune`` folds: the current unit (as :func:`groups` cuts them), the newest unit holding a
+    success of each tool, and the dead original results."""
 
     unit: int = -1  # index of the entry that opened the current unit
     unit_calls: bool = False  # the current unit was opened by an assistant message with tool calls
@@ -131,15 +105,14 @@ class PruneStep(StrategyConfig):
     batched: ClassVar[bool] = True
     strategy: Literal["prune"] = "prune"
     min_age_turns: Count = Field(3, description="turns a dead result must be old before it is pruned")
-    max_tokens: Count = Field(200, description="tokens under which a result is checked for 'not found'-style "
-                              "wordings")
+    max_tokens: Count = Field(200, description="tokens under which a result is checked for 'not found'-style wordings")
     batch: Count = Field(3, description="dead results that must qualify before any already-sent one is pruned")
 
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
         scan = scan or Scan()
         memo = scan.memo
-        state = scan.fold(view, self.max_tokens, _State, lambda state, index, entry: self._fold(state, index, entry,
-                                                                                                  memo))
+        state = scan.fold(view, self.max_tokens, _State,
+                          lambda state, index, entry: self._fold(state, index, entry, memo))
         now, batch = max(ctx.turn, state.turn), max(1, self.batch)
         found = [(i, unit) for i, unit, name, turn in state.dead
                  if unit != state.unit and now - turn >= self.min_age_turns and state.success.get(name, -1) > unit]
@@ -152,14 +125,13 @@ class PruneStep(StrategyConfig):
         whole = [u for u in units if len(u) > 1 and all(i in dead for i in u[1:])]
         out: list[Entry | None] = list(view)
         offloads: list[Entry] = []
-        for run in self._consecutive(whole):
+        for run in consecutive(i for unit in whole for i in unit):
             entries = [view[i] for i in run]
-            results = [i for i in run if view[i].role == "tool"]
-            out[run[0]] = memo.get(entries[0], (ctx.pins, ctx.model),
-                                   partial(self._note_entry, view, run, entries, calls, ctx), tuple(entries[1:]))
+            out[run[0]] = memo.get(entries[0], (ctx.pins, ctx.model), partial(self._note, entries, calls, run, ctx),
+                                   tuple(entries[1:]))
             for i in run[1:]:
                 out[i] = None
-            offloads.extend(view[i] for i in results)
+            offloads.extend(e for e in entries if e.role == "tool")
         in_whole = {i for u in whole for i in u}
         for index in sorted(dead - in_whole):
             entry, call = view[index], calls.get(index)
@@ -187,36 +159,19 @@ class PruneStep(StrategyConfig):
         elif dead and entry.kind == "message" and call is not None:
             state.dead.append((index, state.unit, name, entry.turn))
 
-    def _note_entry(self, view: list[Entry], run: list[int], entries: list[Entry],
-                    calls: dict[int, dict[str, Any]], ctx: StrategyContext) -> Entry:
-        """The one note entry that stands for a run of wholly dead units."""
-        message = self._note(view, run, calls, ctx)
-        return Entry(message, count_message(message, ctx.model), entries[0].start, entries[-1].end,
-                     entries[-1].turn, kind=self.strategy, refs=refs_of(entries, ctx.budget.window))
-
     def _stub(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> Entry | None:
         """The one-line stub of a dead result, or None when it would not be smaller."""
         line = (f"[ctxagent pruned dead end: {short_call(call, 60)} → {first_line(entry)}; "
                 f"superseded by a later {call_name(call)} call; full result: {handle_of(entry)}]")
-        content = with_pins(line, [content_of(entry.message)], ctx.pins)
-        new = replaced(entry, {**entry.message, "content": content}, ctx, self.strategy)
+        new = replaced(entry, with_pins(line, [content_of(entry.message)], ctx.pins), ctx, self.strategy)
         return new if new.tokens < entry.tokens else None
 
-    @staticmethod
-    def _consecutive(units: list[list[int]]) -> list[list[int]]:
-        """Units that follow each other in the view, merged into runs of indexes."""
-        runs: list[list[int]] = []
-        for unit in units:
-            if runs and runs[-1][-1] + 1 == unit[0]:
-                runs[-1].extend(unit)
-            else:
-                runs.append(list(unit))
-        return runs
-
-    def _note(self, view: Sequence[Entry], run: list[int], calls: dict[int, dict[str, Any]],
-              ctx: StrategyContext) -> Message:
-        """The user-role note that stands for whole pruned units (``run``: their indexes)."""
-        parts = [f"{short_call(calls.get(i), 60)} → {first_line(view[i])} ({handle_of(view[i])})"
-                 for i in run if view[i].role == "tool"]
+    def _note(self, entries: list[Entry], calls: dict[int, dict[str, Any]], run: list[int],
+              ctx: StrategyContext) -> Entry:
+        """The user-role note entry that stands for whole pruned units (``entries``, at indexes ``run``)."""
+        parts = [f"{short_call(calls.get(i), 60)} → {first_line(e)} ({handle_of(e)})"
+                 for i, e in zip(run, entries, strict=True) if e.role == "tool"]
         line = "[ctxagent pruned dead ends (later attempts succeeded): " + "; ".join(parts) + "]"
-        return {"role": "user", "content": with_pins(line, (text(view[i]) for i in run), ctx.pins)}
+        message = {"role": "user", "content": with_pins(line, (text_of(e.message) for e in entries), ctx.pins)}
+        return Entry(message, count_message(message, ctx.model), entries[0].start, entries[-1].end,
+                     entries[-1].turn, kind=self.strategy, refs=refs_of(entries, ctx.budget.window))

@@ -1,10 +1,6 @@
-"""Every strategy, by name: the step classes of the strategy modules, and their union.
-
-The registry is the step classes themselves (:func:`ctxagent.strategies.step.kinds`: declaring one
-registers it, a name declared twice is refused); this module imports every strategy module so that
-all of them are declared, and derives :data:`Step` from them: what a profile's pipeline lists, a
-pydantic discriminated union told apart by the ``strategy`` key (an unknown name is refused when the
-profile loads).
+"""Every strategy, by name: this module imports every strategy module, so that all step classes are
+declared (:func:`ctxagent.strategies.step.kinds`), and derives :data:`Step` from them: what a
+profile's pipeline lists, a pydantic union told apart by the ``strategy`` key.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 
 from ctxagent.strategies.base import Entry
-from ctxagent.strategies.common import calls_of_results, content_of, cut_line, short_call
+from ctxagent.strategies.common import calls_of_results, content_of, cut_line, newest_within, short_call
 from ctxagent.tokens import count_text
 
 _FACT = re.compile(
@@ -24,13 +24,9 @@ _FACT = re.compile(
 FACT_LINE_CHARS = 160  # a fact line is cut to this many characters
 
 
-# --- flattened text ---------------------------------------------------------------------------
-
-
 def render(entries: Sequence[Entry]) -> str:
-    """A plain-text rendering of ``entries`` (whole units) for a summarizer: one block per message,
-    labelled with its seq (``#12``), tool results as ``result of name(args): ...``; no tool
-    schemas, no tool-role messages."""
+    """A plain-text rendering of ``entries`` (whole units) for a summarizer: one block per message labelled
+    with its seq (``#12``), a tool result as ``result of name(args): ...``; no tool schemas, no tool-role messages."""
     calls = calls_of_results(entries)
     blocks: list[str] = []
     for index, entry in enumerate(entries):
@@ -68,15 +64,7 @@ def fact_lines(entries: Sequence[Entry], max_tokens: int, model: str = "") -> li
         line = line.strip()
         if len(line) >= 4 and _FACT.search(line):
             found.setdefault(cut_line(line, FACT_LINE_CHARS), None)
-    picked: list[str] = []
-    total = 0
-    for line in reversed(list(found)):
-        cost = count_text(line, model) + 1
-        if total + cost > max_tokens:
-            break
-        picked.append(line)
-        total += cost
-    return picked[::-1]
+    return newest_within(list(found), lambda line: count_text(line, model) + 1, max_tokens)
 
 
 def task_text(view: Sequence[Entry]) -> str:

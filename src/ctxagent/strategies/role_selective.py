@@ -5,30 +5,12 @@ cuts tool results over ~300 tokens to their findings and assistant text over ~40
 conclusion; the middle-out preview keeps the beginning (headers, structure) and the end
 (conclusions, final values); LLM compression belongs to interactive paths only.
 
-Outside the last ``keep_turns`` units (still being worked on), each original tool result over
-``tool_tokens`` tokens becomes its first ``head_lines`` and last ``tail_lines`` lines (each line
-cut to 200 characters) around a marker naming the call, the size and the handle of the full
-result; the original goes to ``Outcome.offloads`` (an offloaded preview keeps pointing at its
-stored file). Each original assistant message whose text is over ``assistant_tokens`` keeps only
-its conclusion, the last paragraph (cut middle-out to half of ``assistant_tokens``), with its
-tool calls untouched. System and user messages are never touched. Pinned facts of a reduced
-message are kept in it. These reductions are view-only (recomputed every request, idempotent).
-
-With ``llm: true`` and a summarizer (interactive path), up to ``max_calls`` tool results per
-request are reduced by the LLM to their key findings instead; each such result is recorded as a
-compaction of that one message, replaced by a tool message with the same ``tool_call_id`` (PAIR
-holds, and resume never recomputes it). A failed or unchecked LLM reduction (empty, over
-``findings_tokens``, a pinned fact dropped, an exception, a request the summarizer's window cannot
-hold) falls back to the deterministic one and is reported in ``Outcome.warnings``.
-
-Parameters:
-    tool_tokens: tokens over which a tool result is reduced; default 300.
-    assistant_tokens: tokens of text over which assistant text is reduced; default 400.
-    keep_turns: newest units left untouched; default 2, at least 1 (the turn in flight).
-    head_lines, tail_lines: lines kept at the head and tail of a reduced tool result; 8 and 4.
-    llm: reduce tool results with the summarizer when one is given; default false.
-    findings_tokens: tokens an LLM reduction may have; default 200.
-    max_calls: LLM reductions per request at most; default 4.
+Outside the last ``keep_turns`` units, a tool result over ``tool_tokens`` keeps its first and last
+lines around a marker naming the call, size and handle (the original is offloaded), assistant text
+over ``assistant_tokens`` its last paragraph; pins are kept. These reductions are view-only
+(recomputed every request). With ``llm: true``, up to ``max_calls`` results per request are reduced
+to their findings by the summarizer instead, each recorded as a compaction of that one message; a
+failed one falls back to head and tail and is reported in ``Outcome.warnings``.
 """
 
 from __future__ import annotations
@@ -66,16 +48,11 @@ FINDINGS_PROMPT = (
 
 
 def head_tail(content: str, head: int, tail: int, marker: str) -> str:
-    """``content``'s first ``head`` and last ``tail`` lines (each cut to :data:`LINE_CHARS`) around
-    ``marker``."""
-    lines = content.splitlines()
-    if len(lines) > head + tail:
-        kept_head, kept_tail = lines[:head], lines[len(lines) - tail :] if tail else []
-    else:
-        kept_head, kept_tail = lines, []
-    cut = [line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + "…" for line in kept_head]
-    cut_tail = [line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + "…" for line in kept_tail]
-    return "\n".join([*cut, marker, *cut_tail])
+    """``content``'s first ``head`` and last ``tail`` lines (each cut to :data:`LINE_CHARS`) around ``marker``."""
+    lines = [line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + "…" for line in content.splitlines()]
+    if len(lines) <= head + tail:
+        return "\n".join([*lines, marker])
+    return "\n".join([*lines[:head], marker, *lines[len(lines) - tail :]])
 
 
 def conclusion(content: str, max_tokens: int, model: str = "") -> str:
@@ -112,11 +89,13 @@ class RoleSelectiveStep(StrategyConfig):
             if index in recent or entry.kind != "message":
                 continue
             new, by_llm = None, False
-            if entry.role == "tool" and entry.tokens > self.tool_tokens:
-                new, by_llm = self._reduced(entry, calls.get(index), ctx, llm_calls > 0, warnings)
+            if entry.role == "tool" and entry.tokens > self.tool_tokens:  # by the LLM when it is smaller
+                new = self._findings(entry, calls.get(index), ctx, warnings) if llm_calls > 0 else None
+                by_llm = new is not None and new.tokens < entry.tokens
+                new = new if by_llm else self._head_tail(entry, calls.get(index), ctx)
                 llm_calls = max(0, llm_calls - 1)
             elif entry.role == "assistant":
-                new = self._conclusion(entry, ctx, self.assistant_tokens)
+                new = self._conclusion(entry, ctx)
             if new is None or new.tokens >= entry.tokens:
                 continue
             out[index] = new
@@ -129,26 +108,15 @@ class RoleSelectiveStep(StrategyConfig):
             return Outcome(view, warnings=warnings)
         return Outcome(out, compactions, offloads, warnings)
 
-    def _reduced(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext, llm: bool,
-                 warnings: list[str]) -> tuple[Entry | None, bool]:
-        """A large tool result reduced: by the LLM's findings when ``llm`` and they are smaller, else to
-        its head and tail; and whether the LLM made it."""
-        if llm:
-            new = self._findings(entry, call, ctx, self.findings_tokens, warnings)
-            if new is not None and new.tokens < entry.tokens:
-                return new, True
-        return self._head_tail(entry, call, ctx, self.head_lines, self.tail_lines), False
-
     def _findings(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext,
-                  max_tokens: int, warnings: list[str]) -> Entry | None:
-        """The LLM reduction of one tool result, or None when it failed (its warning added to
-        ``warnings``)."""
+                  warnings: list[str]) -> Entry | None:
+        """The LLM reduction of one tool result, or None when it failed (its warning added to ``warnings``)."""
         assert ctx.summarizer is not None
         content = content_of(entry.message)
         try:
             findings = condense(f"result of {short_call(call, 200)}:\n{content}", summarizer=ctx.summarizer,
-                                final_prompt=FINDINGS_PROMPT.format(max_tokens=max_tokens),
-                                max_tokens=max_tokens, chunk_tokens=8000,
+                                final_prompt=FINDINGS_PROMPT.format(max_tokens=self.findings_tokens),
+                                max_tokens=self.findings_tokens, chunk_tokens=8000,
                                 pins=pins_in([content], ctx.pins), model=ctx.model,
                                 window=ctx.summarizer_window)
         except SummaryFailed as err:
@@ -157,19 +125,19 @@ class RoleSelectiveStep(StrategyConfig):
             return None
         label = (f"[ctxagent findings of {short_call(call, 80)}, a {size_of(entry)}-token result; "
                  f"full result: {handle_of(entry)} (read_output or grep_output)]")
-        return replaced(entry, {**entry.message, "content": f"{label}\n{findings}"}, ctx, self.strategy)
+        return replaced(entry, f"{label}\n{findings}", ctx, self.strategy)
 
-    def _head_tail(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext, head: int,
-                   tail: int) -> Entry:
+    def _head_tail(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> Entry:
         """The deterministic head-and-tail reduction of one tool result."""
         content = content_of(entry.message)
         marker = (f"[... ctxagent cut this {size_of(entry)}-token result of {short_call(call, 80)} to its "
                   f"head and tail; full result: {handle_of(entry)} (read_output or grep_output) ...]")
-        reduced = with_pins(head_tail(content, head, tail, marker), [content], ctx.pins)
-        return replaced(entry, {**entry.message, "content": reduced}, ctx, self.strategy)
+        reduced = head_tail(content, self.head_lines, self.tail_lines, marker)
+        return replaced(entry, with_pins(reduced, [content], ctx.pins), ctx, self.strategy)
 
-    def _conclusion(self, entry: Entry, ctx: StrategyContext, max_tokens: int) -> Entry | None:
-        """Assistant text over ``max_tokens`` reduced to its conclusion, or None when it is not over."""
+    def _conclusion(self, entry: Entry, ctx: StrategyContext) -> Entry | None:
+        """Assistant text over ``assistant_tokens`` reduced to its conclusion, or None when it is not over."""
+        max_tokens = self.assistant_tokens
         if entry.tokens <= max_tokens:  # cheap first: the entry's count includes its text
             return None
         content = content_of(entry.message)
@@ -178,5 +146,4 @@ class RoleSelectiveStep(StrategyConfig):
             return None
         reduced = (f"[ctxagent cut {tokens} tokens of reasoning to the conclusion]\n"
                    f"{conclusion(content, max_tokens // 2, ctx.model)}")
-        reduced = with_pins(reduced, [content], ctx.pins)
-        return replaced(entry, {**entry.message, "content": reduced}, ctx, self.strategy)
+        return replaced(entry, with_pins(reduced, [content], ctx.pins), ctx, self.strategy)

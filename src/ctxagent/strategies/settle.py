@@ -1,29 +1,17 @@
 """``settle``: the tool results of one reply are budgeted together, before they are first sent.
 
-A tool output is offloaded on its own when it is over the tool-result limit (``tools/offload.py``),
-so each result fits; several results of one reply can still overflow the window together, and no
-strategy drops the newest unit (the call the model just made). Found by a new user's trial (issue
-34): on ``minimal`` in a 32K window, four ~6,900-token results in one reply, each under the
-8,000-token limit, ended the run with exit 5 and nothing offloaded.
-
-The rule: the tool results of the newest unit that were never sent (``ctx.free_from`` on: no
-provider cached them, editing them breaks no prefix) must fit under the trigger together with
-everything no strategy may drop (system message, pins, task, current user message, the assistant
-message that made the calls, tool schemas, reserve). When they do not, the largest verbatim result
-becomes a preview (head and tail, middle-out, at most ``preview_tokens``; the size and the handle
-of the full output, which goes to the output store), then the next largest, until they fit. Only when
-they would still crowd the window itself (over :data:`STUBS` of it, or the trigger when higher: the
-other steps' notes and markers need the rest), not merely pass the trigger, do previews and offloaded
-results become one-line stubs, largest first: in a 4,096-token window the trigger left ~600 tokens for
-messages, and a 2 MB log's 545-token offloaded preview alone became a stub, so a 1.5B model never saw
-the preview's lines nor how to search the output, and answered ``{"request_id": "ERROR"}``. Whatever made the
-results goes through it: parallel calls of one reply, a sub-agent's results (``delegate`` calls),
-an MCP tool's result, the results a resumed session appends for calls left open. Each replacement is
-a recorded compaction (resume replays it; NO LOSS: the handle resolves). The runner runs this step
-first on every request (``agent/runner.py``); a profile does not need to name it. Deterministic and
-idempotent: a view whose newest results fit is returned unchanged (IDENTITY).
-
-Parameters: ``preview_tokens`` (tokens of head and tail a cut result keeps; default 400).
+Each tool output is offloaded on its own past the tool-result limit, yet several results of one
+reply can overflow the window together, and no strategy drops the newest unit (issue 34: on
+``minimal`` in a 32K window, four ~6,900-token results in one reply, each under the 8,000-token
+limit, ended the run with exit 5). So when the newest results, never sent (``ctx.free_from`` on),
+do not fit under the trigger with everything no strategy may drop, the largest becomes a preview
+(head and tail, its size and handle; the full output goes to the store), then the next, until they
+fit. Only over :data:`STUBS` of the window (or the trigger when higher) do they become one-line stubs:
+in a 4,096-token window the trigger left ~600 tokens for messages, a 2 MB log's 545-token preview
+alone became a stub, and a 1.5B model, never seeing its lines nor how to search the output, answered
+``{"request_id": "ERROR"}``. Each cut is a recorded compaction (NO LOSS); results that fit are left as
+they are (IDENTITY). The runner runs this step first on every request (a profile need not name it),
+whatever made the results (parallel calls, ``delegate``, MCP, a resume).
 """
 
 from __future__ import annotations
@@ -83,14 +71,13 @@ class SettleStep(StrategyConfig):
             return None  # already a preview
         text = (preview(view[index], self.preview_tokens, ctx.pins, ctx.model) if cut == "preview"
                 else stub(view[index], calls_of_results(view).get(index), ctx.pins))
-        new = replaced(entry, {**entry.message, "content": text}, ctx, self.strategy)
+        new = replaced(entry, text, ctx, self.strategy)
         return new if new.tokens < entry.tokens else None
 
 
 def newest_results(view: Sequence[Entry], free_from: int) -> tuple[int, list[int]]:
-    """``(index of the assistant message, indexes of its tool results)`` of the newest unit that
-    holds results, when none of them was sent yet (seq at or after ``free_from``); ``(-1, [])``
-    otherwise."""
+    """``(index of the assistant message, indexes of its tool results)`` of the newest unit that holds
+    results, when none of them was sent yet (seq at or after ``free_from``); else ``(-1, [])``."""
     for unit in reversed(groups(view)):
         results = [i for i in unit if view[i].role == "tool"]
         if results:

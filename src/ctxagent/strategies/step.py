@@ -1,18 +1,10 @@
 """A pipeline step: its strategy, its trigger, that strategy's parameters, and the strategy itself.
 
-Each strategy is a subclass of :class:`StrategyConfig` (``TruncateStep``, ``SummarizeStep``, ...):
-a frozen, typed configuration whose ``strategy`` field is the literal name it is known by and whose
-:meth:`~StrategyConfig.apply` is the strategy, a pure function of the view, the context and the
-step's :class:`~ctxagent.strategies.base.Scan`. Declaring the class registers it under that name
-(the one registry: :func:`kinds`; a name declared twice is refused); a profile's pipeline is a list
-of steps told apart by ``strategy`` (a pydantic discriminated union of every class,
-:data:`ctxagent.strategies.registry.Step`). So a parameter is checked, typed and documented where it
-is declared: an unknown one, or one of the wrong type, is refused when the profile is loaded (with
-its file, line and key; :func:`step_error` words the message), and the profile's JSON Schema
-describes every strategy's parameters.
-
-``StrategyConfig(strategy=NAME, **params)`` builds the step class of NAME (for code that builds a
-step from a name); the classes themselves (``TruncateStep(target=0.3)``) are the typed way.
+Each strategy is a frozen, typed subclass of :class:`StrategyConfig` whose ``strategy`` field is its
+literal name and whose :meth:`~StrategyConfig.apply` is the strategy; declaring it registers it
+(:func:`kinds`). A profile's pipeline is a pydantic union of them told apart by ``strategy``
+(:data:`ctxagent.strategies.registry.Step`), so an unknown or ill-typed parameter is refused when the
+profile loads (:func:`step_error` words it) and the profile's JSON Schema documents every one.
 
 Only pydantic is imported here at run time: the profile's schema and every strategy module import it.
 """
@@ -37,34 +29,22 @@ Count = Annotated[int, Field(ge=0, strict=True)]
 """A whole number, 0 or more (tokens, lines, results: the field's description says which)."""
 Fraction = Annotated[float, Field(ge=0, strict=True)]
 """A number, 0 or more: a fraction of the context window unless the description says otherwise."""
-Switch = Annotated[bool, Field(strict=True)]
 KeepTurns = Annotated[int, Field(ge=1, strict=True, description=(
     "units (a call with its results, or one message) kept verbatim at the end; at least 1: the newest "
     "unit is the turn in flight, the call the model just made, and is always kept"))]
 Target = Annotated[float | None, Field(strict=True, ge=0, description=(
     "fraction of the window at or under which nothing is done; null: the profile's target"))]
-MaxTokens = Annotated[int, Field(ge=0, strict=True, description="tokens of the text the step writes at most")]
-ChunkTokens = Annotated[int, Field(ge=0, strict=True, description=(
-    "tokens of rendered text per summarizer call (lowered to fit the summarizer's window)"))]
-FactsTokens = Annotated[int, Field(ge=0, strict=True, description=(
-    "tokens of the block of exact values appended to an LLM summary (0: no block)"))]
 UseLlm = Annotated[bool, Field(strict=True, description="write it with the summarizer when one is given")]
 
 
 class StrategyConfig(BaseModel):
     """One step of a pipeline: the strategy's registered name, when it runs, its parameters.
 
-    ``trigger`` is a fraction of the context window; the step runs only when the request is over
-    it (``None``: the profile's ``trigger``; ``0``: on every request). ``every_turns`` runs it on a
-    turn count instead. ``min_turns``: the step never runs before that turn (seed 003: no management
-    under 5 turns). ``rule``: a label ``inspect context`` shows for the step when it is the last one
-    that fires (the selection rule in force, e.g. the ``adaptive`` profile's). Every other key is a
-    parameter of the strategy, declared by its subclass.
-
-    ``uses_llm``: the strategy may call the summarizer; ``llm_switch``: the boolean parameter that
-    turns that off (``llm``, ``rolling``), if it has one. ``batched``: the strategy edits old
-    messages in batches, so the pipeline runs it again when another step broke the cached prefix
-    (:mod:`ctxagent.strategies.pipeline`).
+    The fields of :data:`COMMON` say when it runs (``min_turns``: seed 003, no management under 5
+    turns); every other key is a parameter of the strategy, declared by its subclass. ``uses_llm``:
+    the strategy may call the summarizer; ``llm_switch``: the boolean parameter that turns that off
+    (``llm``, ``rolling``), if it has one; ``batched``: it edits old messages in batches, so the
+    pipeline runs it again when another step broke the cached prefix (:mod:`ctxagent.strategies.pipeline`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -103,14 +83,12 @@ class StrategyConfig(BaseModel):
             raise TypeError(f"strategy {name!r} is declared twice: {taken.__qualname__} and {cls.__qualname__}")
 
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
-        """The strategy: the new view and what to record (see :class:`~ctxagent.strategies.base.Outcome`).
-        ``view``: oldest first, never changed in place; ``scan``: this step's incremental work for
-        the session (None: start afresh). Pure: the same arguments give the same outcome."""
+        """The strategy, pure: the new view and what to record (:class:`~ctxagent.strategies.base.Outcome`).
+        ``view``: oldest first, never changed in place; ``scan``: this step's work for the session (None: afresh)."""
         raise NotImplementedError(f"{type(self).__name__} declares no strategy")
 
     def params(self) -> dict[str, Any]:
-        """The strategy's parameters the step sets (every key but ``strategy``, ``trigger``,
-        ``every_turns``, ``min_turns``, ``rule``; defaults left out)."""
+        """The strategy's parameters the step sets (every key but :data:`COMMON`; defaults left out)."""
         return {key: getattr(self, key) for key in sorted(self.model_fields_set - COMMON)}
 
     def needs_llm(self) -> bool:
@@ -120,8 +98,7 @@ class StrategyConfig(BaseModel):
 
 
 def kinds() -> dict[str, type[StrategyConfig]]:
-    """Every strategy declared so far (``ctxagent.strategies.registry`` imports them all): its step
-    class by name, sorted by name."""
+    """The step class of every strategy declared so far (the registry imports them all), sorted by name."""
     return dict(sorted(StrategyConfig._kinds.items()))
 
 
@@ -144,8 +121,7 @@ def step_error(error: ErrorDetails) -> tuple[list[str], str] | None:
         return [*where, "strategy"], f"a step names its strategy (strategy: NAME); known: {', '.join(known())}"
     if not rest or rest[0] not in kinds:
         return loc, error["msg"]
-    kind, rest = kinds[rest[0]], rest[1:]
-    name = kind.model_fields["strategy"].default
+    name, kind, rest = rest[0], kinds[rest[0]], rest[1:]  # the union's tag is the strategy's name
     if not rest or rest[0] in COMMON:
         return [*where, *rest], error["msg"]
     if error["type"] == "extra_forbidden":
@@ -165,15 +141,16 @@ class LlmStep(StrategyConfig):
     """The parameters of a step that may write its text with the summarizer (an LLM)."""
 
     uses_llm: ClassVar[bool] = True
-    max_tokens: MaxTokens = 1000
-    chunk_tokens: ChunkTokens = 8000
+    max_tokens: int = Field(1000, ge=0, strict=True, description="tokens of the text the step writes at most")
+    chunk_tokens: int = Field(8000, ge=0, strict=True, description=(
+        "tokens of rendered text per summarizer call (lowered to fit the summarizer's window)"))
 
 
 class SummaryStep(LlmStep):
-    """An LLM step whose summary is followed by the exact values it lacks, and which does nothing
-    at or under its target."""
+    """An LLM step whose summary is followed by the exact values it lacks; nothing done at or under ``target``."""
 
-    facts_tokens: FactsTokens = FACTS_TOKENS
+    facts_tokens: int = Field(FACTS_TOKENS, ge=0, strict=True, description=(
+        "tokens of the block of exact values appended to an LLM summary (0: no block)"))
     target: Target = None
 
 

@@ -2,38 +2,14 @@
 
 Source of the rule (DESIGN.md, "Knowledge"; issue 3): LLM summarization belongs to interactive
 paths (on batch paths it adds latency and cost per compression and can invent tool results), so
-this strategy is refused on batch pipelines unless the profile allows it; batch summarization
-compresses 4:1 to 6:1; window sizing says 5-8 turns for short follow-ups, 10-15 for multi-step
-tasks, and under 4 the agent repeats itself (default: keep the last 6 units).
+:mod:`~ctxagent.strategies.checks` refuses it on batch pipelines unless the profile allows it;
+window sizing says under 4 turns the agent repeats itself (default: keep the last 6 units).
 
-Everything between HEAD (system message, task, current user message) and the last ``keep_turns``
-units is rendered as plain text (no tool schemas, no tool-role messages: a tool result is a line
-``result of shell(command=ls): ...``), cut into chunks of ``chunk_tokens`` when longer (chunks
-are summarized, then their summaries combined), and replaced by one user-role message
-``[ctxagent summary of messages #a-#b]`` followed by the summary. The summary is recorded as a
-compaction, so resume never recomputes it; a later summary whose range covers an earlier one
-supersedes it, and the earlier summary's text is part of the later one's input (nothing is lost).
-
-The output is checked: not empty, at most ``max_tokens`` tokens, and every pinned fact found in
-the summarized messages present verbatim. Then the exact values of the range that the summary does
-not hold verbatim (paths, ports, ids, hashes, URLs, commands, numbers with units, error lines) are
-appended by code, as a labelled block of at most ``facts_tokens`` (:mod:`ctxagent.strategies.facts`).
-A failed check, a summarizer that raises, or no summarizer at all falls back to
-:class:`~ctxagent.strategies.truncate.TruncateStep` (deterministic); a failure (not a missing
-summarizer) is reported in ``Outcome.warnings``. Every summarizer request fits the summarizer's
-window when it is known (``ctx.summarizer_window``). A view at or under the target is returned
-unchanged (IDENTITY).
-
-Parameters:
-    keep_turns: units (a call with its results, or one message) kept verbatim at the end; default 6,
-        at least 1 (the turn in flight is always kept; checked at profile load).
-    max_tokens: tokens the summary may have (the summarizer's reply cap); default 1000.
-    chunk_tokens: tokens of rendered text per summarizer call; default 8000 (lowered to fit the
-        summarizer's window).
-    facts_tokens: tokens of the block of exact values appended to the summary; default 400
-        (0: no block).
-    target: fraction of the window under which nothing is done (and the truncation fallback's
-        target); default the profile's ``target``.
+Everything between HEAD and the last ``keep_turns`` units becomes ``[ctxagent summary of messages
+#a-#b]`` and its summary, recorded as a compaction (a later summary covers the earlier one, whose text
+is part of its input), checked (:mod:`~ctxagent.strategies.summarizing`) and followed by the exact
+values it lacks (:mod:`~ctxagent.strategies.facts`). A failed summary, or no summarizer, falls back to
+truncation (a failure is reported in ``Outcome.warnings``). At or under the target: IDENTITY.
 """
 
 from __future__ import annotations
@@ -42,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Literal
 
-from ctxagent.messages import Message
+from ctxagent.messages import Message, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
-from ctxagent.strategies.common import keep_pins, nothing_new, pins_in, replace_runs, runs_to_compact, text
+from ctxagent.strategies.common import keep_pins, nothing_new, pins_in, replace_runs, runs_to_compact
 from ctxagent.strategies.facts import with_facts
 from ctxagent.strategies.rendering import label_range, render
 from ctxagent.strategies.step import KeepTurns, SummaryStep
@@ -63,34 +39,45 @@ SUMMARY_PROMPT = (
 
 def under_target(view: Sequence[Entry], ctx: StrategyContext, target: float | None) -> bool:
     """Whether the request is at or under ``target`` (a fraction of the window; None: the profile's)."""
-    fraction = ctx.budget.target if target is None else target
-    return ctx.budget.total(view) <= ctx.budget.window * fraction
+    return not ctx.budget.over(view, ctx.budget.target if target is None else target)
 
 
 def summarize_run(run: Sequence[Entry], ctx: StrategyContext, p: SummaryStep) -> str:
-    """The checked LLM summary of ``run`` (at most ``p.max_tokens``, read ``p.chunk_tokens`` at a
-    time) followed by the exact values of ``run`` it does not hold
-    (:func:`~ctxagent.strategies.facts.with_facts`, at most ``p.facts_tokens`` more tokens). Raises
+    """The checked LLM summary of ``run`` (``p.max_tokens``, read ``p.chunk_tokens`` at a time) followed by
+    the exact values it lacks (:func:`~ctxagent.strategies.facts.with_facts`, ``p.facts_tokens``). Raises
     ``SummaryFailed`` (also when there is no summarizer, or its window cannot hold a request)."""
     if ctx.summarizer is None:
         raise SummaryFailed("no summarizer on this path")
-    pins = pins_in((text(e) for e in run), ctx.pins)
+    pins = pins_in((text_of(e.message) for e in run), ctx.pins)
     summary = condense(render(run), summarizer=ctx.summarizer,
                        final_prompt=SUMMARY_PROMPT.format(max_tokens=p.max_tokens), max_tokens=p.max_tokens,
                        chunk_tokens=p.chunk_tokens, pins=pins, model=ctx.model, window=ctx.summarizer_window)
     return with_facts(summary, run, p.facts_tokens, ctx.model)
 
 
+def summarize_runs(view: Sequence[Entry], runs: list[list[int]], ctx: StrategyContext, p: SummaryStep, what: str,
+                   instead: str) -> tuple[dict[int, str], list[str]]:
+    """The summary of each run (:func:`summarize_run`) by its first seq; or none, and the warning
+    (:func:`failure`: ``what`` failed, ``instead`` was done) when one fails."""
+    summaries: dict[int, str] = {}
+    for r in runs:
+        run = [view[i] for i in r]
+        try:
+            summaries[run[0].start] = summarize_run(run, ctx, p)
+        except SummaryFailed as err:
+            return {}, [failure(p.strategy, what, run, err, instead)]
+    return summaries, []
+
+
 def failure(strategy: str, what: str, run: Sequence[Entry], err: SummaryFailed, instead: str) -> str:
-    """The warning an LLM strategy reports when its summarizer failed: strategy, what failed, for
-    which messages, why, and what was done instead."""
+    """The warning of a failed summarizer: strategy, what failed, for which messages, why, what was done instead."""
     return f"{strategy}: {what} of messages {label_range(run)} failed ({err}); {instead}"
 
 
 def truncate_fallback(view: list[Entry], ctx: StrategyContext, target: float | None,
                       warnings: Sequence[str] = ()) -> Outcome:
-    """What an LLM strategy does when its summarizer fails: plain truncation to ``target`` (None: the
-    profile's), its notes given the pinned facts of what they replace; ``warnings`` (why) ride along."""
+    """A failed summarizer's fallback: truncation to ``target`` (None: the profile's), its notes given the
+    pinned facts of what they replace, ``warnings`` (why) riding along."""
     outcome = TruncateStep(target=target).apply(view, ctx)
     return replace(keep_pins(view, outcome, ctx), warnings=list(warnings))
 
@@ -114,14 +101,7 @@ class SummarizeStep(SummaryStep):
             return Outcome(view)
         if ctx.summarizer is None:  # no LLM on this path: truncation is the plan, not a failure
             return truncate_fallback(view, ctx, self.target)
-        summaries: dict[int, str] = {}
-        for r in runs:
-            run = [view[i] for i in r]
-            try:
-                summaries[r[0]] = summarize_run(run, ctx, self)
-            except SummaryFailed as err:
-                return truncate_fallback(view, ctx, self.target, [failure(self.strategy, "the summary", run, err,
-                                                                       "fell back to truncation")])
-        by_start = {view[i].start: s for i, s in summaries.items()}
-        return replace_runs(view, runs, lambda run: summary_message(run, by_start[run[0].start]),
-                            ctx, self.strategy)
+        summaries, warnings = summarize_runs(view, runs, ctx, self, "the summary", "fell back to truncation")
+        if warnings:
+            return truncate_fallback(view, ctx, self.target, warnings)
+        return replace_runs(view, runs, lambda run: summary_message(run, summaries[run[0].start]), ctx, self.strategy)

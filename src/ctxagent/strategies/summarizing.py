@@ -1,17 +1,14 @@
 """Calling the summarizer safely: chunking, prompts, and the checks every LLM output must pass.
 
-The summarizer (``ctx.summarizer(text, max_tokens) -> str``) is an LLM call the runner gives to
-strategies on paths that allow it. It receives the whole prompt as ``text`` and ``max_tokens`` as
-the cap of its reply (tokens). When its own context window is known (``ctx.summarizer_window``,
-tokens), every request fits it: prompt + ``max_tokens`` + :data:`MARGIN_TOKENS` ≤ window (chunks
-are cut small enough; a request that still would not fit is never sent). Its output is checked
-(not empty, at most ``max_tokens`` tokens, every pinned fact of its input present verbatim); a
-failed check, a request the window cannot hold, or any exception raises :class:`SummaryFailed`,
-and the calling strategy falls back to a deterministic path and reports why in
-``Outcome.warnings``. Summarization can invent tool results the tool never returned (DESIGN.md,
-"Knowledge"): the prompts ask for exact values and forbid inventions; the pin check catches
-dropped facts, and the strategies append the exact values of the range by code
-(:mod:`ctxagent.strategies.facts`).
+The summarizer (``ctx.summarizer(text, max_tokens) -> str``: the whole prompt, the cap of its reply in
+tokens) is an LLM call the runner gives to strategies on paths that allow it. When its window is known
+(``ctx.summarizer_window``, tokens), every request fits it: prompt + ``max_tokens`` + :data:`MARGIN_TOKENS`
+≤ window. Its output is checked (not empty, at most ``max_tokens``, every pinned fact of its input
+verbatim); a failed check, a request the window cannot hold, or any exception raises
+:class:`SummaryFailed`, and the strategy falls back to a deterministic path, reported in
+``Outcome.warnings``. Summarization can invent tool results (DESIGN.md, "Knowledge"): the prompts ask
+for exact values and forbid inventions, the pin check catches dropped facts, and the strategies append
+the exact values of the range by code (:mod:`ctxagent.strategies.facts`).
 """
 
 from __future__ import annotations
@@ -39,8 +36,7 @@ class SummaryFailed(Exception):
 
 
 def chunks(value: str, chunk_tokens: int, model: str = "") -> list[str]:
-    """``value`` cut at line ends into pieces of at most about ``chunk_tokens`` tokens each (a
-    single longer line is cut by characters)."""
+    """``value`` cut at line ends into pieces of about ``chunk_tokens`` tokens at most (a longer line by characters)."""
     if count_text(value, model) <= chunk_tokens:
         return [value]
     pieces: list[str] = []
@@ -48,11 +44,8 @@ def chunks(value: str, chunk_tokens: int, model: str = "") -> list[str]:
     size = 0
     for line in value.splitlines():
         tokens = count_text(line, model) + 1
-        if tokens > chunk_tokens:
-            step = max(1, int(len(line) * chunk_tokens / tokens * 0.9))
-            parts = [line[i : i + step] for i in range(0, len(line), step)]
-        else:
-            parts = [line]
+        step = max(1, int(len(line) * chunk_tokens / tokens * 0.9))  # characters, when the line alone is over
+        parts = [line[i : i + step] for i in range(0, len(line), step)] if tokens > chunk_tokens else [line]
         for part in parts:
             cost = tokens if len(parts) == 1 else count_text(part, model) + 1
             if current and size + cost > chunk_tokens:
@@ -69,9 +62,7 @@ def pins_block(pins: Sequence[str]) -> str:
     """The prompt lines that ask for each pinned fact verbatim ("" when there is none)."""
     if not pins:
         return ""
-    return "\nCopy each of these pinned facts verbatim into your answer:\n" + "\n".join(
-        f"- {p}" for p in pins
-    )
+    return "\nCopy each of these pinned facts verbatim into your answer:\n" + "\n".join(f"- {p}" for p in pins)
 
 
 def call(summarizer: Summarizer, prompt: str, max_tokens: int) -> str:
@@ -86,8 +77,7 @@ def call(summarizer: Summarizer, prompt: str, max_tokens: int) -> str:
 
 
 def check(output: str, max_tokens: int, pins: Sequence[str], model: str = "") -> str:
-    """``output`` if it is not empty, at most ``max_tokens`` tokens and holds every pin verbatim;
-    else raises :class:`SummaryFailed` naming the failed check."""
+    """``output`` if not empty, at most ``max_tokens`` tokens and holding every pin; else :class:`SummaryFailed`."""
     if not output.strip():
         raise SummaryFailed("the summary is empty")
     tokens = count_text(output, model)
@@ -106,10 +96,8 @@ def fits(prompt: str, max_tokens: int, window: int | None, model: str = "") -> N
         return
     tokens = count_text(prompt, model)
     if tokens + max_tokens + MARGIN_TOKENS > window:
-        raise SummaryFailed(
-            f"a summarizer request of {tokens} prompt tokens + {max_tokens} reply tokens + "
-            f"{MARGIN_TOKENS} margin does not fit the summarizer's {window}-token window"
-        )
+        raise SummaryFailed(f"a summarizer request of {tokens} prompt tokens + {max_tokens} reply tokens + "
+                            f"{MARGIN_TOKENS} margin does not fit the summarizer's {window}-token window")
 
 
 def room(window: int | None, max_tokens: int, prompts: Sequence[str], chunk_tokens: int, model: str = "") -> int:
@@ -121,35 +109,20 @@ def room(window: int | None, max_tokens: int, prompts: Sequence[str], chunk_toke
     overhead = max(count_text(p, model) for p in prompts) + 2  # the prompt, then a blank line
     left = int((window - overhead - max_tokens - MARGIN_TOKENS) * ESTIMATE_SLACK)
     if left <= 0:
-        raise SummaryFailed(
-            f"the summarizer's {window}-token window cannot hold a request: prompt {overhead} + reply "
-            f"{max_tokens} + margin {MARGIN_TOKENS} tokens leave {max(left, 0)} for the material"
-        )
+        raise SummaryFailed(f"the summarizer's {window}-token window cannot hold a request: prompt {overhead} + "
+                            f"reply {max_tokens} + margin {MARGIN_TOKENS} tokens leave {max(left, 0)} for the material")
     return min(chunk_tokens, left)
 
 
-def condense(
-    material: str,
-    *,
-    summarizer: Summarizer,
-    final_prompt: str,
-    max_tokens: int,
-    chunk_tokens: int,
-    pins: Sequence[str] = (),
-    model: str = "",
-    finish: Callable[[str], str] = lambda reply: reply,
-    window: int | None = None,
-) -> str:
-    """The checked result of asking ``final_prompt`` about ``material``.
-
-    ``material`` over ``chunk_tokens`` tokens is first cut into chunks, each summarized with
-    :data:`CHUNK_PROMPT`; their summaries are joined (and condensed again, at most
-    :data:`MAX_COMBINE_ROUNDS` times, while still over ``chunk_tokens``) and given to
-    ``final_prompt``. ``window``: the summarizer's context window (tokens; None: unknown): chunks
-    are cut so that every request (chunk prompts, combine rounds, the final prompt) fits it with
-    its reply (``max_tokens``) and :data:`MARGIN_TOKENS`. ``finish`` turns the final reply into the
-    text to check (it may raise ``ValueError``, e.g. for invalid JSON). Raises
-    :class:`SummaryFailed` (also when the window cannot hold the requests).
+def condense(material: str, *, summarizer: Summarizer, final_prompt: str, max_tokens: int, chunk_tokens: int,
+             pins: Sequence[str] = (), model: str = "", finish: Callable[[str], str] = lambda reply: reply,
+             window: int | None = None) -> str:
+    """The checked result of asking ``final_prompt`` about ``material``: over ``chunk_tokens`` tokens it is
+    first cut into chunks summarized with :data:`CHUNK_PROMPT`, whose summaries are joined (condensed
+    again while over, :data:`MAX_COMBINE_ROUNDS` at most) and given to ``final_prompt``. Every request
+    fits ``window`` (the summarizer's, tokens; None: unknown) with its reply (``max_tokens``) and
+    :data:`MARGIN_TOKENS`. ``finish`` turns the final reply into the text to check (it may raise
+    ``ValueError``, e.g. for invalid JSON). Raises :class:`SummaryFailed`.
     """
     widest_chunk_prompt = CHUNK_PROMPT.format(part=999, parts=999, max_tokens=max_tokens) + pins_block(pins)
     chunk_tokens = room(window, max_tokens, [widest_chunk_prompt, final_prompt + pins_block(pins)],

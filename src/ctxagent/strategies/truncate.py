@@ -1,32 +1,17 @@
 """``truncate``: drop the oldest whole units until the request is under the target.
 
 Free, fast, deterministic, never hallucinates: the default wherever nobody is watching (batch
-paths). Target: half the context window by default, leaving room for the current turn's input and
-output. Keeps HEAD (system message, task, the user message of the current turn), never splits a
-tool call from its results (units from :func:`~ctxagent.strategies.base.groups`), always keeps the
-most recent unit, and leaves a note naming the transcript where messages were dropped and the
-handle of every tool result they held (NO LOSS: the originals go to the output store, so each
-handle resolves; a later truncation that drops the note carries its handles over).
-The drop is recorded as a compaction so the next views start from it (and resume sees the same).
+paths). Keeps HEAD and the newest unit, never splits a tool call from its results, and leaves a note
+naming the transcript and the handle of every tool result it dropped (NO LOSS: the originals go to
+the output store). User messages between the task and the current one are kept while they add up
+to ``keep_user_tokens`` of the window (compaction by role keeps them: instructions, corrections).
 
-User messages between the task and the current one are kept too (system and user messages are
-kept in compaction by role; they hold instructions, corrections and decisions, and are short),
-while they add up to at most ``keep_user_tokens`` of the window; past that the oldest are dropped.
-
-Notes do not pile up (issue 18): a truncation that drops original messages but would still leave the
-request over the middle of its target and its trigger (so the next request or two would truncate
-again) also takes in the earlier truncation notes and the user messages kept between them, up to its
-last dropped unit: the history they stand for becomes one note, which quotes those user messages
-verbatim and names the handles of the notes it replaces (both capped, newest kept; ``recall`` reaches
-the rest). Without that each truncation left its own note between two kept user messages, no later
-truncation could shrink them, and after 400 turns in a 32K window they filled the room a truncation
-is meant to free: `adaptive` truncated on every request and the thrash guard stopped the run. The
-merge rides on a truncation that rewrites the view anyway (PREFIX: no extra prefix break, the one it
-makes moves to the first note), and one that leaves room keeps the earlier notes, and the cached
-prefix they are part of, as they are.
-
-Parameters: ``target`` (fraction of the window; default the profile's ``target``),
-``keep_user_tokens`` (fraction of the window; default 0.1; 0 drops user messages like the rest).
+Notes do not pile up (issue 18): each truncation used to leave its own note between two kept user
+messages, and after 400 turns in a 32K window they filled the room a truncation is meant to free
+(`adaptive` truncated on every request until the thrash guard stopped the run). So a truncation that
+would still leave the request over the middle of its target and trigger also takes in the earlier
+notes and user messages before its last dropped unit: one note quoting them and naming their handles
+(capped, newest kept), riding on a truncation that rewrites the view anyway (PREFIX).
 """
 
 from __future__ import annotations
@@ -37,7 +22,16 @@ from pydantic import Field
 
 from ctxagent.messages import Message
 from ctxagent.strategies.base import Compaction, Entry, Outcome, Scan, StrategyContext, groups, protected
-from ctxagent.strategies.common import QUOTES_FRACTION, handles_line, quotes_block, quotes_of, refs_of, unstored
+from ctxagent.strategies.common import (
+    QUOTES_FRACTION,
+    consecutive,
+    handles_line,
+    newest_within,
+    quotes_block,
+    quotes_of,
+    refs_of,
+    unstored,
+)
 from ctxagent.strategies.step import Fraction, StrategyConfig, Target
 from ctxagent.tokens import count_message
 
@@ -45,32 +39,18 @@ from ctxagent.tokens import count_message
 def note_message(dropped: list[Entry], ctx: StrategyContext) -> Message:
     """The user-role note that stands where ``dropped`` entries were (oldest first): what was
     dropped, where the transcript is, and the handles of the tool results it held."""
-    tokens = sum(e.tokens for e in dropped)
     where = f"#{dropped[0].start}-#{dropped[-1].end}, up to turn {dropped[-1].turn}"
-    return {
-        "role": "user",
-        "content": (
-            f"[ctxagent] {sum(e.end - e.start + 1 for e in dropped)} earlier messages ({where}, "
-            f"{tokens} tokens) were dropped from this view to fit the context window; "
-            f"the full transcript is at {ctx.transcript_path}"
-            + quotes_block(quotes_of(dropped, QUOTES_FRACTION * ctx.budget.window, ctx.model))
-            + handles_line(refs_of(dropped, ctx.budget.window))
-        ),
-    }
+    content = (f"[ctxagent] {sum(e.end - e.start + 1 for e in dropped)} earlier messages ({where}, "
+               f"{sum(e.tokens for e in dropped)} tokens) were dropped from this view to fit the context window; "
+               f"the full transcript is at {ctx.transcript_path}")
+    quotes = quotes_block(quotes_of(dropped, QUOTES_FRACTION * ctx.budget.window, ctx.model))
+    return {"role": "user", "content": content + quotes + handles_line(refs_of(dropped, ctx.budget.window))}
 
 
 def _users_kept(view: list[Entry], max_tokens: float) -> set[int]:
     """Indexes of the newest user messages (original ones) whose tokens add up to ``max_tokens``."""
-    kept: set[int] = set()
-    total = 0
-    for index in range(len(view) - 1, -1, -1):
-        entry = view[index]
-        if entry.role == "user" and entry.kind == "message":
-            total += entry.tokens
-            if total > max_tokens:
-                break
-            kept.add(index)
-    return kept
+    users = [i for i, e in enumerate(view) if e.role == "user" and e.kind == "message"]
+    return set(newest_within(users, lambda index: view[index].tokens, max_tokens))
 
 
 class TruncateStep(StrategyConfig):
@@ -88,7 +68,7 @@ class TruncateStep(StrategyConfig):
         room = ctx.budget.window * (target + trigger) / 2  # over it after a cut, the next request cuts again
         out = Outcome(view)
         for _ in range(3):  # the notes cost tokens too: aim lower by what the last try was over
-            dropped, estimate = self._choose(view, ctx, aim, self.keep_user_tokens, room)
+            dropped, estimate = self._choose(view, ctx, aim, room)
             if not dropped:
                 return out
             out = self._rebuild(view, dropped, ctx)
@@ -98,15 +78,13 @@ class TruncateStep(StrategyConfig):
             aim = estimate - over - 1
         return out
 
-    def _choose(self, view: list[Entry], ctx: StrategyContext, aim: float, users: float,
-                room: float) -> tuple[set[int], float]:
-        """Indexes of the oldest droppable units to drop so the calibrated total gets to ``aim`` tokens,
-        and that total (tokens, notes not counted); ``users``: fraction of the window kept user messages take.
-        Earlier notes and user messages are merged in when the rest leaves the request over ``room``
-        tokens (module docstring)."""
+    def _choose(self, view: list[Entry], ctx: StrategyContext, aim: float, room: float) -> tuple[set[int], float]:
+        """Indexes of the oldest droppable units to drop so the calibrated total gets to ``aim`` tokens, and
+        that total (notes not counted); earlier notes and user messages are merged in when the rest leaves
+        the request over ``room`` tokens (module docstring)."""
         units = groups(view)
         head = protected(view)
-        keep = head | _users_kept(view, users * ctx.budget.window)
+        keep = head | _users_kept(view, self.keep_user_tokens * ctx.budget.window)
         total: float = ctx.budget.total(view)
         dropped: set[int] = set()
         for unit in (u for u in units[:-1] if not keep.intersection(u)):
@@ -127,30 +105,26 @@ class TruncateStep(StrategyConfig):
         return entry.kind == self.strategy or (entry.role == "user" and entry.kind == "message")
 
     def _rebuild(self, view: list[Entry], dropped: set[int], ctx: StrategyContext) -> Outcome:
-        out: list[Entry] = []
+        notes: dict[int, Entry] = {}  # by the index of the first entry of the run each stands for
+        gone: set[int] = set()
         compactions: list[Compaction] = []
         offloads: list[Entry] = []
-        run: list[Entry] = []
-        for index, entry in enumerate([*view, None]):
-            if entry is not None and index in dropped:
-                run.append(entry)
-                continue
+        for indexes in consecutive(sorted(dropped)):
+            run = [view[i] for i in indexes]
             if len(run) == 1 and run[0].kind == self.strategy:
-                out.extend(run)  # a note alone: noting it again would only rewrite it
-                run = []
-            elif run:
-                note = note_message(run, ctx)
-                tokens, before = count_message(note, ctx.model), sum(e.tokens for e in run)
-                if tokens >= before:  # a note as long as what it replaces would only grow the view
-                    out.extend(run)
-                else:
-                    start, end, refs = run[0].start, run[-1].end, refs_of(run, ctx.budget.window)
-                    quotes = quotes_of(run, QUOTES_FRACTION * ctx.budget.window, ctx.model)
-                    compactions.append(Compaction(self.strategy, start, end, note, tokens, before, refs, quotes))
-                    out.append(Entry(note, tokens, start, end, run[-1].turn, kind=self.strategy, refs=refs,
-                                     quotes=quotes))
-                    offloads.extend(unstored(run))
-                run = []
-            if entry is not None:
-                out.append(entry)
-        return Outcome(out, compactions, offloads) if compactions else Outcome(view)
+                continue  # a note alone: noting it again would only rewrite it
+            note = note_message(run, ctx)
+            tokens, before = count_message(note, ctx.model), sum(e.tokens for e in run)
+            if tokens >= before:  # a note as long as what it replaces would only grow the view
+                continue
+            start, end, refs = run[0].start, run[-1].end, refs_of(run, ctx.budget.window)
+            quotes = quotes_of(run, QUOTES_FRACTION * ctx.budget.window, ctx.model)
+            compactions.append(Compaction(self.strategy, start, end, note, tokens, before, refs, quotes))
+            notes[indexes[0]] = Entry(note, tokens, start, end, run[-1].turn, kind=self.strategy, refs=refs,
+                                      quotes=quotes)
+            gone.update(indexes)
+            offloads.extend(unstored(run))
+        if not compactions:
+            return Outcome(view)
+        return Outcome([notes.get(i, e) for i, e in enumerate(view) if i in notes or i not in gone], compactions,
+                       offloads)
