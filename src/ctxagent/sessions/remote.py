@@ -1,33 +1,18 @@
-"""Sessions in an object store: the store is the durable copy, the local session folder a cache.
+"""Sessions in an object store (any fsspec URL): the store is the durable copy, the local session
+folder (``<data dir>/stores/<slug>-<hash>/sessions/NAME/``) a cache. Layout and guarantees: docs/batch.md,
+"Sessions in an object store".
 
-With a store URL (``--store URL``, or ``$CTXAGENT_STORE`` which the command line reads; any fsspec
-URL, passed to :class:`~ctxagent.sessions.session.Session` as its ``store_url``: ``s3://bucket/prefix``,
-``gs://...``, ``az://...``, ``file:///path``), the session ``NAME`` lives at ``URL/sessions/NAME/``
-(a sub-agent's at ``URL/sessions/NAME/agents/CHILD/``)::
-
-    segments/000000000001.jsonl   one per Transcript.append (one flushed step), written once
-    outputs/<file>                 offloaded outputs and their sidecars, written once, redacted
-    snapshots/000000000420.jsonl   segments 1..420 in one object (a new machine reads it, then the rest)
-    lease/000000000007.json        the writer's lease (sessions/lease.py)
-
-Object stores have no append, so every write is a *create-only* write (``If-None-Match: *`` on
-S3): a segment number can be written once, by one writer. A writer that finds its next segment
-number taken has been fenced (another machine took the session over): it stops with
-:class:`~ctxagent.errors.SessionBusyError` and loses nothing already uploaded.
-
-The local folder (``<data dir>/stores/<slug>-<hash>/sessions/NAME/``, so two stores never mix)
-keeps working as before: tools read outputs from files, the transcript is a local JSONL file.
-``.store.json`` beside the transcript records how many segments (and bytes) of it are in the
-store. A writer (:class:`SessionSync`) uploads each appended step's segment after the local fsync
-and before ``append`` returns, the outputs written since the last step first (a segment never names
-an output the store lacks). Opening a session brings the cache up to the store: missing segments
-are appended, missing outputs downloaded (eagerly: tools open them as files).
+Object stores have no append, so every write is create-only (``If-None-Match: *`` on S3): a segment
+number is written once, by one writer. A writer that finds its next number taken has been fenced
+(another machine took the session over): it stops with :class:`~ctxagent.errors.SessionBusyError`.
+``.store.json`` beside the transcript records how much of it the store holds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -36,16 +21,17 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
-from ctxagent.sessions.transcript import TranscriptWarning
+from ctxagent.sessions.transcript import TranscriptWarning, private_dir, replace_whole, set_aside, write_synced
 
 STATE = ".store.json"  # beside the transcript: {"segments": N, "bytes": B} of it that the store holds
 SNAPSHOT_EVERY = 64  # segments since the last snapshot that make a writer leave a new one
 DIGITS = 12
+PIPE_MAX_BYTES = 64 * 1024 * 1024  # files under this size are sent in one atomic put where the store has one
 
 
 def cache_key(url: str) -> str:
@@ -104,27 +90,20 @@ class Store:
     def create(self, path: str, data: bytes) -> bool:
         """Write ``data`` at ``path`` unless an object is there already; returns whether it was
         written (False: it existed, nothing changed). Raises ``CtxagentError`` when the store fails."""
-        try:
-            with self.failing(f"writing {path}"):
-                if self.atomic_pipe:
-                    self.fs.pipe_file(path, data, mode="create")
-                else:
-                    self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-                    with self.fs.open(path, "xb") as fh:
-                        fh.write(data)
-        except FileExistsError:
-            return False
-        return True
+        return self.create_from(path, data)
 
-    def create_from(self, path: str, source: Path) -> bool:
+    def create_from(self, path: str, source: Path | bytes) -> bool:
         """:meth:`create` with the bytes of the file ``source`` (streamed on stores that have no
-        atomic put; small and medium files are read whole)."""
-        if self.atomic_pipe and source.stat().st_size < 64 * 1024 * 1024:
-            return self.create(path, source.read_bytes())
+        atomic put, and on S3 from :data:`PIPE_MAX_BYTES` on)."""
         try:
             with self.failing(f"writing {path}"):
+                if self.atomic_pipe and (isinstance(source, bytes) or source.stat().st_size < PIPE_MAX_BYTES):
+                    data = source if isinstance(source, bytes) else source.read_bytes()
+                    self.fs.pipe_file(path, data, mode="create")
+                    return True
                 self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-                with open(source, "rb") as src, self.fs.open(path, "xb") as dst:
+                with (io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb") as src,
+                      self.fs.open(path, "xb") as dst):
                     shutil.copyfileobj(src, dst, 1024 * 1024)
         except FileExistsError:
             return False
@@ -200,12 +179,7 @@ class SyncState:
             return cls()
 
     def save(self, root: Path) -> None:
-        temp = root / f"{STATE}.{os.getpid()}.tmp"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"segments": self.segments, "bytes": self.bytes, "snapshot": self.snapshot,
-                       "last": self.last}, fh)
-        os.replace(temp, root / STATE)
+        replace_whole(root / STATE, json.dumps(asdict(self)))
 
     def advance(self, number: int, size: int) -> None:
         """Segment ``number``, of ``size`` bytes, is the newest the store and the cache share."""
@@ -245,8 +219,6 @@ class SessionSync:
         the store has are counted, lines the store never got are uploaded (when the store has
         nothing newer) or set aside (it has: another machine continued the session); a torn last
         line is set aside. A reader leaves such a cache alone (it may be a live writer's)."""
-        from ctxagent.sessions.redact import private_dir
-
         self.state = SyncState.load(self.root)
         self._check_still_there()
         size = self.transcript.stat().st_size if self.transcript.exists() else 0
@@ -319,8 +291,6 @@ class SessionSync:
         found = numbers(self.store.names(self.remote("snapshots")))
         if not found:
             return
-        from ctxagent.sessions.redact import private_dir
-
         private_dir(self.root)
         data = self.store.read_many([self.remote("snapshots", segment_name(found[-1]))])
         self._append_local([(found[-1], next(iter(data.values())))])
@@ -353,32 +323,17 @@ class SessionSync:
 
     def _set_aside(self, offset: int, kind: str) -> None:
         """Move the local transcript's bytes from ``offset`` on to ``transcript.<kind>N.jsonl``."""
-        n = 1
-        while (side := self.root / f"transcript.{kind}{n}.jsonl").exists():
-            n += 1
-        data = self._read_from(offset)
-        fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        with open(self.transcript, "r+b") as fh:
-            fh.truncate(offset)
-            os.fsync(fh.fileno())
+        name, size = set_aside(self.transcript, offset, kind)
         why = {"torn-": "torn last line", "unsynced-": "lines the session store never got (another machine "
                "continued the session)", "cache-": "a cache shorter than what it had synced"}[kind]
-        warnings.warn(f"{self.transcript}: {why} ({len(data)} bytes) set aside, moved to {side.name}",
-                      TranscriptWarning, stacklevel=3)
+        warnings.warn(f"{self.transcript}: {why} ({size} bytes) set aside, moved to {name}", TranscriptWarning,
+                      stacklevel=3)
 
     def _append_local(self, chunks: list[tuple[int, bytes]]) -> None:
-        """Append downloaded segments ``(number, bytes)`` to the local transcript (created 0600),
-        then fsync."""
+        """Append downloaded segments ``(number, bytes)`` to the local transcript (created 0600)."""
         if not chunks:
             return
-        fd = os.open(self.transcript, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "ab") as fh:
-            for _, chunk in chunks:
-                fh.write(chunk)
-            fh.flush()
-            os.fsync(fh.fileno())
+        write_synced(self.transcript, "ab", *(chunk for _, chunk in chunks))
         self.state.advance(chunks[-1][0], len(chunks[-1][1]))
         self.state.bytes += sum(len(c) for _, c in chunks)
 
@@ -392,8 +347,6 @@ class SessionSync:
         missing = sorted(n for n in remote - local if not n.startswith("."))
         if not missing:
             return
-        from ctxagent.sessions.redact import private_dir
-
         private_dir(folder)
         temps = [folder / f".download-{n}" for n in missing]
         with self.store.failing("downloading outputs"):

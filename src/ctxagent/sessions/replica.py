@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ctxagent.errors import UsageError
 from ctxagent.sessions.remote import SessionSync, Store, segment_name
+from ctxagent.sessions.transcript import private_dir
 
 AGENTS = "agents"  # as sessions/session.py: a session's sub-agent sessions
 
@@ -51,7 +52,6 @@ def pull(sync: SessionSync, children: Callable[[list[str]], None]) -> None:
     """Bring the cache of ``sync`` up to the store unless a process here holds the session's writer
     lock (its cache is the newest), then its sub-agents' (``children(names)``)."""
     from ctxagent.sessions.lease import try_lock
-    from ctxagent.sessions.redact import private_dir
 
     if not sync.root.exists() and not sync.store.names(sync.remote()):
         return  # not in the store either
@@ -69,8 +69,6 @@ def fetch_heads(url: str, root: Path, valid: Callable[[str], bool]) -> None:
     """Put in the cache ``root`` the first segment of every session of the store it lacks (one
     listing, then the heads read concurrently): enough for ``sessions list``; opening a session
     brings the rest. ``valid``: whether a folder name is a session name."""
-    from ctxagent.sessions.redact import private_dir
-
     store = Store(url)
     missing = [n for n in store.names(store.path("sessions")) if valid(n)
                and not (root / n / "transcript.jsonl").exists()]

@@ -26,7 +26,7 @@ from ctxagent.sessions.outcome import final_answer
 from ctxagent.sessions.remote import cache_key
 from ctxagent.sessions.replica import fetch_heads, sync_for
 from ctxagent.sessions.store import OutputStore
-from ctxagent.sessions.transcript import Transcript
+from ctxagent.sessions.transcript import Transcript, private_dir, replace_whole
 
 if TYPE_CHECKING:
     from ctxagent.sessions.records import SessionHeader
@@ -139,7 +139,6 @@ class Session:
         Raises ``SessionBusyError`` at once if another process holds it.
         """
         from ctxagent.sessions.lease import try_lock
-        from ctxagent.sessions.redact import private_dir
 
         private_dir(self.root)  # 0700, and so are the data and sessions folders when we create them
         lock = try_lock(self.root / ".lock")
@@ -217,7 +216,6 @@ def discard_if_unstarted(session: Session) -> None:
         if transcript.stat().st_size >= HEADER_ONLY_MAX_BYTES or transcript.read_bytes().count(b"\n") > 1:
             return
     if (sync := session.remote()) is not None:  # a session store: its objects go too
-
         with contextlib.suppress(CtxagentError):
             replica.remove(sync)
         (session.root / ".store.json").unlink(missing_ok=True)
@@ -390,7 +388,8 @@ def totals(path: Path) -> Totals:
     except OSError:
         return Totals()
     if found.offset != before:
-        _save(cache, found)
+        with contextlib.suppress(OSError):  # a read-only data dir: counted again next time
+            replace_whole(cache, json.dumps(asdict(found)))
     return found
 
 
@@ -423,15 +422,3 @@ def _count(fh: BinaryIO, found: Totals) -> None:
             found.model = record.changes.get("model", found.model)
             found.profile = record.changes.get("profile", found.profile)
 
-
-def _save(cache: Path, found: Totals) -> None:
-    """Write ``found`` to ``cache`` atomically (a temporary file renamed over it); best effort."""
-    temp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(asdict(found), fh)
-        os.replace(temp, cache)
-    except OSError:  # a read-only data dir: counted again next time
-        with contextlib.suppress(OSError):  # unlink fails there too (EROFS), even for a missing file
-            temp.unlink(missing_ok=True)

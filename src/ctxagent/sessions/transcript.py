@@ -8,10 +8,14 @@ file before writing it) is stripped, a line that cannot be read in the middle is
 record of a kind this version does not know is skipped with one warning per kind. A session whose
 header (line 1) is unreadable is refused to a writer (:class:`TranscriptError`), never restarted as
 a new session with default settings.
+
+Also the owner-only files and folders every writer of a session folder shares (:func:`private_dir`,
+:func:`write_synced`, :func:`replace_whole`, :func:`set_aside`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
@@ -122,21 +126,9 @@ class Transcript:
     def _set_aside(self, torn: bytes, *, repair: bool) -> None:
         where = "left in place (read-only)"
         if repair:
-            n = 1
-            while (side := self.path.with_name(f"transcript.torn-{n}.jsonl")).exists():
-                n += 1
-            with open(side, "wb", opener=_private) as out:
-                out.write(torn)
-            with open(self.path, "r+b") as fh:
-                fh.truncate(os.path.getsize(self.path) - len(torn))
-                fh.flush()
-                os.fsync(fh.fileno())
-            where = f"moved to {side.name}"
-        warnings.warn(
-            f"{self.path}: torn last line ({len(torn)} bytes) set aside, {where}",
-            TranscriptWarning,
-            stacklevel=4,
-        )
+            where = "moved to " + set_aside(self.path, os.path.getsize(self.path) - len(torn), "torn-")[0]
+        warnings.warn(f"{self.path}: torn last line ({len(torn)} bytes) set aside, {where}", TranscriptWarning,
+                      stacklevel=4)
 
     def append(self, items: Iterable[Any], redactor: Any = None) -> None:
         """Append ``items`` (records), one line each, then flush and fsync once.
@@ -152,25 +144,14 @@ class Transcript:
         if not text:
             return
         data = text.encode("utf-8")
-        if not self.path.exists():  # the first lines: the file appears whole or not at all
-            self._create(data)
-        else:
-            with open(self.path, "ab", opener=_private) as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+        if self.path.exists():
+            write_synced(self.path, "ab", data)
+        else:  # the first lines appear whole or not at all: a kill leaves no empty transcript (resume refuses one)
+            part = self.path.with_name(f".{self.path.name}.new")
+            write_synced(part, "wb", data)
+            os.replace(part, self.path)
         if self.mirror is not None:
             self.mirror(data)
-
-    def _create(self, data: bytes) -> None:
-        """Write the transcript's first lines to a temporary file, fsync it, then rename it into
-        place: a kill cannot leave an empty transcript (which resume rightly refuses) behind."""
-        part = self.path.with_name(f".{self.path.name}.new")
-        with open(part, "wb", opener=_private) as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(part, self.path)
 
 
 def _lines(fh: Any, transcript: Transcript, repair: bool) -> Iterator[tuple[int, bytes]]:
@@ -208,8 +189,6 @@ class _Reader:
         return self._parse(number, line.removesuffix(b"\n"))
 
     def _parse(self, number: int, line: bytes) -> Any | None:
-        from ctxagent.sessions import records
-
         cleaned = _clean(line)
         if not cleaned.strip():
             if line.strip():
@@ -219,7 +198,7 @@ class _Reader:
         if b"\x00" in line:
             self._warn(number, f"{line.count(NUL)} NUL bytes of padding removed around the record")
         try:
-            return records.loads(cleaned)
+            return self.loads(cleaned)
         except ValueError as err:
             kind = _kind_of(cleaned)
             if kind is not None and kind not in known_kinds():
@@ -288,3 +267,50 @@ def _quiet(parse: Any, line: bytes) -> Any | None:
 def _private(path: str, flags: int) -> int:
     """``open`` opener creating files owner-only (0600)."""
     return os.open(path, flags, 0o600)
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents owner-only (0700); existing ones are left alone."""
+    for folder in reversed([path, *path.parents]):
+        if not folder.exists():
+            with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+                folder.mkdir(mode=0o700)
+    return path
+
+
+def write_synced(path: Path, mode: str, *chunks: bytes) -> None:
+    """Write ``chunks`` to ``path`` (opened in binary ``mode``, created 0600), then flush and fsync."""
+    with open(path, mode, opener=_private) as fh:
+        fh.writelines(chunks)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def replace_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: to a temporary file beside it (0600), renamed
+    over it. Raises ``OSError`` (the temporary file removed where that is possible)."""
+    temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temp, "w", encoding="utf-8", opener=_private) as fh:
+            fh.write(text)
+        os.replace(temp, path)
+    except OSError:
+        with contextlib.suppress(OSError):  # a read-only data dir: unlink fails too (EROFS), even for a missing file
+            temp.unlink(missing_ok=True)
+        raise
+
+
+def set_aside(path: Path, offset: int, kind: str) -> tuple[str, int]:
+    """Move the bytes of the transcript at ``path`` from ``offset`` on to ``transcript.<kind>N.jsonl``
+    beside it (the first free N), then cut the transcript there. Returns that file's name and the
+    number of bytes moved."""
+    n = 1
+    while (side := path.with_name(f"transcript.{kind}{n}.jsonl")).exists():
+        n += 1
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        data = fh.read()
+        write_synced(side, "xb", data)
+        fh.truncate(offset)
+        os.fsync(fh.fileno())
+    return side.name, len(data)

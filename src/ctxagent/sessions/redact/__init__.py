@@ -18,6 +18,7 @@ so redacting twice changes nothing. docs/security.md "Secrets".
 """
 
 from ctxagent.sessions.redact.redactor import Redactor, clip, default, dumps, env_secrets, redact_file
-from ctxagent.sessions.redact.store import RedactingStore, private_dir
+from ctxagent.sessions.redact.store import RedactingStore
+from ctxagent.sessions.transcript import private_dir
 
 __all__ = ["RedactingStore", "Redactor", "clip", "default", "dumps", "env_secrets", "private_dir", "redact_file"]

@@ -1,11 +1,10 @@
-"""Secrets kept off disk where outputs are stored: :class:`RedactingStore` and owner-only folders
-(:func:`private_dir`). A spool file is scanned while the tool writes it (:class:`.scan.Follower`), so
-adopting it has little left to read, and the stats measured on the way come back with it.
+"""Secrets kept off disk where outputs are stored: :class:`RedactingStore`. A spool file is scanned
+while the tool writes it (:class:`.scan.Follower`), so adopting it has little left to read, and the
+stats measured on the way come back with it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -13,23 +12,8 @@ from typing import Any
 from ctxagent.sessions.redact import scan
 from ctxagent.sessions.redact.redactor import Redactor, default, redact_file
 from ctxagent.sessions.store import OutputStore
+from ctxagent.sessions.transcript import private_dir
 from ctxagent.tools.preview import FileStats
-
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` and its missing parents owner-only (0700); existing ones are left alone."""
-    missing = []
-    current = path
-    while not current.exists():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
-            folder.mkdir(mode=0o700)
-    return path
-
 
 UNREDACTED_SUFFIXES = (".npy",)  # binary formats whose bytes a replacement would corrupt
 
@@ -62,11 +46,11 @@ class RedactingStore(OutputStore):
             self._followers[path] = scan.Follower(path, pre)
         return fd, path
 
-    def put_bytes(self, handle: str, data: bytes, *args: Any, **kwargs: Any) -> Path:
+    def put_bytes(self, handle: str, data: bytes, suffix: str = ".out", *, durable: bool = True) -> Path:
         private_dir(self.root)
-        if not _suffix(args, kwargs).endswith(UNREDACTED_SUFFIXES):
+        if not suffix.endswith(UNREDACTED_SUFFIXES):
             data = self.redactor.data(data)
-        path = super().put_bytes(handle, data, *args, **kwargs)
+        path = super().put_bytes(handle, data, suffix, durable=durable)
         os.chmod(path, 0o600)
         return path
 
@@ -84,21 +68,15 @@ class RedactingStore(OutputStore):
         os.chmod(spooled, 0o600)
         return OutputStore.adopt(self, spooled, handle, suffix), stats
 
-    def adopt(self, spooled: Path, handle: str, *args: Any, **kwargs: Any) -> Path:
-        return self.adopt_measured(spooled, handle, _suffix(args, kwargs))[0]
+    def adopt(self, spooled: Path, handle: str, suffix: str = ".out") -> Path:
+        return self.adopt_measured(spooled, handle, suffix)[0]
 
-    def put_file(self, handle: str, source: Path, *args: Any, **kwargs: Any) -> Path:
+    def put_file(self, handle: str, source: Path, suffix: str = ".out") -> Path:
         private_dir(self.root)
         fd, spooled = OutputStore.spool(self)  # no follower: the copy below is the scan
         os.close(fd)
         try:
             self.redactor.copy_file(source, spooled)
-            return OutputStore.adopt(self, spooled, handle, *args, **kwargs)
+            return OutputStore.adopt(self, spooled, handle, suffix)
         finally:
             spooled.unlink(missing_ok=True)
-
-
-def _suffix(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """The ``suffix`` argument of a store call (``.out`` when not given)."""
-    value = kwargs.get("suffix", args[0] if args else ".out")
-    return value if isinstance(value, str) else ".out"
