@@ -28,8 +28,10 @@ FAST_MIN_BYTES = 256 * 1024  # bytes redacted in memory go through the prefilter
 SHORT_CHARS = 256  # texts up to this many characters are redacted once per redactor and remembered
 SHORT_KEPT = 4096  # how many such texts a redactor remembers (least recently used dropped first)
 
+
 def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``{value: name}`` of the environment variables that hold secrets (see the package docstring)."""
+    """``{value: name}`` of the environment variables that hold secrets: values of 8+ characters under
+    names that say KEY, TOKEN, SECRET, PASSWORD or PASSWD (``_DIR``, ``_PATH``, ``_FILE``, ``_HOME`` excepted)."""
     environ = os.environ if environ is None else environ
     found: dict[str, str] = {}
     for name, raw in sorted(environ.items()):

@@ -1,23 +1,13 @@
 """One pass over a stored output: its size, lines and sha256, and where a secret may start.
 
-The secret scan (:mod:`ctxagent.sessions.redact.engine`) tries its Python patterns only at positions
-near an anchor; on a large output that is ~100 MB/s. A :class:`Prefilter` is a hyperscan database
-(compiled once per process and set of exact values, in ~30 ms, on the first large scan) of
-:data:`ctxagent.sessions.redact.rules.PREFILTERS` and the exact secret values: every match of a
-secret shape starts with a match of one of them, so positions no prefilter match reaches cannot
-start a secret. Scanning runs at GB/s; the Python patterns then verify only the *windows*
-(``[start, end)`` byte ranges) where a prefilter matched, so what is replaced is exactly what the
-Python patterns alone replace (tests/test_scan_engine.py checks this on random text).
-
-:func:`measure` streams a file once (2 MiB chunks; hyperscan's streaming mode carries matches
-across chunk boundaries) and returns its :class:`~ctxagent.tools.preview.FileStats` (bytes, lines,
-sha256: what an :class:`~ctxagent.sessions.records.OutputRecord` holds) with the windows; the
-sha256 is computed in a second thread (hashlib and hyperscan release the GIL). The redacting store
-returns those stats with the file it adopted (``RedactingStore.adopt_measured``), so an offloaded
-output is read once.
-
-Without the ``hyperscan`` package (no wheel for the platform), or with ``CTXAGENT_SCAN=python``,
-:func:`prefilter` returns None and the Python patterns scan everything, as before.
+A :class:`Prefilter` is a hyperscan database (compiled once per process and set of exact values) of
+:data:`~ctxagent.sessions.redact.rules.PREFILTERS` and the exact secret values: every match of a secret
+shape starts with a match of one of them, so the Python patterns (~100 MB/s) need only verify the
+*windows* where a prefilter matched (hyperscan runs at GB/s), and replace exactly what they replace
+alone (tests/test_scan_engine.py checks this on random text). :func:`measure` streams a file once and
+returns its :class:`~ctxagent.tools.preview.FileStats` with the windows, hashing in a second thread
+(hashlib and hyperscan release the GIL). Without the ``hyperscan`` package, or with
+``CTXAGENT_SCAN=python``, :func:`prefilter` returns None and the Python patterns scan everything.
 """
 
 from __future__ import annotations
@@ -157,11 +147,12 @@ def prefilter(exacts: Sequence[bytes]) -> Prefilter | None:
         return None
 
 
-class _Digest:
-    """Size, newlines, last byte and sha256 of a stream of chunks; the hash runs in a second
-    thread when ``threaded`` (hashlib releases the GIL), one chunk behind the caller at most."""
+class Digester:
+    """Size, newlines, last byte and sha256 of a stream of chunks (the stats of a file as it is written);
+    the hash runs in a second thread when ``threaded`` (hashlib releases the GIL), one chunk behind the
+    caller at most."""
 
-    def __init__(self, threaded: bool):
+    def __init__(self, threaded: bool = False):
         self.sha = hashlib.sha256()
         self.size = self.newlines = 0
         self.last = b""
@@ -169,6 +160,8 @@ class _Digest:
         self._pending: Future[None] | None = None
 
     def update(self, chunk: bytes) -> None:
+        if not chunk:
+            return
         if self._pool is None:
             self.sha.update(chunk)
         else:
@@ -176,7 +169,7 @@ class _Digest:
             self._pending = self._pool.submit(self.sha.update, chunk)
         self.size += len(chunk)
         self.newlines += chunk.count(b"\n")
-        self.last = chunk[-1:] or self.last
+        self.last = chunk[-1:]
 
     def _wait(self) -> None:
         if self._pending is not None:
@@ -200,7 +193,7 @@ def _chunks(path: Path) -> Iterator[bytes]:
 def measure(path: Path, pre: Prefilter | None = None) -> Measured:
     """Stats of the file at ``path`` and, with ``pre``, its windows (one streaming pass; without
     ``pre`` the windows are None). Raises ``OSError``."""
-    digest = _Digest(threaded=path.stat().st_size >= THREAD_MIN_BYTES)
+    digest = Digester(threaded=path.stat().st_size >= THREAD_MIN_BYTES)
     if pre is None:
         for chunk in _chunks(path):
             digest.update(chunk)
@@ -212,20 +205,6 @@ def measure(path: Path, pre: Prefilter | None = None) -> Measured:
             if not hits.dense:
                 scan(chunk)
     return Measured(digest.stats(), hits.merged())
-
-
-class Digester:
-    """Stats of bytes as they are written (the redacted copy of a file)."""
-
-    def __init__(self, threaded: bool = False):
-        self._digest = _Digest(threaded)
-
-    def update(self, chunk: bytes) -> None:
-        if chunk:
-            self._digest.update(chunk)
-
-    def stats(self) -> FileStats:
-        return self._digest.stats()
 
 
 # --- scanning a spool file while the tool writes it ---------------------------------------------
@@ -269,7 +248,7 @@ class Follower:
         self.finish()
 
     def _run(self) -> None:
-        digest = _Digest(threaded=True)
+        digest = Digester(threaded=True)
         hits = _Hits(self.prefilter.widths)
         try:
             with self._fh, self.prefilter.stream(hits) as scan:
@@ -288,7 +267,7 @@ class Follower:
         except OSError:
             return False
 
-    def _follow(self, digest: _Digest, hits: _Hits, scan: Callable[[bytes], None]) -> bool:
+    def _follow(self, digest: Digester, hits: _Hits, scan: Callable[[bytes], None]) -> bool:
         """Read to the end of the file each time it grows, until :meth:`finish`; False when the
         file was deleted or went idle."""
         wait, idle = POLL_S[0], 0.0
