@@ -184,6 +184,7 @@ class SyncState:
     def advance(self, number: int, size: int) -> None:
         """Segment ``number``, of ``size`` bytes, is the newest the store and the cache share."""
         self.segments, self.last = number, size
+        self.bytes += size
 
 
 @dataclass
@@ -243,23 +244,19 @@ class SessionSync:
             number, chunk = chunks.pop(0)
             complete = complete[len(chunk):]
             self.state.advance(number, len(chunk))
-            self.state.bytes += len(chunk)
         if complete and chunks:  # the store moved on without these lines
             self._set_aside(self.state.bytes, "unsynced-")
         elif complete:  # the step a crash kept from the store: ours, and nobody wrote since
             self._upload_segment(complete, self.state.segments + 1)
-            self.state.bytes += len(complete)
         self._append_local(chunks)
         self.state.save(self.root)
         self._pull_outputs()
 
     def _check_still_there(self) -> None:
-        """The store's state wins over a stale cache: when the store no longer holds the newest
-        segment this cache synced (the session was deleted or emptied on another machine), or holds
-        another one in its place (deleted, then started again under this name), the cache is moved
-        aside (nothing in it is lost) and ``UsageError`` says so. Without the check, a resume from
-        the stale cache fenced a fresh segment number and uploaded its steps after it: a fragment
-        with no header in the store, which no machine could open, and exit 0. One HEAD request."""
+        """The store's state wins over a stale cache: when the store lost the newest segment this cache
+        synced, or holds another one in its place (deleted, then started again), the cache is moved aside
+        and ``UsageError`` says so. Without the check a resume uploaded its steps after a fresh segment
+        number: a fragment with no header, which no machine could open, and exit 0. One HEAD request."""
         number = self.state.segments
         if not number:
             return
@@ -334,8 +331,8 @@ class SessionSync:
         if not chunks:
             return
         write_synced(self.transcript, "ab", *(chunk for _, chunk in chunks))
-        self.state.advance(chunks[-1][0], len(chunks[-1][1]))
-        self.state.bytes += sum(len(c) for _, c in chunks)
+        for number, chunk in chunks:
+            self.state.advance(number, len(chunk))
 
     def _pull_outputs(self) -> None:
         """Download the outputs the store has and the cache lacks (each to a temporary name, then
@@ -377,7 +374,6 @@ class SessionSync:
             raise SessionBusyError(self.fenced)
         self.push_outputs()
         self._upload_segment(data, self.state.segments + 1)
-        self.state.bytes += len(data)
         self.state.save(self.root)
 
     def _upload_segment(self, data: bytes, number: int) -> None:

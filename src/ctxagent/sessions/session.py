@@ -44,16 +44,11 @@ def sessions_root(store_url: str | None = None) -> Path:
 
 
 def check_name(name: str) -> str:
-    """Return ``name`` if it is a valid session name, else raise ``UsageError``.
-
-    Valid: 1–128 characters of letters, digits, ``.``, ``_``, ``-``, starting with a letter or
-    digit — so no path separators and no ``..``.
-    """
+    """``name`` if it is a valid session name (1-128 letters, digits, ``.``, ``_``, ``-``, starting with
+    a letter or digit, no ``..``: never a path), else ``UsageError``."""
     if not NAME_RE.match(name) or ".." in name:
-        raise UsageError(
-            f"invalid session name {name!r}: use letters, digits, '.', '_' or '-' "
-            "(no '/', no '..', at most 128 characters)"
-        )
+        raise UsageError(f"invalid session name {name!r}: use letters, digits, '.', '_' or '-' "
+                         "(no '/', no '..', at most 128 characters)")
     return name
 
 
@@ -143,28 +138,17 @@ class Session:
         private_dir(self.root)  # 0700, and so are the data and sessions folders when we create them
         lock = try_lock(self.root / ".lock")
         if lock is None:
-            raise SessionBusyError(
-                f"session {self.name!r} is in use by another ctxagent process "
-                f"(lock: {self.root / '.lock'}); wait for it to finish"
-            ) from None
+            raise SessionBusyError(f"session {self.name!r} is in use by another ctxagent process "
+                                   f"(lock: {self.root / '.lock'}); wait for it to finish") from None
         try:
             if self.store_url is None:
                 yield self
-            else:
-                with self._leased():
+            else:  # the lease, the sync and the uploads of a session store
+                with replica.leased(self.remote(), self._pull_children) as self._sync:
                     yield self
         finally:
+            self._sync = None
             lock.release()
-
-    @contextmanager
-    def _leased(self) -> Iterator[None]:
-        """With a store: the lease, the sync and the uploads of :func:`ctxagent.sessions.replica.leased`."""
-        with replica.leased(self.remote(), self._pull_children) as sync:
-            self._sync = sync
-            try:
-                yield
-            finally:
-                self._sync = None
 
     def remote(self) -> Any:
         """This session's :class:`~ctxagent.sessions.remote.SessionSync` (the writer's in :meth:`writer`), or None."""
@@ -290,11 +274,9 @@ class ListFacts(TypedDict):
 
 
 def list_facts(session: Session) -> ListFacts:
-    """What ``sessions list`` shows of ``session``, read cheaply whatever the transcript's size:
-    the header (line 1), the last records (:meth:`Transcript.tail`: turns, messages, status) and
-    the totals of the usage and settings records (:func:`totals`: each byte read once, then
-    cached). Same keys as :func:`summarize`; status ``running`` while a process holds the writer
-    lock."""
+    """What ``sessions list`` shows of ``session`` (the keys of :func:`summarize`; status ``running``
+    while a process holds the writer lock), read cheaply whatever the transcript's size: its header,
+    its last records and the cached :func:`totals`."""
     from ctxagent.sessions import records
 
     head = session.header()
@@ -321,7 +303,6 @@ def status_of(records_: list[Any]) -> str:
 
     if final_answer(records_) is not None:
         return "answered"
-
     last_end = max((i for i, r in enumerate(records_) if isinstance(r, records.EndRecord)), default=-1)
     last_msg = max((i for i, r in enumerate(records_) if isinstance(r, records.MessageRecord)), default=-1)
     return records_[last_end].reason if last_end > last_msg else ("interrupted" if last_msg >= 0 else "new")
@@ -337,7 +318,6 @@ def summarize(records_: list[Any]) -> dict[str, Any]:
     profile = next((c.changes["profile"] for c in reversed(changes) if "profile" in c.changes), head and head.profile)
     messages = [r for r in records_ if isinstance(r, records.MessageRecord)]
     usage = [r for r in records_ if isinstance(r, records.UsageRecord)]
-    status = status_of(records_)
     priced = [u.cost_usd for u in usage if u.cost_usd is not None]
     return {
         "created": head.ts if head else None,
@@ -347,7 +327,7 @@ def summarize(records_: list[Any]) -> dict[str, Any]:
         "messages": len(messages),
         "tokens": sum(u.prompt_tokens + u.completion_tokens for u in usage),
         "cost_usd": round(sum(priced), 6) if priced else None,
-        "status": status,
+        "status": status_of(records_),
     }
 
 
@@ -380,7 +360,8 @@ def totals(path: Path) -> Totals:
         found = Totals()
     try:
         with open(path, "rb") as fh:
-            if found.offset and not _line_end(fh, found.offset):
+            fh.seek(max(0, found.offset - 1))
+            if found.offset and fh.read(1) != b"\n":
                 found = Totals()  # rewritten or cut below what was counted: count again
             fh.seek(found.offset)
             before = found.offset
@@ -391,12 +372,6 @@ def totals(path: Path) -> Totals:
         with contextlib.suppress(OSError):  # a read-only data dir: counted again next time
             replace_whole(cache, json.dumps(asdict(found)))
     return found
-
-
-def _line_end(fh: BinaryIO, offset: int) -> bool:
-    """Whether byte ``offset - 1`` of ``fh`` is a newline (a line boundary of the file as it is)."""
-    fh.seek(offset - 1)
-    return fh.read(1) == b"\n"
 
 
 def _count(fh: BinaryIO, found: Totals) -> None:
