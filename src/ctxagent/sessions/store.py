@@ -1,13 +1,8 @@
-"""The output store: offloaded tool outputs of one session, as files, named by handle.
-
-A *handle* is the short, stable name of an offloaded output; its grammar and how it is chosen are
-in :mod:`ctxagent.handles` (a scripted call ``read1`` gives ``@read1``, so a scripted turn can name
-the output of an earlier scripted call). Files live at ``<session>/outputs/<handle without @><suffix>``:
-``.out`` for text and raw bytes, ``.json`` for JSON values, ``.npy`` for numpy arrays (see
-``ctxagent.tools.values``), with a ``<handle without @>.meta.json`` sidecar of metadata.
-Handles resolve inside their own session's store first, then in the *linked* stores (read only):
-a sub-agent's store links its parent's, and a parent's its children's (agent/delegate.py), so a
-pipeline of agents passes handles, never values.
+"""The output store: offloaded tool outputs of one session, as files named by handle
+(:mod:`ctxagent.handles`): ``<session>/outputs/<handle without @><suffix>``, ``.out`` for text and raw
+bytes, ``.json`` for JSON values, ``.npy`` for numpy arrays (``ctxagent.tools.values``), with a
+``.meta.json`` sidecar. Handles resolve in their own session's store first, then in the *linked*
+stores (read only: a sub-agent's parent's, a parent's children's), so agents pass handles, not values.
 """
 
 from __future__ import annotations
@@ -46,18 +41,14 @@ class OutputStore:
 
     def path_of(self, handle: str, suffix: str = ".out") -> Path:
         """The file that holds (or will hold) ``handle``'s output in the format of ``suffix``.
-
-        Raises ``UsageError`` for a malformed handle.
-        """
+        Raises ``UsageError`` for a malformed handle."""
         if not HANDLE_RE.match(handle):
             raise UsageError(f"not a handle: {handle!r} (handles look like @abc123)")
         return self.root / f"{handle[1:]}{suffix}"
 
     def find(self, handle: str) -> Path | None:
-        """The existing value file of ``handle`` (any of :data:`SUFFIXES`), or None.
-
-        Raises ``UsageError`` for a malformed handle.
-        """
+        """The existing value file of ``handle`` (any of :data:`SUFFIXES`), or None. Raises
+        ``UsageError`` for a malformed handle."""
         for root in (self.root, *(self.linked() if self.linked else ())):
             for suffix in SUFFIXES:
                 path = root / self.path_of(handle, suffix).name
@@ -108,10 +99,8 @@ class OutputStore:
         return new_handle(call_id, _Taken(self))
 
     def spool(self) -> tuple[int, Path]:
-        """A new temporary file inside the store, for a tool to stream its output into.
-
-        Returns ``(fd, path)``; :meth:`adopt` moves it under a handle, or the caller deletes it.
-        """
+        """``(fd, path)`` of a new temporary file inside the store, for a tool to stream its output
+        into; :meth:`adopt` moves it under a handle, or the caller deletes it."""
         self.root.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=".spool-", dir=self.root)
         return fd, Path(name)
@@ -138,12 +127,8 @@ class OutputStore:
         return self.adopt(spooled, handle, suffix), None
 
     def put_bytes(self, handle: str, data: bytes, suffix: str = ".out", *, durable: bool = True) -> Path:
-        """Write ``data`` under ``handle`` in a ``suffix`` file; returns the path.
-
-        ``durable``: fsync before returning. A copy of text the transcript already holds (a masked
-        tool result) may skip it: a killed process loses nothing the kernel has, and after a power
-        loss the text is still in the (fsynced) transcript.
-        """
+        """Write ``data`` under ``handle`` in a ``suffix`` file; returns the path. ``durable``: fsync
+        first (a copy of text the fsynced transcript already holds, a masked tool result, may skip it)."""
         final = self.path_of(handle, suffix)
         fd, temp = OutputStore.spool(self)  # written aside, then renamed: a file under its final name is whole
         try:

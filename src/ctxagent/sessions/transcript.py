@@ -1,13 +1,9 @@
 """The append-only JSONL transcript of one session.
 
-ROUNDTRIP (DESIGN.md): one record per physical line; reading back yields exactly what was written.
-A damaged record anywhere in the file is set aside with a warning naming the file and the line,
-and the session continues from the records that remain: a torn last line (a crash mid-write) is
-moved aside by a writer, NUL padding before a record (a crash on a filesystem that extended the
-file before writing it) is stripped, a line that cannot be read in the middle is skipped, and a
-record of a kind this version does not know is skipped with one warning per kind. A session whose
-header (line 1) is unreadable is refused to a writer (:class:`TranscriptError`), never restarted as
-a new session with default settings.
+ROUNDTRIP (DESIGN.md): one record per physical line; reading back yields exactly what was written. A
+damaged record is set aside with a warning naming the file and the line, and the session continues
+from the rest (docs/usage.md "Crash safety"); a session whose header (line 1) is unreadable is refused
+to a writer (:class:`TranscriptError`), never restarted as a new session with default settings.
 
 Also the owner-only files and folders every writer of a session folder shares (:func:`private_dir`,
 :func:`write_synced`, :func:`replace_whole`, :func:`set_aside`).
@@ -56,18 +52,13 @@ class Transcript:
         return list(self.records(repair=repair))
 
     def records(self, *, repair: bool = False) -> Iterator[Any]:
-        """Every readable record, oldest first, streamed: memory is one block of lines (about 1 MiB;
-        a fold over it keeps only what the state keeps, so resuming a 100 MB transcript does not
-        hold 100 MB of records).
+        """Every readable record, oldest first, streamed (memory: one block of lines, about 1 MiB).
+        Damaged lines are set aside with a :class:`TranscriptWarning` naming ``file:line``. With
+        ``repair=True`` (writers only), a torn last line is moved to ``transcript.torn-<n>.jsonl`` and
+        cut off, so the next append starts on a clean line. Missing file: nothing.
 
-        Damaged lines are set aside with a :class:`TranscriptWarning` naming ``file:line`` (see the
-        module doc). With ``repair=True`` (writers only), a torn last line — bytes after the last
-        newline — is moved to ``transcript.torn-<n>.jsonl`` beside the transcript and cut off, so the
-        next append starts on a clean line. Missing file: nothing.
-
-        Raises:
-            TranscriptError: ``repair=True``, line 1 (the session header) is unreadable and later
-                records exist (a writer would otherwise start a new session in this file).
+        Raises ``TranscriptError`` with ``repair=True`` when line 1 (the header) is unreadable and
+        later records exist (a writer would otherwise start a new session in this file).
         """
         if not self.path.exists():
             return
@@ -89,8 +80,7 @@ class Transcript:
         raise TranscriptError(
             f"{self.path}:1: the session header is damaged ({reader.first_error}); the session's settings "
             "(model, profile, context window) are unknown, so it is not continued as a new session. Restore "
-            f"line 1, or move the file aside to start over under this name (mv {self.path} {self.path}.damaged)"
-        )
+            f"line 1, or move the file aside to start over under this name (mv {self.path} {self.path}.damaged)")
 
     def head(self) -> Any | None:
         """The first record (normally the header), read from the first line only; None if unreadable."""
@@ -103,10 +93,9 @@ class Transcript:
             return None
 
     def tail(self, nbytes: int = TAIL_BYTES, want: type = object) -> list[Any]:
-        """The readable records in the last ``nbytes`` of the file (more, doubling, until a record
-        of type ``want`` is among them, or the whole file is read), oldest first. The cut first line
-        and a torn last line are ignored, silently: this is a cheap peek (``sessions list``), not a
-        load. Missing or unreadable file: empty list."""
+        """The readable records in the last ``nbytes`` of the file (doubled until a record of type
+        ``want`` is among them, or the whole file is read), oldest first; damaged lines are skipped
+        silently: a cheap peek (``sessions list``), not a load. Missing or unreadable file: []."""
         from ctxagent.sessions import records
 
         try:
