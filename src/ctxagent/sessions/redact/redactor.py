@@ -43,12 +43,9 @@ def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 class Redactor:
-    """Replaces secrets in text, bytes, JSON-like data and files (see the package docstring).
-
-    Args:
-        exact: ``{secret value: kind}`` replaced wherever they occur (``kind`` names the marker,
-            e.g. ``"env:OPENAI_API_KEY"``). Values shorter than 8 characters are ignored.
-    """
+    """Replaces secrets in text, bytes, JSON-like data and files. ``exact``: ``{secret value: kind}``
+    replaced wherever they occur (``kind`` names the marker, ``"env:OPENAI_API_KEY"``); values shorter
+    than 8 characters are ignored. ``prefilter=False``: never the hyperscan prefilter."""
 
     def __init__(self, exact: Mapping[str, str] | None = None, prefilter: bool = True):
         self.exact = {v: k for v, k in (exact or {}).items() if len(v) >= MIN_SECRET_CHARS}
@@ -65,9 +62,8 @@ class Redactor:
 
     @property
     def prefilter(self) -> scan.Prefilter | None:
-        """The hyperscan prefilter of this redactor's patterns (compiled on first use, once per
-        process and set of exact values), or None: without hyperscan, or made with
-        ``prefilter=False``, the Python patterns scan everything."""
+        """The hyperscan prefilter of this redactor's patterns (:func:`.scan.prefilter`), or None: the
+        Python patterns scan everything."""
         return scan.prefilter(self._bytes.exact_bytes) if self._use_prefilter else None
 
     @classmethod
@@ -81,9 +77,8 @@ class Redactor:
     # -- text -------------------------------------------------------------------------------
     def text(self, text: str) -> str:
         """``text`` with every secret replaced by its marker, and every lone surrogate (which UTF-8
-        cannot hold: an undecodable byte of a file name, a task) made visible
-        (:func:`ctxagent.tools.clean.mend`), so that it can be written and sent. Texts of up to
-        :data:`SHORT_CHARS` characters are scanned once per redactor (the result is remembered)."""
+        cannot hold) made visible (:func:`ctxagent.tools.clean.mend`), so that it can be written and
+        sent. Texts of up to :data:`SHORT_CHARS` characters are scanned once per redactor."""
         if not text:
             return text
         return self._short(text) if len(text) <= SHORT_CHARS else self._text_of(text)
@@ -146,9 +141,7 @@ class Redactor:
 
     def copy_file(self, source: Path, target: Path) -> bool:
         """Write ``source`` redacted to ``target`` (created 0600, fsynced), streaming in chunks.
-
-        Returns whether anything was replaced. Raises ``OSError``.
-        """
+        Returns whether anything was replaced. Raises ``OSError``."""
         pre = self.prefilter
         return self.copy_windows(source, target, None if pre is None else scan.measure(source, pre).windows)[0]
 
@@ -180,14 +173,10 @@ class Redactor:
 
 def redact_file(path: Path, redactor: Redactor | None = None,
                 measured: scan.Measured | None = None) -> tuple[bool, FileStats | None]:
-    """Redact the file at ``path`` in place (only rewritten when it holds a secret; the rewrite
-    goes to a temporary file beside it, then replaces it). Returns whether it changed, and the
-    stats of the file as it now is (for its output record) when a pass measured them: with the
-    prefilter always, without it when it was rewritten (None: read it to know them).
-
-    With the prefilter, the file is read once when it holds no secret, twice when it does.
-    ``measured``: the file already measured with this redactor's prefilter (while it was written).
-    """
+    """Redact the file at ``path`` in place (rewritten beside it, then renamed, only when it holds a
+    secret). Returns whether it changed, and the stats of the file as it now is when a pass measured
+    them (None: read it to know them). ``measured``: the file already measured with this redactor's
+    prefilter (while it was written): then a file without secrets is read only where one may start."""
     redactor = redactor or default()
     if redactor.prefilter is not None and (measured is None or measured.stats.bytes != path.stat().st_size):
         measured = scan.measure(path, redactor.prefilter)
@@ -228,9 +217,7 @@ def clip(text: str, limit: int, redactor: Redactor | None = None) -> str:
 
 
 def dumps(record: Any, redactor: Redactor | None = None) -> str:
-    """A transcript record as one line of JSON with every string in it redacted.
-
-    The same line as :func:`ctxagent.sessions.records.dumps` when nothing is secret.
-    """
+    """A transcript record as one line of JSON with every string in it redacted (the same line as
+    :func:`ctxagent.sessions.records.dumps` when nothing is secret)."""
     data = record.model_dump(mode="json")
     return json.dumps((redactor or default()).value(data), ensure_ascii=False, separators=(",", ":"))

@@ -45,9 +45,7 @@ class Measured:
 
 class Prefilter:
     """A hyperscan streaming database of the prefilters and ``exacts`` (bytes, matched exactly).
-
-    Raises ``hyperscan.error`` when a pattern does not compile (a bug: they are fixed text).
-    """
+    Raises ``hyperscan.error`` when a pattern does not compile (a bug: they are fixed text)."""
 
     def __init__(self, exacts: Sequence[bytes]):
         import hyperscan
@@ -56,10 +54,10 @@ class Prefilter:
         patterns = [pattern.encode("latin-1") for _, pattern, _ in PREFILTERS]
         flags = [hyperscan.HS_FLAG_CASELESS if "i" in flag else 0 for flag, _, _ in PREFILTERS]
         self.widths = [width or _max_width(pattern) for _, pattern, width in PREFILTERS]
-        for value in exacts:  # a C string: every byte escaped (a NUL or a "(" would not do raw)
-            patterns.append("".join(f"\\x{byte:02x}" for byte in value).encode("ascii"))
-            flags.append(0)
-            self.widths.append(len(value))
+        # a C string: every byte escaped (a NUL or a "(" would not do raw)
+        patterns += ["".join(f"\\x{byte:02x}" for byte in value).encode("ascii") for value in exacts]
+        flags += [0] * len(exacts)
+        self.widths += [len(value) for value in exacts]
         self.db = hyperscan.Database(mode=hyperscan.HS_MODE_STREAM)
         self.db.compile(expressions=patterns, ids=list(range(len(patterns))), flags=flags)
         self._scratch = threading.local()  # a scratch space is used by one scan at a time
@@ -74,12 +72,10 @@ class Prefilter:
 
     @contextmanager
     def stream(self, hits: _Hits) -> Iterator[Callable[[bytes], None]]:
-        """A function that scans the next chunk of one stream, reporting to ``hits``.
-
-        Scans use this thread's scratch space. The stream is opened and closed by hand: the
-        binding's ``close`` crashes when given a scratch space (hyperscan 0.9.1 parses its
-        arguments in the wrong order), so it closes with the database's own, one thread at a time.
-        """
+        """A function that scans the next chunk of one stream, reporting to ``hits``, with this thread's
+        scratch space. The stream is closed by hand: the binding's ``close`` crashes when given a scratch
+        space (hyperscan 0.9.1 parses its arguments in the wrong order), so it closes with the database's
+        own, one thread at a time."""
         scratch = self.scratch()
         handler = hits.add  # referenced here while the stream lives: the binding keeps no reference
         stream = self.db.stream(match_event_handler=handler)
@@ -126,9 +122,7 @@ class _Hits:
         return None if self.dense else self.found.finish()
 
 
-@lru_cache(maxsize=8)
-def _compiled(exacts: tuple[bytes, ...]) -> Prefilter:
-    return Prefilter(exacts)
+_compiled = lru_cache(maxsize=8)(Prefilter)
 
 
 def prefilter(exacts: Sequence[bytes]) -> Prefilter | None:
@@ -214,12 +208,9 @@ POLL_S = (0.002, 0.05)  # the follower's wait when it has caught up: first, then
 
 
 class Follower:
-    """Measures a file (stats and windows, as :func:`measure`) while another process writes it:
-    a daemon thread reads it as it grows, so the scan runs beside the tool, not after it.
-
-    :meth:`finish` (the writer is done) waits for the rest and returns the result. The thread stops
-    by itself, with no result, when the file is deleted or renamed, or stops growing for a minute.
-    """
+    """Measures a file (as :func:`measure`) in a daemon thread while another process writes it, so the
+    scan runs beside the tool, not after it; :meth:`finish` waits for the rest. The thread stops by
+    itself, with no result, when the file is deleted or renamed, or stops growing for a minute."""
 
     def __init__(self, path: Path, pre: Prefilter):
         self.path = path
