@@ -160,12 +160,9 @@ class SettingsRecord(_Record):
 
 
 class FileTouch(BaseModel):
-    """What a file tool did to one file (the file-activity ledger, agent/activity.py).
-
-    ``path``: absolute; ``op``: ``read`` or ``write``; ``sha256``: hex digest of the file's bytes
-    right after the call ("" when it could not be read); ``args``: the call's other arguments as
-    canonical JSON (a read of lines 1-40 is not a read of the whole file).
-    """
+    """What a file tool did to one file (the file-activity ledger, agent/activity.py): ``path`` absolute;
+    ``sha256`` the hex digest of the file's bytes right after the call ("" when it could not be read);
+    ``args`` the call's other arguments as canonical JSON (lines 1-40 are not the whole file)."""
 
     model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
     path: str

@@ -1,10 +1,5 @@
-"""What a session does with a session store (sessions/remote.py) when it opens, as functions of
-its folder, so that ``sessions/session.py`` stays the map of the local layout.
-
-- :func:`leased`: the writer's side (the lease, the sync, the fence, the uploads);
-- :func:`pull`: a reader's (the cache brought up to the store, unless a local writer holds it);
-- :func:`fetch_heads`: ``sessions list`` (the first segment of the sessions the cache lacks);
-- :func:`remove` and :func:`copy`: ``sessions delete`` and ``rename``.
+"""What a session does with a session store (sessions/remote.py) when it opens, is listed, deleted or
+renamed, as functions of its folder: ``sessions/session.py`` stays the map of the local layout.
 """
 
 from __future__ import annotations
@@ -18,11 +13,6 @@ from ctxagent.sessions.remote import SessionSync, Store, segment_name
 from ctxagent.sessions.transcript import private_dir
 
 AGENTS = "agents"  # as sessions/session.py: a session's sub-agent sessions
-
-
-def sync_for(url: str, sessions_root: Path, root: Path, name: str) -> SessionSync:
-    """The :class:`SessionSync` of the session folder ``root`` (under ``sessions_root``)."""
-    return SessionSync(Store(url), "sessions/" + root.relative_to(sessions_root).as_posix(), root, name)
 
 
 @contextmanager

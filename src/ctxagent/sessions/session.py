@@ -23,8 +23,8 @@ from ctxagent.dirs import data_dir
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
 from ctxagent.sessions import replica
 from ctxagent.sessions.outcome import final_answer
-from ctxagent.sessions.remote import cache_key
-from ctxagent.sessions.replica import fetch_heads, sync_for
+from ctxagent.sessions.remote import SessionSync, Store, cache_key
+from ctxagent.sessions.replica import fetch_heads
 from ctxagent.sessions.store import OutputStore
 from ctxagent.sessions.transcript import Transcript, private_dir, replace_whole
 
@@ -152,8 +152,10 @@ class Session:
 
     def remote(self) -> Any:
         """This session's :class:`~ctxagent.sessions.remote.SessionSync` (the writer's in :meth:`writer`), or None."""
-        url = self.store_url
-        return self._sync or (sync_for(url, sessions_root(url), self.root, self.name) if url else None)
+        if self._sync is not None or self.store_url is None:
+            return self._sync
+        key = "sessions/" + self.root.relative_to(sessions_root(self.store_url)).as_posix()
+        return SessionSync(Store(self.store_url), key, self.root, self.name)
 
     def pull(self) -> Session:
         """With a store: bring this session's cache (and its sub-agents') up to the store unless a process

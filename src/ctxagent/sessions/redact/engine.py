@@ -174,10 +174,7 @@ class Engine:
         for start in self.candidates(buf) if starts is None else starts:
             if limit is not None and start >= limit:
                 break
-            if start < pos:
-                continue
-            hit = self.hit(buf, start)
-            if hit is None:
+            if start < pos or (hit := self.hit(buf, start)) is None:
                 continue
             end, text = hit
             pieces += [buf[pos:start], self._raw(text)]
@@ -225,10 +222,13 @@ class Engine:
         return None
 
     def _extended(self, buf: Any, match: re.Match[Any], index: int, endpos: int) -> tuple[int, str]:
-        """``(end, text)`` of a match, run on to the end of any exact value that starts inside it."""
+        """``(end, text)`` of a match: the prefix it keeps, then the marker of its kind (the most specific
+        one, for a prefixed shape); run on to the end of any exact value that starts inside it."""
         keep = match.group(f"p{index}") if self.prefixed[index] else None
         start, end = match.start(), match.end()
-        kind: str | None = None
+        kind = self.kinds[index]
+        if keep is not None:
+            kind = self._kind_of(self._text(match.group(f"a{index}")[len(keep):]), kind)
         if self.exact_re is not None and index >= self.n_exact:
             cut = start + (len(keep) if keep is not None else 0)
             for exact in self.exact_re.finditer(buf, cut, min(endpos, end + self.longest)):
@@ -236,18 +236,7 @@ class Engine:
                     break
                 if exact.end() > end:
                     end, kind = exact.end(), self.kinds[int(str(exact.lastgroup)[1:])]
-        if kind is None:
-            return end, self._replacement(match, index)
         return end, ("" if keep is None else self._text(keep)) + MARKER.format(kind)
-
-    def _replacement(self, match: re.Match[Any], index: int) -> str:
-        """The marker for ``match`` of alternative ``index`` (after the prefix it keeps, for prefixed shapes)."""
-        kind = self.kinds[index]
-        if not self.prefixed[index]:
-            return MARKER.format(kind)
-        keep = match.group(f"p{index}")
-        secret = match.group(f"a{index}")[len(keep):]
-        return self._text(keep) + MARKER.format(self._kind_of(self._text(secret), kind))
 
     def _kind_of(self, secret: str, default: str) -> str:
         """The most specific kind of a secret found after a prefix (an env value, a key shape)."""

@@ -120,7 +120,6 @@ _NUMBER = re.compile(  # integers, decimals, exponents (``1.25e-05``), hex, vers
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)  # an id
 _LETTER = re.compile(r"[A-Za-z]")
 _RUNS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")  # words of snake_case, kebab-case, camelCase, digits
-_SYMBOL = re.compile(r"[^A-Za-z0-9]")
 
 
 def entropy(value: str) -> float:
