@@ -55,11 +55,8 @@ def segment_name(number: int) -> str:
 
 
 class Store:
-    """An fsspec filesystem and the root path of the store at ``url``.
-
-    Raises ``UsageError`` when the URL's protocol is unknown or its package is not installed
-    (``pip install 'ctxagent[s3]'``).
-    """
+    """An fsspec filesystem and the root path of the store at ``url``. Raises ``UsageError`` when the
+    URL's protocol is unknown or its package is not installed (``pip install 'ctxagent[s3]'``)."""
 
     def __init__(self, url: str):
         try:
@@ -190,11 +187,8 @@ class SyncState:
 @dataclass
 class SessionSync:
     """The store side of one session folder ``root`` whose objects are under ``key`` in ``store``
-    (``sessions/NAME`` or ``sessions/NAME/agents/CHILD``).
-
-    :meth:`pull` brings the cache up to the store (readers and writers); :meth:`fence`, then
-    :meth:`upload` for each appended step (the transcript's ``mirror``), are the writer's.
-    """
+    (``sessions/NAME`` or ``sessions/NAME/agents/CHILD``): :meth:`pull` for readers and writers,
+    :meth:`fence`, then :meth:`upload` for each appended step (the transcript's ``mirror``), for a writer."""
 
     store: Store
     key: str
@@ -354,9 +348,8 @@ class SessionSync:
 
     # -- writing ------------------------------------------------------------------------------
     def fence(self) -> None:
-        """Claim the next segment number with an empty segment (a session with segments only), so
-        a stale writer whose lease expired can write nothing more; when its late segment took the
-        number first, pull it and try the next."""
+        """Claim the next segment number with an empty segment, so a stale writer whose lease expired can
+        write nothing more; when its late segment took the number first, pull it and try the next."""
         while self.state.segments:
             if self.store.create(self.remote("segments", segment_name(self.state.segments + 1)), b""):
                 self.state.advance(self.state.segments + 1, 0)
@@ -365,9 +358,8 @@ class SessionSync:
             self.pull(writer=True)
 
     def upload(self, data: bytes) -> None:
-        """The transcript's mirror: after ``data`` (one append's lines) is fsynced locally, upload
-        the outputs not in the store yet, then ``data`` as the next segment. Raises
-        ``SessionBusyError`` when this writer has been fenced."""
+        """The transcript's mirror: upload the outputs not in the store yet, then ``data`` (one fsynced
+        append) as the next segment. Raises ``SessionBusyError`` when this writer has been fenced."""
         if self.guard is not None:
             self.guard()
         if self.fenced:

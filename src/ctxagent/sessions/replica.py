@@ -17,10 +17,9 @@ AGENTS = "agents"  # as sessions/session.py: a session's sub-agent sessions
 
 @contextmanager
 def leased(sync: SessionSync, children: Callable[[list[str]], None]) -> Iterator[SessionSync]:
-    """Take the session's lease, bring the cache up to the store, fence stale writers, pull the
-    sub-agents (``children(names)``), and yield ``sync`` (its ``upload`` is the transcript's
-    mirror) until the block ends; then upload what is left, snapshot, release. Raises
-    ``SessionBusyError`` (another writer holds it) and ``CtxagentError`` (the store failed)."""
+    """Take the session's lease, pull the cache and the sub-agents (``children(names)``), fence stale
+    writers, and yield ``sync`` until the block ends; then upload what is left, snapshot, release.
+    Raises ``SessionBusyError`` (another writer holds it) and ``CtxagentError`` (the store failed)."""
     from ctxagent.sessions.lease import Lease
 
     lease = Lease(sync)

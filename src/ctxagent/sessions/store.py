@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ctxagent.errors import UsageError
 from ctxagent.handles import HANDLE_RE, base_handle, new_handle
+from ctxagent.sessions.transcript import private_dir
 
 if TYPE_CHECKING:
     from ctxagent.tools.preview import FileStats
@@ -29,11 +30,8 @@ handle_for = base_handle  # the name older code and tests know
 
 
 class OutputStore:
-    """Files of offloaded outputs under ``root`` (``<session>/outputs``).
-
-    Sizes are bytes. Files are written whole, bytes exactly as the tool produced them: a file under
-    its final name is complete (written aside, then renamed), so a session store may upload it.
-    """
+    """Files of offloaded outputs under ``root`` (``<session>/outputs``), bytes exactly as the tool
+    produced them; a file under its final name is whole (written aside, then renamed)."""
 
     def __init__(self, root: Path, linked: Callable[[], Sequence[Path]] | None = None):
         self.root = root
@@ -100,8 +98,9 @@ class OutputStore:
 
     def spool(self) -> tuple[int, Path]:
         """``(fd, path)`` of a new temporary file inside the store, for a tool to stream its output
-        into; :meth:`adopt` moves it under a handle, or the caller deletes it."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        into (0600, in a folder created 0700); :meth:`adopt` moves it under a handle, or the caller
+        deletes it."""
+        private_dir(self.root)
         fd, name = tempfile.mkstemp(prefix=".spool-", dir=self.root)
         return fd, Path(name)
 
@@ -142,17 +141,18 @@ class OutputStore:
             temp.unlink(missing_ok=True)
         return final
 
-    def put_file(self, handle: str, source: Path) -> Path:
-        """Copy ``source`` under ``handle`` (whole or not at all); returns the path."""
-        final = self.path_of(handle)
+    def put_file(self, handle: str, source: Path, suffix: str = ".out") -> Path:
+        """Copy ``source`` under ``handle`` in a ``suffix`` file (whole or not at all); returns the path."""
         fd, temp = OutputStore.spool(self)  # a plain temporary file: no tool streams into it
         os.close(fd)
         try:
-            shutil.copyfile(source, temp)
-            os.replace(temp, final)
+            self._copy(source, temp)
+            return OutputStore.adopt(self, temp, handle, suffix)
         finally:
             temp.unlink(missing_ok=True)
-        return final
+
+    def _copy(self, source: Path, target: Path) -> None:
+        shutil.copyfile(source, target)
 
 
 class _Taken:

@@ -35,13 +35,9 @@ class TranscriptError(UsageError):
 
 
 class Transcript:
-    """Reads and appends the records of ``path`` (``<session>/transcript.jsonl``).
-
-    Appends are flushed and fsynced before :meth:`append` returns, so a record is on disk before
-    the next model request is sent. The caller holds the session's writer lock. ``mirror``, when
-    given, receives the bytes of each append after the fsync, before :meth:`append` returns (the
-    session store uploads them as one segment: sessions/remote.py).
-    """
+    """Reads and appends the records of ``path`` (``<session>/transcript.jsonl``). The caller of
+    :meth:`append` holds the session's writer lock; ``mirror`` receives the bytes of each append after
+    the fsync, before it returns (the session store uploads them as one segment: sessions/remote.py)."""
 
     def __init__(self, path: Path, mirror: Callable[[bytes], None] | None = None):
         self.path = path
@@ -120,12 +116,9 @@ class Transcript:
                       stacklevel=4)
 
     def append(self, items: Iterable[Any], redactor: Any = None) -> None:
-        """Append ``items`` (records), one line each, then flush and fsync once.
-
-        Every string of every record is redacted first with ``redactor`` (default: the process's,
-        ``ctxagent.sessions.redact.default()``, which reads the environment); the file is created
-        owner-only (0600).
-        """
+        """Append ``items`` (records), one line each, with every string redacted by ``redactor``
+        (default: :func:`ctxagent.sessions.redact.default`), then flush and fsync once: a record is
+        on disk before the next model request is sent. The file is created owner-only (0600)."""
         from ctxagent.sessions import redact  # secrets become [REDACTED:kind] before they are written
 
         redactor = redactor or redact.default()

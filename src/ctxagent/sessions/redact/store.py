@@ -12,7 +12,6 @@ from typing import Any
 from ctxagent.sessions.redact import scan
 from ctxagent.sessions.redact.redactor import Redactor, default, redact_file
 from ctxagent.sessions.store import OutputStore
-from ctxagent.sessions.transcript import private_dir
 from ctxagent.tools.preview import FileStats
 
 UNREDACTED_SUFFIXES = (".npy",)  # binary formats whose bytes a replacement would corrupt
@@ -21,9 +20,7 @@ UNREDACTED_SUFFIXES = (".npy",)  # binary formats whose bytes a replacement woul
 class RedactingStore(OutputStore):
     """The output store of a session with secrets kept out of its files: every file it writes or adopts
     is redacted first (numpy ``.npy`` files excepted: their bytes are not text), 0600 in a 0700 folder.
-    A spool file holds what the tool produced until it is adopted (that is what streaming to disk
-    means); :meth:`adopt` redacts it first, and :meth:`clean_spools` removes those a killed process left.
-    """
+    A spool file is unredacted until :meth:`adopt`; :meth:`clean_spools` removes those a kill left."""
 
     def __init__(self, root: Path, redactor: Redactor | None = None, linked: Any = None):
         super().__init__(root, linked)
@@ -35,10 +32,7 @@ class RedactingStore(OutputStore):
         return self._redactor or default()
 
     def spool(self) -> tuple[int, Path]:
-        """A spool file (see :meth:`OutputStore.spool`); with the prefilter, it is scanned while
-        the tool writes it (:class:`~ctxagent.sessions.redact.scan.Follower`), so :meth:`adopt` has little
-        left to read."""
-        private_dir(self.root)
+        """:meth:`OutputStore.spool`; with the prefilter, scanned while the tool writes it (:class:`.scan.Follower`)."""
         fd, path = super().spool()
         pre = self.redactor.prefilter
         if pre is not None:
@@ -47,12 +41,9 @@ class RedactingStore(OutputStore):
         return fd, path
 
     def put_bytes(self, handle: str, data: bytes, suffix: str = ".out", *, durable: bool = True) -> Path:
-        private_dir(self.root)
         if not suffix.endswith(UNREDACTED_SUFFIXES):
             data = self.redactor.data(data)
-        path = super().put_bytes(handle, data, suffix, durable=durable)
-        os.chmod(path, 0o600)
-        return path
+        return super().put_bytes(handle, data, suffix, durable=durable)
 
     def adopt_measured(self, spooled: Path, handle: str, suffix: str = ".out") -> tuple[Path, FileStats | None]:
         follower = self._followers.pop(spooled, None)
@@ -71,12 +62,5 @@ class RedactingStore(OutputStore):
     def adopt(self, spooled: Path, handle: str, suffix: str = ".out") -> Path:
         return self.adopt_measured(spooled, handle, suffix)[0]
 
-    def put_file(self, handle: str, source: Path, suffix: str = ".out") -> Path:
-        private_dir(self.root)
-        fd, spooled = OutputStore.spool(self)  # no follower: the copy below is the scan
-        os.close(fd)
-        try:
-            self.redactor.copy_file(source, spooled)
-            return OutputStore.adopt(self, spooled, handle, suffix)
-        finally:
-            spooled.unlink(missing_ok=True)
+    def _copy(self, source: Path, target: Path) -> None:  # put_file: no follower, the copy is the scan
+        self.redactor.copy_file(source, target)
