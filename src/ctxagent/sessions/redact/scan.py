@@ -19,7 +19,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -72,16 +72,21 @@ class Prefilter:
 
     @contextmanager
     def stream(self, hits: _Hits) -> Iterator[Callable[[bytes], None]]:
-        """A function that scans the next chunk of one stream, reporting to ``hits``, with this thread's
-        scratch space. The stream is closed by hand: the binding's ``close`` crashes when given a scratch
-        space (hyperscan 0.9.1 parses its arguments in the wrong order), so it closes with the database's
-        own, one thread at a time."""
+        """A function that scans the next chunk of one stream, reporting to ``hits`` (until they are too
+        many to list), with this thread's scratch space. The stream is closed by hand: the binding's
+        ``close`` crashes when given a scratch space (hyperscan 0.9.1 parses its arguments in the wrong
+        order), so it closes with the database's own, one thread at a time."""
         scratch = self.scratch()
         handler = hits.add  # referenced here while the stream lives: the binding keeps no reference
         stream = self.db.stream(match_event_handler=handler)
         stream.__enter__()  # hs_open_stream
+
+        def scan(chunk: bytes) -> None:
+            if not hits.dense:
+                stream.scan(chunk, scratch=scratch, match_event_handler=handler)
+
         try:
-            yield lambda chunk: stream.scan(chunk, scratch=scratch, match_event_handler=handler)
+            yield scan
         finally:
             with self._closing:
                 stream.close(match_event_handler=handler)
@@ -178,27 +183,18 @@ class Digester:
                          self.sha.hexdigest())
 
 
-def _chunks(path: Path) -> Iterator[bytes]:
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            yield chunk
-
-
 def measure(path: Path, pre: Prefilter | None = None) -> Measured:
     """Stats of the file at ``path`` and, with ``pre``, its windows (one streaming pass; without
     ``pre`` the windows are None). Raises ``OSError``."""
     digest = Digester(threaded=path.stat().st_size >= THREAD_MIN_BYTES)
-    if pre is None:
-        for chunk in _chunks(path):
+    hits = _Hits(pre.widths if pre is not None else [])
+    scanning: AbstractContextManager[Callable[[bytes], None]] = (
+        nullcontext(lambda chunk: None) if pre is None else pre.stream(hits))
+    with open(path, "rb") as fh, scanning as scan:
+        while chunk := fh.read(CHUNK_BYTES):
             digest.update(chunk)
-        return Measured(digest.stats(), None)
-    hits = _Hits(pre.widths)
-    with pre.stream(hits) as scan:
-        for chunk in _chunks(path):
-            digest.update(chunk)
-            if not hits.dense:
-                scan(chunk)
-    return Measured(digest.stats(), hits.merged())
+            scan(chunk)
+    return Measured(digest.stats(), None if pre is None else hits.merged())
 
 
 # --- scanning a spool file while the tool writes it ---------------------------------------------
@@ -267,8 +263,7 @@ class Follower:
             chunk = b"" if self._cancelled else self._fh.read(CHUNK_BYTES)
             if chunk:
                 digest.update(chunk)
-                if not hits.dense:
-                    scan(chunk)
+                scan(chunk)
                 wait, idle = POLL_S[0], 0.0
                 continue
             if done:
