@@ -23,31 +23,28 @@ def _message_shape(message: dict[str, Any]) -> dict[str, Any]:
     """``message`` when its keys have the JSON types of an OpenAI-format message (ctxagent/messages.py).
     Raises ``ValueError`` naming the first that does not: the record is set aside like a damaged line
     (sessions/transcript.py) instead of failing every resume and inspect later."""
-    problem = _message_problem(message)
+    content, calls = message.get("content"), message.get("tool_calls")
+    problem = ""
+    if not isinstance(message.get("role"), str):
+        problem = "role is not a string"
+    elif not (content is None or isinstance(content, str | bytes)  # bytes: built in Python, written as text
+              or (isinstance(content, list) and all(isinstance(part, dict) for part in content))):
+        problem = f"content is {type(content).__name__}, not text, null or a list of parts"
+    elif not isinstance(message.get("tool_call_id") or "", str):
+        problem = "tool_call_id is not a string"
+    elif calls is not None and not isinstance(calls, list):
+        problem = f"tool_calls is {type(calls).__name__}, not a list"
+    elif bad := [i for i, item in enumerate(calls or []) if not _call_shape(item)]:
+        problem = f"tool call {bad[0]} is not {{id: string, function: {{name: string, arguments: string}}}}"
     if problem:
         raise ValueError(f"a message whose {problem}")
     return message
 
 
-def _message_problem(message: dict[str, Any]) -> str:
-    content, calls = message.get("content"), message.get("tool_calls")
-    if not isinstance(message.get("role"), str):
-        return "role is not a string"
-    if not (content is None or isinstance(content, str | bytes)  # bytes: built in Python, written as text
-            or (isinstance(content, list) and all(isinstance(part, dict) for part in content))):
-        return f"content is {type(content).__name__}, not text, null or a list of parts"
-    if not isinstance(message.get("tool_call_id") or "", str):
-        return "tool_call_id is not a string"
-    if calls is None:
-        return ""
-    if not isinstance(calls, list):
-        return f"tool_calls is {type(calls).__name__}, not a list"
-    for i, item in enumerate(calls):
-        function = item.get("function") if isinstance(item, dict) else None
-        if not (isinstance(function, dict) and isinstance(item.get("id"), str)
-                and isinstance(function.get("name"), str) and isinstance(function.get("arguments"), str)):
-            return f"tool call {i} is not {{id: string, function: {{name: string, arguments: string}}}}"
-    return ""
+def _call_shape(item: Any) -> bool:
+    function = item.get("function") if isinstance(item, dict) else None
+    return (isinstance(function, dict) and isinstance(item.get("id"), str)
+            and isinstance(function.get("name"), str) and isinstance(function.get("arguments"), str))
 
 
 def _tool_list_shape(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:

@@ -249,10 +249,9 @@ def replied(session: Session) -> bool:
     message is among its last records. Cheap: the cached totals and the transcript's tail."""
     from ctxagent.sessions import records
 
-    if totals(session.root / "transcript.jsonl").tokens > 0:
-        return True
-    return any(isinstance(r, records.MessageRecord) and r.message.get("role") == "assistant"
-               for r in session.transcript.tail(want=records.MessageRecord))
+    return totals(session.root / "transcript.jsonl").tokens > 0 or any(
+        isinstance(r, records.MessageRecord) and r.message.get("role") == "assistant"
+        for r in session.transcript.tail(want=records.MessageRecord))
 
 
 def started_in(session: Session) -> Path | None:
