@@ -158,7 +158,6 @@ class Redactor:
                 buf = carry + chunk
                 limit = max(0, len(buf) - OVERLAP_BYTES) if chunk else None
                 starts = None if windows is None else self._bytes.windowed(buf, windows, base)
-                out: bytes
                 out, cut = self._bytes.sub(buf, limit, starts)
                 changed |= out != buf[:cut]
                 dst.write(out)

@@ -239,7 +239,7 @@ class Follower:
         hits = _Hits(self.prefilter.widths)
         try:
             with self._fh, self.prefilter.stream(hits) as scan:
-                if self._follow(digest, hits, scan):
+                if self._follow(digest, scan):
                     self._result = Measured(digest.stats(), hits.merged())
         except Exception:  # the caller measures again: None says so
             self._result = None
@@ -254,7 +254,7 @@ class Follower:
         except OSError:
             return False
 
-    def _follow(self, digest: Digester, hits: _Hits, scan: Callable[[bytes], None]) -> bool:
+    def _follow(self, digest: Digester, scan: Callable[[bytes], None]) -> bool:
         """Read to the end of the file each time it grows, until :meth:`finish`; False when the
         file was deleted or went idle."""
         wait, idle = POLL_S[0], 0.0
