@@ -92,28 +92,23 @@ class Store:
     def create_from(self, path: str, source: Path | bytes) -> bool:
         """:meth:`create` with the bytes of the file ``source`` (streamed on stores that have no
         atomic put, and on S3 from :data:`PIPE_MAX_BYTES` on)."""
-        try:
-            with self.failing(f"writing {path}"):
-                if self.atomic_pipe and (isinstance(source, bytes) or source.stat().st_size < PIPE_MAX_BYTES):
-                    data = source if isinstance(source, bytes) else source.read_bytes()
-                    self.fs.pipe_file(path, data, mode="create")
-                    return True
-                self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-                with (io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb") as src,
-                      self.fs.open(path, "xb") as dst):
-                    shutil.copyfileobj(src, dst, 1024 * 1024)
-        except FileExistsError:
-            return False
-        return True
+        with contextlib.suppress(FileExistsError), self.failing(f"writing {path}"):
+            if self.atomic_pipe and (isinstance(source, bytes) or source.stat().st_size < PIPE_MAX_BYTES):
+                self.fs.pipe_file(path, source if isinstance(source, bytes) else source.read_bytes(), mode="create")
+                return True
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            with (io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb") as src,
+                  self.fs.open(path, "xb") as dst):
+                shutil.copyfileobj(src, dst, 1024 * 1024)
+            return True
+        return False
 
     def names(self, folder: str) -> list[str]:
         """The names of the objects directly in ``folder`` (none when it does not exist)."""
-        try:
-            with self.failing(f"listing {folder}"):
-                found = self.fs.ls(folder, detail=False, refresh=True)
-        except FileNotFoundError:
-            return []
-        return sorted(str(p).rstrip("/").rsplit("/", 1)[-1] for p in found)
+        with contextlib.suppress(FileNotFoundError), self.failing(f"listing {folder}"):
+            found = self.fs.ls(folder, detail=False, refresh=True)
+            return sorted(str(p).rstrip("/").rsplit("/", 1)[-1] for p in found)
+        return []
 
     def exists(self, path: str) -> bool:
         with self.failing(f"reading {path}"):
@@ -121,11 +116,9 @@ class Store:
 
     def size(self, path: str) -> int | None:
         """The size in bytes of the object at ``path`` (one HEAD request on S3), None when there is none."""
-        try:
-            with self.failing(f"reading {path}"):
-                return int(self.fs.info(path)["size"])
-        except FileNotFoundError:
-            return None
+        with contextlib.suppress(FileNotFoundError), self.failing(f"reading {path}"):
+            return int(self.fs.info(path)["size"])
+        return None
 
     def read_many(self, paths: list[str], *, missing_ok: bool = False) -> dict[str, bytes]:
         """``{path without protocol: bytes}`` of ``paths`` (fetched concurrently where the store

@@ -181,13 +181,11 @@ class Session:
         path = self.root / ".lock"
         if not path.exists():
             return False
-        try:
-            lock = try_lock(path)
-        except OSError:
-            return False
-        if lock is not None:
+        with contextlib.suppress(OSError):
+            if (lock := try_lock(path)) is None:
+                return True
             lock.release()
-        return lock is None
+        return False
 
 
 HEADER_ONLY_MAX_BYTES = 1 << 20  # a transcript this size or more certainly holds more than its header

@@ -82,11 +82,9 @@ class Transcript:
         """The first record (normally the header), read from the first line only; None if unreadable."""
         from ctxagent.sessions import records
 
-        try:
-            with open(self.path, "rb") as fh:
-                return records.loads(_clean(fh.readline()))
-        except (OSError, ValueError):
-            return None
+        with contextlib.suppress(OSError, ValueError), open(self.path, "rb") as fh:
+            return records.loads(_clean(fh.readline()))
+        return None
 
     def tail(self, nbytes: int = TAIL_BYTES, want: type = object) -> list[Any]:
         """The readable records in the last ``nbytes`` of the file (doubled until a record of type
