@@ -91,10 +91,14 @@ class OutputStore:
         """Whether ``handle`` has a value file or a sidecar in this store (linked ones not counted)."""
         return any(self.path_of(handle, s).exists() for s in (*SUFFIXES, META_SUFFIX))
 
+    def __contains__(self, handle: object) -> bool:
+        """``handle in store``: :meth:`taken` (so the store is the container :func:`new_handle` wants)."""
+        return isinstance(handle, str) and self.taken(handle)
+
     def unique_handle(self, call_id: str) -> str:
         """A handle for ``call_id`` free in this store (:func:`ctxagent.handles.new_handle`); the
         runner passes the handle it chose instead, this is for callers without a session state."""
-        return new_handle(call_id, _Taken(self))
+        return new_handle(call_id, self)
 
     def spool(self) -> tuple[int, Path]:
         """``(fd, path)`` of a new temporary file inside the store, for a tool to stream its output
@@ -154,12 +158,3 @@ class OutputStore:
     def _copy(self, source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
-
-class _Taken:
-    """The store's handles as a container (``in`` looks at the disk)."""
-
-    def __init__(self, store: OutputStore):
-        self.store = store
-
-    def __contains__(self, handle: object) -> bool:
-        return isinstance(handle, str) and self.store.taken(handle)

@@ -64,19 +64,14 @@ class Transcript:
                 record = reader.parse(number, line)
                 if record is None:
                     continue
-                if repair:
-                    self._check_header(reader)
+                if repair and reader.first_error:  # line 1 unreadable, a record after it read
+                    raise TranscriptError(
+                        f"{self.path}:1: the session header is damaged ({reader.first_error}); the session's "
+                        "settings (model, profile, context window) are unknown, so it is not continued as a new "
+                        "session. Restore line 1, or move the file aside to start over under this name "
+                        f"(mv {self.path} {self.path}.damaged)")
                 yield record
         reader.report_unknown()
-
-    def _check_header(self, reader: _Reader) -> None:
-        """Raise ``TranscriptError`` when line 1 was unreadable (a record after it was just read)."""
-        if not reader.first_error:
-            return
-        raise TranscriptError(
-            f"{self.path}:1: the session header is damaged ({reader.first_error}); the session's settings "
-            "(model, profile, context window) are unknown, so it is not continued as a new session. Restore "
-            f"line 1, or move the file aside to start over under this name (mv {self.path} {self.path}.damaged)")
 
     def head(self) -> Any | None:
         """The first record (normally the header), read from the first line only; None if unreadable."""
