@@ -160,13 +160,12 @@ class SyncState:
 
     @classmethod
     def load(cls, root: Path) -> SyncState:
-        try:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             data = json.loads((root / STATE).read_text(encoding="utf-8"))
             last = data.get("last")
             return cls(int(data["segments"]), int(data["bytes"]), int(data.get("snapshot", 0)),
                        None if last is None else int(last))
-        except (OSError, ValueError, KeyError, TypeError):
-            return cls()
+        return cls()
 
     def save(self, root: Path) -> None:
         replace_whole(root / STATE, json.dumps(asdict(self)))

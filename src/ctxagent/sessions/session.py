@@ -352,11 +352,10 @@ def totals(path: Path) -> Totals:
     are read (the totals of the lines before are cached in ``CACHE`` beside it, owner-only), and
     only usage and settings lines are parsed, one line in memory at a time."""
     cache = path.with_name(CACHE)
-    try:
+    found = Totals()
+    with contextlib.suppress(OSError, ValueError, TypeError):
         cached = json.loads(cache.read_text(encoding="utf-8"))
-        found = Totals(**cached) if "cost_usd" in cached else Totals()  # a cache from before cost_usd: count again
-    except (OSError, ValueError, TypeError):
-        found = Totals()
+        found = Totals(**cached) if "cost_usd" in cached else found  # a cache from before cost_usd: count again
     try:
         with open(path, "rb") as fh:
             fh.seek(max(0, found.offset - 1))

@@ -233,10 +233,9 @@ def _kind_of(line: bytes) -> str | None:
 
 
 def _quiet(parse: Any, line: bytes) -> Any | None:
-    try:
+    with contextlib.suppress(ValueError):
         return parse(_clean(line))
-    except ValueError:
-        return None
+    return None
 
 
 def _private(path: str, flags: int) -> int:

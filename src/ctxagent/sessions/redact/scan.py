@@ -19,7 +19,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -249,10 +249,9 @@ class Follower:
 
     def _still_named(self) -> bool:
         """Whether the spool path still names the file being read (not deleted, not renamed away)."""
-        try:
+        with suppress(OSError):
             return os.path.samestat(os.stat(self.path), os.fstat(self._fh.fileno()))
-        except OSError:
-            return False
+        return False
 
     def _follow(self, digest: Digester, scan: Callable[[bytes], None]) -> bool:
         """Read to the end of the file each time it grows, until :meth:`finish`; False when the
