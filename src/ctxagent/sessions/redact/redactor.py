@@ -121,13 +121,12 @@ class Redactor:
         anywhere). ``measured``: the file measured already with the prefilter (used when it has the
         size it saw). Raises ``OSError``."""
         pre = self.prefilter
-        if pre is None:
-            return self._search_file(path), None
-        if measured is None or measured.stats.bytes != path.stat().st_size:
+        if pre is not None and (measured is None or measured.stats.bytes != path.stat().st_size):
             measured = scan.measure(path, pre)
-        if measured.windows is None:  # too many prefilter matches to list
+        windows = None if pre is None or measured is None else measured.windows
+        if windows is None:  # no prefilter, or too many of its matches to list
             return self._search_file(path), None
-        return self._bytes.found_in_file(path, measured.windows, CHUNK_BYTES, OVERLAP_BYTES), measured.windows
+        return self._bytes.found_in_file(path, windows, CHUNK_BYTES, OVERLAP_BYTES), windows
 
     def _search_file(self, path: Path) -> bool:
         with open(path, "rb") as fh:
