@@ -1,20 +1,11 @@
 """One writer per session: on this machine a file lock (:func:`try_lock`, the one module that imports
-filelock), across machines a lease made of create-only objects in the store.
+filelock), across machines a lease made of create-only objects in the store (docs/batch.md, "Sessions
+in an object store").
 
-``URL/sessions/NAME/lease/000000000007.json`` holds ``{owner, host, pid, expires, released}``
-(``expires``: seconds since the epoch, by the holder's clock). The newest number is the lease in
-force. Every change creates the next number, create-only (``If-None-Match: *``), so of two
-machines racing for the same change exactly one wins:
-
-- taking: allowed when there is no lease, or the newest is released, expired, or held by a dead
-  process of this host; else :class:`~ctxagent.errors.SessionBusyError` naming the holder;
-- renewing (a thread, every third of the lease time): the holder creates the next number; when it
-  exists, someone took the session over and the holder is fenced (it writes nothing more);
-- releasing: the next number, marked released (the next writer need not wait for the expiry).
-
-Older numbers are deleted after each change (best effort). ``$CTXAGENT_LEASE_SECONDS`` sets the
-lease time (default 30 s); ``$CTXAGENT_HOST`` the host name written (default: the machine's).
-Clocks of the machines sharing a store are assumed to agree to well under the lease time.
+``URL/sessions/NAME/lease/<number>.json`` holds ``{owner, host, pid, expires, released}`` (``expires``:
+seconds since the epoch, by the holder's clock); the newest number is the lease in force. Taking,
+renewing and releasing each create the next number, so of two machines racing exactly one wins; older
+numbers are deleted (best effort). Clocks sharing a store must agree to well under the lease time.
 """
 
 from __future__ import annotations
@@ -136,29 +127,25 @@ class Lease:
         if not self.sync.store.create(self._path(number), json.dumps(data).encode()):
             return False
         previous, self.number, self.expires = self.number, number, expires
-        for old in (previous, number - 1) if previous else (number - 1,):
-            if old > 0:
-                with contextlib.suppress(CtxagentError):  # best effort: the newest number is the lease
-                    self.sync.store.remove(self._path(old))
+        for old in {previous, number - 1} - {0}:
+            with contextlib.suppress(CtxagentError):  # best effort: the newest number is the lease
+                self.sync.store.remove(self._path(old))
         return True
 
     def renew(self) -> None:
         """Extend the lease by its time; a lost race fences this writer (``sync.fenced``)."""
         with self._lock:
-            self._renew()
-
-    def _renew(self) -> None:
-        if self.sync.fenced:
-            return
-        try:
-            ok = self._create(self.number + 1, released=False)
-        except Exception as err:  # the store unreachable: try again at the next tick
-            if time.time() > self.expires:
-                self.sync.fenced = f"session {self.sync.name!r}: the lease could not be renewed ({err})"
-            return
-        if not ok:
-            self.sync.fenced = (f"session {self.sync.name!r} was taken over by another writer (its lease in "
-                                f"{self.sync.store.url} was renewed by someone else); this process stops")
+            if self.sync.fenced:
+                return
+            try:
+                ok = self._create(self.number + 1, released=False)
+            except Exception as err:  # the store unreachable: try again at the next tick
+                if time.time() > self.expires:
+                    self.sync.fenced = f"session {self.sync.name!r}: the lease could not be renewed ({err})"
+                return
+            if not ok:
+                    self.sync.fenced = (f"session {self.sync.name!r} was taken over by another writer (its lease in "
+                                    f"{self.sync.store.url} was renewed by someone else); this process stops")
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.seconds / 3):

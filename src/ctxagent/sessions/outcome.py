@@ -1,10 +1,8 @@
 """What a session's records say it holds: its task, its final answer, its usage totals (:class:`Usage`).
 
-The one rule every command uses to tell an answered session (``resume``, ``batch`` on either
-backend, ``sessions list``, the fold of agent/state.py): its last message is a final answer, an
-assistant message without tool calls, whatever end records follow it. A run killed (``kill -9``)
-after recording its answer wrote no end record; one stopped by a signal there wrote
-``interrupted``. Either way the answer stands: it is reported, and the model is not asked again.
+The one rule every command uses to tell an answered session: its last message is a final answer (an
+assistant message without tool calls), whatever end records follow it (none after a ``kill -9``,
+``interrupted`` after a signal). The answer stands: it is reported, and the model is not asked again.
 """
 
 from __future__ import annotations
@@ -26,9 +24,8 @@ def is_answer(message: Message) -> bool:
 
 
 def final_answer(records_: Iterable[Any]) -> str | None:
-    """The content (``""`` when it has none) of the last message record of ``records_`` (a
-    transcript's records, or its last ones down to its last message) when that message is a final
-    answer; None when there is no message or the last one is not an answer."""
+    """The content (``""`` when it has none) of the last message record of ``records_`` (a transcript's
+    records, or its last ones down to its last message) when that message is a final answer, else None."""
     from ctxagent.sessions import records
 
     last = None
@@ -47,9 +44,8 @@ def recorded_answer(transcript: Transcript) -> str | None:
 
 
 def recorded_task(transcript: Transcript) -> str | None:
-    """The first user message's content in a session's ``transcript`` (its task, as ``run`` recorded it); None
-    while none is recorded: no session, or a run stopped between writing the session's header
-    (or its system message) and its task, which may have written an ``interrupted`` end."""
+    """The first user message's content in a session's ``transcript`` (its task, as ``run`` recorded it);
+    None while none is recorded (no session, or a run stopped before it wrote its task)."""
     from ctxagent.sessions import records
 
     for record in transcript.records():

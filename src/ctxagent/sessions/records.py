@@ -1,29 +1,9 @@
-"""Typed transcript records, tagged by ``kind``, with one serializer.
-
-One record is one physical line of ``transcript.jsonl``. Kinds:
-
-- ``session``: the header, first line; schema version, name, creation time, and the
-  :class:`Settings` the session was started with.
-- ``settings``: a change of those settings (a resume with ``--model``, ``--profile``, ...): only the
-  fields that changed. Header plus settings records fold into the settings in force.
-- ``message``: one OpenAI-format message with its sequence number ``seq`` (0-based, in transcript
-  order), the agent ``turn`` it belongs to (one model call = one turn), its token count
-  ``tokens`` so that resume never re-tokenizes, and for a tool result its ``handle``
-  (:mod:`ctxagent.handles`, chosen once here) and whether its value was ``offloaded`` when written.
-- ``output``: metadata of one offloaded tool output: handle, call id, tool, file path relative to
-  the session directory, sizes (bytes, lines, tokens), sha256, whether it is binary, and what the
-  value is (``type``: text, bytes, json, ndarray; ``length``, ``shape``, ``dtype`` when they apply).
-- ``usage``: the provider-reported usage of one model call, next to our own estimate.
-- ``compaction``: a recorded replacement, *in the view only*, of messages ``start``..``end``
-  (inclusive seq numbers) by ``message`` (or by nothing). The originals stay in the transcript.
-- ``end``: how one run ended (``answered``, ``max_turns``, ``provider_error``, ...).
-- ``tools``: an MCP server's tool list as first listed, or the deferred tools a ``find_tools`` call
-  loaded (``ctxagent.mcp_tools``).
-- ``permission``: a decision on a tool call that needed asking (``ctxagent.tools.permissions``):
-  the call, the policy that asked, and the answer (``yes``, ``no``, ``always``; ``deny`` when the
-  run could not ask).
-- ``lessons``: the lessons block a session was shown (chosen once at its start; ctxagent/lessons/).
-
+"""Typed transcript records, tagged by ``kind``, with one serializer: one record is one physical line
+of ``transcript.jsonl``, the header (``session``) first. Header plus ``settings`` records fold into the
+settings in force. A ``message`` carries its ``seq`` (0-based, in transcript order), its agent
+``turn`` (one model call = one turn) and its token count (resume never re-tokenizes); a tool result
+also its ``handle`` (:mod:`ctxagent.handles`, chosen once here). A ``compaction`` replaces messages
+``start``..``end`` (inclusive seqs) *in the view only*: the originals stay in the transcript.
 Progress, heartbeats and spinner state are never records.
 """
 
@@ -40,37 +20,31 @@ SCHEMA_VERSION = 1
 
 
 def _message_shape(message: dict[str, Any]) -> dict[str, Any]:
-    """``message`` when its keys have the JSON types an OpenAI-format message gives them
-    (ctxagent/messages.py): ``role`` a string; ``content`` a string, null or a list of parts
-    (objects); ``tool_calls`` null or a list of objects, each with a string ``id`` and a ``function``
-    object whose ``name`` and ``arguments`` are strings; ``tool_call_id`` a string or null. Raises
-    ``ValueError`` naming the first key of another type: the record is set aside like a damaged line
+    """``message`` when its keys have the JSON types of an OpenAI-format message (ctxagent/messages.py).
+    Raises ``ValueError`` naming the first that does not: the record is set aside like a damaged line
     (sessions/transcript.py) instead of failing every resume and inspect later."""
-    problem = _message_problem(message)
+    content, calls = message.get("content"), message.get("tool_calls")
+    problem = ""
+    if not isinstance(message.get("role"), str):
+        problem = "role is not a string"
+    elif not (content is None or isinstance(content, str | bytes)  # bytes: built in Python, written as text
+              or (isinstance(content, list) and all(isinstance(part, dict) for part in content))):
+        problem = f"content is {type(content).__name__}, not text, null or a list of parts"
+    elif not isinstance(message.get("tool_call_id") or "", str):
+        problem = "tool_call_id is not a string"
+    elif calls is not None and not isinstance(calls, list):
+        problem = f"tool_calls is {type(calls).__name__}, not a list"
+    elif bad := [i for i, item in enumerate(calls or []) if not _call_shape(item)]:
+        problem = f"tool call {bad[0]} is not {{id: string, function: {{name: string, arguments: string}}}}"
     if problem:
         raise ValueError(f"a message whose {problem}")
     return message
 
 
-def _message_problem(message: dict[str, Any]) -> str:
-    content, calls = message.get("content"), message.get("tool_calls")
-    if not isinstance(message.get("role"), str):
-        return "role is not a string"
-    if not (content is None or isinstance(content, str | bytes)  # bytes: built in Python, written as text
-            or (isinstance(content, list) and all(isinstance(part, dict) for part in content))):
-        return f"content is {type(content).__name__}, not text, null or a list of parts"
-    if not isinstance(message.get("tool_call_id") or "", str):
-        return "tool_call_id is not a string"
-    if calls is None:
-        return ""
-    if not isinstance(calls, list):
-        return f"tool_calls is {type(calls).__name__}, not a list"
-    for i, item in enumerate(calls):
-        function = item.get("function") if isinstance(item, dict) else None
-        if not (isinstance(function, dict) and isinstance(item.get("id"), str)
-                and isinstance(function.get("name"), str) and isinstance(function.get("arguments"), str)):
-            return f"tool call {i} is not {{id: string, function: {{name: string, arguments: string}}}}"
-    return ""
+def _call_shape(item: Any) -> bool:
+    function = item.get("function") if isinstance(item, dict) else None
+    return (isinstance(function, dict) and isinstance(item.get("id"), str)
+            and isinstance(function.get("name"), str) and isinstance(function.get("arguments"), str))
 
 
 def _tool_list_shape(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
@@ -183,12 +157,9 @@ class SettingsRecord(_Record):
 
 
 class FileTouch(BaseModel):
-    """What a file tool did to one file (the file-activity ledger, agent/activity.py).
-
-    ``path``: absolute; ``op``: ``read`` or ``write``; ``sha256``: hex digest of the file's bytes
-    right after the call ("" when it could not be read); ``args``: the call's other arguments as
-    canonical JSON (a read of lines 1-40 is not a read of the whole file).
-    """
+    """What a file tool did to one file (the file-activity ledger, agent/activity.py): ``path`` absolute;
+    ``sha256`` the hex digest of the file's bytes right after the call ("" when it could not be read);
+    ``args`` the call's other arguments as canonical JSON (lines 1-40 are not the whole file)."""
 
     model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
     path: str
@@ -213,6 +184,9 @@ class MessageRecord(_Record):
 
 
 class OutputRecord(_Record):
+    """Metadata of one offloaded tool output: ``path`` relative to the session folder, sizes in bytes,
+    lines and tokens."""
+
     kind: Literal["output"] = "output"
     handle: str
     call_id: str
@@ -335,8 +309,7 @@ Record = Annotated[
 
 @functools.cache
 def adapter() -> TypeAdapter[Any]:
-    """pydantic's validator of any record (built on first use: most opens never need it, every
-    intact line being decoded by :func:`fast`)."""
+    """pydantic's validator of any record (built on first use)."""
     return TypeAdapter(Record)
 
 
@@ -346,11 +319,8 @@ def dumps(record: _Record) -> str:
 
 
 def loads(line: str | bytes) -> Any:
-    """Parse one line back into its record type (pydantic-core's JSON validation: the same result,
-    extras kept and errors raised everywhere). Raises ``ValueError`` on anything malformed.
+    """Parse one line back into its record type (extras kept). Raises ``ValueError`` on anything malformed.
 
-    A msgspec struct decoder generated from these models was tried for resume (issue 18): with the
-    pydantic record built from its result it decoded the realistic 20 MB transcript at 137 MB/s
-    against pydantic's 132 MB/s, so it was removed. A resume decodes every line (~0.1 s of the ~0.25 s
-    that opening a 10,000-message session takes; benchmarks/resume_floor.py)."""
+    A msgspec decoder was tried for resume (issue 18) and removed: 137 MB/s against pydantic-core's
+    132 MB/s on a realistic 20 MB transcript (benchmarks/resume_floor.py)."""
     return adapter().validate_json(line)

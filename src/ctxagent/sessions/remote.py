@@ -1,33 +1,18 @@
-"""Sessions in an object store: the store is the durable copy, the local session folder a cache.
+"""Sessions in an object store (any fsspec URL): the store is the durable copy, the local session
+folder (``<data dir>/stores/<slug>-<hash>/sessions/NAME/``) a cache. Layout and guarantees: docs/batch.md,
+"Sessions in an object store".
 
-With a store URL (``--store URL``, or ``$CTXAGENT_STORE`` which the command line reads; any fsspec
-URL, passed to :class:`~ctxagent.sessions.session.Session` as its ``store_url``: ``s3://bucket/prefix``,
-``gs://...``, ``az://...``, ``file:///path``), the session ``NAME`` lives at ``URL/sessions/NAME/``
-(a sub-agent's at ``URL/sessions/NAME/agents/CHILD/``)::
-
-    segments/000000000001.jsonl   one per Transcript.append (one flushed step), written once
-    outputs/<file>                 offloaded outputs and their sidecars, written once, redacted
-    snapshots/000000000420.jsonl   segments 1..420 in one object (a new machine reads it, then the rest)
-    lease/000000000007.json        the writer's lease (sessions/lease.py)
-
-Object stores have no append, so every write is a *create-only* write (``If-None-Match: *`` on
-S3): a segment number can be written once, by one writer. A writer that finds its next segment
-number taken has been fenced (another machine took the session over): it stops with
-:class:`~ctxagent.errors.SessionBusyError` and loses nothing already uploaded.
-
-The local folder (``<data dir>/stores/<slug>-<hash>/sessions/NAME/``, so two stores never mix)
-keeps working as before: tools read outputs from files, the transcript is a local JSONL file.
-``.store.json`` beside the transcript records how many segments (and bytes) of it are in the
-store. A writer (:class:`SessionSync`) uploads each appended step's segment after the local fsync
-and before ``append`` returns, the outputs written since the last step first (a segment never names
-an output the store lacks). Opening a session brings the cache up to the store: missing segments
-are appended, missing outputs downloaded (eagerly: tools open them as files).
+Object stores have no append, so every write is create-only (``If-None-Match: *`` on S3): a segment
+number is written once, by one writer. A writer that finds its next number taken has been fenced
+(another machine took the session over): it stops with :class:`~ctxagent.errors.SessionBusyError`.
+``.store.json`` beside the transcript records how much of it the store holds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -36,16 +21,17 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
-from ctxagent.sessions.transcript import TranscriptWarning
+from ctxagent.sessions.transcript import TranscriptWarning, private_dir, replace_whole, set_aside, write_synced
 
 STATE = ".store.json"  # beside the transcript: {"segments": N, "bytes": B} of it that the store holds
 SNAPSHOT_EVERY = 64  # segments since the last snapshot that make a writer leave a new one
 DIGITS = 12
+PIPE_MAX_BYTES = 64 * 1024 * 1024  # files under this size are sent in one atomic put where the store has one
 
 
 def cache_key(url: str) -> str:
@@ -69,11 +55,8 @@ def segment_name(number: int) -> str:
 
 
 class Store:
-    """An fsspec filesystem and the root path of the store at ``url``.
-
-    Raises ``UsageError`` when the URL's protocol is unknown or its package is not installed
-    (``pip install 'ctxagent[s3]'``).
-    """
+    """An fsspec filesystem and the root path of the store at ``url``. Raises ``UsageError`` when the
+    URL's protocol is unknown or its package is not installed (``pip install 'ctxagent[s3]'``)."""
 
     def __init__(self, url: str):
         try:
@@ -104,40 +87,28 @@ class Store:
     def create(self, path: str, data: bytes) -> bool:
         """Write ``data`` at ``path`` unless an object is there already; returns whether it was
         written (False: it existed, nothing changed). Raises ``CtxagentError`` when the store fails."""
-        try:
-            with self.failing(f"writing {path}"):
-                if self.atomic_pipe:
-                    self.fs.pipe_file(path, data, mode="create")
-                else:
-                    self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-                    with self.fs.open(path, "xb") as fh:
-                        fh.write(data)
-        except FileExistsError:
-            return False
-        return True
+        return self.create_from(path, data)
 
-    def create_from(self, path: str, source: Path) -> bool:
+    def create_from(self, path: str, source: Path | bytes) -> bool:
         """:meth:`create` with the bytes of the file ``source`` (streamed on stores that have no
-        atomic put; small and medium files are read whole)."""
-        if self.atomic_pipe and source.stat().st_size < 64 * 1024 * 1024:
-            return self.create(path, source.read_bytes())
-        try:
-            with self.failing(f"writing {path}"):
-                self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-                with open(source, "rb") as src, self.fs.open(path, "xb") as dst:
-                    shutil.copyfileobj(src, dst, 1024 * 1024)
-        except FileExistsError:
-            return False
-        return True
+        atomic put, and on S3 from :data:`PIPE_MAX_BYTES` on)."""
+        with contextlib.suppress(FileExistsError), self.failing(f"writing {path}"):
+            if self.atomic_pipe and (isinstance(source, bytes) or source.stat().st_size < PIPE_MAX_BYTES):
+                self.fs.pipe_file(path, source if isinstance(source, bytes) else source.read_bytes(), mode="create")
+                return True
+            self.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+            with (io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb") as src,
+                  self.fs.open(path, "xb") as dst):
+                shutil.copyfileobj(src, dst, 1024 * 1024)
+            return True
+        return False
 
     def names(self, folder: str) -> list[str]:
         """The names of the objects directly in ``folder`` (none when it does not exist)."""
-        try:
-            with self.failing(f"listing {folder}"):
-                found = self.fs.ls(folder, detail=False, refresh=True)
-        except FileNotFoundError:
-            return []
-        return sorted(str(p).rstrip("/").rsplit("/", 1)[-1] for p in found)
+        with contextlib.suppress(FileNotFoundError), self.failing(f"listing {folder}"):
+            found = self.fs.ls(folder, detail=False, refresh=True)
+            return sorted(str(p).rstrip("/").rsplit("/", 1)[-1] for p in found)
+        return []
 
     def exists(self, path: str) -> bool:
         with self.failing(f"reading {path}"):
@@ -145,11 +116,9 @@ class Store:
 
     def size(self, path: str) -> int | None:
         """The size in bytes of the object at ``path`` (one HEAD request on S3), None when there is none."""
-        try:
-            with self.failing(f"reading {path}"):
-                return int(self.fs.info(path)["size"])
-        except FileNotFoundError:
-            return None
+        with contextlib.suppress(FileNotFoundError), self.failing(f"reading {path}"):
+            return int(self.fs.info(path)["size"])
+        return None
 
     def read_many(self, paths: list[str], *, missing_ok: bool = False) -> dict[str, bytes]:
         """``{path without protocol: bytes}`` of ``paths`` (fetched concurrently where the store
@@ -191,35 +160,27 @@ class SyncState:
 
     @classmethod
     def load(cls, root: Path) -> SyncState:
-        try:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             data = json.loads((root / STATE).read_text(encoding="utf-8"))
             last = data.get("last")
             return cls(int(data["segments"]), int(data["bytes"]), int(data.get("snapshot", 0)),
                        None if last is None else int(last))
-        except (OSError, ValueError, KeyError, TypeError):
-            return cls()
+        return cls()
 
     def save(self, root: Path) -> None:
-        temp = root / f"{STATE}.{os.getpid()}.tmp"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump({"segments": self.segments, "bytes": self.bytes, "snapshot": self.snapshot,
-                       "last": self.last}, fh)
-        os.replace(temp, root / STATE)
+        replace_whole(root / STATE, json.dumps(asdict(self)))
 
     def advance(self, number: int, size: int) -> None:
         """Segment ``number``, of ``size`` bytes, is the newest the store and the cache share."""
         self.segments, self.last = number, size
+        self.bytes += size
 
 
 @dataclass
 class SessionSync:
     """The store side of one session folder ``root`` whose objects are under ``key`` in ``store``
-    (``sessions/NAME`` or ``sessions/NAME/agents/CHILD``).
-
-    :meth:`pull` brings the cache up to the store (readers and writers); :meth:`fence`, then
-    :meth:`upload` for each appended step (the transcript's ``mirror``), are the writer's.
-    """
+    (``sessions/NAME`` or ``sessions/NAME/agents/CHILD``): :meth:`pull` for readers and writers,
+    :meth:`fence`, then :meth:`upload` for each appended step (the transcript's ``mirror``), for a writer."""
 
     store: Store
     key: str
@@ -245,8 +206,6 @@ class SessionSync:
         the store has are counted, lines the store never got are uploaded (when the store has
         nothing newer) or set aside (it has: another machine continued the session); a torn last
         line is set aside. A reader leaves such a cache alone (it may be a live writer's)."""
-        from ctxagent.sessions.redact import private_dir
-
         self.state = SyncState.load(self.root)
         self._check_still_there()
         size = self.transcript.stat().st_size if self.transcript.exists() else 0
@@ -271,23 +230,19 @@ class SessionSync:
             number, chunk = chunks.pop(0)
             complete = complete[len(chunk):]
             self.state.advance(number, len(chunk))
-            self.state.bytes += len(chunk)
         if complete and chunks:  # the store moved on without these lines
             self._set_aside(self.state.bytes, "unsynced-")
         elif complete:  # the step a crash kept from the store: ours, and nobody wrote since
             self._upload_segment(complete, self.state.segments + 1)
-            self.state.bytes += len(complete)
         self._append_local(chunks)
         self.state.save(self.root)
         self._pull_outputs()
 
     def _check_still_there(self) -> None:
-        """The store's state wins over a stale cache: when the store no longer holds the newest
-        segment this cache synced (the session was deleted or emptied on another machine), or holds
-        another one in its place (deleted, then started again under this name), the cache is moved
-        aside (nothing in it is lost) and ``UsageError`` says so. Without the check, a resume from
-        the stale cache fenced a fresh segment number and uploaded its steps after it: a fragment
-        with no header in the store, which no machine could open, and exit 0. One HEAD request."""
+        """The store's state wins over a stale cache: when the store lost the newest segment this cache
+        synced, or holds another one in its place (deleted, then started again), the cache is moved aside
+        and ``UsageError`` says so. Without the check a resume uploaded its steps after a fresh segment
+        number: a fragment with no header, which no machine could open, and exit 0. One HEAD request."""
         number = self.state.segments
         if not number:
             return
@@ -319,8 +274,6 @@ class SessionSync:
         found = numbers(self.store.names(self.remote("snapshots")))
         if not found:
             return
-        from ctxagent.sessions.redact import private_dir
-
         private_dir(self.root)
         data = self.store.read_many([self.remote("snapshots", segment_name(found[-1]))])
         self._append_local([(found[-1], next(iter(data.values())))])
@@ -353,34 +306,19 @@ class SessionSync:
 
     def _set_aside(self, offset: int, kind: str) -> None:
         """Move the local transcript's bytes from ``offset`` on to ``transcript.<kind>N.jsonl``."""
-        n = 1
-        while (side := self.root / f"transcript.{kind}{n}.jsonl").exists():
-            n += 1
-        data = self._read_from(offset)
-        fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        with open(self.transcript, "r+b") as fh:
-            fh.truncate(offset)
-            os.fsync(fh.fileno())
+        name, size = set_aside(self.transcript, offset, kind)
         why = {"torn-": "torn last line", "unsynced-": "lines the session store never got (another machine "
                "continued the session)", "cache-": "a cache shorter than what it had synced"}[kind]
-        warnings.warn(f"{self.transcript}: {why} ({len(data)} bytes) set aside, moved to {side.name}",
-                      TranscriptWarning, stacklevel=3)
+        warnings.warn(f"{self.transcript}: {why} ({size} bytes) set aside, moved to {name}", TranscriptWarning,
+                      stacklevel=3)
 
     def _append_local(self, chunks: list[tuple[int, bytes]]) -> None:
-        """Append downloaded segments ``(number, bytes)`` to the local transcript (created 0600),
-        then fsync."""
+        """Append downloaded segments ``(number, bytes)`` to the local transcript (created 0600)."""
         if not chunks:
             return
-        fd = os.open(self.transcript, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "ab") as fh:
-            for _, chunk in chunks:
-                fh.write(chunk)
-            fh.flush()
-            os.fsync(fh.fileno())
-        self.state.advance(chunks[-1][0], len(chunks[-1][1]))
-        self.state.bytes += sum(len(c) for _, c in chunks)
+        write_synced(self.transcript, "ab", *(chunk for _, chunk in chunks))
+        for number, chunk in chunks:
+            self.state.advance(number, len(chunk))
 
     def _pull_outputs(self) -> None:
         """Download the outputs the store has and the cache lacks (each to a temporary name, then
@@ -392,8 +330,6 @@ class SessionSync:
         missing = sorted(n for n in remote - local if not n.startswith("."))
         if not missing:
             return
-        from ctxagent.sessions.redact import private_dir
-
         private_dir(folder)
         temps = [folder / f".download-{n}" for n in missing]
         with self.store.failing("downloading outputs"):
@@ -404,9 +340,8 @@ class SessionSync:
 
     # -- writing ------------------------------------------------------------------------------
     def fence(self) -> None:
-        """Claim the next segment number with an empty segment (a session with segments only), so
-        a stale writer whose lease expired can write nothing more; when its late segment took the
-        number first, pull it and try the next."""
+        """Claim the next segment number with an empty segment, so a stale writer whose lease expired can
+        write nothing more; when its late segment took the number first, pull it and try the next."""
         while self.state.segments:
             if self.store.create(self.remote("segments", segment_name(self.state.segments + 1)), b""):
                 self.state.advance(self.state.segments + 1, 0)
@@ -415,16 +350,14 @@ class SessionSync:
             self.pull(writer=True)
 
     def upload(self, data: bytes) -> None:
-        """The transcript's mirror: after ``data`` (one append's lines) is fsynced locally, upload
-        the outputs not in the store yet, then ``data`` as the next segment. Raises
-        ``SessionBusyError`` when this writer has been fenced."""
+        """The transcript's mirror: upload the outputs not in the store yet, then ``data`` (one fsynced
+        append) as the next segment. Raises ``SessionBusyError`` when this writer has been fenced."""
         if self.guard is not None:
             self.guard()
         if self.fenced:
             raise SessionBusyError(self.fenced)
         self.push_outputs()
         self._upload_segment(data, self.state.segments + 1)
-        self.state.bytes += len(data)
         self.state.save(self.root)
 
     def _upload_segment(self, data: bytes, number: int) -> None:

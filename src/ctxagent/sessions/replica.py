@@ -1,10 +1,5 @@
-"""What a session does with a session store (sessions/remote.py) when it opens, as functions of
-its folder, so that ``sessions/session.py`` stays the map of the local layout.
-
-- :func:`leased`: the writer's side (the lease, the sync, the fence, the uploads);
-- :func:`pull`: a reader's (the cache brought up to the store, unless a local writer holds it);
-- :func:`fetch_heads`: ``sessions list`` (the first segment of the sessions the cache lacks);
-- :func:`remove` and :func:`copy`: ``sessions delete`` and ``rename``.
+"""What a session does with a session store (sessions/remote.py) when it opens, is listed, deleted or
+renamed, as functions of its folder: ``sessions/session.py`` stays the map of the local layout.
 """
 
 from __future__ import annotations
@@ -15,21 +10,16 @@ from pathlib import Path
 
 from ctxagent.errors import UsageError
 from ctxagent.sessions.remote import SessionSync, Store, segment_name
+from ctxagent.sessions.transcript import private_dir
 
 AGENTS = "agents"  # as sessions/session.py: a session's sub-agent sessions
 
 
-def sync_for(url: str, sessions_root: Path, root: Path, name: str) -> SessionSync:
-    """The :class:`SessionSync` of the session folder ``root`` (under ``sessions_root``)."""
-    return SessionSync(Store(url), "sessions/" + root.relative_to(sessions_root).as_posix(), root, name)
-
-
 @contextmanager
 def leased(sync: SessionSync, children: Callable[[list[str]], None]) -> Iterator[SessionSync]:
-    """Take the session's lease, bring the cache up to the store, fence stale writers, pull the
-    sub-agents (``children(names)``), and yield ``sync`` (its ``upload`` is the transcript's
-    mirror) until the block ends; then upload what is left, snapshot, release. Raises
-    ``SessionBusyError`` (another writer holds it) and ``CtxagentError`` (the store failed)."""
+    """Take the session's lease, pull the cache and the sub-agents (``children(names)``), fence stale
+    writers, and yield ``sync`` until the block ends; then upload what is left, snapshot, release.
+    Raises ``SessionBusyError`` (another writer holds it) and ``CtxagentError`` (the store failed)."""
     from ctxagent.sessions.lease import Lease
 
     lease = Lease(sync)
@@ -51,7 +41,6 @@ def pull(sync: SessionSync, children: Callable[[list[str]], None]) -> None:
     """Bring the cache of ``sync`` up to the store unless a process here holds the session's writer
     lock (its cache is the newest), then its sub-agents' (``children(names)``)."""
     from ctxagent.sessions.lease import try_lock
-    from ctxagent.sessions.redact import private_dir
 
     if not sync.root.exists() and not sync.store.names(sync.remote()):
         return  # not in the store either
@@ -69,8 +58,6 @@ def fetch_heads(url: str, root: Path, valid: Callable[[str], bool]) -> None:
     """Put in the cache ``root`` the first segment of every session of the store it lacks (one
     listing, then the heads read concurrently): enough for ``sessions list``; opening a session
     brings the rest. ``valid``: whether a folder name is a session name."""
-    from ctxagent.sessions.redact import private_dir
-
     store = Store(url)
     missing = [n for n in store.names(store.path("sessions")) if valid(n)
                and not (root / n / "transcript.jsonl").exists()]

@@ -23,10 +23,10 @@ from ctxagent.dirs import data_dir
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
 from ctxagent.sessions import replica
 from ctxagent.sessions.outcome import final_answer
-from ctxagent.sessions.remote import cache_key
-from ctxagent.sessions.replica import fetch_heads, sync_for
+from ctxagent.sessions.remote import SessionSync, Store, cache_key
+from ctxagent.sessions.replica import fetch_heads
 from ctxagent.sessions.store import OutputStore
-from ctxagent.sessions.transcript import Transcript
+from ctxagent.sessions.transcript import Transcript, private_dir, replace_whole
 
 if TYPE_CHECKING:
     from ctxagent.sessions.records import SessionHeader
@@ -44,16 +44,11 @@ def sessions_root(store_url: str | None = None) -> Path:
 
 
 def check_name(name: str) -> str:
-    """Return ``name`` if it is a valid session name, else raise ``UsageError``.
-
-    Valid: 1–128 characters of letters, digits, ``.``, ``_``, ``-``, starting with a letter or
-    digit — so no path separators and no ``..``.
-    """
+    """``name`` if it is a valid session name (1-128 letters, digits, ``.``, ``_``, ``-``, starting with
+    a letter or digit, no ``..``: never a path), else ``UsageError``."""
     if not NAME_RE.match(name) or ".." in name:
-        raise UsageError(
-            f"invalid session name {name!r}: use letters, digits, '.', '_' or '-' "
-            "(no '/', no '..', at most 128 characters)"
-        )
+        raise UsageError(f"invalid session name {name!r}: use letters, digits, '.', '_' or '-' "
+                         "(no '/', no '..', at most 128 characters)")
     return name
 
 
@@ -139,38 +134,28 @@ class Session:
         Raises ``SessionBusyError`` at once if another process holds it.
         """
         from ctxagent.sessions.lease import try_lock
-        from ctxagent.sessions.redact import private_dir
 
         private_dir(self.root)  # 0700, and so are the data and sessions folders when we create them
         lock = try_lock(self.root / ".lock")
         if lock is None:
-            raise SessionBusyError(
-                f"session {self.name!r} is in use by another ctxagent process "
-                f"(lock: {self.root / '.lock'}); wait for it to finish"
-            ) from None
+            raise SessionBusyError(f"session {self.name!r} is in use by another ctxagent process "
+                                   f"(lock: {self.root / '.lock'}); wait for it to finish") from None
         try:
             if self.store_url is None:
                 yield self
-            else:
-                with self._leased():
+            else:  # the lease, the sync and the uploads of a session store
+                with replica.leased(self.remote(), self._pull_children) as self._sync:
                     yield self
         finally:
+            self._sync = None
             lock.release()
-
-    @contextmanager
-    def _leased(self) -> Iterator[None]:
-        """With a store: the lease, the sync and the uploads of :func:`ctxagent.sessions.replica.leased`."""
-        with replica.leased(self.remote(), self._pull_children) as sync:
-            self._sync = sync
-            try:
-                yield
-            finally:
-                self._sync = None
 
     def remote(self) -> Any:
         """This session's :class:`~ctxagent.sessions.remote.SessionSync` (the writer's in :meth:`writer`), or None."""
-        url = self.store_url
-        return self._sync or (sync_for(url, sessions_root(url), self.root, self.name) if url else None)
+        if self._sync is not None or self.store_url is None:
+            return self._sync
+        key = "sessions/" + self.root.relative_to(sessions_root(self.store_url)).as_posix()
+        return SessionSync(Store(self.store_url), key, self.root, self.name)
 
     def pull(self) -> Session:
         """With a store: bring this session's cache (and its sub-agents') up to the store unless a process
@@ -196,13 +181,11 @@ class Session:
         path = self.root / ".lock"
         if not path.exists():
             return False
-        try:
-            lock = try_lock(path)
-        except OSError:
-            return False
-        if lock is not None:
+        with contextlib.suppress(OSError):
+            if (lock := try_lock(path)) is None:
+                return True
             lock.release()
-        return lock is None
+        return False
 
 
 HEADER_ONLY_MAX_BYTES = 1 << 20  # a transcript this size or more certainly holds more than its header
@@ -217,7 +200,6 @@ def discard_if_unstarted(session: Session) -> None:
         if transcript.stat().st_size >= HEADER_ONLY_MAX_BYTES or transcript.read_bytes().count(b"\n") > 1:
             return
     if (sync := session.remote()) is not None:  # a session store: its objects go too
-
         with contextlib.suppress(CtxagentError):
             replica.remove(sync)
         (session.root / ".store.json").unlink(missing_ok=True)
@@ -265,10 +247,9 @@ def replied(session: Session) -> bool:
     message is among its last records. Cheap: the cached totals and the transcript's tail."""
     from ctxagent.sessions import records
 
-    if totals(session.root / "transcript.jsonl").tokens > 0:
-        return True
-    return any(isinstance(r, records.MessageRecord) and r.message.get("role") == "assistant"
-               for r in session.transcript.tail(want=records.MessageRecord))
+    return totals(session.root / "transcript.jsonl").tokens > 0 or any(
+        isinstance(r, records.MessageRecord) and r.message.get("role") == "assistant"
+        for r in session.transcript.tail(want=records.MessageRecord))
 
 
 def started_in(session: Session) -> Path | None:
@@ -292,11 +273,9 @@ class ListFacts(TypedDict):
 
 
 def list_facts(session: Session) -> ListFacts:
-    """What ``sessions list`` shows of ``session``, read cheaply whatever the transcript's size:
-    the header (line 1), the last records (:meth:`Transcript.tail`: turns, messages, status) and
-    the totals of the usage and settings records (:func:`totals`: each byte read once, then
-    cached). Same keys as :func:`summarize`; status ``running`` while a process holds the writer
-    lock."""
+    """What ``sessions list`` shows of ``session`` (the keys of :func:`summarize`; status ``running``
+    while a process holds the writer lock), read cheaply whatever the transcript's size: its header,
+    its last records and the cached :func:`totals`."""
     from ctxagent.sessions import records
 
     head = session.header()
@@ -323,7 +302,6 @@ def status_of(records_: list[Any]) -> str:
 
     if final_answer(records_) is not None:
         return "answered"
-
     last_end = max((i for i, r in enumerate(records_) if isinstance(r, records.EndRecord)), default=-1)
     last_msg = max((i for i, r in enumerate(records_) if isinstance(r, records.MessageRecord)), default=-1)
     return records_[last_end].reason if last_end > last_msg else ("interrupted" if last_msg >= 0 else "new")
@@ -339,7 +317,6 @@ def summarize(records_: list[Any]) -> dict[str, Any]:
     profile = next((c.changes["profile"] for c in reversed(changes) if "profile" in c.changes), head and head.profile)
     messages = [r for r in records_ if isinstance(r, records.MessageRecord)]
     usage = [r for r in records_ if isinstance(r, records.UsageRecord)]
-    status = status_of(records_)
     priced = [u.cost_usd for u in usage if u.cost_usd is not None]
     return {
         "created": head.ts if head else None,
@@ -349,7 +326,7 @@ def summarize(records_: list[Any]) -> dict[str, Any]:
         "messages": len(messages),
         "tokens": sum(u.prompt_tokens + u.completion_tokens for u in usage),
         "cost_usd": round(sum(priced), 6) if priced else None,
-        "status": status,
+        "status": status_of(records_),
     }
 
 
@@ -375,14 +352,14 @@ def totals(path: Path) -> Totals:
     are read (the totals of the lines before are cached in ``CACHE`` beside it, owner-only), and
     only usage and settings lines are parsed, one line in memory at a time."""
     cache = path.with_name(CACHE)
-    try:
+    found = Totals()
+    with contextlib.suppress(OSError, ValueError, TypeError):
         cached = json.loads(cache.read_text(encoding="utf-8"))
-        found = Totals(**cached) if "cost_usd" in cached else Totals()  # a cache from before cost_usd: count again
-    except (OSError, ValueError, TypeError):
-        found = Totals()
+        found = Totals(**cached) if "cost_usd" in cached else found  # a cache from before cost_usd: count again
     try:
         with open(path, "rb") as fh:
-            if found.offset and not _line_end(fh, found.offset):
+            fh.seek(max(0, found.offset - 1))
+            if found.offset and fh.read(1) != b"\n":
                 found = Totals()  # rewritten or cut below what was counted: count again
             fh.seek(found.offset)
             before = found.offset
@@ -390,14 +367,9 @@ def totals(path: Path) -> Totals:
     except OSError:
         return Totals()
     if found.offset != before:
-        _save(cache, found)
+        with contextlib.suppress(OSError):  # a read-only data dir: counted again next time
+            replace_whole(cache, json.dumps(asdict(found)))
     return found
-
-
-def _line_end(fh: BinaryIO, offset: int) -> bool:
-    """Whether byte ``offset - 1`` of ``fh`` is a newline (a line boundary of the file as it is)."""
-    fh.seek(offset - 1)
-    return fh.read(1) == b"\n"
 
 
 def _count(fh: BinaryIO, found: Totals) -> None:
@@ -423,15 +395,3 @@ def _count(fh: BinaryIO, found: Totals) -> None:
             found.model = record.changes.get("model", found.model)
             found.profile = record.changes.get("profile", found.profile)
 
-
-def _save(cache: Path, found: Totals) -> None:
-    """Write ``found`` to ``cache`` atomically (a temporary file renamed over it); best effort."""
-    temp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(asdict(found), fh)
-        os.replace(temp, cache)
-    except OSError:  # a read-only data dir: counted again next time
-        with contextlib.suppress(OSError):  # unlink fails there too (EROFS), even for a missing file
-            temp.unlink(missing_ok=True)

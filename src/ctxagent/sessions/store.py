@@ -1,13 +1,8 @@
-"""The output store: offloaded tool outputs of one session, as files, named by handle.
-
-A *handle* is the short, stable name of an offloaded output; its grammar and how it is chosen are
-in :mod:`ctxagent.handles` (a scripted call ``read1`` gives ``@read1``, so a scripted turn can name
-the output of an earlier scripted call). Files live at ``<session>/outputs/<handle without @><suffix>``:
-``.out`` for text and raw bytes, ``.json`` for JSON values, ``.npy`` for numpy arrays (see
-``ctxagent.tools.values``), with a ``<handle without @>.meta.json`` sidecar of metadata.
-Handles resolve inside their own session's store first, then in the *linked* stores (read only):
-a sub-agent's store links its parent's, and a parent's its children's (agent/delegate.py), so a
-pipeline of agents passes handles, never values.
+"""The output store: offloaded tool outputs of one session, as files named by handle
+(:mod:`ctxagent.handles`): ``<session>/outputs/<handle without @><suffix>``, ``.out`` for text and raw
+bytes, ``.json`` for JSON values, ``.npy`` for numpy arrays (``ctxagent.tools.values``), with a
+``.meta.json`` sidecar. Handles resolve in their own session's store first, then in the *linked*
+stores (read only: a sub-agent's parent's, a parent's children's), so agents pass handles, not values.
 """
 
 from __future__ import annotations
@@ -22,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ctxagent.errors import UsageError
 from ctxagent.handles import HANDLE_RE, base_handle, new_handle
+from ctxagent.sessions.transcript import private_dir
 
 if TYPE_CHECKING:
     from ctxagent.tools.preview import FileStats
@@ -34,11 +30,8 @@ handle_for = base_handle  # the name older code and tests know
 
 
 class OutputStore:
-    """Files of offloaded outputs under ``root`` (``<session>/outputs``).
-
-    Sizes are bytes. Files are written whole, bytes exactly as the tool produced them: a file under
-    its final name is complete (written aside, then renamed), so a session store may upload it.
-    """
+    """Files of offloaded outputs under ``root`` (``<session>/outputs``), bytes exactly as the tool
+    produced them; a file under its final name is whole (written aside, then renamed)."""
 
     def __init__(self, root: Path, linked: Callable[[], Sequence[Path]] | None = None):
         self.root = root
@@ -46,18 +39,14 @@ class OutputStore:
 
     def path_of(self, handle: str, suffix: str = ".out") -> Path:
         """The file that holds (or will hold) ``handle``'s output in the format of ``suffix``.
-
-        Raises ``UsageError`` for a malformed handle.
-        """
+        Raises ``UsageError`` for a malformed handle."""
         if not HANDLE_RE.match(handle):
             raise UsageError(f"not a handle: {handle!r} (handles look like @abc123)")
         return self.root / f"{handle[1:]}{suffix}"
 
     def find(self, handle: str) -> Path | None:
-        """The existing value file of ``handle`` (any of :data:`SUFFIXES`), or None.
-
-        Raises ``UsageError`` for a malformed handle.
-        """
+        """The existing value file of ``handle`` (any of :data:`SUFFIXES`), or None. Raises
+        ``UsageError`` for a malformed handle."""
         for root in (self.root, *(self.linked() if self.linked else ())):
             for suffix in SUFFIXES:
                 path = root / self.path_of(handle, suffix).name
@@ -102,17 +91,20 @@ class OutputStore:
         """Whether ``handle`` has a value file or a sidecar in this store (linked ones not counted)."""
         return any(self.path_of(handle, s).exists() for s in (*SUFFIXES, META_SUFFIX))
 
+    def __contains__(self, handle: object) -> bool:
+        """``handle in store``: :meth:`taken` (so the store is the container :func:`new_handle` wants)."""
+        return isinstance(handle, str) and self.taken(handle)
+
     def unique_handle(self, call_id: str) -> str:
         """A handle for ``call_id`` free in this store (:func:`ctxagent.handles.new_handle`); the
         runner passes the handle it chose instead, this is for callers without a session state."""
-        return new_handle(call_id, _Taken(self))
+        return new_handle(call_id, self)
 
     def spool(self) -> tuple[int, Path]:
-        """A new temporary file inside the store, for a tool to stream its output into.
-
-        Returns ``(fd, path)``; :meth:`adopt` moves it under a handle, or the caller deletes it.
-        """
-        self.root.mkdir(parents=True, exist_ok=True)
+        """``(fd, path)`` of a new temporary file inside the store, for a tool to stream its output
+        into (0600, in a folder created 0700); :meth:`adopt` moves it under a handle, or the caller
+        deletes it."""
+        private_dir(self.root)
         fd, name = tempfile.mkstemp(prefix=".spool-", dir=self.root)
         return fd, Path(name)
 
@@ -138,12 +130,8 @@ class OutputStore:
         return self.adopt(spooled, handle, suffix), None
 
     def put_bytes(self, handle: str, data: bytes, suffix: str = ".out", *, durable: bool = True) -> Path:
-        """Write ``data`` under ``handle`` in a ``suffix`` file; returns the path.
-
-        ``durable``: fsync before returning. A copy of text the transcript already holds (a masked
-        tool result) may skip it: a killed process loses nothing the kernel has, and after a power
-        loss the text is still in the (fsynced) transcript.
-        """
+        """Write ``data`` under ``handle`` in a ``suffix`` file; returns the path. ``durable``: fsync
+        first (a copy of text the fsynced transcript already holds, a masked tool result, may skip it)."""
         final = self.path_of(handle, suffix)
         fd, temp = OutputStore.spool(self)  # written aside, then renamed: a file under its final name is whole
         try:
@@ -157,24 +145,16 @@ class OutputStore:
             temp.unlink(missing_ok=True)
         return final
 
-    def put_file(self, handle: str, source: Path) -> Path:
-        """Copy ``source`` under ``handle`` (whole or not at all); returns the path."""
-        final = self.path_of(handle)
+    def put_file(self, handle: str, source: Path, suffix: str = ".out") -> Path:
+        """Copy ``source`` under ``handle`` in a ``suffix`` file (whole or not at all); returns the path."""
         fd, temp = OutputStore.spool(self)  # a plain temporary file: no tool streams into it
         os.close(fd)
         try:
-            shutil.copyfile(source, temp)
-            os.replace(temp, final)
+            self._copy(source, temp)
+            return OutputStore.adopt(self, temp, handle, suffix)
         finally:
             temp.unlink(missing_ok=True)
-        return final
 
+    def _copy(self, source: Path, target: Path) -> None:
+        shutil.copyfile(source, target)
 
-class _Taken:
-    """The store's handles as a container (``in`` looks at the disk)."""
-
-    def __init__(self, store: OutputStore):
-        self.store = store
-
-    def __contains__(self, handle: object) -> bool:
-        return isinstance(handle, str) and self.store.taken(handle)

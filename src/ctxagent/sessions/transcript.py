@@ -1,17 +1,17 @@
 """The append-only JSONL transcript of one session.
 
-ROUNDTRIP (DESIGN.md): one record per physical line; reading back yields exactly what was written.
-A damaged record anywhere in the file is set aside with a warning naming the file and the line,
-and the session continues from the records that remain: a torn last line (a crash mid-write) is
-moved aside by a writer, NUL padding before a record (a crash on a filesystem that extended the
-file before writing it) is stripped, a line that cannot be read in the middle is skipped, and a
-record of a kind this version does not know is skipped with one warning per kind. A session whose
-header (line 1) is unreadable is refused to a writer (:class:`TranscriptError`), never restarted as
-a new session with default settings.
+ROUNDTRIP (DESIGN.md): one record per physical line; reading back yields exactly what was written. A
+damaged record is set aside with a warning naming the file and the line, and the session continues
+from the rest (docs/usage.md "Crash safety"); a session whose header (line 1) is unreadable is refused
+to a writer (:class:`TranscriptError`), never restarted as a new session with default settings.
+
+Also the owner-only files and folders every writer of a session folder shares (:func:`private_dir`,
+:func:`write_synced`, :func:`replace_whole`, :func:`set_aside`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
@@ -35,13 +35,9 @@ class TranscriptError(UsageError):
 
 
 class Transcript:
-    """Reads and appends the records of ``path`` (``<session>/transcript.jsonl``).
-
-    Appends are flushed and fsynced before :meth:`append` returns, so a record is on disk before
-    the next model request is sent. The caller holds the session's writer lock. ``mirror``, when
-    given, receives the bytes of each append after the fsync, before :meth:`append` returns (the
-    session store uploads them as one segment: sessions/remote.py).
-    """
+    """Reads and appends the records of ``path`` (``<session>/transcript.jsonl``). The caller of
+    :meth:`append` holds the session's writer lock; ``mirror`` receives the bytes of each append after
+    the fsync, before it returns (the session store uploads them as one segment: sessions/remote.py)."""
 
     def __init__(self, path: Path, mirror: Callable[[bytes], None] | None = None):
         self.path = path
@@ -52,18 +48,13 @@ class Transcript:
         return list(self.records(repair=repair))
 
     def records(self, *, repair: bool = False) -> Iterator[Any]:
-        """Every readable record, oldest first, streamed: memory is one block of lines (about 1 MiB;
-        a fold over it keeps only what the state keeps, so resuming a 100 MB transcript does not
-        hold 100 MB of records).
+        """Every readable record, oldest first, streamed (memory: one block of lines, about 1 MiB).
+        Damaged lines are set aside with a :class:`TranscriptWarning` naming ``file:line``. With
+        ``repair=True`` (writers only), a torn last line is moved to ``transcript.torn-<n>.jsonl`` and
+        cut off, so the next append starts on a clean line. Missing file: nothing.
 
-        Damaged lines are set aside with a :class:`TranscriptWarning` naming ``file:line`` (see the
-        module doc). With ``repair=True`` (writers only), a torn last line — bytes after the last
-        newline — is moved to ``transcript.torn-<n>.jsonl`` beside the transcript and cut off, so the
-        next append starts on a clean line. Missing file: nothing.
-
-        Raises:
-            TranscriptError: ``repair=True``, line 1 (the session header) is unreadable and later
-                records exist (a writer would otherwise start a new session in this file).
+        Raises ``TranscriptError`` with ``repair=True`` when line 1 (the header) is unreadable and
+        later records exist (a writer would otherwise start a new session in this file).
         """
         if not self.path.exists():
             return
@@ -73,36 +64,27 @@ class Transcript:
                 record = reader.parse(number, line)
                 if record is None:
                     continue
-                if repair:
-                    self._check_header(reader)
+                if repair and reader.first_error:  # line 1 unreadable, a record after it read
+                    raise TranscriptError(
+                        f"{self.path}:1: the session header is damaged ({reader.first_error}); the session's "
+                        "settings (model, profile, context window) are unknown, so it is not continued as a new "
+                        "session. Restore line 1, or move the file aside to start over under this name "
+                        f"(mv {self.path} {self.path}.damaged)")
                 yield record
         reader.report_unknown()
-
-    def _check_header(self, reader: _Reader) -> None:
-        """Raise ``TranscriptError`` when line 1 was unreadable (a record after it was just read)."""
-        if not reader.first_error:
-            return
-        raise TranscriptError(
-            f"{self.path}:1: the session header is damaged ({reader.first_error}); the session's settings "
-            "(model, profile, context window) are unknown, so it is not continued as a new session. Restore "
-            f"line 1, or move the file aside to start over under this name (mv {self.path} {self.path}.damaged)"
-        )
 
     def head(self) -> Any | None:
         """The first record (normally the header), read from the first line only; None if unreadable."""
         from ctxagent.sessions import records
 
-        try:
-            with open(self.path, "rb") as fh:
-                return records.loads(_clean(fh.readline()))
-        except (OSError, ValueError):
-            return None
+        with contextlib.suppress(OSError, ValueError), open(self.path, "rb") as fh:
+            return records.loads(_clean(fh.readline()))
+        return None
 
     def tail(self, nbytes: int = TAIL_BYTES, want: type = object) -> list[Any]:
-        """The readable records in the last ``nbytes`` of the file (more, doubling, until a record
-        of type ``want`` is among them, or the whole file is read), oldest first. The cut first line
-        and a torn last line are ignored, silently: this is a cheap peek (``sessions list``), not a
-        load. Missing or unreadable file: empty list."""
+        """The readable records in the last ``nbytes`` of the file (doubled until a record of type
+        ``want`` is among them, or the whole file is read), oldest first; damaged lines are skipped
+        silently: a cheap peek (``sessions list``), not a load. Missing or unreadable file: []."""
         from ctxagent.sessions import records
 
         try:
@@ -122,29 +104,14 @@ class Transcript:
     def _set_aside(self, torn: bytes, *, repair: bool) -> None:
         where = "left in place (read-only)"
         if repair:
-            n = 1
-            while (side := self.path.with_name(f"transcript.torn-{n}.jsonl")).exists():
-                n += 1
-            with open(side, "wb", opener=_private) as out:
-                out.write(torn)
-            with open(self.path, "r+b") as fh:
-                fh.truncate(os.path.getsize(self.path) - len(torn))
-                fh.flush()
-                os.fsync(fh.fileno())
-            where = f"moved to {side.name}"
-        warnings.warn(
-            f"{self.path}: torn last line ({len(torn)} bytes) set aside, {where}",
-            TranscriptWarning,
-            stacklevel=4,
-        )
+            where = "moved to " + set_aside(self.path, os.path.getsize(self.path) - len(torn), "torn-")[0]
+        warnings.warn(f"{self.path}: torn last line ({len(torn)} bytes) set aside, {where}", TranscriptWarning,
+                      stacklevel=4)
 
     def append(self, items: Iterable[Any], redactor: Any = None) -> None:
-        """Append ``items`` (records), one line each, then flush and fsync once.
-
-        Every string of every record is redacted first with ``redactor`` (default: the process's,
-        ``ctxagent.sessions.redact.default()``, which reads the environment); the file is created
-        owner-only (0600).
-        """
+        """Append ``items`` (records), one line each, with every string redacted by ``redactor``
+        (default: :func:`ctxagent.sessions.redact.default`), then flush and fsync once: a record is
+        on disk before the next model request is sent. The file is created owner-only (0600)."""
         from ctxagent.sessions import redact  # secrets become [REDACTED:kind] before they are written
 
         redactor = redactor or redact.default()
@@ -152,25 +119,14 @@ class Transcript:
         if not text:
             return
         data = text.encode("utf-8")
-        if not self.path.exists():  # the first lines: the file appears whole or not at all
-            self._create(data)
-        else:
-            with open(self.path, "ab", opener=_private) as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+        if self.path.exists():
+            write_synced(self.path, "ab", data)
+        else:  # the first lines appear whole or not at all: a kill leaves no empty transcript (resume refuses one)
+            part = self.path.with_name(f".{self.path.name}.new")
+            write_synced(part, "wb", data)
+            os.replace(part, self.path)
         if self.mirror is not None:
             self.mirror(data)
-
-    def _create(self, data: bytes) -> None:
-        """Write the transcript's first lines to a temporary file, fsync it, then rename it into
-        place: a kill cannot leave an empty transcript (which resume rightly refuses) behind."""
-        part = self.path.with_name(f".{self.path.name}.new")
-        with open(part, "wb", opener=_private) as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(part, self.path)
 
 
 def _lines(fh: Any, transcript: Transcript, repair: bool) -> Iterator[tuple[int, bytes]]:
@@ -208,8 +164,6 @@ class _Reader:
         return self._parse(number, line.removesuffix(b"\n"))
 
     def _parse(self, number: int, line: bytes) -> Any | None:
-        from ctxagent.sessions import records
-
         cleaned = _clean(line)
         if not cleaned.strip():
             if line.strip():
@@ -219,7 +173,7 @@ class _Reader:
         if b"\x00" in line:
             self._warn(number, f"{line.count(NUL)} NUL bytes of padding removed around the record")
         try:
-            return records.loads(cleaned)
+            return self.loads(cleaned)
         except ValueError as err:
             kind = _kind_of(cleaned)
             if kind is not None and kind not in known_kinds():
@@ -279,12 +233,58 @@ def _kind_of(line: bytes) -> str | None:
 
 
 def _quiet(parse: Any, line: bytes) -> Any | None:
-    try:
+    with contextlib.suppress(ValueError):
         return parse(_clean(line))
-    except ValueError:
-        return None
+    return None
 
 
 def _private(path: str, flags: int) -> int:
     """``open`` opener creating files owner-only (0600)."""
     return os.open(path, flags, 0o600)
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents owner-only (0700); existing ones are left alone."""
+    for folder in reversed([path, *path.parents]):
+        if not folder.exists():
+            with contextlib.suppress(FileExistsError):  # made meanwhile by another process
+                folder.mkdir(mode=0o700)
+    return path
+
+
+def write_synced(path: Path, mode: str, *chunks: bytes) -> None:
+    """Write ``chunks`` to ``path`` (opened in binary ``mode``, created 0600), then flush and fsync."""
+    with open(path, mode, opener=_private) as fh:
+        fh.writelines(chunks)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def replace_whole(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: to a temporary file beside it (0600), renamed
+    over it. Raises ``OSError`` (the temporary file removed where that is possible)."""
+    temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temp, "w", encoding="utf-8", opener=_private) as fh:
+            fh.write(text)
+        os.replace(temp, path)
+    except OSError:
+        with contextlib.suppress(OSError):  # a read-only data dir: unlink fails too (EROFS), even for a missing file
+            temp.unlink(missing_ok=True)
+        raise
+
+
+def set_aside(path: Path, offset: int, kind: str) -> tuple[str, int]:
+    """Move the bytes of the transcript at ``path`` from ``offset`` on to ``transcript.<kind>N.jsonl``
+    beside it (the first free N), then cut the transcript there. Returns that file's name and the
+    number of bytes moved."""
+    n = 1
+    while (side := path.with_name(f"transcript.{kind}{n}.jsonl")).exists():
+        n += 1
+    with open(path, "r+b") as fh:
+        fh.seek(offset)
+        data = fh.read()
+        write_synced(side, "xb", data)
+        fh.truncate(offset)
+        os.fsync(fh.fileno())
+    return side.name, len(data)

@@ -17,10 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxagent.sessions.redact.rules import ANCHOR_PATTERN, NAMED_NEEDLES, looks_secret
-from ctxagent.sessions.redact.rules import ANCHORS as _ANCHORS
-from ctxagent.sessions.redact.rules import LOWER_ANCHORS as _LOWER_ANCHORS
-from ctxagent.sessions.redact.rules import SHAPES as _SHAPES
+from ctxagent.sessions.redact.rules import ANCHOR_PATTERN, ANCHORS, LOWER_ANCHORS, NAMED_NEEDLES, SHAPES, looks_secret
 
 MARKER = "[REDACTED:{}]"
 BEFORE_BYTES = 64  # context read before a window to find its candidates
@@ -70,7 +67,8 @@ class Windows:
                 return
             yield self.starts[i], self.ends[i]
 
-_LOWER_RE = re.compile("|".join(_LOWER_ANCHORS), re.IGNORECASE)
+
+_LOWER_RE = re.compile("|".join(LOWER_ANCHORS), re.IGNORECASE)
 
 
 class Engine:
@@ -98,22 +96,19 @@ class Engine:
         self.n_exact = len(exacts)
         self.longest = max((len(value) for value in exacts), default=0)
         self.after = AFTER_BYTES + self.longest
-        self.parts = [re.escape(value) for value in exacts]
-        self.kinds = [variants[value] for value in exacts]
-        self.prefixed = [False] * len(exacts)
-        self.checks: list[str | None] = [None] * len(exacts)
-        for kind, prefix, secret, check in _SHAPES:
-            self.parts.append(f"(?P<p{len(self.parts)}>{prefix}){secret}" if prefix else secret)
-            self.kinds.append(kind)
-            self.prefixed.append(bool(prefix))
-            self.checks.append(check)
+        shapes = [f"(?P<p{len(exacts) + i}>{prefix}){secret}" if prefix else secret
+                  for i, (_, prefix, secret, _) in enumerate(SHAPES)]
+        self.parts = [re.escape(value) for value in exacts] + shapes
+        self.kinds = [variants[value] for value in exacts] + [kind for kind, _, _, _ in SHAPES]
+        self.prefixed = [False] * len(exacts) + [bool(prefix) for _, prefix, _, _ in SHAPES]
+        self.checks: list[str | None] = [*(None for _ in exacts), *(check for _, _, _, check in SHAPES)]
         source = "|".join(f"(?P<a{i}>{part})" for i, part in enumerate(self.parts))
         self.regex: re.Pattern[Any] = re.compile(self._raw(source))
         self.exact_re: re.Pattern[Any] | None = re.compile(self._raw("|".join(
             f"(?P<a{i}>{part})" for i, part in enumerate(self.parts[:self.n_exact])))) if exacts else None
         self._singles: dict[int, re.Pattern[Any]] = {}  # one shape alone, compiled when first needed
         self.anchors = [(self._raw(value), 0) for value in exacts]
-        self.anchors += [(self._raw(needle), back) for needle, back in _ANCHORS]
+        self.anchors += [(self._raw(needle), back) for needle, back in ANCHORS]
         # one alternation finds every anchor in a single pass (about twice as fast as one find each)
         backs = {needle: back for needle, back in reversed(self.anchors)}
         # the needle found at a position is the longest there; the others there are its prefixes
@@ -123,7 +118,7 @@ class Engine:
         self.scheme = self._raw("://")
         # where a URL's scheme can start before a "://" (a word's start, then scheme characters)
         self.scheme_re: re.Pattern[Any] = re.compile(self._raw(r"(?<![A-Za-z0-9_])[a-z][a-z0-9+.-]{1,20}://"))
-        self.lower = [self._raw(needle) for needle in _LOWER_ANCHORS]
+        self.lower = [self._raw(needle) for needle in LOWER_ANCHORS]
         self.lower_re: re.Pattern[Any] = re.compile(self._raw(_LOWER_RE.pattern), re.IGNORECASE)
         self.named_re: re.Pattern[Any] = re.compile(self._raw(ANCHOR_PATTERN), re.IGNORECASE)
         self.named = [(self._raw(needle), backs) for needle, backs in NAMED_NEEDLES]
@@ -179,10 +174,7 @@ class Engine:
         for start in self.candidates(buf) if starts is None else starts:
             if limit is not None and start >= limit:
                 break
-            if start < pos:
-                continue
-            hit = self.hit(buf, start)
-            if hit is None:
+            if start < pos or (hit := self.hit(buf, start)) is None:
                 continue
             end, text = hit
             pieces += [buf[pos:start], self._raw(text)]
@@ -230,10 +222,13 @@ class Engine:
         return None
 
     def _extended(self, buf: Any, match: re.Match[Any], index: int, endpos: int) -> tuple[int, str]:
-        """``(end, text)`` of a match, run on to the end of any exact value that starts inside it."""
+        """``(end, text)`` of a match: the prefix it keeps, then the marker of its kind (the most specific
+        one, for a prefixed shape); run on to the end of any exact value that starts inside it."""
         keep = match.group(f"p{index}") if self.prefixed[index] else None
         start, end = match.start(), match.end()
-        kind: str | None = None
+        kind = self.kinds[index]
+        if keep is not None:
+            kind = self._kind_of(self._text(match.group(f"a{index}")[len(keep):]), kind)
         if self.exact_re is not None and index >= self.n_exact:
             cut = start + (len(keep) if keep is not None else 0)
             for exact in self.exact_re.finditer(buf, cut, min(endpos, end + self.longest)):
@@ -241,19 +236,7 @@ class Engine:
                     break
                 if exact.end() > end:
                     end, kind = exact.end(), self.kinds[int(str(exact.lastgroup)[1:])]
-        if kind is None:
-            return end, self.replacement(match, index)
         return end, ("" if keep is None else self._text(keep)) + MARKER.format(kind)
-
-    def replacement(self, match: re.Match[Any], index: int | None = None) -> str:
-        """The marker for ``match`` (after the prefix it keeps, for prefixed shapes)."""
-        index = int(str(match.lastgroup)[1:]) if index is None else index
-        kind = self.kinds[index]
-        if not self.prefixed[index]:
-            return MARKER.format(kind)
-        keep = match.group(f"p{index}")
-        secret = match.group(f"a{index}")[len(keep):]
-        return self._text(keep) + MARKER.format(self._kind_of(self._text(secret), kind))
 
     def _kind_of(self, secret: str, default: str) -> str:
         """The most specific kind of a secret found after a prefix (an env value, a key shape)."""

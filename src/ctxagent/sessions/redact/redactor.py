@@ -28,8 +28,10 @@ FAST_MIN_BYTES = 256 * 1024  # bytes redacted in memory go through the prefilter
 SHORT_CHARS = 256  # texts up to this many characters are redacted once per redactor and remembered
 SHORT_KEPT = 4096  # how many such texts a redactor remembers (least recently used dropped first)
 
+
 def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``{value: name}`` of the environment variables that hold secrets (see the package docstring)."""
+    """``{value: name}`` of the environment variables that hold secrets: values of 8+ characters under
+    names that say KEY, TOKEN, SECRET, PASSWORD or PASSWD (``_DIR``, ``_PATH``, ``_FILE``, ``_HOME`` excepted)."""
     environ = os.environ if environ is None else environ
     found: dict[str, str] = {}
     for name, raw in sorted(environ.items()):
@@ -41,12 +43,9 @@ def env_secrets(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 class Redactor:
-    """Replaces secrets in text, bytes, JSON-like data and files (see the package docstring).
-
-    Args:
-        exact: ``{secret value: kind}`` replaced wherever they occur (``kind`` names the marker,
-            e.g. ``"env:OPENAI_API_KEY"``). Values shorter than 8 characters are ignored.
-    """
+    """Replaces secrets in text, bytes, JSON-like data and files. ``exact``: ``{secret value: kind}``
+    replaced wherever they occur (``kind`` names the marker, ``"env:OPENAI_API_KEY"``); values shorter
+    than 8 characters are ignored. ``prefilter=False``: never the hyperscan prefilter."""
 
     def __init__(self, exact: Mapping[str, str] | None = None, prefilter: bool = True):
         self.exact = {v: k for v, k in (exact or {}).items() if len(v) >= MIN_SECRET_CHARS}
@@ -63,9 +62,8 @@ class Redactor:
 
     @property
     def prefilter(self) -> scan.Prefilter | None:
-        """The hyperscan prefilter of this redactor's patterns (compiled on first use, once per
-        process and set of exact values), or None: without hyperscan, or made with
-        ``prefilter=False``, the Python patterns scan everything."""
+        """The hyperscan prefilter of this redactor's patterns (:func:`.scan.prefilter`), or None: the
+        Python patterns scan everything."""
         return scan.prefilter(self._bytes.exact_bytes) if self._use_prefilter else None
 
     @classmethod
@@ -79,9 +77,8 @@ class Redactor:
     # -- text -------------------------------------------------------------------------------
     def text(self, text: str) -> str:
         """``text`` with every secret replaced by its marker, and every lone surrogate (which UTF-8
-        cannot hold: an undecodable byte of a file name, a task) made visible
-        (:func:`ctxagent.tools.clean.mend`), so that it can be written and sent. Texts of up to
-        :data:`SHORT_CHARS` characters are scanned once per redactor (the result is remembered)."""
+        cannot hold) made visible (:func:`ctxagent.tools.clean.mend`), so that it can be written and
+        sent. Texts of up to :data:`SHORT_CHARS` characters are scanned once per redactor."""
         if not text:
             return text
         return self._short(text) if len(text) <= SHORT_CHARS else self._text_of(text)
@@ -124,13 +121,12 @@ class Redactor:
         anywhere). ``measured``: the file measured already with the prefilter (used when it has the
         size it saw). Raises ``OSError``."""
         pre = self.prefilter
-        if pre is None:
-            return self._search_file(path), None
-        if measured is None or measured.stats.bytes != path.stat().st_size:
+        if pre is not None and (measured is None or measured.stats.bytes != path.stat().st_size):
             measured = scan.measure(path, pre)
-        if measured.windows is None:  # too many prefilter matches to list
+        windows = None if pre is None or measured is None else measured.windows
+        if windows is None:  # no prefilter, or too many of its matches to list
             return self._search_file(path), None
-        return self._bytes.found_in_file(path, measured.windows, CHUNK_BYTES, OVERLAP_BYTES), measured.windows
+        return self._bytes.found_in_file(path, windows, CHUNK_BYTES, OVERLAP_BYTES), windows
 
     def _search_file(self, path: Path) -> bool:
         with open(path, "rb") as fh:
@@ -144,9 +140,7 @@ class Redactor:
 
     def copy_file(self, source: Path, target: Path) -> bool:
         """Write ``source`` redacted to ``target`` (created 0600, fsynced), streaming in chunks.
-
-        Returns whether anything was replaced. Raises ``OSError``.
-        """
+        Returns whether anything was replaced. Raises ``OSError``."""
         pre = self.prefilter
         return self.copy_windows(source, target, None if pre is None else scan.measure(source, pre).windows)[0]
 
@@ -163,7 +157,6 @@ class Redactor:
                 buf = carry + chunk
                 limit = max(0, len(buf) - OVERLAP_BYTES) if chunk else None
                 starts = None if windows is None else self._bytes.windowed(buf, windows, base)
-                out: bytes
                 out, cut = self._bytes.sub(buf, limit, starts)
                 changed |= out != buf[:cut]
                 dst.write(out)
@@ -178,14 +171,10 @@ class Redactor:
 
 def redact_file(path: Path, redactor: Redactor | None = None,
                 measured: scan.Measured | None = None) -> tuple[bool, FileStats | None]:
-    """Redact the file at ``path`` in place (only rewritten when it holds a secret; the rewrite
-    goes to a temporary file beside it, then replaces it). Returns whether it changed, and the
-    stats of the file as it now is (for its output record) when a pass measured them: with the
-    prefilter always, without it when it was rewritten (None: read it to know them).
-
-    With the prefilter, the file is read once when it holds no secret, twice when it does.
-    ``measured``: the file already measured with this redactor's prefilter (while it was written).
-    """
+    """Redact the file at ``path`` in place (rewritten beside it, then renamed, only when it holds a
+    secret). Returns whether it changed, and the stats of the file as it now is when a pass measured
+    them (None: read it to know them). ``measured``: the file already measured with this redactor's
+    prefilter (while it was written): then a file without secrets is read only where one may start."""
     redactor = redactor or default()
     if redactor.prefilter is not None and (measured is None or measured.stats.bytes != path.stat().st_size):
         measured = scan.measure(path, redactor.prefilter)
@@ -226,9 +215,7 @@ def clip(text: str, limit: int, redactor: Redactor | None = None) -> str:
 
 
 def dumps(record: Any, redactor: Redactor | None = None) -> str:
-    """A transcript record as one line of JSON with every string in it redacted.
-
-    The same line as :func:`ctxagent.sessions.records.dumps` when nothing is secret.
-    """
+    """A transcript record as one line of JSON with every string in it redacted (the same line as
+    :func:`ctxagent.sessions.records.dumps` when nothing is secret)."""
     data = record.model_dump(mode="json")
     return json.dumps((redactor or default()).value(data), ensure_ascii=False, separators=(",", ":"))

@@ -1,24 +1,6 @@
-"""The rules of the secret scan: the shapes of the secrets it replaces (:mod:`ctxagent.sessions.redact`), what a
-value must look like to count, and the anchors and prefilters that find them fast.
-
-Two families, as in the public rule sets this follows (gitleaks' ``gitleaks.toml`` and detect-secrets'
-plugins and filters; learnt from, not copied):
-
-- **Formats** — a credential recognisable by itself, whatever surrounds it: provider and cloud keys
-  by their documented prefixes (OpenAI ``sk-``/``sk-proj-``, Anthropic ``sk-ant-``, AWS ``AKIA``/
-  ``ASIA``, Google ``AIza``, Stripe ``sk_live_``, Hugging Face ``hf_``, SendGrid ``SG.``), VCS tokens
-  (GitHub ``ghp_``..., ``github_pat_``, GitLab ``glpat-``, npm ``npm_``), chat tokens (Slack
-  ``xox?-``), JWTs (three base64url parts, the first two JSON objects) and PEM private-key blocks.
-  These are replaced as found, except what their issuers document as examples (AWS's keys ending in
-  ``EXAMPLE``) and what cannot be one (a PEM block without key material, an ``sk-`` word sequence).
-- **Keyword plus value** — a value that is a secret because of where it stands: after a name that
-  says so (``DB_PASSWORD=``, ``"client_secret":``, ``x-api-key:``, ``?access_token=``), in the
-  userinfo of a URL (``postgres://app:PASSWORD@db``), after ``Authorization: Bearer``. Such a value
-  counts only when it looks like a secret (:func:`looks_secret`): never a number, a boolean, a date,
-  a path, a word or an identifier, a placeholder (``your-api-key``, ``<token>``, ``xxxx``, ``...EXAMPLE``),
-  or a reference (``${VAR}``, ``$VAR``, ``os.environ[...]``, ``process.env.X``, ``{{ secrets.X }}``);
-  a key or token must also be 8+ characters with the entropy of random text (the keyword-plus-entropy
-  test of both rule sets); a password may be any non-word of 4+ characters with a digit or a symbol.
+"""The rules of the secret scan: the shapes of the secrets it replaces, what a value must look like to
+count, and the anchors and prefilters that find them fast. What they catch and why: docs/security.md
+"Secrets" (after gitleaks' and detect-secrets' public rule sets; learnt from, not copied).
 
 Each shape is ``(kind, prefix kept as is, secret, check)`` as regex source text (used for both
 ``str`` and ``bytes``; every match is at most :data:`MAX_MATCH` bytes long); ``check`` names
@@ -138,7 +120,6 @@ _NUMBER = re.compile(  # integers, decimals, exponents (``1.25e-05``), hex, vers
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)  # an id
 _LETTER = re.compile(r"[A-Za-z]")
 _RUNS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+")  # words of snake_case, kebab-case, camelCase, digits
-_SYMBOL = re.compile(r"[^A-Za-z0-9]")
 
 
 def entropy(value: str) -> float:

@@ -1,23 +1,13 @@
 """One pass over a stored output: its size, lines and sha256, and where a secret may start.
 
-The secret scan (:mod:`ctxagent.sessions.redact.engine`) tries its Python patterns only at positions
-near an anchor; on a large output that is ~100 MB/s. A :class:`Prefilter` is a hyperscan database
-(compiled once per process and set of exact values, in ~30 ms, on the first large scan) of
-:data:`ctxagent.sessions.redact.rules.PREFILTERS` and the exact secret values: every match of a
-secret shape starts with a match of one of them, so positions no prefilter match reaches cannot
-start a secret. Scanning runs at GB/s; the Python patterns then verify only the *windows*
-(``[start, end)`` byte ranges) where a prefilter matched, so what is replaced is exactly what the
-Python patterns alone replace (tests/test_scan_engine.py checks this on random text).
-
-:func:`measure` streams a file once (2 MiB chunks; hyperscan's streaming mode carries matches
-across chunk boundaries) and returns its :class:`~ctxagent.tools.preview.FileStats` (bytes, lines,
-sha256: what an :class:`~ctxagent.sessions.records.OutputRecord` holds) with the windows; the
-sha256 is computed in a second thread (hashlib and hyperscan release the GIL). The redacting store
-returns those stats with the file it adopted (``RedactingStore.adopt_measured``), so an offloaded
-output is read once.
-
-Without the ``hyperscan`` package (no wheel for the platform), or with ``CTXAGENT_SCAN=python``,
-:func:`prefilter` returns None and the Python patterns scan everything, as before.
+A :class:`Prefilter` is a hyperscan database (compiled once per process and set of exact values) of
+:data:`~ctxagent.sessions.redact.rules.PREFILTERS` and the exact secret values: every match of a secret
+shape starts with a match of one of them, so the Python patterns (~100 MB/s) need only verify the
+*windows* where a prefilter matched (hyperscan runs at GB/s), and replace exactly what they replace
+alone (tests/test_scan_engine.py checks this on random text). :func:`measure` streams a file once and
+returns its :class:`~ctxagent.tools.preview.FileStats` with the windows, hashing in a second thread
+(hashlib and hyperscan release the GIL). Without the ``hyperscan`` package, or with
+``CTXAGENT_SCAN=python``, :func:`prefilter` returns None and the Python patterns scan everything.
 """
 
 from __future__ import annotations
@@ -29,7 +19,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -55,9 +45,7 @@ class Measured:
 
 class Prefilter:
     """A hyperscan streaming database of the prefilters and ``exacts`` (bytes, matched exactly).
-
-    Raises ``hyperscan.error`` when a pattern does not compile (a bug: they are fixed text).
-    """
+    Raises ``hyperscan.error`` when a pattern does not compile (a bug: they are fixed text)."""
 
     def __init__(self, exacts: Sequence[bytes]):
         import hyperscan
@@ -66,10 +54,10 @@ class Prefilter:
         patterns = [pattern.encode("latin-1") for _, pattern, _ in PREFILTERS]
         flags = [hyperscan.HS_FLAG_CASELESS if "i" in flag else 0 for flag, _, _ in PREFILTERS]
         self.widths = [width or _max_width(pattern) for _, pattern, width in PREFILTERS]
-        for value in exacts:  # a C string: every byte escaped (a NUL or a "(" would not do raw)
-            patterns.append("".join(f"\\x{byte:02x}" for byte in value).encode("ascii"))
-            flags.append(0)
-            self.widths.append(len(value))
+        # a C string: every byte escaped (a NUL or a "(" would not do raw)
+        patterns += ["".join(f"\\x{byte:02x}" for byte in value).encode("ascii") for value in exacts]
+        flags += [0] * len(exacts)
+        self.widths += [len(value) for value in exacts]
         self.db = hyperscan.Database(mode=hyperscan.HS_MODE_STREAM)
         self.db.compile(expressions=patterns, ids=list(range(len(patterns))), flags=flags)
         self._scratch = threading.local()  # a scratch space is used by one scan at a time
@@ -84,18 +72,21 @@ class Prefilter:
 
     @contextmanager
     def stream(self, hits: _Hits) -> Iterator[Callable[[bytes], None]]:
-        """A function that scans the next chunk of one stream, reporting to ``hits``.
-
-        Scans use this thread's scratch space. The stream is opened and closed by hand: the
-        binding's ``close`` crashes when given a scratch space (hyperscan 0.9.1 parses its
-        arguments in the wrong order), so it closes with the database's own, one thread at a time.
-        """
+        """A function that scans the next chunk of one stream, reporting to ``hits`` (until they are too
+        many to list), with this thread's scratch space. The stream is closed by hand: the binding's
+        ``close`` crashes when given a scratch space (hyperscan 0.9.1 parses its arguments in the wrong
+        order), so it closes with the database's own, one thread at a time."""
         scratch = self.scratch()
         handler = hits.add  # referenced here while the stream lives: the binding keeps no reference
         stream = self.db.stream(match_event_handler=handler)
         stream.__enter__()  # hs_open_stream
+
+        def scan(chunk: bytes) -> None:
+            if not hits.dense:
+                stream.scan(chunk, scratch=scratch, match_event_handler=handler)
+
         try:
-            yield lambda chunk: stream.scan(chunk, scratch=scratch, match_event_handler=handler)
+            yield scan
         finally:
             with self._closing:
                 stream.close(match_event_handler=handler)
@@ -136,9 +127,7 @@ class _Hits:
         return None if self.dense else self.found.finish()
 
 
-@lru_cache(maxsize=8)
-def _compiled(exacts: tuple[bytes, ...]) -> Prefilter:
-    return Prefilter(exacts)
+_compiled = lru_cache(maxsize=8)(Prefilter)
 
 
 def prefilter(exacts: Sequence[bytes]) -> Prefilter | None:
@@ -157,11 +146,12 @@ def prefilter(exacts: Sequence[bytes]) -> Prefilter | None:
         return None
 
 
-class _Digest:
-    """Size, newlines, last byte and sha256 of a stream of chunks; the hash runs in a second
-    thread when ``threaded`` (hashlib releases the GIL), one chunk behind the caller at most."""
+class Digester:
+    """Size, newlines, last byte and sha256 of a stream of chunks (the stats of a file as it is written);
+    the hash runs in a second thread when ``threaded`` (hashlib releases the GIL), one chunk behind the
+    caller at most."""
 
-    def __init__(self, threaded: bool):
+    def __init__(self, threaded: bool = False):
         self.sha = hashlib.sha256()
         self.size = self.newlines = 0
         self.last = b""
@@ -169,6 +159,8 @@ class _Digest:
         self._pending: Future[None] | None = None
 
     def update(self, chunk: bytes) -> None:
+        if not chunk:
+            return
         if self._pool is None:
             self.sha.update(chunk)
         else:
@@ -176,7 +168,7 @@ class _Digest:
             self._pending = self._pool.submit(self.sha.update, chunk)
         self.size += len(chunk)
         self.newlines += chunk.count(b"\n")
-        self.last = chunk[-1:] or self.last
+        self.last = chunk[-1:]
 
     def _wait(self) -> None:
         if self._pending is not None:
@@ -191,41 +183,18 @@ class _Digest:
                          self.sha.hexdigest())
 
 
-def _chunks(path: Path) -> Iterator[bytes]:
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            yield chunk
-
-
 def measure(path: Path, pre: Prefilter | None = None) -> Measured:
     """Stats of the file at ``path`` and, with ``pre``, its windows (one streaming pass; without
     ``pre`` the windows are None). Raises ``OSError``."""
-    digest = _Digest(threaded=path.stat().st_size >= THREAD_MIN_BYTES)
-    if pre is None:
-        for chunk in _chunks(path):
+    digest = Digester(threaded=path.stat().st_size >= THREAD_MIN_BYTES)
+    hits = _Hits(pre.widths if pre is not None else [])
+    scanning: AbstractContextManager[Callable[[bytes], None]] = (
+        nullcontext(lambda chunk: None) if pre is None else pre.stream(hits))
+    with open(path, "rb") as fh, scanning as scan:
+        while chunk := fh.read(CHUNK_BYTES):
             digest.update(chunk)
-        return Measured(digest.stats(), None)
-    hits = _Hits(pre.widths)
-    with pre.stream(hits) as scan:
-        for chunk in _chunks(path):
-            digest.update(chunk)
-            if not hits.dense:
-                scan(chunk)
-    return Measured(digest.stats(), hits.merged())
-
-
-class Digester:
-    """Stats of bytes as they are written (the redacted copy of a file)."""
-
-    def __init__(self, threaded: bool = False):
-        self._digest = _Digest(threaded)
-
-    def update(self, chunk: bytes) -> None:
-        if chunk:
-            self._digest.update(chunk)
-
-    def stats(self) -> FileStats:
-        return self._digest.stats()
+            scan(chunk)
+    return Measured(digest.stats(), None if pre is None else hits.merged())
 
 
 # --- scanning a spool file while the tool writes it ---------------------------------------------
@@ -235,12 +204,9 @@ POLL_S = (0.002, 0.05)  # the follower's wait when it has caught up: first, then
 
 
 class Follower:
-    """Measures a file (stats and windows, as :func:`measure`) while another process writes it:
-    a daemon thread reads it as it grows, so the scan runs beside the tool, not after it.
-
-    :meth:`finish` (the writer is done) waits for the rest and returns the result. The thread stops
-    by itself, with no result, when the file is deleted or renamed, or stops growing for a minute.
-    """
+    """Measures a file (as :func:`measure`) in a daemon thread while another process writes it, so the
+    scan runs beside the tool, not after it; :meth:`finish` waits for the rest. The thread stops by
+    itself, with no result, when the file is deleted or renamed, or stops growing for a minute."""
 
     def __init__(self, path: Path, pre: Prefilter):
         self.path = path
@@ -269,11 +235,11 @@ class Follower:
         self.finish()
 
     def _run(self) -> None:
-        digest = _Digest(threaded=True)
+        digest = Digester(threaded=True)
         hits = _Hits(self.prefilter.widths)
         try:
             with self._fh, self.prefilter.stream(hits) as scan:
-                if self._follow(digest, hits, scan):
+                if self._follow(digest, scan):
                     self._result = Measured(digest.stats(), hits.merged())
         except Exception:  # the caller measures again: None says so
             self._result = None
@@ -283,12 +249,11 @@ class Follower:
 
     def _still_named(self) -> bool:
         """Whether the spool path still names the file being read (not deleted, not renamed away)."""
-        try:
+        with suppress(OSError):
             return os.path.samestat(os.stat(self.path), os.fstat(self._fh.fileno()))
-        except OSError:
-            return False
+        return False
 
-    def _follow(self, digest: _Digest, hits: _Hits, scan: Callable[[bytes], None]) -> bool:
+    def _follow(self, digest: Digester, scan: Callable[[bytes], None]) -> bool:
         """Read to the end of the file each time it grows, until :meth:`finish`; False when the
         file was deleted or went idle."""
         wait, idle = POLL_S[0], 0.0
@@ -297,8 +262,7 @@ class Follower:
             chunk = b"" if self._cancelled else self._fh.read(CHUNK_BYTES)
             if chunk:
                 digest.update(chunk)
-                if not hits.dense:
-                    scan(chunk)
+                scan(chunk)
                 wait, idle = POLL_S[0], 0.0
                 continue
             if done:

@@ -1,11 +1,10 @@
-"""Secrets kept off disk where outputs are stored: :class:`RedactingStore` and owner-only folders
-(:func:`private_dir`). A spool file is scanned while the tool writes it (:class:`.scan.Follower`), so
-adopting it has little left to read, and the stats measured on the way come back with it.
+"""Secrets kept off disk where outputs are stored: :class:`RedactingStore`. A spool file is scanned
+while the tool writes it (:class:`.scan.Follower`), so adopting it has little left to read, and the
+stats measured on the way come back with it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -15,31 +14,13 @@ from ctxagent.sessions.redact.redactor import Redactor, default, redact_file
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools.preview import FileStats
 
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` and its missing parents owner-only (0700); existing ones are left alone."""
-    missing = []
-    current = path
-    while not current.exists():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for folder in reversed(missing):
-        with contextlib.suppress(FileExistsError):  # made meanwhile by another process
-            folder.mkdir(mode=0o700)
-    return path
-
-
 UNREDACTED_SUFFIXES = (".npy",)  # binary formats whose bytes a replacement would corrupt
 
 
 class RedactingStore(OutputStore):
     """The output store of a session with secrets kept out of its files: every file it writes or adopts
     is redacted first (numpy ``.npy`` files excepted: their bytes are not text), 0600 in a 0700 folder.
-    A spool file holds what the tool produced until it is adopted (that is what streaming to disk
-    means); :meth:`adopt` redacts it first, and :meth:`clean_spools` removes those a killed process left.
-    """
+    A spool file is unredacted until :meth:`adopt`; :meth:`clean_spools` removes those a kill left."""
 
     def __init__(self, root: Path, redactor: Redactor | None = None, linked: Any = None):
         super().__init__(root, linked)
@@ -51,10 +32,7 @@ class RedactingStore(OutputStore):
         return self._redactor or default()
 
     def spool(self) -> tuple[int, Path]:
-        """A spool file (see :meth:`OutputStore.spool`); with the prefilter, it is scanned while
-        the tool writes it (:class:`~ctxagent.sessions.redact.scan.Follower`), so :meth:`adopt` has little
-        left to read."""
-        private_dir(self.root)
+        """:meth:`OutputStore.spool`; with the prefilter, scanned while the tool writes it (:class:`.scan.Follower`)."""
         fd, path = super().spool()
         pre = self.redactor.prefilter
         if pre is not None:
@@ -62,13 +40,10 @@ class RedactingStore(OutputStore):
             self._followers[path] = scan.Follower(path, pre)
         return fd, path
 
-    def put_bytes(self, handle: str, data: bytes, *args: Any, **kwargs: Any) -> Path:
-        private_dir(self.root)
-        if not _suffix(args, kwargs).endswith(UNREDACTED_SUFFIXES):
+    def put_bytes(self, handle: str, data: bytes, suffix: str = ".out", *, durable: bool = True) -> Path:
+        if not suffix.endswith(UNREDACTED_SUFFIXES):
             data = self.redactor.data(data)
-        path = super().put_bytes(handle, data, *args, **kwargs)
-        os.chmod(path, 0o600)
-        return path
+        return super().put_bytes(handle, data, suffix, durable=durable)
 
     def adopt_measured(self, spooled: Path, handle: str, suffix: str = ".out") -> tuple[Path, FileStats | None]:
         follower = self._followers.pop(spooled, None)
@@ -84,21 +59,8 @@ class RedactingStore(OutputStore):
         os.chmod(spooled, 0o600)
         return OutputStore.adopt(self, spooled, handle, suffix), stats
 
-    def adopt(self, spooled: Path, handle: str, *args: Any, **kwargs: Any) -> Path:
-        return self.adopt_measured(spooled, handle, _suffix(args, kwargs))[0]
+    def adopt(self, spooled: Path, handle: str, suffix: str = ".out") -> Path:
+        return self.adopt_measured(spooled, handle, suffix)[0]
 
-    def put_file(self, handle: str, source: Path, *args: Any, **kwargs: Any) -> Path:
-        private_dir(self.root)
-        fd, spooled = OutputStore.spool(self)  # no follower: the copy below is the scan
-        os.close(fd)
-        try:
-            self.redactor.copy_file(source, spooled)
-            return OutputStore.adopt(self, spooled, handle, *args, **kwargs)
-        finally:
-            spooled.unlink(missing_ok=True)
-
-
-def _suffix(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    """The ``suffix`` argument of a store call (``.out`` when not given)."""
-    value = kwargs.get("suffix", args[0] if args else ".out")
-    return value if isinstance(value, str) else ".out"
+    def _copy(self, source: Path, target: Path) -> None:  # put_file: no follower, the copy is the scan
+        self.redactor.copy_file(source, target)
