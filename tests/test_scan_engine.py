@@ -487,19 +487,35 @@ def test_found_in_file_looks_only_at_candidates_inside_the_windows(tmp_path):
     assert engine.found_in_file(before, _windows((80, 101)), 4096, 1024) is True
 
 
-def test_found_in_file_tries_each_candidate_in_the_buffer_a_chunked_copy_tries_it_in(tmp_path, monkeypatch):
+def test_a_chunked_copy_sees_the_text_before_its_buffer_as_a_whole_text_scan_does(tmp_path, monkeypatch):
     """chunk 100, overlap 40, 300 bytes: the copy tries [0, 60) in [0, 100), [60, 160) in [60, 200),
-    [160, 260) in [160, 300). At a buffer's start there is no text before it, so `x` + KEY with KEY at
-    160 is a key there (``\\b``), while at 120 it is not: found_in_file says what the copy does."""
+    [160, 260) in [160, 300). A buffer's start had no text before it, so ``x`` + KEY with KEY at 160 was
+    a key there (``\\b`` held) and was replaced, while at 120, or in the whole text, it is not one. Each
+    buffer now keeps BEFORE_BYTES of context: the copy and found_in_file agree with the whole text."""
     engine = Engine({}, as_bytes=True)
     assert list(_buffers(300, 100, 40)) == [(0, 60, 100), (60, 160, 200), (160, 260, 300), (260, 300, 300)]
-    for at, replaced in ((160, True), (120, False)):
-        text = "." * (at - 1) + "x" + KEY
+    monkeypatch.setattr(redaction, "CHUNK_BYTES", 100)
+    monkeypatch.setattr(redaction, "OVERLAP_BYTES", 40)
+    for at, sep in ((160, "x"), (120, "x"), (160, " "), (120, " ")):
+        text = "." * (at - 1) + sep + KEY
         path = _file(tmp_path, text + "." * (300 - len(text)))
-        assert engine.found_in_file(path, _windows((at, at + 1)), 100, 40) is replaced
-        monkeypatch.setattr(redaction, "CHUNK_BYTES", 100)
-        monkeypatch.setattr(redaction, "OVERLAP_BYTES", 40)
-        assert Redactor(prefilter=False).copy_file(path, tmp_path / "copy.out") is replaced
+        whole = engine.sub(path.read_bytes())[0] != path.read_bytes()
+        assert whole is (sep == " ")
+        assert engine.found_in_file(path, _windows((at, at + 1)), 100, 40) is whole
+        assert Redactor(prefilter=False).copy_file(path, tmp_path / "copy.out") is whole
+
+
+def test_a_next_token_cut_by_a_chunk_boundary_is_kept(tmp_path, monkeypatch):
+    """``"NextToken": "..."`` (a paging cursor in AWS's data files) is no secret; a chunked copy whose
+    buffer began at ``Token`` could not see ``Next`` before it and replaced the cursor (found by the
+    property test above with hypothesis)."""
+    monkeypatch.setattr(redaction, "CHUNK_BYTES", 100)
+    monkeypatch.setattr(redaction, "OVERLAP_BYTES", 40)
+    for at in range(50, 70):  # "Token" starts at buffer starts 60 (and near them)
+        text = "." * (at - 5) + '"NextToken": "6CTUsONIjZK3b8le0ip0E9Wa"'
+        path = _file(tmp_path, text + "." * (300 - len(text)))
+        assert Redactor(prefilter=False).copy_file(path, tmp_path / "copy.out") is False, at
+        assert (tmp_path / "copy.out").read_bytes() == path.read_bytes()
 
 
 def test_windows_merge_sort_and_list_those_overlapping_a_range():

@@ -20,7 +20,7 @@ from typing import Any
 from ctxagent.sessions.redact.rules import ANCHOR_PATTERN, ANCHORS, LOWER_ANCHORS, NAMED_NEEDLES, SHAPES, looks_secret
 
 MARKER = "[REDACTED:{}]"
-BEFORE_BYTES = 64  # context read before a window to find its candidates
+BEFORE_BYTES = 64  # context kept before a window or a chunked copy's buffer: lookbehinds read it
 AFTER_BYTES = 256  # and after it (plus the longest exact value): anchors and their lookaheads
 
 Window = tuple[int, int]
@@ -165,12 +165,14 @@ class Engine:
                 yield from (hit - back for back in backs if hit >= back and self.named_re.match(buf, hit - back))
                 hit = lowered.find(needle, hit + 1)
 
-    def sub(self, buf: Any, limit: int | None = None, starts: Sequence[int] | None = None) -> tuple[Any, int]:
-        """``(buf redacted, len(buf))``; with ``limit``, only matches starting before it are
-        replaced and the result covers ``buf[:cut]``, ``cut >= limit`` never inside a match.
-        ``starts``: the positions to try (:meth:`windowed`), default :meth:`candidates`."""
+    def sub(self, buf: Any, limit: int | None = None, starts: Sequence[int] | None = None,
+            begin: int = 0) -> tuple[Any, int]:
+        """``(buf[begin:cut] redacted, cut)``: ``cut`` is ``len(buf)``, or with ``limit``, only matches
+        starting before it are replaced and ``cut >= limit`` is never inside a match. ``buf[:begin]`` is
+        context a lookbehind (``\\b``, ``(?<!Next)``) may read, never replaced nor returned. ``starts``:
+        the positions to try (:meth:`windowed`), default :meth:`candidates`."""
         pieces: list[Any] = []
-        pos = 0
+        pos = begin
         for start in self.candidates(buf) if starts is None else starts:
             if limit is not None and start >= limit:
                 break
@@ -278,9 +280,8 @@ class Engine:
                         continue
                     while buffers[index][1] <= p:
                         index += 1
-                    start, _, end = buffers[index]
-                    # at a buffer's start there is no text before it (as in the copy)
-                    if (self.hit(mm[p:end], 0) if p == start else self.hit(mm, p, end)) is not None:
+                    end = buffers[index][2]
+                    if self.hit(mm, p, end) is not None:  # the copy keeps BEFORE_BYTES of context too
                         return True
         return False
 

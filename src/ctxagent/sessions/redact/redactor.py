@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxagent.sessions.redact import scan
-from ctxagent.sessions.redact.engine import Engine, Windows
+from ctxagent.sessions.redact.engine import BEFORE_BYTES, Engine, Windows
 from ctxagent.tools.clean import mend
 from ctxagent.tools.preview import FileStats
 
@@ -151,17 +151,18 @@ class Redactor:
         digest = scan.Digester(threaded=source.stat().st_size >= scan.THREAD_MIN_BYTES)
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with open(source, "rb") as src, os.fdopen(fd, "wb") as dst:
-            carry, base = b"", 0
+            context, carry, base = b"", b"", 0  # base: where buf starts in the file
             while True:
                 chunk = src.read(CHUNK_BYTES)
-                buf = carry + chunk
-                limit = max(0, len(buf) - OVERLAP_BYTES) if chunk else None
+                buf = context + carry + chunk
+                limit = max(len(context), len(buf) - OVERLAP_BYTES) if chunk else None
                 starts = None if windows is None else self._bytes.windowed(buf, windows, base)
-                out, cut = self._bytes.sub(buf, limit, starts)
-                changed |= out != buf[:cut]
+                out, cut = self._bytes.sub(buf, limit, starts, begin=len(context))
+                changed |= out != buf[len(context):cut]
                 dst.write(out)
                 digest.update(out)
-                carry, base = buf[cut:], base + cut
+                keep = max(0, cut - BEFORE_BYTES)
+                context, carry, base = buf[keep:cut], buf[cut:], base + keep
                 if not chunk:
                     break
             dst.flush()
