@@ -1,23 +1,11 @@
 """What a provider's failure means, in one table: context overflow, quota or billing, or neither.
 
-This module never imports litellm. :func:`read_error` gathers the facts of a failed call from the
-exception chain (the HTTP status the server really sent, its error object, its headers, the URL,
-whether a request went out) into :class:`Evidence`, and :func:`classify` turns them into a
-:class:`Failure` that says what happened and whether retrying can help.
-
-:data:`RULES` is the one table of provider wordings. Each row is a regular expression matched
-(case-insensitively) against the provider's own error message, code, type and status fields, the
-kind it means, and where the wording comes from. It holds litellm 1.110.2's own context mapping
-(``litellm_core_utils/exception_mapping_utils.py``: ``is_error_str_context_window_exceeded`` and the
-per-provider branches) plus the wordings of the servers litellm leaves unmapped. Kinds:
-
-- ``context``: the request is longer than the window. Never retried as it is (the same payload would
-  fail again); the runner shrinks it (emergency compaction) or stops with exit 5.
-- ``quota``: the account is out of quota, credit or budget. Never retried (exit 4).
-- ``soft_quota``: a quota wording some providers also use for per-minute limits (Gemini, Vertex AI):
-  retried like a rate limit when the server says when to retry or names a per-minute/second window,
-  otherwise treated as ``quota``.
-- ``incomplete`` (retried once) and ``output_limit`` (never): bad replies (agent/replies.py).
+Never imports litellm. :func:`read_error` gathers the facts of a failed call from its exception chain
+into :class:`Evidence`; :func:`classify` turns them into a :class:`Failure` (what happened, whether a
+retry can help). :data:`RULES`, the one table of provider wordings, holds litellm 1.110.2's own context
+mapping (``litellm_core_utils/exception_mapping_utils.py``) plus the wordings litellm leaves unmapped;
+``soft_quota`` is a quota wording also used for per-minute limits (Gemini, Vertex AI). See docs/usage.md,
+"Provider failures", for what each kind does.
 """
 
 from __future__ import annotations
@@ -170,14 +158,9 @@ def _searchable(evidence: Evidence) -> str:
 
 
 def classify(evidence: Evidence, now: float | None = None) -> Failure:
-    """Our reading of a failed call (see the module doc for the table and the kinds).
-
-    Order: transport failures and calls that never left first, then :data:`RULES` (context before
-    quota, whatever the status: llama.cpp says "Context size has been exceeded" with HTTP 500,
-    Anthropic's "credit balance is too low" comes with HTTP 400), then the HTTP status. HTTP 413
-    (Payload Too Large: Anthropic's ``request_too_large``, proxies) counts as context: only a smaller
-    request can pass.
-    """
+    """Our reading of a failed call: transport failures and calls that never left first, then
+    :data:`RULES` whatever the status (llama.cpp says "Context size has been exceeded" with HTTP 500),
+    then the HTTP status; HTTP 413 counts as context (only a smaller request can pass)."""
     if evidence.network or evidence.fault:
         return Failure(evidence.network or evidence.fault or "", evidence)
     if not evidence.sent:
@@ -244,9 +227,6 @@ def _until(http_date: str, now: float | None) -> float | None:
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-# ---------------------------------------------------------------- reading exceptions
-
-
 def _vendor(exc: BaseException) -> str:
     return type(exc).__module__.split(".")[0]
 
@@ -262,12 +242,9 @@ def _request_url(exc: BaseException) -> str | None:
 
 
 def _wire(chain: list[BaseException]) -> tuple[int | None, dict[str, str], str | None, bool]:
-    """(HTTP status, headers, URL, whether a request went out), from the httpx and openai exceptions.
-
-    litellm relabels statuses (a 400 as 429) and invents responses for errors it raises itself
-    (a missing key is "HTTP 401" with no request made): only the transport's exceptions count.
-    A chain of nothing but litellm's and the SDK's own exceptions means no request was made.
-    """
+    """(HTTP status, headers, URL, whether a request went out), from the httpx and openai exceptions
+    only: litellm relabels statuses (a 400 as 429) and invents responses for errors it raises itself
+    (a missing key is "HTTP 401" with no request made)."""
     status, headers, url = None, {}, None
     for exc in reversed(chain):  # innermost first: the transport's view
         if _vendor(exc) not in ("httpx", "openai"):
