@@ -1,38 +1,12 @@
 """Tool calls written as text: reading them from a reply that has no native tool calls.
 
-Small local models often answer a tool request with the call written in their text instead of in
-the API's ``tool_calls`` (llama.cpp returns it as text when it is not in the exact tags the chat
-template asks for; Qwen2.5-Coder-1.5B does so nearly always, FIELD-NOTES.md). Goose (its tool shim:
-a second model turns the text into calls) and OpenHands (non-native function calling: the tools are
-described in the prompt and ``<function=NAME><parameter=K>V</parameter></function>`` blocks are
-parsed back and validated against the tools) show the two ways out; this module reads the shapes
-small models write on their own, with no second model and nothing added to the prompt:
-
-- a JSON object ``{"name": NAME, "arguments": {...}}`` (``parameters``, ``args``, ``input`` for
-  ``arguments``; ``arguments`` may be JSON text), or OpenAI's ``{"type": "function", "function":
-  {...}}``, or ``{"tool_calls": [...]}``, or a JSON array of them;
-- in a fenced code block, in tags (``<tool_call>``, ``<tools>``, ``<function_call>``...), or bare on
-  lines of its own; one or several;
-- OpenHands' ``<function=NAME><parameter=KEY>VALUE</parameter></function>``, values typed by the
-  tool's schema, and ``<function name="NAME" arguments='{...}'>`` (Qwen2.5-Coder-1.5B wrote it in
-  ``<tools>`` tags);
-- a fenced block of command lines, ``read_file config/db.ini``, each naming a tool of the request
-  that takes one required string argument (Qwen2.5-Coder-1.5B wrote calls so in a bash fence).
-
-:func:`read_calls` is the one entry point; the runner calls it where a reply becomes the assistant
-message, so a call read from text is run and recorded as a native call (the transcript is valid for
-any provider it is later resumed with, PAIR), with the text written around it kept as the message's
-content and the whole text as the model wrote it kept on the record (NO LOSS).
-
-Modes (the profile's ``text_tool_calls``):
-
-- ``auto`` (default): a found object is a call only when it names a tool of the request and its
-  arguments validate against that tool's schema, and it stands in a fence, in tags or on lines of
-  its own. An answer that quotes JSON (a value, an example of a call to a tool that does not exist,
-  an object inside a sentence) is not a call.
-- ``always``: every call-shaped object is a call wherever it stands, whatever tool it names; the
-  toolset then answers an unknown tool or bad arguments with an error the model can correct.
-- ``off``: never.
+Small local models often write a call in their text instead of the API's ``tool_calls`` (Qwen2.5-Coder-1.5B
+on llama.cpp nearly always, FIELD-NOTES.md). Goose (a second model turns the text into calls) and
+OpenHands (tools described in the prompt, ``<function=NAME>`` blocks parsed back) show two ways out; this
+module reads the shapes small models write on their own, with no second model and nothing added to the
+prompt. The shapes and the modes (the profile's ``text_tool_calls``): docs/local-models.md, "Tool calls
+written as text". A call read from text is recorded as a native call (PAIR), the whole text kept on the
+record as ``written`` (NO LOSS).
 """
 
 from __future__ import annotations
@@ -41,13 +15,10 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from ctxagent.agent.model_types import Reply, ToolCall
 from ctxagent.tools.arguments import arguments_fit
-
-Mode = Literal["auto", "always", "off"]
-MODES: tuple[Mode, ...] = ("auto", "always", "off")
 
 NAME_KEYS = ("name", "tool", "tool_name", "function")
 ARGUMENT_KEYS = ("arguments", "parameters", "args", "input", "tool_input")
@@ -118,9 +89,6 @@ def _without(text: str, blocks: Sequence[_Block]) -> str:
         at = block.end
     pieces.append(text[at:])
     return "\n\n".join(kept for piece in pieces if (kept := piece.strip("\n").rstrip())).strip()
-
-
-# ---------------------------------------------------------------- finding blocks
 
 
 def _blocks(text: str, schemas: Mapping[str, Mapping[str, Any]], *, lenient: bool) -> list[_Block]:
@@ -221,9 +189,6 @@ def _json_values(text: str) -> Iterator[tuple[int, int, Any]]:
         at = end
 
 
-# ---------------------------------------------------------------- reading one value
-
-
 def _calls_of(value: Any) -> list[_Found]:
     """The calls a decoded JSON value is: one call object, ``{"tool_calls": [...]}``, or a list of
     call objects; [] when it is anything else (all of a list must be calls)."""
@@ -278,7 +243,6 @@ def _typed(text: str, schema: Mapping[str, Any]) -> Any:
     if "string" in types or not types:
         return text
     try:
-        value = json.loads(text.strip())
+        return json.loads(text.strip())
     except ValueError:
         return text
-    return value
