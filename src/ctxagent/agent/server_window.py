@@ -1,32 +1,14 @@
 """The context window a model server says it serves, for a model litellm's map does not know.
 
-Local servers run a model with a window of their own choosing (llama.cpp's ``-c``, Ollama's
-``num_ctx``, vLLM's ``--max-model-len``), often smaller than the model was trained for; the server
-is the one that knows it. :func:`server_window` asks the server at ``api_base``, one request per
-kind of server, each with a short timeout (:data:`TIMEOUT_S`), all within :data:`DEADLINE_S`, and
-stops at the first answer or at a server that does not answer at all:
+Local servers run a model with a window of their own choosing (llama.cpp's ``-c``, Ollama's ``num_ctx``),
+often smaller than the model was trained for. :func:`server_window` asks the server, one request per kind
+of server (the table in docs/local-models.md, "The window from the server"; sources: llama.cpp
+tools/server/README.md ``/props``, vLLM's ``ModelCard.max_model_len``, LM Studio's ``/api/v0/models``,
+Ollama's docs/api.md ``/api/show`` and ``/api/ps``). Ollama's trained length is never the window (it
+serves 2,048 or 4,096 tokens unless ``num_ctx`` or ``OLLAMA_CONTEXT_LENGTH`` says otherwise).
 
-========================  =====================================  ===============================================
-server                    request                                field read (tokens)
-========================  =====================================  ===============================================
-llama.cpp ``llama-server``  ``GET /props``                       ``default_generation_settings.n_ctx`` (one slot's)
-vLLM, SGLang, llama.cpp,  ``GET {api_base}/models``              the model's ``max_model_len``, ``meta.n_ctx``,
-OpenRouter and others                                            ``context_length``, ``context_window``,
-                                                                 ``max_context_length``
-LM Studio                 ``GET /api/v0/models``                 the model's ``loaded_context_length``
-Ollama                    ``POST /api/show``, ``GET /api/ps``    ``num_ctx`` of its ``parameters``; else the loaded
-                                                                 model's ``context_length``
-========================  =====================================  ===============================================
-
-(llama.cpp: tools/server/README.md, ``/props``; vLLM: its OpenAI server's ``ModelCard.max_model_len``;
-LM Studio: its REST API ``/api/v0/models``; Ollama: docs/api.md ``/api/show`` and ``/api/ps``.)
-Ollama's model information also holds the length the model was trained for, which is not the
-window it serves (its default is 2,048 or 4,096 tokens unless ``num_ctx`` or
-``OLLAMA_CONTEXT_LENGTH`` says otherwise): that is never taken as the window, only named in the
-message when nothing else is said.
-
-Standard library only (``urllib``): a run asks this before anything imports litellm. Proxies are
-taken from the environment as litellm's HTTP client takes them (``NO_PROXY`` honoured).
+Standard library only (``urllib``): a run asks this before anything imports litellm; proxies come from
+the environment as litellm's HTTP client takes them (``NO_PROXY`` honoured).
 """
 
 from __future__ import annotations
@@ -36,7 +18,7 @@ import math
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,13 +74,9 @@ def default_base(model: str) -> str | None:
 
 def server_window(api_base: str, model: str, *, timeout_s: float = TIMEOUT_S,
                   deadline_s: float = DEADLINE_S) -> tuple[Found | None, Asked]:
-    """The context window (tokens) the server at ``api_base`` says it serves ``model`` with.
-
-    ``model``: the litellm model string (its provider prefix picks the order of the requests:
-    Ollama's first for ``ollama/`` models). Returns ``(Found, Asked)`` at the first request that
-    names a window, else ``(None, Asked)``: what each request got (an HTTP status, no such field,
-    a refused connection), Ollama's trained length when it said one. Never raises.
-    """
+    """The context window (tokens) the server at ``api_base`` says it serves ``model`` (a litellm model
+    string; ``ollama/`` asks Ollama only) with. Never raises. Returns ``(Found, Asked)`` at the first
+    request that names a window, else ``(None, Asked)``: what each request got."""
     client = _Client(timeout_s, time.monotonic() + deadline_s)
     asked = Asked()
     base, root, name = api_base.rstrip("/"), server_root(api_base), served_name(model)
@@ -118,17 +96,11 @@ def server_window(api_base: str, model: str, *, timeout_s: float = TIMEOUT_S,
 
 def describe_missing(model: str, api_base: str, asked: Asked) -> str:
     """The sentence a ``UsageError`` gives when the server did not say its window."""
-    if asked.down:
-        said = f"the server at {api_base} did not answer ({asked.text()})"
-    else:
-        said = f"the server at {api_base} did not say it ({asked.text()})"
+    said = f"the server at {api_base} did not {'answer' if asked.down else 'say it'} ({asked.text()})"
     trained = (f"; Ollama says the model was trained for {asked.trained:,} tokens, but it serves a smaller "
                "window unless num_ctx (Modelfile) or OLLAMA_CONTEXT_LENGTH sets one"
                if asked.trained else "")
     return f"litellm does not know the context window of {model!r}, and {said}{trained}"
-
-
-# ---------------------------------------------------------------- HTTP
 
 
 class _Client:
@@ -190,9 +162,6 @@ def _path(data: Any, *keys: str) -> Any:
             return None
         data = data.get(key)
     return data
-
-
-# ---------------------------------------------------------------- one probe per kind of server
 
 
 def _llama_props(client: _Client, base: str, root: str, name: str) -> Found | None:
@@ -259,8 +228,9 @@ def _ollama(client: _Client, base: str, root: str, name: str) -> Found | None:
     shown = client.get(url, {"model": name})
     if shown is None:
         return None
-    for line in _lines(shown.get("parameters") if isinstance(shown, dict) else None):
-        key, _, value = line.partition(" ")
+    parameters = _path(shown, "parameters")
+    for line in (parameters if isinstance(parameters, str) else "").splitlines():
+        key, _, value = " ".join(line.split()).partition(" ")
         if key == "num_ctx" and (tokens := _tokens(_number(value))) is not None:
             return Found(tokens, f"POST {url}: parameters num_ctx")
     info = _path(shown, "model_info")
@@ -276,12 +246,6 @@ def _ollama(client: _Client, base: str, root: str, name: str) -> Found | None:
         return Found(tokens, f"GET {ps}: context_length")
     client.miss(ps, f"{name!r} not loaded, or no context_length")
     return None
-
-
-def _lines(text: Any) -> Iterator[str]:
-    if isinstance(text, str):
-        for line in text.splitlines():
-            yield " ".join(line.split())
 
 
 def _number(text: str) -> float | None:
