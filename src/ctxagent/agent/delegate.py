@@ -164,7 +164,7 @@ class Delegator:
         model = f"agent:{child.session.name}"
         s = child.spend.minus(Spend.of(self.parent.state.agents.get(model, Usage()), 0.0))
         if s.calls > 0 or s.prompt_tokens > 0:
-            self.parent.record_usage(records.UsageRecord(
+            self.parent.out.append(records.UsageRecord(
                 turn=self.parent.state.replies, model=model, prompt_tokens=s.prompt_tokens, calls=s.calls,
                 completion_tokens=s.completion_tokens, estimated_prompt_tokens=0, cached_tokens=s.cached_tokens,
                 cost_usd=s.cost_usd if s.priced else None))
