@@ -1,12 +1,8 @@
 """From transcript records to the context (view) of the next request, under the BUDGET law.
 
-``ContextState`` holds the *base view*: the transcript's messages with its recorded compactions
-applied. It is the view part of the session state (:mod:`ctxagent.agent.state`, which feeds it every
-message and compaction record, on open and live alike), so the per-turn cost does not grow with the
-transcript. Every change a strategy makes is a recorded compaction, so the next request is always
-the base view plus the pinned facts: between compactions it extends the previous request (PREFIX).
-:meth:`ContextState.build` runs the profile's pipeline on it, through the session's own context
-engine (:class:`~ctxagent.strategies.pipeline.Engine`), and checks the budget before anything is sent.
+``ContextState`` holds the *base view*: the transcript's messages with its recorded compactions applied,
+fed by :mod:`ctxagent.agent.state`. Every change a strategy makes is a recorded compaction, so the next
+request is the base view plus the pinned facts: between compactions it extends the previous one (PREFIX).
 """
 
 from __future__ import annotations
@@ -20,15 +16,7 @@ from ctxagent.messages import Message, pair_violations
 from ctxagent.profile import StrategyConfig
 from ctxagent.sessions import records
 from ctxagent.strategies import pipeline
-from ctxagent.strategies.base import (
-    Budget,
-    Compaction,
-    Entry,
-    Outcome,
-    StrategyContext,
-    Summarizer,
-    protected,
-)
+from ctxagent.strategies.base import Budget, Compaction, Entry, Outcome, StrategyContext, Summarizer, protected
 from ctxagent.tokens import count_message
 
 PINS_LABEL = "[ctxagent pinned facts: kept verbatim through every compaction]"
@@ -74,9 +62,8 @@ class ContextState:
     engine: pipeline.Engine = field(default_factory=pipeline.Engine, repr=False, compare=False)
 
     def add(self, record: records.MessageRecord, handle: str | None = None, offloaded: bool | None = None) -> None:
-        """Append one message record (``handle``, ``offloaded``: see :func:`entry_of`). An assistant
-        message is the reply to a request that held the whole view before it: that view is
-        remembered as the last request."""
+        """Append one message record (``handle``, ``offloaded``: see :func:`entry_of`); before an assistant
+        message, the view is remembered as the last request (the one it replied to)."""
         if record.message.get("role") == "assistant":
             self.sent_upto = record.seq - 1
             self._last = (self.view, len(self.view))  # the list is only appended to, or replaced
@@ -84,12 +71,10 @@ class ContextState:
 
     def add_result(self, record: records.MessageRecord, owner: Message, handle: str | None = None,
                    offloaded: bool | None = None) -> str:
-        """Append a tool result so that it follows the assistant message ``owner`` (the dict object
-        that holds its call) and that message's other results: results are grouped with their call
-        by id, never by position (PAIR). Returns "" when it was in place, else the repair made, as a
-        sentence: moved up (the entries it passes keep their seq slots in the new order, so the view
-        stays ordered by seq and recorded ranges still apply), or left out of the view because its
-        call is no longer in it."""
+        """Append a tool result right after the assistant message ``owner`` (the dict that holds its call)
+        and that message's other results (PAIR). Returns "" when it was in place, else the repair made, as
+        a sentence: moved up (the entries it passes keep their seq slots, so recorded ranges still apply),
+        or left out of the view."""
         view = self.view
         head = len(view)
         while head and view[head - 1].role == "tool":
@@ -124,16 +109,9 @@ class ContextState:
     def build(self, steps: Sequence[StrategyConfig], budget: Budget, *, turn: int,
               summarizer: Summarizer | None = None, pins: Sequence[str] = (),
               summarizer_window: int | None = None) -> Outcome:
-        """The view of the next request, the new compactions to record, the original tool results
-        to store (``offloads``) and ``warnings``: one readable line per LLM step that failed and fell
-        back (which step, why, what it did instead), for the transcript and stderr.
-
-        ``summarizer_window``: the summarizer's context window (tokens; None: unknown): every
-        summarizer request is cut to fit it with its reply and margin.
-
-        ``pins``: every pinned fact; strategies keep each verbatim in what they write, and decide on
-        the view with all of them in the pins message (a second system message right after the
-        first one, which no strategy drops).
+        """The view of the next request, the new compactions to record, the original tool results to
+        store (``offloads``) and ``warnings`` (one line per LLM step that fell back). ``pins``: every
+        pinned fact, in the pins message strategies decide on; ``summarizer_window``: tokens (None: unknown).
 
         Raises:
             ContextOverflowError: the protected part alone (system, pins, task, current user
@@ -165,8 +143,7 @@ def with_pins(view: Sequence[Entry], pins: Sequence[str], model: str = "") -> li
 
 @lru_cache(maxsize=8)
 def _pins_entry(pins: tuple[str, ...], model: str) -> Entry:
-    """The pins message as a view entry, tokenized once per distinct pins (several times a request
-    otherwise: the request, the last request, the strategies' view)."""
+    """The pins message as a view entry, tokenized once per distinct pins (else several times a request)."""
     message = {"role": "system", "content": PINS_LABEL + "\n" + "\n".join(f"- {p}" for p in pins)}
     return Entry(message, count_message(message, model), -1, -1, 0, kind="pins")
 
@@ -211,8 +188,7 @@ def check_budget(view: Sequence[Entry], budget: Budget) -> None:
 
 
 def room(budget: Budget) -> str:
-    """The settings that free room in every request, for a "cannot fit" error: the reply reserve and
-    the tool schemas, with what each takes now (tokens)."""
+    """The settings that free room in every request (reply reserve, tool schemas), for a "cannot fit" error."""
     return (f"lower max_output_tokens (the reply reserve and margin take {budget.reserved} tokens; the profile's "
             f"max_output_tokens or --max-output-tokens N) or drop tools from the profile's tools list (their "
             f"schemas take {budget.tools} tokens)")
