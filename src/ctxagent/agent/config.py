@@ -15,16 +15,13 @@ from ctxagent.tools.guard import Grants
 @dataclass(frozen=True)
 class RunConfig:
     """The options of one run of a session (agent/setup.py ``open_runner``); a resumed session keeps
-    its recorded settings (sessions/records.py ``Settings``) where these leave one None or empty.
+    its recorded settings where these leave one None or empty.
 
-    ``profile_spec``: a bundled profile or a file; ``model_spec``: a litellm model or ``scripted:PATH``;
-    ``path``: the profile's pipeline that runs; ``tools``: ``--tools`` specs; ``context_window``,
-    ``max_output_tokens`` (the reply reserve): tokens; ``mcp_config``: a file (absolute), recorded with
-    its sha256. ``run_limits`` (over the profile's ``limits.run``) bound this run, ``session_limits``
-    are recorded (None removes one; agent/budgets.py). ``timeout_s``: seconds per model request;
-    ``started``: ``time.monotonic()`` when the wall time starts (None: now). ``lessons``: False shows
-    and learns none. ``grants``: beyond the profile's permissions (tools/guard.py; None: nothing).
-    ``stop``: the stop event to share (a sub-agent's: its parent's; None: a new one).
+    ``model_spec``: a litellm model or ``scripted:PATH``; ``context_window``, ``max_output_tokens`` (the
+    reply reserve): tokens; ``mcp_config``: a file (absolute). ``run_limits`` (over the profile's) bound
+    this run, ``session_limits`` are recorded (None removes one). ``timeout_s``: seconds per model request;
+    ``started``: ``time.monotonic()`` when the wall time starts (None: now). ``grants``: beyond the
+    profile's permissions (None: nothing); ``stop``: the stop event to share (None: a new one).
     """
 
     profile_spec: str | None = None

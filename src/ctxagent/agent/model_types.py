@@ -1,8 +1,6 @@
 """The types every model backend shares: :class:`Reply`, :class:`Usage`, :class:`ToolCall`, :class:`Model`.
 
-The bottom of the model layer: the backends (:mod:`ctxagent.agent.scripted`,
-:mod:`ctxagent.agent.litellm_backend`) and the reply readers import these without importing the
-factory (:func:`ctxagent.agent.model.make_model`), which imports the backends. Never imports litellm.
+The bottom of the model layer (the backends import it, not the factory). Never imports litellm.
 """
 
 from __future__ import annotations
@@ -91,11 +89,7 @@ class Reply:
     written: str | None = None
 
     def message(self) -> Message:
-        """The reply as an OpenAI-format assistant message, as it is stored and sent back.
-
-        The reasoning fields of ``extra`` ride along (``reasoning_content``, ``thinking_blocks``): litellm
-        sends them back in the form each provider requires.
-        """
+        """The reply as an OpenAI-format assistant message, as it is stored and sent back (reasoning included)."""
         msg: Message = {"role": "assistant", "content": self.content}
         if self.tool_calls:
             msg["tool_calls"] = [tool_call(c.id, c.name, c.arguments) for c in self.tool_calls]
