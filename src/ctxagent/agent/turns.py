@@ -85,17 +85,15 @@ HIGHEST_TRIGGER = 0.9
 def make_budget(profile: Profile, window: int, tool_tokens: int, scale: float = 1.0,
                 output_tokens: int | None = None) -> Budget:
     """The budget of a request: ``window`` and ``tool_tokens`` in tokens, the reply reserve
-    (``output_tokens``, else the profile's for this window: :meth:`Profile.reply_tokens`) and margin,
-    the profile's target and trigger, and the calibration ``scale``.
+    (``output_tokens``, else :meth:`Profile.reply_tokens`) and margin, the profile's target and trigger,
+    and the calibration ``scale``.
 
-    In a small window, where the reply's reserve and the tool schemas alone (the schemas counted as
-    the provider counts them: times ``scale``) come within :data:`SMALL_WINDOW_ROOM` of the profile's
-    trigger, the trigger rises until that room is left, at most to :data:`HIGHEST_TRIGGER`, and the
-    target with it, to at least :data:`KEPT_ROOM` above that fixed part and at most 0.1 below the
-    trigger: a profile that cuts early to bill less in a 32K window (issue 34) still runs in a local
-    model's 4-16K one. Without the scale and the target's floor, a 4,096-token window with 983
-    tokens of schemas (1,219 as llama.cpp counted them) compacted on every request, the target under
-    the fixed part, and the thrash guard stopped a real model reading three 700-token files."""
+    In a small window, where the reserve and the tool schemas (times ``scale``) come within
+    :data:`SMALL_WINDOW_ROOM` of the trigger, the trigger rises to leave that room (at most to
+    :data:`HIGHEST_TRIGGER`) and the target with it, to at least :data:`KEPT_ROOM` above that fixed part:
+    a profile that cuts early in a 32K window (issue 34) still runs in a local 4-16K one. Without the
+    scale and the floor, a 4,096-token window with 983 tokens of schemas (1,219 as llama.cpp counted
+    them) compacted on every request and the thrash guard stopped a real model reading three files."""
     reserved = (output_tokens or profile.reply_tokens(window)) + profile.margin_tokens
     target, trigger = profile.target, profile.trigger
     fixed = (reserved + tool_tokens * scale) / window if window > 0 else 0.0
@@ -115,8 +113,6 @@ def emergency_steps(view: list[Any], budget: Budget, attempt: int) -> list[Strat
     target = min(budget.target, (0.5 if attempt == 0 else 0.25) * budget.total(view) / budget.window)
     return [MaskObservationsStep(trigger=0, keep=keep, min_tokens=0, batch=1),
             TruncateStep(trigger=0, target=round(target, 4))]
-
-
 
 
 def summarizer_window(profile: Profile, agent_window: int) -> int | None:
