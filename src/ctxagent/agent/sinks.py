@@ -63,10 +63,8 @@ class MemorySink:
 
 
 class Recorder:
-    """Makes a runner's records and appends them: each is written by the ``sink``, then applied to
-    the ``state`` by the same :meth:`SessionState.apply` that folded the transcript on open (ONE
-    STATE). ``redact_always``: the profile's ``redact: always`` (a message is redacted before the
-    model sees it too; docs/security.md, "Secrets"). ``store``: where originals are materialized."""
+    """Makes a runner's records, writes each to the ``sink``, then applies it to the ``state`` (ONE STATE).
+    ``redact_always``: the profile's ``redact: always`` (docs/security.md); ``store``: for originals."""
 
     def __init__(self, state: SessionState, sink: Sink, store: RedactingStore, *, redact_always: bool = False):
         self.state, self.sink, self.store, self.redact_always = state, sink, store, redact_always
@@ -86,8 +84,7 @@ class Recorder:
                                      tokens=count_message(message, self.model_name), **extra)
 
     def append(self, *items: Any) -> None:
-        """Write ``items`` (records), then apply each to the state. Message records are appended
-        one by one so that each gets the next seq number."""
+        """Write ``items`` (records), then apply each to the state (a message record takes its seq when made)."""
         self.sink.write(items)
         for item in items:
             self.state.apply(item)
@@ -98,8 +95,7 @@ class Recorder:
         return Warned(source, text)
 
     def materialize(self, entries: Sequence[Entry]) -> None:
-        """Write to the output store the originals that the view now points at by handle (a peek
-        records them without writing)."""
+        """Store the originals the view now points at by handle (a peek records them without writing)."""
         for entry in entries:
             handle = entry.handle
             if handle is None or handle in self.state.stored:
