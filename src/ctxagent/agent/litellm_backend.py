@@ -156,9 +156,7 @@ def needs_cache_breakpoints(model: str) -> bool:
     """Whether ``model`` (a litellm model string) is cached only at explicit ``cache_control`` breakpoints:
     ``anthropic`` models and Claude on ``bedrock`` and ``vertex_ai`` (litellm's provider resolution)."""
     name, provider = _provider(model) or ("", "")
-    if provider in BREAKPOINT_PROVIDERS:
-        return True
-    return provider in BREAKPOINT_CLAUDE_HOSTS and "claude" in name.lower()
+    return provider in BREAKPOINT_PROVIDERS or (provider in BREAKPOINT_CLAUDE_HOSTS and "claude" in name.lower())
 
 
 def cache_points(messages: Sequence[Message]) -> list[dict[str, Any]]:
@@ -201,19 +199,16 @@ class LiteLLMModel:
         timeout_s: seconds one HTTP attempt may take.
         retries: extra attempts after a retryable failure (so at most ``retries + 1`` calls).
         max_output_tokens: tokens the reply may use (sent as ``max_tokens``), or None for the default.
-        backoff_s: seconds before the first retry; doubled for each further one (at most
-            ``max_retry_wait_s``). A server's own wait (Retry-After and friends,
-            :func:`~ctxagent.agent.provider_errors.retry_after_s`) is honoured when longer; when it is
-            over ``max_retry_wait_s`` the call is not retried and the error says so.
+        backoff_s: seconds before the first retry, doubled for each further one; a server's own wait
+            (:func:`~ctxagent.agent.provider_errors.retry_after_s`) is honoured when longer.
+        max_retry_wait_s: the longest wait (seconds); a server asking for more is not retried.
         prompt_cache: ``"auto"`` places prompt-cache breakpoints (:func:`cache_points`) when the
-            provider needs them (:func:`needs_cache_breakpoints`); ``"off"`` never does. Providers that
-            cache by themselves (OpenAI-style) get nothing extra either way.
+            provider needs them (:func:`needs_cache_breakpoints`); ``"off"`` never does.
         send_tool_choice: send ``tool_choice: "auto"`` with the tools (some OpenAI-compatible
             servers ignore ``tools`` without it).
         temperature: the sampling temperature sent with each request, or None (the provider's default).
-        stream: ask for a server-sent-event stream and assemble it (``stream_chunk_builder``).
-        on_retry: called with one line ("retrying in 3.0 s after HTTP 429 from URL: attempt 2 of 3")
-            before each retry; the CLI prints it on stderr.
+        stream: ask for a server-sent-event stream and assemble it.
+        on_retry: called with one line announcing each retry ("retrying in 3.0 s after HTTP 429 ...").
 
     Raises ``ValueError`` for a ``prompt_cache`` not in :data:`PROMPT_CACHE_MODES`.
     """
@@ -244,13 +239,10 @@ class LiteLLMModel:
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> Reply:
         """One model call: ``messages`` (OpenAI format) and ``tools`` (OpenAI tool schemas, may be empty).
 
-        Returns the first choice as a :class:`Reply` with usage in tokens (cached and cache-written
-        ones included) and cost in US dollars (None when litellm has no price for the model).
-        Raises ``ProviderContextError`` when the provider says the context is too long (never
-        retried: the same payload would fail again), ``ProviderQuotaError`` when the account is out
-        of quota or credit (never retried), ``ProviderError`` for every other failure, after the
-        retries the policy allows (:data:`~ctxagent.agent.provider_errors.RETRYABLE` kinds only; an
-        incomplete reply, :data:`~ctxagent.agent.provider_errors.RETRY_ONCE`, is retried once at most).
+        Returns the first choice as a :class:`Reply`, usage in tokens, cost in US dollars (None: no price).
+        Raises ``ProviderContextError`` (the context is too long) or ``ProviderQuotaError`` (out of quota or
+        credit), never retried, or ``ProviderError`` for any other failure after the retries the policy
+        allows (provider_errors' ``RETRYABLE`` kinds only, its ``RETRY_ONCE`` kinds once at most).
         """
         lib = _litellm()
         request = self._request(messages, tools)
