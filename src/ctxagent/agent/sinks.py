@@ -17,7 +17,6 @@ from ctxagent.messages import Message
 from ctxagent.sessions import records, redact
 from ctxagent.sessions.redact import RedactingStore
 from ctxagent.sessions.session import Session
-from ctxagent.sessions.transcript import Transcript
 from ctxagent.strategies.base import Entry
 from ctxagent.tokens import count_message
 from ctxagent.tools.offload import store_text
@@ -31,7 +30,6 @@ class Sink(Protocol):
     def write(self, items: Sequence[Any]) -> None: ...
 
 
-@dataclass
 class TranscriptSink:
     """The live sink: the session's transcript (flushed and fsynced before ``write`` returns).
 
@@ -39,13 +37,10 @@ class TranscriptSink:
     on every record: reading the environment cost ~0.17 ms a record).
     """
 
-    session: Session
-    writes_files: bool = True
-    _transcript: Transcript = field(init=False, repr=False)
-    _redactor: Any = field(init=False, repr=False)
+    writes_files = True
 
-    def __post_init__(self) -> None:
-        self._transcript, self._redactor = self.session.transcript, redact.default()
+    def __init__(self, session: Session):
+        self._transcript, self._redactor = session.transcript, redact.default()
 
     def write(self, items: Sequence[Any]) -> None:
         self._transcript.append(items, self._redactor)
