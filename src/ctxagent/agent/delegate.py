@@ -195,7 +195,7 @@ class Delegator:
 
     def _answer(self, child: _Child, runner: Runner) -> str:
         """The child's answer: read when it had already answered, else run for it."""
-        if runner.state.users and runner.needs_input():  # answered before the parent was killed
+        if runner.state.users and runner.state.needs_input():  # answered before the parent was killed
             return str(runner.state.context.view[-1].message.get("content") or "")
         message = None if runner.state.users else self._assignment(child, runner)
         answer = ""
