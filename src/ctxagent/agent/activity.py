@@ -158,11 +158,8 @@ def may_repeat(name: str) -> bool:
 def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[str], stored: set[str],
                 pure: dict[str, tuple[str, int]]) -> tuple[str, str] | None:
     """A short note instead of running ``call`` again and the handle it names, or None (run it).
-
-    ``verbatim``: handles whose result is unchanged in the view; ``stored``: handles whose value
-    is in the output store; ``pure``: signature -> (handle, turn) of earlier results of
-    :data:`PURE_TOOLS`.
-    """
+    ``verbatim``: handles unchanged in the view; ``stored``: handles in the output store; ``pure``:
+    signature -> (handle, turn) of earlier results of :data:`PURE_TOOLS`."""
     if call.name in PURE_TOOLS:
         earlier = pure.get(signature(call))
         if earlier and (earlier[0] in verbatim or earlier[0] in stored):

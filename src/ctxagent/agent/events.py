@@ -1,7 +1,4 @@
-"""Typed step events the runner yields; the CLI renders them and tests assert on them.
-
-None of these is persisted: the transcript holds records, not progress.
-"""
+"""Typed step events the runner yields; the CLI renders them, tests assert on them. Never persisted."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What the next request of a session would send, without sending or writing anything: the read-only
-peek ``inspect context``, ``sessions export`` and the ONE STATE tests use. It runs the runner's own
-code on the session's state (a fold of its transcript) with a sink that writes nothing and a model that is
+"""What the next request of a session would send, without sending or writing anything (``inspect context``,
+``sessions export``): the runner's own code on the folded state, with a sink that writes nothing and a model
 never called, so it shows exactly what a resume would send (no litellm import)."""
 
 from __future__ import annotations

@@ -135,10 +135,8 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Failure:
-    """What went wrong with one call, in our terms: ``kind`` (a key of :data:`KIND_WORDS`) and the facts.
-
-    ``retry_after_s`` is the wait the server asked for (seconds), when it asked.
-    """
+    """What went wrong with one call: ``kind`` (a key of :data:`KIND_WORDS`), the facts, and the wait the
+    server asked for (``retry_after_s``, seconds; None: it did not ask)."""
 
     kind: str
     evidence: Evidence
@@ -291,20 +289,16 @@ def _network_kind(chain: list[BaseException], timeout: bool) -> str | None:
         return "timeout"
     if any(isinstance(e, httpx.UnsupportedProtocol | httpx.LocalProtocolError) for e in chain):
         return "local"  # a malformed api_base or request: retrying cannot help
-    if any(isinstance(e, ConnectionError | httpx.TransportError) for e in chain):
-        return "connection"
-    if any(_vendor(e) == "openai" and type(e).__name__ == "APIConnectionError" for e in chain):
+    if any(isinstance(e, ConnectionError | httpx.TransportError)
+           or (_vendor(e) == "openai" and type(e).__name__ == "APIConnectionError") for e in chain):
         return "connection"
     return None
 
 
 def read_error(err: BaseException, *, api_base: str | None = None, timeout: bool = False,
                context: bool = False) -> Evidence:
-    """The facts of a failed call, read from ``err`` and the exceptions it was raised from.
-
-    ``timeout`` and ``context`` say whether the caller's library (litellm) classed ``err`` as a timeout
-    or a context overflow; ``api_base`` is the URL reported when the exceptions name none.
-    """
+    """The facts of a failed call, read from ``err`` and the exceptions it was raised from. ``timeout``,
+    ``context``: whether litellm classed ``err`` so; ``api_base``: the URL when the exceptions name none."""
     chain = exception_chain(err)
     if bad := next((e for e in chain if isinstance(e, IncompleteReply)), None):
         return Evidence(None, _one_line(bad.reason), url=public_url(_wire(chain)[2] or api_base),

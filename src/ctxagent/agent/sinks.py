@@ -1,9 +1,4 @@
-"""Where the runner's records go before the session state applies them, and what makes them.
-
-:class:`TranscriptSink` is the live one (the session's JSONL transcript, fsynced per write);
-:class:`MemorySink` keeps them in memory for a read-only peek (``inspect context``);
-:class:`Recorder` makes the records, writes them to a sink and applies them to the state.
-"""
+"""Where the runner's records go before the session state applies them (a sink), and what makes them."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Running the tool calls of a reply: permissions, repeat notes, the loop guard, sub-agents.
-
-:class:`ToolCalls` is the part of :class:`~ctxagent.agent.runner.Runner` that turns a reply's tool
-calls into tool result records, appended in call order (PAIR, DESIGN.md); the runner holds one.
-"""
+"""Running the tool calls of a reply for the runner: permissions, repeat notes, the loop guard, sub-agents."""
 
 from __future__ import annotations
 
