@@ -44,8 +44,8 @@ def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
-def _tokens(*values: Any) -> int:
-    """The largest of ``values`` that is a positive token count (a finite number, not a bool), else 0."""
+def token_count(*values: Any) -> int:
+    """The largest of ``values`` that is a positive token count (a finite number, not a bool), as an int; else 0."""
     counts = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
     return max((int(v) for v in counts if v > 0), default=0)
 
@@ -58,12 +58,12 @@ def read_usage(usage: Any, cost_usd: float | None = None) -> Usage:
     (and DeepSeek's ``prompt_cache_hit_tokens``) into ``prompt_tokens_details`` too: the largest wins.
     """
     details = _field(usage, "prompt_tokens_details")
-    cached = _tokens(_field(details, "cached_tokens"), _field(usage, "cache_read_input_tokens"),
-                     _field(usage, "prompt_cache_hit_tokens"))
-    written = _tokens(_field(usage, "cache_creation_input_tokens"), _field(details, "cache_creation_tokens"),
-                      _field(details, "cache_write_tokens"))
-    return Usage(_tokens(_field(usage, "prompt_tokens")), _tokens(_field(usage, "completion_tokens")), cost_usd,
-                 cached_tokens=cached, cache_creation_tokens=written)
+    cached = token_count(_field(details, "cached_tokens"), _field(usage, "cache_read_input_tokens"),
+                         _field(usage, "prompt_cache_hit_tokens"))
+    written = token_count(_field(usage, "cache_creation_input_tokens"), _field(details, "cache_creation_tokens"),
+                          _field(details, "cache_write_tokens"))
+    return Usage(token_count(_field(usage, "prompt_tokens")), token_count(_field(usage, "completion_tokens")),
+                 cost_usd, cached_tokens=cached, cache_creation_tokens=written)
 
 
 def to_stderr(line: str) -> None:

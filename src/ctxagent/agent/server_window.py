@@ -14,13 +14,14 @@ the environment as litellm's HTTP client takes them (``NO_PROXY`` honoured).
 from __future__ import annotations
 
 import json
-import math
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from ctxagent.agent.model_types import token_count
 
 TIMEOUT_S = 2.0  # seconds one request may take (a local server answers in milliseconds)
 DEADLINE_S = 5.0  # seconds all the requests together may take
@@ -149,13 +150,6 @@ class _Client:
         self.log.append(f"{method} {url}: {what}")
 
 
-def _tokens(value: Any) -> int | None:
-    """``value`` as a positive token count, else None (bools and junk refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return int(value) if value >= 1 else None
-
-
 def _path(data: Any, *keys: str) -> Any:
     for key in keys:
         if not isinstance(data, dict):
@@ -175,8 +169,8 @@ def _field(client: _Client, url: str, label: str, pick: Callable[[Any], Any]) ->
     data = client.get(url)
     if data is None:
         return None
-    tokens = _tokens(pick(data))
-    if tokens is None:
+    tokens = token_count(pick(data))
+    if not tokens:
         client.miss(url, f"no {label}")
         return None
     return Found(tokens, f"GET {url}: {label}")
@@ -207,9 +201,9 @@ def _openai_models(client: _Client, base: str, root: str, name: str) -> Found | 
         client.miss(url, f"no entry for {name!r}")
         return None
     for key in MODELS_FIELDS:
-        if (tokens := _tokens(entry.get(key))) is not None:
+        if tokens := token_count(entry.get(key)):
             return Found(tokens, f"GET {url}: {key}")
-    if (tokens := _tokens(_path(entry, "meta", "n_ctx"))) is not None:
+    if tokens := token_count(_path(entry, "meta", "n_ctx")):
         return Found(tokens, f"GET {url}: meta.n_ctx")
     client.miss(url, f"no window field for {entry.get('id')!r}")
     return None
@@ -231,18 +225,18 @@ def _ollama(client: _Client, base: str, root: str, name: str) -> Found | None:
     parameters = _path(shown, "parameters")
     for line in (parameters if isinstance(parameters, str) else "").splitlines():
         key, _, value = " ".join(line.split()).partition(" ")
-        if key == "num_ctx" and (tokens := _tokens(_number(value))) is not None:
+        if key == "num_ctx" and (tokens := token_count(_number(value))):
             return Found(tokens, f"POST {url}: parameters num_ctx")
     info = _path(shown, "model_info")
     if isinstance(info, dict):
-        client.trained = next((_tokens(v) for k, v in info.items() if k.endswith(".context_length")), None)
+        client.trained = next((token_count(v) for k, v in info.items() if k.endswith(".context_length")), None)
     client.miss(url, "no num_ctx in parameters", "POST")
     ps = f"{root}/api/ps"
     loaded = client.get(ps)
     if loaded is None:
         return None
     entry = _entry(_entries(loaded, "models"), name, "name", "model")
-    if entry is not None and (tokens := _tokens(entry.get("context_length"))) is not None:
+    if entry is not None and (tokens := token_count(entry.get("context_length"))):
         return Found(tokens, f"GET {ps}: context_length")
     client.miss(ps, f"{name!r} not loaded, or no context_length")
     return None
