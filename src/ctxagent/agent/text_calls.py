@@ -96,19 +96,18 @@ def _blocks(text: str, schemas: Mapping[str, Mapping[str, Any]], *, lenient: boo
     function blocks, then bare JSON on lines of its own (anywhere, when ``lenient``); in text order."""
     found: list[_Block] = []
     taken: list[tuple[int, int]] = []
-    for pattern in (_FENCE, _TAG):
+    for pattern in (_FENCE, _TAG, _FUNCTION):
         for match in pattern.finditer(text):
             if any(s <= match.start() < e for s, e in taken):
                 continue
             taken.append(match.span())
             inner = match.group(2)
-            calls = _only_calls(inner) or (_command_lines(inner, schemas) if pattern is _FENCE else ())
+            if pattern is _FUNCTION:
+                calls: tuple[_Found, ...] = (_function_block(match, schemas),)
+            else:
+                calls = _only_calls(inner) or (_command_lines(inner, schemas) if pattern is _FENCE else ())
             if calls:
                 found.append(_Block(match.start(), match.end(), calls))
-    for match in _FUNCTION.finditer(text):
-        if not any(s <= match.start() < e for s, e in taken):
-            taken.append(match.span())
-            found.append(_Block(match.start(), match.end(), (_function_block(match, schemas),)))
     found += [b for b in _bare(text, lenient) if not any(s <= b.start < e for s, e in taken)]
     if not found and (calls := _only_calls(text)):  # a whole reply of <function name=...> elements
         found.append(_Block(0, len(text), calls))
