@@ -26,7 +26,7 @@ from ctxagent.agent.model_types import token_count
 TIMEOUT_S = 2.0  # seconds one request may take (a local server answers in milliseconds)
 DEADLINE_S = 5.0  # seconds all the requests together may take
 MAX_BODY_BYTES = 8 << 20  # a model list larger than this (bytes) is not read
-MODELS_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length")
+MODELS_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length", "meta.n_ctx")  # dot: nested
 OLLAMA_PROVIDERS = ("ollama/", "ollama_chat/")
 OLLAMA_DEFAULT_BASE = "http://localhost:11434"  # litellm's default for ollama/ models without api_base
 
@@ -200,11 +200,9 @@ def _openai_models(client: _Client, base: str, root: str, name: str) -> Found | 
     if entry is None:
         client.miss(url, f"no entry for {name!r}")
         return None
-    for key in MODELS_FIELDS:
-        if tokens := token_count(entry.get(key)):
-            return Found(tokens, f"GET {url}: {key}")
-    if tokens := token_count(_path(entry, "meta", "n_ctx")):
-        return Found(tokens, f"GET {url}: meta.n_ctx")
+    for label in MODELS_FIELDS:
+        if tokens := token_count(_path(entry, *label.split("."))):
+            return Found(tokens, f"GET {url}: {label}")
     client.miss(url, f"no window field for {entry.get('id')!r}")
     return None
 
