@@ -173,9 +173,8 @@ def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[
         return None
     path, args = target
     read = ledger.reads.get((str(path), args))
-    if read is None or not read.sha256 or (read.handle not in verbatim and read.handle not in stored):
-        return None
-    if digest(path) != read.sha256:
+    if read is None or not read.sha256 or (read.handle not in verbatim and read.handle not in stored) \
+            or digest(path) != read.sha256:  # hashed last: it reads the file
         return None
     where = "is still in your context above" if read.handle in verbatim else "is stored"
     return (f"[ctxagent] {path.name} is unchanged since you read it at turn {read.turn} "

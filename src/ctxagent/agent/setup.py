@@ -51,8 +51,7 @@ def resolve_window(profile: Profile, model: str, api_base: str | None = None,
         return SCRIPTED_WINDOW
     from ctxagent.agent.model_info import did_you_mean, model_window
 
-    window = model_window(model)
-    if window:
+    if window := model_window(model):
         return window
     fix = "pass --context-window N (tokens) or set context_window in the profile"
     from ctxagent.agent.server_window import default_base, describe_missing, server_window
