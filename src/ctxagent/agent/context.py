@@ -156,8 +156,7 @@ def check_protected(view: Sequence[Entry], budget: Budget) -> None:
             f"the protected part of the context alone (system prompt, pins, task, current message, "
             f"tool schemas {budget.tools} and reserve {budget.reserved}) needs {budget.total(keep)} tokens, "
             f"over the compaction trigger ({budget.trigger:.0%} of a {budget.window}-token window); "
-            f"compaction cannot help: shorten the task or pins, {room(budget)}, or use a larger window"
-        )
+            f"compaction cannot help: shorten the task or pins, {room(budget)}, or use a larger window")
 
 
 class PairError(CtxagentError):
@@ -183,8 +182,7 @@ def check_budget(view: Sequence[Entry], budget: Budget) -> None:
     raise ContextOverflowError(
         f"the context needs {budget.total(view)} tokens but the window is {budget.window} "
         f"(tool schemas {budget.tools}, reserved for the reply and margin {budget.reserved}); "
-        f"largest parts: {largest_parts(view)}; to make room: {room(budget)}"
-    )
+        f"largest parts: {largest_parts(view)}; to make room: {room(budget)}")
 
 
 def room(budget: Budget) -> str:

@@ -322,8 +322,7 @@ class Runner:
                         f"the provider still says the context is too long after {MAX_RECOVERIES} "
                         f"emergency compactions ({err}); we estimated {budget.total(view)} tokens "
                         f"for a {budget.window}-token window; largest parts: {largest_parts(view)}; to make room: "
-                        f"{room(budget)}"
-                    ) from err
+                        f"{room(budget)}") from err
                 before_tokens = sum(e.tokens for e in view)
                 budget = replace(budget, scale=budget.scale * 1.25)  # this turn only: usage recalibrates
                 view = yield from self._build(emergency_steps(view, budget, attempt), budget)
