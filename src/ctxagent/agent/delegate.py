@@ -64,7 +64,6 @@ class Delegator:
         self._slots = threading.BoundedSemaphore(config.max_concurrent)
         self._running: list[_Child] = []
 
-    # -- the parent's side --------------------------------------------------------------------
     def start(self, calls: Sequence[ToolCall], handles: Sequence[str]) -> dict[str, Callable[[], ToolOutcome]]:
         """Start the delegate calls among ``calls`` (``handles``: theirs), which the permission gate
         allowed; returns, by call id, a function that waits for the child's outcome (call them in call
@@ -172,9 +171,9 @@ class Delegator:
         left = "your budget left: " + _left(self.parent)
         return replace(child.outcome, content=child.outcome.content.replace(LEFT, left, 1))
 
-    # -- the child's side (a thread, or the parent's thread on resume) ------------------------
     def _run(self, child: _Child) -> None:
-        """Run ``child`` to its answer; set its outcome (an error outcome on any failure)."""
+        """Run ``child`` to its answer (in its thread, or the parent's on resume); set its outcome (an error
+        outcome on any failure)."""
         with self._slots:
             runner: Runner | None = None
             try:

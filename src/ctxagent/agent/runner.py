@@ -127,7 +127,6 @@ class Runner:
             warnings.warn(f"session {self.session.name}: {note.text}", TranscriptWarning, stacklevel=2)
             self.out.append(note)
 
-    # -- the loop ----------------------------------------------------------------------------
     @property
     def output_tokens(self) -> int:
         """Tokens reserved for each reply (``--max-output-tokens``, the profile's, or sized to the window)."""
