@@ -21,8 +21,7 @@ from ctxagent.sessions.records import FileTouch, MessageRecord
 from ctxagent.tools.base import ERROR_PREFIX
 
 FILE_TOOLS = {"read_file": "read", "write_file": "write"}
-PURE_TOOLS = frozenset({"read_output", "grep_output", "query_output", "output_info"})
-"""Tools whose result depends only on stored values: an identical call gives an identical result."""
+PURE_TOOLS = frozenset({"read_output", "grep_output", "query_output", "output_info"})  # results from stored values
 LEDGER_FILES = 30  # files named in the ledger line (the latest); older ones are counted
 HASH_SHOWN = 12  # hex digits of a sha256 shown in the ledger and notes
 MAX_HASH_BYTES = 256 * 1024 * 1024  # files larger than this are not hashed (no repeat notes)

@@ -66,8 +66,7 @@ result, and the same request gets nothing again."""
 SUMMARIZER_SYSTEM = "You compress an agent's working transcript. Follow the instructions in the user message exactly."
 CHECKPOINT_ON_STOP = CheckpointStep(trigger=0, target=0.01, llm=False, keep_turns=1)
 """The checkpoint a budget stop writes: the history before the last unit, deterministic (no LLM call)."""
-SETTLE = SettleStep()
-"""First step of every build: the newest results, budgeted together (strategies/settle.py)."""
+SETTLE = SettleStep()  # first step of every build: the newest results, budgeted together (strategies/settle.py)
 
 
 class Runner:

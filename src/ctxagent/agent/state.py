@@ -22,11 +22,8 @@ from ctxagent.sessions.records import Settings
 from ctxagent.sessions.transcript import Transcript
 from ctxagent.tokens import calibration, reported_prompt
 
-REPAIR_SOURCE = "transcript repair"
-"""``source`` of the note records that record a repair the fold made to a damaged transcript."""
-
-RECENT_COMPACTIONS = 10
-"""Compaction records a state keeps whole (``inspect context`` lists them; the rest are counted)."""
+REPAIR_SOURCE = "transcript repair"  # source of the note records of the fold's repairs to a damaged transcript
+RECENT_COMPACTIONS = 10  # compaction records a state keeps whole (inspect context lists them; the rest are counted)
 
 VIEW_STEPS = frozenset({"mask_observations", "prune", "dedupe", "role_selective", "settle"})
 """Steps that edit single results as they age, typically on every request (``trigger: 0``): their
