@@ -49,7 +49,7 @@ def resolve_window(profile: Profile, model: str, api_base: str | None = None,
         return profile.context_window
     if model.startswith("scripted:"):
         return SCRIPTED_WINDOW
-    from ctxagent.agent.model_info import did_you_mean, model_window
+    from ctxagent.agent.litellm_backend import did_you_mean, model_window
 
     if window := model_window(model):
         return window

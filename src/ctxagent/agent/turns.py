@@ -123,7 +123,7 @@ def summarizer_window(profile: Profile, agent_window: int) -> int | None:
         return agent_window
     if name.startswith("scripted:"):
         return None
-    from ctxagent.agent.model_info import model_window  # only when a summary may be made
+    from ctxagent.agent.litellm_backend import model_window  # only when a summary may be made
 
     return model_window(name)
 
