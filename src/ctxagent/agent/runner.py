@@ -70,14 +70,11 @@ SETTLE = SettleStep()  # first step of every build: the newest results, budgeted
 
 
 class Runner:
-    """Runs turns of one session from its folded ``state``, complete when constructed, within
-    ``config``'s run limits and the session's. The caller holds the writer lock (not for a :meth:`peek`).
-
-    Every record goes through :attr:`out` (agent/sinks.py ``Recorder``; ONE STATE). ``toolset`` runs
-    behind the profile's permissions and ``config.grants`` (tools/guard.py) in :attr:`tools`; no tool
-    writes into ctxagent's own folders nor the ``protected`` files (agent/setup.py ``configured_from``).
-    ``notices``: ``(source, text)`` warned when :meth:`run` starts; ``delegates``: makes the runner of
-    ``delegate`` calls (None: not offered); ``learner``: lessons (lessons/hooks.py; None: off).
+    """Runs turns of one session from its folded ``state`` within ``config``'s run limits and the session's;
+    the caller holds the writer lock (not for a :meth:`peek`). Every record goes through :attr:`out` (ONE
+    STATE); tools run behind the permission gate (tools/guard.py) and never write ctxagent's own folders nor
+    the ``protected`` files. ``notices``: ``(source, text)`` warned when :meth:`run` starts; ``delegates``:
+    makes the runner of ``delegate`` calls (None: not offered); ``learner``: lessons (None: off).
     """
 
     def __init__(self, session: Session, state: SessionState, profile: Profile, model: Model, toolset: Toolset,
