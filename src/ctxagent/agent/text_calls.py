@@ -51,13 +51,9 @@ class _Block:
 
 
 def read_calls(reply: Reply, mode: str, tools: Sequence[Mapping[str, Any]]) -> Reply:
-    """``reply`` with the tool calls its text holds (see the module doc), or ``reply`` itself.
-
-    ``tools``: the OpenAI tool schemas the request offered (none offered: nothing is read).
-    The calls found get empty ids (the runner numbers them); the content becomes the text around
-    them (None when there is none), and ``written`` the whole text as the model wrote it. A reply
-    with native tool calls, or in mode ``off``, is returned unchanged.
-    """
+    """``reply`` with the tool calls its text holds, or ``reply`` itself (it has native calls, ``mode`` is
+    ``off``, or no ``tools``, the request's OpenAI tool schemas, were offered). The calls get empty ids (the
+    runner numbers them), the content the text around them (or None), ``written`` the whole text."""
     text = reply.content or ""
     if mode == "off" or reply.tool_calls or not tools or not text.strip():
         return reply
@@ -136,9 +132,8 @@ def _only_calls(inner: str) -> tuple[_Found, ...]:
 
 
 def _command_lines(inner: str, schemas: Mapping[str, Mapping[str, Any]]) -> tuple[_Found, ...]:
-    """The calls of a fenced block written as command lines, ``read_file config/db.ini``: every
-    non-blank line a tool of the request that takes one required string argument, then that
-    argument (quotes stripped); () when any line is anything else."""
+    """The calls of a fenced block of command lines, ``read_file config/db.ini``, each a tool taking one
+    required string argument, then that argument (quotes stripped); () when any line is anything else."""
     calls = []
     for line in (raw.strip() for raw in inner.splitlines()):
         if not line:
@@ -169,9 +164,8 @@ def _bare(text: str, lenient: bool) -> Iterator[_Block]:
 
 
 def _json_values(text: str) -> Iterator[tuple[int, int, Any]]:
-    """Every JSON object or array in ``text`` that starts at a ``{`` or ``[`` and decodes, with its
-    span (characters), outermost only, in order. At most :data:`MAX_FAILED_STARTS` starts that do not
-    decode are tried (a reply of code full of braces, or ``[[[[...``, costs bounded work)."""
+    """Every outermost JSON object or array in ``text``, with its span (characters), in order; at most
+    :data:`MAX_FAILED_STARTS` starts that do not decode are tried (a reply full of braces costs bounded work)."""
     decoder = json.JSONDecoder()
     at, failed = 0, 0
     while failed < MAX_FAILED_STARTS:
