@@ -23,12 +23,8 @@ REASONING_FIELDS = ("reasoning_content", "thinking_blocks")
 @dataclass(frozen=True)
 class Usage:
     """Provider-reported token usage of one call (tokens) and its cost (US dollars, if known).
-
-    ``prompt_tokens`` counts every input token, cached or not. ``cached_tokens`` is the part the
-    provider served from its prompt cache (OpenAI ``prompt_tokens_details.cached_tokens``, Anthropic
-    ``cache_read_input_tokens``); ``cache_creation_tokens`` the part written to the cache (Anthropic
-    ``cache_creation_input_tokens``; 0 where the provider does not report it).
-    """
+    ``prompt_tokens`` counts every input token; ``cached_tokens`` is the part served from the prompt cache,
+    ``cache_creation_tokens`` the part written to it (0 where the provider does not report it)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -73,13 +69,9 @@ def to_stderr(line: str) -> None:
 
 @dataclass(frozen=True)
 class Reply:
-    """One assistant reply: text and/or tool calls (in call order), plus usage when reported.
-
-    ``extra`` holds provider fields kept on the assistant message as they came: the reasoning
-    (:data:`REASONING_FIELDS`), which providers require back (NO LOSS; agent/replies.py).
-    ``written``: when the tool calls were read from the reply's text (agent/text_calls.py), that
-    text as the model wrote it (``content`` is then the text around the calls); else None.
-    """
+    """One assistant reply: text and/or tool calls (in call order), plus usage when reported. ``extra``:
+    the reasoning (:data:`REASONING_FIELDS`), kept as it came (NO LOSS). ``written``: when the tool calls
+    were read from the text (agent/text_calls.py), the text as written (``content`` is then what surrounds them)."""
 
     content: str | None
     tool_calls: tuple[ToolCall, ...] = ()
