@@ -55,12 +55,6 @@ class Asked:
 Probe = Callable[["_Client", str, str, str], Found | None]
 
 
-def served_name(model: str) -> str:
-    """The model's name on its server: the litellm model string without its provider
-    (``openai/qwen2.5`` -> ``qwen2.5``; ``ollama/llama3:8b`` -> ``llama3:8b``)."""
-    return model.split("/", 1)[1] if "/" in model else model
-
-
 def server_root(api_base: str) -> str:
     """``api_base`` without a trailing ``/v1`` (and slash): where llama.cpp, Ollama and LM Studio
     serve their own endpoints (``http://127.0.0.1:8080/v1`` -> ``http://127.0.0.1:8080``)."""
@@ -80,7 +74,8 @@ def server_window(api_base: str, model: str, *, timeout_s: float = TIMEOUT_S,
     request that names a window, else ``(None, Asked)``: what each request got."""
     client = _Client(timeout_s, time.monotonic() + deadline_s)
     asked = Asked()
-    base, root, name = api_base.rstrip("/"), server_root(api_base), served_name(model)
+    base, root = api_base.rstrip("/"), server_root(api_base)
+    name = model.split("/", 1)[-1]  # the name on its server: openai/qwen2.5 -> qwen2.5, ollama/llama3:8b -> llama3:8b
     probes: list[Probe] = [_llama_props, _openai_models, _lm_studio, _ollama]
     if model.startswith(OLLAMA_PROVIDERS):
         probes = [_ollama]
