@@ -65,14 +65,11 @@ class Delegator:
         self._running: list[_Child] = []
 
     def start(self, calls: Sequence[ToolCall], handles: Sequence[str]) -> dict[str, Callable[[], ToolOutcome]]:
-        """Start the delegate calls among ``calls`` (``handles``: theirs), which the permission gate
-        allowed; returns, by call id, a function that waits for the child's outcome (call them in call
-        order, from the parent's thread)."""
+        """Start the delegate ``calls`` the permission gate allowed (``handles``: theirs); returns, by call
+        id, a function that waits for the child's outcome (call them in call order, from the parent's thread)."""
         waits: dict[str, Callable[[], ToolOutcome]] = {}
         carved: dict[str, float] = {}
         for call, handle in zip(calls, handles, strict=True):
-            if call.name != "delegate":
-                continue
             child = self._prepare(call, handle, carved)
             if child.outcome is None:
                 child.thread = threading.Thread(target=self._run, args=(child,), daemon=True,
