@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ctxagent.agent.model_types import REASONING_FIELDS, Reply, ToolCall, Usage
+from ctxagent.agent.model_types import Reply, ToolCall, Usage
 from ctxagent.messages import Message, loads_json
 from ctxagent.tools.base import ERROR_PREFIX
 
@@ -49,11 +49,9 @@ def _plain(value: Any) -> Any:
 
 
 def reasoning_fields(message: Any) -> dict[str, Any]:
-    """The reasoning a litellm response message carries (:data:`REASONING_FIELDS`), as plain data.
-
-    ``reasoning_content`` is kept when it is text (an empty text too: the provider sent it);
-    ``thinking_blocks`` when it is a non-empty list (each block as a dict, signature and all).
-    """
+    """The reasoning a litellm response message carries, as plain data: ``reasoning_content`` when it is
+    text (an empty text too: the provider sent it), ``thinking_blocks`` when it is a non-empty list (each
+    block as a dict, signature and all)."""
     found: dict[str, Any] = {}
     reasoning = getattr(message, "reasoning_content", None)
     if isinstance(reasoning, str):
@@ -61,7 +59,7 @@ def reasoning_fields(message: Any) -> dict[str, Any]:
     blocks = getattr(message, "thinking_blocks", None)
     if isinstance(blocks, list | tuple) and blocks:
         found["thinking_blocks"] = [b for b in _plain(blocks) if isinstance(b, dict)]
-    return {k: v for k, v in found.items() if k in REASONING_FIELDS}
+    return found
 
 
 def tool_calls(message: Any) -> tuple[ToolCall, ...]:
