@@ -45,20 +45,15 @@ def entry_of(record: records.MessageRecord, handle: str | None = None, offloaded
 
 @dataclass
 class ContextState:
-    """The base view of a session plus what building a request needs.
-
-    ``sent_upto`` is the highest seq the last request held (-1 before any): messages after it were
-    never sent, so no provider has cached them and strategies may edit them freely. ``engine``: this
-    session's context engine (the strategies' incremental work; a cache, not state: not compared,
-    and a snapshot of the state holds a fresh one).
-    """
+    """The base view of a session plus what building a request needs."""
 
     view: list[Entry] = field(default_factory=list)
     transcript_path: str = "transcript.jsonl"
     model: str = ""
-    sent_upto: int = -1
+    sent_upto: int = -1  # the last request's highest seq: later messages, never sent nor cached, are free to edit
     _last: tuple[list[Entry], int] = field(default_factory=lambda: ([], 0), repr=False)
     _pair_checked: bool = field(default=False, repr=False)  # PAIR checked since the view was read
+    # the strategies' incremental work: a cache, not state (not compared; a snapshot of the state holds a fresh one)
     engine: pipeline.Engine = field(default_factory=pipeline.Engine, repr=False, compare=False)
 
     def add(self, record: records.MessageRecord, handle: str | None = None, offloaded: bool | None = None) -> None:

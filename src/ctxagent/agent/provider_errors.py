@@ -112,25 +112,17 @@ def match(text: str) -> Rule | None:
 
 @dataclass(frozen=True)
 class Evidence:
-    """The facts of one failed call, as the backend read them from litellm's exception chain.
+    """The facts of one failed call, as the backend read them from litellm's exception chain."""
 
-    ``status`` is the HTTP status the server sent (None when none arrived, or for an error event in a
-    stream that began with HTTP 200); ``body`` its error object (``{"message", "code", "type", ...}``);
-    ``message`` the provider's words; ``sent`` whether a request left this process; ``network``
-    "timeout" or "connection" for transport failures; ``litellm_context`` whether litellm itself
-    raised ``ContextWindowExceededError`` (its own mapping, the first source of :data:`RULES`); ``fault``
-    the kind of a bad reply the backend found ("incomplete", "output_limit").
-    """
-
-    status: int | None
-    message: str
-    body: Mapping[str, Any] = field(default_factory=dict)
+    status: int | None  # the HTTP status sent (None: none arrived, or an error event in a stream begun with 200)
+    message: str  # the provider's words
+    body: Mapping[str, Any] = field(default_factory=dict)  # its error object ({"message", "code", "type", ...})
     headers: Mapping[str, str] = field(default_factory=dict)
     url: str | None = None
-    sent: bool = True
-    network: str | None = None
-    litellm_context: bool = False
-    fault: str | None = None
+    sent: bool = True  # a request left this process
+    network: str | None = None  # "timeout" or "connection" for transport failures
+    litellm_context: bool = False  # litellm raised ContextWindowExceededError (its own mapping, RULES' first source)
+    fault: str | None = None  # a bad reply the backend found: "incomplete", "output_limit"
 
 
 @dataclass(frozen=True)
