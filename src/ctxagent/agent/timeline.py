@@ -16,20 +16,17 @@ from ctxagent.sessions.records import Settings
 
 @dataclass(frozen=True)
 class Request:
-    """One model call of the agent. Tokens: ``prompt`` (provider's count, of which ``cached`` were
-    served by its prompt cache), ``completion``, ``estimated`` (ours, before the call); ``window``
-    and ``reserved`` (the reply's reserve) in force; ``cost_usd`` None when unpriced. ``index``
-    counts from 1."""
+    """One model call of the agent; all counts are tokens."""
 
-    index: int
+    index: int  # from 1
     turn: int
-    prompt: int
+    prompt: int  # the provider's count, of which cached were served by its prompt cache
     cached: int
     completion: int
-    estimated: int
-    cost_usd: float | None
-    window: int
-    reserved: int
+    estimated: int  # ours, before the call
+    cost_usd: float | None  # None: unpriced
+    window: int  # in force then
+    reserved: int  # the reply's reserve in force then
 
     @property
     def uncached(self) -> int:
