@@ -65,8 +65,7 @@ def shown(key: str, amount: float) -> str:
 
 @dataclass(frozen=True)
 class Crossing:
-    """The limit the next request would cross: ``scope`` (``run`` or ``session``), the limit's
-    ``key`` and value, what was ``spent`` and what the request ``needs`` (its worst case)."""
+    """The limit the next request would cross, what was ``spent`` and what the request ``needs`` (its worst case)."""
 
     scope: str
     key: str
@@ -165,9 +164,8 @@ def session_limits(profile: Limits, recorded: Mapping[str, float | None]) -> Lim
 
 
 def parse_limits(items: list[str] | None, flag: str = "--session-limit") -> dict[str, float | None]:
-    """``KEY=VALUE`` items (``max_cost_usd=2``) as limits, checked like the profile's keys (token
-    limits are whole numbers, every limit finite and above 0); ``KEY=none`` removes a limit the
-    session recorded (value None). Raises ``UsageError`` naming the bad item."""
+    """``KEY=VALUE`` items (``max_cost_usd=2``) as limits, checked like the profile's keys; ``KEY=none``
+    removes a limit the session recorded (value None). Raises ``UsageError`` naming the bad item."""
     out: dict[str, float | None] = {}
     for item in items or []:
         key, sep, value = item.partition("=")

@@ -1,11 +1,9 @@
-"""The ReAct turn loop: build the view, call the model, run the tools, append, repeat.
+"""The ReAct turn loop: build the view, call the model, run the tools, append, repeat; it yields typed
+events (agent/events.py) and knows nothing of the CLI.
 
-One-way: the runner uses sessions (records, store), strategies (through ``ContextState``), tools
-and a model backend; it knows nothing of the CLI. It yields typed events (``agent/events.py``).
-
-Ordering guarantees (DESIGN.md data flow): every record of a step is flushed and fsynced before
-the next model request; tool results are appended in call order; a call left without a result
-by a crash gets a synthetic "interrupted" result when the session is opened again.
+Ordering guarantees (DESIGN.md data flow): every record of a step is fsynced before the next model
+request; tool results are appended in call order; a call a crash left without a result gets a synthetic
+"interrupted" result when the session is opened again.
 """
 
 from __future__ import annotations
