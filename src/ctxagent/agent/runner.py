@@ -226,6 +226,10 @@ class Runner:
         line = self.state.ledger.line(str(self.toolset.ctx.workdir), self.state.shown_files)
         return list(dict.fromkeys([*self.profile.pins, *self.state.lesson_pins, *agents, *([line] if line else [])]))
 
+    def request(self) -> list[Entry]:
+        """The view the next request sends as things stand: the base view with the pins message."""
+        return with_pins(self.state.context.view, self.shown_pins(), self.model_name)
+
     def last_request(self) -> list[Entry]:
         """The view of the last request sent (as the state remembers it)."""
         return with_pins(self.state.context.last_request(), self.shown_pins(), self.model_name)
@@ -275,7 +279,7 @@ class Runner:
                     c.strategy == "checkpoint" for c in built.compactions) and (
                     warning := self.learner.checkpoint(self.session.transcript.records())):
                 yield self.out.warn("lessons", warning)
-        return with_pins(self.state.context.view, self.shown_pins(), self.model_name)
+        return self.request()
 
     def _check_fits(self, user_input: str) -> None:
         """``ContextOverflowError``, before anything is written, for a user message that with the protected
