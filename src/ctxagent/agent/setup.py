@@ -11,6 +11,7 @@ from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxagent.agent.activity import digest
 from ctxagent.agent.budgets import session_limits as session_limits_of
 from ctxagent.agent.config import RunConfig
 from ctxagent.agent.model import Model, make_model
@@ -91,15 +92,7 @@ def session_profile(settings: Settings) -> Profile:
 
 def file_sha256(path: str | None) -> str | None:
     """The sha256 (hex) of the bytes of the file at ``path``; None for None or a file that cannot be read."""
-    if path is None:
-        return None
-    import hashlib
-
-    try:
-        with open(path, "rb") as fh:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
-    except OSError:
-        return None
+    return (digest(Path(path)) or None) if path is not None else None
 
 
 def _mcp_digest(current: Settings, given: str | None) -> str | None:
