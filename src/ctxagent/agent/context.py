@@ -109,10 +109,8 @@ class ContextState:
         pinned fact, in the pins message strategies decide on; ``summarizer_window``: tokens (None: unknown).
 
         Raises:
-            ContextOverflowError: the protected part alone (system, pins, task, current user
-                message, tool schemas, reserve) is over the trigger — compacting could only
-                thrash — or the result still breaks the BUDGET law. The message gives the tokens
-                needed, the window, and the largest parts of the context.
+            ContextOverflowError: the protected part alone is over the trigger (compacting could only
+                thrash), or the result still breaks BUDGET; the message names the tokens and largest parts.
             PairError: the result breaks the PAIR law (never sent).
         """
         view = with_pins(self.view, pins, self.model)

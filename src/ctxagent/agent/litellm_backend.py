@@ -105,10 +105,8 @@ def _litellm() -> Any:
 
 
 def model_window(model: str) -> int | None:
-    """The context window of ``model`` in tokens (litellm's ``max_input_tokens``), or None if unknown.
-
-    Never raises: unmapped models (``openai/whatever``) give None; a profile can supply the window.
-    """
+    """The context window of ``model`` in tokens (litellm's ``max_input_tokens``), or None if unknown
+    (an unmapped model: ``openai/whatever``). Never raises."""
     try:
         value = _litellm().get_model_info(model).get("max_input_tokens")
     except Exception:  # litellm raises assorted types for unmapped models
@@ -147,8 +145,7 @@ def completion_cost(model: str, prompt_tokens: int, completion_tokens: int, *, c
     try:
         prompt_usd, completion_usd = lib.cost_per_token(
             model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-            cache_read_input_tokens=cached_tokens, cache_creation_input_tokens=cache_creation_tokens,
-        )
+            cache_read_input_tokens=cached_tokens, cache_creation_input_tokens=cache_creation_tokens)
     except Exception:  # unmapped model: no price
         return None
     return float(prompt_usd) + float(completion_usd) - _cache_read_discount(lib, model, cached_tokens)

@@ -332,10 +332,8 @@ def where(failure: Failure, sent: int, attempts: int, timeout_s: float) -> str:
 
 
 def describe(model: str, failure: Failure, *, sent: int, attempts: int, timeout_s: float, extra: str = "") -> str:
-    """One line naming the model, what went wrong, the URL tried, requests sent and the provider's words.
-
-    ``extra`` is added inside the parenthesis (why a retryable failure was not retried).
-    """
+    """One line naming the model, what went wrong, the URL tried, requests sent and the provider's words;
+    ``extra`` goes inside the parenthesis (why a retryable failure was not retried)."""
     details = where(failure, sent, attempts, timeout_s) + (f"; {extra}" if extra else "")
     text = f"model {model}: {KIND_WORDS[failure.kind]} ({details})"
     return text + (f": {failure.evidence.message}" if failure.evidence.message else "")

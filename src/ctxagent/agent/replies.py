@@ -24,11 +24,8 @@ STREAM_ENDED = "stream ended before a finish_reason"  # litellm 1.110.2's words 
 
 
 class IncompleteReply(Exception):
-    """A reply that cannot be used as it came: no choices, a cut stream, nothing in it.
-
-    ``reason`` says what was wrong (one line); ``retryable`` whether one more request may help
-    (False when the output limit was reached: the same request is cut again).
-    """
+    """A reply that cannot be used as it came: no choices, a cut stream, nothing in it. ``reason``: one line;
+    ``retryable``: whether one more request may help (not at the output limit: it is cut again)."""
 
     def __init__(self, reason: str, *, retryable: bool = True, empty: bool = False):
         super().__init__(reason)

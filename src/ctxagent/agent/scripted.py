@@ -45,10 +45,8 @@ def _reply(item: Any, index: int, where: str) -> Reply:
 
 
 class ScriptedModel:
-    """Plays the replies of a script in order, starting at reply ``start`` (0-based).
-
-    Usage is reported with our own token counts, so budgets and reports work offline.
-    """
+    """Plays the replies of a script in order, starting at reply ``start`` (0-based); usage is our own
+    token counts, so budgets and reports work offline."""
 
     def __init__(self, replies: Sequence[Reply], *, name: str = "scripted", start: int = 0):
         self.replies = list(replies)

@@ -26,11 +26,8 @@ class Sink(Protocol):
 
 
 class TranscriptSink:
-    """The live sink: the session's transcript (flushed and fsynced before ``write`` returns).
-
-    Records are redacted with the secrets of the environment as the run started (read once, not
-    on every record: reading the environment cost ~0.17 ms a record).
-    """
+    """The live sink: the session's transcript (fsynced before ``write`` returns), records redacted with the
+    environment's secrets as the run started (read once: reading them cost ~0.17 ms a record)."""
 
     writes_files = True
 

@@ -37,10 +37,9 @@ def usage_record(usage: Usage, turn: int, model: str, estimate: int) -> records.
 
 
 def with_call_ids(reply: Reply, seq: int, used: Container[str] = ()) -> Reply:
-    """``reply`` with an id on every tool call unique in the session: a call whose id is empty,
-    missing, repeated in the reply or already ``used`` by an earlier reply (some providers send
-    ``call_1`` every turn; Anthropic rejects repeated tool-use ids) gets ``ctx<seq>_<n>``
-    (deterministic: the reply's seq number)."""
+    """``reply`` with an id on every tool call unique in the session: an id empty, repeated or already
+    ``used`` (some providers send ``call_1`` every turn; Anthropic rejects repeated tool-use ids) becomes
+    ``ctx<seq>_<n>`` (deterministic: the reply's seq number)."""
     ids = [c.id for c in reply.tool_calls]
     if all(ids) and len(set(ids)) == len(ids) and not any(i in used for i in ids):
         return reply
