@@ -22,8 +22,7 @@ from ctxagent.sessions.outcome import Usage
 UNITS = {"max_input_tokens": "prompt_tokens", "max_output_tokens_total": "completion_tokens",
          "max_cost_usd": "cost_usd", "max_wall_s": "wall_s"}  # each limit key and the Spend field it bounds
 
-FLAGS = {"max_input_tokens": "--max-input-tokens", "max_output_tokens_total": "--max-output-tokens-total",
-         "max_cost_usd": "--max-cost-usd", "max_wall_s": "--max-wall-s"}
+FLAGS = {key: "--" + key.replace("_", "-") for key in UNITS}  # each limit's command-line flag for a run
 
 
 @dataclass
