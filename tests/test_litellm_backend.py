@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxagent.agent.litellm_backend import LiteLLMModel, completion_cost
-from ctxagent.agent.model_info import model_window
+from ctxagent.agent.litellm_backend import LiteLLMModel, completion_cost, model_window
 from ctxagent.errors import ProviderContextError, ProviderError
 from ctxagent.testing import CONTEXT_STYLES, FakeOpenAI, context_error, error
 from ctxagent.tokens import count_messages, count_text

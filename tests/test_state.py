@@ -120,7 +120,7 @@ def drive(tmp: Path, plan: list[Reply], stops: list[int], windows: list[int]) ->
             model_file = tmp / ("none.yaml" if leg % 2 == 0 else "other.yaml")  # a model change on resume
             runner = open_runner(session, RunConfig(profile_spec=profile, model_spec=f"scripted:{model_file}",
                                  api_base=None, path="batch", workdir=tmp, tools=[f"{tmp / 'tools.py'}:emit"]))
-            if message is None and runner.needs_input():
+            if message is None and runner.state.needs_input():
                 break  # answered before this leg
             model = PlanModel(plan, session, start=runner.state.replies)
             runner.model = model

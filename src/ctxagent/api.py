@@ -292,7 +292,7 @@ class Session:
         """
         if message is not None and not (message := plain(message)).strip():
             raise UsageError("the message is empty")
-        if message is None and self._runner.needs_input():
+        if message is None and self._runner.state.needs_input():
             raise UsageError(f"session {self.name!r} has nothing left to do; give a message")
         yield from self._runner.run(message, max_turns=max_turns)
         yield from self._runner.learn()

@@ -1,23 +1,9 @@
 """Never redo work: the file-activity ledger, repeat-call notes and the loop guard (issue 11).
 
-Seed anti-pattern: an agent re-runs a tool it already called 15 turns ago, or reads the same
-file again and again, paying its tokens each time; after a compaction it no longer knows which
-files it read or wrote. Three rules, each derived from transcript records only (ONE STATE):
-
-- **Ledger**: every ``read_file``/``write_file`` result records the file it touched (absolute
-  path, sha256 of the file's bytes right after the call, the call's other arguments) on its
-  message record (:class:`~ctxagent.sessions.records.FileTouch`). The ledger is one line among the
-  pinned facts, so it survives every compaction; like the pins it is refreshed at compactions.
-- **Repeat calls**: a ``read_file`` with the same path and arguments as an earlier read, while the
-  file's sha256 is unchanged, gets a short note naming the earlier result's handle instead of the
-  whole content again, when that result is still verbatim in the view or stored. A repeat of an
-  identical call of a tool whose result depends only on stored values (``read_output``,
-  ``grep_output``...) gets the same kind of note. ``shell`` is never short-circuited: its output
-  depends on the world (a test run after a fix must run).
-- **Loop guard**: the K-th identical call in a row (same tool, same arguments) whose earlier
-  results were identical too gets a warning in its result; one more stops the run (exit 3,
-  resumable). K is the profile's ``loop_guard``. A repeat whose result differs from the previous
-  one is progress, not a loop (a poll of a job at 0%, 20%, 40%...): the count starts again there.
+An agent re-runs a tool it called 15 turns ago or re-reads the same file, paying its tokens each time,
+and after a compaction no longer knows which files it read or wrote. Each rule is derived from
+transcript records only (ONE STATE); what each does: docs/context.md, "Never redo work". ``shell`` is
+never short-circuited: its output depends on the world (a test run after a fix must run).
 """
 
 from __future__ import annotations
@@ -35,8 +21,7 @@ from ctxagent.sessions.records import FileTouch, MessageRecord
 from ctxagent.tools.base import ERROR_PREFIX
 
 FILE_TOOLS = {"read_file": "read", "write_file": "write"}
-PURE_TOOLS = frozenset({"read_output", "grep_output", "query_output", "output_info"})
-"""Tools whose result depends only on stored values: an identical call gives an identical result."""
+PURE_TOOLS = frozenset({"read_output", "grep_output", "query_output", "output_info"})  # results from stored values
 LEDGER_FILES = 30  # files named in the ledger line (the latest); older ones are counted
 HASH_SHOWN = 12  # hex digits of a sha256 shown in the ledger and notes
 MAX_HASH_BYTES = 256 * 1024 * 1024  # files larger than this are not hashed (no repeat notes)
@@ -102,8 +87,7 @@ def display_path(path: str, workdir: str | None) -> str:
 
 
 def signature(call: ToolCall) -> str:
-    """The identity of a call for repeat and loop detection: tool name and canonical arguments
-    (key order and spacing ignored; unparsable arguments compared as text)."""
+    """The identity of a call for repeat and loop detection: tool name and canonical arguments."""
     return f"{call.name}\x00{canonical(call.arguments)}"
 
 
@@ -117,16 +101,14 @@ def canonical(arguments: str) -> str:
 REMEMBERED_CHARS = 4096
 
 
-@lru_cache(maxsize=1024)
-def _remembered(arguments: str) -> str:
-    return _canonical(arguments)
-
-
 def _canonical(arguments: str) -> str:
     try:
         return json.dumps(loads_json(arguments or "{}"), sort_keys=True, separators=(",", ":"))
     except ValueError:
         return arguments
+
+
+_remembered = lru_cache(maxsize=1024)(_canonical)
 
 
 def file_target(call: ToolCall, workdir: Path) -> tuple[Path, str] | None:
@@ -175,11 +157,8 @@ def may_repeat(name: str) -> bool:
 def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[str], stored: set[str],
                 pure: dict[str, tuple[str, int]]) -> tuple[str, str] | None:
     """A short note instead of running ``call`` again and the handle it names, or None (run it).
-
-    ``verbatim``: handles whose result is unchanged in the view; ``stored``: handles whose value
-    is in the output store; ``pure``: signature -> (handle, turn) of earlier results of
-    :data:`PURE_TOOLS`.
-    """
+    ``verbatim``: handles unchanged in the view; ``stored``: handles in the output store; ``pure``:
+    signature -> (handle, turn) of earlier results of :data:`PURE_TOOLS`."""
     if call.name in PURE_TOOLS:
         earlier = pure.get(signature(call))
         if earlier and (earlier[0] in verbatim or earlier[0] in stored):
@@ -193,9 +172,8 @@ def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[
         return None
     path, args = target
     read = ledger.reads.get((str(path), args))
-    if read is None or not read.sha256 or (read.handle not in verbatim and read.handle not in stored):
-        return None
-    if digest(path) != read.sha256:
+    if read is None or not read.sha256 or (read.handle not in verbatim and read.handle not in stored) \
+            or digest(path) != read.sha256:  # hashed last: it reads the file
         return None
     where = "is still in your context above" if read.handle in verbatim else "is stored"
     return (f"[ctxagent] {path.name} is unchanged since you read it at turn {read.turn} "
@@ -204,10 +182,9 @@ def repeat_note(ledger: Ledger, call: ToolCall, workdir: Path, *, verbatim: set[
 
 
 def _use_it(handle: str, in_view: bool, saved: bool) -> str:
-    """What a repeat note tells the model to do. A result in view in full: answer from it (a small
-    model, Qwen2.5-Coder-1.5B, told only how to show it again, repeated the call or replied with
-    nothing); one in view and saved (an offloaded output's preview): search the saved whole (told to
-    answer, it answered from the preview's lines); one out of view: read it back."""
+    """What a repeat note tells the model to do. A result in view in full: answer from it (Qwen2.5-Coder-1.5B,
+    told only how to show it again, repeated the call or said nothing); in view and saved (a preview):
+    search the whole (told to answer, it answered from the preview's lines); out of view: read it back."""
     if in_view and saved:
         return (f"If what you see of it does not hold what you need, search the whole of it with "
                 f"grep_output('{handle}', pattern).")
@@ -219,11 +196,9 @@ def _use_it(handle: str, in_view: bool, saved: bool) -> str:
 def streak(signatures: Sequence[str], at: int, replies: Sequence[int] | None = None,
            results: Sequence[str | None] | None = None) -> int:
     """How many identical signatures end at index ``at`` (1 when the one before differs). With
-    ``replies`` (the reply each call came in), calls of one reply count once: a model that sends
-    the same call three times in one reply has made one step, not three. With ``results`` (a
-    digest of each call's result, :func:`result_digest`; None while it has none), the count stops
-    where the result changed: only calls whose results equal the latest one's count, so a repeat
-    that brought a new result is progress, not a loop."""
+    ``replies`` (the reply each call came in), calls of one reply count once. With ``results`` (each
+    call's :func:`result_digest`, or None), only calls whose results equal the latest one's count: a
+    repeat that brought a new result is progress, not a loop."""
     start = at
     latest = results[at - 1] if results is not None and at > 0 else None
     while start > 0 and signatures[start - 1] == signatures[at] and (
@@ -233,9 +208,8 @@ def streak(signatures: Sequence[str], at: int, replies: Sequence[int] | None = N
 
 
 def result_digest(content: str, stored_sha256: str | None = None) -> str:
-    """What the loop guard compares of one tool result: the sha256 of the stored output when it was
-    offloaded (its preview names its own handle, different at every call), else of its content
-    without the loop guard's own warning."""
+    """What the loop guard compares of one tool result: the stored output's sha256 when offloaded (its
+    preview names a new handle at every call), else its content's without the loop guard's warning."""
     if stored_sha256:
         return stored_sha256
     head, marker, _ = content.partition(LOOP_WARNING_MARK)

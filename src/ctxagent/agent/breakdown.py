@@ -1,17 +1,7 @@
 """Where the tokens of one request go, by category: what Claude Code's ``/context`` shows, for
-``inspect context`` and ``ctxagent report``.
-
-Categories (tokens, our count: tiktoken through :mod:`ctxagent.tokens`, uncalibrated):
-
-- ``system``: the system message;
-- ``tools``: the tool schemas sent with the request;
-- ``pins``: the pins message (pinned facts, the lessons block, the file-activity ledger);
-- ``messages``: user and assistant messages, the replacements compactions made of them, and the
-  request's own framing (:data:`ctxagent.tokens.PER_REQUEST`);
-- ``tool_results``: tool messages (previews of offloaded outputs, masks of old results included).
-
-They add up to :meth:`Budget.estimate` of the view; the provider's count is that times the budget's
-calibration ``scale``. Pure: no I/O.
+``inspect context`` and ``ctxagent report``. Our uncalibrated count (tiktoken, :mod:`ctxagent.tokens`):
+the categories add up to :meth:`Budget.estimate` of the view (``messages`` includes the request's own
+framing, :data:`ctxagent.tokens.PER_REQUEST`). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -27,7 +17,6 @@ LABELS = {"system": "system prompt", "tools": "tool schemas", "pins": "pinned fa
 
 
 def category_of(entry: Entry) -> str:
-    """The category of one entry of a view (see the module docstring)."""
     if entry.kind == "pins":
         return "pins"
     if entry.role == "system":

@@ -1,29 +1,16 @@
 """Budgets: a circuit breaker on tokens, money and wall time (law BOUNDED, DESIGN.md).
 
-Limits come from the profile (``limits.run``, ``limits.session``) and the command line (``--max-*``
-for the run; ``--session-limit KEY=VALUE`` for the session, recorded in it so a resume keeps it). A
-run's spend counts the calls this process made; a session's counts every usage record of its
-transcript (summaries and sub-agents included) and the wall time its end records name.
-
-Before every model request, :meth:`Breaker.check` adds the request's own worst case to the spend:
-
-- input tokens: our calibrated estimate of the request's prompt;
-- output tokens: the whole reply reserve (``max_output_tokens``), since the reply may be that long;
-- cost: both priced at the model's *uncached* input and output prices (litellm's price map); a
-  prompt-cache hit can only make the request cheaper than that;
-- wall time: the time already spent (a request's duration cannot be known before it is sent).
-
-A request that would cross a limit is never sent (:class:`Crossing`); the runner then writes a
-checkpoint and an end record naming the limit, the amount spent and the amount left, and stops
-with ``LimitReached`` (exit 3, status ``budget``). At ``warn_at`` (default 80%) of a limit, one
-warning per limit and run.
+Before every model request, :meth:`Breaker.check` adds the request's worst case to the spend: its
+estimated prompt, the whole reply reserve as output, both priced at the model's *uncached* prices, and
+for wall time the time already spent. A request that would cross a limit is never sent (:class:`Crossing`).
+Limits, scopes and what a stop writes: docs/agents.md, "Budgets".
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -33,23 +20,20 @@ from ctxagent.profile_schema import Limits
 from ctxagent.sessions.outcome import Usage
 
 UNITS = {"max_input_tokens": "prompt_tokens", "max_output_tokens_total": "completion_tokens",
-         "max_cost_usd": "cost_usd", "max_wall_s": "wall_s"}
-"""Each limit key and the :class:`Spend` field it bounds."""
+         "max_cost_usd": "cost_usd", "max_wall_s": "wall_s"}  # each limit key and the Spend field it bounds
 
-FLAGS = {"max_input_tokens": "--max-input-tokens", "max_output_tokens_total": "--max-output-tokens-total",
-         "max_cost_usd": "--max-cost-usd", "max_wall_s": "--max-wall-s"}
+FLAGS = {key: "--" + key.replace("_", "-") for key in UNITS}  # each limit's command-line flag for a run
 
 
 @dataclass
 class Spend(Usage):
-    """What was spent (or what one request may spend): a session state's :class:`Usage` totals (tokens,
-    US dollars, model calls) and the ``wall_s`` seconds they took. Treated as a value: never mutated."""
+    """What was spent (or what one request may spend): :class:`Usage` totals (tokens, US dollars, model
+    calls) and the ``wall_s`` seconds they took. Treated as a value: never mutated."""
 
     wall_s: float = 0.0
 
     @classmethod
     def of(cls, usage: Usage, wall_s: float) -> Spend:
-        """The spend of a session state's usage totals and ``wall_s`` seconds."""
         return cls(**{f.name: getattr(usage, f.name) for f in fields(Usage)}, wall_s=wall_s)
 
     def amount(self, key: str) -> float:
@@ -80,8 +64,7 @@ def shown(key: str, amount: float) -> str:
 
 @dataclass(frozen=True)
 class Crossing:
-    """The limit the next request would cross: ``scope`` (``run`` or ``session``), the limit's
-    ``key`` and value, what was ``spent`` and what the request ``needs`` (its worst case)."""
+    """The limit the next request would cross, what was ``spent`` and what the request ``needs`` (its worst case)."""
 
     scope: str
     key: str
@@ -110,11 +93,8 @@ class Crossing:
 
 
 class Breaker:
-    """The limits of one run of a session, and the clock of the run.
-
-    ``run`` and ``session`` are the limits in force; ``state`` the session state at the run's start
-    (its spend so far is the base the run's spend is counted from).
-    """
+    """The ``run`` and ``session`` limits in force for one run, and its clock; ``state``: the session
+    state at the run's start (the base the run's spend is counted from)."""
 
     def __init__(self, run: Limits, session: Limits, state: SessionState, *, warn_at: float = 0.8,
                  clock: Callable[[], float] = time.monotonic, started: float | None = None):
@@ -140,9 +120,8 @@ class Breaker:
     def left(self, state: SessionState) -> dict[str, float]:
         """What is left of each limited amount, the smaller of the run's and the session's, by key."""
         left: dict[str, float] = {}
-        for _, limits, spent in self._scopes(state):
-            for key, limit in limits.items():
-                left[key] = min(left.get(key, limit), max(0.0, limit - spent.amount(key)))
+        for _, key, limit, spent in self._each(state):
+            left[key] = min(left.get(key, limit), max(0.0, limit - spent))
         return left
 
     def limits(self) -> dict[str, dict[str, float]]:
@@ -151,28 +130,29 @@ class Breaker:
 
     def check(self, state: SessionState, tokens: int, output: int, price: float | None) -> Crossing | None:
         """The first limit a request of ``tokens`` prompt tokens, ``output`` reply tokens at most and
-        ``price`` US dollars would cross, or None. (A cost limit on a model without a price is refused
-        when the run opens: agent/setup.py ``check_limits``.)"""
+        ``price`` US dollars would cross, or None."""
         request = Spend(prompt_tokens=tokens, completion_tokens=output, cost_usd=price or 0.0)
-        for scope, limits, spent in self._scopes(state):
-            for key, limit in limits.items():
-                if spent.amount(key) + request.amount(key) > limit:
-                    return Crossing(scope, key, limit, spent.amount(key), request.amount(key))
+        for scope, key, limit, spent in self._each(state):
+            if spent + request.amount(key) > limit:
+                return Crossing(scope, key, limit, spent, request.amount(key))
         return None
 
     def due(self, state: SessionState) -> list[str]:
         """Warnings of limits now spent to ``warn_at`` or more, each said once per run."""
         warnings: list[str] = []
-        for scope, limits, spent in self._scopes(state):
-            for key, limit in limits.items():
-                if spent.amount(key) >= self.warn_at * limit and f"{scope}.{key}" not in self.warned:
-                    self.warned.add(f"{scope}.{key}")
-                    warnings.append(f"the {scope} has spent {spent.amount(key) / limit:.0%} of its {key} "
-                                    f"({shown(key, spent.amount(key))} of {shown(key, limit)})")
+        for scope, key, limit, spent in self._each(state):
+            if spent >= self.warn_at * limit and f"{scope}.{key}" not in self.warned:
+                self.warned.add(f"{scope}.{key}")
+                warnings.append(f"the {scope} has spent {spent / limit:.0%} of its {key} "
+                                f"({shown(key, spent)} of {shown(key, limit)})")
         return warnings
 
-    def _scopes(self, state: SessionState) -> list[tuple[str, dict[str, float], Spend]]:
-        return [("run", self.run, self.run_spend(state)), ("session", self.session, self.session_spend(state))]
+    def _each(self, state: SessionState) -> Iterator[tuple[str, str, float, float]]:
+        """(scope, key, limit, amount spent) of every limit in force, the run's first."""
+        for scope, limits, spend in (("run", self.run, self.run_spend(state)),
+                                     ("session", self.session, self.session_spend(state))):
+            for key, limit in limits.items():
+                yield scope, key, limit, spend.amount(key)
 
 
 def session_limits(profile: Limits, recorded: Mapping[str, float | None]) -> Limits:
@@ -183,9 +163,8 @@ def session_limits(profile: Limits, recorded: Mapping[str, float | None]) -> Lim
 
 
 def parse_limits(items: list[str] | None, flag: str = "--session-limit") -> dict[str, float | None]:
-    """``KEY=VALUE`` items (``max_cost_usd=2``) as limits, checked like the profile's keys (token
-    limits are whole numbers, every limit finite and above 0); ``KEY=none`` removes a limit the
-    session recorded (value None). Raises ``UsageError`` naming the bad item."""
+    """``KEY=VALUE`` items (``max_cost_usd=2``) as limits, checked like the profile's keys; ``KEY=none``
+    removes a limit the session recorded (value None). Raises ``UsageError`` naming the bad item."""
     out: dict[str, float | None] = {}
     for item in items or []:
         key, sep, value = item.partition("=")

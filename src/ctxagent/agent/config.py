@@ -15,34 +15,24 @@ from ctxagent.tools.guard import Grants
 @dataclass(frozen=True)
 class RunConfig:
     """The options of one run of a session (agent/setup.py ``open_runner``); a resumed session keeps
-    its recorded settings (sessions/records.py ``Settings``) where these leave one None or empty.
+    its recorded settings where these leave one None or empty."""
 
-    ``profile_spec``: a bundled profile or a file; ``model_spec``: a litellm model or ``scripted:PATH``;
-    ``path``: the profile's pipeline that runs; ``tools``: ``--tools`` specs; ``context_window``,
-    ``max_output_tokens`` (the reply reserve): tokens; ``mcp_config``: a file (absolute), recorded with
-    its sha256. ``run_limits`` (over the profile's ``limits.run``) bound this run, ``session_limits``
-    are recorded (None removes one; agent/budgets.py). ``timeout_s``: seconds per model request;
-    ``started``: ``time.monotonic()`` when the wall time starts (None: now). ``lessons``: False shows
-    and learns none. ``grants``: beyond the profile's permissions (tools/guard.py; None: nothing).
-    ``stop``: the stop event to share (a sub-agent's: its parent's; None: a new one).
-    """
-
-    profile_spec: str | None = None
-    model_spec: str | None = None
+    profile_spec: str | None = None  # a bundled profile or a file
+    model_spec: str | None = None  # a litellm model or scripted:PATH
     api_base: str | None = None
-    path: Path_ = "batch"
+    path: Path_ = "batch"  # the profile's pipeline that runs
     workdir: Path | None = None
-    tools: tuple[str, ...] = ()
-    run_limits: Mapping[str, float] = field(default_factory=dict)
-    session_limits: Mapping[str, float | None] = field(default_factory=dict)
-    context_window: int | None = None
-    max_output_tokens: int | None = None
-    mcp_config: str | None = None
-    timeout_s: float | None = None
-    started: float | None = None
-    lessons: bool = True
-    grants: Grants | None = None
-    stop: Stop | None = None
+    tools: tuple[str, ...] = ()  # --tools specs
+    run_limits: Mapping[str, float] = field(default_factory=dict)  # over the profile's limits.run
+    session_limits: Mapping[str, float | None] = field(default_factory=dict)  # recorded (None removes one)
+    context_window: int | None = None  # tokens
+    max_output_tokens: int | None = None  # tokens: the reply reserve
+    mcp_config: str | None = None  # a file (absolute)
+    timeout_s: float | None = None  # seconds per model request
+    started: float | None = None  # time.monotonic() when the wall time starts (None: now)
+    lessons: bool = True  # False: no lessons shown nor learned
+    grants: Grants | None = None  # beyond the profile's permissions (None: nothing)
+    stop: Stop | None = None  # the stop event to share (None: a new one)
 
     def limits(self, profile: Profile) -> Limits:
         """This run's limits: ``profile``'s ``limits.run`` with :attr:`run_limits` over them."""

@@ -1,12 +1,8 @@
 """From transcript records to the context (view) of the next request, under the BUDGET law.
 
-``ContextState`` holds the *base view*: the transcript's messages with its recorded compactions
-applied. It is the view part of the session state (:mod:`ctxagent.agent.state`, which feeds it every
-message and compaction record, on open and live alike), so the per-turn cost does not grow with the
-transcript. Every change a strategy makes is a recorded compaction, so the next request is always
-the base view plus the pinned facts: between compactions it extends the previous request (PREFIX).
-:meth:`ContextState.build` runs the profile's pipeline on it, through the session's own context
-engine (:class:`~ctxagent.strategies.pipeline.Engine`), and checks the budget before anything is sent.
+``ContextState`` holds the *base view*: the transcript's messages with its recorded compactions applied,
+fed by :mod:`ctxagent.agent.state`. Every change a strategy makes is a recorded compaction, so the next
+request is the base view plus the pinned facts: between compactions it extends the previous one (PREFIX).
 """
 
 from __future__ import annotations
@@ -20,15 +16,7 @@ from ctxagent.messages import Message, pair_violations
 from ctxagent.profile import StrategyConfig
 from ctxagent.sessions import records
 from ctxagent.strategies import pipeline
-from ctxagent.strategies.base import (
-    Budget,
-    Compaction,
-    Entry,
-    Outcome,
-    StrategyContext,
-    Summarizer,
-    protected,
-)
+from ctxagent.strategies.base import Budget, Compaction, Entry, Outcome, StrategyContext, Summarizer, protected
 from ctxagent.tokens import count_message
 
 PINS_LABEL = "[ctxagent pinned facts: kept verbatim through every compaction]"
@@ -57,26 +45,20 @@ def entry_of(record: records.MessageRecord, handle: str | None = None, offloaded
 
 @dataclass
 class ContextState:
-    """The base view of a session plus what building a request needs.
-
-    ``sent_upto`` is the highest seq the last request held (-1 before any): messages after it were
-    never sent, so no provider has cached them and strategies may edit them freely. ``engine``: this
-    session's context engine (the strategies' incremental work; a cache, not state: not compared,
-    and a snapshot of the state holds a fresh one).
-    """
+    """The base view of a session plus what building a request needs."""
 
     view: list[Entry] = field(default_factory=list)
     transcript_path: str = "transcript.jsonl"
     model: str = ""
-    sent_upto: int = -1
+    sent_upto: int = -1  # the last request's highest seq: later messages, never sent nor cached, are free to edit
     _last: tuple[list[Entry], int] = field(default_factory=lambda: ([], 0), repr=False)
     _pair_checked: bool = field(default=False, repr=False)  # PAIR checked since the view was read
+    # the strategies' incremental work: a cache, not state (not compared; a snapshot of the state holds a fresh one)
     engine: pipeline.Engine = field(default_factory=pipeline.Engine, repr=False, compare=False)
 
     def add(self, record: records.MessageRecord, handle: str | None = None, offloaded: bool | None = None) -> None:
-        """Append one message record (``handle``, ``offloaded``: see :func:`entry_of`). An assistant
-        message is the reply to a request that held the whole view before it: that view is
-        remembered as the last request."""
+        """Append one message record (``handle``, ``offloaded``: see :func:`entry_of`); before an assistant
+        message, the view is remembered as the last request (the one it replied to)."""
         if record.message.get("role") == "assistant":
             self.sent_upto = record.seq - 1
             self._last = (self.view, len(self.view))  # the list is only appended to, or replaced
@@ -84,12 +66,10 @@ class ContextState:
 
     def add_result(self, record: records.MessageRecord, owner: Message, handle: str | None = None,
                    offloaded: bool | None = None) -> str:
-        """Append a tool result so that it follows the assistant message ``owner`` (the dict object
-        that holds its call) and that message's other results: results are grouped with their call
-        by id, never by position (PAIR). Returns "" when it was in place, else the repair made, as a
-        sentence: moved up (the entries it passes keep their seq slots in the new order, so the view
-        stays ordered by seq and recorded ranges still apply), or left out of the view because its
-        call is no longer in it."""
+        """Append a tool result right after the assistant message ``owner`` (the dict that holds its call)
+        and that message's other results (PAIR). Returns "" when it was in place, else the repair made, as
+        a sentence: moved up (the entries it passes keep their seq slots, so recorded ranges still apply),
+        or left out of the view."""
         view = self.view
         head = len(view)
         while head and view[head - 1].role == "tool":
@@ -124,22 +104,13 @@ class ContextState:
     def build(self, steps: Sequence[StrategyConfig], budget: Budget, *, turn: int,
               summarizer: Summarizer | None = None, pins: Sequence[str] = (),
               summarizer_window: int | None = None) -> Outcome:
-        """The view of the next request, the new compactions to record, the original tool results
-        to store (``offloads``) and ``warnings``: one readable line per LLM step that failed and fell
-        back (which step, why, what it did instead), for the transcript and stderr.
-
-        ``summarizer_window``: the summarizer's context window (tokens; None: unknown): every
-        summarizer request is cut to fit it with its reply and margin.
-
-        ``pins``: every pinned fact; strategies keep each verbatim in what they write, and decide on
-        the view with all of them in the pins message (a second system message right after the
-        first one, which no strategy drops).
+        """The view of the next request, the new compactions to record, the original tool results to
+        store (``offloads``) and ``warnings`` (one line per LLM step that fell back). ``pins``: every
+        pinned fact, in the pins message strategies decide on; ``summarizer_window``: tokens (None: unknown).
 
         Raises:
-            ContextOverflowError: the protected part alone (system, pins, task, current user
-                message, tool schemas, reserve) is over the trigger — compacting could only
-                thrash — or the result still breaks the BUDGET law. The message gives the tokens
-                needed, the window, and the largest parts of the context.
+            ContextOverflowError: the protected part alone is over the trigger (compacting could only
+                thrash), or the result still breaks BUDGET; the message names the tokens and largest parts.
             PairError: the result breaks the PAIR law (never sent).
         """
         view = with_pins(self.view, pins, self.model)
@@ -165,8 +136,7 @@ def with_pins(view: Sequence[Entry], pins: Sequence[str], model: str = "") -> li
 
 @lru_cache(maxsize=8)
 def _pins_entry(pins: tuple[str, ...], model: str) -> Entry:
-    """The pins message as a view entry, tokenized once per distinct pins (several times a request
-    otherwise: the request, the last request, the strategies' view)."""
+    """The pins message as a view entry, tokenized once per distinct pins (else several times a request)."""
     message = {"role": "system", "content": PINS_LABEL + "\n" + "\n".join(f"- {p}" for p in pins)}
     return Entry(message, count_message(message, model), -1, -1, 0, kind="pins")
 
@@ -179,8 +149,7 @@ def check_protected(view: Sequence[Entry], budget: Budget) -> None:
             f"the protected part of the context alone (system prompt, pins, task, current message, "
             f"tool schemas {budget.tools} and reserve {budget.reserved}) needs {budget.total(keep)} tokens, "
             f"over the compaction trigger ({budget.trigger:.0%} of a {budget.window}-token window); "
-            f"compaction cannot help: shorten the task or pins, {room(budget)}, or use a larger window"
-        )
+            f"compaction cannot help: shorten the task or pins, {room(budget)}, or use a larger window")
 
 
 class PairError(CtxagentError):
@@ -206,13 +175,11 @@ def check_budget(view: Sequence[Entry], budget: Budget) -> None:
     raise ContextOverflowError(
         f"the context needs {budget.total(view)} tokens but the window is {budget.window} "
         f"(tool schemas {budget.tools}, reserved for the reply and margin {budget.reserved}); "
-        f"largest parts: {largest_parts(view)}; to make room: {room(budget)}"
-    )
+        f"largest parts: {largest_parts(view)}; to make room: {room(budget)}")
 
 
 def room(budget: Budget) -> str:
-    """The settings that free room in every request, for a "cannot fit" error: the reply reserve and
-    the tool schemas, with what each takes now (tokens)."""
+    """The settings that free room in every request (reply reserve, tool schemas), for a "cannot fit" error."""
     return (f"lower max_output_tokens (the reply reserve and margin take {budget.reserved} tokens; the profile's "
             f"max_output_tokens or --max-output-tokens N) or drop tools from the profile's tools list (their "
             f"schemas take {budget.tools} tokens)")

@@ -1,31 +1,11 @@
-"""Sub-agents: the ``delegate`` tool runs a child agent as a session of its own.
+"""Sub-agents: the ``delegate`` tool runs a child agent as a session of its own, ``<parent>/<child>``.
 
 Sources: seed "003" (token budgets for messages between agents, compression before transmission,
 budget headers) and the pointer paper's meta-harness (pass pointers, not values, between steps).
-
-- **Sessions.** A delegate call starts a child session ``<parent>/<child>`` (folder
-  ``<parent>/agents/<child>/``), the child named after the call's handle, with the parent's model,
-  server, working directory and path, and ``delegate.profile`` (else the parent's profile): never a
-  profile the model names. Whatever its profile, a child opens with its parent's permission rules and
-  grants (``GuardedToolset.inherited``, tools/guard.py: the parent's ``--allow``, ``--allow-all`` and
-  ``always`` answers so far) and never prompts: a tool that asks is refused unless the parent's grants cover it.
-- **Contracts, enforced by code.** An assignment over ``delegate.assignment_max_tokens`` tokens is
-  refused back to the model with its size (nothing starts). A result over
-  ``delegate.result_max_tokens`` is stored in the parent's output store under the call's handle
-  and reaches the parent as a preview and the handle (the offloading of ``tools/offload.py``
-  with the contract as the limit; never above the profile's tool-result limit). Every message
-  between agents starts with a budget header: its size in tokens and the receiver's remaining budget.
-- **Budgets.** A child's run limits are carved out of what the parent has left (run and session
-  limits both): the call's own numbers, else ``delegate.budget_share`` of what is left, never more
-  than what is left once the children already started are counted. The child's spend is added to
-  the parent's transcript as a usage record of model ``agent:<child session>``.
-- **Concurrency.** The delegate calls of one reply start together in threads (at most
-  ``delegate.max_concurrent`` at once); their results are appended in call order. A child's
-  failure or budget stop is an error result the parent can act on. Ctrl-C or SIGTERM of the
-  parent stops the children at their next step; a parent killed outright leaves its calls open,
-  and its resume resumes the unfinished children (or reads the answer of a finished one) first.
-- **Handles cross agents.** A child reads its ancestors' outputs and a parent its descendants'
-  by handle (linked output stores, ``sessions/session.py``), read only.
+Sessions, contracts, budgets, concurrency and failures: docs/agents.md, "Sub-agents". A child opens
+with its parent's permission rules and grants (``GuardedToolset.inherited``, tools/guard.py) and never
+prompts; its result over ``delegate.result_max_tokens`` is offloaded (tools/offload.py) under the
+call's handle.
 """
 
 from __future__ import annotations
@@ -84,16 +64,12 @@ class Delegator:
         self._slots = threading.BoundedSemaphore(config.max_concurrent)
         self._running: list[_Child] = []
 
-    # -- the parent's side --------------------------------------------------------------------
     def start(self, calls: Sequence[ToolCall], handles: Sequence[str]) -> dict[str, Callable[[], ToolOutcome]]:
-        """Start the delegate calls among ``calls`` (``handles``: theirs, same order), which the
-        parent's permission gate has allowed; returns, by call id, a function that waits for the
-        child and returns the call's outcome (call it in call order, from the parent's thread)."""
+        """Start the delegate ``calls`` the permission gate allowed (``handles``: theirs); returns, by call
+        id, a function that waits for the child's outcome (call them in call order, from the parent's thread)."""
         waits: dict[str, Callable[[], ToolOutcome]] = {}
         carved: dict[str, float] = {}
         for call, handle in zip(calls, handles, strict=True):
-            if call.name != "delegate":
-                continue
             child = self._prepare(call, handle, carved)
             if child.outcome is None:
                 child.thread = threading.Thread(target=self._run, args=(child,), daemon=True,
@@ -128,8 +104,7 @@ class Delegator:
         return child
 
     def _refusal(self, child: _Child, carved: dict[str, float], resuming: bool) -> str | None:
-        """Why the call cannot start (bad arguments, contract, budget), or None; fills in
-        the child's task, profile and limits."""
+        """Why the call cannot start (bad arguments, contract, budget), or None; fills in the child."""
         try:
             arguments = loads_json(child.call.arguments or "{}")
         except ValueError as err:
@@ -154,8 +129,7 @@ class Delegator:
         return short
 
     def _carve(self, arguments: dict[str, Any], carved: dict[str, float]) -> tuple[dict[str, float], str | None]:
-        """The child's limits (its session limits) out of the parent's remaining budget, and why none is
-        left (or None)."""
+        """The child's session limits carved out of the parent's remaining budget, and why none is left."""
         left = self.parent.breaker.left(self.parent.state)
         limits: dict[str, float] = {}
         for key in UNITS:
@@ -178,25 +152,25 @@ class Delegator:
         return limits, None
 
     def _collect(self, child: _Child) -> ToolOutcome:
-        """Wait for ``child``, add to the parent's transcript what it spent since the parent last
-        recorded its spend (an earlier run of it, a resume), return its outcome with the budget the
-        parent has left now."""
+        """Wait for ``child``, record in the parent what it spent since last recorded (an earlier run, a
+        resume), and return its outcome with the parent's budget left now."""
         if child.thread is not None:
             child.done.wait()  # interruptible by Ctrl-C without harm (see stop)
             self._running.remove(child)
         model = f"agent:{child.session.name}"
         s = child.spend.minus(Spend.of(self.parent.state.agents.get(model, Usage()), 0.0))
         if s.calls > 0 or s.prompt_tokens > 0:
-            self.parent.record_usage(records.UsageRecord(
+            self.parent.out.append(records.UsageRecord(
                 turn=self.parent.state.replies, model=model, prompt_tokens=s.prompt_tokens, calls=s.calls,
                 completion_tokens=s.completion_tokens, estimated_prompt_tokens=0, cached_tokens=s.cached_tokens,
                 cost_usd=s.cost_usd if s.priced else None))
         assert child.outcome is not None
-        return replace(child.outcome, content=child.outcome.content.replace(LEFT, self._left_text(), 1))
+        left = "your budget left: " + _left(self.parent)
+        return replace(child.outcome, content=child.outcome.content.replace(LEFT, left, 1))
 
-    # -- the child's side (a thread, or the parent's thread on resume) ------------------------
     def _run(self, child: _Child) -> None:
-        """Run ``child`` to its answer; set its outcome (an error outcome on any failure)."""
+        """Run ``child`` to its answer (in its thread, or the parent's on resume); set its outcome (an error
+        outcome on any failure)."""
         with self._slots:
             runner: Runner | None = None
             try:
@@ -205,13 +179,11 @@ class Delegator:
                     answer = self._answer(child, runner)
                 child.outcome = self._result(child, answer, runner)
             except CtxagentError as err:
-                child.outcome = ToolOutcome(ERROR_PREFIX + self._failure(child, err.status, str(err)), True)
+                child.outcome = self._failure(child, err.status, str(err))
             except KeyboardInterrupt:
-                child.outcome = ToolOutcome(ERROR_PREFIX + self._failure(child, "interrupted", "the run was stopped"),
-                                            True)
+                child.outcome = self._failure(child, "interrupted", "the run was stopped")
             except Exception as err:  # a bug in a child must not take the parent down
-                child.outcome = ToolOutcome(ERROR_PREFIX + self._failure(child, "error", f"{type(err).__name__}: "
-                                                                         f"{err}"), True)
+                child.outcome = self._failure(child, "error", f"{type(err).__name__}: {err}")
             finally:
                 if runner is not None:  # all it spent, every run of it: _collect records what is new
                     child.spend = Spend.of(runner.state.usage, runner.state.wall_s)
@@ -219,7 +191,7 @@ class Delegator:
 
     def _answer(self, child: _Child, runner: Runner) -> str:
         """The child's answer: read when it had already answered, else run for it."""
-        if runner.state.users and runner.needs_input():  # answered before the parent was killed
+        if runner.state.users and runner.state.needs_input():  # answered before the parent was killed
             return str(runner.state.context.view[-1].message.get("content") or "")
         message = None if runner.state.users else self._assignment(child, runner)
         answer = ""
@@ -230,15 +202,13 @@ class Delegator:
     def _assignment(self, child: _Child, runner: Runner) -> str:
         """The child's first message: the budget header, then the task."""
         size = count_text(child.task, self.parent.model_name)
-        budget = ", ".join(f"{k} {shown(k, v)}" for k, v in runner.breaker.left(runner.state).items()) or "no limit"
         return (f"[ctxagent assignment from {self.parent.session.name}: {size:,} tokens (contract "
-                f"{self.config.assignment_max_tokens:,}); your budget: {budget}; an answer over "
+                f"{self.config.assignment_max_tokens:,}); your budget: {_left(runner)}; an answer over "
                 f"{self.config.result_max_tokens:,} tokens reaches it as a preview and a handle, so put the "
                 f"essentials first; handles (@abc) in the task are readable with read_output]\n\n{child.task}")
 
     def _result(self, child: _Child, answer: str, runner: Runner) -> ToolOutcome:
-        """The parent's tool result: the budget header, then the answer inline or, over the result
-        contract, stored under the call's handle with a preview."""
+        """The parent's tool result: the budget header, then the answer inline or offloaded (over the contract)."""
         size = count_text(answer, self.parent.model_name)
         policy = self.parent.toolset.policy  # never over the tool-result limit, whatever the contract says
         limit = min(self.config.result_max_tokens + envelope_overhead(child.call.id, policy.model), policy.limit_tokens)
@@ -253,11 +223,12 @@ class Delegator:
                   f"{shown('max_cost_usd', spent.cost_usd)}; {LEFT}]")
         return ToolOutcome(f"{header}\n{content}", False, record)
 
-    def _left_text(self) -> str:
-        left = self.parent.breaker.left(self.parent.state)
-        return "your budget left: " + (", ".join(f"{k} {shown(k, v)}" for k, v in left.items()) or "no limit")
-
-    def _failure(self, child: _Child, status: str, detail: str) -> str:
+    def _failure(self, child: _Child, status: str, detail: str) -> ToolOutcome:
         detail = detail.split("; 'ctxagent resume", 1)[0]  # a command for the user, not the model
-        return (f"sub-agent {child.session.name} stopped ({status}): {detail[:600]}; what it did is kept in its "
-                f"session {child.session.name}; {LEFT}")
+        return ToolOutcome(f"{ERROR_PREFIX}sub-agent {child.session.name} stopped ({status}): {detail[:600]}; what "
+                           f"it did is kept in its session {child.session.name}; {LEFT}", True)
+
+
+def _left(runner: Runner) -> str:
+    """What ``runner`` has left of each limit ("no limit" when none is set)."""
+    return ", ".join(f"{k} {shown(k, v)}" for k, v in runner.breaker.left(runner.state).items()) or "no limit"

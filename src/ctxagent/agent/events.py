@@ -1,7 +1,4 @@
-"""Typed step events the runner yields; the CLI renders them and tests assert on them.
-
-None of these is persisted: the transcript holds records, not progress.
-"""
+"""Typed step events the runner yields; the CLI renders them, tests assert on them. Never persisted."""
 
 from __future__ import annotations
 
@@ -20,17 +17,14 @@ class Compacted:
 
 @dataclass(frozen=True)
 class Requesting:
-    """A model request is about to be sent: ``tokens`` is the budgeted total (the prompt, tool
-    schemas included, plus ``reserved``: the reply's reserved output and the safety margin),
-    ``window`` the max, ``messages`` the messages it holds, of which the first ``same`` are
-    identical to the last request's (a provider's prompt cache can serve them; PREFIX). All in tokens."""
+    """A model request is about to be sent."""
 
     turn: int
-    tokens: int
-    window: int
-    messages: int
-    same: int = 0
-    reserved: int = 0
+    tokens: int  # the budgeted total: the prompt, tool schemas included, plus reserved
+    window: int  # tokens
+    messages: int  # how many it holds
+    same: int = 0  # leading messages identical to the last request's (a prompt cache can serve them; PREFIX)
+    reserved: int = 0  # tokens: the reply's reserved output and the safety margin
 
     @property
     def prompt(self) -> int:

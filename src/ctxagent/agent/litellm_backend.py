@@ -1,34 +1,15 @@
 """The litellm backend: any litellm model string behind the small :class:`~ctxagent.agent.model_types.Model` API.
 
-This is the only module of ctxagent that imports litellm, and it does so lazily, on the first model
-call (``import litellm`` costs ~4 s and ~200 MB; FIELD-NOTES.md). Before that import it sets
-``LITELLM_LOCAL_MODEL_COST_MAP=True`` (no network fetch of the cost map) and
-``LITELLM_MODE=PRODUCTION`` (no ``.env`` loading) unless they are set; after it, litellm is told to
-keep quiet: no debug banners, its loggers at WARNING on stderr (stdout belongs to the answer).
-
-Errors are translated once, here, with ``raise ... from err``; no litellm or openai exception type
-leaves this module. :mod:`ctxagent.agent.provider_errors` reads the failure (the real HTTP status,
-the provider's words, the URL, whether a request went out) and classifies it with its one table of
-provider wordings: context overflow -> :class:`~ctxagent.errors.ProviderContextError` (never retried),
-quota or billing -> :class:`~ctxagent.errors.ProviderQuotaError` (never retried), anything else ->
-:class:`~ctxagent.errors.ProviderError`.
-
-We own the retry policy (litellm and the openai SDK are told not to retry, FIELD-NOTES.md), so each
-failure is classified before any retry: rate limits, timeouts, connection errors, HTTP 5xx and error
-events in a stream are retried ``retries`` times with exponential backoff, or after the wait the
-server asks for (bounded by ``max_retry_wait_s``), each retry announced through ``on_retry``.
-
-Prompt caching (FIELD-NOTES.md "Prompt caching"): OpenAI-style providers cache request prefixes of
-1,024+ tokens by themselves; Anthropic (also on Bedrock and Vertex AI) caches only up to explicit
-``cache_control`` breakpoints. With ``prompt_cache="auto"`` the backend asks litellm to place them
-(its ``cache_control_injection_points`` request option) on the system messages and on the last
-message, so the next request, which extends this one, reads the whole prefix from the cache. Usage
-reports the cached and cache-written tokens, and the cost prices them as the provider bills them.
+The only module that imports litellm, lazily (``import litellm`` costs ~4 s and ~200 MB; FIELD-NOTES.md).
+Errors are translated here, once, after :mod:`ctxagent.agent.provider_errors` classified them; we own
+the retry policy (litellm and the openai SDK never retry). See docs/usage.md "Provider failures" and
+docs/context.md "Prompt caching".
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import logging
 import os
@@ -61,16 +42,9 @@ NATIVE_PROVIDERS = frozenset({"anthropic", "bedrock", "bedrock_converse", "verte
                               "cohere", "cohere_chat"})
 
 
-# ---------------------------------------------------------------- importing litellm
-
-
 @contextlib.contextmanager
 def _keep_tiktoken_dir() -> Iterator[None]:
-    """Restore a user-set ``TIKTOKEN_CACHE_DIR`` that litellm overwrites with its bundled copy.
-
-    When it was unset, litellm's value (its bundled tokenizers, the directory
-    :mod:`ctxagent.tokens` would pick too) is left in place.
-    """
+    """Restore a user-set ``TIKTOKEN_CACHE_DIR`` that litellm overwrites with its bundled copy."""
     saved = os.environ.get("TIKTOKEN_CACHE_DIR")
     try:
         yield
@@ -81,19 +55,15 @@ def _keep_tiktoken_dir() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _no_typeddict_warning() -> Iterator[None]:
-    """Silence pydantic's "Item 'index' on TypedDict class 'ChatCompletionThinkingBlock' is using the
-    `ReadOnly` qualifier" UserWarning, which litellm 1.110.2 triggers on the stderr of a run when it
-    reads a streamed reply with reasoning (nothing is wrong with the reply), and its plural ("Items
-    'device_code', 'user_code', 'verification_uri' on TypedDict class '_DeviceCode'"), which a
-    module litellm imports on a first call can trigger."""
+    """Silence pydantic's "Item(s) '...' on TypedDict class ... is using the `ReadOnly` qualifier"
+    UserWarning, which litellm 1.110.2 triggers reading a streamed reply with reasoning (nothing is wrong)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"Items? '\w+'.* on TypedDict class", category=UserWarning)
         yield
 
 
 class _StderrHandler(logging.Handler):
-    """Writes log records to whatever ``sys.stderr`` is at the time of the record, secrets redacted
-    (``ctxagent.sessions.redact``: key shapes, Authorization headers, the environment's keys)."""
+    """Writes log records to whatever ``sys.stderr`` is at the time, secrets redacted."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -118,12 +88,10 @@ def _quiet_loggers() -> None:
 
 @functools.cache
 def _litellm() -> Any:
-    """The ``litellm`` module, imported on first use, offline-safe and quiet (see module doc).
+    """The ``litellm`` module, imported on first use: no cost-map fetch, no ``.env``, quiet loggers.
 
-    The import creates ~2 million objects (litellm's pydantic models, openai's types), none of them
-    garbage: the cyclic collector is paused while it runs, and they are then moved to the permanent
-    generation (``gc.freeze``), so no later collection walks them again. Without this, the first
-    full collection after the import took ~0.2 s of a one-turn run (issue 16, measured).
+    The import makes ~2 million objects, none garbage: collection is paused and they are frozen
+    (``gc.freeze``); else the first full collection took ~0.2 s of a one-turn run (issue 16, measured).
     """
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_MODE", "PRODUCTION")
@@ -136,43 +104,56 @@ def _litellm() -> Any:
     return litellm
 
 
+def model_window(model: str) -> int | None:
+    """The context window of ``model`` in tokens (litellm's ``max_input_tokens``), or None if unknown
+    (an unmapped model: ``openai/whatever``). Never raises."""
+    try:
+        value = _litellm().get_model_info(model).get("max_input_tokens")
+    except Exception:  # litellm raises assorted types for unmapped models
+        return None
+    return int(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def did_you_mean(model: str, n: int = 3) -> list[str]:
+    """Model strings litellm knows that look like ``model`` (a typo: ``openai/gpt-4o-mnii`` gives
+    ``openai/gpt-4o-mini``), best first; the provider prefix the user gave is kept. Never raises."""
+    try:
+        known = list(_litellm().model_cost)
+    except Exception:  # the price map could not be loaded: no suggestion
+        return []
+    provider, _, name = model.rpartition("/")
+    found = difflib.get_close_matches(name, known, n=n, cutoff=0.75) if provider else []
+    found = [f"{provider}/{k}" if "/" not in k else k for k in found]
+    found += difflib.get_close_matches(model, known, n=n, cutoff=0.75)
+    return list(dict.fromkeys(m for m in found if m != model))[:n]
+
+
 def load_litellm() -> None:
-    """Import litellm now, as the first model call would (see :func:`_litellm`): for a process that
-    forks others (``ctxagent batch``'s fork server), so none of them imports it again."""
+    """Import litellm now, in a process that forks others (``ctxagent batch``'s fork server)."""
     _litellm()
-
-
-# ---------------------------------------------------------------- model info
 
 
 def completion_cost(model: str, prompt_tokens: int, completion_tokens: int, *, cached_tokens: int = 0,
                     cache_creation_tokens: int = 0) -> float | None:
-    """Price in US dollars of a call of ``model`` with these token counts, or None if not mapped.
+    """Price in US dollars of a call of ``model`` with these token counts, or None if not mapped. Never raises.
 
-    All counts are tokens. ``prompt_tokens`` is every input token, cached or not; ``cached_tokens`` and
-    ``cache_creation_tokens`` are the parts of it read from and written to the provider's prompt cache
-    (:class:`~ctxagent.agent.model_types.Usage` counts them the same way). They are priced at the model's
-    ``cache_read_input_token_cost`` and ``cache_creation_input_token_cost`` (litellm's price map, USD
-    per token); a model without a cache-read price is billed :data:`CACHE_READ_FALLBACK` (10%) of its
-    input price per cached token, one without a cache-write price its input price per written token.
-    Never raises (litellm raises ``ModelNotMappedError`` for models without prices).
+    All counts are tokens; ``cached_tokens`` and ``cache_creation_tokens`` are the parts of
+    ``prompt_tokens`` read from and written to the prompt cache, priced at litellm's cache prices; a model
+    without a cache-read price is billed :data:`CACHE_READ_FALLBACK` of its input price per cached token.
     """
     lib = _litellm()
     try:
         prompt_usd, completion_usd = lib.cost_per_token(
             model=model, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-            cache_read_input_tokens=cached_tokens, cache_creation_input_tokens=cache_creation_tokens,
-        )
+            cache_read_input_tokens=cached_tokens, cache_creation_input_tokens=cache_creation_tokens)
     except Exception:  # unmapped model: no price
         return None
     return float(prompt_usd) + float(completion_usd) - _cache_read_discount(lib, model, cached_tokens)
 
 
 def _cache_read_discount(lib: Any, model: str, cached_tokens: int) -> float:
-    """US dollars to take off litellm's price of ``cached_tokens`` when ``model`` has no cache-read price.
-
-    litellm then bills cache reads at the full input price; we bill :data:`CACHE_READ_FALLBACK` of it.
-    """
+    """US dollars to take off litellm's price (the full input price) of ``cached_tokens`` when ``model``
+    has no cache-read price."""
     if cached_tokens <= 0:
         return 0.0
     try:
@@ -183,9 +164,6 @@ def _cache_read_discount(lib: Any, model: str, cached_tokens: int) -> float:
     if info.get("cache_read_input_token_cost") is not None or not isinstance(input_usd, int | float):
         return 0.0
     return cached_tokens * float(input_usd) * (1.0 - CACHE_READ_FALLBACK)
-
-
-# ---------------------------------------------------------------- prompt-cache breakpoints
 
 
 @functools.cache
@@ -199,27 +177,16 @@ def _provider(model: str) -> tuple[str, str] | None:
 
 
 def needs_cache_breakpoints(model: str) -> bool:
-    """Whether ``model`` (a litellm model string) is cached only at explicit ``cache_control`` breakpoints.
-
-    Decided by litellm's provider resolution: True for ``anthropic`` models and for Claude models on
-    ``bedrock`` and ``vertex_ai``; False for OpenAI-style providers (openai, azure, deepseek,
-    hosted_vllm, ``openai/...`` with an api_base), which cache prefixes by themselves, for Gemini (see
-    :data:`BREAKPOINT_PROVIDERS`) and for model strings litellm cannot place.
-    """
+    """Whether ``model`` (a litellm model string) is cached only at explicit ``cache_control`` breakpoints:
+    ``anthropic`` models and Claude on ``bedrock`` and ``vertex_ai`` (litellm's provider resolution)."""
     name, provider = _provider(model) or ("", "")
-    if provider in BREAKPOINT_PROVIDERS:
-        return True
-    return provider in BREAKPOINT_CLAUDE_HOSTS and "claude" in name.lower()
+    return provider in BREAKPOINT_PROVIDERS or (provider in BREAKPOINT_CLAUDE_HOSTS and "claude" in name.lower())
 
 
 def cache_points(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """litellm ``cache_control_injection_points`` marking the stable prefix of ``messages``.
-
-    One breakpoint on the last message (the next request extends this one and so reads all of it from
-    the cache), then the system messages, earliest (most stable) first: at most
-    :data:`MAX_CACHE_BREAKPOINTS` in all. litellm puts ``cache_control: {"type": "ephemeral"}`` on
-    those messages in its own copy of the request; the caller's messages are left alone.
-    """
+    """litellm ``cache_control_injection_points`` marking the stable prefix of ``messages``: the last
+    message (the next request extends it), then the system messages, earliest first; at most
+    :data:`MAX_CACHE_BREAKPOINTS`. litellm marks its own copy; ``messages`` are left alone."""
     if not messages:
         return []
     last = len(messages) - 1
@@ -227,15 +194,8 @@ def cache_points(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return [{"location": "message", "index": i} for i in [last, *systems][:MAX_CACHE_BREAKPOINTS]]
 
 
-# ---------------------------------------------------------------- parsing replies
-
-
 def _usage(response: Any, lib: Any) -> Usage | None:
-    """Our :class:`Usage` (tokens, US dollars) of a litellm response, or None when it reports none.
-
-    The cost is litellm's ``completion_cost``, which prices cached and cache-written tokens at the
-    model's cache prices (litellm 1.110.2: missing cache prices fall back to the input price).
-    """
+    """Our :class:`Usage` (tokens, US dollars at litellm's cache prices) of a response, or None when it has none."""
     usage = getattr(response, "usage", None)
     if usage is None:
         return None
@@ -246,15 +206,9 @@ def _usage(response: Any, lib: Any) -> Usage | None:
     return read_usage(usage, cost)
 
 
-# ---------------------------------------------------------------- the backend
-
-
 def openai_wire(model: str) -> bool:
-    """Whether litellm sends ``model``'s messages in OpenAI's format, as given (not translated).
-
-    False for the providers litellm translates into their own format (:data:`NATIVE_PROVIDERS`) and
-    for model strings litellm cannot place.
-    """
+    """Whether litellm sends ``model``'s messages in OpenAI's format, as given (not :data:`NATIVE_PROVIDERS`,
+    not a model string litellm cannot place)."""
     found = _provider(model)
     return found is not None and found[1] not in NATIVE_PROVIDERS
 
@@ -269,19 +223,16 @@ class LiteLLMModel:
         timeout_s: seconds one HTTP attempt may take.
         retries: extra attempts after a retryable failure (so at most ``retries + 1`` calls).
         max_output_tokens: tokens the reply may use (sent as ``max_tokens``), or None for the default.
-        backoff_s: seconds before the first retry; doubled for each further one (at most
-            ``max_retry_wait_s``). A server's own wait (Retry-After and friends,
-            :func:`~ctxagent.agent.provider_errors.retry_after_s`) is honoured when longer; when it is
-            over ``max_retry_wait_s`` the call is not retried and the error says so.
+        backoff_s: seconds before the first retry, doubled for each further one; a server's own wait
+            (:func:`~ctxagent.agent.provider_errors.retry_after_s`) is honoured when longer.
+        max_retry_wait_s: the longest wait (seconds); a server asking for more is not retried.
         prompt_cache: ``"auto"`` places prompt-cache breakpoints (:func:`cache_points`) when the
-            provider needs them (:func:`needs_cache_breakpoints`); ``"off"`` never does. Providers that
-            cache by themselves (OpenAI-style) get nothing extra either way.
+            provider needs them (:func:`needs_cache_breakpoints`); ``"off"`` never does.
         send_tool_choice: send ``tool_choice: "auto"`` with the tools (some OpenAI-compatible
             servers ignore ``tools`` without it).
         temperature: the sampling temperature sent with each request, or None (the provider's default).
-        stream: ask for a server-sent-event stream and assemble it (``stream_chunk_builder``).
-        on_retry: called with one line ("retrying in 3.0 s after HTTP 429 from URL: attempt 2 of 3")
-            before each retry; the CLI prints it on stderr.
+        stream: ask for a server-sent-event stream and assemble it.
+        on_retry: called with one line announcing each retry ("retrying in 3.0 s after HTTP 429 ...").
 
     Raises ``ValueError`` for a ``prompt_cache`` not in :data:`PROMPT_CACHE_MODES`.
     """
@@ -312,13 +263,10 @@ class LiteLLMModel:
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> Reply:
         """One model call: ``messages`` (OpenAI format) and ``tools`` (OpenAI tool schemas, may be empty).
 
-        Returns the first choice as a :class:`Reply` with usage in tokens (cached and cache-written
-        ones included) and cost in US dollars (None when litellm has no price for the model).
-        Raises ``ProviderContextError`` when the provider says the context is too long (never
-        retried: the same payload would fail again), ``ProviderQuotaError`` when the account is out
-        of quota or credit (never retried), ``ProviderError`` for every other failure, after the
-        retries the policy allows (:data:`~ctxagent.agent.provider_errors.RETRYABLE` kinds only; an
-        incomplete reply, :data:`~ctxagent.agent.provider_errors.RETRY_ONCE`, is retried once at most).
+        Returns the first choice as a :class:`Reply`, usage in tokens, cost in US dollars (None: no price).
+        Raises ``ProviderContextError`` (the context is too long) or ``ProviderQuotaError`` (out of quota or
+        credit), never retried, or ``ProviderError`` for any other failure after the retries the policy
+        allows (provider_errors' ``RETRYABLE`` kinds only, its ``RETRY_ONCE`` kinds once at most).
         """
         lib = _litellm()
         request = self._request(messages, tools)
@@ -342,11 +290,7 @@ class LiteLLMModel:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _call(self, lib: Any, request: dict[str, Any]) -> Reply:
-        """One HTTP attempt; a stream is read to its end and assembled into one response.
-
-        Raises :class:`~ctxagent.agent.replies.IncompleteReply` for a cut stream, a reply without
-        choices or an empty one (agent/replies.py says which are retried).
-        """
+        """One HTTP attempt, a stream read to its end; raises ``IncompleteReply`` for a bad reply (agent/replies.py)."""
         try:
             response = lib.completion(**request)
         except Exception as err:  # a reply body cut short is an incomplete reply, not a connection failure
@@ -360,7 +304,6 @@ class LiteLLMModel:
         return read_reply(response, _usage(response, lib), self.max_output_tokens)
 
     def _request(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """Keyword arguments of ``litellm.completion`` for one call."""
         openai = openai_wire(self.name)
         wire = [wire_message(m, openai_wire=openai) for m in messages]
         request: dict[str, Any] = {"model": self.name, "messages": wire, "timeout": self.timeout_s, "max_retries": 0}

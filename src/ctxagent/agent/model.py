@@ -1,12 +1,7 @@
-"""The factory that picks a model backend, and the small interface every backend sits behind.
+"""The factory that picks a model backend: ``scripted:PATH`` or any litellm model string.
 
-A backend turns a request (messages, tool schemas) into one :class:`Reply`. Backends:
-
-- ``scripted:PATH`` — :class:`ctxagent.agent.scripted.ScriptedModel`, replies read from a YAML file.
-- anything else — :class:`ctxagent.agent.litellm_backend.LiteLLMModel`, any litellm model string.
-
-The shared types live in :mod:`ctxagent.agent.model_types` (re-exported here), so the backends import
-them without importing this factory: the dependency runs one way, factory -> backends -> types.
+The shared types live in :mod:`ctxagent.agent.model_types` (re-exported here), so the dependency runs
+one way: factory -> backends -> types.
 """
 
 from __future__ import annotations
@@ -22,16 +17,11 @@ def make_model(spec: str, *, api_base: str | None = None, replies_done: int = 0,
                timeout_s: float = 120.0, retries: int = 2, max_output_tokens: int | None = None,
                prompt_cache: str = "auto", max_retry_wait_s: float = 60.0, send_tool_choice: bool = True,
                temperature: float | None = None, on_retry: Callable[[str], None] | None = to_stderr) -> Model:
-    """The backend for ``spec``: ``scripted:PATH`` or a litellm model string.
+    """The backend for ``spec``: ``scripted:PATH`` or a litellm model string (the other arguments are
+    :class:`~ctxagent.agent.litellm_backend.LiteLLMModel`'s; a scripted model ignores them).
 
     ``replies_done`` is how many assistant replies the session already holds (a scripted model
-    resumes from there). ``prompt_cache`` (``"auto"`` or ``"off"``, the profile's ``prompt_cache``)
-    says whether a litellm model places prompt-cache breakpoints for providers that need them
-    (Anthropic); a scripted model ignores it. ``timeout_s`` is seconds per HTTP attempt;
-    ``max_retry_wait_s`` the longest wait before a retry (a server asking for more is not retried);
-    ``send_tool_choice`` sends ``tool_choice: "auto"`` with the tools; ``temperature`` is sent with each
-    request when not None (a scripted model ignores it); ``on_retry`` gets each retry
-    announcement (default: :func:`to_stderr`, so retries and timeouts are never silent).
+    resumes from there). ``on_retry`` defaults to :func:`to_stderr`: retries are never silent.
     Raises ``UsageError`` for an unreadable script, ``ValueError`` for an unknown ``prompt_cache``.
     """
     if spec.startswith("scripted:"):

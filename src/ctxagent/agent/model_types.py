@@ -1,8 +1,6 @@
 """The types every model backend shares: :class:`Reply`, :class:`Usage`, :class:`ToolCall`, :class:`Model`.
 
-The bottom of the model layer: the backends (:mod:`ctxagent.agent.scripted`,
-:mod:`ctxagent.agent.litellm_backend`) and the reply readers import these without importing the
-factory (:func:`ctxagent.agent.model.make_model`), which imports the backends. Never imports litellm.
+The bottom of the model layer (the backends import it, not the factory). Never imports litellm.
 """
 
 from __future__ import annotations
@@ -25,12 +23,8 @@ REASONING_FIELDS = ("reasoning_content", "thinking_blocks")
 @dataclass(frozen=True)
 class Usage:
     """Provider-reported token usage of one call (tokens) and its cost (US dollars, if known).
-
-    ``prompt_tokens`` counts every input token, cached or not. ``cached_tokens`` is the part the
-    provider served from its prompt cache (OpenAI ``prompt_tokens_details.cached_tokens``, Anthropic
-    ``cache_read_input_tokens``); ``cache_creation_tokens`` the part written to the cache (Anthropic
-    ``cache_creation_input_tokens``; 0 where the provider does not report it).
-    """
+    ``prompt_tokens`` counts every input token; ``cached_tokens`` is the part served from the prompt cache,
+    ``cache_creation_tokens`` the part written to it (0 where the provider does not report it)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -46,8 +40,8 @@ def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
-def _tokens(*values: Any) -> int:
-    """The largest of ``values`` that is a positive token count (a finite number, not a bool), else 0."""
+def token_count(*values: Any) -> int:
+    """The largest of ``values`` that is a positive token count (a finite number, not a bool), as an int; else 0."""
     counts = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
     return max((int(v) for v in counts if v > 0), default=0)
 
@@ -60,12 +54,12 @@ def read_usage(usage: Any, cost_usd: float | None = None) -> Usage:
     (and DeepSeek's ``prompt_cache_hit_tokens``) into ``prompt_tokens_details`` too: the largest wins.
     """
     details = _field(usage, "prompt_tokens_details")
-    cached = _tokens(_field(details, "cached_tokens"), _field(usage, "cache_read_input_tokens"),
-                     _field(usage, "prompt_cache_hit_tokens"))
-    written = _tokens(_field(usage, "cache_creation_input_tokens"), _field(details, "cache_creation_tokens"),
-                      _field(details, "cache_write_tokens"))
-    return Usage(_tokens(_field(usage, "prompt_tokens")), _tokens(_field(usage, "completion_tokens")), cost_usd,
-                 cached_tokens=cached, cache_creation_tokens=written)
+    cached = token_count(_field(details, "cached_tokens"), _field(usage, "cache_read_input_tokens"),
+                         _field(usage, "prompt_cache_hit_tokens"))
+    written = token_count(_field(usage, "cache_creation_input_tokens"), _field(details, "cache_creation_tokens"),
+                          _field(details, "cache_write_tokens"))
+    return Usage(token_count(_field(usage, "prompt_tokens")), token_count(_field(usage, "completion_tokens")),
+                 cost_usd, cached_tokens=cached, cache_creation_tokens=written)
 
 
 def to_stderr(line: str) -> None:
@@ -75,13 +69,9 @@ def to_stderr(line: str) -> None:
 
 @dataclass(frozen=True)
 class Reply:
-    """One assistant reply: text and/or tool calls (in call order), plus usage when reported.
-
-    ``extra`` holds provider fields kept on the assistant message as they came: the reasoning
-    (:data:`REASONING_FIELDS`), which providers require back (NO LOSS; agent/replies.py).
-    ``written``: when the tool calls were read from the reply's text (agent/text_calls.py), that
-    text as the model wrote it (``content`` is then the text around the calls); else None.
-    """
+    """One assistant reply: text and/or tool calls (in call order), plus usage when reported. ``extra``:
+    the reasoning (:data:`REASONING_FIELDS`), kept as it came (NO LOSS). ``written``: when the tool calls
+    were read from the text (agent/text_calls.py), the text as written (``content`` is then what surrounds them)."""
 
     content: str | None
     tool_calls: tuple[ToolCall, ...] = ()
@@ -91,11 +81,7 @@ class Reply:
     written: str | None = None
 
     def message(self) -> Message:
-        """The reply as an OpenAI-format assistant message, as it is stored and sent back.
-
-        The reasoning fields of ``extra`` ride along (``reasoning_content``, ``thinking_blocks``): litellm
-        sends them back in the form each provider requires.
-        """
+        """The reply as an OpenAI-format assistant message, as it is stored and sent back (reasoning included)."""
         msg: Message = {"role": "assistant", "content": self.content}
         if self.tool_calls:
             msg["tool_calls"] = [tool_call(c.id, c.name, c.arguments) for c in self.tool_calls]

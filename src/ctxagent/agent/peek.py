@@ -1,6 +1,5 @@
-"""What the next request of a session would send, without sending or writing anything: the read-only
-peek ``inspect context``, ``sessions export`` and the ONE STATE tests use. It runs the runner's own
-code on the session's state (a fold of its transcript) with a sink that writes nothing and a model that is
+"""What the next request of a session would send, without sending or writing anything (``inspect context``,
+``sessions export``): the runner's own code on the folded state, with a sink that writes nothing and a model
 never called, so it shows exactly what a resume would send (no litellm import)."""
 
 from __future__ import annotations
@@ -22,10 +21,8 @@ from ctxagent.strategies.base import Budget, Compaction, Entry
 
 @dataclass(frozen=True)
 class NextRequest:
-    """What the next request of a session would hold, computed without writing or calling anything.
-
-    ``same``: its leading messages identical to the last request sent (a prompt cache serves them).
-    """
+    """What the next request of a session would hold; ``same``: its leading messages identical to the last
+    request sent (a prompt cache serves them)."""
 
     view: list[Entry]
     budget: Budget
@@ -50,13 +47,9 @@ class _NoModel:
 
 
 def next_request(session: Session, path: Path_ | None = None, *, every_compaction: bool = False) -> NextRequest:
-    """The exact view the next request would send, computed by the runner's own code on a state
-    folded from the transcript, with a sink that writes nothing (no model call, no litellm import).
-
-    ``recorded`` holds the session's newest compaction records (``state.RECENT_COMPACTIONS``), or
-    with ``every_compaction`` all of them.
-    LLM strategies run without a summarizer here, so they show their deterministic fallback.
-    Raises ``UsageError``/``ProfileError`` for a session without header or a bad profile.
+    """The exact view the next request would send (see the module doc; LLM strategies show their
+    deterministic fallback). ``recorded`` holds the newest compaction records, or with ``every_compaction``
+    all of them. Raises ``UsageError``/``ProfileError`` for a session without header or a bad profile.
     """
     recorded: list[records.CompactionRecord] = []
 
@@ -81,5 +74,3 @@ def next_request(session: Session, path: Path_ | None = None, *, every_compactio
     return NextRequest(peek.view, peek.budget, peek.compactions, recorded if every_compaction else
                        list(state.recent_compactions), runner.path, profile, peek.same, last, state.replies + 1,
                        state.lessons, dict(state.compactions))
-
-

@@ -1,23 +1,11 @@
 """What a provider's failure means, in one table: context overflow, quota or billing, or neither.
 
-This module never imports litellm. :func:`read_error` gathers the facts of a failed call from the
-exception chain (the HTTP status the server really sent, its error object, its headers, the URL,
-whether a request went out) into :class:`Evidence`, and :func:`classify` turns them into a
-:class:`Failure` that says what happened and whether retrying can help.
-
-:data:`RULES` is the one table of provider wordings. Each row is a regular expression matched
-(case-insensitively) against the provider's own error message, code, type and status fields, the
-kind it means, and where the wording comes from. It holds litellm 1.110.2's own context mapping
-(``litellm_core_utils/exception_mapping_utils.py``: ``is_error_str_context_window_exceeded`` and the
-per-provider branches) plus the wordings of the servers litellm leaves unmapped. Kinds:
-
-- ``context``: the request is longer than the window. Never retried as it is (the same payload would
-  fail again); the runner shrinks it (emergency compaction) or stops with exit 5.
-- ``quota``: the account is out of quota, credit or budget. Never retried (exit 4).
-- ``soft_quota``: a quota wording some providers also use for per-minute limits (Gemini, Vertex AI):
-  retried like a rate limit when the server says when to retry or names a per-minute/second window,
-  otherwise treated as ``quota``.
-- ``incomplete`` (retried once) and ``output_limit`` (never): bad replies (agent/replies.py).
+Never imports litellm. :func:`read_error` gathers the facts of a failed call from its exception chain
+into :class:`Evidence`; :func:`classify` turns them into a :class:`Failure` (what happened, whether a
+retry can help). :data:`RULES`, the one table of provider wordings, holds litellm 1.110.2's own context
+mapping (``litellm_core_utils/exception_mapping_utils.py``) plus the wordings litellm leaves unmapped;
+``soft_quota`` is a quota wording also used for per-minute limits (Gemini, Vertex AI). See docs/usage.md,
+"Provider failures", for what each kind does.
 """
 
 from __future__ import annotations
@@ -124,33 +112,23 @@ def match(text: str) -> Rule | None:
 
 @dataclass(frozen=True)
 class Evidence:
-    """The facts of one failed call, as the backend read them from litellm's exception chain.
+    """The facts of one failed call, as the backend read them from litellm's exception chain."""
 
-    ``status`` is the HTTP status the server sent (None when none arrived, or for an error event in a
-    stream that began with HTTP 200); ``body`` its error object (``{"message", "code", "type", ...}``);
-    ``message`` the provider's words; ``sent`` whether a request left this process; ``network``
-    "timeout" or "connection" for transport failures; ``litellm_context`` whether litellm itself
-    raised ``ContextWindowExceededError`` (its own mapping, the first source of :data:`RULES`); ``fault``
-    the kind of a bad reply the backend found ("incomplete", "output_limit").
-    """
-
-    status: int | None
-    message: str
-    body: Mapping[str, Any] = field(default_factory=dict)
+    status: int | None  # the HTTP status sent (None: none arrived, or an error event in a stream begun with 200)
+    message: str  # the provider's words
+    body: Mapping[str, Any] = field(default_factory=dict)  # its error object ({"message", "code", "type", ...})
     headers: Mapping[str, str] = field(default_factory=dict)
     url: str | None = None
-    sent: bool = True
-    network: str | None = None
-    litellm_context: bool = False
-    fault: str | None = None
+    sent: bool = True  # a request left this process
+    network: str | None = None  # "timeout" or "connection" for transport failures
+    litellm_context: bool = False  # litellm raised ContextWindowExceededError (its own mapping, RULES' first source)
+    fault: str | None = None  # a bad reply the backend found: "incomplete", "output_limit"
 
 
 @dataclass(frozen=True)
 class Failure:
-    """What went wrong with one call, in our terms: ``kind`` (a key of :data:`KIND_WORDS`) and the facts.
-
-    ``retry_after_s`` is the wait the server asked for (seconds), when it asked.
-    """
+    """What went wrong with one call: ``kind`` (a key of :data:`KIND_WORDS`), the facts, and the wait the
+    server asked for (``retry_after_s``, seconds; None: it did not ask)."""
 
     kind: str
     evidence: Evidence
@@ -170,14 +148,9 @@ def _searchable(evidence: Evidence) -> str:
 
 
 def classify(evidence: Evidence, now: float | None = None) -> Failure:
-    """Our reading of a failed call (see the module doc for the table and the kinds).
-
-    Order: transport failures and calls that never left first, then :data:`RULES` (context before
-    quota, whatever the status: llama.cpp says "Context size has been exceeded" with HTTP 500,
-    Anthropic's "credit balance is too low" comes with HTTP 400), then the HTTP status. HTTP 413
-    (Payload Too Large: Anthropic's ``request_too_large``, proxies) counts as context: only a smaller
-    request can pass.
-    """
+    """Our reading of a failed call: transport failures and calls that never left first, then
+    :data:`RULES` whatever the status (llama.cpp says "Context size has been exceeded" with HTTP 500),
+    then the HTTP status; HTTP 413 counts as context (only a smaller request can pass)."""
     if evidence.network or evidence.fault:
         return Failure(evidence.network or evidence.fault or "", evidence)
     if not evidence.sent:
@@ -244,9 +217,6 @@ def _until(http_date: str, now: float | None) -> float | None:
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-# ---------------------------------------------------------------- reading exceptions
-
-
 def _vendor(exc: BaseException) -> str:
     return type(exc).__module__.split(".")[0]
 
@@ -262,12 +232,9 @@ def _request_url(exc: BaseException) -> str | None:
 
 
 def _wire(chain: list[BaseException]) -> tuple[int | None, dict[str, str], str | None, bool]:
-    """(HTTP status, headers, URL, whether a request went out), from the httpx and openai exceptions.
-
-    litellm relabels statuses (a 400 as 429) and invents responses for errors it raises itself
-    (a missing key is "HTTP 401" with no request made): only the transport's exceptions count.
-    A chain of nothing but litellm's and the SDK's own exceptions means no request was made.
-    """
+    """(HTTP status, headers, URL, whether a request went out), from the httpx and openai exceptions
+    only: litellm relabels statuses (a 400 as 429) and invents responses for errors it raises itself
+    (a missing key is "HTTP 401" with no request made)."""
     status, headers, url = None, {}, None
     for exc in reversed(chain):  # innermost first: the transport's view
         if _vendor(exc) not in ("httpx", "openai"):
@@ -314,20 +281,16 @@ def _network_kind(chain: list[BaseException], timeout: bool) -> str | None:
         return "timeout"
     if any(isinstance(e, httpx.UnsupportedProtocol | httpx.LocalProtocolError) for e in chain):
         return "local"  # a malformed api_base or request: retrying cannot help
-    if any(isinstance(e, ConnectionError | httpx.TransportError) for e in chain):
-        return "connection"
-    if any(_vendor(e) == "openai" and type(e).__name__ == "APIConnectionError" for e in chain):
+    if any(isinstance(e, ConnectionError | httpx.TransportError)
+           or (_vendor(e) == "openai" and type(e).__name__ == "APIConnectionError") for e in chain):
         return "connection"
     return None
 
 
 def read_error(err: BaseException, *, api_base: str | None = None, timeout: bool = False,
                context: bool = False) -> Evidence:
-    """The facts of a failed call, read from ``err`` and the exceptions it was raised from.
-
-    ``timeout`` and ``context`` say whether the caller's library (litellm) classed ``err`` as a timeout
-    or a context overflow; ``api_base`` is the URL reported when the exceptions name none.
-    """
+    """The facts of a failed call, read from ``err`` and the exceptions it was raised from. ``timeout``,
+    ``context``: whether litellm classed ``err`` so; ``api_base``: the URL when the exceptions name none."""
     chain = exception_chain(err)
     if bad := next((e for e in chain if isinstance(e, IncompleteReply)), None):
         return Evidence(None, _one_line(bad.reason), url=public_url(_wire(chain)[2] or api_base),
@@ -369,10 +332,8 @@ def where(failure: Failure, sent: int, attempts: int, timeout_s: float) -> str:
 
 
 def describe(model: str, failure: Failure, *, sent: int, attempts: int, timeout_s: float, extra: str = "") -> str:
-    """One line naming the model, what went wrong, the URL tried, requests sent and the provider's words.
-
-    ``extra`` is added inside the parenthesis (why a retryable failure was not retried).
-    """
+    """One line naming the model, what went wrong, the URL tried, requests sent and the provider's words;
+    ``extra`` goes inside the parenthesis (why a retryable failure was not retried)."""
     details = where(failure, sent, attempts, timeout_s) + (f"; {extra}" if extra else "")
     text = f"model {model}: {KIND_WORDS[failure.kind]} ({details})"
     return text + (f": {failure.evidence.message}" if failure.evidence.message else "")

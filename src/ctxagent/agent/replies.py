@@ -1,42 +1,12 @@
 """Reading a provider's reply into a :class:`~ctxagent.agent.model.Reply`, and the outcome of each kind of bad reply.
 
-This module never imports litellm; :mod:`ctxagent.agent.litellm_backend` hands it litellm's objects.
+Never imports litellm. See docs/usage.md, "Provider failures", for the bad replies and what each does.
 
-**Reasoning is never lost (NO LOSS).** The fields in :data:`~ctxagent.agent.model.REASONING_FIELDS` are
-kept on the stored assistant message, in the form litellm expects them back:
-
-- ``reasoning_content`` (text): DeepSeek (``deepseek-reasoner``, V3.2/V4 thinking mode), Moonshot Kimi
-  and vLLM/SGLang reasoning parsers return it; DeepSeek answers HTTP 400 "Missing `reasoning_content`
-  field in the assistant message at message index N" (api-docs.deepseek.com/guides/thinking_mode,
-  "Tool calls") when a tool-call turn is sent back without it. litellm passes it through as given
-  on the OpenAI wire.
-- ``thinking_blocks`` (list of ``{"type": "thinking", "thinking", "signature"}`` and
-  ``{"type": "redacted_thinking", "data"}``): Anthropic extended thinking (also on Bedrock and Vertex
-  AI). Anthropic requires the thinking blocks of the assistant turn that made tool calls to be sent
-  back unmodified, signatures included; litellm 1.110.2 turns them back into Anthropic content blocks
-  (``litellm_core_utils/prompt_templates/factory.py``: ``anthropic_messages_pt``,
-  ``_replayable_thinking_blocks``; Bedrock: ``translate_thinking_blocks_to_reasoning_content_blocks``).
-
-**Bad replies** (docs/usage.md, "Provider failures"). Each is a clear outcome, never a crash and never a
-half-written record (nothing is recorded until a whole reply is read):
-
-- *no choices* (``"choices": []``), *a stream cut mid-reply* (the connection dropped, or the stream ended
-  before a ``finish_reason``), *an empty reply* (no text, no tool calls, ``finish_reason`` not
-  ``length``): :class:`IncompleteReply`, retried **once** (a transient server fault; a second one in a
-  row is reported: exit 4 "incomplete reply"). The runner asks once more after two empty replies in a
-  row, with a user message that says the reply was empty (:func:`empty_reply`; agent/runner.py).
-- *an empty reply with* ``finish_reason: "length"``: the output limit was spent before any text or
-  call (a reasoning model can spend it all thinking). Not retried: the same request with the same
-  ``max_tokens`` is cut again. Exit 4 "reply cut at the output limit", naming ``max_output_tokens``.
-- *a tool call whose arguments are truncated or invalid JSON* (``finish_reason: "length"`` in the middle
-  of a call, or a server that cut them): **not retried** (the same request would be cut at the same place,
-  and it costs a whole reply). The call is kept byte for byte in the assistant message (the record is
-  whole, PAIR holds) and its result is an error tool result the model can correct: the toolset answers
-  ``ERROR: the arguments of NAME are not valid JSON (...)``; :func:`cut_call_error` words it with the
-  output limit for a caller that knows the call was cut. Providers whose messages litellm translates
-  (Anthropic, Bedrock, Vertex, Gemini) need arguments that parse as a JSON object: litellm raises
-  before sending otherwise, which would stop every later request, so :func:`wire_message` sends such
-  arguments there as ``{"invalid_json_arguments": RAW}`` (the transcript keeps RAW).
+**Reasoning is never lost (NO LOSS).** :data:`~ctxagent.agent.model.REASONING_FIELDS` are kept on the
+stored assistant message as litellm expects them back: ``reasoning_content`` (DeepSeek answers HTTP 400
+"Missing `reasoning_content` field" without it: api-docs.deepseek.com/guides/thinking_mode, "Tool
+calls") and Anthropic's ``thinking_blocks``, signatures included (litellm 1.110.2 turns them back into
+content blocks: ``litellm_core_utils/prompt_templates/factory.py``, ``anthropic_messages_pt``).
 """
 
 from __future__ import annotations
@@ -45,7 +15,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ctxagent.agent.model_types import REASONING_FIELDS, Reply, ToolCall, Usage
+from ctxagent.agent.model_types import Reply, ToolCall, Usage
 from ctxagent.messages import Message, loads_json
 from ctxagent.tools.base import ERROR_PREFIX
 
@@ -54,20 +24,14 @@ STREAM_ENDED = "stream ended before a finish_reason"  # litellm 1.110.2's words 
 
 
 class IncompleteReply(Exception):
-    """A reply that cannot be used as it came: no choices, a cut stream, nothing in it.
-
-    ``reason`` says what was wrong (one line); ``retryable`` whether one more request may help
-    (False when the output limit was reached: the same request is cut again).
-    """
+    """A reply that cannot be used as it came: no choices, a cut stream, nothing in it. ``reason``: one line;
+    ``retryable``: whether one more request may help (not at the output limit: it is cut again)."""
 
     def __init__(self, reason: str, *, retryable: bool = True, empty: bool = False):
         super().__init__(reason)
         self.reason = reason
         self.retryable = retryable
         self.empty = empty  # the reply came whole and said nothing (not cut, not without choices)
-
-
-# ---------------------------------------------------------------- reading a reply
 
 
 def _plain(value: Any) -> Any:
@@ -82,11 +46,9 @@ def _plain(value: Any) -> Any:
 
 
 def reasoning_fields(message: Any) -> dict[str, Any]:
-    """The reasoning a litellm response message carries (:data:`REASONING_FIELDS`), as plain data.
-
-    ``reasoning_content`` is kept when it is text (an empty text too: the provider sent it);
-    ``thinking_blocks`` when it is a non-empty list (each block as a dict, signature and all).
-    """
+    """The reasoning a litellm response message carries, as plain data: ``reasoning_content`` when it is
+    text (an empty text too: the provider sent it), ``thinking_blocks`` when it is a non-empty list (each
+    block as a dict, signature and all)."""
     found: dict[str, Any] = {}
     reasoning = getattr(message, "reasoning_content", None)
     if isinstance(reasoning, str):
@@ -94,11 +56,11 @@ def reasoning_fields(message: Any) -> dict[str, Any]:
     blocks = getattr(message, "thinking_blocks", None)
     if isinstance(blocks, list | tuple) and blocks:
         found["thinking_blocks"] = [b for b in _plain(blocks) if isinstance(b, dict)]
-    return {k: v for k, v in found.items() if k in REASONING_FIELDS}
+    return found
 
 
 def tool_calls(message: Any) -> tuple[ToolCall, ...]:
-    """The tool calls of a litellm response message, arguments as the raw JSON text (maybe invalid)."""
+    """The tool calls of a litellm response message, arguments as raw JSON text (maybe invalid)."""
     calls = []
     for index, call in enumerate(getattr(message, "tool_calls", None) or []):
         fn = call.function
@@ -108,12 +70,9 @@ def tool_calls(message: Any) -> tuple[ToolCall, ...]:
 
 
 def read_reply(response: Any, usage: Usage | None, max_output_tokens: int | None = None) -> Reply:
-    """Our :class:`Reply` of a litellm ``ModelResponse`` (its first choice), reasoning kept.
-
-    ``usage`` is the already-read usage (tokens, US dollars); ``max_output_tokens`` is named in the
-    message of a reply cut at the output limit. Raises :class:`IncompleteReply` for a response with
-    no choices and for an empty reply (see the module doc for which are retried).
-    """
+    """Our :class:`Reply` of a litellm ``ModelResponse`` (its first choice), reasoning kept; ``usage`` is
+    already read; ``max_output_tokens`` is named when the output limit cut it. Raises
+    :class:`IncompleteReply` for no choices or an empty reply."""
     choices = getattr(response, "choices", None) or []
     if not choices:
         raise IncompleteReply("the reply has no choices")
@@ -127,7 +86,6 @@ def read_reply(response: Any, usage: Usage | None, max_output_tokens: int | None
 
 
 def _empty(reply: Reply, max_output_tokens: int | None) -> IncompleteReply:
-    """The error for a reply with neither text nor tool calls (see the module doc)."""
     thought = " (it holds only reasoning)" if reply.extra else ""
     if reply.finish_reason == "length":
         limit = f"max_output_tokens {max_output_tokens}" if max_output_tokens else "the provider's default output limit"
@@ -145,11 +103,7 @@ def empty_reply(err: BaseException) -> bool:
 
 def read_stream(stream: Iterable[Any], build: Callable[[list[Any]], Any]) -> Any:
     """The response assembled (``build``: litellm's ``stream_chunk_builder``) from every chunk of ``stream``.
-
-    Raises :class:`IncompleteReply` (from the transport's error) when the stream is cut: the connection
-    drops mid-reply or the stream ends before a ``finish_reason``. Error events inside the stream and
-    timeouts propagate unchanged (classified by :mod:`ctxagent.agent.provider_errors`).
-    """
+    Raises :class:`IncompleteReply` when the stream is cut (:func:`stream_cut`); other errors propagate."""
     chunks: list[Any] = []
     try:
         for chunk in stream:
@@ -175,12 +129,8 @@ def exception_chain(err: BaseException) -> list[BaseException]:
 
 
 def stream_cut(err: BaseException) -> bool:
-    """Whether ``err``, raised while reading a reply stream, means the stream was cut short.
-
-    True for a dropped connection (httpx ``RemoteProtocolError``/``ReadError``: "peer closed connection
-    without sending complete message body") and for litellm's "Stream ended before a finish_reason was
-    received"; False for timeouts and for error events the server sent (those carry its words).
-    """
+    """Whether ``err``, raised while reading a reply stream, means the stream was cut short: a dropped
+    connection or litellm's "Stream ended before a finish_reason"; not a timeout nor the server's error event."""
     import httpx
 
     chain = exception_chain(err)
@@ -197,19 +147,14 @@ def err_words(err: BaseException) -> str:
     return " ".join(str(inner).split())[:200] or type(inner).__name__
 
 
-# ---------------------------------------------------------------- sending messages back
-
-
 def wire_message(message: Message, *, openai_wire: bool) -> Message:
     """``message`` as it is sent to the provider; the stored message is never changed.
 
     On the OpenAI wire an assistant tool call without text gets ``content: ""`` (litellm drops
-    ``content: None``, and some OpenAI-compatible servers, llama.cpp builds and LM Studio, answer HTTP
-    500 to a message without a ``content`` key); its arguments go byte for byte. For providers whose
-    messages litellm translates (``openai_wire`` False), arguments that are not a JSON object are
-    sent as ``{"invalid_json_arguments": RAW}`` and empty ones as ``{}`` (see the module doc).
-    Reasoning fields go as stored: litellm forwards ``reasoning_content`` on the OpenAI wire and turns
-    ``thinking_blocks`` into the provider's blocks.
+    ``content: None``, and llama.cpp builds and LM Studio answer HTTP 500 to a message without
+    ``content``). For providers whose messages litellm translates (``openai_wire`` False), arguments that
+    are not a JSON object go as ``{"invalid_json_arguments": RAW}`` (litellm raises before sending
+    otherwise, which would stop every later request), empty ones as ``{}``.
     """
     if message.get("role") != "assistant" or not message.get("tool_calls"):
         return message
@@ -237,11 +182,8 @@ def _parsable(call: dict[str, Any]) -> dict[str, Any]:
 
 
 def cut_call_error(reply: Reply, call: ToolCall) -> str | None:
-    """The error tool result for ``call`` when ``reply`` was cut at the output limit inside its arguments.
-
-    None when the reply was not cut (``finish_reason`` other than ``length``) or the arguments parse.
-    The text starts with ``ERROR: `` like every toolset error and tells the model how to recover.
-    """
+    """The error tool result (``ERROR: ...``, how to recover) for ``call`` when ``reply`` was cut at the
+    output limit inside its arguments; None when it was not cut or the arguments parse."""
     if reply.finish_reason != "length":
         return None
     try:

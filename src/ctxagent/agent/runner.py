@@ -1,11 +1,9 @@
-"""The ReAct turn loop: build the view, call the model, run the tools, append, repeat.
+"""The ReAct turn loop: build the view, call the model, run the tools, append, repeat; it yields typed
+events (agent/events.py) and knows nothing of the CLI.
 
-One-way: the runner uses sessions (records, store), strategies (through ``ContextState``), tools
-and a model backend; it knows nothing of the CLI. It yields typed events (``agent/events.py``).
-
-Ordering guarantees (DESIGN.md data flow): every record of a step is flushed and fsynced before
-the next model request; tool results are appended in call order; a call left without a result
-by a crash gets a synthetic "interrupted" result when the session is opened again.
+Ordering guarantees (DESIGN.md data flow): every record of a step is fsynced before the next model
+request; tool results are appended in call order; a call a crash left without a result gets a synthetic
+"interrupted" result when the session is opened again.
 """
 
 from __future__ import annotations
@@ -18,14 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ctxagent.agent.budgets import Breaker, session_limits
 from ctxagent.agent.config import RunConfig
-from ctxagent.agent.context import (
-    check_protected,
-    compaction_of,
-    largest_parts,
-    record_of,
-    room,
-    with_pins,
-)
+from ctxagent.agent.context import check_protected, compaction_of, largest_parts, record_of, room, with_pins
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting
 from ctxagent.agent.model import Model, Reply
 from ctxagent.agent.model_types import price_of
@@ -68,24 +59,20 @@ if TYPE_CHECKING:
 MAX_RECOVERIES = 2  # emergency compactions per turn after a provider "context too long"
 EMPTY_REPLY_NUDGE = ("[ctxagent] Your last reply was empty. Reply now: answer the task from the tool results above, "
                      "quoting the exact value, or call a tool.")
-"""The user message a run sends once after two empty replies in a row (agent/replies.py ``empty_reply``):
-Qwen2.5-Coder-1.5B often replies with nothing after a tool result, and the same request gets nothing again."""
+"""Sent once after two empty replies in a row: Qwen2.5-Coder-1.5B often replies with nothing after a tool
+result, and the same request gets nothing again."""
 SUMMARIZER_SYSTEM = "You compress an agent's working transcript. Follow the instructions in the user message exactly."
 CHECKPOINT_ON_STOP = CheckpointStep(trigger=0, target=0.01, llm=False, keep_turns=1)
 """The checkpoint a budget stop writes: the history before the last unit, deterministic (no LLM call)."""
-SETTLE = SettleStep()
-"""First step of every build: the newest results, budgeted together (strategies/settle.py)."""
+SETTLE = SettleStep()  # first step of every build: the newest results, budgeted together (strategies/settle.py)
 
 
 class Runner:
-    """Runs turns of one session from its folded ``state``, complete when constructed, within
-    ``config``'s run limits and the session's. The caller holds the writer lock (not for a :meth:`peek`).
-
-    Every record goes through :attr:`out` (agent/sinks.py ``Recorder``; ONE STATE). ``toolset`` runs
-    behind the profile's permissions and ``config.grants`` (tools/guard.py) in :attr:`tools`; no tool
-    writes into ctxagent's own folders nor the ``protected`` files (agent/setup.py ``configured_from``).
-    ``notices``: ``(source, text)`` warned when :meth:`run` starts; ``delegates``: makes the runner of
-    ``delegate`` calls (None: not offered); ``learner``: lessons (lessons/hooks.py; None: off).
+    """Runs turns of one session from its folded ``state`` within ``config``'s run limits and the session's;
+    the caller holds the writer lock (not for a :meth:`peek`). Every record goes through :attr:`out` (ONE
+    STATE); tools run behind the permission gate (tools/guard.py) and never write ctxagent's own folders nor
+    the ``protected`` files. ``notices``: ``(source, text)`` warned when :meth:`run` starts; ``delegates``:
+    makes the runner of ``delegate`` calls (None: not offered); ``learner``: lessons (None: off).
     """
 
     def __init__(self, session: Session, state: SessionState, profile: Profile, model: Model, toolset: Toolset,
@@ -124,8 +111,7 @@ class Runner:
         return self.out.model_name
 
     def _close_open_calls(self) -> None:
-        """Give every call left without a result (a crash mid-turn) a synthetic result, and
-        delete the spool files a killed tool left in the output store."""
+        """Give every call a crash left without a result a synthetic one; delete a killed tool's spool files."""
         if self.sink.writes_files:
             self.store.clean_spools()
         delegated = any(self.state.open_call(i).name == "delegate" for i in self.state.open_calls)
@@ -135,7 +121,6 @@ class Runner:
             warnings.warn(f"session {self.session.name}: {note.text}", TranscriptWarning, stacklevel=2)
             self.out.append(note)
 
-    # -- the loop ----------------------------------------------------------------------------
     @property
     def output_tokens(self) -> int:
         """Tokens reserved for each reply (``--max-output-tokens``, the profile's, or sized to the window)."""
@@ -151,10 +136,6 @@ class Runner:
         """``{"run": usage, "session": usage}`` (:meth:`Spend.as_json` shape) of the spend so far."""
         return {"run": self.breaker.run_spend(self.state).as_json(),
                 "session": self.breaker.session_spend(self.state).as_json()}
-
-    def needs_input(self) -> bool:
-        """Whether the session cannot continue without a new user message (see SessionState)."""
-        return self.state.needs_input()
 
     def run(self, user_input: str | None = None, *, max_turns: int | None = None) -> Iterator[Event]:
         """Run until an answer or a bound; yields events, ends with :class:`Finished`.
@@ -197,20 +178,17 @@ class Runner:
             raise
 
     def _halt(self) -> None:
-        """Stop everything this run started: sub-agents stop at their next step and write their end
-        records; every shell command's process group is killed: a sub-agent's (the signal reached
-        this thread only), and ours when the signal came after its start but before the tool waited
-        for it (there, the tool kills it itself)."""
+        """Stop everything this run started: sub-agents at their next step, every shell command's
+        process group killed (a sub-agent's: the signal reached this thread only)."""
         self.stop.set()
         kill_running(self.stop)
         if self.delegator is not None:
             self.delegator.stop()
 
     def cancel(self) -> None:
-        """After Ctrl-C stopped a :meth:`run` of an interactive session that goes on (the user
-        cancelled the turn): the tool processes are killed, every call left without a result gets
-        :data:`CANCELLED` as its result (PAIR holds in the transcript at once), an ``interrupted``
-        end record is there, and the next :meth:`run` starts afresh (the stop event cleared)."""
+        """After Ctrl-C cancelled a turn of an interactive session that goes on: the tool processes
+        killed, every open call given :data:`CANCELLED` (PAIR), an ``interrupted`` end record written,
+        the stop event cleared for the next :meth:`run`."""
         self._halt()
         self.tools.close_open_calls(CANCELLED)
         if not self._ended:  # Ctrl-C came while the CLI, not run(), was running: run() wrote no end record
@@ -224,10 +202,8 @@ class Runner:
             self.summarizer() is not None
 
     def learn(self) -> Iterator[Event]:
-        """Learn from the session's answers (lessons/hooks.py :meth:`Learner.finish`): called by
-        the CLI once the answer is shown (batch: printed; interactive: when the session ends), never
-        before, since with an LLM lessons step it is a model call. Yields a :class:`Warned` (also a
-        note record) when something failed. Does nothing when no answer came since the last call."""
+        """Learn from the answers since the last call (lessons/hooks.py): called by the CLI once the
+        answer is shown, never before (it may be a model call). Yields a :class:`Warned` on failure."""
         if not self.unlearned or self.learner is None:
             return
         self.unlearned = False
@@ -236,22 +212,19 @@ class Runner:
             yield self.out.warn("lessons", warning)
 
     def pins(self) -> list[str]:
-        """Every pinned fact: the profile's, the lessons block, the agent's (``pin`` tool), without repeats,
-        then the file-activity ledger line as shown (agent/activity.py: a line that changed at every file
-        read would restart the strategies' incremental folds each request). Kept verbatim always."""
-        return list(dict.fromkeys([*self.profile.pins, *self.state.lesson_pins, *self.state.pins, *self._ledger()]))
+        """Every pinned fact, kept verbatim always: the profile's, the lessons block, the agent's (``pin``
+        tool), then the file-activity ledger line as shown (a line that changed at every file read would
+        restart the strategies' incremental folds each request)."""
+        return self._pins(self.state.pins)
 
     def shown_pins(self) -> list[str]:
-        """The pinned facts in the view's pins message: the profile's, then the agent's and the
-        ledger as of the last compaction that cut history (not a mask/prune/dedupe batch): that
-        message changes only when the prefix changes near the top anyway."""
-        return list(dict.fromkeys([*self.profile.pins, *self.state.lesson_pins, *self.state.shown_pins,
-                                   *self._ledger()]))
+        """The pinned facts in the view's pins message: the agent's as of the last compaction that cut
+        history (that message changes only when the prefix changes near the top anyway)."""
+        return self._pins(self.state.shown_pins)
 
-    def _ledger(self) -> list[str]:
-        """The ledger line as shown (none when no file was touched)."""
+    def _pins(self, agents: list[str]) -> list[str]:
         line = self.state.ledger.line(str(self.toolset.ctx.workdir), self.state.shown_files)
-        return [line] if line else []
+        return list(dict.fromkeys([*self.profile.pins, *self.state.lesson_pins, *agents, *([line] if line else [])]))
 
     def request(self) -> list[Entry]:
         """The view the next request sends as things stand: the base view with the pins message."""
@@ -263,9 +236,7 @@ class Runner:
 
     def summarizer(self) -> Callable[[str, int], str] | None:
         """The LLM summarizer, only on paths where LLM strategies may run."""
-        if self._summarizer_model is None:
-            return None
-        if self.path == "batch" and not self.profile.allow_llm_in_batch:
+        if self._summarizer_model is None or (self.path == "batch" and not self.profile.allow_llm_in_batch):
             return None
         return self._summarize
 
@@ -279,9 +250,8 @@ class Runner:
         return reply.content or ""
 
     def peek(self) -> Peek:
-        """The request :meth:`run` would send next, computed by the same code without writing or
-        calling anything (use a runner made with a :class:`MemorySink`). LLM strategies run
-        without a summarizer here, so a step that would call one shows its fallback."""
+        """The request :meth:`run` would send next, by the same code, with no write (a runner made with a
+        :class:`MemorySink`) nor LLM call (a step that would call one shows its fallback)."""
         before = self.last_request()
         self._summarizer_model = None
         budget = self.budget()
@@ -291,12 +261,9 @@ class Runner:
         return Peek(view, budget, compactions, same_prefix(before, view))
 
     def _build(self, steps: list[Any], budget: Budget) -> Generator[Event, None, list[Entry]]:
-        """Build the view with ``steps``, record what it made (offloads, compactions); returns the
-        request's view: the state's base view with the pins message. The BUDGET and protection
-        checks are the build's (agent/context.py ``ContextState.build``, once each): it decided with
-        every pin shown, and the request shows those pins or fewer, so it is no larger."""
-        # strategies decide on the view with every pin shown: if they compact, that is the request
-        # (the pins message is refreshed by the compaction), so a rebuild decides the same (IDENTITY)
+        """Build the view with ``steps`` and record what it made; returns the request's view. The build
+        checks BUDGET deciding with every pin shown; the request shows those or fewer, so it is no larger
+        (and if the build compacts, the pins message is refreshed: a rebuild decides the same, IDENTITY)."""
         summarizer = self.summarizer()
         window = None if summarizer is None else summarizer_window(self.profile, budget.window)
         built = self.state.context.build([SETTLE, *steps], budget, turn=self.state.replies + 1, summarizer=summarizer,
@@ -315,9 +282,8 @@ class Runner:
         return self.request()
 
     def _check_fits(self, user_input: str) -> None:
-        """Refuse, before writing anything, a user message that alone (with the system prompt, pins,
-        tool schemas and reserve) is over the trigger: written, it would leave a session that no
-        strategy can shrink and no resume can run. Raises ``ContextOverflowError``."""
+        """``ContextOverflowError``, before anything is written, for a user message that with the protected
+        part is over the trigger: no strategy could shrink the session, no resume could run it."""
         message = {"role": "user", "content": user_input}
         system = [] if self.state.next_seq else [{"role": "system", "content": self.profile.system_prompt}]
         probe = [*self.state.context.view, *(Entry(m, count_message(m, self.model_name), -1, -1, 0)
@@ -353,8 +319,7 @@ class Runner:
                         f"the provider still says the context is too long after {MAX_RECOVERIES} "
                         f"emergency compactions ({err}); we estimated {budget.total(view)} tokens "
                         f"for a {budget.window}-token window; largest parts: {largest_parts(view)}; to make room: "
-                        f"{room(budget)}"
-                    ) from err
+                        f"{room(budget)}") from err
                 before_tokens = sum(e.tokens for e in view)
                 budget = replace(budget, scale=budget.scale * 1.25)  # this turn only: usage recalibrates
                 view = yield from self._build(emergency_steps(view, budget, attempt), budget)
@@ -385,9 +350,8 @@ class Runner:
         return budget, steps
 
     def _spend_check(self, view: list[Entry], budget: Budget) -> Iterator[Event]:
-        """Warn at 80% of a limit; before a request that would cross one, write a checkpoint (the
-        ``checkpoint`` strategy, deterministic: a breaker that trips must not spend) and stop:
-        ``LimitReached`` (status ``budget``, exit 3; agent/budgets.py)."""
+        """Warn at 80% of a limit; before a request that would cross one, write a deterministic checkpoint
+        (a breaker that trips must not spend) and raise ``LimitReached`` (agent/budgets.py)."""
         yield from self._spend_warnings()
         tokens, output = int(budget.estimate(view) * budget.scale + 0.5), self.output_tokens
         crossing = self.breaker.check(self.state, tokens, output, price_of(self.model, tokens, output))
@@ -418,19 +382,14 @@ class Runner:
         yield from self._build(steps, self.budget())
 
     def attach(self, text: str, name: str) -> str:
-        """``text`` (piped into the run) as it goes into a user message: ``[name]`` then the text, or,
-        over the tool-result threshold, its preview naming the handle it is stored under (offloaded
-        like a tool output; the output record is appended)."""
+        """``text`` (piped into the run) as it goes into a user message: ``[name]`` then the text, offloaded
+        like a tool output (a preview naming its handle) over the tool-result threshold."""
         call = ToolCall(name, name, "")
         content, record = settle(text, call=call, tool_name=name, store=self.toolset.ctx.store,
                                  policy=self.toolset.policy, handle=self.state.new_handle(name))
         if record is not None:
             self.out.append(record)
         return f"[{name}]\n{content}"
-
-    def record_usage(self, record: records.UsageRecord) -> None:
-        """Append a usage record made elsewhere (a sub-agent's spend, agent/delegate.py)."""
-        self.out.append(record)
 
     def _end(self, reason: str, detail: str = "", **fields: Any) -> None:
         self._ended = True

@@ -1,7 +1,6 @@
-"""The scripted backend: assistant replies read in order from a YAML file.
+"""The scripted backend: assistant replies read in order from a YAML file (docs/usage.md).
 
-A product feature for reproducible batch runs and demos, not only a test double. The file is a
-YAML list; each item is one assistant reply::
+A product feature for reproducible batch runs and demos, not only a test double::
 
     - content: "Let me look."          # optional text
       tool_calls:                      # optional
@@ -10,8 +9,8 @@ YAML list; each item is one assistant reply::
           arguments: {path: data.json} # a mapping (sent as JSON) or a string (sent as is)
     - content: "The answer is 42."
 
-On resume the script continues after the replies the session already holds. When it runs out,
-``complete`` raises ``ProviderError`` ("script exhausted").
+On resume it continues after the replies the session holds; ``complete`` raises ``ProviderError``
+("script exhausted") when it runs out.
 """
 
 from __future__ import annotations
@@ -46,10 +45,8 @@ def _reply(item: Any, index: int, where: str) -> Reply:
 
 
 class ScriptedModel:
-    """Plays the replies of a script in order, starting at reply ``start`` (0-based).
-
-    Usage is reported with our own token counts, so budgets and reports work offline.
-    """
+    """Plays the replies of a script in order, starting at reply ``start`` (0-based); usage is our own
+    token counts, so budgets and reports work offline."""
 
     def __init__(self, replies: Sequence[Reply], *, name: str = "scripted", start: int = 0):
         self.replies = list(replies)
@@ -75,9 +72,7 @@ class ScriptedModel:
 
     def complete(self, messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> Reply:
         if self.position >= len(self.replies):
-            raise ProviderError(
-                f"script exhausted: {self.name} has {len(self.replies)} replies and all were used"
-            )
+            raise ProviderError(f"script exhausted: {self.name} has {len(self.replies)} replies and all were used")
         reply = self.replies[self.position]
         self.position += 1
         prompt = count_messages(messages) + count_tools(tools)

@@ -1,49 +1,32 @@
 """The context window a model server says it serves, for a model litellm's map does not know.
 
-Local servers run a model with a window of their own choosing (llama.cpp's ``-c``, Ollama's
-``num_ctx``, vLLM's ``--max-model-len``), often smaller than the model was trained for; the server
-is the one that knows it. :func:`server_window` asks the server at ``api_base``, one request per
-kind of server, each with a short timeout (:data:`TIMEOUT_S`), all within :data:`DEADLINE_S`, and
-stops at the first answer or at a server that does not answer at all:
+Local servers run a model with a window of their own choosing (llama.cpp's ``-c``, Ollama's ``num_ctx``),
+often smaller than the model was trained for. :func:`server_window` asks the server, one request per kind
+of server (the table in docs/local-models.md, "The window from the server"; sources: llama.cpp
+tools/server/README.md ``/props``, vLLM's ``ModelCard.max_model_len``, LM Studio's ``/api/v0/models``,
+Ollama's docs/api.md ``/api/show`` and ``/api/ps``). Ollama's trained length is never the window (it
+serves 2,048 or 4,096 tokens unless ``num_ctx`` or ``OLLAMA_CONTEXT_LENGTH`` says otherwise).
 
-========================  =====================================  ===============================================
-server                    request                                field read (tokens)
-========================  =====================================  ===============================================
-llama.cpp ``llama-server``  ``GET /props``                       ``default_generation_settings.n_ctx`` (one slot's)
-vLLM, SGLang, llama.cpp,  ``GET {api_base}/models``              the model's ``max_model_len``, ``meta.n_ctx``,
-OpenRouter and others                                            ``context_length``, ``context_window``,
-                                                                 ``max_context_length``
-LM Studio                 ``GET /api/v0/models``                 the model's ``loaded_context_length``
-Ollama                    ``POST /api/show``, ``GET /api/ps``    ``num_ctx`` of its ``parameters``; else the loaded
-                                                                 model's ``context_length``
-========================  =====================================  ===============================================
-
-(llama.cpp: tools/server/README.md, ``/props``; vLLM: its OpenAI server's ``ModelCard.max_model_len``;
-LM Studio: its REST API ``/api/v0/models``; Ollama: docs/api.md ``/api/show`` and ``/api/ps``.)
-Ollama's model information also holds the length the model was trained for, which is not the
-window it serves (its default is 2,048 or 4,096 tokens unless ``num_ctx`` or
-``OLLAMA_CONTEXT_LENGTH`` says otherwise): that is never taken as the window, only named in the
-message when nothing else is said.
-
-Standard library only (``urllib``): a run asks this before anything imports litellm. Proxies are
-taken from the environment as litellm's HTTP client takes them (``NO_PROXY`` honoured).
+Standard library only (``urllib``): a run asks this before anything imports litellm; proxies come from
+the environment as litellm's HTTP client takes them (``NO_PROXY`` honoured).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from ctxagent.agent.model_types import token_count
 
 TIMEOUT_S = 2.0  # seconds one request may take (a local server answers in milliseconds)
 DEADLINE_S = 5.0  # seconds all the requests together may take
 MAX_BODY_BYTES = 8 << 20  # a model list larger than this (bytes) is not read
-MODELS_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length")
+MODELS_FIELDS = ("max_model_len", "context_length", "context_window", "max_context_length", "meta.n_ctx")  # dot: nested
 OLLAMA_PROVIDERS = ("ollama/", "ollama_chat/")
 OLLAMA_DEFAULT_BASE = "http://localhost:11434"  # litellm's default for ollama/ models without api_base
 
@@ -72,12 +55,6 @@ class Asked:
 Probe = Callable[["_Client", str, str, str], Found | None]
 
 
-def served_name(model: str) -> str:
-    """The model's name on its server: the litellm model string without its provider
-    (``openai/qwen2.5`` -> ``qwen2.5``; ``ollama/llama3:8b`` -> ``llama3:8b``)."""
-    return model.split("/", 1)[1] if "/" in model else model
-
-
 def server_root(api_base: str) -> str:
     """``api_base`` without a trailing ``/v1`` (and slash): where llama.cpp, Ollama and LM Studio
     serve their own endpoints (``http://127.0.0.1:8080/v1`` -> ``http://127.0.0.1:8080``)."""
@@ -92,16 +69,13 @@ def default_base(model: str) -> str | None:
 
 def server_window(api_base: str, model: str, *, timeout_s: float = TIMEOUT_S,
                   deadline_s: float = DEADLINE_S) -> tuple[Found | None, Asked]:
-    """The context window (tokens) the server at ``api_base`` says it serves ``model`` with.
-
-    ``model``: the litellm model string (its provider prefix picks the order of the requests:
-    Ollama's first for ``ollama/`` models). Returns ``(Found, Asked)`` at the first request that
-    names a window, else ``(None, Asked)``: what each request got (an HTTP status, no such field,
-    a refused connection), Ollama's trained length when it said one. Never raises.
-    """
+    """The context window (tokens) the server at ``api_base`` says it serves ``model`` (a litellm model
+    string; ``ollama/`` asks Ollama only) with. Never raises. Returns ``(Found, Asked)`` at the first
+    request that names a window, else ``(None, Asked)``: what each request got."""
     client = _Client(timeout_s, time.monotonic() + deadline_s)
     asked = Asked()
-    base, root, name = api_base.rstrip("/"), server_root(api_base), served_name(model)
+    base, root = api_base.rstrip("/"), server_root(api_base)
+    name = model.split("/", 1)[-1]  # the name on its server: openai/qwen2.5 -> qwen2.5, ollama/llama3:8b -> llama3:8b
     probes: list[Probe] = [_llama_props, _openai_models, _lm_studio, _ollama]
     if model.startswith(OLLAMA_PROVIDERS):
         probes = [_ollama]
@@ -118,17 +92,11 @@ def server_window(api_base: str, model: str, *, timeout_s: float = TIMEOUT_S,
 
 def describe_missing(model: str, api_base: str, asked: Asked) -> str:
     """The sentence a ``UsageError`` gives when the server did not say its window."""
-    if asked.down:
-        said = f"the server at {api_base} did not answer ({asked.text()})"
-    else:
-        said = f"the server at {api_base} did not say it ({asked.text()})"
+    said = f"the server at {api_base} did not {'answer' if asked.down else 'say it'} ({asked.text()})"
     trained = (f"; Ollama says the model was trained for {asked.trained:,} tokens, but it serves a smaller "
                "window unless num_ctx (Modelfile) or OLLAMA_CONTEXT_LENGTH sets one"
                if asked.trained else "")
     return f"litellm does not know the context window of {model!r}, and {said}{trained}"
-
-
-# ---------------------------------------------------------------- HTTP
 
 
 class _Client:
@@ -177,22 +145,12 @@ class _Client:
         self.log.append(f"{method} {url}: {what}")
 
 
-def _tokens(value: Any) -> int | None:
-    """``value`` as a positive token count, else None (bools and junk refused)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return int(value) if value >= 1 else None
-
-
 def _path(data: Any, *keys: str) -> Any:
     for key in keys:
         if not isinstance(data, dict):
             return None
         data = data.get(key)
     return data
-
-
-# ---------------------------------------------------------------- one probe per kind of server
 
 
 def _llama_props(client: _Client, base: str, root: str, name: str) -> Found | None:
@@ -206,8 +164,8 @@ def _field(client: _Client, url: str, label: str, pick: Callable[[Any], Any]) ->
     data = client.get(url)
     if data is None:
         return None
-    tokens = _tokens(pick(data))
-    if tokens is None:
+    tokens = token_count(pick(data))
+    if not tokens:
         client.miss(url, f"no {label}")
         return None
     return Found(tokens, f"GET {url}: {label}")
@@ -237,11 +195,9 @@ def _openai_models(client: _Client, base: str, root: str, name: str) -> Found | 
     if entry is None:
         client.miss(url, f"no entry for {name!r}")
         return None
-    for key in MODELS_FIELDS:
-        if (tokens := _tokens(entry.get(key))) is not None:
-            return Found(tokens, f"GET {url}: {key}")
-    if (tokens := _tokens(_path(entry, "meta", "n_ctx"))) is not None:
-        return Found(tokens, f"GET {url}: meta.n_ctx")
+    for label in MODELS_FIELDS:
+        if tokens := token_count(_path(entry, *label.split("."))):
+            return Found(tokens, f"GET {url}: {label}")
     client.miss(url, f"no window field for {entry.get('id')!r}")
     return None
 
@@ -259,29 +215,24 @@ def _ollama(client: _Client, base: str, root: str, name: str) -> Found | None:
     shown = client.get(url, {"model": name})
     if shown is None:
         return None
-    for line in _lines(shown.get("parameters") if isinstance(shown, dict) else None):
-        key, _, value = line.partition(" ")
-        if key == "num_ctx" and (tokens := _tokens(_number(value))) is not None:
+    parameters = _path(shown, "parameters")
+    for line in (parameters if isinstance(parameters, str) else "").splitlines():
+        key, _, value = " ".join(line.split()).partition(" ")
+        if key == "num_ctx" and (tokens := token_count(_number(value))):
             return Found(tokens, f"POST {url}: parameters num_ctx")
     info = _path(shown, "model_info")
     if isinstance(info, dict):
-        client.trained = next((_tokens(v) for k, v in info.items() if k.endswith(".context_length")), None)
+        client.trained = next((token_count(v) for k, v in info.items() if k.endswith(".context_length")), None)
     client.miss(url, "no num_ctx in parameters", "POST")
     ps = f"{root}/api/ps"
     loaded = client.get(ps)
     if loaded is None:
         return None
     entry = _entry(_entries(loaded, "models"), name, "name", "model")
-    if entry is not None and (tokens := _tokens(entry.get("context_length"))) is not None:
+    if entry is not None and (tokens := token_count(entry.get("context_length"))):
         return Found(tokens, f"GET {ps}: context_length")
     client.miss(ps, f"{name!r} not loaded, or no context_length")
     return None
-
-
-def _lines(text: Any) -> Iterator[str]:
-    if isinstance(text, str):
-        for line in text.splitlines():
-            yield " ".join(line.split())
 
 
 def _number(text: str) -> float | None:

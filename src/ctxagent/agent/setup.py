@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ctxagent.agent.activity import digest
 from ctxagent.agent.budgets import session_limits as session_limits_of
 from ctxagent.agent.config import RunConfig
 from ctxagent.agent.model import Model, make_model
@@ -43,20 +44,15 @@ SCRIPTED_WINDOW = 128_000  # tokens: the window a scripted model has when the pr
 def resolve_window(profile: Profile, model: str, api_base: str | None = None,
                    notes: list[str] | None = None) -> int:
     """The context window in tokens: the profile's, else litellm's model info, else what the model's
-    server says (``api_base``, or Ollama's local default for ``ollama/`` models;
-    :mod:`ctxagent.agent.server_window`). Where a server said it, a line naming the request and the
-    field is appended to ``notes`` (the run records it).
-
-    Raises ``UsageError`` when none of them knows it (an unmapped model with no ``context_window``).
-    """
+    server says (:mod:`ctxagent.agent.server_window`; then a line naming the request is appended to
+    ``notes``). Raises ``UsageError`` when none of them knows it."""
     if profile.context_window:
         return profile.context_window
     if model.startswith("scripted:"):
         return SCRIPTED_WINDOW
-    from ctxagent.agent.model_info import did_you_mean, model_window
+    from ctxagent.agent.litellm_backend import did_you_mean, model_window
 
-    window = model_window(model)
-    if window:
+    if window := model_window(model):
         return window
     fix = "pass --context-window N (tokens) or set context_window in the profile"
     from ctxagent.agent.server_window import default_base, describe_missing, server_window
@@ -76,10 +72,8 @@ def resolve_window(profile: Profile, model: str, api_base: str | None = None,
 
 
 def session_profile(settings: Settings) -> Profile:
-    """The profile the settings name. When the session kept a copy of a profile file (its
-    ``profile_text``) and the file is gone, or no longer holds that copy (changed on disk since it
-    was recorded: by hand, or by something the session ran), the copy, with a warning saying so;
-    ``--profile FILE`` takes the file as it is now. Raises ``ProfileError`` when neither can be read."""
+    """The profile the settings name; the copy the session kept (``profile_text``), with a warning, when
+    the file is gone or changed on disk since. Raises ``ProfileError`` when neither can be read."""
     try:
         profile = load_profile(settings.profile)
     except ProfileError:
@@ -98,21 +92,12 @@ def session_profile(settings: Settings) -> Profile:
 
 def file_sha256(path: str | None) -> str | None:
     """The sha256 (hex) of the bytes of the file at ``path``; None for None or a file that cannot be read."""
-    if path is None:
-        return None
-    import hashlib
-
-    try:
-        with open(path, "rb") as fh:
-            return hashlib.file_digest(fh, "sha256").hexdigest()
-    except OSError:
-        return None
+    return (digest(Path(path)) or None) if path is not None else None
 
 
 def _mcp_digest(current: Settings, given: str | None) -> str | None:
-    """The sha256 of the MCP configuration a run uses, to record: the given file's, else the recorded
-    one's. Raises ``UsageError`` when the recorded file changed since its digest was recorded (its
-    servers are commands: they start only once the user names the file again)."""
+    """The sha256 of the MCP configuration a run uses: the given file's, else the recorded one's.
+    Raises ``UsageError`` when the recorded file changed since (its servers are commands)."""
     if given is not None or current.mcp_config is None:
         return file_sha256(given)
     now = file_sha256(current.mcp_config)
@@ -150,17 +135,10 @@ def _profile_text(spec: str, profile: Profile) -> str | None:
 
 def wanted_settings(current: Settings | None, config: RunConfig,
                     notes: list[str] | None = None) -> tuple[Settings, Profile]:
-    """The settings a run asks for: the session's (``current``; None for a new session) with what
-    ``config`` gives instead, and the profile they name. The context window is resolved again only
-    when the profile or model changes (or the profile now sets one); ``config.context_window``
-    (tokens) wins over the profile and litellm. ``config.session_limits`` are merged over the ones
-    recorded. ``config.mcp_config`` is recorded with the sha256 of its bytes; a resume keeps the
-    last one, and refuses it (``UsageError``) when it changed on disk since. A profile file changed
-    on disk since the session recorded it is replaced by the recorded copy, with a warning
-    (:func:`session_profile`). ``notes``: where the window came from when a server said it
-    (:func:`resolve_window`).
-
-    Raises ``ProfileError`` / ``UsageError`` for a bad profile or a model whose window is unknown.
+    """The settings a run asks for, the session's (``current``; None: a new one) with what ``config``
+    gives instead, and the profile they name. The context window (tokens) is resolved again only when
+    the profile or model changes; ``notes``: see :func:`resolve_window`. Raises ``ProfileError`` /
+    ``UsageError`` for a bad profile, a changed MCP configuration or a model whose window is unknown.
     """
     c = config
     spec = c.profile_spec or (None if current else "default")
@@ -183,12 +161,8 @@ def wanted_settings(current: Settings | None, config: RunConfig,
 
 
 def open_runner(session: Session, config: RunConfig) -> Runner:
-    """A runner for ``session`` as ``config`` asks (agent/config.py): its records folded into a
-    state (ONE STATE), then the header of a new session, or a ``settings`` record of what this run
-    changes, appended and applied. MCP servers (the profile's ``mcp_servers`` and the
-    ``mcp_config`` file's) start now; the tool lists of those the session has not recorded yet are
-    recorded (``tools`` records). ``config.grants``' ``allow`` names are checked against the tools,
-    except a sub-agent's (``grants.rules`` set: its parent's, checked when the parent opened).
+    """A runner for ``session`` as ``config`` asks: its records folded into a state (ONE STATE), then
+    the header or a ``settings`` record of what this run changes appended; MCP servers start now.
 
     Raises ``ProfileError``/``UsageError`` for a bad profile, model, script, working directory,
     tool or limit; nothing is written then.
@@ -207,7 +181,7 @@ def open_runner(session: Session, config: RunConfig) -> Runner:
                        temperature=profile.temperature)
     mcp = mcp_for(session, profile, settings, state.mcp_tools, connect=True)
     toolset = toolset_for(session, profile, settings, mcp, stop=config.stop)
-    if config.grants is not None and config.grants.rules is None:
+    if config.grants is not None and config.grants.rules is None:  # a sub-agent's: checked with its parent
         check_allowed(config.grants, toolset)
     check_limits(model, reply_tokens, config.limits(profile), session_limits_of(profile.limits.session,
                                                                                 settings.limits))
@@ -240,16 +214,14 @@ def _record_settings(session: Session, state: SessionState, settings: Settings,
 
 
 def _delegates(settings: Settings, profile: Profile) -> Callable[[Runner], Delegates]:
-    """Makes the runner of a session's ``delegate`` calls (agent/delegate.py, imported only where
-    sub-agents are allowed)."""
+    """Makes the runner of a session's ``delegate`` calls (agent/delegate.py, imported only then)."""
     from ctxagent.agent.delegate import Delegator
 
     return partial(Delegator, opener=_child_opener(settings, profile), config=profile.delegate)
 
 
 def _learner(session: Session, profile: Profile, settings: Settings) -> Learner | None:
-    """The session's lessons (lessons/hooks.py) when its profile has them on; sub-agents neither
-    see nor teach (None)."""
+    """The session's lessons when its profile has them on; sub-agents neither see nor teach (None)."""
     if not profile.lessons.enabled or "/" in session.name:
         return None
     from ctxagent.lessons.hooks import Learner
@@ -304,11 +276,8 @@ def check_limits(model: Model, reply_tokens: int, *limits: Limits) -> None:
 
 
 def _child_opener(parent: Settings, profile: Profile) -> Opener:
-    """How a sub-agent of a session with ``parent`` settings is opened (agent/delegate.py): the
-    parent's model (or ``delegate.model``), server, path, working directory and user tools; the
-    profile the call names, else ``delegate.profile``, else the parent's; the budget carved for it
-    recorded as its session limits (so its resume keeps them); the ``grants`` the delegator passes
-    (the parent's, agent/delegate.py) and the parent's ``stop`` event."""
+    """How a sub-agent of a session with ``parent`` settings is opened: the parent's settings but the
+    profile and model ``delegate`` names, its carved budget recorded as its session limits."""
     def open_child(session: Session, profile_spec: str | None, limits: dict[str, float], grants: Grants,
                    stop: Stop) -> Runner:
         return open_runner(session, RunConfig(
@@ -320,12 +289,9 @@ def _child_opener(parent: Settings, profile: Profile) -> Opener:
 
 def toolset_for(session: Session, profile: Profile, settings: Settings, mcp: McpTools | None = None, *,
                 stop: Stop | None = None) -> Toolset:
-    """The session's tools: the profile's, the user's (``settings.tools``), the context tools
-    its pipelines need (``checkpoint``) and the ``mcp`` tools (deferred behind ``find_tools`` when
-    their schemas exceed ``mcp.schema_budget`` of the window), working in ``settings.workdir``, stopped
-    by ``stop`` (a sub-agent's: its parent's; None: a new one). ``delegate`` is left out
-    of a sub-agent at ``delegate.max_depth`` (it could only be refused); where it is offered, its
-    ``delegate.profile`` and a scripted ``delegate.model`` are checked now, not at the first call."""
+    """The session's tools: the profile's, the user's, the context tools its pipelines need and the
+    ``mcp`` tools (deferred behind ``find_tools`` over ``mcp.schema_budget`` of the window), stopped by
+    ``stop`` (None: a new event). ``delegate`` is left out at ``delegate.max_depth``, else checked now."""
     names = list(profile.tools)
     if "delegate" in names and session.name.count("/") >= profile.delegate.max_depth:
         names.remove("delegate")
@@ -349,11 +315,9 @@ def toolset_for(session: Session, profile: Profile, settings: Settings, mcp: Mcp
 
 def mcp_for(session: Session, profile: Profile, settings: Settings, recorded: Mapping[str, list[dict[str, Any]]],
             *, connect: bool) -> McpTools:
-    """The MCP tools of a run (mcp_tools/mirror.py): the servers of the profile and of the
-    ``--mcp-config`` file, plus recorded tools of servers no longer configured. ``connect``: start
-    the servers (a run) or not (``inspect``). A recorded config file deleted since is a warning
-    (its servers' recorded tools answer with errors). Raises ``UsageError`` for a config file that
-    cannot be read or is invalid (a run only)."""
+    """The MCP tools of a run: the profile's and ``--mcp-config``'s servers, plus recorded tools of
+    servers no longer configured. ``connect``: start the servers (a run) or not (``inspect``).
+    Raises ``UsageError`` for a config file that cannot be read or is invalid (a run only)."""
     from ctxagent.mcp_tools.config import McpTools, servers_of
     from ctxagent.tools.environment import passed_through
 
@@ -395,16 +359,10 @@ PREVIEW_MIN_CHARS = 200  # the smallest preview.max_chars a profile may set
 
 
 def offload_policy(profile: Profile, model_name: str, *, window: int | None = None) -> OffloadPolicy:
-    """The profile's offload settings (tool-result limit in tokens, preview lines and characters).
-
-    The limit (tokens) is the smaller of ``tool_result_limit`` and ``tool_result_fraction`` of the
-    context window, so a result that would crowd a small window out is offloaded to a preview; the
-    offloader then subtracts the envelope overhead. The preview's characters are at most a quarter of
-    the window's tokens (1,024 characters, ~7% of a 4,096-token window; no change from 16K up): with
-    the 4,000-character default, a 2 MB log's preview was a quarter of a 4K window, and a 1.5B model
-    answered with a value from its lines instead of searching the output (docs/local-models.md).
-    ``window``: the session's context window in tokens; None takes the profile's ``context_window``
-    (and no window cap when it sets none).
+    """The profile's offload settings: the tool-result limit (tokens), the smaller of
+    ``tool_result_limit`` and ``tool_result_fraction`` of ``window`` (tokens; None: the profile's), and
+    the preview, at most a quarter of the window's tokens in characters (with 4,000, a 2 MB log's preview
+    was a quarter of a 4K window and a 1.5B model answered from its lines: docs/local-models.md).
     """
     window = window or profile.context_window
     limit, max_chars = profile.tool_result_limit, profile.preview.max_chars
@@ -422,17 +380,12 @@ def summarizer_factory(profile: Profile, settings: Settings, done: int) -> Calla
     cfg = profile.summarizer
     if cfg.model is None and settings.model.startswith("scripted:"):
         return None
-    name = cfg.model or settings.model
-    api_base = settings.api_base
-    made: list[Model] = []
 
+    @cache
     def make() -> Model:
-        if not made:
-            made.append(make_model(name, api_base=cfg.api_base or api_base or profile.api_base,
-                                   replies_done=done, timeout_s=profile.timeout_s,
-                                   retries=profile.retries, max_output_tokens=cfg.max_tokens,
-                                   prompt_cache=profile.prompt_cache,
-                                   max_retry_wait_s=profile.max_retry_wait_s))
-        return made[0]
+        return make_model(cfg.model or settings.model, api_base=cfg.api_base or settings.api_base or profile.api_base,
+                          replies_done=done, timeout_s=profile.timeout_s, retries=profile.retries,
+                          max_output_tokens=cfg.max_tokens, prompt_cache=profile.prompt_cache,
+                          max_retry_wait_s=profile.max_retry_wait_s)
 
     return make

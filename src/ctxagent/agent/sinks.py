@@ -1,9 +1,4 @@
-"""Where the runner's records go before the session state applies them, and what makes them.
-
-:class:`TranscriptSink` is the live one (the session's JSONL transcript, fsynced per write);
-:class:`MemorySink` keeps them in memory for a read-only peek (``inspect context``);
-:class:`Recorder` makes the records, writes them to a sink and applies them to the state.
-"""
+"""Where the runner's records go before the session state applies them (a sink), and what makes them."""
 
 from __future__ import annotations
 
@@ -17,7 +12,6 @@ from ctxagent.messages import Message
 from ctxagent.sessions import records, redact
 from ctxagent.sessions.redact import RedactingStore
 from ctxagent.sessions.session import Session
-from ctxagent.sessions.transcript import Transcript
 from ctxagent.strategies.base import Entry
 from ctxagent.tokens import count_message
 from ctxagent.tools.offload import store_text
@@ -31,21 +25,14 @@ class Sink(Protocol):
     def write(self, items: Sequence[Any]) -> None: ...
 
 
-@dataclass
 class TranscriptSink:
-    """The live sink: the session's transcript (flushed and fsynced before ``write`` returns).
+    """The live sink: the session's transcript (fsynced before ``write`` returns), records redacted with the
+    environment's secrets as the run started (read once: reading them cost ~0.17 ms a record)."""
 
-    Records are redacted with the secrets of the environment as the run started (read once, not
-    on every record: reading the environment cost ~0.17 ms a record).
-    """
+    writes_files = True
 
-    session: Session
-    writes_files: bool = True
-    _transcript: Transcript = field(init=False, repr=False)
-    _redactor: Any = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._transcript, self._redactor = self.session.transcript, redact.default()
+    def __init__(self, session: Session):
+        self._transcript, self._redactor = session.transcript, redact.default()
 
     def write(self, items: Sequence[Any]) -> None:
         self._transcript.append(items, self._redactor)
@@ -63,10 +50,8 @@ class MemorySink:
 
 
 class Recorder:
-    """Makes a runner's records and appends them: each is written by the ``sink``, then applied to
-    the ``state`` by the same :meth:`SessionState.apply` that folded the transcript on open (ONE
-    STATE). ``redact_always``: the profile's ``redact: always`` (a message is redacted before the
-    model sees it too; docs/security.md, "Secrets"). ``store``: where originals are materialized."""
+    """Makes a runner's records, writes each to the ``sink``, then applies it to the ``state`` (ONE STATE).
+    ``redact_always``: the profile's ``redact: always`` (docs/security.md); ``store``: for originals."""
 
     def __init__(self, state: SessionState, sink: Sink, store: RedactingStore, *, redact_always: bool = False):
         self.state, self.sink, self.store, self.redact_always = state, sink, store, redact_always
@@ -86,8 +71,7 @@ class Recorder:
                                      tokens=count_message(message, self.model_name), **extra)
 
     def append(self, *items: Any) -> None:
-        """Write ``items`` (records), then apply each to the state. Message records are appended
-        one by one so that each gets the next seq number."""
+        """Write ``items`` (records), then apply each to the state (a message record takes its seq when made)."""
         self.sink.write(items)
         for item in items:
             self.state.apply(item)
@@ -98,8 +82,7 @@ class Recorder:
         return Warned(source, text)
 
     def materialize(self, entries: Sequence[Entry]) -> None:
-        """Write to the output store the originals that the view now points at by handle (a peek
-        records them without writing)."""
+        """Store the originals the view now points at by handle (a peek records them without writing)."""
         for entry in entries:
             handle = entry.handle
             if handle is None or handle in self.state.stored:

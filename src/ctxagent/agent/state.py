@@ -3,11 +3,6 @@
 :meth:`SessionState.apply` applies one record; :func:`fold` applies them all when a session is
 opened, and the runner calls ``apply`` on every record it appends. Nothing else derives session
 state, so a resumed session continues from exactly the state the live run had.
-
-What it holds: the settings in force (header, then ``settings`` records), counters (next seq,
-turn, replies, user messages), the calls still waiting for results, the agent's pinned facts and
-the ones shown in the view, the lessons block shown, the handles taken and the ones stored, the
-token calibration, the session's usage totals, and the base view (:class:`~ctxagent.agent.context.ContextState`).
 """
 
 from __future__ import annotations
@@ -27,11 +22,8 @@ from ctxagent.sessions.records import Settings
 from ctxagent.sessions.transcript import Transcript
 from ctxagent.tokens import calibration, reported_prompt
 
-REPAIR_SOURCE = "transcript repair"
-"""``source`` of the note records that record a repair the fold made to a damaged transcript."""
-
-RECENT_COMPACTIONS = 10
-"""Compaction records a state keeps whole (``inspect context`` lists them; the rest are counted)."""
+REPAIR_SOURCE = "transcript repair"  # source of the note records of the fold's repairs to a damaged transcript
+RECENT_COMPACTIONS = 10  # compaction records a state keeps whole (inspect context lists them; the rest are counted)
 
 VIEW_STEPS = frozenset({"mask_observations", "prune", "dedupe", "role_selective", "settle"})
 """Steps that edit single results as they age, typically on every request (``trigger: 0``): their
@@ -134,10 +126,8 @@ class SessionState:
             self.context.model = self.settings.model
 
     def streak(self, back: int) -> int:
-        """The loop guard's count (:func:`ctxagent.agent.activity.streak`) of identical calls with
-        unchanged results ending at the call ``back`` places before the newest (0: the newest), over
-        the last ``activity.SIGNATURES_KEPT`` calls; a reply's identical parallel calls count once.
-        Computed when asked: a fold over thousands of replies does not canonicalize every call."""
+        """The loop guard's count (:func:`ctxagent.agent.activity.streak`) of the call ``back`` places
+        before the newest (0: the newest). Computed when asked: a fold does not canonicalize every call."""
         recent = self._recent[-activity.SIGNATURES_KEPT:]
         return activity.streak([activity.signature(call) for _, call in recent], len(recent) - 1 - back,
                                [reply for reply, _ in recent], [self._digests.get(call.id) for _, call in recent])
@@ -160,8 +150,7 @@ class SessionState:
         return new_handle(call_id, self.handles)
 
     def repair_notes(self) -> list[records.NoteRecord]:
-        """Note records of the repairs the fold made to this transcript that no note records yet
-        (append them: the fold makes the same repairs on every open, the notes say so once)."""
+        """Note records of the fold's repairs that no note records yet (the notes say them once)."""
         return [records.NoteRecord(turn=self.turn, source=REPAIR_SOURCE, text=text) for text in self.repairs]
 
     def needs_input(self) -> bool:
@@ -199,9 +188,7 @@ class SessionState:
         self._signatures(record.message)
 
     def _tool_result(self, record: records.MessageRecord) -> None:
-        """A tool result, paired with its call by id (PAIR), repaired when it cannot be: one without
-        id answers the only open call; one that answers no open call stays out of the view; one
-        after another reply moves up behind its call. Each repair is kept in ``repairs``."""
+        """A tool result, paired with its call by id (PAIR), else repaired (the repair kept in ``repairs``)."""
         call_id = record.message.get("tool_call_id")
         what = f"tool result #{record.seq}"
         if not call_id and len(self.open_calls) == 1:
@@ -220,9 +207,8 @@ class SessionState:
         self._result(record, handle)
 
     def _handle_of(self, record: records.MessageRecord) -> tuple[str, bool]:
-        """A tool result's handle and whether it was offloaded: the record's own, or for records
-        written before handles were kept on them, the stored output of its call, else the handle
-        its call id gives. Taken (and stored) in the state."""
+        """A tool result's handle and whether it was offloaded: the record's own, or (a record older than
+        handles on records) its call's stored output's, else its call id's."""
         handle, offloaded = record.handle, record.offloaded
         if handle is None:
             call_id = str(record.message.get("tool_call_id") or "")
@@ -294,7 +280,6 @@ _FOLD: dict[type, Callable[[SessionState, Any], None]] = {
     records.ToolsRecord: SessionState._tools,
     records.SettingsRecord: SessionState._settings,
 }
-"""What :meth:`SessionState.apply` does with a record, by its kind (a kind not here changes nothing)."""
 
 
 def open_state(transcript: Transcript, *, repair: bool = False) -> SessionState:
@@ -305,12 +290,8 @@ def open_state(transcript: Transcript, *, repair: bool = False) -> SessionState:
 
 
 def fold(items: Iterable[Any], *, transcript_path: str = "transcript.jsonl") -> SessionState:
-    """The state of a session whose records are ``items`` (oldest first).
-
-    The cyclic garbage collector is paused while the fold runs: it builds tens of thousands of
-    objects that all live on, and CPython's collector would scan them again and again as they pile
-    up (a third of a 10,000-message resume). Nothing a fold makes is garbage in a cycle.
-    """
+    """The state of a session whose records are ``items`` (oldest first). The collector is paused: the
+    fold's objects all live on, and scanning them as they pile up took a third of a 10,000-message resume."""
     state = SessionState(context=ContextState(transcript_path=transcript_path))
     with collector_paused():
         for item in items:

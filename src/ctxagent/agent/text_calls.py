@@ -1,38 +1,12 @@
 """Tool calls written as text: reading them from a reply that has no native tool calls.
 
-Small local models often answer a tool request with the call written in their text instead of in
-the API's ``tool_calls`` (llama.cpp returns it as text when it is not in the exact tags the chat
-template asks for; Qwen2.5-Coder-1.5B does so nearly always, FIELD-NOTES.md). Goose (its tool shim:
-a second model turns the text into calls) and OpenHands (non-native function calling: the tools are
-described in the prompt and ``<function=NAME><parameter=K>V</parameter></function>`` blocks are
-parsed back and validated against the tools) show the two ways out; this module reads the shapes
-small models write on their own, with no second model and nothing added to the prompt:
-
-- a JSON object ``{"name": NAME, "arguments": {...}}`` (``parameters``, ``args``, ``input`` for
-  ``arguments``; ``arguments`` may be JSON text), or OpenAI's ``{"type": "function", "function":
-  {...}}``, or ``{"tool_calls": [...]}``, or a JSON array of them;
-- in a fenced code block, in tags (``<tool_call>``, ``<tools>``, ``<function_call>``...), or bare on
-  lines of its own; one or several;
-- OpenHands' ``<function=NAME><parameter=KEY>VALUE</parameter></function>``, values typed by the
-  tool's schema, and ``<function name="NAME" arguments='{...}'>`` (Qwen2.5-Coder-1.5B wrote it in
-  ``<tools>`` tags);
-- a fenced block of command lines, ``read_file config/db.ini``, each naming a tool of the request
-  that takes one required string argument (Qwen2.5-Coder-1.5B wrote calls so in a bash fence).
-
-:func:`read_calls` is the one entry point; the runner calls it where a reply becomes the assistant
-message, so a call read from text is run and recorded as a native call (the transcript is valid for
-any provider it is later resumed with, PAIR), with the text written around it kept as the message's
-content and the whole text as the model wrote it kept on the record (NO LOSS).
-
-Modes (the profile's ``text_tool_calls``):
-
-- ``auto`` (default): a found object is a call only when it names a tool of the request and its
-  arguments validate against that tool's schema, and it stands in a fence, in tags or on lines of
-  its own. An answer that quotes JSON (a value, an example of a call to a tool that does not exist,
-  an object inside a sentence) is not a call.
-- ``always``: every call-shaped object is a call wherever it stands, whatever tool it names; the
-  toolset then answers an unknown tool or bad arguments with an error the model can correct.
-- ``off``: never.
+Small local models often write a call in their text instead of the API's ``tool_calls`` (Qwen2.5-Coder-1.5B
+on llama.cpp nearly always, FIELD-NOTES.md). Goose (a second model turns the text into calls) and
+OpenHands (tools described in the prompt, ``<function=NAME>`` blocks parsed back) show two ways out; this
+module reads the shapes small models write on their own, with no second model and nothing added to the
+prompt. The shapes and the modes (the profile's ``text_tool_calls``): docs/local-models.md, "Tool calls
+written as text". A call read from text is recorded as a native call (PAIR), the whole text kept on the
+record as ``written`` (NO LOSS).
 """
 
 from __future__ import annotations
@@ -41,13 +15,10 @@ import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 from ctxagent.agent.model_types import Reply, ToolCall
 from ctxagent.tools.arguments import arguments_fit
-
-Mode = Literal["auto", "always", "off"]
-MODES: tuple[Mode, ...] = ("auto", "always", "off")
 
 NAME_KEYS = ("name", "tool", "tool_name", "function")
 ARGUMENT_KEYS = ("arguments", "parameters", "args", "input", "tool_input")
@@ -80,13 +51,9 @@ class _Block:
 
 
 def read_calls(reply: Reply, mode: str, tools: Sequence[Mapping[str, Any]]) -> Reply:
-    """``reply`` with the tool calls its text holds (see the module doc), or ``reply`` itself.
-
-    ``tools``: the OpenAI tool schemas the request offered (none offered: nothing is read).
-    The calls found get empty ids (the runner numbers them); the content becomes the text around
-    them (None when there is none), and ``written`` the whole text as the model wrote it. A reply
-    with native tool calls, or in mode ``off``, is returned unchanged.
-    """
+    """``reply`` with the tool calls its text holds, or ``reply`` itself (it has native calls, ``mode`` is
+    ``off``, or no ``tools``, the request's OpenAI tool schemas, were offered). The calls get empty ids (the
+    runner numbers them), the content the text around them (or None), ``written`` the whole text."""
     text = reply.content or ""
     if mode == "off" or reply.tool_calls or not tools or not text.strip():
         return reply
@@ -120,27 +87,23 @@ def _without(text: str, blocks: Sequence[_Block]) -> str:
     return "\n\n".join(kept for piece in pieces if (kept := piece.strip("\n").rstrip())).strip()
 
 
-# ---------------------------------------------------------------- finding blocks
-
-
 def _blocks(text: str, schemas: Mapping[str, Mapping[str, Any]], *, lenient: bool) -> list[_Block]:
     """Every region of ``text`` that holds calls only: fenced blocks, tagged blocks, OpenHands
     function blocks, then bare JSON on lines of its own (anywhere, when ``lenient``); in text order."""
     found: list[_Block] = []
     taken: list[tuple[int, int]] = []
-    for pattern in (_FENCE, _TAG):
+    for pattern in (_FENCE, _TAG, _FUNCTION):
         for match in pattern.finditer(text):
             if any(s <= match.start() < e for s, e in taken):
                 continue
             taken.append(match.span())
             inner = match.group(2)
-            calls = _only_calls(inner) or (_command_lines(inner, schemas) if pattern is _FENCE else ())
+            if pattern is _FUNCTION:
+                calls: tuple[_Found, ...] = (_function_block(match, schemas),)
+            else:
+                calls = _only_calls(inner) or (_command_lines(inner, schemas) if pattern is _FENCE else ())
             if calls:
                 found.append(_Block(match.start(), match.end(), calls))
-    for match in _FUNCTION.finditer(text):
-        if not any(s <= match.start() < e for s, e in taken):
-            taken.append(match.span())
-            found.append(_Block(match.start(), match.end(), (_function_block(match, schemas),)))
     found += [b for b in _bare(text, lenient) if not any(s <= b.start < e for s, e in taken)]
     if not found and (calls := _only_calls(text)):  # a whole reply of <function name=...> elements
         found.append(_Block(0, len(text), calls))
@@ -169,9 +132,8 @@ def _only_calls(inner: str) -> tuple[_Found, ...]:
 
 
 def _command_lines(inner: str, schemas: Mapping[str, Mapping[str, Any]]) -> tuple[_Found, ...]:
-    """The calls of a fenced block written as command lines, ``read_file config/db.ini``: every
-    non-blank line a tool of the request that takes one required string argument, then that
-    argument (quotes stripped); () when any line is anything else."""
+    """The calls of a fenced block of command lines, ``read_file config/db.ini``, each a tool taking one
+    required string argument, then that argument (quotes stripped); () when any line is anything else."""
     calls = []
     for line in (raw.strip() for raw in inner.splitlines()):
         if not line:
@@ -202,9 +164,8 @@ def _bare(text: str, lenient: bool) -> Iterator[_Block]:
 
 
 def _json_values(text: str) -> Iterator[tuple[int, int, Any]]:
-    """Every JSON object or array in ``text`` that starts at a ``{`` or ``[`` and decodes, with its
-    span (characters), outermost only, in order. At most :data:`MAX_FAILED_STARTS` starts that do not
-    decode are tried (a reply of code full of braces, or ``[[[[...``, costs bounded work)."""
+    """Every outermost JSON object or array in ``text``, with its span (characters), in order; at most
+    :data:`MAX_FAILED_STARTS` starts that do not decode are tried (a reply full of braces costs bounded work)."""
     decoder = json.JSONDecoder()
     at, failed = 0, 0
     while failed < MAX_FAILED_STARTS:
@@ -219,9 +180,6 @@ def _json_values(text: str) -> Iterator[tuple[int, int, Any]]:
             continue
         yield start, end, value
         at = end
-
-
-# ---------------------------------------------------------------- reading one value
 
 
 def _calls_of(value: Any) -> list[_Found]:
@@ -278,7 +236,6 @@ def _typed(text: str, schema: Mapping[str, Any]) -> Any:
     if "string" in types or not types:
         return text
     try:
-        value = json.loads(text.strip())
+        return json.loads(text.strip())
     except ValueError:
         return text
-    return value

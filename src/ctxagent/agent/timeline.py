@@ -1,16 +1,5 @@
-"""A session's requests over time, read from its transcript: what ``ctxagent report`` draws.
-
-Every figure comes from a record (the transcript holds them all):
-
-- one :class:`Request` per model call of the agent (a ``usage`` record whose model is not a
-  summarizer's or a sub-agent's): the prompt tokens the provider counted, the part its prompt cache
-  served (``cached``), the reply's tokens, the cost, and the window and reply reserve in force then
-  (the header's and ``settings`` records' window; the profile's ``max_output_tokens`` + ``margin_tokens``);
-- one :class:`Mark` per compaction record and per offload (``output`` record), placed before the
-  request that first saw it;
-- the spend of every call, summaries and sub-agents included, by model (:class:`Spend`).
-
-Reads the transcript once, record by record; never imports litellm.
+"""A session's requests over time, read from its transcript records only: what ``ctxagent report``
+draws (docs/usage.md, "Where the tokens went"). Reads the transcript once; never imports litellm.
 """
 
 from __future__ import annotations
@@ -27,20 +16,17 @@ from ctxagent.sessions.records import Settings
 
 @dataclass(frozen=True)
 class Request:
-    """One model call of the agent. Tokens: ``prompt`` (provider's count, of which ``cached`` were
-    served by its prompt cache), ``completion``, ``estimated`` (ours, before the call); ``window``
-    and ``reserved`` (the reply's reserve) in force; ``cost_usd`` None when unpriced. ``index``
-    counts from 1."""
+    """One model call of the agent; all counts are tokens."""
 
-    index: int
+    index: int  # from 1
     turn: int
-    prompt: int
+    prompt: int  # the provider's count, of which cached were served by its prompt cache
     cached: int
     completion: int
-    estimated: int
-    cost_usd: float | None
-    window: int
-    reserved: int
+    estimated: int  # ours, before the call
+    cost_usd: float | None  # None: unpriced
+    window: int  # in force then
+    reserved: int  # the reply's reserve in force then
 
     @property
     def uncached(self) -> int:
@@ -88,11 +74,6 @@ class Timeline:
         return sum(priced) if priced else None
 
 
-def is_agent_call(record: records.UsageRecord) -> bool:
-    """Whether a usage record is a request of the session's own agent (not a summary, not a sub-agent)."""
-    return not record.model.startswith(("summarizer:", "agent:"))
-
-
 def timeline(name: str, items: Iterable[Any]) -> Timeline:
     """The :class:`Timeline` of session ``name`` from its transcript records ``items`` (oldest first).
     Raises ``ProfileError`` when no profile a session names can be read (the reserve comes from it)."""
@@ -107,7 +88,7 @@ def timeline(name: str, items: Iterable[Any]) -> Timeline:
                 out.model, reserved = settings.model, _reserve(settings, reserved)
         elif isinstance(record, records.UsageRecord):
             _spent(out, record)
-            if is_agent_call(record) and settings is not None:
+            if settings is not None and not record.model.startswith(("summarizer:", "agent:")):  # the agent's own
                 out.requests.append(Request(len(out.requests) + 1, record.turn, record.prompt_tokens,
                                             record.cached_tokens, record.completion_tokens,
                                             record.estimated_prompt_tokens, record.cost_usd,

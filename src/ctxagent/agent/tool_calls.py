@@ -1,8 +1,4 @@
-"""Running the tool calls of a reply: permissions, repeat notes, the loop guard, sub-agents.
-
-:class:`ToolCalls` is the part of :class:`~ctxagent.agent.runner.Runner` that turns a reply's tool
-calls into tool result records, appended in call order (PAIR, DESIGN.md); the runner holds one.
-"""
+"""Running the tool calls of a reply for the runner: permissions, repeat notes, the loop guard, sub-agents."""
 
 from __future__ import annotations
 
@@ -40,10 +36,8 @@ class Delegates(Protocol):
 
 
 class ToolCalls:
-    """Tool execution for a runner (see the module docstring): the calls of ``session`` run by
-    ``toolset`` (behind the permission gate) under ``profile``'s repeat notes and loop guard, their
-    records made and appended by ``out`` (the runner's :class:`~ctxagent.agent.sinks.Recorder`);
-    ``stop``: the run's stop event; ``delegator``: runs ``delegate`` calls (None: not offered)."""
+    """Tool execution for a runner: ``toolset`` (behind the permission gate) under ``profile``'s repeat
+    notes and loop guard, records appended by ``out``; ``delegator``: runs ``delegate`` calls (None: not offered)."""
 
     def __init__(self, session: Session, profile: Profile, toolset: GuardedToolset, out: Recorder, stop: Stop,
                  delegator: Delegates | None = None):
@@ -66,10 +60,9 @@ class ToolCalls:
         return self._tool_tokens[key]
 
     def run(self, reply: Reply) -> Iterator[Event]:
-        """Run the calls of ``reply`` and append their results in call order (PAIR); delegate calls
-        the permission gate allows start together first (agent/delegate.py) and are collected in
-        their turn. Each call is checked by the gate (tools/guard.py) before it is announced, and
-        run with that verdict, so the user is asked once."""
+        """Run the calls of ``reply`` and append their results in call order (PAIR); allowed delegate calls
+        start together first. Each call is checked by the gate before it is announced, so the user is
+        asked once."""
         calls = reply.tool_calls
         handles = [self.state.new_handle(call.id) for call in calls]
         verdicts = {call.id: self._check(call) for call in calls
@@ -106,8 +99,8 @@ class ToolCalls:
                            denied=verdict.refusal is not None)
 
     def _repeat(self, call: Any) -> ToolOutcome | None:
-        """A note instead of a repeat call whose result cannot have changed (agent/activity.py); the
-        earlier result it names is stored first, so its handle resolves."""
+        """A note instead of a repeat call whose result cannot have changed; the earlier result it names is
+        stored first, so its handle resolves."""
         if not (self.profile.repeat_notes and activity.may_repeat(call.name)):  # no view scan for others
             return None
         verbatim = {e.handle: e for e in self.state.context.view
@@ -121,8 +114,8 @@ class ToolCalls:
         return ToolOutcome(note, False)
 
     def _stop_loop(self, calls: Sequence[Any], repeats: int, handles: Sequence[str]) -> Iterator[Event]:
-        """Answer ``calls`` (the looping one and the rest of its reply) without running them, then
-        stop the run: ``LimitReached`` (exit 3, resumable)."""
+        """Answer ``calls`` (the looping one and the rest of its reply) without running them, then raise
+        ``LimitReached``."""
         text = activity.loop_stop(repeats, self.session.name)
         for call, handle in zip(calls, handles, strict=True):
             self.out.append(self.out.message({"role": "tool", "tool_call_id": call.id, "content": ERROR_PREFIX + text},
@@ -132,9 +125,8 @@ class ToolCalls:
                            f"arguments; 'ctxagent resume --session {self.session.name}' continues", bound="loop_guard")
 
     def finish_open_calls(self) -> Iterator[Event]:
-        """Results, in call order, for the calls a killed run left open when one of them was a
-        delegate call (the runner defers those): its sub-agent is resumed, the others get the
-        interrupted note."""
+        """Results for the calls a killed run left open when one was a delegate call (the runner defers
+        those): its sub-agent is resumed, the others get the interrupted note."""
         for call_id in list(self.state.open_calls):
             call = self.state.open_call(call_id)
             handle = self.state.new_handle(call_id)
@@ -152,8 +144,7 @@ class ToolCalls:
                                              self.state.replies, handle=self.state.new_handle(call_id)))
 
     def _check(self, call: ToolCall) -> Verdict:
-        """The permission gate's verdict on ``call`` (it may ask the user); the records of the
-        user's answers are written to the transcript at once."""
+        """The permission gate's verdict on ``call`` (it may ask the user; the answers are recorded at once)."""
         verdict = self.toolset.check(call, turn=self.state.replies)
         if verdict.decisions:
             self.out.append(*verdict.decisions)

@@ -37,10 +37,9 @@ def usage_record(usage: Usage, turn: int, model: str, estimate: int) -> records.
 
 
 def with_call_ids(reply: Reply, seq: int, used: Container[str] = ()) -> Reply:
-    """``reply`` with an id on every tool call unique in the session: a call whose id is empty,
-    missing, repeated in the reply or already ``used`` by an earlier reply (some providers send
-    ``call_1`` every turn; Anthropic rejects repeated tool-use ids) gets ``ctx<seq>_<n>``
-    (deterministic: the reply's seq number)."""
+    """``reply`` with an id on every tool call unique in the session: an id empty, repeated or already
+    ``used`` (some providers send ``call_1`` every turn; Anthropic rejects repeated tool-use ids) becomes
+    ``ctx<seq>_<n>`` (deterministic: the reply's seq number)."""
     ids = [c.id for c in reply.tool_calls]
     if all(ids) and len(set(ids)) == len(ids) and not any(i in used for i in ids):
         return reply
@@ -85,17 +84,15 @@ HIGHEST_TRIGGER = 0.9
 def make_budget(profile: Profile, window: int, tool_tokens: int, scale: float = 1.0,
                 output_tokens: int | None = None) -> Budget:
     """The budget of a request: ``window`` and ``tool_tokens`` in tokens, the reply reserve
-    (``output_tokens``, else the profile's for this window: :meth:`Profile.reply_tokens`) and margin,
-    the profile's target and trigger, and the calibration ``scale``.
+    (``output_tokens``, else :meth:`Profile.reply_tokens`) and margin, the profile's target and trigger,
+    and the calibration ``scale``.
 
-    In a small window, where the reply's reserve and the tool schemas alone (the schemas counted as
-    the provider counts them: times ``scale``) come within :data:`SMALL_WINDOW_ROOM` of the profile's
-    trigger, the trigger rises until that room is left, at most to :data:`HIGHEST_TRIGGER`, and the
-    target with it, to at least :data:`KEPT_ROOM` above that fixed part and at most 0.1 below the
-    trigger: a profile that cuts early to bill less in a 32K window (issue 34) still runs in a local
-    model's 4-16K one. Without the scale and the target's floor, a 4,096-token window with 983
-    tokens of schemas (1,219 as llama.cpp counted them) compacted on every request, the target under
-    the fixed part, and the thrash guard stopped a real model reading three 700-token files."""
+    In a small window, where the reserve and the tool schemas (times ``scale``) come within
+    :data:`SMALL_WINDOW_ROOM` of the trigger, the trigger rises to leave that room (at most to
+    :data:`HIGHEST_TRIGGER`) and the target with it, to at least :data:`KEPT_ROOM` above that fixed part:
+    a profile that cuts early in a 32K window (issue 34) still runs in a local 4-16K one. Without the
+    scale and the floor, a 4,096-token window with 983 tokens of schemas (1,219 as llama.cpp counted
+    them) compacted on every request and the thrash guard stopped a real model reading three files."""
     reserved = (output_tokens or profile.reply_tokens(window)) + profile.margin_tokens
     target, trigger = profile.target, profile.trigger
     fixed = (reserved + tool_tokens * scale) / window if window > 0 else 0.0
@@ -117,8 +114,6 @@ def emergency_steps(view: list[Any], budget: Budget, attempt: int) -> list[Strat
             TruncateStep(trigger=0, target=round(target, 4))]
 
 
-
-
 def summarizer_window(profile: Profile, agent_window: int) -> int | None:
     """The summarizer's context window in tokens: ``agent_window`` when it is the agent's model,
     litellm's model info for another model, None when unknown (strategies then do not clamp)."""
@@ -127,7 +122,7 @@ def summarizer_window(profile: Profile, agent_window: int) -> int | None:
         return agent_window
     if name.startswith("scripted:"):
         return None
-    from ctxagent.agent.model_info import model_window  # only when a summary may be made
+    from ctxagent.agent.litellm_backend import model_window  # only when a summary may be made
 
     return model_window(name)
 

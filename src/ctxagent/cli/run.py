@@ -89,7 +89,7 @@ def execute(session: Session, message: str | None, opts: RunOptions, stdin: str 
                 print(ALLOW_ALL_WARNING, file=sys.stderr, flush=True)
             if stdin is not None and message is not None:
                 message = f"{message}\n\n{runner.attach(stdin, 'stdin')}"
-            if message is None and runner.needs_input() and not runner.state.users:  # no task recorded
+            if message is None and runner.state.needs_input() and not runner.state.users:  # no task recorded
                 raise UsageError(f"session {session.name!r} has nothing left to do; give a new message")
             renderer.start(session, runner)
             trace.start(session.name, runner.model_name)
@@ -188,7 +188,7 @@ def _report(session: Session, runner: Any, renderer: Renderer, result: dict[str,
 def _events(session: Session, runner: Any, message: str | None, max_turns: int | None) -> Iterable[Event]:
     """``runner.run``'s events; for an answered session and no new ``message``, its recorded answer
     alone (one ``Finished``: no model call, nothing written)."""
-    if message is None and runner.needs_input():  # answered: execute refused a session without a task
+    if message is None and runner.state.needs_input():  # answered: execute refused a session without a task
         return [Finished("answered", recorded_answer(session.transcript) or "", runner.state.turn)]
     return cast("Iterable[Event]", runner.run(message, max_turns=max_turns))
 
