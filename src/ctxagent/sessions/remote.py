@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
-from ctxagent.sessions.transcript import TranscriptWarning, private_dir, replace_whole, set_aside, write_synced
+from ctxagent.sessions.files import private_dir, replace_whole, write_synced
+from ctxagent.sessions.transcript import TranscriptWarning, set_aside
 
 STATE = ".store.json"  # beside the transcript: {"segments": N, "bytes": B} of it that the store holds
 SNAPSHOT_EVERY = 64  # segments since the last snapshot that make a writer leave a new one

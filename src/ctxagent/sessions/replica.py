@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ctxagent.errors import UsageError
+from ctxagent.sessions.files import private_dir
 from ctxagent.sessions.remote import SessionSync, Store, segment_name
-from ctxagent.sessions.transcript import private_dir
 
 AGENTS = "agents"  # as sessions/session.py: a session's sub-agent sessions
 

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypedDict
 from ctxagent.dirs import data_dir
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
 from ctxagent.sessions import replica
+from ctxagent.sessions.files import private_dir, replace_whole
 from ctxagent.sessions.outcome import final_answer
 from ctxagent.sessions.remote import SessionSync, Store, cache_key
 from ctxagent.sessions.replica import fetch_heads
 from ctxagent.sessions.store import OutputStore
-from ctxagent.sessions.transcript import Transcript, private_dir, replace_whole
+from ctxagent.sessions.transcript import Transcript
 
 if TYPE_CHECKING:
     from ctxagent.sessions.records import SessionHeader

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from ctxagent.errors import UsageError
 from ctxagent.handles import HANDLE_RE, base_handle, new_handle
-from ctxagent.sessions.transcript import private_dir
+from ctxagent.sessions.files import private_dir
 
 if TYPE_CHECKING:
     from ctxagent.tools.preview import FileStats

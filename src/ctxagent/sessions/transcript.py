@@ -5,8 +5,7 @@ damaged record is set aside with a warning naming the file and the line, and the
 from the rest (docs/usage.md "Crash safety"); a session whose header (line 1) is unreadable is refused
 to a writer (:class:`TranscriptError`), never restarted as a new session with default settings.
 
-Also the owner-only files and folders every writer of a session folder shares (:func:`private_dir`,
-:func:`write_synced`, :func:`replace_whole`, :func:`set_aside`).
+Also :func:`set_aside`, which moves a transcript's damaged or unsynced end beside it.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any, get_args
 
 from ctxagent.errors import UsageError
+from ctxagent.sessions.files import write_synced
 
 NUL = b"\x00"
 TAIL_BYTES = 64 * 1024  # what :meth:`Transcript.tail` reads first (bytes); doubled until a record fits
@@ -236,42 +236,6 @@ def _quiet(parse: Any, line: bytes) -> Any | None:
     with contextlib.suppress(ValueError):
         return parse(_clean(line))
     return None
-
-
-def _private(path: str, flags: int) -> int:
-    """``open`` opener creating files owner-only (0600)."""
-    return os.open(path, flags, 0o600)
-
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` and its missing parents owner-only (0700); existing ones are left alone."""
-    for folder in reversed([path, *path.parents]):
-        if not folder.exists():
-            with contextlib.suppress(FileExistsError):  # made meanwhile by another process
-                folder.mkdir(mode=0o700)
-    return path
-
-
-def write_synced(path: Path, mode: str, *chunks: bytes) -> None:
-    """Write ``chunks`` to ``path`` (opened in binary ``mode``, created 0600), then flush and fsync."""
-    with open(path, mode, opener=_private) as fh:
-        fh.writelines(chunks)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def replace_whole(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: to a temporary file beside it (0600), renamed
-    over it. Raises ``OSError`` (the temporary file removed where that is possible)."""
-    temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temp, "w", encoding="utf-8", opener=_private) as fh:
-            fh.write(text)
-        os.replace(temp, path)
-    except OSError:
-        with contextlib.suppress(OSError):  # a read-only data dir: unlink fails too (EROFS), even for a missing file
-            temp.unlink(missing_ok=True)
-        raise
 
 
 def set_aside(path: Path, offset: int, kind: str) -> tuple[str, int]:
