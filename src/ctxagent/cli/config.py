@@ -130,13 +130,9 @@ def effective(cli: dict[str, Any] | None = None, *, start: Path | None = None) -
         layers.append((str(user_file()), read_file(user_file()).model_dump(exclude_none=True)))
     out: dict[str, Value] = {}
     for key in KEYS:
-        found = next(((source, data[key]) for source, data in layers if data.get(key) is not None), None)
-        if found is None:
-            out[key] = Value(None, "default")
-        else:
-            source, value = found
-            out[key] = Value(", ".join(value) if isinstance(value, list) else value,
-                             f"env CTXAGENT_{key.upper()}" if source == "env" else source)
+        source, value = next(((s, data[key]) for s, data in layers if data.get(key) is not None), ("default", None))
+        out[key] = Value(", ".join(value) if isinstance(value, list) else value,
+                         f"env CTXAGENT_{key.upper()}" if source == "env" else source)
     return out
 
 
