@@ -8,6 +8,7 @@ from typing import Any
 
 from ctxagent.cli.console import Console, escape
 from ctxagent.cli.context_cmd import show
+from ctxagent.cli.sessions_export import usd
 
 HELP = {
     "/help": "this list",
@@ -64,9 +65,9 @@ def _pin(rest: str, runner: Any, renderer: Any, out: Console) -> None:
 
 def _cost(rest: str, runner: Any, renderer: Any, out: Console) -> None:
     for scope, spend in runner.spend().items():
-        cost = "-" if spend["cost_usd"] is None else f"${spend['cost_usd']:.4f}"
         out.print(f"  {scope}: {spend['calls']} calls, {spend['prompt_tokens']:,} input tokens "
-                  f"({spend['cached_tokens']:,} cached), {spend['completion_tokens']:,} output tokens, {cost}")
+                  f"({spend['cached_tokens']:,} cached), {spend['completion_tokens']:,} output tokens, "
+                  f"{usd(spend['cost_usd'])}")
 
 
 _COMMANDS: dict[str, Callable[[str, Any, Any, Console], None]] = {
