@@ -50,13 +50,8 @@ class Value:
     source: str
 
 
-def config_dir() -> Path:
-    """``$CTXAGENT_CONFIG_DIR``, else platformdirs' user config dir for ``ctxagent``."""
-    return user_dir("config")
-
-
 def user_file() -> Path:
-    return config_dir() / "config.yaml"
+    return user_dir("config") / "config.yaml"
 
 
 def project_file(start: Path | None = None) -> Path | None:
@@ -69,7 +64,7 @@ def project_file(start: Path | None = None) -> Path | None:
 
 
 def _trust_file() -> Path:
-    return config_dir() / "trusted.json"
+    return user_dir("config") / "trusted.json"
 
 
 def _digest(path: Path) -> str:
@@ -130,13 +125,9 @@ def effective(cli: dict[str, Any] | None = None, *, start: Path | None = None) -
         layers.append((str(user_file()), read_file(user_file()).model_dump(exclude_none=True)))
     out: dict[str, Value] = {}
     for key in KEYS:
-        found = next(((source, data[key]) for source, data in layers if data.get(key) is not None), None)
-        if found is None:
-            out[key] = Value(None, "default")
-        else:
-            source, value = found
-            out[key] = Value(", ".join(value) if isinstance(value, list) else value,
-                             f"env CTXAGENT_{key.upper()}" if source == "env" else source)
+        source, value = next(((s, data[key]) for s, data in layers if data.get(key) is not None), ("default", None))
+        out[key] = Value(", ".join(value) if isinstance(value, list) else value,
+                         f"env CTXAGENT_{key.upper()}" if source == "env" else source)
     return out
 
 
@@ -213,7 +204,7 @@ def trust() -> None:
         raise UsageError(f"no {PROJECT_FILE} in {Path.cwd()} or above")
     read_file(project)  # a broken file is not trusted
 
-    private_dir(config_dir())
+    private_dir(_trust_file().parent)
     known = _known()
     known[str(project.resolve())] = _digest(project)
     _trust_file().write_text(json.dumps(known, indent=1) + "\n", encoding="utf-8")

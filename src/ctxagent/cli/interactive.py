@@ -52,12 +52,10 @@ class InteractiveRenderer:
             self.out.print(f"[dim]{escape(text)}[/dim]", highlight=False)
 
     def _stop_spinner(self) -> None:
-        if self.ticker is not None:
-            self.ticker.stop()
-            self.ticker = None
-        if self.status is not None:
-            self.status.stop()
-            self.status = None
+        for live in (self.ticker, self.status):
+            if live is not None:
+                live.stop()
+        self.ticker = self.status = None
 
     def event(self, event: Event) -> None:
         self._stop_spinner()

@@ -64,10 +64,10 @@ COMMANDS: dict[str, Lazy] = {
 
 
 class LazyGroup(TyperGroup):
-    """The root group: eagerly registered commands (none today) plus :data:`COMMANDS`, loaded on use."""
+    """The root group: the commands of :data:`COMMANDS`, each loaded on use."""
 
     def list_commands(self, ctx: Any) -> list[str]:
-        return [*super().list_commands(ctx), *(n for n in COMMANDS if n not in self.commands)]
+        return list(COMMANDS)
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
         if cmd_name not in self.commands and cmd_name in COMMANDS:
@@ -86,14 +86,7 @@ class LazyGroup(TyperGroup):
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         """The "Commands" section of ``--help`` from the summaries, shortened as click shortens a help."""
-        names = self.list_commands(ctx)
-        limit = formatter.width - 6 - max(len(n) for n in names)
-        rows = [(n, TyperCommand(n, help=self._summary(n)).get_short_help_str(limit)) for n in names]
+        limit = formatter.width - 6 - max(map(len, COMMANDS))
+        rows = [(n, TyperCommand(n, help=c.summary).get_short_help_str(limit)) for n, c in COMMANDS.items()]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
-
-    def _summary(self, name: str) -> str:
-        if name in COMMANDS and name not in self.commands:
-            return COMMANDS[name].summary
-        command = self.commands[name]
-        return command.short_help or command.help or ""

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from enum import StrEnum
@@ -16,6 +15,7 @@ import typer
 
 from ctxagent.errors import UsageError
 from ctxagent.messages import one_line
+from ctxagent.sessions.files import replace_whole
 
 if TYPE_CHECKING:
     from ctxagent.lessons.model import Lesson
@@ -191,7 +191,5 @@ def export(
     if output is None:
         sys.stdout.write(text)
         return
-    fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    replace_whole(output, text)  # owner-only, as the lessons store keeps them
     print(f"wrote {len(lessons)} lessons to {output}", file=sys.stderr)

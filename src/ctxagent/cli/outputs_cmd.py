@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ctxagent.cli.options import SessionOpt, check_output, pick
+from ctxagent.cli.sessions_export import when
 from ctxagent.errors import UsageError
 from ctxagent.handles import IN_TEXT_RE
 from ctxagent.sessions import records
@@ -158,16 +158,12 @@ def outputs(ctx: typer.Context, session: SessionOpt = None,
     if not rows:
         print(f"session {target.name} has no stored outputs")
         return
-    sizes = [_size(r) for r in rows]
-    widths = [max(len(x) for x in column) for column in
-              (["handle", *(r["handle"] for r in rows)], ["tool", *(r["tool"] or "-" for r in rows)],
-               ["type", *(r["type"] for r in rows)], ["size", *sizes])]
-    print(f"{'handle':<{widths[0]}}  {'tool':<{widths[1]}}  {'type':<{widths[2]}}  {'size':>{widths[3]}}  created")
-    for r, size in zip(rows, sizes, strict=True):
-        created = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created"]))
-        gone = "" if r["exists"] else "  (file missing)"
-        print(f"{r['handle']:<{widths[0]}}  {r['tool'] or '-':<{widths[1]}}  {r['type']:<{widths[2]}}  "
-              f"{size:>{widths[3]}}  {created}{gone}")
+    table = [("handle", "tool", "type", "size", "created")]
+    table += [(r["handle"], r["tool"] or "-", r["type"], _size(r),
+               when(r["created"]) + ("" if r["exists"] else "  (file missing)")) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(4)]
+    for handle, tool, kind, size, created in table:
+        print(f"{handle:<{widths[0]}}  {tool:<{widths[1]}}  {kind:<{widths[2]}}  {size:>{widths[3]}}  {created}")
 
 
 def _row(rec: Any, root: Path) -> dict[str, Any]:
@@ -200,28 +196,20 @@ def output(
         if ref is None:
             raise ToolError(f"not a handle: {handle!r} (handles look like @abc123)")
         item = values.stored(target.store, ref.handle)
-        if not ref.parts and (output_file is not None or item.type in ("text", "json")):
-            _copy_out(item.path, output_file)  # the whole stored file, streamed: no size limit
-            return
-        shown = show(target.store, ref)
+        whole = not ref.parts and (output_file is not None or item.type in ("text", "json"))
+        shown = None if whole else show(target.store, ref)  # the whole stored file is copied: no size limit
     except ToolError as err:
         raise UsageError(f"session {target.name}: {err}") from None
     if output_file is not None:
-        size = write_value(shown, output_file)
+        size = (shutil.copyfile(item.path, output_file).stat().st_size if shown is None
+                else write_value(shown, output_file))
         print(f"wrote {size:,} bytes to {output_file}", file=sys.stderr)
-        return
-    if shown.text is None:
+    elif shown is None:  # bytes as stored
+        sys.stdout.flush()
+        with open(item.path, "rb") as fh:
+            shutil.copyfileobj(fh, sys.stdout.buffer)
+        sys.stdout.flush()
+    elif shown.text is None:
         raise UsageError(_binary_note(shown))
-    print(shown.text)
-
-
-def _copy_out(path: Path, output_file: Path | None) -> None:
-    """A stored file, bytes as stored, to ``output_file`` or stdout."""
-    if output_file is not None:
-        shutil.copyfile(path, output_file)
-        print(f"wrote {output_file.stat().st_size:,} bytes to {output_file}", file=sys.stderr)
-        return
-    sys.stdout.flush()
-    with open(path, "rb") as fh:
-        shutil.copyfileobj(fh, sys.stdout.buffer)
-    sys.stdout.flush()
+    else:
+        print(shown.text)

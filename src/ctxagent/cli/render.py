@@ -206,8 +206,12 @@ class BatchRenderer:
 
     def finish(self, result: dict[str, Any]) -> None:
         """The answer (or the ``--json`` object) on stdout, redacted as the transcript is."""
-        shown = default().value({**result, "warnings": self.warnings, "permission_denials": self.denials})
         if self.json_out:
-            print(json.dumps(shown, ensure_ascii=False), flush=True)
-        elif shown.get("answer") is not None:
-            print(shown["answer"], flush=True)
+            self._emit({**result, "warnings": self.warnings, "permission_denials": self.denials})
+        elif result.get("answer") is not None:
+            print(default().text(result["answer"]), flush=True)
+
+    @staticmethod
+    def _emit(data: dict[str, Any]) -> None:
+        """One JSON object on stdout, every string in it redacted as the transcript is."""
+        print(json.dumps(default().value(data), ensure_ascii=False), flush=True)

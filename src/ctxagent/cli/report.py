@@ -20,6 +20,7 @@ from ctxagent.agent.breakdown import CATEGORIES, LABELS, breakdown
 from ctxagent.agent.peek import next_request
 from ctxagent.agent.timeline import timeline
 from ctxagent.cli.options import SessionOpt, StoreOpt, pick
+from ctxagent.sessions.files import replace_whole
 
 if TYPE_CHECKING:
     from ctxagent.agent.timeline import Mark, Request, Timeline
@@ -48,9 +49,7 @@ def report(
     parts = breakdown(nxt.last, nxt.budget.tools) if nxt.last else {}
     target = output or Path(f"ctxagent-report-{chosen.name.replace('/', '-')}.html")
     page = render(data, parts, nxt.budget.window, nxt.budget.reserved)
-    temp = target.with_name(f".{target.name}.tmp")
-    temp.write_text(page, encoding="utf-8")
-    temp.replace(target)
+    replace_whole(target, page)
     print(f"wrote the report of session {chosen.name} to {target} ({len(data.requests):,} requests, "
           f"{len(page):,} bytes; open it in a browser)", file=sys.stderr)
 

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ctxagent.cli.console import Console, escape
 from ctxagent.cli.context_cmd import show
+from ctxagent.cli.sessions_export import usd
 
 HELP = {
     "/help": "this list",
@@ -27,48 +27,38 @@ def handle(line: str, runner: Any, renderer: Any) -> str | object | None:
         return line
     if line.startswith("//"):
         return line[1:]
-    command, _, rest = line.partition(" ")
-    if command == "/exit":
+    if line.partition(" ")[0] == "/exit":
         return EXIT
-    out = Console(highlight=False)
-    act = _COMMANDS.get(command)
-    if act is None or (command == "/pin" and not rest.strip()):
-        out.print(f"unknown command {escape(line)!r}: /help lists them (start with // to send a message "
-                  "that starts with /)")
-    else:
-        act(rest.strip(), runner, renderer, out)
+    _act(line, runner, renderer)
     return None
 
 
-def _help(rest: str, runner: Any, renderer: Any, out: Console) -> None:
-    for name, text in HELP.items():
-        out.print(f"  [bold]{escape(name)}[/bold]  {escape(text)}")
-
-
-def _context(rest: str, runner: Any, renderer: Any, out: Console) -> None:
-    show(runner.session, runner.path, json_out=False)
-
-
-def _compact(rest: str, runner: Any, renderer: Any, out: Console) -> None:
-    events = list(runner.compact())
-    for event in events:
-        renderer.event(event)
-    if not events:
-        out.print("nothing to compact: every step of the pipeline keeps the context as it is (under its target)")
-
-
-def _pin(rest: str, runner: Any, renderer: Any, out: Console) -> None:
-    runner.pin(rest)
-    out.print(f"pinned: {escape(rest)}")
-
-
-def _cost(rest: str, runner: Any, renderer: Any, out: Console) -> None:
-    for scope, spend in runner.spend().items():
-        cost = "-" if spend["cost_usd"] is None else f"${spend['cost_usd']:.4f}"
-        out.print(f"  {scope}: {spend['calls']} calls, {spend['prompt_tokens']:,} input tokens "
-                  f"({spend['cached_tokens']:,} cached), {spend['completion_tokens']:,} output tokens, {cost}")
-
-
-_COMMANDS: dict[str, Callable[[str, Any, Any, Console], None]] = {
-    "/help": _help, "/context": _context, "/compact": _compact, "/pin": _pin, "/cost": _cost}
-"""What each command (but ``/exit``) does: ``(the rest of the line, stripped, runner, renderer, console)``."""
+def _act(line: str, runner: Any, renderer: Any) -> None:
+    """Carry out the command ``line`` (not /exit)."""
+    command, _, rest = line.partition(" ")
+    rest = rest.strip()
+    out = Console(highlight=False)
+    match command:
+        case "/help":
+            for name, text in HELP.items():
+                out.print(f"  [bold]{escape(name)}[/bold]  {escape(text)}")
+        case "/context":
+            show(runner.session, runner.path, json_out=False)
+        case "/compact":
+            events = list(runner.compact())
+            for event in events:
+                renderer.event(event)
+            if not events:
+                out.print("nothing to compact: every step of the pipeline keeps the context as it is (under its "
+                          "target)")
+        case "/pin" if rest:
+            runner.pin(rest)
+            out.print(f"pinned: {escape(rest)}")
+        case "/cost":
+            for scope, spend in runner.spend().items():
+                out.print(f"  {scope}: {spend['calls']} calls, {spend['prompt_tokens']:,} input tokens "
+                          f"({spend['cached_tokens']:,} cached), {spend['completion_tokens']:,} output tokens, "
+                          f"{usd(spend['cost_usd'])}")
+        case _:
+            out.print(f"unknown command {escape(line)!r}: /help lists them (start with // to send a message "
+                      "that starts with /)")

@@ -7,13 +7,12 @@ to :data:`CONTENT_CHARS`), never an offloaded value; every string is redacted as
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 from ctxagent.agent.events import Compacted, Event, Finished, Replied, Requesting, ToolDone, ToolStarted, Warned
 from ctxagent.cli.render import BatchRenderer
-from ctxagent.sessions.redact import clip, default
+from ctxagent.sessions.redact import clip
 from ctxagent.sessions.session import Session
 
 CONTENT_CHARS = 2000  # characters of a message or tool result shown in an event at most
@@ -77,10 +76,6 @@ class StreamRenderer(BatchRenderer):
         self._emit({"type": "item.completed", "item": {"type": "user_message", **_cut(text)}})
         return text
 
-    def _emit(self, data: dict[str, Any]) -> None:
-        """One event on stdout, every string in it redacted as the transcript is."""
-        print(json.dumps(default().value(data), ensure_ascii=False), flush=True)
-
     def start(self, session: Session, runner: Any) -> None:
         super().start(session, runner)
         assert runner.state.settings is not None
@@ -97,4 +92,4 @@ class StreamRenderer(BatchRenderer):
     def finish(self, result: dict[str, Any]) -> None:
         if result.get("error"):
             self._emit({"type": "error", "status": result["status"], "message": result["error"]})
-        self._emit({"type": "result", **result, "warnings": self.warnings, "permission_denials": self.denials})
+        super().finish({"type": "result", **result})
