@@ -14,7 +14,7 @@ from typing import Any
 from ctxagent.messages import Message, loads_json, one_line, text_of
 from ctxagent.sessions import redact
 from ctxagent.sessions.store import handle_for
-from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, T, groups, protected
+from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, T, changes, groups, protected
 from ctxagent.tokens import count_message, count_text
 
 _SIZE_BEFORE_HANDLE = re.compile(r"(~?[0-9][0-9,]*) tokens; saved as @")
@@ -259,33 +259,29 @@ def consecutive(indexes: Iterable[int]) -> list[list[int]]:
     return runs
 
 
-def replace_runs(view: Sequence[Entry], runs: Sequence[Sequence[int]], make: Callable[[list[Entry]], Message],
-                 ctx: StrategyContext, name: str) -> Outcome:
-    """Replace each run of ``view`` by the one message ``make(run entries)`` returns, recorded as a
-    compaction (seq range of the run) so replay rebuilds the same view."""
-    out: list[Entry] = []
-    compactions: list[Compaction] = []
-    offloads: list[Entry] = []
-    starts = {run[0]: list(run) for run in runs}
-    skip: set[int] = set()
-    for index, entry in enumerate(view):
-        if index in skip:
-            continue
-        if index not in starts:
-            out.append(entry)
-            continue
-        run = [view[i] for i in starts[index]]
-        skip.update(starts[index])
+def replace_runs(view: list[Entry], runs: Sequence[Sequence[int]], make: Callable[[list[Entry]], Message],
+                 ctx: StrategyContext, name: str, *, only_smaller: bool = False) -> Outcome:
+    """Replace each run of ``view`` by the one message ``make(run entries)`` returns, followed by the run's
+    user messages (:func:`quotes_block`) and handles (:func:`handles_line`), recorded as a compaction (seq
+    range of the run) so replay rebuilds the same view. ``only_smaller``: a run whose replacement has as
+    many tokens or more stays as it is (the view is returned itself when no run is replaced)."""
+    out = list(view)
+    replaced: list[list[Entry]] = []
+    for indexes in reversed(runs):  # the newest first: the indexes of older runs stay valid
+        run = [view[i] for i in indexes]
         refs = refs_of(run, ctx.budget.window)
         quotes = quotes_of(run, QUOTES_FRACTION * ctx.budget.window, ctx.model)
         message = make(run)
         message = {**message, "content": content_of(message) + quotes_block(quotes) + handles_line(refs)}
         tokens = count_message(message, ctx.model)
-        start, end = run[0].start, run[-1].end
-        compactions.append(Compaction(name, start, end, message, tokens, sum(e.tokens for e in run), refs, quotes))
-        out.append(Entry(message, tokens, start, end, run[-1].turn, kind=name, refs=refs, quotes=quotes))
-        offloads.extend(unstored(run))
-    return Outcome(out, compactions, offloads)
+        if only_smaller and tokens >= sum(e.tokens for e in run):
+            continue
+        out[indexes[0]:indexes[-1] + 1] = [Entry(message, tokens, run[0].start, run[-1].end, run[-1].turn, kind=name,
+                                                 refs=refs, quotes=quotes)]
+        replaced.append(run)
+    if not replaced:
+        return Outcome(view)
+    return Outcome(out, changes(view, out, name), [e for run in reversed(replaced) for e in unstored(run)])
 
 
 def nothing_new(view: Sequence[Entry], run: Sequence[int]) -> bool:
