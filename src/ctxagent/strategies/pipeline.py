@@ -1,8 +1,8 @@
 """Running a pipeline: each strategy whose trigger fires, every change it makes recorded.
 
 Pure: no I/O. :func:`replay` rebuilds the view the recorded compactions describe (SAME CONTEXT ON
-RESUME); :meth:`Engine.run` returns every change as compactions (:func:`~ctxagent.strategies.base.changes`), so replaying them,
-live or on resume, gives the same view, and only a recorded step changes an earlier message (PREFIX).
+RESUME); :meth:`Engine.run` returns every change as compactions (:func:`~ctxagent.strategies.base.changes`),
+so replaying them, live or on resume, gives the same view, and only a recorded step changes an earlier message (PREFIX).
 An :class:`Engine` belongs to one session and holds each step's :class:`~ctxagent.strategies.base.Scan`,
 so two sessions (two sub-agents on two threads) never share one.
 
