@@ -23,7 +23,7 @@ from pydantic import Field
 
 from ctxagent.messages import text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
-from ctxagent.strategies.checkpoint import llm_body, parse_json_object, place
+from ctxagent.strategies.checkpoint import parse_json_object, place
 from ctxagent.strategies.common import (
     calls_of_results,
     content_of,
@@ -36,6 +36,7 @@ from ctxagent.strategies.common import (
 from ctxagent.strategies.prune import first_line, is_dead
 from ctxagent.strategies.rendering import fact_lines, task_text
 from ctxagent.strategies.step import Count, KeepTurns, LlmStep, UseLlm
+from ctxagent.strategies.summarize import llm_body
 from ctxagent.tokens import count_text
 
 STATE_KEYS = ("goal", "verified_facts", "discarded_hypotheses", "pending_actions")

@@ -69,8 +69,7 @@ def fact_lines(entries: Sequence[Entry], max_tokens: int, model: str = "") -> li
 
 def task_text(view: Sequence[Entry]) -> str:
     """The task (first user message) of ``view``, or "" when there is none."""
-    users = [e for e in view if e.role == "user" and e.kind == "message"]
-    return content_of(users[0].message) if users else ""
+    return next((content_of(e.message) for e in view if e.role == "user" and e.kind == "message"), "")
 
 
 def label_range(run: Sequence[Entry]) -> str:
