@@ -177,11 +177,6 @@ def refs_of(entries: Iterable[Entry], window: int) -> tuple[str, ...]:
     return tuple(list(found)[-limit:])
 
 
-def unstored(entries: Iterable[Entry]) -> list[Entry]:
-    """The original tool results among ``entries`` not in the output store yet (for :attr:`Outcome.offloads`)."""
-    return [e for e in entries if e.role == "tool" and e.kind == "message" and not e.offloaded]
-
-
 QUOTES_FRACTION = 0.1  # of the window: the user messages one replacement keeps verbatim, at most
 
 
@@ -281,7 +276,9 @@ def replace_runs(view: list[Entry], runs: Sequence[Sequence[int]], make: Callabl
         replaced.append(run)
     if not replaced:
         return Outcome(view)
-    return Outcome(out, changes(view, out, name), [e for run in reversed(replaced) for e in unstored(run)])
+    unstored = [e for run in reversed(replaced) for e in run if e.role == "tool" and e.kind == "message"
+                and not e.offloaded]  # the original results, not in the output store yet
+    return Outcome(out, changes(view, out, name), unstored)
 
 
 def nothing_new(view: Sequence[Entry], run: Sequence[int]) -> bool:
