@@ -34,7 +34,6 @@ from ctxagent.strategies.common import (
     calls_of_results,
     content_of,
     cut_line,
-    nothing_new,
     replace_runs,
     runs_to_compact,
     short_call,
@@ -200,7 +199,7 @@ class CheckpointStep(SummaryStep):
                             "size of a deterministic one")
 
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
-        runs = [r for r in runs_to_compact(view, 0, self.keep_turns) if not nothing_new(view, r)]
+        runs = runs_to_compact(view, 0, self.keep_turns)
         if not runs:
             return Outcome(view)
         agent = agent_call(view)

@@ -232,7 +232,8 @@ def replaced(entry: Entry, content: str, ctx: StrategyContext, kind: str) -> Ent
 def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> list[list[int]]:
     """Indexes of ``view`` a range strategy may replace, as contiguous runs of whole units (PAIR holds
     whatever replaces them), oldest first. Kept: HEAD, every unit up to the task's plus the
-    ``keep_first`` units after it (task setup), and the last ``keep_last`` units."""
+    ``keep_first`` units after it (task setup), the last ``keep_last`` units, and a run that is only
+    one earlier replacement (:func:`nothing_new`)."""
     units = groups(view)
     keep = protected(view)
     task = next((i for i, e in enumerate(view) if e.role == "user" and e.kind == "message"), None)
@@ -240,7 +241,8 @@ def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> l
     head_end = next((u for u, unit in enumerate(units) if anchor in unit), -1)
     first = head_end + 1 + max(0, keep_first)
     last = max(0, len(units) - max(0, keep_last))
-    return consecutive(i for unit in units[first:last] if not keep.intersection(unit) for i in unit)
+    runs = consecutive(i for unit in units[first:last] if not keep.intersection(unit) for i in unit)
+    return [run for run in runs if not nothing_new(view, run)]
 
 
 def consecutive(indexes: Iterable[int]) -> list[list[int]]:

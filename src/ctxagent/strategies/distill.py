@@ -28,7 +28,6 @@ from ctxagent.strategies.common import (
     calls_of_results,
     content_of,
     cut_line,
-    nothing_new,
     pins_in,
     runs_to_compact,
     short_call,
@@ -123,7 +122,7 @@ class DistillStep(LlmStep):
     min_tokens: Count = Field(1000, description="tokens the range must exceed to be distilled")
 
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
-        runs = [r for r in runs_to_compact(view, 0, self.keep_turns) if not nothing_new(view, r)]
+        runs = runs_to_compact(view, 0, self.keep_turns)
         entries = [view[i] for r in runs for i in r]
         if not runs or sum(e.tokens for e in entries) <= self.min_tokens:
             return Outcome(view)

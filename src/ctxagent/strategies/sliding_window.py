@@ -23,7 +23,7 @@ from pydantic import Field
 
 from ctxagent.messages import Message, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
-from ctxagent.strategies.common import content_of, nothing_new, replace_runs, runs_to_compact, with_pins
+from ctxagent.strategies.common import content_of, replace_runs, runs_to_compact, with_pins
 from ctxagent.strategies.rendering import clip, label_range
 from ctxagent.strategies.step import Count, KeepTurns, SummaryStep, UseLlm
 from ctxagent.strategies.summarize import summarize_runs, summary_message, under_target
@@ -56,7 +56,7 @@ class SlidingWindowStep(SummaryStep):
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
         if under_target(view, ctx, self.target):
             return Outcome(view)
-        runs = [r for r in runs_to_compact(view, self.keep_first, self.keep_turns) if not nothing_new(view, r)]
+        runs = runs_to_compact(view, self.keep_first, self.keep_turns)
         if not runs:
             return Outcome(view)
         llm = self.needs_llm() and ctx.summarizer is not None

@@ -20,7 +20,7 @@ from typing import Literal
 
 from ctxagent.messages import Message, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
-from ctxagent.strategies.common import keep_pins, nothing_new, pins_in, replace_runs, runs_to_compact
+from ctxagent.strategies.common import keep_pins, pins_in, replace_runs, runs_to_compact
 from ctxagent.strategies.facts import with_facts
 from ctxagent.strategies.rendering import label_range, render
 from ctxagent.strategies.step import KeepTurns, LlmStep, SummaryStep
@@ -115,7 +115,7 @@ class SummarizeStep(SummaryStep):
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
         if under_target(view, ctx, self.target):
             return Outcome(view)
-        runs = [r for r in runs_to_compact(view, 0, self.keep_turns) if not nothing_new(view, r)]
+        runs = runs_to_compact(view, 0, self.keep_turns)
         if not runs:
             return Outcome(view)
         if ctx.summarizer is None:  # no LLM on this path: truncation is the plan, not a failure
