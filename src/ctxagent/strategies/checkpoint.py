@@ -26,13 +26,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import Message, loads_json, text_of
+from ctxagent.messages import Message, content_of, loads_json, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
     call_args,
     call_name,
     calls_of_results,
-    content_of,
     cut_line,
     replace_runs,
     runs_to_compact,

@@ -11,21 +11,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ctxagent.messages import Message, loads_json, one_line, text_of
+from ctxagent.messages import Message, content_of, loads_json, one_line, text_of
 from ctxagent.sessions import redact
 from ctxagent.sessions.store import handle_for
 from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, T, changes, groups, protected
 from ctxagent.tokens import count_message, count_text
 
 _SIZE_BEFORE_HANDLE = re.compile(r"(~?[0-9][0-9,]*) tokens; saved as @")
-
-
-def content_of(message: Message) -> str:
-    """A message's content as a string (text parts joined when it is a list of parts)."""
-    content = message.get("content")
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content or ""
 
 
 def pins_in(texts: Iterable[str], pins: Sequence[str]) -> list[str]:

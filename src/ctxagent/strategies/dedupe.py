@@ -19,10 +19,10 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from ctxagent.messages import content_of
 from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
     canonical_call,
-    content_of,
     follow_calls,
     handle_of,
     replaced,

@@ -21,12 +21,11 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import text_of
+from ctxagent.messages import content_of, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.checkpoint import parse_json_object, place
 from ctxagent.strategies.common import (
     calls_of_results,
-    content_of,
     cut_line,
     pins_in,
     runs_to_compact,

@@ -22,8 +22,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxagent.messages import content_of
 from ctxagent.strategies.base import Entry
-from ctxagent.strategies.common import call_args, call_name, content_of, cut_line, handle_of, short_call
+from ctxagent.strategies.common import call_args, call_name, cut_line, handle_of, short_call
 from ctxagent.strategies.rendering import label_range
 from ctxagent.strategies.step import FACTS_TOKENS
 from ctxagent.tokens import count_text

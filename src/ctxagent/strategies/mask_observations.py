@@ -21,9 +21,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from ctxagent.messages import content_of
 from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
-    content_of,
     follow_calls,
     handle_of,
     newest_within,

@@ -24,12 +24,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import text_of
+from ctxagent.messages import content_of, text_of
 from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyContext, groups
 from ctxagent.strategies.common import (
     call_name,
     consecutive,
-    content_of,
     cut_line,
     follow_calls,
     handle_of,

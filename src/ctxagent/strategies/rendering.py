@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ctxagent.messages import content_of
 from ctxagent.strategies.base import Entry
-from ctxagent.strategies.common import calls_of_results, content_of, cut_line, newest_within, short_call
+from ctxagent.strategies.common import calls_of_results, cut_line, newest_within, short_call
 from ctxagent.tokens import count_text
 
 _FACT = re.compile(

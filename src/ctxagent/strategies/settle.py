@@ -21,8 +21,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from ctxagent.messages import content_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext, groups, protected
-from ctxagent.strategies.common import content_of, handle_of, replaced, short_call, with_pins
+from ctxagent.strategies.common import handle_of, replaced, short_call, with_pins
 from ctxagent.strategies.rendering import clip
 from ctxagent.strategies.step import Count, StrategyConfig
 

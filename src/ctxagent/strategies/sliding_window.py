@@ -21,9 +21,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from ctxagent.messages import Message, text_of
+from ctxagent.messages import Message, content_of, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
-from ctxagent.strategies.common import content_of, replace_runs, runs_to_compact, with_pins
+from ctxagent.strategies.common import replace_runs, runs_to_compact, with_pins
 from ctxagent.strategies.rendering import clip, label_range
 from ctxagent.strategies.step import Count, KeepTurns, SummaryStep, UseLlm
 from ctxagent.strategies.summarize import summarize_runs, summary_message, under_target
