@@ -221,6 +221,13 @@ def replaced(entry: Entry, content: str, ctx: StrategyContext, kind: str) -> Ent
                  entry.handle, entry.offloaded)
 
 
+def shrunk(entry: Entry, text: str, ctx: StrategyContext, kind: str) -> Entry | None:
+    """:func:`replaced` by ``text`` and the pins of ``entry``'s content (:func:`with_pins`), or None when
+    that has as many tokens as ``entry`` or more."""
+    new = replaced(entry, with_pins(text, [content_of(entry.message)], ctx.pins), ctx, kind)
+    return new if new.tokens < entry.tokens else None
+
+
 def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> list[list[int]]:
     """Indexes of ``view`` a range strategy may replace, as contiguous runs of whole units (PAIR holds
     whatever replaces them), oldest first. Kept: HEAD, every unit up to the task's plus the

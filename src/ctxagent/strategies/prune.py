@@ -33,8 +33,8 @@ from ctxagent.strategies.common import (
     follow_calls,
     handle_of,
     refs_of,
-    replaced,
     short_call,
+    shrunk,
     with_pins,
 )
 from ctxagent.strategies.step import Count, StrategyConfig
@@ -161,8 +161,7 @@ class PruneStep(StrategyConfig):
         """The one-line stub of a dead result, or None when it would not be smaller."""
         line = (f"[ctxagent pruned dead end: {short_call(call, 60)} → {first_line(entry)}; "
                 f"superseded by a later {call_name(call)} call; full result: {handle_of(entry)}]")
-        new = replaced(entry, with_pins(line, [content_of(entry.message)], ctx.pins), ctx, self.strategy)
-        return new if new.tokens < entry.tokens else None
+        return shrunk(entry, line, ctx, self.strategy)
 
     def _note(self, entries: list[Entry], calls: dict[int, dict[str, Any]], run: list[int],
               ctx: StrategyContext) -> Entry:
