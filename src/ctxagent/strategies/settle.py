@@ -1,17 +1,12 @@
 """``settle``: the tool results of one reply are budgeted together, before they are first sent.
 
-Each tool output is offloaded on its own past the tool-result limit, yet several results of one
-reply can overflow the window together, and no strategy drops the newest unit (issue 34: on
-``minimal`` in a 32K window, four ~6,900-token results in one reply, each under the 8,000-token
-limit, ended the run with exit 5). So when the newest results, never sent (``ctx.free_from`` on),
-do not fit under the trigger with everything no strategy may drop, the largest becomes a preview
-(head and tail, its size and handle; the full output goes to the store), then the next, until they
-fit. Only over :data:`STUBS` of the window (or the trigger when higher) do they become one-line stubs:
-in a 4,096-token window the trigger left ~600 tokens for messages, a 2 MB log's 545-token preview
-alone became a stub, and a 1.5B model, never seeing its lines nor how to search the output, answered
-``{"request_id": "ERROR"}``. Each cut is a recorded compaction (NO LOSS); results that fit are left as
-they are (IDENTITY). The runner runs this step first on every request (a profile need not name it),
-whatever made the results (parallel calls, ``delegate``, MCP, a resume).
+The rule and why (issue 34): docs/context.md, "The results of one reply are settled together". The
+results never sent (``ctx.free_from`` on) become previews, largest first, until they fit under the
+trigger; only over :data:`STUBS` of the window (or the trigger when higher) one-line stubs: in a
+4,096-token window the trigger left ~600 tokens for messages, a 2 MB log's 545-token preview alone
+became a stub, and a 1.5B model, never seeing its lines nor how to search the output, answered
+``{"request_id": "ERROR"}``. Each cut is a recorded compaction (NO LOSS); results that fit are left
+as they are (IDENTITY).
 """
 
 from __future__ import annotations
