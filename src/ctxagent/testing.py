@@ -73,7 +73,6 @@ from ctxagent.tokens import PER_REQUEST, count_message, count_text, count_tools,
 
 Item = dict[str, Any]
 
-CONTEXT_STYLES = ("openai", "openai-request-too-large", "anthropic", "vllm", "ollama", "llama.cpp", "llama.cpp-500")
 CACHE_MIN_TOKENS = 1024  # OpenAI caches a prompt prefix from this many tokens on...
 CACHE_STEP_TOKENS = 128  # ...in increments of this many
 MID_STREAM = "x-fake-mid-stream"  # internal marker from _answer to the handler; never sent
@@ -91,6 +90,24 @@ def error(status: int, message: str, *, code: Any = None, type: str = "invalid_r
     ``headers`` (the error item of :mod:`ctxagent.testing`)."""
     return {"error": {"status": status, "message": message, "code": code, "type": type},
             "headers": dict(headers or {}), "body": body, "mid_stream": mid_stream}
+
+
+_CONTEXT_ERRORS: dict[str, tuple[int, str, dict[str, Any]]] = {  # style: (status, message, error fields)
+    "openai": (400, "This model's maximum context length is {limit} tokens. However, your messages resulted in "
+               "{tokens} tokens. Please reduce the length of the messages.", {"code": "context_length_exceeded"}),
+    "openai-request-too-large": (429, "Request too large for gpt-4o in organization org-fake on tokens per min (TPM): "
+                                 "Limit {limit}, Requested {tokens}. The input or output tokens must be reduced in "
+                                 "order to run successfully.", {"code": "rate_limit_exceeded", "type": "tokens"}),
+    "anthropic": (400, "prompt is too long: {tokens} tokens > {limit} maximum", {}),
+    "vllm": (400, "This model's maximum context length is {limit} tokens. However, you requested {tokens} tokens "
+             "({messages} in the messages, 1000 in the completion). Please reduce the length of the messages or "
+             "completion.", {"code": 400, "type": "BadRequestError"}),
+    "ollama": (400, "the input length exceeds the context length", {}),
+    "llama.cpp": (400, "the request exceeds the available context size, try increasing it",
+                  {"type": "exceed_context_size_error"}),
+    "llama.cpp-500": (500, "Context size has been exceeded.", {"type": "server_error"}),
+}
+CONTEXT_STYLES = tuple(_CONTEXT_ERRORS)
 
 
 def context_error(style: str = "openai", *, tokens: int = 130_000, limit: int = 128_000) -> Item:
@@ -113,28 +130,10 @@ def context_error(style: str = "openai", *, tokens: int = 130_000, limit: int = 
 
     Raises ``ValueError`` for an unknown style.
     """
-    if style == "openai":
-        return error(400, f"This model's maximum context length is {limit} tokens. However, your messages "
-                     f"resulted in {tokens} tokens. Please reduce the length of the messages.",
-                     code="context_length_exceeded")
-    if style == "openai-request-too-large":
-        return error(429, f"Request too large for gpt-4o in organization org-fake on tokens per min (TPM): "
-                     f"Limit {limit}, Requested {tokens}. The input or output tokens must be reduced in "
-                     "order to run successfully.", code="rate_limit_exceeded", type="tokens")
-    if style == "anthropic":
-        return error(400, f"prompt is too long: {tokens} tokens > {limit} maximum")
-    if style == "vllm":
-        return error(400, f"This model's maximum context length is {limit} tokens. However, you requested "
-                     f"{tokens} tokens ({tokens - 1000} in the messages, 1000 in the completion). Please "
-                     "reduce the length of the messages or completion.", code=400, type="BadRequestError")
-    if style == "ollama":
-        return error(400, "the input length exceeds the context length")
-    if style == "llama.cpp":
-        return error(400, "the request exceeds the available context size, try increasing it",
-                     type="exceed_context_size_error")
-    if style == "llama.cpp-500":
-        return error(500, "Context size has been exceeded.", type="server_error")
-    raise ValueError(f"unknown context error style {style!r}; known: {', '.join(CONTEXT_STYLES)}")
+    if style not in _CONTEXT_ERRORS:
+        raise ValueError(f"unknown context error style {style!r}; known: {', '.join(CONTEXT_STYLES)}")
+    status, message, fields = _CONTEXT_ERRORS[style]
+    return error(status, message.format(tokens=tokens, limit=limit, messages=tokens - 1000), **fields)
 
 
 def checked_item(item: Item) -> Item:
