@@ -15,7 +15,7 @@ from typing import Literal
 import pytest
 
 from ctxagent.errors import ProfileError, UsageError
-from ctxagent.messages import one_line, tool_call
+from ctxagent.messages import content_of, one_line, tool_call
 from ctxagent.profile import parse_profile
 from ctxagent.profile_schema import Profile, thrash_problem
 from ctxagent.sessions.store import handle_for
@@ -45,7 +45,6 @@ from ctxagent.strategies.common import (
     call_name,
     calls_of_results,
     canonical_call,
-    content_of,
     handles_line,
     keep_pins,
     nothing_new,

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from ctxagent.messages import pair_violations, tool_call
 from ctxagent.strategies.base import Budget, Compaction, Entry, StrategyContext, groups, protected
+from ctxagent.strategies.common import replace_runs
 from ctxagent.strategies.pipeline import replay
 from ctxagent.strategies.truncate import TruncateStep, _users_kept, note_message
 from ctxagent.tokens import PER_REQUEST, count_message
@@ -36,8 +37,9 @@ def test_truncate_keeps_pair_head_and_replays(view, window):
     if ctx.budget.over(view, 0.8) and ctx.budget.over(out.view, 0.5):
         # run over its trigger (as a pipeline runs it) and left over its target: nothing it may drop is worth a
         # note (just over the target, three tries of small units can stop short; the trigger leaves no such case)
-        for run in droppable_runs(out.view, window):
-            assert count_message(note_message(run, ctx)) >= sum(e.tokens for e in run), run
+        for run in droppable_runs(out.view, window):  # the note with the run's user messages and handles
+            noted = replace_runs(run, [list(range(len(run)))], lambda r: note_message(r, ctx), ctx, "truncate")
+            assert noted.view[0].tokens >= sum(e.tokens for e in run), run
 
 
 def droppable_runs(view: list[Entry], window: int) -> list[list[Entry]]:

@@ -84,15 +84,17 @@ def pair_violations(messages: Sequence[Message]) -> list[str]:
     return problems
 
 
-def text_of(message: Message) -> str:
-    """The text a message carries: its content plus the names and arguments of its tool calls.
-
-    Content given as a list of parts (OpenAI multimodal format) contributes its text parts.
-    """
+def content_of(message: Message) -> str:
+    """A message's content as a string (text parts joined when it is a list of parts, OpenAI multimodal format)."""
     content = message.get("content")
     if isinstance(content, list):
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    parts = [content or ""]
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+def text_of(message: Message) -> str:
+    """The text a message carries: its content (:func:`content_of`) plus the names and arguments of its tool calls."""
+    parts = [content_of(message)]
     for call in message.get("tool_calls") or []:
         fn = call.get("function", {})
         parts.append(f"{fn.get('name', '')}({fn.get('arguments', '')})")

@@ -49,11 +49,16 @@ def load_profile(spec: str = "default") -> Profile:
             be read or that comes back to a file of its chain, or a key that does not validate (the
             message names the file, the line and the dotted key).
     """
-    if spec in bundled_names():
-        source, text = f"<bundled:{spec}>", bundled_text(spec)
-    else:
-        source, text = spec, _read_file(Path(spec), spec)
+    text, source = _source_text(spec)
     return parse_profile(text, source=source, default_name=Path(spec).stem)
+
+
+def _source_text(spec: str) -> tuple[str, str]:
+    """The text of the profile ``spec`` and its source (``<bundled:NAME>`` or the path); ``ProfileError``
+    when its file cannot be read."""
+    if spec in bundled_names():
+        return bundled_text(spec), f"<bundled:{spec}>"
+    return _read_file(Path(spec), spec), spec
 
 
 def profile_files(spec: str) -> list[Path]:
@@ -61,9 +66,7 @@ def profile_files(spec: str) -> list[Path]:
     (a bundled profile's: the YAML file in the package), resolved, this file first. Empty when the
     profile cannot be read (the session's copy is used then)."""
     try:
-        bundled = spec in bundled_names()
-        source, text = (f"<bundled:{spec}>", bundled_text(spec)) if bundled else (spec, _read_file(Path(spec), spec))
-        layers = _chain(text, source, ())
+        layers = _chain(*_source_text(spec), ())
     except ProfileError:
         return []
     folder = resources.files("ctxagent") / "profiles"
@@ -172,7 +175,7 @@ def _chain(text: str, source: str, seen: tuple[str, ...]) -> list[_Layer]:
     else:
         folder = Path.cwd() if source.startswith("<") else Path(source).parent
         base_source = str((folder / Path(spec).expanduser()).resolve())
-    chain = (*seen, _identity(source))
+    chain = (*seen, source if source.startswith("<") else str(Path(source).resolve()))
     if base_source in chain:
         raise ProfileError(f"extends cycle: {' -> '.join([*chain, base_source])}", path=source, line=line,
                            key=EXTENDS)
@@ -184,11 +187,6 @@ def _chain(text: str, source: str, seen: tuple[str, ...]) -> list[_Layer]:
     for base in bases:
         base.data.pop("name", None)  # the profile is named after the file that extends, not its base
     return [layer, *bases]
-
-
-def _identity(source: str) -> str:
-    """What names one file of a chain in a cycle check: a bundled source as is, a path resolved."""
-    return source if source.startswith("<") else str(Path(source).resolve())
 
 
 def _blame(layers: list[_Layer], loc: list[str], message: str) -> ProfileError:

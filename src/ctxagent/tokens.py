@@ -106,11 +106,8 @@ def ranks(data: bytes) -> dict[bytes, int]:
 def encoding_for(model: str) -> str:
     """The tiktoken encoding name used to count tokens for ``model`` (a litellm model string)."""
     base = model.rsplit("/", 1)[-1].lower()
-    if base.startswith(("gpt-4", "gpt-3.5", "text-embedding")) and not base.startswith(
-        ("gpt-4o", "gpt-4.1", "gpt-4.5")
-    ):
-        return "cl100k_base"
-    return "o200k_base"
+    older = base.startswith(("gpt-4", "gpt-3.5", "text-embedding"))
+    return "cl100k_base" if older and not base.startswith(("gpt-4o", "gpt-4.1", "gpt-4.5")) else "o200k_base"
 
 
 def count_text(text: str, model: str = "") -> int:

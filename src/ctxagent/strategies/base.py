@@ -202,3 +202,44 @@ def protected(view: Sequence[Entry]) -> set[int]:
     if users:
         keep.update({users[0], users[-1]})
     return keep
+
+
+def changes(old: Sequence[Entry], new: Sequence[Entry], strategy: str) -> list[Compaction]:
+    """The compactions that turn ``old`` into ``new`` (both ordered by seq; pins entries ignored): a new
+    entry replaces the old ones inside its seq range; a run of old entries that no new entry covers is
+    removed (a compaction without message, named ``strategy``)."""
+    olds = [e for e in old if e.start >= 0]
+    news = [e for e in new if e.start >= 0]
+    out: list[Compaction] = []
+    removed: list[Entry] = []
+    i = j = 0
+    while i < len(olds) or j < len(news):
+        o = olds[i] if i < len(olds) else None
+        n = news[j] if j < len(news) else None
+        if o is not None and n is not None and _same(o, n):
+            _flush(removed, out, strategy)
+            i, j = i + 1, j + 1
+        elif n is not None and (o is None or n.start <= o.start):
+            _flush(removed, out, strategy)
+            before = 0
+            while i < len(olds) and olds[i].start >= n.start and olds[i].end <= n.end:
+                before += olds[i].tokens
+                i += 1
+            out.append(Compaction(n.kind, n.start, n.end, n.message, n.tokens, before, n.refs, n.quotes))
+            j += 1
+        else:
+            assert o is not None
+            removed.append(o)
+            i += 1
+    _flush(removed, out, strategy)
+    return out
+
+
+def _same(a: Entry, b: Entry) -> bool:
+    return a is b or (a.start == b.start and a.end == b.end and a.kind == b.kind and a.message == b.message)
+
+
+def _flush(removed: list[Entry], out: list[Compaction], strategy: str) -> None:
+    if removed:
+        out.append(Compaction(strategy, removed[0].start, removed[-1].end, None, 0, sum(e.tokens for e in removed)))
+        removed.clear()

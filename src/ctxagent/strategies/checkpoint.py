@@ -20,22 +20,19 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import Message, loads_json, text_of
+from ctxagent.messages import Message, content_of, loads_json, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
     call_args,
     call_name,
     calls_of_results,
-    content_of,
     cut_line,
-    nothing_new,
-    pins_in,
     replace_runs,
     runs_to_compact,
     short_call,
@@ -43,10 +40,9 @@ from ctxagent.strategies.common import (
 )
 from ctxagent.strategies.facts import with_facts
 from ctxagent.strategies.prune import is_dead
-from ctxagent.strategies.rendering import fact_lines, label_range, render, task_text
-from ctxagent.strategies.step import Fraction, KeepTurns, LlmStep, SummaryStep, UseLlm
-from ctxagent.strategies.summarize import failure, under_target
-from ctxagent.strategies.summarizing import SummaryFailed, condense
+from ctxagent.strategies.rendering import fact_lines, label_range, task_text
+from ctxagent.strategies.step import Fraction, KeepTurns, SummaryStep, UseLlm
+from ctxagent.strategies.summarize import llm_body, under_target
 
 FIELDS: dict[str, str] = {
     "goal": "the overall goal, in one or two sentences",
@@ -171,23 +167,6 @@ def deterministic_checkpoint(view: Sequence[Entry], run: Sequence[Entry], max_to
     }
 
 
-def llm_body(step: LlmStep, ctx: StrategyContext, entries: Sequence[Entry], prompt: str,
-             finish: Callable[[str], str], what: str, instead: str) -> tuple[str | None, list[str]]:
-    """The summarizer's checked text for ``entries`` (``prompt``, its ``{max_tokens}`` filled in;
-    ``finish`` makes the reply the text) and no warning; ``(None, [])`` when the step may not call it
-    or there is none; ``(None, [warning])`` when it fails (``what`` failed, ``instead`` was done)."""
-    if not step.needs_llm() or ctx.summarizer is None:
-        return None, []
-    try:
-        return condense(render(entries), summarizer=ctx.summarizer,
-                        final_prompt=prompt.replace("{max_tokens}", str(step.max_tokens)),
-                        max_tokens=step.max_tokens, chunk_tokens=step.chunk_tokens,
-                        pins=pins_in((text_of(e.message) for e in entries), ctx.pins), model=ctx.model, finish=finish,
-                        window=ctx.summarizer_window), []
-    except SummaryFailed as err:
-        return None, [failure(step.strategy, what, entries, err, instead)]
-
-
 def place(view: list[Entry], runs: list[list[int]], body: str, label: str, ctx: StrategyContext,
           name: str) -> Outcome:
     """Replace the newest run by ``label`` + ``body`` and each older run by a pointer to it."""
@@ -219,7 +198,7 @@ class CheckpointStep(SummaryStep):
                             "size of a deterministic one")
 
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
-        runs = [r for r in runs_to_compact(view, 0, self.keep_turns) if not nothing_new(view, r)]
+        runs = runs_to_compact(view, 0, self.keep_turns)
         if not runs:
             return Outcome(view)
         agent = agent_call(view)

@@ -11,21 +11,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ctxagent.messages import Message, loads_json, one_line, text_of
+from ctxagent.messages import Message, content_of, loads_json, one_line, text_of
 from ctxagent.sessions import redact
 from ctxagent.sessions.store import handle_for
-from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, T, groups, protected
+from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, T, changes, groups, protected
 from ctxagent.tokens import count_message, count_text
 
 _SIZE_BEFORE_HANDLE = re.compile(r"(~?[0-9][0-9,]*) tokens; saved as @")
-
-
-def content_of(message: Message) -> str:
-    """A message's content as a string (text parts joined when it is a list of parts)."""
-    content = message.get("content")
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return content or ""
 
 
 def pins_in(texts: Iterable[str], pins: Sequence[str]) -> list[str]:
@@ -177,11 +169,6 @@ def refs_of(entries: Iterable[Entry], window: int) -> tuple[str, ...]:
     return tuple(list(found)[-limit:])
 
 
-def unstored(entries: Iterable[Entry]) -> list[Entry]:
-    """The original tool results among ``entries`` not in the output store yet (for :attr:`Outcome.offloads`)."""
-    return [e for e in entries if e.role == "tool" and e.kind == "message" and not e.offloaded]
-
-
 QUOTES_FRACTION = 0.1  # of the window: the user messages one replacement keeps verbatim, at most
 
 
@@ -234,10 +221,18 @@ def replaced(entry: Entry, content: str, ctx: StrategyContext, kind: str) -> Ent
                  entry.handle, entry.offloaded)
 
 
+def shrunk(entry: Entry, text: str, ctx: StrategyContext, kind: str) -> Entry | None:
+    """:func:`replaced` by ``text`` and the pins of ``entry``'s content (:func:`with_pins`), or None when
+    that has as many tokens as ``entry`` or more."""
+    new = replaced(entry, with_pins(text, [content_of(entry.message)], ctx.pins), ctx, kind)
+    return new if new.tokens < entry.tokens else None
+
+
 def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> list[list[int]]:
     """Indexes of ``view`` a range strategy may replace, as contiguous runs of whole units (PAIR holds
     whatever replaces them), oldest first. Kept: HEAD, every unit up to the task's plus the
-    ``keep_first`` units after it (task setup), and the last ``keep_last`` units."""
+    ``keep_first`` units after it (task setup), the last ``keep_last`` units, and a run that is only
+    one earlier replacement (:func:`nothing_new`)."""
     units = groups(view)
     keep = protected(view)
     task = next((i for i, e in enumerate(view) if e.role == "user" and e.kind == "message"), None)
@@ -245,7 +240,8 @@ def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> l
     head_end = next((u for u, unit in enumerate(units) if anchor in unit), -1)
     first = head_end + 1 + max(0, keep_first)
     last = max(0, len(units) - max(0, keep_last))
-    return consecutive(i for unit in units[first:last] if not keep.intersection(unit) for i in unit)
+    runs = consecutive(i for unit in units[first:last] if not keep.intersection(unit) for i in unit)
+    return [run for run in runs if not nothing_new(view, run)]
 
 
 def consecutive(indexes: Iterable[int]) -> list[list[int]]:
@@ -259,33 +255,31 @@ def consecutive(indexes: Iterable[int]) -> list[list[int]]:
     return runs
 
 
-def replace_runs(view: Sequence[Entry], runs: Sequence[Sequence[int]], make: Callable[[list[Entry]], Message],
-                 ctx: StrategyContext, name: str) -> Outcome:
-    """Replace each run of ``view`` by the one message ``make(run entries)`` returns, recorded as a
-    compaction (seq range of the run) so replay rebuilds the same view."""
-    out: list[Entry] = []
-    compactions: list[Compaction] = []
-    offloads: list[Entry] = []
-    starts = {run[0]: list(run) for run in runs}
-    skip: set[int] = set()
-    for index, entry in enumerate(view):
-        if index in skip:
-            continue
-        if index not in starts:
-            out.append(entry)
-            continue
-        run = [view[i] for i in starts[index]]
-        skip.update(starts[index])
+def replace_runs(view: list[Entry], runs: Sequence[Sequence[int]], make: Callable[[list[Entry]], Message],
+                 ctx: StrategyContext, name: str, *, only_smaller: bool = False) -> Outcome:
+    """Replace each run of ``view`` by the one message ``make(run entries)`` returns, followed by the run's
+    user messages (:func:`quotes_block`) and handles (:func:`handles_line`), recorded as a compaction (seq
+    range of the run) so replay rebuilds the same view. ``only_smaller``: a run whose replacement has as
+    many tokens or more stays as it is (the view is returned itself when no run is replaced)."""
+    out = list(view)
+    replaced: list[list[Entry]] = []
+    for indexes in reversed(runs):  # the newest first: the indexes of older runs stay valid
+        run = [view[i] for i in indexes]
         refs = refs_of(run, ctx.budget.window)
         quotes = quotes_of(run, QUOTES_FRACTION * ctx.budget.window, ctx.model)
         message = make(run)
         message = {**message, "content": content_of(message) + quotes_block(quotes) + handles_line(refs)}
         tokens = count_message(message, ctx.model)
-        start, end = run[0].start, run[-1].end
-        compactions.append(Compaction(name, start, end, message, tokens, sum(e.tokens for e in run), refs, quotes))
-        out.append(Entry(message, tokens, start, end, run[-1].turn, kind=name, refs=refs, quotes=quotes))
-        offloads.extend(unstored(run))
-    return Outcome(out, compactions, offloads)
+        if only_smaller and tokens >= sum(e.tokens for e in run):
+            continue
+        out[indexes[0]:indexes[-1] + 1] = [Entry(message, tokens, run[0].start, run[-1].end, run[-1].turn, kind=name,
+                                                 refs=refs, quotes=quotes)]
+        replaced.append(run)
+    if not replaced:
+        return Outcome(view)
+    unstored = [e for run in reversed(replaced) for e in run if e.role == "tool" and e.kind == "message"
+                and not e.offloaded]  # the original results, not in the output store yet
+    return Outcome(out, changes(view, out, name), unstored)
 
 
 def nothing_new(view: Sequence[Entry], run: Sequence[int]) -> bool:

@@ -19,15 +19,15 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
+from ctxagent.messages import content_of
 from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
     canonical_call,
-    content_of,
     follow_calls,
     handle_of,
     replaced,
+    shrunk,
     stored_handle,
-    with_pins,
 )
 from ctxagent.strategies.step import Count, StrategyConfig
 
@@ -90,8 +90,7 @@ class DedupeStep(StrategyConfig):
         content = content_of(entry.message)
         if same_text is not None:
             reference = f"[same result as turn {same_text.turn}, handle {handle_of(same_text)}]"
-            new = replaced(entry, with_pins(f"{flag} {reference}".strip(), [content], ctx.pins), ctx, self.strategy)
-            if new.tokens < entry.tokens:
+            if (new := shrunk(entry, f"{flag} {reference}".strip(), ctx, self.strategy)) is not None:
                 return new, (True, same_call is not None)
         if same_call is not None:
             return replaced(entry, f"{flag}\n{content}", ctx, self.strategy), (False, True)

@@ -21,14 +21,12 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import text_of
+from ctxagent.messages import content_of, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
-from ctxagent.strategies.checkpoint import llm_body, parse_json_object, place
+from ctxagent.strategies.checkpoint import parse_json_object, place
 from ctxagent.strategies.common import (
     calls_of_results,
-    content_of,
     cut_line,
-    nothing_new,
     pins_in,
     runs_to_compact,
     short_call,
@@ -36,6 +34,7 @@ from ctxagent.strategies.common import (
 from ctxagent.strategies.prune import first_line, is_dead
 from ctxagent.strategies.rendering import fact_lines, task_text
 from ctxagent.strategies.step import Count, KeepTurns, LlmStep, UseLlm
+from ctxagent.strategies.summarize import llm_body
 from ctxagent.tokens import count_text
 
 STATE_KEYS = ("goal", "verified_facts", "discarded_hypotheses", "pending_actions")
@@ -122,7 +121,7 @@ class DistillStep(LlmStep):
     min_tokens: Count = Field(1000, description="tokens the range must exceed to be distilled")
 
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
-        runs = [r for r in runs_to_compact(view, 0, self.keep_turns) if not nothing_new(view, r)]
+        runs = runs_to_compact(view, 0, self.keep_turns)
         entries = [view[i] for r in runs for i in r]
         if not runs or sum(e.tokens for e in entries) <= self.min_tokens:
             return Outcome(view)

@@ -2,17 +2,10 @@
 
 An LLM summary may paraphrase "port 8443" as "the usual TLS port" or drop a commit hash; the
 checks of :mod:`ctxagent.strategies.summarizing` cannot see that. So every LLM-written replacement
-of a range ends with a block of the exact values its messages hold (URLs, paths, ports, ids and
-hashes, numbers with units, versions, exit codes, error lines, handles, an earlier block's values),
-found by regular expressions, those already verbatim in the summary left out.
-
-Each value is listed once, under what it belongs to: the call in short and the handle of its result,
-else its message (issue 34: a loose summarizer over 28 service descriptions left 1 of 28 ports, 0 of
-28 config paths and 19 bare commit hashes in view, and the block spent its cap on 18 repeated command
-lines). The range's own values get ``max_tokens``, those carried from earlier blocks
-:data:`CARRY_FACTOR` times as much again, so a new range always has room; the most specific kinds and
-the newest groups come first, what does not fit is counted on the last line with the handles that
-hold it. Pure and deterministic (the block is recorded in a compaction). Format: docs/context.md.
+of a range ends with a block of the exact values its messages hold, found by regular expressions,
+those already verbatim in the summary left out, each once under what it belongs to. The rule, its
+format, its room (:data:`CARRY_FACTOR`) and what it fixed (issue 34): docs/context.md, "Exact values
+survive summaries". Pure and deterministic (the block is recorded in a compaction).
 """
 
 from __future__ import annotations
@@ -22,8 +15,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ctxagent.messages import content_of
 from ctxagent.strategies.base import Entry
-from ctxagent.strategies.common import call_args, call_name, content_of, cut_line, handle_of, short_call
+from ctxagent.strategies.common import call_args, call_name, cut_line, handle_of, short_call
 from ctxagent.strategies.rendering import label_range
 from ctxagent.strategies.step import FACTS_TOKENS
 from ctxagent.tokens import count_text

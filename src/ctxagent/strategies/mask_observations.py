@@ -23,24 +23,21 @@ from pydantic import Field
 
 from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyContext
 from ctxagent.strategies.common import (
-    content_of,
     follow_calls,
     handle_of,
     newest_within,
-    replaced,
     short_call,
+    shrunk,
     size_of,
     stored_handle,
-    with_pins,
 )
 from ctxagent.strategies.step import Count, Fraction, StrategyConfig
 
 
-def stub(entry: Entry, call: dict[str, Any] | None, pins: tuple[str, ...]) -> str:
-    """The one-line stub of a masked tool result (plus ``[pinned]`` lines for its pinned facts)."""
-    line = (f"[ctxagent masked an old tool result: {short_call(call, 80)}, {size_of(entry)} tokens; "
+def stub(entry: Entry, call: dict[str, Any] | None) -> str:
+    """The one-line stub of a masked tool result."""
+    return (f"[ctxagent masked an old tool result: {short_call(call, 80)}, {size_of(entry)} tokens; "
             f"full result: {handle_of(entry)} (read_output or grep_output)]")
-    return with_pins(line, [content_of(entry.message)], pins)
 
 
 @dataclass
@@ -105,5 +102,4 @@ class MaskObservationsStep(StrategyConfig):
         stored = stored_handle(entry) is not None
         if not stored and entry.tokens <= self.min_tokens:
             return None, stored
-        new = replaced(entry, stub(entry, call, ctx.pins), ctx, self.strategy)
-        return (new if new.tokens < entry.tokens else None), stored
+        return shrunk(entry, stub(entry, call), ctx, self.strategy), stored

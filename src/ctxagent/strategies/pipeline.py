@@ -1,8 +1,8 @@
 """Running a pipeline: each strategy whose trigger fires, every change it makes recorded.
 
 Pure: no I/O. :func:`replay` rebuilds the view the recorded compactions describe (SAME CONTEXT ON
-RESUME); :meth:`Engine.run` returns every change as compactions (:func:`changes`), so replaying them,
-live or on resume, gives the same view, and only a recorded step changes an earlier message (PREFIX).
+RESUME); :meth:`Engine.run` returns every change as compactions (:func:`~ctxagent.strategies.base.changes`),
+so replaying them, live or on resume, gives the same view, and only a recorded step changes an earlier message (PREFIX).
 An :class:`Engine` belongs to one session and holds each step's :class:`~ctxagent.strategies.base.Scan`,
 so two sessions (two sub-agents on two threads) never share one.
 
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ctxagent.strategies.base import Budget, Compaction, Entry, Outcome, Scan, StrategyContext
+from ctxagent.strategies.base import Budget, Compaction, Entry, Outcome, Scan, StrategyContext, changes
 from ctxagent.strategies.step import StrategyConfig
 
 
@@ -137,44 +137,3 @@ def _joined(first: Outcome, second: Outcome) -> Outcome:
     """The outcome of ``first`` then ``second`` (run on ``first.view``)."""
     return Outcome(second.view, [*first.compactions, *second.compactions], [*first.offloads, *second.offloads],
                    [*first.warnings, *second.warnings])
-
-
-def changes(old: Sequence[Entry], new: Sequence[Entry], strategy: str) -> list[Compaction]:
-    """The compactions that turn ``old`` into ``new`` (both ordered by seq; pins entries ignored): a new
-    entry replaces the old ones inside its seq range; a run of old entries that no new entry covers is
-    removed (a compaction without message, named ``strategy``)."""
-    olds = [e for e in old if e.start >= 0]
-    news = [e for e in new if e.start >= 0]
-    out: list[Compaction] = []
-    removed: list[Entry] = []
-    i = j = 0
-    while i < len(olds) or j < len(news):
-        o = olds[i] if i < len(olds) else None
-        n = news[j] if j < len(news) else None
-        if o is not None and n is not None and _same(o, n):
-            _flush(removed, out, strategy)
-            i, j = i + 1, j + 1
-        elif n is not None and (o is None or n.start <= o.start):
-            _flush(removed, out, strategy)
-            before = 0
-            while i < len(olds) and olds[i].start >= n.start and olds[i].end <= n.end:
-                before += olds[i].tokens
-                i += 1
-            out.append(Compaction(n.kind, n.start, n.end, n.message, n.tokens, before, n.refs, n.quotes))
-            j += 1
-        else:
-            assert o is not None
-            removed.append(o)
-            i += 1
-    _flush(removed, out, strategy)
-    return out
-
-
-def _same(a: Entry, b: Entry) -> bool:
-    return a is b or (a.start == b.start and a.end == b.end and a.kind == b.kind and a.message == b.message)
-
-
-def _flush(removed: list[Entry], out: list[Compaction], strategy: str) -> None:
-    if removed:
-        out.append(Compaction(strategy, removed[0].start, removed[-1].end, None, 0, sum(e.tokens for e in removed)))
-        removed.clear()

@@ -24,19 +24,17 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from ctxagent.messages import text_of
+from ctxagent.messages import content_of, text_of
 from ctxagent.strategies.base import Entry, EntryMemo, Outcome, Scan, StrategyContext, groups
 from ctxagent.strategies.common import (
     call_name,
-    calls_of_results,
     consecutive,
-    content_of,
     cut_line,
     follow_calls,
     handle_of,
     refs_of,
-    replaced,
     short_call,
+    shrunk,
     with_pins,
 )
 from ctxagent.strategies.step import Count, StrategyConfig
@@ -95,7 +93,7 @@ class _State:
     unit_calls: bool = False  # the current unit was opened by an assistant message with tool calls
     calls: dict[Any, dict[str, Any]] = field(default_factory=dict)  # the current assistant's calls by id
     success: dict[str, int] = field(default_factory=dict)
-    dead: list[tuple[int, int, str, int]] = field(default_factory=list)  # (index, unit, tool, turn)
+    dead: list[tuple[int, int, dict[str, Any], int]] = field(default_factory=list)  # (index, unit, call, turn)
     turn: int = 0
 
 
@@ -114,15 +112,15 @@ class PruneStep(StrategyConfig):
         state = scan.fold(view, self.max_tokens, _State,
                           lambda state, index, entry: self._fold(state, index, entry, memo))
         now, batch = max(ctx.turn, state.turn), max(1, self.batch)
-        found = [(i, unit) for i, unit, name, turn in state.dead
-                 if unit != state.unit and now - turn >= self.min_age_turns and state.success.get(name, -1) > unit]
+        found = [(i, unit) for i, unit, call, turn in state.dead if unit != state.unit
+                 and now - turn >= self.min_age_turns and state.success.get(call_name(call), -1) > unit]
         if len(found) < batch and not ctx.budget.over(view, ctx.budget.trigger):
             found = [(i, unit) for i, unit in found if view[unit].start >= ctx.free_from]
         dead = {i for i, _ in found}
         if not dead:
             return Outcome(view)
-        calls, units = calls_of_results(view), groups(view)
-        whole = [u for u in units if len(u) > 1 and all(i in dead for i in u[1:])]
+        calls = {i: call for i, _, call, _ in state.dead if i in dead}
+        whole = [u for u in groups(view) if len(u) > 1 and all(i in dead for i in u[1:])]
         out: list[Entry | None] = list(view)
         offloads: list[Entry] = []
         for run in consecutive(i for unit in whole for i in unit):
@@ -157,14 +155,13 @@ class PruneStep(StrategyConfig):
         if not dead and entry.kind != self.strategy:
             state.success[name] = max(state.success.get(name, -1), state.unit)
         elif dead and entry.kind == "message" and call is not None:
-            state.dead.append((index, state.unit, name, entry.turn))
+            state.dead.append((index, state.unit, call, entry.turn))
 
     def _stub(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> Entry | None:
         """The one-line stub of a dead result, or None when it would not be smaller."""
         line = (f"[ctxagent pruned dead end: {short_call(call, 60)} → {first_line(entry)}; "
                 f"superseded by a later {call_name(call)} call; full result: {handle_of(entry)}]")
-        new = replaced(entry, with_pins(line, [content_of(entry.message)], ctx.pins), ctx, self.strategy)
-        return new if new.tokens < entry.tokens else None
+        return shrunk(entry, line, ctx, self.strategy)
 
     def _note(self, entries: list[Entry], calls: dict[int, dict[str, Any]], run: list[int],
               ctx: StrategyContext) -> Entry:

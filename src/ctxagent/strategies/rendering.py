@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ctxagent.messages import content_of
 from ctxagent.strategies.base import Entry
-from ctxagent.strategies.common import calls_of_results, content_of, cut_line, newest_within, short_call
+from ctxagent.strategies.common import calls_of_results, cut_line, newest_within, short_call
 from ctxagent.tokens import count_text
 
 _FACT = re.compile(
@@ -69,8 +70,7 @@ def fact_lines(entries: Sequence[Entry], max_tokens: int, model: str = "") -> li
 
 def task_text(view: Sequence[Entry]) -> str:
     """The task (first user message) of ``view``, or "" when there is none."""
-    users = [e for e in view if e.role == "user" and e.kind == "message"]
-    return content_of(users[0].message) if users else ""
+    return next((content_of(e.message) for e in view if e.role == "user" and e.kind == "message"), "")
 
 
 def label_range(run: Sequence[Entry]) -> str:

@@ -20,10 +20,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from ctxagent.messages import content_of
 from ctxagent.strategies.base import Compaction, Entry, Outcome, Scan, StrategyContext, groups
 from ctxagent.strategies.common import (
     calls_of_results,
-    content_of,
     handle_of,
     pins_in,
     replaced,

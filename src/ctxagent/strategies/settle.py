@@ -1,28 +1,24 @@
 """``settle``: the tool results of one reply are budgeted together, before they are first sent.
 
-Each tool output is offloaded on its own past the tool-result limit, yet several results of one
-reply can overflow the window together, and no strategy drops the newest unit (issue 34: on
-``minimal`` in a 32K window, four ~6,900-token results in one reply, each under the 8,000-token
-limit, ended the run with exit 5). So when the newest results, never sent (``ctx.free_from`` on),
-do not fit under the trigger with everything no strategy may drop, the largest becomes a preview
-(head and tail, its size and handle; the full output goes to the store), then the next, until they
-fit. Only over :data:`STUBS` of the window (or the trigger when higher) do they become one-line stubs:
-in a 4,096-token window the trigger left ~600 tokens for messages, a 2 MB log's 545-token preview
-alone became a stub, and a 1.5B model, never seeing its lines nor how to search the output, answered
-``{"request_id": "ERROR"}``. Each cut is a recorded compaction (NO LOSS); results that fit are left as
-they are (IDENTITY). The runner runs this step first on every request (a profile need not name it),
-whatever made the results (parallel calls, ``delegate``, MCP, a resume).
+The rule and why (issue 34): docs/context.md, "The results of one reply are settled together". The
+results never sent (``ctx.free_from`` on) become previews, largest first, until they fit under the
+trigger; only over :data:`STUBS` of the window (or the trigger when higher) one-line stubs: in a
+4,096-token window the trigger left ~600 tokens for messages, a 2 MB log's 545-token preview alone
+became a stub, and a 1.5B model, never seeing its lines nor how to search the output, answered
+``{"request_id": "ERROR"}``. Each cut is a recorded compaction (NO LOSS); results that fit are left
+as they are (IDENTITY).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
+from ctxagent.messages import content_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext, groups, protected
-from ctxagent.strategies.common import calls_of_results, content_of, handle_of, replaced, short_call, with_pins
+from ctxagent.strategies.common import handle_of, replaced, short_call, with_pins
 from ctxagent.strategies.rendering import clip
 from ctxagent.strategies.step import Count, StrategyConfig
 
@@ -45,6 +41,7 @@ class SettleStep(StrategyConfig):
         if not results:
             return Outcome(view)
         fixed = [view[i] for i in sorted(protected(view) | {owner}) if i not in results]
+        calls = {call.get("id"): call for call in view[owner].message.get("tool_calls") or ()}
         out = list(view)
 
         def fits(room: float) -> bool:
@@ -56,7 +53,8 @@ class SettleStep(StrategyConfig):
             for index in sorted(results, key=lambda i: (-out[i].tokens, i)):
                 if fits(room):
                     break
-                if (new := self._cut(cut, view, index, out[index], ctx)) is not None:
+                call = calls.get(view[index].message.get("tool_call_id"))
+                if (new := self._cut(cut, view[index], out[index], call, ctx)) is not None:
                     out[index] = new
                     if not view[index].offloaded and view[index].kind == "message" and index not in stored:
                         stored.append(index)  # the original goes to the output store: its handle resolves
@@ -64,13 +62,14 @@ class SettleStep(StrategyConfig):
             return Outcome(view)  # IDENTITY (also for previews that fit the window, over the trigger)
         return Outcome(out, offloads=[view[i] for i in stored])
 
-    def _cut(self, cut: str, view: list[Entry], index: int, entry: Entry, ctx: StrategyContext) -> Entry | None:
-        """``entry`` (the result at ``index``, as cut so far) made a ``preview`` or a ``stub``; None
-        when that would not shrink it (a preview of a preview)."""
+    def _cut(self, cut: str, original: Entry, entry: Entry, call: dict[str, Any] | None,
+             ctx: StrategyContext) -> Entry | None:
+        """``entry`` (``original``, the result of ``call``, as cut so far) made a ``preview`` or a ``stub``;
+        None when that would not shrink it (a preview of a preview)."""
         if cut == "preview" and (entry.offloaded or entry.kind != "message"):
             return None  # already a preview
-        text = (preview(view[index], self.preview_tokens, ctx.pins, ctx.model) if cut == "preview"
-                else stub(view[index], calls_of_results(view).get(index), ctx.pins))
+        text = (preview(original, self.preview_tokens, ctx.pins, ctx.model) if cut == "preview"
+                else stub(original, call, ctx.pins))
         new = replaced(entry, text, ctx, self.strategy)
         return new if new.tokens < entry.tokens else None
 

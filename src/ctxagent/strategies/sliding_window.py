@@ -21,9 +21,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from ctxagent.messages import Message, text_of
+from ctxagent.messages import Message, content_of, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
-from ctxagent.strategies.common import content_of, nothing_new, replace_runs, runs_to_compact, with_pins
+from ctxagent.strategies.common import replace_runs, runs_to_compact, with_pins
 from ctxagent.strategies.rendering import clip, label_range
 from ctxagent.strategies.step import Count, KeepTurns, SummaryStep, UseLlm
 from ctxagent.strategies.summarize import summarize_runs, summary_message, under_target
@@ -32,17 +32,13 @@ CARRIED_KINDS = ("summarize", "sliding_window", "checkpoint", "distill")
 """Replacements whose text a deterministic note carries forward (their first line is a label)."""
 
 
-def carried_text(run: Sequence[Entry], max_tokens: int, model: str = "") -> str:
-    """The bodies (label line removed) of the earlier summaries in ``run``, cut to ``max_tokens``."""
-    bodies = [content_of(e.message).partition("\n")[2].strip() for e in run if e.kind in CARRIED_KINDS]
-    return clip("\n".join(body for body in bodies if body), max_tokens, model)
-
-
 def window_note(run: Sequence[Entry], ctx: StrategyContext, max_tokens: int) -> Message:
-    """The deterministic user-role note that stands for ``run``."""
+    """The deterministic user-role note that stands for ``run``: its header, then the bodies (label line
+    removed) of the earlier summaries in ``run``, cut to ``max_tokens``."""
     header = (f"[ctxagent window: messages {label_range(run)} (turns {run[0].turn}-{run[-1].turn}, "
               f"{sum(e.tokens for e in run)} tokens) are not shown; the full transcript is at {ctx.transcript_path}]")
-    body = carried_text(run, max_tokens, ctx.model)
+    bodies = [content_of(e.message).partition("\n")[2].strip() for e in run if e.kind in CARRIED_KINDS]
+    body = clip("\n".join(body for body in bodies if body), max_tokens, ctx.model)
     content = f"{header}\n{body}" if body else header
     return {"role": "user", "content": with_pins(content, (text_of(e.message) for e in run), ctx.pins)}
 
@@ -60,7 +56,7 @@ class SlidingWindowStep(SummaryStep):
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
         if under_target(view, ctx, self.target):
             return Outcome(view)
-        runs = [r for r in runs_to_compact(view, self.keep_first, self.keep_turns) if not nothing_new(view, r)]
+        runs = runs_to_compact(view, self.keep_first, self.keep_turns)
         if not runs:
             return Outcome(view)
         llm = self.needs_llm() and ctx.summarizer is not None

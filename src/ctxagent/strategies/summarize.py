@@ -14,16 +14,16 @@ truncation (a failure is reported in ``Outcome.warnings``). At or under the targ
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Literal
 
 from ctxagent.messages import Message, text_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext
-from ctxagent.strategies.common import keep_pins, nothing_new, pins_in, replace_runs, runs_to_compact
+from ctxagent.strategies.common import keep_pins, pins_in, replace_runs, runs_to_compact
 from ctxagent.strategies.facts import with_facts
 from ctxagent.strategies.rendering import label_range, render
-from ctxagent.strategies.step import KeepTurns, SummaryStep
+from ctxagent.strategies.step import KeepTurns, LlmStep, SummaryStep
 from ctxagent.strategies.summarizing import SummaryFailed, condense
 from ctxagent.strategies.truncate import TruncateStep
 
@@ -43,16 +43,35 @@ def under_target(view: Sequence[Entry], ctx: StrategyContext, target: float | No
 
 
 def summarize_run(run: Sequence[Entry], ctx: StrategyContext, p: SummaryStep) -> str:
-    """The checked LLM summary of ``run`` (``p.max_tokens``, read ``p.chunk_tokens`` at a time) followed by
-    the exact values it lacks (:func:`~ctxagent.strategies.facts.with_facts`, ``p.facts_tokens``). Raises
-    ``SummaryFailed`` (also when there is no summarizer, or its window cannot hold a request)."""
+    """The checked LLM summary of ``run`` (:func:`condensed`) followed by the exact values it lacks
+    (:func:`~ctxagent.strategies.facts.with_facts`, ``p.facts_tokens``). Raises ``SummaryFailed`` (also
+    when there is no summarizer, or its window cannot hold a request)."""
+    return with_facts(condensed(run, ctx, p, SUMMARY_PROMPT), run, p.facts_tokens, ctx.model)
+
+
+def condensed(entries: Sequence[Entry], ctx: StrategyContext, step: LlmStep, prompt: str,
+              finish: Callable[[str], str] = lambda reply: reply) -> str:
+    """The summarizer's checked text for ``entries`` (``prompt``, its ``{max_tokens}`` filled in with
+    ``step.max_tokens``; read ``step.chunk_tokens`` at a time; ``finish`` makes the reply the text).
+    Raises ``SummaryFailed`` (also when there is no summarizer)."""
     if ctx.summarizer is None:
         raise SummaryFailed("no summarizer on this path")
-    pins = pins_in((text_of(e.message) for e in run), ctx.pins)
-    summary = condense(render(run), summarizer=ctx.summarizer,
-                       final_prompt=SUMMARY_PROMPT.format(max_tokens=p.max_tokens), max_tokens=p.max_tokens,
-                       chunk_tokens=p.chunk_tokens, pins=pins, model=ctx.model, window=ctx.summarizer_window)
-    return with_facts(summary, run, p.facts_tokens, ctx.model)
+    return condense(render(entries), summarizer=ctx.summarizer,
+                    final_prompt=prompt.replace("{max_tokens}", str(step.max_tokens)), max_tokens=step.max_tokens,
+                    chunk_tokens=step.chunk_tokens, pins=pins_in((text_of(e.message) for e in entries), ctx.pins),
+                    model=ctx.model, finish=finish, window=ctx.summarizer_window)
+
+
+def llm_body(step: LlmStep, ctx: StrategyContext, entries: Sequence[Entry], prompt: str,
+             finish: Callable[[str], str], what: str, instead: str) -> tuple[str | None, list[str]]:
+    """:func:`condensed` and no warning; ``(None, [])`` when the step may not call the summarizer or there
+    is none; ``(None, [warning])`` when it fails (``what`` failed, ``instead`` was done)."""
+    if not step.needs_llm() or ctx.summarizer is None:
+        return None, []
+    try:
+        return condensed(entries, ctx, step, prompt, finish), []
+    except SummaryFailed as err:
+        return None, [failure(step.strategy, what, entries, err, instead)]
 
 
 def summarize_runs(view: Sequence[Entry], runs: list[list[int]], ctx: StrategyContext, p: SummaryStep, what: str,
@@ -96,7 +115,7 @@ class SummarizeStep(SummaryStep):
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
         if under_target(view, ctx, self.target):
             return Outcome(view)
-        runs = [r for r in runs_to_compact(view, 0, self.keep_turns) if not nothing_new(view, r)]
+        runs = runs_to_compact(view, 0, self.keep_turns)
         if not runs:
             return Outcome(view)
         if ctx.summarizer is None:  # no LLM on this path: truncation is the plan, not a failure

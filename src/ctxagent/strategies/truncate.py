@@ -21,30 +21,18 @@ from typing import Literal
 from pydantic import Field
 
 from ctxagent.messages import Message
-from ctxagent.strategies.base import Compaction, Entry, Outcome, Scan, StrategyContext, groups, protected
-from ctxagent.strategies.common import (
-    QUOTES_FRACTION,
-    consecutive,
-    handles_line,
-    newest_within,
-    quotes_block,
-    quotes_of,
-    refs_of,
-    unstored,
-)
+from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext, groups, protected
+from ctxagent.strategies.common import consecutive, newest_within, replace_runs
 from ctxagent.strategies.step import Fraction, StrategyConfig, Target
-from ctxagent.tokens import count_message
 
 
 def note_message(dropped: list[Entry], ctx: StrategyContext) -> Message:
-    """The user-role note that stands where ``dropped`` entries were (oldest first): what was
-    dropped, where the transcript is, and the handles of the tool results it held."""
+    """The user-role note that stands where ``dropped`` entries were (oldest first): what was dropped and
+    where the transcript is (:func:`~ctxagent.strategies.common.replace_runs` adds their user messages and handles)."""
     where = f"#{dropped[0].start}-#{dropped[-1].end}, up to turn {dropped[-1].turn}"
-    content = (f"[ctxagent] {sum(e.end - e.start + 1 for e in dropped)} earlier messages ({where}, "
-               f"{sum(e.tokens for e in dropped)} tokens) were dropped from this view to fit the context window; "
-               f"the full transcript is at {ctx.transcript_path}")
-    quotes = quotes_block(quotes_of(dropped, QUOTES_FRACTION * ctx.budget.window, ctx.model))
-    return {"role": "user", "content": content + quotes + handles_line(refs_of(dropped, ctx.budget.window))}
+    return {"role": "user", "content": f"[ctxagent] {sum(e.end - e.start + 1 for e in dropped)} earlier messages "
+            f"({where}, {sum(e.tokens for e in dropped)} tokens) were dropped from this view to fit the context "
+            f"window; the full transcript is at {ctx.transcript_path}"}
 
 
 def _users_kept(view: list[Entry], max_tokens: float) -> set[int]:
@@ -105,26 +93,7 @@ class TruncateStep(StrategyConfig):
         return entry.kind == self.strategy or (entry.role == "user" and entry.kind == "message")
 
     def _rebuild(self, view: list[Entry], dropped: set[int], ctx: StrategyContext) -> Outcome:
-        notes: dict[int, Entry] = {}  # by the index of the first entry of the run each stands for
-        gone: set[int] = set()
-        compactions: list[Compaction] = []
-        offloads: list[Entry] = []
-        for indexes in consecutive(sorted(dropped)):
-            run = [view[i] for i in indexes]
-            if len(run) == 1 and run[0].kind == self.strategy:
-                continue  # a note alone: noting it again would only rewrite it
-            note = note_message(run, ctx)
-            tokens, before = count_message(note, ctx.model), sum(e.tokens for e in run)
-            if tokens >= before:  # a note as long as what it replaces would only grow the view
-                continue
-            start, end, refs = run[0].start, run[-1].end, refs_of(run, ctx.budget.window)
-            quotes = quotes_of(run, QUOTES_FRACTION * ctx.budget.window, ctx.model)
-            compactions.append(Compaction(self.strategy, start, end, note, tokens, before, refs, quotes))
-            notes[indexes[0]] = Entry(note, tokens, start, end, run[-1].turn, kind=self.strategy, refs=refs,
-                                      quotes=quotes)
-            gone.update(indexes)
-            offloads.extend(unstored(run))
-        if not compactions:
-            return Outcome(view)
-        return Outcome([notes.get(i, e) for i, e in enumerate(view) if i in notes or i not in gone], compactions,
-                       offloads)
+        """Each run of ``dropped`` replaced by its note, but a note alone (noting it again would only rewrite it)
+        and a run whose note would not be smaller (it would only grow the view)."""
+        runs = [r for r in consecutive(sorted(dropped)) if not (len(r) == 1 and view[r[0]].kind == self.strategy)]
+        return replace_runs(view, runs, lambda run: note_message(run, ctx), ctx, self.strategy, only_smaller=True)
