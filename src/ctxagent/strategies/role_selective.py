@@ -7,10 +7,10 @@ conclusion; the middle-out preview keeps the beginning (headers, structure) and 
 
 Outside the last ``keep_turns`` units, a tool result over ``tool_tokens`` keeps its first and last
 lines around a marker naming the call, size and handle (the original is offloaded), assistant text
-over ``assistant_tokens`` its last paragraph; pins are kept. These reductions are view-only
-(recomputed every request). With ``llm: true``, up to ``max_calls`` results per request are reduced
-to their findings by the summarizer instead, each recorded as a compaction of that one message; a
-failed one falls back to head and tail and is reported in ``Outcome.warnings``.
+over ``assistant_tokens`` its last paragraph; pins are kept. Like every step's change, each reduction
+is recorded as a compaction of that one message (strategies/pipeline.py). With ``llm: true``, up to
+``max_calls`` results per request are reduced to their findings by the summarizer instead; a failed
+one falls back to head and tail and is reported in ``Outcome.warnings``.
 """
 
 from __future__ import annotations
