@@ -93,6 +93,18 @@ def is_numpy_scalar(value: Any) -> bool:
     return numpy is not None and isinstance(value, numpy.generic)
 
 
+def import_numpy(handle: str | None = None) -> Any:
+    """The numpy module, imported here on first use and nowhere else: numpy stays optional, and
+    ``ctxagent --help`` never pays its import. Raises ``ToolError`` (naming the array ``handle``, if
+    given) when numpy is not installed."""
+    try:
+        import numpy
+    except ImportError as err:
+        what = f"{handle} is a numpy array (.npy) but numpy" if handle else "numpy"
+        raise ToolError(f"{what} is not installed here") from err
+    return numpy
+
+
 def is_structured(value: Any) -> bool:
     """Whether a tool's return value is stored as JSON or ``.npy`` (dict, list, tuple, ndarray)."""
     return isinstance(value, dict | list | tuple) or is_ndarray(value)
@@ -258,7 +270,7 @@ def load_file(item: Stored) -> Any:
         if item.type == "json":
             return json.loads(item.path.read_bytes())
         if item.type == "ndarray":
-            return _numpy(item.handle).load(item.path, allow_pickle=False)
+            return import_numpy(item.handle).load(item.path, allow_pickle=False)
         data = item.path.read_bytes()
     except (OSError, ValueError, EOFError) as err:  # a file damaged or removed under us
         raise ToolError(f"{item.handle}: the stored {item.type} value cannot be read ({type(err).__name__}: "
@@ -269,14 +281,6 @@ def load_file(item: Stored) -> Any:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data
-
-
-def _numpy(handle: str) -> Any:
-    try:
-        import numpy
-    except ImportError as err:
-        raise ToolError(f"{handle} is a numpy array (.npy) but numpy is not installed here") from err
-    return numpy
 
 
 def _part(value: Any, where: Ref, part: str) -> Any:
