@@ -24,9 +24,9 @@ from ctxagent.tools.base import Spooled, Stop, Tool, ToolContext, ToolError
 from ctxagent.tools.clean import mend
 from ctxagent.tools.environment import tool_environment
 from ctxagent.tools.offload import as_text
-from ctxagent.tools.outputs import check_range, copy_lines, skip_lines
+from ctxagent.tools.outputs import check_range
 from ctxagent.tools.paths import open_path, regular_file, target
-from ctxagent.tools.preview import CHUNK_BYTES
+from ctxagent.tools.preview import CHUNK_BYTES, move_lines
 from ctxagent.tools.signature import function_tool
 
 SHELL_TIMEOUT_MAX_S = 3600
@@ -235,19 +235,19 @@ def read_file(ctx: ToolContext, path: str, start_line: Annotated[int, Field(ge=1
     small = regular_file(fd, path).st_size <= CHUNK_BYTES
     with os.fdopen(fd, "rb") as src:
         check_range(start_line, end_line)
-        count = skip_lines(src, start_line - 1)
+        count = move_lines(src, start_line - 1)
         if start_line > 1 and not src.peek(1):
             raise ToolError(mend(f"start_line {start_line} is past the end: {path} has {count} lines"))
         lines = None if end_line is None else end_line - start_line + 1
         if small:  # a spool file would cost more than the bytes
             data = io.BytesIO()
-            copy_lines(src, data, lines)
+            move_lines(src, lines, data)
             text = as_text(data.getvalue())
             return data.getvalue() if text is None else text
         out, spool = ctx.store.spool()
         try:
             with os.fdopen(out, "wb") as dst:
-                copy_lines(src, dst, lines)
+                move_lines(src, lines, dst)
         except BaseException:
             spool.unlink(missing_ok=True)
             raise
