@@ -113,7 +113,7 @@ def settle(
     if values.is_structured(value):
         return _settle_structured(value, job)
     if values.is_scalar(value):
-        value = values.scalar_text(value)
+        value = values.json_text(value)
     if not isinstance(value, str | bytes):
         raise TypeError(f"it returned {type(value).__name__}; a tool returns str, bytes, a JSON value "
                         "(dict, list, number, bool, None) or a numpy array")
@@ -275,7 +275,7 @@ def _settle_structured(value: Any, job: _Job) -> tuple[str, OutputRecord]:
         path = _save_ndarray(job.store, handle, value)
         record = _job_record(path, handle, job, type="ndarray", shape=list(value.shape), dtype=str(value.dtype))
         return _array_content(value, record, job), record
-    data = values.json_bytes(value)
+    data = (values.json_text(value, indent=2) + "\n").encode("utf-8")  # a line an item: read_output, grep_output
     handle = job.new_handle()
     path = job.store.put_bytes(handle, data, ".json")
     record = _job_record(path, handle, job, type="json", length=len(value))

@@ -115,23 +115,10 @@ def is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, bool | int | float) or is_numpy_scalar(value)
 
 
-def scalar_text(value: Any) -> str:
-    """The JSON text of a scalar value (numpy scalars as their Python value)."""
-    return json.dumps(value.item() if is_numpy_scalar(value) else value)
-
-
-def json_bytes(value: Any) -> bytes:
-    """``value`` as indented UTF-8 JSON (one line per item, so read_output and grep_output work).
-
-    numpy scalars and small arrays inside become plain numbers and lists. Raises ``TypeError``
-    for what JSON cannot hold (bytes, sets, objects) and ``ValueError`` for circular references.
-    """
-    return (json_text(value, indent=2) + "\n").encode("utf-8")
-
-
 def json_text(value: Any, indent: int | None = None) -> str:
-    """``value`` as JSON text, compact on one line unless ``indent`` (numpy values converted as
-    :func:`json_bytes` does)."""
+    """``value`` as JSON text, compact on one line unless ``indent``; numpy scalars and arrays inside
+    become plain numbers and lists. Raises ``TypeError`` for what JSON cannot hold (bytes, sets,
+    objects) and ``ValueError`` for circular references."""
     return json.dumps(value, ensure_ascii=False, indent=indent, default=_json_default)
 
 
