@@ -233,9 +233,7 @@ def _shown(text: str) -> str:
 def _split_lines(text: str) -> list[str]:
     """``text`` cut after each ``\\n`` (kept); the last piece has no ``\\n`` when text does not end
     with one. Unlike ``str.splitlines``, only ``\\n`` ends a line, as in the line counts."""
-    pieces = [piece + "\n" for piece in text.split("\n")]
-    pieces[-1] = pieces[-1][:-1]
-    return pieces if pieces[-1] else pieces[:-1]
+    return [piece for piece in re.split("(?<=\n)", text) if piece]
 
 
 def _part(text: str, *, cut: bool) -> _Part:

@@ -46,15 +46,15 @@ def bm25_ranking(index: Index, terms: Sequence[str]) -> list[int]:
     return _best_first(index.bm25.get_scores_from_ids(ids))
 
 
-def regex_ranking(index: Index, pattern: str) -> list[int]:
-    """Documents ``pattern`` matches, newest first. Raises ``ToolError`` for an invalid or too
-    slow pattern."""
+def regex_ranking(index: Index, pattern: Any) -> list[int]:
+    """Documents ``pattern`` (:func:`~ctxagent.tools.patterns.compile_pattern`'s) matches, newest
+    first. Raises ``ToolError`` for a too slow pattern."""
     budget = Budget(REGEX_SECONDS)
-    timed = Timed(compile_pattern(pattern), budget)
+    timed = Timed(pattern, budget)
     try:
         return [i for i in range(len(index.docs) - 1, -1, -1) if timed.search(index.docs[i].text)]
     except TimeoutError:
-        raise too_slow("recall", pattern, "the transcript", budget) from None
+        raise too_slow("recall", pattern.pattern, "the transcript", budget) from None
 
 
 def fuse(rankings: Sequence[Sequence[int]]) -> list[int]:
@@ -205,7 +205,7 @@ def recall(ctx: ToolContext, query: str, regex: bool = False, top_k: int | None 
     pattern, terms = None, words(query)
     if regex:
         pattern, mode = compile_pattern(query), "regex"
-        ranking = regex_ranking(index, query)
+        ranking = regex_ranking(index, pattern)
     else:
         ranking, mode = _ranked(index, query, terms, ctx, notes)
     ranking = [i for i in ranking if index.docs[i].lines is not None or index.docs[i].handle not in index.stored]
