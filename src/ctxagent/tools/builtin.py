@@ -56,10 +56,9 @@ def shell(ctx: ToolContext, command: str,
     """
     if not 0 < timeout_s <= SHELL_TIMEOUT_MAX_S:
         raise ToolError(f"timeout_s must be between 1 and {SHELL_TIMEOUT_MAX_S} seconds, not {timeout_s}")
-    stop = ctx.stop if isinstance(ctx.stop, Stop) else Stop()  # the run's, or one nobody sets
     fd, path = ctx.store.spool()
     try:
-        with stop.starting:  # registered before kill_running() can look, or started after it saw the stop
+        with ctx.stop.starting:  # registered before kill_running() can look, or started after it saw the stop
             proc = subprocess.Popen(
                 ["bash", "-c", command],
                 cwd=ctx.workdir,
@@ -69,13 +68,13 @@ def shell(ctx: ToolContext, command: str,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            stop.running.add(proc)
+            ctx.stop.running.add(proc)
     except OSError as err:
         path.unlink(missing_ok=True)
         raise ToolError(mend(f"cannot run bash in {ctx.workdir}: {err}")) from err
     finally:
         os.close(fd)
-    if stop.is_set():  # the run was stopped while this command started
+    if ctx.stop.is_set():  # the run was stopped while this command started
         _kill_group(proc)
     try:
         code = proc.wait(timeout=timeout_s)
@@ -87,7 +86,7 @@ def shell(ctx: ToolContext, command: str,
         path.unlink(missing_ok=True)
         raise
     finally:
-        stop.running.discard(proc)
+        ctx.stop.running.discard(proc)
     note = _exit_note(code)
     if _group_alive(proc.pid):
         _kill_group(proc)
