@@ -481,12 +481,12 @@ def test_spooled_values_from_other_tools_are_settled(ctx: ToolContext) -> None:
 
 
 def test_every_builtin_tool_gets_its_schema_and_validator_from_its_signature() -> None:
-    from ctxagent.tools.signature import function_schema
+    from ctxagent.tools.signature import function_tool
 
     for name, tool in BUILTIN.items():
         assert tool.validator is not None, name
-        derived = function_schema(tool.fn, name)
-        assert derived.parameters == tool.parameters and derived.takes_ctx, name
+        derived = function_tool(tool.fn, name=name)
+        assert derived.parameters == tool.parameters and derived.fn is tool.fn, name  # fn takes the context
         assert all(spec.get("description") for spec in tool.parameters["properties"].values()), name
     shell = BUILTIN["shell"].parameters["properties"]["timeout_s"]
     assert (shell["minimum"], shell["maximum"], shell["default"]) == (1, builtin.SHELL_TIMEOUT_MAX_S, 60)
