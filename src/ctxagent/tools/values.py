@@ -304,17 +304,9 @@ def _part(value: Any, where: Ref, part: str) -> Any:
 # --- resolving arguments --------------------------------------------------------------------
 
 
-@dataclass
-class Resolved:
-    """Arguments with handles replaced; ``handles`` maps each top-level argument that was exactly
-    a handle to that handle's text (for type checks and messages)."""
-
-    arguments: dict[str, Any]
-    handles: dict[str, str] = field(default_factory=dict)
-
-
-def resolve_arguments(arguments: Mapping[str, Any], store: OutputStore) -> Resolved:
-    """Replace every string that is exactly a handle or sub-handle, at any depth, by its value.
+def resolve_arguments(arguments: Mapping[str, Any], store: OutputStore) -> dict[str, Any]:
+    """``arguments`` with every string that is exactly a handle or sub-handle, at any depth, replaced
+    by its value.
 
     ``@@text`` becomes the literal ``@text``. A value loaded once is reused within the call.
     Raises ``ToolError`` for a malformed or unknown handle or part.
@@ -333,9 +325,7 @@ def resolve_arguments(arguments: Mapping[str, Any], store: OutputStore) -> Resol
             return {key: walk(item) for key, item in value.items()}
         return value
 
-    resolved = {name: walk(value) for name, value in arguments.items()}
-    return Resolved(resolved, {name: value for name, value in arguments.items()
-                               if isinstance(value, str) and looks_like_handle(value)})
+    return {name: walk(value) for name, value in arguments.items()}
 
 
 def handles_in(text: str) -> list[str]:
