@@ -309,6 +309,13 @@ def test_read_output_errors(ctx: ToolContext, stored: str, handle: str, start: i
         outputs.read_output(ctx, handle, start, end)
 
 
+def test_binary_outputs_have_no_lines_to_read_or_grep(ctx: ToolContext) -> None:
+    ctx.store.put_bytes("@png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)))  # no sidecar: sniffed
+    for read in (lambda: outputs.read_output(ctx, "@png"), lambda: outputs.grep_output(ctx, "@png", "x")):
+        with pytest.raises(ToolError, match=r"@png is binary \(264 bytes\), it has no text lines; inspect "):
+            read()
+
+
 def test_read_output_long_line_unterminated_and_empty(ctx: ToolContext) -> None:
     ctx.store.put_bytes("@long", b"short\n" + "é".encode() * 5000 + b"\nend")
     text = outputs.read_output(ctx, "@long")

@@ -8,7 +8,6 @@ Line format: ``N: text`` (``N-`` for ``grep_output`` context lines, ``--`` betwe
 from __future__ import annotations
 
 import itertools
-import os
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pydantic import Field
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError
 from ctxagent.tools.patterns import SECONDS, Budget, Timed, compile_pattern, too_slow
-from ctxagent.tools.preview import SNIFF_BYTES, looks_binary, move_lines
+from ctxagent.tools.preview import move_lines
 from ctxagent.tools.signature import function_tool
 
 MAX_LINES = 200  # lines read_output returns when end_line is not given
@@ -64,7 +63,6 @@ def read_output(ctx: ToolContext, handle: str, start_line: Annotated[int, Field(
     check_range(start_line, end_line)
     wanted = (end_line if end_line is not None else start_line + MAX_LINES - 1) - start_line + 1
     with open(path, "rb") as fh:
-        _refuse_binary(fh, handle, path)
         skipped = move_lines(fh, start_line - 1)
         shown = list(itertools.islice(_lines(fh, start_line), wanted))
         if not shown:
@@ -115,7 +113,6 @@ def grep_output(ctx: ToolContext, handle: str, pattern: str,
     if not 0 <= context_lines <= MAX_CONTEXT:
         raise ToolError(f"context_lines must be between 0 and {MAX_CONTEXT}, not {context_lines}")
     with open(path, "rb") as fh:
-        _refuse_binary(fh, handle, path)
         budget = Budget(GREP_SECONDS)
         try:
             listed, matches, total = _grep(fh, Timed(regex, budget), context_lines)
@@ -165,7 +162,7 @@ def ref_of(handle: str) -> values.Ref:
 
 def _output_path(ctx: ToolContext, handle: str, tool: str) -> Path:
     """The stored text file of ``handle`` in ``ctx.store``; ``ToolError`` when malformed, unknown,
-    a part of a value, or an array (which has no lines)."""
+    a part of a value, an array or binary data (which have no lines)."""
     ref = ref_of(handle)
     if ref.parts:
         raise ToolError(f"{tool} reads a whole stored output, and {handle} is a part of {ref.handle}: "
@@ -175,16 +172,10 @@ def _output_path(ctx: ToolContext, handle: str, tool: str) -> Path:
     if item.type == "ndarray":
         raise ToolError(f"{handle} is a numpy array (.npy), it has no text lines; pass it to a tool as an "
                         f'argument, or see output_info("{handle}")')
+    if item.type == "bytes":
+        raise ToolError(f"{handle} is binary ({item.path.stat().st_size:,} bytes), it has no text lines; "
+                        f"inspect {item.path} with the shell (e.g. `file`, `xxd | head`)")
     return item.path
-
-
-def _refuse_binary(fh: BinaryIO, handle: str, path: Path) -> None:
-    """``ToolError`` when the output is binary (it has no lines to show); else rewinds ``fh``."""
-    if looks_binary(fh.read(SNIFF_BYTES)):
-        size = os.fstat(fh.fileno()).st_size
-        raise ToolError(f"{handle} is binary ({size:,} bytes), it has no text lines; "
-                        f"inspect {path} with the shell (e.g. `file`, `xxd | head`)")
-    fh.seek(0)
 
 
 def _lines(fh: BinaryIO, first: int, regex: Any | None = None) -> Iterator[_Line]:
