@@ -298,16 +298,16 @@ def test_the_docs_old_deny_list_is_beaten_by_shell_quoting_and_an_allow_list_is_
     from ctxagent.tools.permissions import Gate, ShellPatterns
 
     denying = Gate(PermissionsConfig(shell=ShellPatterns(deny=DOCS_DENY)), "batch", granted={"shell"}, workdir=tmp_path)
-    assert denying.check(SHELL, {"command": command}) is None  # not refused...
+    assert denying.decide(SHELL, {"command": command})[0] is None  # not refused...
     (tmp_path / "victim").mkdir()
     subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True)
     assert not (tmp_path / "victim").exists()  # ...and it is rm -rf
     for curl in ("c''url --version", "X=cur; ${X}l --version"):
-        assert denying.check(SHELL, {"command": curl}) is None
+        assert denying.decide(SHELL, {"command": curl})[0] is None
     allowing = Gate(PermissionsConfig(shell=ShellPatterns(allow=[r"git (status|diff)", r"ls( -[al]+)?"])), "batch",
                     workdir=tmp_path)
-    assert allowing.check(SHELL, {"command": "git status"}) is None
-    assert "denied by profile permissions: shell is 'ask'" in allowing.check(SHELL, {"command": command})
+    assert allowing.decide(SHELL, {"command": "git status"})[0] is None
+    assert "denied by profile permissions: shell is 'ask'" in allowing.decide(SHELL, {"command": command})[0]
 
 
 def test_a_sub_agent_keeps_the_files_its_parent_is_configured_from(tmp_path):

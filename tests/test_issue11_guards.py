@@ -50,10 +50,10 @@ def repo(tmp_path: Path) -> Path:
 ])
 def test_write_file_to_git_config_with_only_write_allowed_is_refused_as_exec(repo, path):
     gate = Gate(PermissionsConfig(), "batch", granted={"write_file"}, workdir=repo)
-    refusal = gate.check(WRITE_FILE, {"path": path, "content": FSMONITOR})
+    refusal = gate.decide(WRITE_FILE, {"path": path, "content": FSMONITOR})[0]
     assert refusal is not None and refusal.startswith("denied by profile permissions: write_file path ")
     assert "is exec" in refusal and "needs the exec permission" in refusal and "--allow exec" in refusal
-    assert gate.check(READ_FILE, {"path": path}) is None  # reading it stays read
+    assert gate.decide(READ_FILE, {"path": path})[0] is None  # reading it stays read
 
 
 @pytest.mark.parametrize("path", [
@@ -62,7 +62,7 @@ def test_write_file_to_git_config_with_only_write_allowed_is_refused_as_exec(rep
 ])
 def test_ordinary_writes_near_git_stay_write(repo, path):
     gate = Gate(PermissionsConfig(), "batch", granted={"write_file"}, workdir=repo)
-    assert gate.check(WRITE_FILE, {"path": path, "content": "x"}) is None
+    assert gate.decide(WRITE_FILE, {"path": path, "content": "x"})[0] is None
 
 
 @pytest.mark.parametrize(("config", "granted", "allow_all", "runs"), [
@@ -77,7 +77,7 @@ def test_ordinary_writes_near_git_stay_write(repo, path):
 ])
 def test_git_config_write_needs_both_exec_and_write(repo, config, granted, allow_all, runs):
     gate = Gate(config, "batch", granted=granted, allow_all=allow_all, workdir=repo)
-    refusal = gate.check(WRITE_FILE, {"path": ".git/config", "content": FSMONITOR})
+    refusal = gate.decide(WRITE_FILE, {"path": ".git/config", "content": FSMONITOR})[0]
     assert (refusal is None) == runs, refusal
     if config.kinds.get("exec") == "deny":
         assert "which is 'deny' (permissions.kinds.exec)" in refusal
@@ -85,21 +85,21 @@ def test_git_config_write_needs_both_exec_and_write(repo, config, granted, allow
 
 def test_refusal_names_every_grant_the_git_config_write_needs(repo, tmp_path):
     bare = Gate(PermissionsConfig(), "batch", workdir=repo)
-    assert "--allow exec,write_file" in bare.check(WRITE_FILE, {"path": ".git/config", "content": FSMONITOR})
+    assert "--allow exec,write_file" in bare.decide(WRITE_FILE, {"path": ".git/config", "content": FSMONITOR})[0]
     half = Gate(PermissionsConfig(), "batch", granted={"write_file"}, workdir=repo)
-    assert "--allow exec (or" in half.check(WRITE_FILE, {"path": ".git/config", "content": FSMONITOR})
+    assert "--allow exec (or" in half.decide(WRITE_FILE, {"path": ".git/config", "content": FSMONITOR})[0]
     loose = Gate(PermissionsConfig(confine=False), "batch", granted={"write_file"}, workdir=repo)
     elsewhere = tmp_path / "other" / ".git" / "hooks" / "pre-commit"  # another repository, confinement off
-    assert "hooks folder" in loose.check(WRITE_FILE, {"path": str(elsewhere), "content": "x"})
+    assert "hooks folder" in loose.decide(WRITE_FILE, {"path": str(elsewhere), "content": "x"})[0]
 
 
 def test_git_hook_write_asks_interactively_with_the_reason(repo):
     ask = asker("no", "yes", "always")
     gate = Gate(PermissionsConfig(), "interactive", granted={"write_file"}, ask=ask, workdir=repo)
-    assert "denied by the user" in gate.check(WRITE_FILE, {"path": ".git/hooks/pre-commit", "content": "x"})
-    assert gate.check(WRITE_FILE, {"path": ".git/hooks/pre-push", "content": "x"}, call_id="c2") is None
-    assert gate.check(WRITE_FILE, {"path": ".git/config", "content": "x"}, call_id="c3") is None
-    assert gate.check(WRITE_FILE, {"path": "vendor/sub/.git/config", "content": "x"}) is None  # always
+    assert "denied by the user" in gate.decide(WRITE_FILE, {"path": ".git/hooks/pre-commit", "content": "x"})[0]
+    assert gate.decide(WRITE_FILE, {"path": ".git/hooks/pre-push", "content": "x"}, call_id="c2")[0] is None
+    assert gate.decide(WRITE_FILE, {"path": ".git/config", "content": "x"}, call_id="c3")[0] is None
+    assert gate.decide(WRITE_FILE, {"path": "vendor/sub/.git/config", "content": "x"})[0] is None  # always
     assert len(ask.asked) == 3
     why = ask.asked[0][1][WHY_KEY]
     assert "hooks folder" in why and ".git/hooks/pre-commit" in why
@@ -111,9 +111,9 @@ def test_git_hook_write_asks_interactively_with_the_reason(repo):
 def test_always_for_an_ordinary_write_does_not_cover_git_config(repo):
     ask = asker("always", "no")
     gate = Gate(PermissionsConfig(), "interactive", ask=ask, workdir=repo)
-    assert gate.check(WRITE_FILE, {"path": "notes.txt", "content": "x"}) is None
-    assert gate.check(WRITE_FILE, {"path": "more.txt", "content": "x"}) is None  # always, for writes
-    assert "denied by the user" in gate.check(WRITE_FILE, {"path": ".git/config", "content": FSMONITOR})
+    assert gate.decide(WRITE_FILE, {"path": "notes.txt", "content": "x"})[0] is None
+    assert gate.decide(WRITE_FILE, {"path": "more.txt", "content": "x"})[0] is None  # always, for writes
+    assert "denied by the user" in gate.decide(WRITE_FILE, {"path": ".git/config", "content": FSMONITOR})[0]
     assert [a[1]["path"] for a in ask.asked] == ["notes.txt", ".git/config"]
 
 
@@ -121,10 +121,10 @@ def test_profile_exec_paths_make_listed_files_exec(repo):
     config = PermissionsConfig(exec_paths=[".envrc", "deploy/*.sh", "ci/**/run", str(repo / "Makefile")])
     gate = Gate(config, "batch", granted={"write"}, workdir=repo)
     for path in (".envrc", "src/.envrc", "deploy/go.sh", "ci/run", "ci/a/b/run", "Makefile"):
-        refusal = gate.check(WRITE_FILE, {"path": path, "content": "x"})
+        refusal = gate.decide(WRITE_FILE, {"path": path, "content": "x"})[0]
         assert refusal and "permissions.exec_paths" in refusal, path
     for path in ("envrc", "src/deploy/go.sh", "deploy/sub/go.sh", "deploy/go.py", "ci/runs", "src/Makefile"):
-        assert gate.check(WRITE_FILE, {"path": path, "content": "x"}) is None, path
+        assert gate.decide(WRITE_FILE, {"path": path, "content": "x"})[0] is None, path
     assert exec_reason(Path("/elsewhere/.envrc"), config.exec_paths, repo)  # no slash: any depth, anywhere
     assert exec_reason(Path("/elsewhere/deploy/go.sh"), config.exec_paths, repo) is None  # anchored at workdir
 
@@ -286,7 +286,7 @@ def test_workdir_realpath_is_used_for_anchored_globs(tmp_path):
     link = tmp_path / "link"
     link.symlink_to(real)
     gate = Gate(PermissionsConfig(exec_paths=["deploy/*.sh"]), "batch", granted={"write"}, workdir=link)
-    assert "exec_paths" in gate.check(WRITE_FILE, {"path": "deploy/a.sh", "content": "x"})
+    assert "exec_paths" in gate.decide(WRITE_FILE, {"path": "deploy/a.sh", "content": "x"})[0]
     assert os.path.realpath(link) == str(real)
 
 

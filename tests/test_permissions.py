@@ -53,7 +53,7 @@ def test_policy_matrix(kind, policy, path, tmp_path):
     config = PermissionsConfig(kinds={kind: policy})
     ask = asker("yes")
     gate = Gate(config, path, ask=ask, workdir=tmp_path)
-    refusal = gate.check(tool_of(kind), {}, call_id="c1")
+    refusal = gate.decide(tool_of(kind), {}, call_id="c1")[0]
     if policy == "allow":
         assert refusal is None and not ask.asked
     elif policy == "deny":
@@ -69,9 +69,9 @@ def test_policy_matrix(kind, policy, path, tmp_path):
 
 def test_safe_defaults_and_tool_names_over_kinds(tmp_path):
     gate = Gate(PermissionsConfig(), "batch", workdir=tmp_path)
-    assert [gate.check(tool_of(kind), {}) is None for kind in KINDS] == [True, False, False, False, False]
+    assert [gate.decide(tool_of(kind), {})[0] is None for kind in KINDS] == [True, False, False, False, False]
     gate = Gate(PermissionsConfig(kinds={"exec": "deny"}, tools={"exec_tool": "allow"}), "batch", workdir=tmp_path)
-    assert gate.check(tool_of("exec"), {}) is None
+    assert gate.decide(tool_of("exec"), {})[0] is None
 
 
 @pytest.mark.parametrize(("granted", "allow_all", "runs"), [
@@ -80,17 +80,17 @@ def test_safe_defaults_and_tool_names_over_kinds(tmp_path):
 ])
 def test_grants_turn_ask_into_allow_but_never_deny(granted, allow_all, runs, tmp_path):
     ask_gate = Gate(PermissionsConfig(), "batch", granted, allow_all, workdir=tmp_path)
-    assert (ask_gate.check(tool_of("exec"), {}) is None) == runs
+    assert (ask_gate.decide(tool_of("exec"), {})[0] is None) == runs
     deny_gate = Gate(PermissionsConfig(kinds={"exec": "deny"}), "batch", granted, allow_all, workdir=tmp_path)
-    assert "'deny'" in deny_gate.check(tool_of("exec"), {})
+    assert "'deny'" in deny_gate.decide(tool_of("exec"), {})[0]
 
 
 def test_interactive_answers_no_always_and_failures(tmp_path):
     ask = asker("no", "always")
     gate = Gate(PermissionsConfig(), "interactive", ask=ask, workdir=tmp_path)
-    assert "denied by the user" in gate.check(SHELL, {"command": "ls"}, call_id="a")
-    assert gate.check(SHELL, {"command": "make"}, call_id="b") is None
-    assert gate.check(SHELL, {"command": "make test"}, call_id="c") is None  # always: not asked again
+    assert "denied by the user" in gate.decide(SHELL, {"command": "ls"}, call_id="a")[0]
+    assert gate.decide(SHELL, {"command": "make"}, call_id="b")[0] is None
+    assert gate.decide(SHELL, {"command": "make test"}, call_id="c")[0] is None  # always: not asked again
     assert [a[1]["command"] for a in ask.asked] == ["ls", "make"]
     assert ask.asked[0][2] == Path(os.path.realpath(tmp_path))
     assert [(d.call_id, d.decision) for d in gate.take_decisions()] == [("a", "no"), ("b", "always")]
@@ -100,24 +100,24 @@ def test_interactive_answers_no_always_and_failures(tmp_path):
         raise EOFError
 
     gate = Gate(PermissionsConfig(), "interactive", ask=broken, workdir=tmp_path)
-    assert "denied by the user" in gate.check(SHELL, {"command": "ls"})
+    assert "denied by the user" in gate.decide(SHELL, {"command": "ls"})[0]
     gate = Gate(PermissionsConfig(), "interactive", ask=None, workdir=tmp_path)
-    assert "this run cannot prompt" in gate.check(SHELL, {"command": "ls"})
+    assert "this run cannot prompt" in gate.decide(SHELL, {"command": "ls"})[0]
 
 
 def test_shell_patterns(tmp_path):
     config = PermissionsConfig(shell={"allow": [r"git (status|diff)( [^ ]+)*", r"ls( -l)?"],
                                       "deny": [r"\brm\s+-[a-z]*r", r"curl"]})
     gate = Gate(config, "batch", allow_all=False, workdir=tmp_path)
-    assert gate.check(SHELL, {"command": "git status"}) is None  # allowed without asking, even in batch
-    assert gate.check(SHELL, {"command": "ls -l"}) is None
-    assert "never prompt" in gate.check(SHELL, {"command": "ls -la"})  # no full match: the policy decides
-    assert "never prompt" in gate.check(SHELL, {"command": "git status; make"})  # chaining is never pre-allowed
-    assert "never prompt" in gate.check(SHELL, {"command": "ls $(whoami)"})
+    assert gate.decide(SHELL, {"command": "git status"})[0] is None  # allowed without asking, even in batch
+    assert gate.decide(SHELL, {"command": "ls -l"})[0] is None
+    assert "never prompt" in gate.decide(SHELL, {"command": "ls -la"})[0]  # no full match: the policy decides
+    assert "never prompt" in gate.decide(SHELL, {"command": "git status; make"})[0]  # chaining is never pre-allowed
+    assert "never prompt" in gate.decide(SHELL, {"command": "ls $(whoami)"})[0]
     everything = Gate(config, "batch", allow_all=True, workdir=tmp_path)
-    assert "shell deny pattern" in everything.check(SHELL, {"command": "cd /tmp && rm -rf x"})
-    assert "'curl'" in everything.check(SHELL, {"command": "curl example.com"})
-    assert everything.check(SHELL, {"command": "make"}) is None
+    assert "shell deny pattern" in everything.decide(SHELL, {"command": "cd /tmp && rm -rf x"})[0]
+    assert "'curl'" in everything.decide(SHELL, {"command": "curl example.com"})[0]
+    assert everything.decide(SHELL, {"command": "make"})[0] is None
 
 
 def test_invalid_json_arguments_are_left_to_the_toolset_parsed_once(tmp_path):
@@ -202,7 +202,7 @@ def tree(tmp_path: Path) -> dict[str, Path]:
 def test_file_tools_are_confined_to_the_workdir(tree, tool, path, allowed):
     gate = Gate(PermissionsConfig(tools={"write_file": "allow"}), "batch", workdir=tree["work"],
                 readable=[tree["store"]], protected=[tree["data"]])
-    refusal = gate.check(tool, {"path": path})
+    refusal = gate.decide(tool, {"path": path})[0]
     assert (refusal is None) == allowed, refusal
     if not allowed:
         assert "outside the working directory" in refusal and "permissions.workdir" in refusal
@@ -211,20 +211,21 @@ def test_file_tools_are_confined_to_the_workdir(tree, tool, path, allowed):
 def test_absolute_paths_inside_and_the_store(tree):
     gate = Gate(PermissionsConfig(tools={"write_file": "allow"}), "batch", workdir=tree["work"],
                 readable=[tree["store"]], protected=[tree["data"]])
-    assert gate.check(READ_FILE, {"path": str(tree["work"] / "inside.txt")}) is None
-    assert gate.check(READ_FILE, {"path": str(tree["store"] / "out1.out")}) is None  # previews name these
-    assert "ctxagent's own files" in gate.check(WRITE_FILE, {"path": str(tree["store"] / "x.out")})  # read-only there
+    assert gate.decide(READ_FILE, {"path": str(tree["work"] / "inside.txt")})[0] is None
+    assert gate.decide(READ_FILE, {"path": str(tree["store"] / "out1.out")})[0] is None  # previews name these
+    # the store is readable, never writable
+    assert "ctxagent's own files" in gate.decide(WRITE_FILE, {"path": str(tree["store"] / "x.out")})[0]
     loose = Gate(PermissionsConfig(confine=False, tools={"write_file": "allow"}), "batch", workdir=tree["work"],
                  protected=[tree["data"]])
-    assert loose.check(READ_FILE, {"path": str(tree["outside"] / "secret.txt")}) is None
-    assert "ctxagent's own files" in loose.check(WRITE_FILE, {"path": str(tree["store"] / "out1.out")})
+    assert loose.decide(READ_FILE, {"path": str(tree["outside"] / "secret.txt")})[0] is None
+    assert "ctxagent's own files" in loose.decide(WRITE_FILE, {"path": str(tree["store"] / "out1.out")})[0]
 
 
 def test_workdir_setting_narrows_the_confinement(tree):
     gate = Gate(PermissionsConfig(workdir="sub"), "batch", workdir=tree["work"])
-    assert "outside the working directory" in gate.check(READ_FILE, {"path": "inside.txt"})
-    assert "outside the working directory" in gate.check(LIST_DIR, {})  # its default '.' is outside too
-    assert gate.check(LIST_DIR, {"path": "sub"}) is None
+    assert "outside the working directory" in gate.decide(READ_FILE, {"path": "inside.txt"})[0]
+    assert "outside the working directory" in gate.decide(LIST_DIR, {})[0]  # its default '.' is outside too
+    assert gate.decide(LIST_DIR, {"path": "sub"})[0] is None
 
 
 # ---------------------------------------------------------------- through the CLI

@@ -14,9 +14,9 @@ from ctxagent import tokens
 from ctxagent.tools.clean import clean
 from ctxagent.tools.preview import (
     EXACT_TOKENS_MAX_BYTES,
-    count_lines,
     guess_type,
     looks_binary,
+    move_lines,
     preview_file,
 )
 from examplecount import examples
@@ -73,7 +73,8 @@ def test_char_budget_is_split_between_head_and_tail(tmp_path: Path) -> None:
 
 def test_last_line_without_newline_counts(tmp_path: Path) -> None:
     path = write(tmp_path, "a\nb\nc")
-    assert count_lines(path) == 3
+    with open(path, "rb") as fh:
+        assert move_lines(fh) == 3
     preview = preview_file(path, head_lines=1, tail_lines=1, max_chars=100)
     assert preview.text == "a\n[... 1 line, 2 bytes, 2 tokens omitted: line 2 ...]\nc"
     assert preview.lines == 3

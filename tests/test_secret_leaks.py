@@ -101,7 +101,7 @@ def test_invalid_json_quoted_back_at_200_characters_kept_a_keys_first_characters
 def test_a_permission_record_cut_at_500_characters_kept_a_tokens_first_characters(tmp_path):
     gate = Gate(PermissionsConfig(), "interactive", ask=lambda tool, arguments, workdir: "yes", workdir=tmp_path)
     command = "echo " + "y" * (500 - 2 - 12 - 5 - 15) + " " + GITHUB  # in the record's JSON: the first 14 fit
-    assert gate.check(SHELL, {"command": command}, call_id="a") is None
+    assert gate.decide(SHELL, {"command": command}, call_id="a")[0] is None
     (decision,) = gate.take_decisions()
     assert len(decision.arguments) <= 500 and not leaked(GITHUB, Redactor().text(decision.arguments))
 

@@ -309,6 +309,13 @@ def test_read_output_errors(ctx: ToolContext, stored: str, handle: str, start: i
         outputs.read_output(ctx, handle, start, end)
 
 
+def test_binary_outputs_have_no_lines_to_read_or_grep(ctx: ToolContext) -> None:
+    ctx.store.put_bytes("@png", b"\x89PNG\r\n\x1a\n" + bytes(range(256)))  # no sidecar: sniffed
+    for read in (lambda: outputs.read_output(ctx, "@png"), lambda: outputs.grep_output(ctx, "@png", "x")):
+        with pytest.raises(ToolError, match=r"@png is binary \(264 bytes\), it has no text lines; inspect "):
+            read()
+
+
 def test_read_output_long_line_unterminated_and_empty(ctx: ToolContext) -> None:
     ctx.store.put_bytes("@long", b"short\n" + "é".encode() * 5000 + b"\nend")
     text = outputs.read_output(ctx, "@long")
@@ -481,12 +488,12 @@ def test_spooled_values_from_other_tools_are_settled(ctx: ToolContext) -> None:
 
 
 def test_every_builtin_tool_gets_its_schema_and_validator_from_its_signature() -> None:
-    from ctxagent.tools.signature import function_schema
+    from ctxagent.tools.signature import function_tool
 
     for name, tool in BUILTIN.items():
         assert tool.validator is not None, name
-        derived = function_schema(tool.fn, name)
-        assert derived.parameters == tool.parameters and derived.takes_ctx, name
+        derived = function_tool(tool.fn, name=name)
+        assert derived.parameters == tool.parameters and derived.fn is tool.fn, name  # fn takes the context
         assert all(spec.get("description") for spec in tool.parameters["properties"].values()), name
     shell = BUILTIN["shell"].parameters["properties"]["timeout_s"]
     assert (shell["minimum"], shell["maximum"], shell["default"]) == (1, builtin.SHELL_TIMEOUT_MAX_S, 60)

@@ -91,7 +91,7 @@ class Outputs:
         depth, replaced by its value (``"@@x"`` passes the text ``"@x"``): how ctxagent's tools take
         values by handle. Raises ``UsageError`` for an unknown handle (give its text to the model)."""
         try:
-            return values.resolve_arguments(arguments, self._store).arguments
+            return values.resolve_arguments(arguments, self._store)
         except ToolError as err:
             raise UsageError(str(err)) from None
 

@@ -61,10 +61,8 @@ def write_value(shown: Shown, target: Path) -> int:
     if not shown.ref.parts:
         shutil.copyfile(shown.path, target)  # exactly as stored (JSON is stored pretty-printed)
     elif values.is_ndarray(shown.value):
-        import numpy
-
         with open(target, "wb") as fh:
-            numpy.save(fh, shown.value, allow_pickle=False)
+            values.import_numpy().save(fh, shown.value, allow_pickle=False)
     elif isinstance(shown.value, bytes):
         target.write_bytes(shown.value)
     else:

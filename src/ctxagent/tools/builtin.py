@@ -24,9 +24,9 @@ from ctxagent.tools.base import Spooled, Stop, Tool, ToolContext, ToolError
 from ctxagent.tools.clean import mend
 from ctxagent.tools.environment import tool_environment
 from ctxagent.tools.offload import as_text
-from ctxagent.tools.outputs import check_range, copy_lines, skip_lines
+from ctxagent.tools.outputs import check_range
 from ctxagent.tools.paths import open_path, regular_file, target
-from ctxagent.tools.preview import CHUNK_BYTES
+from ctxagent.tools.preview import CHUNK_BYTES, move_lines
 from ctxagent.tools.signature import function_tool
 
 SHELL_TIMEOUT_MAX_S = 3600
@@ -56,10 +56,9 @@ def shell(ctx: ToolContext, command: str,
     """
     if not 0 < timeout_s <= SHELL_TIMEOUT_MAX_S:
         raise ToolError(f"timeout_s must be between 1 and {SHELL_TIMEOUT_MAX_S} seconds, not {timeout_s}")
-    stop = ctx.stop if isinstance(ctx.stop, Stop) else Stop()  # the run's, or one nobody sets
     fd, path = ctx.store.spool()
     try:
-        with stop.starting:  # registered before kill_running() can look, or started after it saw the stop
+        with ctx.stop.starting:  # registered before kill_running() can look, or started after it saw the stop
             proc = subprocess.Popen(
                 ["bash", "-c", command],
                 cwd=ctx.workdir,
@@ -69,13 +68,13 @@ def shell(ctx: ToolContext, command: str,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-            stop.running.add(proc)
+            ctx.stop.running.add(proc)
     except OSError as err:
         path.unlink(missing_ok=True)
         raise ToolError(mend(f"cannot run bash in {ctx.workdir}: {err}")) from err
     finally:
         os.close(fd)
-    if stop.is_set():  # the run was stopped while this command started
+    if ctx.stop.is_set():  # the run was stopped while this command started
         _kill_group(proc)
     try:
         code = proc.wait(timeout=timeout_s)
@@ -87,7 +86,7 @@ def shell(ctx: ToolContext, command: str,
         path.unlink(missing_ok=True)
         raise
     finally:
-        stop.running.discard(proc)
+        ctx.stop.running.discard(proc)
     note = _exit_note(code)
     if _group_alive(proc.pid):
         _kill_group(proc)
@@ -235,19 +234,19 @@ def read_file(ctx: ToolContext, path: str, start_line: Annotated[int, Field(ge=1
     small = regular_file(fd, path).st_size <= CHUNK_BYTES
     with os.fdopen(fd, "rb") as src:
         check_range(start_line, end_line)
-        count = skip_lines(src, start_line - 1)
+        count = move_lines(src, start_line - 1)
         if start_line > 1 and not src.peek(1):
             raise ToolError(mend(f"start_line {start_line} is past the end: {path} has {count} lines"))
         lines = None if end_line is None else end_line - start_line + 1
         if small:  # a spool file would cost more than the bytes
             data = io.BytesIO()
-            copy_lines(src, data, lines)
+            move_lines(src, lines, data)
             text = as_text(data.getvalue())
             return data.getvalue() if text is None else text
         out, spool = ctx.store.spool()
         try:
             with os.fdopen(out, "wb") as dst:
-                copy_lines(src, dst, lines)
+                move_lines(src, lines, dst)
         except BaseException:
             spool.unlink(missing_ok=True)
             raise

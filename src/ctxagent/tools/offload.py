@@ -113,7 +113,7 @@ def settle(
     if values.is_structured(value):
         return _settle_structured(value, job)
     if values.is_scalar(value):
-        value = values.scalar_text(value)
+        value = values.json_text(value)
     if not isinstance(value, str | bytes):
         raise TypeError(f"it returned {type(value).__name__}; a tool returns str, bytes, a JSON value "
                         "(dict, list, number, bool, None) or a numpy array")
@@ -275,7 +275,7 @@ def _settle_structured(value: Any, job: _Job) -> tuple[str, OutputRecord]:
         path = _save_ndarray(job.store, handle, value)
         record = _job_record(path, handle, job, type="ndarray", shape=list(value.shape), dtype=str(value.dtype))
         return _array_content(value, record, job), record
-    data = values.json_bytes(value)
+    data = (values.json_text(value, indent=2) + "\n").encode("utf-8")  # a line an item: read_output, grep_output
     handle = job.new_handle()
     path = job.store.put_bytes(handle, data, ".json")
     record = _job_record(path, handle, job, type="json", length=len(value))
@@ -284,12 +284,10 @@ def _settle_structured(value: Any, job: _Job) -> tuple[str, OutputRecord]:
 
 def _save_ndarray(store: OutputStore, handle: str, array: Any) -> Path:
     """``numpy.save`` ``array`` (no pickles) to a spool file, fsync it, move it under ``handle``."""
-    import numpy
-
     fd, spool = store.spool()
     try:
         with os.fdopen(fd, "wb") as fh:
-            numpy.save(fh, array, allow_pickle=False)
+            values.import_numpy().save(fh, array, allow_pickle=False)
             fh.flush()
             os.fsync(fh.fileno())
     except BaseException:

@@ -8,7 +8,6 @@ Line format: ``N: text`` (``N-`` for ``grep_output`` context lines, ``--`` betwe
 from __future__ import annotations
 
 import itertools
-import os
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pydantic import Field
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError
 from ctxagent.tools.patterns import SECONDS, Budget, Timed, compile_pattern, too_slow
-from ctxagent.tools.preview import CHUNK_BYTES, SNIFF_BYTES, lines_left, looks_binary
+from ctxagent.tools.preview import move_lines
 from ctxagent.tools.signature import function_tool
 
 MAX_LINES = 200  # lines read_output returns when end_line is not given
@@ -64,15 +63,14 @@ def read_output(ctx: ToolContext, handle: str, start_line: Annotated[int, Field(
     check_range(start_line, end_line)
     wanted = (end_line if end_line is not None else start_line + MAX_LINES - 1) - start_line + 1
     with open(path, "rb") as fh:
-        _refuse_binary(fh, handle, path)
-        skipped = skip_lines(fh, start_line - 1)
+        skipped = move_lines(fh, start_line - 1)
         shown = list(itertools.islice(_lines(fh, start_line), wanted))
         if not shown:
             if start_line == 1:
                 return f"{handle} is empty (0 lines)"
             raise ToolError(f"start_line {start_line} is past the end: {handle} has {skipped:,} lines")
         last = shown[-1].number
-        rest = lines_left(fh) if end_line is None else None
+        rest = move_lines(fh) if end_line is None else None
     parts = [f"{handle} lines {start_line:,}-{last:,}:", *(line.render() for line in shown),
              _range_trailer(handle, last, end_line, rest)]
     return "\n".join(part for part in parts if part)
@@ -115,7 +113,6 @@ def grep_output(ctx: ToolContext, handle: str, pattern: str,
     if not 0 <= context_lines <= MAX_CONTEXT:
         raise ToolError(f"context_lines must be between 0 and {MAX_CONTEXT}, not {context_lines}")
     with open(path, "rb") as fh:
-        _refuse_binary(fh, handle, path)
         budget = Budget(GREP_SECONDS)
         try:
             listed, matches, total = _grep(fh, Timed(regex, budget), context_lines)
@@ -165,7 +162,7 @@ def ref_of(handle: str) -> values.Ref:
 
 def _output_path(ctx: ToolContext, handle: str, tool: str) -> Path:
     """The stored text file of ``handle`` in ``ctx.store``; ``ToolError`` when malformed, unknown,
-    a part of a value, or an array (which has no lines)."""
+    a part of a value, an array or binary data (which have no lines)."""
     ref = ref_of(handle)
     if ref.parts:
         raise ToolError(f"{tool} reads a whole stored output, and {handle} is a part of {ref.handle}: "
@@ -175,50 +172,10 @@ def _output_path(ctx: ToolContext, handle: str, tool: str) -> Path:
     if item.type == "ndarray":
         raise ToolError(f"{handle} is a numpy array (.npy), it has no text lines; pass it to a tool as an "
                         f'argument, or see output_info("{handle}")')
+    if item.type == "bytes":
+        raise ToolError(f"{handle} is binary ({item.path.stat().st_size:,} bytes), it has no text lines; "
+                        f"inspect {item.path} with the shell (e.g. `file`, `xxd | head`)")
     return item.path
-
-
-def _refuse_binary(fh: BinaryIO, handle: str, path: Path) -> None:
-    """``ToolError`` when the output is binary (it has no lines to show); else rewinds ``fh``."""
-    if looks_binary(fh.read(SNIFF_BYTES)):
-        size = os.fstat(fh.fileno()).st_size
-        raise ToolError(f"{handle} is binary ({size:,} bytes), it has no text lines; "
-                        f"inspect {path} with the shell (e.g. `file`, `xxd | head`)")
-    fh.seek(0)
-
-
-def skip_lines(fh: BinaryIO, count: int) -> int:
-    """Move ``fh`` past its next ``count`` lines without decoding them; returns how many lines it
-    moved past (fewer at the end of the file; an unterminated last line counts)."""
-    skipped, last = 0, b""
-    while skipped < count and (chunk := fh.read(CHUNK_BYTES)):
-        newlines = chunk.count(b"\n")
-        if skipped + newlines >= count:
-            index = -1
-            for _ in range(count - skipped):
-                index = chunk.index(b"\n", index + 1)
-            fh.seek(index + 1 - len(chunk), os.SEEK_CUR)
-            return count
-        skipped += newlines
-        last = chunk[-1:]
-    return skipped + (1 if last not in (b"", b"\n") else 0)
-
-
-def copy_lines(fh: BinaryIO, out: BinaryIO, count: int | None) -> None:
-    """Copy the next ``count`` lines of ``fh`` (None: all that is left) to ``out``, a block
-    (:data:`CHUNK_BYTES`) at a time whatever the length of a line: memory stays one block."""
-    left = count
-    while (left is None or left > 0) and (chunk := fh.read(CHUNK_BYTES)):
-        newlines = chunk.count(b"\n")
-        if left is None or newlines < left:
-            out.write(chunk)
-            left = None if left is None else left - newlines
-            continue
-        index = -1
-        for _ in range(left):
-            index = chunk.index(b"\n", index + 1)
-        out.write(chunk[: index + 1])
-        return
 
 
 def _lines(fh: BinaryIO, first: int, regex: Any | None = None) -> Iterator[_Line]:

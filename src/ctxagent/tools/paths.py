@@ -38,10 +38,7 @@ def locate(workdir: Path, path: str) -> Path:
 
 def _existing(path: Path) -> int:
     """How many names of ``path`` exist, from the start (links not followed)."""
-    for depth in range(len(path.parts), 0, -1):
-        if os.path.lexists(Path(*path.parts[:depth])):
-            return depth
-    return 0
+    return next((depth for depth in range(len(path.parts), 0, -1) if os.path.lexists(Path(*path.parts[:depth]))), 0)
 
 
 def real_path(workdir: Path, path: str) -> Path:

@@ -147,11 +147,6 @@ class Gate:
         self._decisions: list[Any] = []
 
     # -- the decision -------------------------------------------------------------------------
-    def check(self, tool: Tool, arguments: Mapping[str, Any], *, call_id: str = "", turn: int = 0) -> str | None:
-        """None when the call may run, else the message the model reads (naming the policy): the
-        refusal of :meth:`decide`."""
-        return self.decide(tool, arguments, call_id=call_id, turn=turn)[0]
-
     def decide(self, tool: Tool, arguments: Mapping[str, Any], *, call_id: str = "",
                turn: int = 0) -> tuple[str | None, dict[str, Path]]:
         """``(refusal, checked)``: None when the call may run, else the message the model reads

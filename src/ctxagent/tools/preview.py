@@ -12,6 +12,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import io
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -110,20 +111,25 @@ def guess_type(head: bytes) -> str | None:
     return None
 
 
-def count_lines(path: Path) -> int:
-    """Lines in the file at ``path`` (:func:`lines_left` from its start). Raises ``OSError``."""
-    with open(path, "rb") as fh:
-        return lines_left(fh)
-
-
-def lines_left(fh: BinaryIO) -> int:
-    """Lines from the position of ``fh`` to its end: its ``\\n`` bytes, plus one for a last line
-    without ``\\n``. Streams 1 MiB chunks; memory does not grow with the file."""
-    newlines, last = 0, b""
-    while chunk := fh.read(CHUNK_BYTES):
-        newlines += chunk.count(b"\n")
+def move_lines(fh: BinaryIO, count: int | None = None, out: BinaryIO | None = None) -> int:
+    """Move ``fh`` past its next ``count`` lines (None: all that are left) without decoding them,
+    copying them to ``out`` when given, a block (1 MiB) at a time whatever the length of a line:
+    memory stays one block. Returns how many lines it moved past: fewer than ``count`` at the end
+    of the file, where a last line without ``\\n`` counts."""
+    moved, last = 0, b""
+    while (count is None or moved < count) and (chunk := fh.read(CHUNK_BYTES)):
+        newlines = chunk.count(b"\n")
+        if count is not None and moved + newlines >= count:
+            index = -1
+            for _ in range(count - moved):
+                index = chunk.index(b"\n", index + 1)
+            fh.seek(index + 1 - len(chunk), os.SEEK_CUR)
+            chunk, newlines = chunk[: index + 1], count - moved
+        if out is not None:
+            out.write(chunk)
+        moved += newlines
         last = chunk[-1:]
-    return newlines + (1 if last not in (b"", b"\n") else 0)
+    return moved + (1 if last not in (b"", b"\n") else 0)
 
 
 @dataclass(frozen=True)
@@ -176,25 +182,25 @@ def preview_file(
 
     Raises ``OSError`` when the file cannot be read.
     """
-    size = path.stat().st_size
-    if lines is None:
-        lines = count_lines(path)
     with open(path, "rb") as fh:
-        return _preview(fh, size, lines, head_lines=head_lines, tail_lines=tail_lines, max_chars=max_chars,
-                        model=model)
+        return _preview(fh, lines, head_lines=head_lines, tail_lines=tail_lines, max_chars=max_chars, model=model)
 
 
 def preview_bytes(data: bytes, *, head_lines: int, tail_lines: int, max_chars: int, model: str = "") -> Preview:
     """The middle-out preview of ``data`` held in memory (e.g. an output's cleaned text, UTF-8), as
     :func:`preview_file` makes it of a file; sizes and lines are those of ``data``."""
-    lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
-    return _preview(io.BytesIO(data), len(data), lines, head_lines=head_lines, tail_lines=tail_lines,
-                    max_chars=max_chars, model=model)
+    return _preview(io.BytesIO(data), None, head_lines=head_lines, tail_lines=tail_lines, max_chars=max_chars,
+                    model=model)
 
 
-def _preview(fh: BinaryIO, size: int, lines: int, *, head_lines: int, tail_lines: int, max_chars: int,
+def _preview(fh: BinaryIO, lines: int | None, *, head_lines: int, tail_lines: int, max_chars: int,
              model: str) -> Preview:
-    """The preview of the ``size`` bytes (``lines`` lines) readable and seekable from ``fh``."""
+    """The preview of what ``fh`` (seekable) holds, of ``lines`` lines (None: counted here)."""
+    size = fh.seek(0, os.SEEK_END)
+    fh.seek(0)
+    if lines is None:
+        lines = move_lines(fh)
+        fh.seek(0)
     sample = fh.read(SNIFF_BYTES)
     if looks_binary(sample):
         return _binary_preview(sample, size, lines)
@@ -227,9 +233,7 @@ def _shown(text: str) -> str:
 def _split_lines(text: str) -> list[str]:
     """``text`` cut after each ``\\n`` (kept); the last piece has no ``\\n`` when text does not end
     with one. Unlike ``str.splitlines``, only ``\\n`` ends a line, as in the line counts."""
-    pieces = [piece + "\n" for piece in text.split("\n")]
-    pieces[-1] = pieces[-1][:-1]
-    return pieces if pieces[-1] else pieces[:-1]
+    return [piece for piece in re.split("(?<=\n)", text) if piece]
 
 
 def _part(text: str, *, cut: bool) -> _Part:

@@ -22,6 +22,7 @@ from ctxagent.tools.base import ToolContext, ToolError
 from ctxagent.tools.patterns import SECONDS, Budget, Timed, compile_pattern, too_slow
 from ctxagent.tools.recall_index import CONTROL, Doc, Index, index_for, words
 from ctxagent.tools.signature import function_tool
+from ctxagent.tools.values import import_numpy
 
 MAX_TOP_K = 50
 RESULT_MAX_TOKENS = 2500  # tokens of the whole result, at most
@@ -37,27 +38,23 @@ def bm25_ranking(index: Index, terms: Sequence[str]) -> list[int]:
     ids = sorted({index.vocab[t] for t in terms if t in index.vocab})
     if not ids or not index.docs:
         return []
-    import numpy as np
-
     if index.bm25 is None:
         import bm25s
 
         index.bm25 = bm25s.BM25()
         index.bm25.index((index.ids, dict(index.vocab)), create_empty_token=False, show_progress=False)
-    scores = index.bm25.get_scores_from_ids(ids)
-    found = np.flatnonzero(scores > 0)
-    return [int(i) for i in found[np.argsort(-scores[found], kind="stable")]]
+    return _best_first(index.bm25.get_scores_from_ids(ids))
 
 
-def regex_ranking(index: Index, pattern: str) -> list[int]:
-    """Documents ``pattern`` matches, newest first. Raises ``ToolError`` for an invalid or too
-    slow pattern."""
+def regex_ranking(index: Index, pattern: Any) -> list[int]:
+    """Documents ``pattern`` (:func:`~ctxagent.tools.patterns.compile_pattern`'s) matches, newest
+    first. Raises ``ToolError`` for a too slow pattern."""
     budget = Budget(REGEX_SECONDS)
-    timed = Timed(compile_pattern(pattern), budget)
+    timed = Timed(pattern, budget)
     try:
         return [i for i in range(len(index.docs) - 1, -1, -1) if timed.search(index.docs[i].text)]
     except TimeoutError:
-        raise too_slow("recall", pattern, "the transcript", budget) from None
+        raise too_slow("recall", pattern.pattern, "the transcript", budget) from None
 
 
 def fuse(rankings: Sequence[Sequence[int]]) -> list[int]:
@@ -75,8 +72,6 @@ Embed = Callable[[list[str]], list[list[float]]]
 def embedding_ranking(index: Index, query: str, model: str, embed: Embed, limit: int) -> list[int]:
     """The ``limit`` documents nearest to ``query`` (positive cosine similarity of ``embed``'s vectors)
     (documents embedded once and cached). Raises whatever ``embed`` raises."""
-    import numpy as np
-
     if index.vector_model != model:
         index.vectors, index.vector_model = {}, model
     missing = [i for i in range(len(index.docs)) if i not in index.vectors]
@@ -88,14 +83,19 @@ def embedding_ranking(index: Index, query: str, model: str, embed: Embed, limit:
         index.vectors.update(zip(batch, (_unit(v) for v in vectors), strict=True))
     if not index.docs:
         return []
-    scores = np.stack([index.vectors[i] for i in range(len(index.docs))]) @ _unit(embed([query])[0])
+    scores = import_numpy().stack([index.vectors[i] for i in range(len(index.docs))]) @ _unit(embed([query])[0])
+    return _best_first(scores)[:limit]
+
+
+def _best_first(scores: Any) -> list[int]:
+    """The indexes of the positive ``scores`` (a numpy array), highest first, ties in index order."""
+    np = import_numpy()
     found = np.flatnonzero(scores > 0)
-    return [int(i) for i in found[np.argsort(-scores[found], kind="stable")][:limit]]
+    return [int(i) for i in found[np.argsort(-scores[found], kind="stable")]]
 
 
 def _unit(values: Sequence[float]) -> Any:
-    import numpy as np
-
+    np = import_numpy()
     vector = np.asarray(values, dtype=np.float32)
     return vector / (np.linalg.norm(vector) or 1.0)
 
@@ -205,7 +205,7 @@ def recall(ctx: ToolContext, query: str, regex: bool = False, top_k: int | None 
     pattern, terms = None, words(query)
     if regex:
         pattern, mode = compile_pattern(query), "regex"
-        ranking = regex_ranking(index, query)
+        ranking = regex_ranking(index, pattern)
     else:
         ranking, mode = _ranked(index, query, terms, ctx, notes)
     ranking = [i for i in ranking if index.docs[i].lines is not None or index.docs[i].handle not in index.stored]

@@ -142,17 +142,18 @@ def _add_record(index: Index, line: bytes) -> None:
 
 
 def _read_outputs(index: Index, ctx: ToolContext) -> bool:
-    files = {path.name: (stat.st_size, stat.st_mtime_ns) for _, path, stat in ctx.store.value_files()}  # oldest first
+    found = ctx.store.value_files()  # oldest first
+    files = {path.name: (stat.st_size, stat.st_mtime_ns) for _, path, stat in found}
     if any(files.get(name) != stamp for name, stamp in index.outputs.items()):
         return False
-    for name in [name for name in files if name not in index.outputs]:
-        index.outputs[name] = files[name]
-        _add_output(index, ctx.store, ctx.store.root / name)
+    for handle, path, _ in found:
+        if path.name not in index.outputs:
+            index.outputs[path.name] = files[path.name]
+            _add_output(index, ctx.store, handle, path)
     return True
 
 
-def _add_output(index: Index, store: OutputStore, path: Path) -> None:
-    handle = "@" + path.name.rsplit(".", 1)[0]
+def _add_output(index: Index, store: OutputStore, handle: str, path: Path) -> None:
     if handle in index.own or read_meta(store, handle).get("tool") == RECALL_NAME:
         return  # recall's own results are not searched
     limit = min(MAX_OUTPUT_BYTES, MAX_SESSION_BYTES - index.read_bytes)

@@ -16,7 +16,6 @@ import re
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, create_model
@@ -30,21 +29,14 @@ _ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 _CONFIG = ConfigDict(extra="forbid", arbitrary_types_allowed=True, populate_by_name=False)
 
 
-@dataclass(frozen=True)
-class FunctionSchema:
-    """What a function offers as a tool: the JSON schema of its arguments (``parameters``), the
-    pydantic model that validates them (``model``; fields aliased by argument name), whether its
-    first parameter is the :class:`ToolContext`, and the docstring's first paragraph."""
-
-    parameters: dict[str, Any]
-    model: type[BaseModel]
-    takes_ctx: bool
-    summary: str
-
-
-def function_schema(fn: Callable[..., Any], name: str | None = None) -> FunctionSchema:
-    """The :class:`FunctionSchema` of ``fn``. Raises ``UsageError`` for ``*args``, ``**kwargs`` or
+def function_tool(fn: Callable[..., Any], *, description: str | None = None, name: str | None = None,
+                  kind: ToolKind = "read", resolve_handles: bool = True) -> Tool:
+    """A :class:`Tool` of ``fn``: the JSON schema of its arguments and the pydantic model that validates
+    them (fields aliased by argument name), both from its signature; ``description`` for the model
+    (default: the docstring's first paragraph). ``fn`` receives the context first when its first
+    parameter is a :class:`ToolContext`. Raises ``UsageError`` for ``*args``, ``**kwargs`` or
     positional-only parameters."""
+    tool_name = name or str(getattr(fn, "__name__", ""))
     summary, docs = parse_docstring(inspect.getdoc(fn) or "")
     hints = _hints(fn)
     params = list(inspect.signature(fn).parameters.values())
@@ -55,36 +47,24 @@ def function_schema(fn: Callable[..., Any], name: str | None = None) -> Function
             raise UsageError(f"cannot make a tool of {getattr(fn, '__name__', fn)!r}: parameter {param.name!r} "
                              "must be passable by keyword (no *args, **kwargs or positional-only parameters)")
         annotation = hints.get(param.name, param.annotation)
-        description = docs.get(param.name)
+        about = docs.get(param.name)
         if not _describable(annotation):
-            annotation, description = Any, f"{description} ({ANY_VALUE})" if description else ANY_VALUE
+            annotation, about = Any, f"{about} ({ANY_VALUE})" if about else ANY_VALUE
         default = ... if param.default is param.empty else param.default
         annotation = _strict(annotation)
         # aliased: an argument may be called anything, even a name BaseModel uses (json, copy, schema)
-        fields[f"a{index}"] = (annotation, Field(default, alias=param.name, description=description))
-    model_name = re.sub(r"\W", "_", str(name or getattr(fn, "__name__", "tool"))) or "tool"
-    model: type[BaseModel] = create_model(model_name, __config__=_CONFIG, **fields)
+        fields[f"a{index}"] = (annotation, Field(default, alias=param.name, description=about))
+    model: type[BaseModel] = create_model(re.sub(r"\W", "_", tool_name) or "tool", __config__=_CONFIG, **fields)
     parameters = _clean(model.model_json_schema())
     parameters.pop("additionalProperties", None)  # ~5 tokens a tool in every request; the validator refuses extras
-    return FunctionSchema(parameters, model, takes_ctx, summary)
-
-
-def function_tool(fn: Callable[..., Any], *, description: str | None = None, name: str | None = None,
-                  kind: ToolKind = "read", resolve_handles: bool = True) -> Tool:
-    """A :class:`Tool` of ``fn``: schema and validator from :func:`function_schema`, ``description``
-    for the model (default: the docstring's first paragraph). ``fn`` receives the context first
-    when its first parameter is a :class:`ToolContext`. Raises ``UsageError`` like it."""
-    tool_name = name or str(getattr(fn, "__name__", ""))
-    found = function_schema(fn, tool_name)
     call = fn
-    if not found.takes_ctx:
+    if not takes_ctx:
         def call(ctx: ToolContext, **arguments: Any) -> Any:
             return fn(**arguments)
 
         call.__name__, call.__doc__ = tool_name, fn.__doc__
-    return Tool(name=tool_name, description=description or found.summary or f"The Python function {tool_name}.",
-                parameters=found.parameters, fn=call, kind=kind, resolve_handles=resolve_handles,
-                validator=found.model)
+    return Tool(name=tool_name, description=description or summary or f"The Python function {tool_name}.",
+                parameters=parameters, fn=call, kind=kind, resolve_handles=resolve_handles, validator=model)
 
 
 def _clean(schema: Any, *, names: bool = False) -> Any:

@@ -53,8 +53,6 @@ def query_output(ctx: ToolContext, handle: str, path: str) -> str:
         except ValueError as err:
             raise ToolError(f"{handle} is text, not JSON ({err}); search it with grep_output or read it "
                             "with read_output") from None
-    if values.is_ndarray(value):
-        raise ToolError(f"{handle} is {values.describe(value)}, not JSON; pass it to a tool as an argument")
     try:
         matches = expression.find(value)
     except TimeoutError:

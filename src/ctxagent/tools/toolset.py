@@ -104,14 +104,14 @@ class Toolset:
         arguments = without_nulls(arguments, tool.parameters)
         if not tool.resolve_handles:
             return validate_arguments(tool, arguments, {})
+        handles = {name: value for name, value in arguments.items()
+                   if isinstance(value, str) and values.looks_like_handle(value)}
         for name in LITERAL_ARGUMENTS.get(tool.name, ()):
-            value = arguments.get(name)
-            if isinstance(value, str) and values.looks_like_handle(value):
+            if name in handles:
                 raise ToolError(f"argument {name!r} of {tool.name} is checked by the permission policy before the "
-                                f"call, so it takes no handle ({value}); give the value itself (write @{value} for "
-                                "text that starts with @)")
-        resolved = values.resolve_arguments(arguments, self.ctx.store)
-        return validate_arguments(tool, resolved.arguments, resolved.handles)
+                                f"call, so it takes no handle ({handles[name]}); give the value itself (write "
+                                f"@{handles[name]} for text that starts with @)")
+        return validate_arguments(tool, values.resolve_arguments(arguments, self.ctx.store), handles)
 
     def _find(self, query: str) -> ToolOutcome:
         """A ``find_tools`` call: the selected deferred tools' schemas, and their names to record."""

@@ -93,6 +93,18 @@ def is_numpy_scalar(value: Any) -> bool:
     return numpy is not None and isinstance(value, numpy.generic)
 
 
+def import_numpy(handle: str | None = None) -> Any:
+    """The numpy module, imported here on first use and nowhere else: numpy stays optional, and
+    ``ctxagent --help`` never pays its import. Raises ``ToolError`` (naming the array ``handle``, if
+    given) when numpy is not installed."""
+    try:
+        import numpy
+    except ImportError as err:
+        what = f"{handle} is a numpy array (.npy) but numpy" if handle else "numpy"
+        raise ToolError(f"{what} is not installed here") from err
+    return numpy
+
+
 def is_structured(value: Any) -> bool:
     """Whether a tool's return value is stored as JSON or ``.npy`` (dict, list, tuple, ndarray)."""
     return isinstance(value, dict | list | tuple) or is_ndarray(value)
@@ -103,23 +115,10 @@ def is_scalar(value: Any) -> bool:
     return value is None or isinstance(value, bool | int | float) or is_numpy_scalar(value)
 
 
-def scalar_text(value: Any) -> str:
-    """The JSON text of a scalar value (numpy scalars as their Python value)."""
-    return json.dumps(value.item() if is_numpy_scalar(value) else value)
-
-
-def json_bytes(value: Any) -> bytes:
-    """``value`` as indented UTF-8 JSON (one line per item, so read_output and grep_output work).
-
-    numpy scalars and small arrays inside become plain numbers and lists. Raises ``TypeError``
-    for what JSON cannot hold (bytes, sets, objects) and ``ValueError`` for circular references.
-    """
-    return (json_text(value, indent=2) + "\n").encode("utf-8")
-
-
 def json_text(value: Any, indent: int | None = None) -> str:
-    """``value`` as JSON text, compact on one line unless ``indent`` (numpy values converted as
-    :func:`json_bytes` does)."""
+    """``value`` as JSON text, compact on one line unless ``indent``; numpy scalars and arrays inside
+    become plain numbers and lists. Raises ``TypeError`` for what JSON cannot hold (bytes, sets,
+    objects) and ``ValueError`` for circular references."""
     return json.dumps(value, ensure_ascii=False, indent=indent, default=_json_default)
 
 
@@ -258,7 +257,7 @@ def load_file(item: Stored) -> Any:
         if item.type == "json":
             return json.loads(item.path.read_bytes())
         if item.type == "ndarray":
-            return _numpy(item.handle).load(item.path, allow_pickle=False)
+            return import_numpy(item.handle).load(item.path, allow_pickle=False)
         data = item.path.read_bytes()
     except (OSError, ValueError, EOFError) as err:  # a file damaged or removed under us
         raise ToolError(f"{item.handle}: the stored {item.type} value cannot be read ({type(err).__name__}: "
@@ -269,14 +268,6 @@ def load_file(item: Stored) -> Any:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data
-
-
-def _numpy(handle: str) -> Any:
-    try:
-        import numpy
-    except ImportError as err:
-        raise ToolError(f"{handle} is a numpy array (.npy) but numpy is not installed here") from err
-    return numpy
 
 
 def _part(value: Any, where: Ref, part: str) -> Any:
@@ -313,17 +304,9 @@ def _part(value: Any, where: Ref, part: str) -> Any:
 # --- resolving arguments --------------------------------------------------------------------
 
 
-@dataclass
-class Resolved:
-    """Arguments with handles replaced; ``handles`` maps each top-level argument that was exactly
-    a handle to that handle's text (for type checks and messages)."""
-
-    arguments: dict[str, Any]
-    handles: dict[str, str] = field(default_factory=dict)
-
-
-def resolve_arguments(arguments: Mapping[str, Any], store: OutputStore) -> Resolved:
-    """Replace every string that is exactly a handle or sub-handle, at any depth, by its value.
+def resolve_arguments(arguments: Mapping[str, Any], store: OutputStore) -> dict[str, Any]:
+    """``arguments`` with every string that is exactly a handle or sub-handle, at any depth, replaced
+    by its value.
 
     ``@@text`` becomes the literal ``@text``. A value loaded once is reused within the call.
     Raises ``ToolError`` for a malformed or unknown handle or part.
@@ -342,9 +325,7 @@ def resolve_arguments(arguments: Mapping[str, Any], store: OutputStore) -> Resol
             return {key: walk(item) for key, item in value.items()}
         return value
 
-    resolved = {name: walk(value) for name, value in arguments.items()}
-    return Resolved(resolved, {name: value for name, value in arguments.items()
-                               if isinstance(value, str) and looks_like_handle(value)})
+    return {name: walk(value) for name, value in arguments.items()}
 
 
 def handles_in(text: str) -> list[str]:
