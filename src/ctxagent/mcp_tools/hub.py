@@ -196,8 +196,8 @@ class Connection:
         assert config.command is not None
         command, args = config.command, list(config.args)
         if sys.platform.startswith("linux"):
-            command, args = sys.executable, ["-S", str(Path(__file__).with_name("guard.py")), str(os.getpid()),
-                                             config.command, *args]
+            command, args = sys.executable, ["-S", str(Path(__file__).with_name("guard.py")), str(os.getpid()), "0",
+                                             config.command, *args]  # grace 0: a server has nothing to record
         errlog = stack.enter_context(self._errlog())
         return stdio_client(StdioServerParameters(command=command, args=args, env=config.env or None,
                                                   cwd=self.workdir / (config.cwd or "")), errlog=errlog)
