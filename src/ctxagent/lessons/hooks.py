@@ -62,19 +62,16 @@ class Learner:
         every request) stays byte-identical (PREFIX)."""
         return self.opening(task) if task is not None and shown is None else self.refresh(shown)
 
-    def opening(self, task: str, at: float | None = None) -> list[records.LessonsRecord]:
+    def opening(self, task: str) -> list[records.LessonsRecord]:
         """The ``lessons`` record of a new session with task ``task`` (none when no lesson fits)."""
         query = rank.Query(task, str(self.workdir), self.scope.name)
         try:
             candidates = self.candidates()
         except OSError:  # the run goes on without; finish() says what failed when it tries to write
             return []
-        ranked = rank.rank(candidates, query, now() if at is None else at, self.config.min_confidence)
-        chosen = rank.block(ranked, self.config.max_tokens, self.model)
-        if not chosen.ids:
-            return []
-        return [records.LessonsRecord(scope=self.scope.name, ids=list(chosen.ids), lines=list(chosen.lines),
-                                      text=chosen.text)]
+        chosen = rank.block(rank.rank(candidates, query, now(), self.config.min_confidence), self.config.max_tokens,
+                            self.model, self.scope.name)
+        return [chosen] if chosen.ids else []
 
     def refresh(self, shown: records.LessonsRecord | None) -> list[records.LessonsRecord]:
         """A ``lessons`` record without the shown lessons that were forgotten since (none: unchanged)."""
