@@ -49,8 +49,7 @@ class SpawnedTask:
                                       start_new_session=True)  # Ctrl-C reaches it through the pool, once
 
     def send_signal(self, sig: int) -> None:
-        if self._proc.poll() is None:
-            self._proc.send_signal(sig)
+        self._proc.send_signal(sig)  # nothing once it has ended (Popen polls first)
 
     def finish(self) -> tuple[int, str, str]:
         with self._proc as proc:
@@ -142,14 +141,13 @@ def _fork_context(litellm: bool) -> Any:
 
 def _task(args: list[str], env: dict[str, str], out: str, err: str) -> None:
     """The body of a forked task process: what ``python -m ctxagent ARGS`` would do, with exactly
-    ``env``, stdout and stderr in the files ``out`` and ``err`` (multiprocessing has already moved
-    it to the folder the pool started it from: its preparation data)."""
+    ``env``, stdin on /dev/null (as a new process of the pool gets it), stdout and stderr in the files
+    ``out`` and ``err`` (multiprocessing has already moved it to the folder the pool started it from:
+    its preparation data)."""
     os.setsid()
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)  # stdin: /dev/null, as a new process of the pool gets it
-    os.close(null)
-    for fd, path in ((1, out), (2, err)):
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    written = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, written), (2, err, written)):
+        target = os.open(path, flags, 0o600)
         os.dup2(target, fd)
         os.close(target)
     os.environ.clear()
