@@ -97,16 +97,14 @@ def words_of(attempt: Attempt) -> list[str] | None:
 def _without_redirections(words: list[str]) -> list[str]:
     """``words`` without redirections (``2>&1``, ``> out.txt``): they do not change what a command needs."""
     out: list[str] = []
-    skip = False
-    for word in words:
-        if skip:
-            skip = False
-        elif word in _REDIRECTIONS:
-            if out and out[-1].isdigit():
-                out.pop()
-            skip = True
-        else:
+    rest = iter(words)
+    for word in rest:
+        if word not in _REDIRECTIONS:
             out.append(word)
+            continue
+        if out and out[-1].isdigit():  # the 2 of 2>&1
+            out.pop()
+        next(rest, None)  # its target
     return out
 
 
