@@ -18,7 +18,7 @@ from temporalio.exceptions import CancelledError, WorkflowAlreadyStartedError
 from ctxagent.batch.pool import INTERRUPTED_EXIT, NOT_STARTED
 from ctxagent.batch.tasks import Task
 from ctxagent.cluster.temporal_worker import connect
-from ctxagent.cluster.temporal_workflow import DEFAULT_TASK_QUEUE, SessionTask, SessionWorkflow
+from ctxagent.cluster.temporal_workflow import SessionTask, SessionWorkflow
 
 TASK_MAX = 128 * 1024  # bytes of a task's workflow input at most (Temporal warns at 256 KB, fails at 2 MB)
 STARTS_AT_ONCE = 16  # workflow starts in flight at once
@@ -27,8 +27,7 @@ STARTS_AT_ONCE = 16  # workflow starts in flight at once
 class Submitter:
     """Runs tasks on a Temporal cluster (see the module docstring); ``Pool``'s interface."""
 
-    def __init__(self, address: str, namespace: str = "default", task_queue: str = DEFAULT_TASK_QUEUE,
-                 heartbeat_s: float = 30.0):
+    def __init__(self, address: str, namespace: str, task_queue: str, heartbeat_s: float):
         self.address, self.namespace, self.task_queue, self.heartbeat_s = address, namespace, task_queue, heartbeat_s
         self.running = 0  # workflows started and not ended
         self.stopping = False
