@@ -19,7 +19,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 PRELOAD = ("ctxagent.batch.preload", "ctxagent.cli.run", "ctxagent.agent.setup", "ctxagent.agent.runner",
            "ctxagent.tools.toolset")
@@ -27,17 +27,6 @@ PRELOAD = ("ctxagent.batch.preload", "ctxagent.cli.run", "ctxagent.agent.setup",
 then the modules a ``run`` or ``resume`` loads."""
 LITELLM_MODULE = "ctxagent.batch.preload_litellm"
 """What it imports too when a task may call a provider (litellm, imported the way a run imports it)."""
-
-
-class TaskProcess(Protocol):
-    """A running task: ``send_signal`` while it runs, then ``finish`` for its exit code and output."""
-
-    def send_signal(self, sig: int) -> None: ...
-
-    def finish(self) -> tuple[int, str, str]:
-        """Wait for the task to end; ``(exit code, stdout, stderr)`` (the code is ``-N`` when
-        signal N ended it, as ``subprocess`` reports it)."""
-        ...
 
 
 class SpawnedTask:
@@ -106,6 +95,11 @@ class ForkedTask:
         self._proc.close()
         out, err = (_read(path) for path in (self._out, self._err))
         return (1 if code is None else code), out, err
+
+
+TaskProcess = SpawnedTask | ForkedTask
+"""A running task: ``send_signal`` while it runs, then ``finish()`` waits for it to end and gives
+``(exit code, stdout, stderr)`` (the code is ``-N`` when signal N ended it, as ``subprocess`` reports it)."""
 
 
 @contextlib.contextmanager
