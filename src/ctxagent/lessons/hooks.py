@@ -147,12 +147,12 @@ class Learner:
         return curate.vote(lesson, verdict) if verdict else lesson
 
 
-def forget_session(name: str, store: LessonStore | None = None) -> int:
+def forget_session(name: str) -> None:
     """Remove everything session ``name`` (deleted) gave the lessons store: the lessons whose text
-    it wrote, its evidence and votes elsewhere. Returns how many lessons changed or went."""
-    return (store or LessonStore()).change(lambda lesson: curate.without_session(lesson, name))
+    it wrote, its evidence and votes elsewhere."""
+    LessonStore().change(lambda lesson: curate.without_session(lesson, name))
 
 
-def rename_session(old: str, new: str, store: LessonStore | None = None) -> int:
-    """Name session ``old`` (renamed) ``new`` in every lesson. Returns how many lessons changed."""
-    return (store or LessonStore()).change(lambda lesson: curate.renamed(lesson, old, new))
+def rename_session(old: str, new: str) -> None:
+    """Name session ``old`` (renamed) ``new`` in every lesson."""
+    LessonStore().change(lambda lesson: curate.renamed(lesson, old, new))

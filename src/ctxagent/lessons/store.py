@@ -109,16 +109,12 @@ class LessonStore:
             if [lesson.model_dump() for lesson in lessons] != before:
                 _write(path, [scrubbed(lesson) for lesson in lessons], bad)
 
-    def change(self, edit: Callable[[Lesson], Lesson | None]) -> int:
+    def change(self, edit: Callable[[Lesson], Lesson | None]) -> None:
         """Apply ``edit`` to every lesson of every scope (it returns the lesson, changed or not, or
-        None to delete it); returns how many lessons it changed or deleted."""
-        changed = 0
+        None to delete it)."""
         for path in self.files():
             with self.editing(path) as lessons:
-                edited = [edit(lesson) for lesson in lessons]
-                changed += sum(new != old for old, new in zip(lessons, edited, strict=True))
-                lessons[:] = [new for new in edited if new is not None]
-        return changed
+                lessons[:] = [new for lesson in lessons if (new := edit(lesson)) is not None]
 
 
 def _read(path: Path) -> tuple[list[Lesson], list[str], list[str]]:
