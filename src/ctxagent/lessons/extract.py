@@ -83,15 +83,12 @@ def words_of(attempt: Attempt) -> list[str] | None:
     try:
         lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
-        words = list(lexer)
+        words = _without_redirections(list(lexer))
     except ValueError:
         return None
-    words = _without_redirections(words)
     while words and _ASSIGNMENT.match(words[0]):  # LANG=C ./tool: the program is ./tool
         words = words[1:]
-    if not words or any(set(w) <= _OPERATORS for w in words):
-        return None
-    return words
+    return words if words and not any(set(w) <= _OPERATORS for w in words) else None
 
 
 def _without_redirections(words: list[str]) -> list[str]:
