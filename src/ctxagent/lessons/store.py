@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from ctxagent.dirs import data_dir
 from ctxagent.lessons.model import Lesson, Scope
 from ctxagent.sessions import redact
+from ctxagent.sessions.files import write_synced
 
 FOLDER = "lessons"
 LOCK_TIMEOUT_S = 10.0
@@ -141,11 +142,7 @@ def _write(path: Path, lessons: list[Lesson], bad: list[str]) -> None:
     lines = [lesson.model_dump_json() for lesson in lessons] + bad
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write("".join(line + "\n" for line in lines))
-            fh.flush()
-            os.fsync(fh.fileno())
+        write_synced(temp, "wb", *(line.encode() + b"\n" for line in lines))
         os.replace(temp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
