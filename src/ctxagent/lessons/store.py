@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from ctxagent.dirs import data_dir
 from ctxagent.lessons.model import Lesson, Scope
 from ctxagent.sessions import redact
-from ctxagent.sessions.files import write_synced
+from ctxagent.sessions.files import private_dir, write_synced
 
 FOLDER = "lessons"
 LOCK_TIMEOUT_S = 10.0
@@ -102,7 +102,7 @@ class LessonStore:
         the block raises, nothing is written). Raises ``filelock.Timeout`` after 10 s of waiting."""
         from ctxagent.sessions.lease import waiting_lock
 
-        redact.private_dir(self.root)
+        private_dir(self.root)
         with waiting_lock(Path(str(path) + ".lock"), LOCK_TIMEOUT_S):
             lessons, bad, _ = _read(path)
             before = [lesson.model_dump() for lesson in lessons]

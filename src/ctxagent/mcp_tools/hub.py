@@ -196,7 +196,8 @@ class Connection:
     def _errlog(self) -> Any:
         """The server's stderr: a pipe whose lines a thread appends, redacted, to the log (0600 in
         a 0700 folder; secrets of the environment and known shapes replaced, as in transcripts)."""
-        from ctxagent.sessions.redact import default, private_dir
+        from ctxagent.sessions.files import private_dir
+        from ctxagent.sessions.redact import default
 
         private_dir(self.log_path.parent)
         fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
