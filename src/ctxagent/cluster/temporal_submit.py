@@ -97,11 +97,10 @@ class Submitter:
                                f"--workflow-id {task.session}")
 
 
-async def _outcome(task: Task, handle: Any) -> dict[str, Any]:
+async def _outcome(task: Task, handle: WorkflowHandle[Any, dict[str, Any]]) -> dict[str, Any]:
     """The workflow's result, or a result object saying how it failed (cancelled: ``interrupted``)."""
     try:
-        result: dict[str, Any] = await handle.result()
-        return result
+        return await handle.result()
     except WorkflowFailureError as err:
         if isinstance(err.cause, CancelledError):
             return _base(task, status="interrupted", exit_code=INTERRUPTED_EXIT)
