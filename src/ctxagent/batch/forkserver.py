@@ -19,7 +19,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 PRELOAD = ("ctxagent.batch.preload", "ctxagent.cli.run", "ctxagent.agent.setup", "ctxagent.agent.runner",
            "ctxagent.tools.toolset")
@@ -27,17 +27,6 @@ PRELOAD = ("ctxagent.batch.preload", "ctxagent.cli.run", "ctxagent.agent.setup",
 then the modules a ``run`` or ``resume`` loads."""
 LITELLM_MODULE = "ctxagent.batch.preload_litellm"
 """What it imports too when a task may call a provider (litellm, imported the way a run imports it)."""
-
-
-class TaskProcess(Protocol):
-    """A running task: ``send_signal`` while it runs, then ``finish`` for its exit code and output."""
-
-    def send_signal(self, sig: int) -> None: ...
-
-    def finish(self) -> tuple[int, str, str]:
-        """Wait for the task to end; ``(exit code, stdout, stderr)`` (the code is ``-N`` when
-        signal N ended it, as ``subprocess`` reports it)."""
-        ...
 
 
 class SpawnedTask:
@@ -49,8 +38,7 @@ class SpawnedTask:
                                       start_new_session=True)  # Ctrl-C reaches it through the pool, once
 
     def send_signal(self, sig: int) -> None:
-        if self._proc.poll() is None:
-            self._proc.send_signal(sig)
+        self._proc.send_signal(sig)  # nothing once it has ended (Popen polls first)
 
     def finish(self) -> tuple[int, str, str]:
         with self._proc as proc:
@@ -109,6 +97,11 @@ class ForkedTask:
         return (1 if code is None else code), out, err
 
 
+TaskProcess = SpawnedTask | ForkedTask
+"""A running task: ``send_signal`` while it runs, then ``finish()`` waits for it to end and gives
+``(exit code, stdout, stderr)`` (the code is ``-N`` when signal N ended it, as ``subprocess`` reports it)."""
+
+
 @contextlib.contextmanager
 def starter(env: dict[str, str], litellm: bool) -> Iterator[Callable[[Sequence[str]], TaskProcess]]:
     """The function that starts a ``ctxagent`` command line (without the program name) as a task
@@ -142,14 +135,13 @@ def _fork_context(litellm: bool) -> Any:
 
 def _task(args: list[str], env: dict[str, str], out: str, err: str) -> None:
     """The body of a forked task process: what ``python -m ctxagent ARGS`` would do, with exactly
-    ``env``, stdout and stderr in the files ``out`` and ``err`` (multiprocessing has already moved
-    it to the folder the pool started it from: its preparation data)."""
+    ``env``, stdin on /dev/null (as a new process of the pool gets it), stdout and stderr in the files
+    ``out`` and ``err`` (multiprocessing has already moved it to the folder the pool started it from:
+    its preparation data)."""
     os.setsid()
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)  # stdin: /dev/null, as a new process of the pool gets it
-    os.close(null)
-    for fd, path in ((1, out), (2, err)):
-        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    written = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+    for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, written), (2, err, written)):
+        target = os.open(path, flags, 0o600)
         os.dup2(target, fd)
         os.close(target)
     os.environ.clear()

@@ -19,7 +19,7 @@ from ctxagent.batch.forkserver import TaskProcess, needs_litellm, starter
 from ctxagent.batch.tasks import LIMIT_EXIT, STDERR_KEPT, Standing, Task, args_for, reported, standing
 
 INTERRUPTED_EXIT = 130
-_NOT_STARTED = {"status": "interrupted", "exit_code": INTERRUPTED_EXIT, "skipped": True, "is_error": True}
+NOT_STARTED = {"status": "interrupted", "exit_code": INTERRUPTED_EXIT, "skipped": True, "is_error": True}
 
 
 @dataclass
@@ -120,7 +120,7 @@ class Pool:
         if (done := reported(stand, base)) is not None:
             return done
         if self.stopping.is_set():
-            return {**base, **_NOT_STARTED}
+            return {**base, **NOT_STARTED}
         started = time.monotonic()
         assert self._start is not None, "Pool.one runs inside Pool.run"
         proc = self._start(args_for(task, stand.started))
@@ -136,7 +136,7 @@ class Pool:
                 self._procs.discard(proc)
         result = _parsed(out)
         if result is None and late:  # stopped before it ran: as a task the stop kept from starting
-            return {**base, **_NOT_STARTED}
+            return {**base, **NOT_STARTED}
         if result is None:
             result = {"status": "error", "error": (err or "no output").strip()[-STDERR_KEPT:], "is_error": True}
         return {**result, **base, "exit_code": code, "skipped": False,

@@ -45,12 +45,7 @@ class TaskLine(BaseModel):
     max_wall_s: float | None = Field(None, gt=0)
 
 
-OPTION_FLAGS = {"model": "--model", "profile": "--profile", "api_base": "--api-base", "max_turns": "--max-turns",
-                "allow": "--allow", "context_window": "--context-window", "timeout": "--timeout",
-                "max_input_tokens": "--max-input-tokens", "max_output_tokens_total": "--max-output-tokens-total",
-                "max_cost_usd": "--max-cost-usd", "max_wall_s": "--max-wall-s", "workdir": "--workdir",
-                "mcp_config": "--mcp-config", "store": "--store"}
-SWITCHES = {"allow_all": "--allow-all", "no_lessons": "--no-lessons"}  # options without a value
+SWITCHES = frozenset({"allow_all", "no_lessons"})  # options without a value
 
 
 @dataclass
@@ -125,9 +120,13 @@ def args_for(task: Task, started: bool, output: str = "json") -> list[str]:
     holds the task (``started``, :class:`Standing`), else ``run`` with the task; ``--batch`` and
     ``--output-format OUTPUT`` always (``json``: one object; ``stream-json``: an event per line,
     the object last)."""
-    flags = [part for key, value in task.options.items() if value is not None and key in OPTION_FLAGS
-             for part in (OPTION_FLAGS[key], str(value))]
-    flags += [flag for key, flag in SWITCHES.items() if task.options.get(key)]
+    flags: list[str] = []
+    for key, value in task.options.items():
+        flag = "--" + key.replace("_", "-")  # a TaskLine key names its `run` option: max_turns, --max-turns
+        if key in SWITCHES:
+            flags += [flag] if value else []
+        elif value is not None:
+            flags += [flag, str(value)]
     head = ["resume" if started else "run", "--session", task.session, "--batch", "--output-format", output, *flags]
     return head if started else [*head, "--", task.text]  # a task may start with "-"
 

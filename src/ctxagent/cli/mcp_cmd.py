@@ -46,7 +46,7 @@ def list_(
     for server, conn in conns.items():
         row: dict[str, Any] = {"server": server, "transport": conn.config.transport, "config": conn.config.shown()}
         try:
-            tools = unique_names([mirror(server, vars(t), conn) for t in conn.tools()])
+            tools = unique_names([mirror(server, t, conn) for t in conn.tools()])
         except hub.McpUnavailable as err:
             rows.append({**row, "status": "failed", "error": str(err), "tools": [], "schema_tokens": 0})
             continue

@@ -1,5 +1,5 @@
 """The one activity of the Temporal backend: run or resume a whole session on this worker, as the
-``ctxagent run`` process ``ctxagent batch`` starts (batch/tasks.py), under :mod:`ctxagent.cluster.guard`,
+``ctxagent run`` process ``ctxagent batch`` starts (batch/tasks.py), under :mod:`ctxagent.mcp_tools.guard`,
 heartbeating (docs/batch.md, "Many machines"). A busy session, or a run that ended without a result,
 raises a retryable error: Temporal runs the activity again, here or on another worker.
 """
@@ -14,21 +14,20 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from ctxagent.batch.tasks import STDERR_KEPT, Task, command_for, reported, standing
-from ctxagent.cluster.guard import GRACE_S
 from ctxagent.cluster.temporal_workflow import ACTIVITY, SessionTask
+from ctxagent.mcp_tools import guard
 
 ANSWER_KEPT = 4000  # characters of an answer a result carries; the rest stays in the session
 RESULT_MAX = 32_000  # bytes of a result's JSON at most (Temporal warns at 256 KB, fails at 2 MB)
 ESSENTIAL = ("session", "line", "status", "answer", "answer_chars", "answer_truncated", "see", "turns",
              "usage", "exit_code", "skipped", "resumed", "is_error", "error", "wall_s", "worker", "attempt")
-GUARD = Path(__file__).with_name("guard.py")
+GRACE_S = 10.0  # seconds a stopped run gets to record its end before the guard kills its group
 LINE_MAX = 1 << 28  # bytes of one stdout line read at most (the last one holds the whole answer)
 
 
@@ -92,9 +91,9 @@ class SessionActivity:
         Cancelled (the workflow cancelled, the worker stopping): SIGTERM to the run, which records
         an ``interrupted`` end; the cancellation goes on once it has stopped."""
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-S", str(GUARD), str(os.getpid()), *command, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=self.env, start_new_session=True,
-            limit=LINE_MAX)
+            sys.executable, "-S", guard.__file__, str(os.getpid()), str(GRACE_S), *command,
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=self.env, start_new_session=True, limit=LINE_MAX)
         progress: dict[str, Any] = {"turn": 0}
         tail: collections.deque[str] = collections.deque(maxlen=64)
         ticker = asyncio.create_task(_tick(progress, heartbeat_s))

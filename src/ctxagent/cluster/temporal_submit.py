@@ -15,20 +15,19 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import CancelledError, WorkflowAlreadyStartedError
 
+from ctxagent.batch.pool import INTERRUPTED_EXIT, NOT_STARTED
 from ctxagent.batch.tasks import Task
 from ctxagent.cluster.temporal_worker import connect
-from ctxagent.cluster.temporal_workflow import DEFAULT_TASK_QUEUE, SessionTask, SessionWorkflow
+from ctxagent.cluster.temporal_workflow import SessionTask, SessionWorkflow
 
 TASK_MAX = 128 * 1024  # bytes of a task's workflow input at most (Temporal warns at 256 KB, fails at 2 MB)
 STARTS_AT_ONCE = 16  # workflow starts in flight at once
-INTERRUPTED_EXIT = 130
 
 
 class Submitter:
     """Runs tasks on a Temporal cluster (see the module docstring); ``Pool``'s interface."""
 
-    def __init__(self, address: str, namespace: str = "default", task_queue: str = DEFAULT_TASK_QUEUE,
-                 heartbeat_s: float = 30.0):
+    def __init__(self, address: str, namespace: str, task_queue: str, heartbeat_s: float):
         self.address, self.namespace, self.task_queue, self.heartbeat_s = address, namespace, task_queue, heartbeat_s
         self.running = 0  # workflows started and not ended
         self.stopping = False
@@ -40,7 +39,6 @@ class Submitter:
 
     async def _run(self, tasks: list[Task], emit: Callable[[dict[str, Any]], None]) -> bool:
         client = await connect(self.address, self.namespace)
-        assert isinstance(client, Client)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -51,7 +49,7 @@ class Submitter:
         async def one(task: Task) -> dict[str, Any]:
             async with gate:
                 if stop.is_set():
-                    return _base(task, status="interrupted", exit_code=INTERRUPTED_EXIT, skipped=True)
+                    return _base(task, **NOT_STARTED)
                 handle = await self._start(client, task)
             if isinstance(handle, dict):
                 return handle
@@ -76,7 +74,7 @@ class Submitter:
         canceller.cancel()
         return self.stopping
 
-    async def _start(self, client: Any, task: Task) -> Any:
+    async def _start(self, client: Client, task: Task) -> Any:
         """The handle of ``task``'s new workflow, or its result when it cannot start (a bad line, a
         task too long for a payload, its session already running on the cluster)."""
         if task.error is not None:
@@ -99,11 +97,10 @@ class Submitter:
                                f"--workflow-id {task.session}")
 
 
-async def _outcome(task: Task, handle: Any) -> dict[str, Any]:
+async def _outcome(task: Task, handle: WorkflowHandle[Any, dict[str, Any]]) -> dict[str, Any]:
     """The workflow's result, or a result object saying how it failed (cancelled: ``interrupted``)."""
     try:
-        result: dict[str, Any] = await handle.result()
-        return result
+        return await handle.result()
     except WorkflowFailureError as err:
         if isinstance(err.cause, CancelledError):
             return _base(task, status="interrupted", exit_code=INTERRUPTED_EXIT)

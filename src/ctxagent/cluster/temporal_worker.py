@@ -23,7 +23,7 @@ from ctxagent.errors import UsageError
 CONNECT_TIMEOUT = timedelta(seconds=10)
 
 
-async def connect(address: str, namespace: str) -> object:
+async def connect(address: str, namespace: str) -> Client:
     """A ``temporalio.client.Client`` for ``address`` (HOST:PORT). Raises ``UsageError`` when the
     server cannot be reached or the namespace does not exist."""
     try:
@@ -40,7 +40,6 @@ def serve(address: str, namespace: str, task_queue: str, concurrency: int, store
 
 async def _serve(address: str, namespace: str, task_queue: str, concurrency: int, store: str | None) -> None:
     client = await connect(address, namespace)
-    assert isinstance(client, Client)
     identity = f"{os.getpid()}@{socket.gethostname()}"
     runs = SessionActivity({**os.environ, "CTXAGENT_HEARTBEAT_S": "86400"}, identity, store)  # stderr: not shown
     worker = Worker(client, task_queue=task_queue, workflows=[SessionWorkflow], activities=[runs.run_session],

@@ -17,7 +17,6 @@ from temporalio.common import RetryPolicy
 
 WORKFLOW = "ctxagent.session"
 ACTIVITY = "ctxagent.run_session"
-DEFAULT_TASK_QUEUE = "ctxagent"
 DEFAULT_HEARTBEAT_S = 30.0
 RUN_LIMIT = timedelta(hours=24)  # one attempt's longest run; budgets (--max-wall-s) stop sessions sooner
 ATTEMPTS = 5  # worker deaths (or a busy session lock) survived per task before its workflow fails

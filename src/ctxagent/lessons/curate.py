@@ -64,16 +64,12 @@ def without_session(lesson: Lesson, session: str) -> Lesson | None:
     from that session or no evidence is left, else without that session's evidence and vote."""
     if lesson.source == session or lesson.sessions() == {session}:
         return None
-    if session not in lesson.sessions() and all(v.session != session for v in lesson.votes):
-        return lesson
     return lesson.model_copy(update={"evidence": [e for e in lesson.evidence if e.session != session],
                                      "votes": [v for v in lesson.votes if v.session != session]})
 
 
 def renamed(lesson: Lesson, old: str, new: str) -> Lesson:
     """``lesson`` with session ``old`` called ``new`` everywhere it is named."""
-    if old not in lesson.sessions() | {lesson.source} | {v.session for v in lesson.votes}:
-        return lesson
     return lesson.model_copy(update={
         "source": new if lesson.source == old else lesson.source,
         "evidence": [e.model_copy(update={"session": new}) if e.session == old else e for e in lesson.evidence],

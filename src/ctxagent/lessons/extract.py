@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ctxagent.lessons.model import Evidence, Lesson, Vote, lesson_id, terms_of
+from ctxagent.lessons.model import Lesson, Vote, new_lesson
 from ctxagent.messages import loads_json
 from ctxagent.sessions import records
 
@@ -83,30 +83,25 @@ def words_of(attempt: Attempt) -> list[str] | None:
     try:
         lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
-        words = list(lexer)
+        words = _without_redirections(list(lexer))
     except ValueError:
         return None
-    words = _without_redirections(words)
     while words and _ASSIGNMENT.match(words[0]):  # LANG=C ./tool: the program is ./tool
         words = words[1:]
-    if not words or any(set(w) <= _OPERATORS for w in words):
-        return None
-    return words
+    return words if words and not any(set(w) <= _OPERATORS for w in words) else None
 
 
 def _without_redirections(words: list[str]) -> list[str]:
     """``words`` without redirections (``2>&1``, ``> out.txt``): they do not change what a command needs."""
     out: list[str] = []
-    skip = False
-    for word in words:
-        if skip:
-            skip = False
-        elif word in _REDIRECTIONS:
-            if out and out[-1].isdigit():
-                out.pop()
-            skip = True
-        else:
+    rest = iter(words)
+    for word in rest:
+        if word not in _REDIRECTIONS:
             out.append(word)
+            continue
+        if out and out[-1].isdigit():  # the 2 of 2>&1
+            out.pop()
+        next(rest, None)  # its target
     return out
 
 
@@ -136,14 +131,6 @@ def extract(items: Iterable[Any], *, session: str, scope: str, workdir: Path) ->
     return list(by_key.values())
 
 
-def _lesson(kind: str, key: str, rule: str, seqs: list[int], note: str, *, session: str, scope: str,
-            program: str = "", tokens: list[str] | None = None, path: str = "", prior: float | None = None) -> Lesson:
-    return Lesson(id=lesson_id(scope, key), rule=rule, kind=kind, key=key, scope=scope, source=session,  # type: ignore[arg-type]
-                  evidence=[Evidence(session=session, seqs=sorted(set(seqs)), note=note)],
-                  prior=PRIORS[kind] if prior is None else prior,
-                  program=program, tokens=tokens or [], path=path, terms=terms_of(rule))
-
-
 def _shells(done: list[Attempt]) -> list[tuple[Attempt, list[str]]]:
     return [(a, w) for a in done if (w := words_of(a)) is not None]
 
@@ -168,9 +155,9 @@ def _flags(done: list[Attempt], session: str, scope: str) -> Iterator[Lesson]:
         rule = (f"`{program}` needs `{fix}` here: `{shlex.join(fw)}` failed (exit {fail.exit_code}"
                 f"{': ' + error if error else ''}); `{shlex.join(sw)}` worked.")
         named = added[0] in fail.output  # the error named the flag: surer
-        yield _lesson("flag", f"flag\x00{program}\x00{fix}", rule, [*fail.seqs, *ok.seqs],
-                      f"failed at #{fail.call_seq}, worked with {fix} at #{ok.call_seq}", session=session,
-                      scope=scope, program=program, tokens=added, prior=0.7 if named else PRIORS["flag"])
+        yield new_lesson("flag", f"flag\x00{program}\x00{fix}", rule, [*fail.seqs, *ok.seqs],
+                         f"failed at #{fail.call_seq}, worked with {fix} at #{ok.call_seq}", session=session,
+                         scope=scope, program=program, tokens=added, prior=0.7 if named else PRIORS["flag"])
 
 
 def _fixes(done: list[Attempt], session: str, scope: str) -> Iterator[Lesson]:
@@ -188,9 +175,9 @@ def _fixes(done: list[Attempt], session: str, scope: str) -> Iterator[Lesson]:
         error = error_line(fail.output) or f"exit {fail.exit_code}"
         command = shlex.join(cw)
         rule = f"When `{shlex.join(fw)}` fails with \"{error}\", run `{command}` first: it fixed it."
-        yield _lesson("error_fix", f"error_fix\x00{program_of(fw)}\x00{command}", rule,
-                      [*fail.seqs, *fix.seqs, *shells[again][0].seqs], f"fixed by #{fix.call_seq}",
-                      session=session, scope=scope, program=program_of(fw), tokens=cw)
+        yield new_lesson("error_fix", f"error_fix\x00{program_of(fw)}\x00{command}", rule,
+                         [*fail.seqs, *fix.seqs, *shells[again][0].seqs], f"fixed by #{fix.call_seq}",
+                         session=session, scope=scope, prior=PRIORS["error_fix"], program=program_of(fw), tokens=cw)
 
 
 def _reads(done: list[Attempt]) -> list[Attempt]:
@@ -202,9 +189,9 @@ def _read_first(done: list[Attempt], session: str, scope: str, workdir: Path) ->
         return
     first = reads[0]
     path = relative(str(first.args["path"]), workdir)
-    yield _lesson("read_first", f"read_first\x00{path}", f"Read `{path}` first: earlier sessions here started there.",
-                  first.seqs, f"read first at #{first.call_seq}", session=session, scope=scope,
-                  program="read_file", path=path)
+    rule = f"Read `{path}` first: earlier sessions here started there."
+    yield new_lesson("read_first", f"read_first\x00{path}", rule, first.seqs, f"read first at #{first.call_seq}",
+                     session=session, scope=scope, prior=PRIORS["read_first"], program="read_file", path=path)
 
 
 def relative(path: str, workdir: Path) -> str:

@@ -62,19 +62,16 @@ class Learner:
         every request) stays byte-identical (PREFIX)."""
         return self.opening(task) if task is not None and shown is None else self.refresh(shown)
 
-    def opening(self, task: str, at: float | None = None) -> list[records.LessonsRecord]:
+    def opening(self, task: str) -> list[records.LessonsRecord]:
         """The ``lessons`` record of a new session with task ``task`` (none when no lesson fits)."""
         query = rank.Query(task, str(self.workdir), self.scope.name)
         try:
             candidates = self.candidates()
         except OSError:  # the run goes on without; finish() says what failed when it tries to write
             return []
-        ranked = rank.rank(candidates, query, now() if at is None else at, self.config.min_confidence)
-        chosen = rank.block(ranked, self.config.max_tokens, self.model)
-        if not chosen.ids:
-            return []
-        return [records.LessonsRecord(scope=self.scope.name, ids=list(chosen.ids), lines=list(chosen.lines),
-                                      text=chosen.text)]
+        chosen = rank.block(rank.rank(candidates, query, now(), self.config.min_confidence), self.config.max_tokens,
+                            self.model, self.scope.name)
+        return [chosen] if chosen.ids else []
 
     def refresh(self, shown: records.LessonsRecord | None) -> list[records.LessonsRecord]:
         """A ``lessons`` record without the shown lessons that were forgotten since (none: unchanged)."""
@@ -150,12 +147,12 @@ class Learner:
         return curate.vote(lesson, verdict) if verdict else lesson
 
 
-def forget_session(name: str, store: LessonStore | None = None) -> int:
+def forget_session(name: str) -> None:
     """Remove everything session ``name`` (deleted) gave the lessons store: the lessons whose text
-    it wrote, its evidence and votes elsewhere. Returns how many lessons changed or went."""
-    return (store or LessonStore()).change(lambda lesson: curate.without_session(lesson, name))
+    it wrote, its evidence and votes elsewhere."""
+    LessonStore().change(lambda lesson: curate.without_session(lesson, name))
 
 
-def rename_session(old: str, new: str, store: LessonStore | None = None) -> int:
-    """Name session ``old`` (renamed) ``new`` in every lesson. Returns how many lessons changed."""
-    return (store or LessonStore()).change(lambda lesson: curate.renamed(lesson, old, new))
+def rename_session(old: str, new: str) -> None:
+    """Name session ``old`` (renamed) ``new`` in every lesson."""
+    LessonStore().change(lambda lesson: curate.renamed(lesson, old, new))

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ctxagent.errors import CtxagentError
-from ctxagent.lessons.model import REPLY_NOT_USED, USER_SCOPE, Evidence, Lesson, lesson_id, terms_of
+from ctxagent.lessons.model import REPLY_NOT_USED, USER_SCOPE, Lesson, new_lesson, terms_of
 from ctxagent.sessions import records
 
 Ask = Callable[[str, int], str]
@@ -92,10 +92,8 @@ def propose(items: Iterable[Any], ask: Ask, *, session: str, scope: str) -> tupl
         if unknown:
             problems.append(f"lesson {p.rule[:60]!r} rejected: no message #{unknown[0]} in the session")
             continue
-        where = USER_SCOPE if p.scope == "user" else scope
         key = "llm\x00" + " ".join(terms_of(p.rule))
-        evidence = Evidence(session=session, seqs=sorted(set(p.evidence)), note="proposed by the model")
-        out.append(Lesson(id=lesson_id(where, key), rule=p.rule, kind="llm", key=key, scope=where, source=session,
-                          evidence=[evidence], prior=min(MAX_PRIOR, p.confidence), terms=terms_of(p.rule)))
+        out.append(new_lesson("llm", key, p.rule, p.evidence, "proposed by the model", session=session,
+                              scope=USER_SCOPE if p.scope == "user" else scope, prior=min(MAX_PRIOR, p.confidence)))
     return out, problems
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -93,6 +94,15 @@ class Lesson(BaseModel):
 def lesson_id(scope: str, key: str) -> str:
     """The stable id of the rule ``key`` in ``scope``: ``L`` and 8 hex digits."""
     return "L" + hashlib.sha256(f"{scope}\x00{key}".encode()).hexdigest()[:8]
+
+
+def new_lesson(kind: Kind, key: str, rule: str, seqs: Iterable[int], note: str, *, session: str, scope: str,
+               prior: float, program: str = "", tokens: Sequence[str] = (), path: str = "") -> Lesson:
+    """A lesson of ``scope`` that the messages ``seqs`` of ``session`` show (``note``: how), its id
+    from ``scope`` and ``key``, its terms from ``rule``."""
+    return Lesson(id=lesson_id(scope, key), rule=rule, kind=kind, key=key, scope=scope, source=session,
+                  evidence=[Evidence(session=session, seqs=sorted(set(seqs)), note=note)], prior=prior,
+                  program=program, tokens=list(tokens), path=path, terms=terms_of(rule))
 
 
 def terms_of(*texts: str) -> list[str]:

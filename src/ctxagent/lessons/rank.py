@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ctxagent.lessons.model import Lesson, terms_of
+from ctxagent.sessions.records import LessonsRecord
 from ctxagent.tokens import count_text
 
 HEADER = ("Lessons from earlier sessions here (each learned from their transcripts; "
@@ -56,21 +57,9 @@ def render(lines: Sequence[str]) -> str:
     return HEADER + "\n" + "\n".join(f"  {line}" for line in lines) if lines else ""
 
 
-@dataclass(frozen=True)
-class Block:
-    """The lessons chosen for a session: their ids, one line each, and the block's text."""
-
-    ids: tuple[str, ...] = ()
-    lines: tuple[str, ...] = ()
-
-    @property
-    def text(self) -> str:
-        return render(self.lines)
-
-
-def block(ranked: Sequence[Lesson], max_tokens: int, model: str = "") -> Block:
-    """The best lessons of ``ranked`` (in order) whose block is at most ``max_tokens`` tokens (one
-    that does not fit is skipped and the next one tried)."""
+def block(ranked: Sequence[Lesson], max_tokens: int, model: str = "", scope: str = "") -> LessonsRecord:
+    """The ``lessons`` record (of ``scope``) of the best lessons of ``ranked`` (in order) whose block
+    is at most ``max_tokens`` tokens (one that does not fit is skipped and the next one tried)."""
     ids: list[str] = []
     lines: list[str] = []
     for lesson in ranked[:CANDIDATES]:
@@ -78,4 +67,4 @@ def block(ranked: Sequence[Lesson], max_tokens: int, model: str = "") -> Block:
         if count_text(render([*lines, line]), model) <= max_tokens:
             ids.append(lesson.id)
             lines.append(line)
-    return Block(tuple(ids), tuple(lines))
+    return LessonsRecord(scope=scope, ids=ids, lines=lines, text=render(lines))

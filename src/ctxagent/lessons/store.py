@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from ctxagent.dirs import data_dir
 from ctxagent.lessons.model import Lesson, Scope
 from ctxagent.sessions import redact
+from ctxagent.sessions.files import private_dir, write_synced
 
 FOLDER = "lessons"
 LOCK_TIMEOUT_S = 10.0
@@ -101,7 +102,7 @@ class LessonStore:
         the block raises, nothing is written). Raises ``filelock.Timeout`` after 10 s of waiting."""
         from ctxagent.sessions.lease import waiting_lock
 
-        redact.private_dir(self.root)
+        private_dir(self.root)
         with waiting_lock(Path(str(path) + ".lock"), LOCK_TIMEOUT_S):
             lessons, bad, _ = _read(path)
             before = [lesson.model_dump() for lesson in lessons]
@@ -109,16 +110,12 @@ class LessonStore:
             if [lesson.model_dump() for lesson in lessons] != before:
                 _write(path, [scrubbed(lesson) for lesson in lessons], bad)
 
-    def change(self, edit: Callable[[Lesson], Lesson | None]) -> int:
+    def change(self, edit: Callable[[Lesson], Lesson | None]) -> None:
         """Apply ``edit`` to every lesson of every scope (it returns the lesson, changed or not, or
-        None to delete it); returns how many lessons it changed or deleted."""
-        changed = 0
+        None to delete it)."""
         for path in self.files():
             with self.editing(path) as lessons:
-                edited = [edit(lesson) for lesson in lessons]
-                changed += sum(new != old for old, new in zip(lessons, edited, strict=True))
-                lessons[:] = [new for new in edited if new is not None]
-        return changed
+                lessons[:] = [new for lesson in lessons if (new := edit(lesson)) is not None]
 
 
 def _read(path: Path) -> tuple[list[Lesson], list[str], list[str]]:
@@ -145,11 +142,7 @@ def _write(path: Path, lessons: list[Lesson], bad: list[str]) -> None:
     lines = [lesson.model_dump_json() for lesson in lessons] + bad
     temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write("".join(line + "\n" for line in lines))
-            fh.flush()
-            os.fsync(fh.fileno())
+        write_synced(temp, "wb", *(line.encode() + b"\n" for line in lines))
         os.replace(temp, path)
     finally:
         with contextlib.suppress(FileNotFoundError):

@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Coroutine
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +33,6 @@ LOG_MARK = "--- ctxagent: starting the MCP server"  # a line of the server log b
 class McpUnavailable(Exception):
     """A server could not be reached, did not answer in time, or crashed, or the ``mcp`` package is
     not installed (message for the model)."""
-
-
-@dataclass(frozen=True)
-class RemoteTool:
-    """A tool as a server lists it: name, description, input JSON schema (a dict)."""
-
-    name: str
-    description: str
-    input_schema: dict[str, Any]
 
 
 logging.getLogger("mcp").addHandler(logging.NullHandler())  # the SDK's tracebacks about a server's bad
@@ -111,8 +101,9 @@ class Connection:
                 self._ready = submit(self._connect())
             return self._ready
 
-    def tools(self) -> list[RemoteTool]:
-        """The server's tools (connecting first). Raises ``McpUnavailable``."""
+    def tools(self) -> list[dict[str, Any]]:
+        """The server's tools (connecting first), as a session records them: ``name``,
+        ``description``, ``input_schema`` (a JSON schema). Raises ``McpUnavailable``."""
         if self.down:
             raise McpUnavailable(self.down)
         # _connect gives up after startup_timeout_s with its own message; this bound is a safety net
@@ -123,8 +114,8 @@ class Connection:
         """Shut the server down (the SDK closes stdin, then kills the process group)."""
         return submit(self._close())
 
-    async def _connect(self) -> list[RemoteTool]:
-        ready: asyncio.Future[list[RemoteTool]] = asyncio.get_running_loop().create_future()
+    async def _connect(self) -> list[dict[str, Any]]:
+        ready: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
         self._task = asyncio.create_task(self._serve(ready, self._closing))
         try:
@@ -134,7 +125,7 @@ class Connection:
             raise McpUnavailable(f"the MCP server {self.name!r} did not start within "
                                  f"{self.config.startup_timeout_s:g} s (startup_timeout_s){self._see()}") from None
 
-    async def _serve(self, ready: asyncio.Future[list[RemoteTool]], closing: asyncio.Event) -> None:
+    async def _serve(self, ready: asyncio.Future[list[dict[str, Any]]], closing: asyncio.Event) -> None:
         try:
             from mcp import ClientSession
         except ImportError:
@@ -196,8 +187,8 @@ class Connection:
         assert config.command is not None
         command, args = config.command, list(config.args)
         if sys.platform.startswith("linux"):
-            command, args = sys.executable, ["-S", str(Path(__file__).with_name("guard.py")), str(os.getpid()),
-                                             config.command, *args]
+            command, args = sys.executable, ["-S", str(Path(__file__).with_name("guard.py")), str(os.getpid()), "0",
+                                             config.command, *args]  # grace 0: a server has nothing to record
         errlog = stack.enter_context(self._errlog())
         return stdio_client(StdioServerParameters(command=command, args=args, env=config.env or None,
                                                   cwd=self.workdir / (config.cwd or "")), errlog=errlog)
@@ -205,7 +196,8 @@ class Connection:
     def _errlog(self) -> Any:
         """The server's stderr: a pipe whose lines a thread appends, redacted, to the log (0600 in
         a 0700 folder; secrets of the environment and known shapes replaced, as in transcripts)."""
-        from ctxagent.sessions.redact import default, private_dir
+        from ctxagent.sessions.files import private_dir
+        from ctxagent.sessions.redact import default
 
         private_dir(self.log_path.parent)
         fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -233,7 +225,7 @@ class Connection:
         if task is not None and not task.done():
             try:
                 await asyncio.wait_for(asyncio.shield(task), CLOSE_WAIT_S)
-            except (TimeoutError, Exception):
+            except Exception:  # a timeout, or the server ended with an error
                 task.cancel()
 
     # -- calls --------------------------------------------------------------------------------
@@ -278,15 +270,16 @@ class Connection:
             self.close()
 
 
-async def _list_tools(session: Any) -> list[RemoteTool]:
+async def _list_tools(session: Any) -> list[dict[str, Any]]:
     """Every tool of the server, following pagination cursors."""
     from mcp import types
 
-    tools: list[RemoteTool] = []
+    tools: list[dict[str, Any]] = []
     cursor: str | None = None
     while True:
         result = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
-        tools += [RemoteTool(t.name, t.description or "", dict(t.input_schema or {})) for t in result.tools]
+        tools += [{"name": t.name, "description": t.description or "", "input_schema": dict(t.input_schema or {})}
+                  for t in result.tools]
         cursor = result.next_cursor
         if not cursor:
             return tools

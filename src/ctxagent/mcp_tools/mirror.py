@@ -80,7 +80,7 @@ def mcp_tools(servers: Mapping[str, ServerConfig], recorded: Mapping[str, list[d
         listing = recorded.get(name)
         if listing is None and conn is not None and connect:
             try:
-                listing = [vars(t) for t in conn.tools()]
+                listing = conn.tools()
             except hub.McpUnavailable as err:
                 out.warnings.append(str(err))
                 continue
