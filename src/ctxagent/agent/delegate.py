@@ -50,7 +50,6 @@ class _Child:
     session: Session
     grants: Grants = field(default_factory=Grants)  # the parent's (GuardedToolset.inherited)
     task: str = ""
-    profile: str | None = None
     limits: dict[str, float] = field(default_factory=dict)
     outcome: ToolOutcome | None = None
     spend: Spend = field(default_factory=Spend)
@@ -123,7 +122,7 @@ class Delegator:
             return (f"the assignment is {size:,} tokens, over the contract of {self.config.assignment_max_tokens:,} "
                     "(delegate.assignment_max_tokens); shorten it and pass large inputs as handles (@abc), "
                     "which the sub-agent can read")
-        child.task, child.profile = task.strip(), self.config.profile  # never the model's choice
+        child.task = task.strip()
         for key in ("max_cost_usd", "max_input_tokens"):
             value = arguments.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
@@ -181,7 +180,8 @@ class Delegator:
             runner: Runner | None = None
             try:
                 with child.session.writer():
-                    runner = self.opener(child.session, child.profile, child.limits, child.grants, self.parent.stop)
+                    runner = self.opener(child.session, self.config.profile,  # never the model's choice
+                                         child.limits, child.grants, self.parent.stop)
                     answer = self._answer(child, runner)
                 child.outcome = self._result(child, answer, runner)
             except CtxagentError as err:
