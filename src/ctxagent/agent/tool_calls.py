@@ -71,8 +71,7 @@ class ToolCalls:
         starting = [(call, handle, verdict.arguments or {}) for call, handle in zip(calls, handles, strict=True)
                     if (verdict := verdicts.get(call.id)) is not None and verdict.refusal is None]
         children = self.delegator.start(starting) if self.delegator is not None else {}
-        for index, call in enumerate(calls):
-            handle = handles[index]
+        for index, (call, handle) in enumerate(zip(calls, handles, strict=True)):
             repeats = self.state.streak(len(calls) - 1 - index)
             if 0 < self.profile.loop_guard < repeats:
                 yield from self._stop_loop(calls[index:], repeats, handles[index:])
