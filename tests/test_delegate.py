@@ -111,6 +111,18 @@ def test_an_assignment_over_the_contract_is_refused_with_its_size(tmp_path):
     assert Session.at("big").children() == []  # nothing started
 
 
+def test_arguments_that_are_no_json_object_are_refused_in_the_words_of_the_gate(tmp_path):
+    model = script(tmp_path / "s.yaml", [{"tool_calls": [{"id": "d1", "name": "delegate", "arguments": '{"task": '},
+                                                         {"id": "d2", "name": "delegate", "arguments": "[1]"}]},
+                                         {"content": "did it myself"}])
+    out = run_cli("run", "--json", "--session", "bad", "--model", model, "--profile", profile(tmp_path), "go")
+    assert (out.exit_code, result_of(out)["answer"]) == (0, "did it myself"), out.stdout
+    results = [m["content"] for m in messages("bad") if m["role"] == "tool"]
+    assert results[0].startswith("ERROR: delegate refused: the arguments of delegate are not valid JSON (")
+    assert results[1] == "ERROR: delegate refused: the arguments of delegate must be a JSON object, not list"
+    assert Session.at("bad").children() == []  # nothing started
+
+
 def test_a_child_gets_a_share_of_the_parent_budget_and_its_budget_stop_is_a_result(tmp_path):
     child = script(tmp_path / "child.yaml", [{"tool_calls": [call(f"s{i}", "shell", command=f"seq {i}")]}
                                              for i in range(1, 30)])

@@ -78,12 +78,7 @@ def _describe(row: Touched, workdir: str | None) -> str:
 @lru_cache(maxsize=4096)
 def display_path(path: str, workdir: str | None) -> str:
     """``path`` relative to ``workdir`` when inside it, else as is."""
-    if workdir:
-        try:
-            return str(Path(path).relative_to(workdir))
-        except ValueError:
-            pass
-    return path
+    return str(Path(path).relative_to(workdir)) if workdir and Path(path).is_relative_to(workdir) else path
 
 
 def signature(call: ToolCall) -> str:

@@ -20,19 +20,21 @@ from typing import Any
 from ctxagent.agent.budgets import UNITS, Spend, shown
 from ctxagent.agent.runner import Runner
 from ctxagent.errors import CtxagentError
-from ctxagent.messages import ToolCall, loads_json
+from ctxagent.messages import ToolCall
 from ctxagent.profile_schema import DelegateConfig
 from ctxagent.sessions import records
 from ctxagent.sessions.outcome import Usage
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_text
-from ctxagent.tools.base import ERROR_PREFIX, Stop
+from ctxagent.tools.arguments import parse_arguments
+from ctxagent.tools.base import ERROR_PREFIX, Stop, ToolError
 from ctxagent.tools.guard import Grants
 from ctxagent.tools.offload import envelope_overhead, settle
 from ctxagent.tools.toolset import ToolOutcome
 
 PARENT_KEEPS = 0.9  # of what is left, the most all children together may get: the parent must still answer
 MIN_CHILD = {"max_input_tokens": 1500}  # a child's budget below this could not even send its first request
+Arguments = dict[str, Any] | ToolError  # a call's, as the permission gate parsed them (Verdict.arguments)
 LEFT = "\x00left\x00"  # where a message to the parent says its remaining budget, filled in when it is collected
 Opener = Callable[[Session, str | None, dict[str, float], Grants, Stop], Runner]
 """``opener(child_session, profile_spec, run_limits, grants, stop)``: the child's runner, opened with
@@ -48,7 +50,6 @@ class _Child:
     session: Session
     grants: Grants = field(default_factory=Grants)  # the parent's (GuardedToolset.inherited)
     task: str = ""
-    profile: str | None = None
     limits: dict[str, float] = field(default_factory=dict)
     outcome: ToolOutcome | None = None
     spend: Spend = field(default_factory=Spend)
@@ -64,13 +65,14 @@ class Delegator:
         self._slots = threading.BoundedSemaphore(config.max_concurrent)
         self._running: list[_Child] = []
 
-    def start(self, calls: Sequence[ToolCall], handles: Sequence[str]) -> dict[str, Callable[[], ToolOutcome]]:
-        """Start the delegate ``calls`` the permission gate allowed (``handles``: theirs); returns, by call
-        id, a function that waits for the child's outcome (call them in call order, from the parent's thread)."""
+    def start(self, calls: Sequence[tuple[ToolCall, str, Arguments]]) -> dict[str, Callable[[], ToolOutcome]]:
+        """Start the delegate calls the permission gate allowed (``(call, handle, arguments)``, the arguments
+        as the gate parsed them: ``Verdict.arguments``); returns, by call id, a function that waits for the
+        child's outcome (call them in call order, from the parent's thread)."""
         waits: dict[str, Callable[[], ToolOutcome]] = {}
         carved: dict[str, float] = {}
-        for call, handle in zip(calls, handles, strict=True):
-            child = self._prepare(call, handle, carved)
+        for call, handle, arguments in calls:
+            child = self._prepare(call, handle, arguments, carved)
             if child.outcome is None:
                 child.thread = threading.Thread(target=self._run, args=(child,), daemon=True,
                                                 name=f"ctxagent-{child.session.name}")
@@ -82,7 +84,11 @@ class Delegator:
     def resume(self, call: ToolCall, handle: str) -> ToolOutcome:
         """The outcome of a delegate call left open by a parent that was killed: its child resumed
         (or its answer read when it had finished)."""
-        child = self._prepare(call, handle, {}, resuming=True)
+        try:
+            arguments: Arguments = parse_arguments(call.name, call.arguments)
+        except ToolError as err:
+            arguments = err
+        child = self._prepare(call, handle, arguments, {}, resuming=True)
         if child.outcome is None:
             self._run(child)
         return self._collect(child)
@@ -94,22 +100,21 @@ class Delegator:
         for child in list(self._running):  # never Thread.join here: on Python 3.11 a join interrupted
             child.done.wait(max(0.0, deadline - time.monotonic()))  # by a signal marks the thread ended
 
-    def _prepare(self, call: ToolCall, handle: str, carved: dict[str, float], *, resuming: bool = False) -> _Child:
+    def _prepare(self, call: ToolCall, handle: str, arguments: Arguments, carved: dict[str, float], *,
+                 resuming: bool = False) -> _Child:
         """A child for ``call``, with its outcome already set when the call is refused."""
         child = _Child(call, handle, self.parent.session.child(handle.lstrip("@").replace(".", "-")),
                        grants=self.parent.toolset.inherited())  # taken on the parent's thread, as things stand
-        refusal = self._refusal(child, carved, resuming)
+        refusal = self._refusal(child, arguments, carved, resuming)
         if refusal is not None:
             child.outcome = ToolOutcome(ERROR_PREFIX + f"delegate refused: {refusal}", True)
         return child
 
-    def _refusal(self, child: _Child, carved: dict[str, float], resuming: bool) -> str | None:
+    def _refusal(self, child: _Child, arguments: Arguments, carved: dict[str, float], resuming: bool) -> str | None:
         """Why the call cannot start (bad arguments, contract, budget), or None; fills in the child."""
-        try:
-            arguments = loads_json(child.call.arguments or "{}")
-        except ValueError as err:
-            return f"the arguments are not valid JSON ({err})"
-        task = arguments.get("task") if isinstance(arguments, dict) else None
+        if isinstance(arguments, ToolError):
+            return str(arguments)
+        task = arguments.get("task")
         if not isinstance(task, str) or not task.strip():
             return "give the sub-agent a 'task' (a non-empty string)"
         size = count_text(task, self.parent.model_name)
@@ -117,7 +122,7 @@ class Delegator:
             return (f"the assignment is {size:,} tokens, over the contract of {self.config.assignment_max_tokens:,} "
                     "(delegate.assignment_max_tokens); shorten it and pass large inputs as handles (@abc), "
                     "which the sub-agent can read")
-        child.task, child.profile = task.strip(), self.config.profile  # never the model's choice
+        child.task = task.strip()
         for key in ("max_cost_usd", "max_input_tokens"):
             value = arguments.get(key)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
@@ -175,7 +180,8 @@ class Delegator:
             runner: Runner | None = None
             try:
                 with child.session.writer():
-                    runner = self.opener(child.session, child.profile, child.limits, child.grants, self.parent.stop)
+                    runner = self.opener(child.session, self.config.profile,  # never the model's choice
+                                         child.limits, child.grants, self.parent.stop)
                     answer = self._answer(child, runner)
                 child.outcome = self._result(child, answer, runner)
             except CtxagentError as err:

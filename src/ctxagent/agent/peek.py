@@ -5,36 +5,17 @@ never called, so it shows exactly what a resume would send (no litellm import)."
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from ctxagent.agent.runner import Runner
 from ctxagent.agent.setup import mcp_for, session_profile, toolset_for
 from ctxagent.agent.sinks import MemorySink
 from ctxagent.agent.state import fold
+from ctxagent.agent.turns import NextRequest
 from ctxagent.errors import UsageError
-from ctxagent.profile import Path_, Profile
+from ctxagent.profile import Path_
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
-from ctxagent.strategies.base import Budget, Compaction, Entry
-
-
-@dataclass(frozen=True)
-class NextRequest:
-    """What the next request of a session would hold; ``same``: its leading messages identical to the last
-    request sent (a prompt cache serves them)."""
-
-    view: list[Entry]
-    budget: Budget
-    compactions: list[Compaction]
-    recorded: list[records.CompactionRecord]
-    path: Path_
-    profile: Profile
-    same: int = 0
-    last: list[Entry] = field(default_factory=list)
-    turn: int = 1  # the turn the request would be for
-    lessons: records.LessonsRecord | None = None  # the lessons block the session was shown (lessons/)
-    counts: dict[str, int] = field(default_factory=dict)  # strategy -> compactions the session recorded
 
 
 class _NoModel:
@@ -69,8 +50,4 @@ def next_request(session: Session, path: Path_ | None = None, *, every_compactio
     mcp = mcp_for(session, profile, state.settings, state.mcp_tools, connect=False)
     toolset = toolset_for(session, profile, state.settings, mcp)
     runner = Runner(session, state, profile, _NoModel(), toolset, sink=MemorySink())
-    last = runner.last_request()
-    peek = runner.peek()
-    return NextRequest(peek.view, peek.budget, peek.compactions, recorded if every_compaction else
-                       list(state.recent_compactions), runner.path, profile, peek.same, last, state.replies + 1,
-                       state.lessons, dict(state.compactions))
+    return runner.peek(recorded if every_compaction else None)

@@ -188,9 +188,8 @@ def cut_call_error(reply: Reply, call: ToolCall) -> str | None:
         return None
     try:
         loads_json(call.arguments or "{}")
-        return None
     except ValueError:
-        pass
-    return (f"{ERROR_PREFIX}the reply was cut at the output limit (finish_reason \"length\") inside the arguments of "
-            f"{call.name}, so they are incomplete JSON ({len(call.arguments):,} characters arrived) and the call "
-            "was not run. Make the call again with shorter arguments (write a large file in several parts).")
+        return (f"{ERROR_PREFIX}the reply was cut at the output limit (finish_reason \"length\") inside the arguments "
+                f"of {call.name}, so they are incomplete JSON ({len(call.arguments):,} characters arrived) and the "
+                "call was not run. Make the call again with shorter arguments (write a large file in several parts).")
+    return None

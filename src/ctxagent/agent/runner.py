@@ -26,7 +26,7 @@ from ctxagent.agent.state import SessionState
 from ctxagent.agent.text_calls import read_calls
 from ctxagent.agent.tool_calls import CANCELLED, INTERRUPTED, Delegates, ToolCalls
 from ctxagent.agent.turns import (
-    Peek,
+    NextRequest,
     emergency_steps,
     make_budget,
     same_prefix,
@@ -249,16 +249,20 @@ class Runner:
             self.out.append(usage_record(reply.usage, self.state.replies + 1, f"summarizer:{model.name}", 0))
         return reply.content or ""
 
-    def peek(self) -> Peek:
+    def peek(self, recorded: Sequence[records.CompactionRecord] | None = None) -> NextRequest:
         """The request :meth:`run` would send next, by the same code, with no write (a runner made with a
-        :class:`MemorySink`) nor LLM call (a step that would call one shows its fallback)."""
+        :class:`MemorySink`) nor LLM call (a step that would call one shows its fallback); ``recorded``:
+        the compaction records to show (None: the newest the state keeps)."""
         before = self.last_request()
         self._summarizer_model = None
         budget = self.budget()
         view = value_of(self._build(self.profile.pipeline(self.path), budget))
         compactions = [compaction_of(r) for r in self.sink.items if isinstance(r, records.CompactionRecord)] \
             if isinstance(self.sink, MemorySink) else []
-        return Peek(view, budget, compactions, same_prefix(before, view))
+        state = self.state
+        return NextRequest(view, budget, compactions, list(state.recent_compactions if recorded is None else recorded),
+                           self.path, self.profile, same_prefix(before, view), before, state.replies + 1,
+                           state.lessons, dict(state.compactions))
 
     def _build(self, steps: list[Any], budget: Budget) -> Generator[Event, None, list[Entry]]:
         """Build the view with ``steps`` and record what it made; returns the request's view. The build

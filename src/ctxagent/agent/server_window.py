@@ -58,8 +58,7 @@ Probe = Callable[["_Client", str, str, str], Found | None]
 def server_root(api_base: str) -> str:
     """``api_base`` without a trailing ``/v1`` (and slash): where llama.cpp, Ollama and LM Studio
     serve their own endpoints (``http://127.0.0.1:8080/v1`` -> ``http://127.0.0.1:8080``)."""
-    base = api_base.rstrip("/")
-    return base.removesuffix("/v1")
+    return api_base.rstrip("/").removesuffix("/v1")
 
 
 def default_base(model: str) -> str | None:

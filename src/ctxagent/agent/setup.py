@@ -34,7 +34,6 @@ from ctxagent.tools.toolset import Toolset, make_toolset
 from ctxagent.tools.user import absolute_spec, load_tools, spec_file
 
 if TYPE_CHECKING:
-    from ctxagent.agent.delegate import Opener
     from ctxagent.lessons.hooks import Learner
     from ctxagent.mcp_tools.config import McpTools
 
@@ -213,11 +212,20 @@ def _record_settings(session: Session, state: SessionState, settings: Settings,
             state.apply(item)
 
 
-def _delegates(settings: Settings, profile: Profile) -> Callable[[Runner], Delegates]:
-    """Makes the runner of a session's ``delegate`` calls (agent/delegate.py, imported only then)."""
+def _delegates(parent: Settings, profile: Profile) -> Callable[[Runner], Delegates]:
+    """Makes the runner of a session's ``delegate`` calls (agent/delegate.py, imported only then). A
+    sub-agent opens with the ``parent`` settings but the profile and model ``delegate`` names, its carved
+    budget recorded as its session limits."""
     from ctxagent.agent.delegate import Delegator
 
-    return partial(Delegator, opener=_child_opener(settings, profile), config=profile.delegate)
+    def open_child(session: Session, profile_spec: str | None, limits: dict[str, float], grants: Grants,
+                   stop: Stop) -> Runner:
+        return open_runner(session, RunConfig(
+            profile_spec=profile_spec or parent.profile, model_spec=profile.delegate.model or parent.model,
+            api_base=parent.api_base, path=parent.path, workdir=Path(parent.workdir) if parent.workdir else None,
+            tools=parent.tools, session_limits=limits, mcp_config=parent.mcp_config, grants=grants, stop=stop))
+
+    return partial(Delegator, opener=open_child, config=profile.delegate)
 
 
 def _learner(session: Session, profile: Profile, settings: Settings) -> Learner | None:
@@ -273,18 +281,6 @@ def check_limits(model: Model, reply_tokens: int, *limits: Limits) -> None:
         raise UsageError(f"a cost limit (max_cost_usd) is set, but litellm has no price for {model.name}, so the "
                          "cost cannot be counted; remove the limit (a session's: --session-limit max_cost_usd=none) "
                          "or use a model with a known price")
-
-
-def _child_opener(parent: Settings, profile: Profile) -> Opener:
-    """How a sub-agent of a session with ``parent`` settings is opened: the parent's settings but the
-    profile and model ``delegate`` names, its carved budget recorded as its session limits."""
-    def open_child(session: Session, profile_spec: str | None, limits: dict[str, float], grants: Grants,
-                   stop: Stop) -> Runner:
-        return open_runner(session, RunConfig(
-            profile_spec=profile_spec or parent.profile, model_spec=profile.delegate.model or parent.model,
-            api_base=parent.api_base, path=parent.path, workdir=Path(parent.workdir) if parent.workdir else None,
-            tools=parent.tools, session_limits=limits, mcp_config=parent.mcp_config, grants=grants, stop=stop))
-    return open_child
 
 
 def toolset_for(session: Session, profile: Profile, settings: Settings, mcp: McpTools | None = None, *,

@@ -139,11 +139,7 @@ class SessionState:
 
     def open_call(self, call_id: str) -> ToolCall:
         """The tool call ``call_id`` of a reply still waiting for its result (``open_calls``)."""
-        for call in self._owners[call_id].get("tool_calls") or []:
-            if call.get("id") == call_id:
-                function = call.get("function") or {}
-                return ToolCall(call_id, str(function.get("name") or ""), str(function.get("arguments") or ""))
-        return ToolCall(call_id, "", "")
+        return next(call for call in _tool_calls(self._owners[call_id]) if call.id == call_id)  # its owner's
 
     def new_handle(self, call_id: str | None) -> str:
         """A handle no record of this session has taken yet, for a result of call ``call_id``."""
@@ -221,12 +217,9 @@ class SessionState:
 
     def _signatures(self, message: Message) -> None:
         """Remember the calls of a reply for the loop guard and the repeat notes."""
-        self._calls = {}
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") or {}
-            made = ToolCall(call.get("id", ""), function.get("name", ""), function.get("arguments", ""))
-            self._calls[made.id] = made
-            self._recent.append((self.replies, made))
+        calls = _tool_calls(message)
+        self._calls = {call.id: call for call in calls}
+        self._recent += [(self.replies, call) for call in calls]
         if len(self._recent) > 2 * activity.SIGNATURES_KEPT:
             del self._recent[:-activity.SIGNATURES_KEPT]
             kept = {call.id for _, call in self._recent}
@@ -302,13 +295,19 @@ def fold(items: Iterable[Any], *, transcript_path: str = "transcript.jsonl") -> 
 def pins_of(message: Message) -> list[str]:
     """Facts pinned by the ``pin`` tool calls of an assistant message (bad arguments ignored)."""
     found = []
-    for call in message.get("tool_calls") or []:
-        if call["function"]["name"] != "pin":
+    for call in _tool_calls(message):
+        if call.name != "pin":
             continue
         try:
-            fact = loads_json(call["function"]["arguments"]).get("fact")
+            fact = loads_json(call.arguments).get("fact")
         except (ValueError, AttributeError):
             continue
         if isinstance(fact, str) and fact.strip():
             found.append(fact.strip())
     return found
+
+
+def _tool_calls(message: Message) -> list[ToolCall]:
+    """The tool calls of an assistant message (a record's: records.py checked their shape)."""
+    return [ToolCall(call["id"], call["function"]["name"], call["function"]["arguments"])
+            for call in message.get("tool_calls") or []]

@@ -79,12 +79,18 @@ def _accepted(block: _Block, schemas: Mapping[str, Mapping[str, Any]], mode: str
 def _without(text: str, blocks: Sequence[_Block]) -> str:
     """``text`` with ``blocks`` cut out: the pieces between them, each without the blank lines at
     its cut edges, joined by one blank line; the writer's own lines otherwise as written."""
-    pieces, at = [], 0
-    for block in sorted(blocks, key=lambda b: b.start):
-        pieces.append(text[at:block.start])
-        at = block.end
-    pieces.append(text[at:])
+    pieces = _outside(text, [(b.start, b.end) for b in blocks])
     return "\n\n".join(kept for piece in pieces if (kept := piece.strip("\n").rstrip())).strip()
+
+
+def _outside(text: str, spans: Sequence[tuple[int, int]]) -> list[str]:
+    """The pieces of ``text`` between ``spans`` (``(start, end)``, characters, in any order), in text order."""
+    pieces, at = [], 0
+    for start, end in sorted(spans):
+        pieces.append(text[at:start])
+        at = max(at, end)
+    pieces.append(text[at:])
+    return pieces
 
 
 def _blocks(text: str, schemas: Mapping[str, Mapping[str, Any]], *, lenient: bool) -> list[_Block]:
@@ -121,12 +127,7 @@ def _only_calls(inner: str) -> tuple[_Found, ...]:
                if not any(s <= start < e for s, e, _ in pieces)]
     if not pieces or not all(found for _, _, found in pieces):
         return ()
-    rest, at = [], 0
-    for start, end, _ in sorted(pieces, key=lambda p: p[0]):
-        rest.append(inner[at:start])
-        at = max(at, end)
-    rest.append(inner[at:])
-    if "".join(rest).strip(" \t\r\n,"):
+    if "".join(_outside(inner, [(start, end) for start, end, _ in pieces])).strip(" \t\r\n,"):
         return ()
     return tuple(c for _, _, found in sorted(pieces, key=lambda p: p[0]) for c in found)
 

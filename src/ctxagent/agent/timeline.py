@@ -11,6 +11,7 @@ from typing import Any, Literal
 from ctxagent.agent.setup import session_profile
 from ctxagent.errors import ProfileError
 from ctxagent.sessions import records
+from ctxagent.sessions.outcome import Usage
 from ctxagent.sessions.records import Settings
 
 
@@ -45,19 +46,6 @@ class Mark:
 
 
 @dataclass
-class Spend:
-    """What the calls of one model cost: calls, tokens (prompt, of them cached, completion), US dollars
-    (None: no call had a price)."""
-
-    model: str
-    calls: int = 0
-    prompt: int = 0
-    cached: int = 0
-    completion: int = 0
-    cost_usd: float | None = None
-
-
-@dataclass
 class Timeline:
     """A session's requests, marks and spend, in transcript order (see the module docstring)."""
 
@@ -65,12 +53,12 @@ class Timeline:
     model: str = ""
     requests: list[Request] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
-    spend: dict[str, Spend] = field(default_factory=dict)
+    spend: dict[str, Usage] = field(default_factory=dict)  # by model
     runs: list[str] = field(default_factory=list)  # the end records' reasons, in order
 
     @property
     def cost_usd(self) -> float | None:
-        priced = [s.cost_usd for s in self.spend.values() if s.cost_usd is not None]
+        priced = [s.cost_usd for s in self.spend.values() if s.priced]
         return sum(priced) if priced else None
 
 
@@ -87,7 +75,7 @@ def timeline(name: str, items: Iterable[Any]) -> Timeline:
             if settings is not None:
                 out.model, reserved = settings.model, _reserve(settings, reserved)
         elif isinstance(record, records.UsageRecord):
-            _spent(out, record)
+            out.spend.setdefault(record.model, Usage()).add(record)
             if settings is not None and not record.model.startswith(("summarizer:", "agent:")):  # the agent's own
                 out.requests.append(Request(len(out.requests) + 1, record.turn, record.prompt_tokens,
                                             record.cached_tokens, record.completion_tokens,
@@ -113,13 +101,3 @@ def _reserve(settings: Settings, before: int) -> int:
     except ProfileError:
         return before
     return profile.reply_tokens(settings.context_window, settings.max_output_tokens) + profile.margin_tokens
-
-
-def _spent(out: Timeline, record: records.UsageRecord) -> None:
-    spend = out.spend.setdefault(record.model, Spend(record.model))
-    spend.calls += record.calls
-    spend.prompt += record.prompt_tokens
-    spend.cached += record.cached_tokens
-    spend.completion += record.completion_tokens
-    if record.cost_usd is not None:
-        spend.cost_usd = (spend.cost_usd or 0.0) + record.cost_usd

@@ -18,7 +18,7 @@ from ctxagent.profile import Profile
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_tools
-from ctxagent.tools.base import ERROR_PREFIX, Stop
+from ctxagent.tools.base import ERROR_PREFIX, Stop, ToolError
 from ctxagent.tools.guard import GuardedToolset, Verdict
 from ctxagent.tools.toolset import ToolOutcome
 
@@ -30,7 +30,8 @@ CANCELLED = ("[ctxagent] interrupted: the user cancelled this turn (Ctrl-C) befo
 class Delegates(Protocol):
     """What the runner needs of the sub-agent runner (agent/delegate.py, which imports the runner)."""
 
-    def start(self, calls: Sequence[ToolCall], handles: Sequence[str]) -> dict[str, Callable[[], ToolOutcome]]: ...
+    def start(self, calls: Sequence[tuple[ToolCall, str, dict[str, Any] | ToolError]]
+              ) -> dict[str, Callable[[], ToolOutcome]]: ...
     def resume(self, call: ToolCall, handle: str) -> ToolOutcome: ...
     def stop(self, timeout_s: float = 5.0) -> None: ...
 
@@ -67,12 +68,10 @@ class ToolCalls:
         handles = [self.state.new_handle(call.id) for call in calls]
         verdicts = {call.id: self._check(call) for call in calls
                     if call.name == "delegate" and self.delegator is not None}
-        starting = [(call, handle) for call, handle in zip(calls, handles, strict=True)
-                    if call.id in verdicts and verdicts[call.id].refusal is None]
-        children = self.delegator.start([c for c, _ in starting], [h for _, h in starting]) \
-            if self.delegator is not None else {}
-        for index, call in enumerate(calls):
-            handle = handles[index]
+        starting = [(call, handle, verdict.arguments or {}) for call, handle in zip(calls, handles, strict=True)
+                    if (verdict := verdicts.get(call.id)) is not None and verdict.refusal is None]
+        children = self.delegator.start(starting) if self.delegator is not None else {}
+        for index, (call, handle) in enumerate(zip(calls, handles, strict=True)):
             repeats = self.state.streak(len(calls) - 1 - index)
             if 0 < self.profile.loop_guard < repeats:
                 yield from self._stop_loop(calls[index:], repeats, handles[index:])

@@ -5,12 +5,12 @@ overflow-recovery steps, unique tool call ids, prefix comparison and usage recor
 from __future__ import annotations
 
 from collections.abc import Container, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ctxagent.agent.model import Reply, Usage
 from ctxagent.errors import LimitReached
-from ctxagent.profile import Profile, StrategyConfig
+from ctxagent.profile import Path_, Profile, StrategyConfig
 from ctxagent.sessions import records
 from ctxagent.strategies.base import Budget, Compaction, Entry, groups
 from ctxagent.strategies.mask_observations import MaskObservationsStep
@@ -18,13 +18,22 @@ from ctxagent.strategies.truncate import TruncateStep
 
 
 @dataclass(frozen=True)
-class Peek:
-    """The request a session would send next: its view, budget and the compactions it would record."""
+class NextRequest:
+    """What the next request of a session would hold (:meth:`Runner.peek`): its view, budget and the
+    compactions it would record; ``recorded``: compaction records the session holds, to show; ``same``:
+    its leading messages identical to ``last``, the last request sent (a prompt cache serves them)."""
 
     view: list[Entry]
     budget: Budget
     compactions: list[Compaction]
-    same: int  # leading messages identical to the last request sent
+    recorded: list[records.CompactionRecord]
+    path: Path_
+    profile: Profile
+    same: int = 0
+    last: list[Entry] = field(default_factory=list)
+    turn: int = 1  # the turn the request would be for
+    lessons: records.LessonsRecord | None = None  # the lessons block the session was shown (lessons/)
+    counts: dict[str, int] = field(default_factory=dict)  # strategy -> compactions the session recorded
 
 
 def usage_record(usage: Usage, turn: int, model: str, estimate: int) -> records.UsageRecord:

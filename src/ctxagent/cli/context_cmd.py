@@ -17,7 +17,7 @@ from ctxagent.cli.options import SessionOpt, pick
 from ctxagent.messages import one_line
 
 if TYPE_CHECKING:
-    from ctxagent.agent.peek import NextRequest
+    from ctxagent.agent.turns import NextRequest
     from ctxagent.sessions.session import Session
 
 BAR = 50  # characters of the budget bar

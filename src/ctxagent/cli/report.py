@@ -228,10 +228,10 @@ def _categories(parts: dict[str, int], window: int, reserved: int) -> str:
 
 
 def _spend(data: Timeline) -> str:
-    rows = "".join(f'<tr data-model="{_e(s.model)}" data-calls="{s.calls}" data-usd="{s.cost_usd or 0}"><td>'
-                   f"{_e(s.model)}</td><td>{s.calls:,}</td><td>{s.prompt:,}</td><td>{s.cached:,}</td>"
-                   f"<td>{s.completion:,}</td><td>{'-' if s.cost_usd is None else f'${s.cost_usd:,.4f}'}</td></tr>"
-                   for s in data.spend.values())
+    rows = "".join(f'<tr data-model="{_e(model)}" data-calls="{s.calls}" data-usd="{s.cost_usd if s.priced else 0}">'
+                   f"<td>{_e(model)}</td><td>{s.calls:,}</td><td>{s.prompt_tokens:,}</td><td>{s.cached_tokens:,}</td>"
+                   f"<td>{s.completion_tokens:,}</td><td>{f'${s.cost_usd:,.4f}' if s.priced else '-'}</td></tr>"
+                   for model, s in data.spend.items())
     return ('<table id="spend"><tr><th>model</th><th>calls</th><th>prompt tokens</th><th>cached</th>'
             f"<th>reply tokens</th><th>cost</th></tr>{rows}</table>")
 
