@@ -22,6 +22,11 @@ cross the adapter that caught them: ``agent/litellm_backend.py`` translates lite
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class CtxagentError(Exception):
     """Base of every error ctxagent raises on purpose.
@@ -105,3 +110,10 @@ class ContextOverflowError(CtxagentError):
 
     exit_code = 5
     status = "context_overflow"
+
+
+def first_error(err: ValidationError, skip: int = 0) -> tuple[str, str]:
+    """Where and what of pydantic's first error in ``err``: its location's parts after the first
+    ``skip``, joined with dots (``""`` at the top level), and pydantic's message."""
+    first = err.errors()[0]
+    return ".".join(str(part) for part in first["loc"][skip:]), first["msg"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ctxagent.errors import UsageError
+from ctxagent.errors import UsageError, first_error
 from ctxagent.sessions.outcome import recorded_answer, recorded_task
 from ctxagent.tools.clean import plain
 
@@ -104,9 +104,8 @@ def _named(raw: str) -> str | None:
 
 def _first_error(err: Exception) -> str:
     if isinstance(err, ValidationError):
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        return f"{where}: {first['msg']}" if where else first["msg"]
+        where, what = first_error(err)
+        return f"{where}: {what}" if where else what
     return str(err)
 
 

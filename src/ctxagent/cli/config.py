@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ctxagent.cli import redacted
 from ctxagent.dirs import user_dir
-from ctxagent.errors import ProfileError, UsageError
+from ctxagent.errors import ProfileError, UsageError, first_error
 from ctxagent.profile import line_of, load_profile, parse_yaml
 from ctxagent.sessions.redact import private_dir
 from ctxagent.tools.environment import withheld
@@ -100,10 +100,9 @@ def read_file(path: Path) -> ConfigFile:
     try:
         return ConfigFile.model_validate(data)
     except ValidationError as err:
-        first = err.errors()[0]
-        loc = [str(p) for p in first["loc"]]
-        line = line_of(yaml.compose(text), loc[:1])
-        raise ProfileError(first["msg"], path=str(path), line=line, key=".".join(loc)) from err
+        where, what = first_error(err)
+        line = line_of(yaml.compose(text), where.split(".")[:1] if where else [])
+        raise ProfileError(what, path=str(path), line=line, key=where) from err
 
 
 def effective(cli: dict[str, Any] | None = None, *, start: Path | None = None) -> dict[str, Value]:

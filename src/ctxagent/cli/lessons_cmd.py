@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from ctxagent.errors import UsageError
+from ctxagent.errors import UsageError, first_error
 from ctxagent.messages import one_line
 from ctxagent.sessions.files import replace_whole
 
@@ -157,9 +157,8 @@ def edit(
     try:
         new = Lesson.model_validate_json(text)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the JSON"
-        raise UsageError(f"lesson {lesson.id} not changed: {where}: {first['msg']}") from None
+        where, what = first_error(err)
+        raise UsageError(f"lesson {lesson.id} not changed: {where or 'the JSON'}: {what}") from None
     if new.id != lesson.id:
         raise UsageError(f"lesson {lesson.id} not changed: its id cannot be edited")
     new = new.model_copy(update={"updated": time.time()})

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ctxagent.errors import CtxagentError
+from ctxagent.errors import CtxagentError, first_error
 from ctxagent.lessons.model import REPLY_NOT_USED, USER_SCOPE, Lesson, new_lesson, terms_of
 from ctxagent.sessions import records
 
@@ -72,8 +72,7 @@ def parse(reply: str) -> Proposals:
     try:
         return Proposals.model_validate_json(match.group(0))
     except ValidationError as err:
-        first = err.errors()[0]
-        raise ValueError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+        raise ValueError("{}: {}".format(*first_error(err))) from None
 
 
 def propose(items: Iterable[Any], ask: Ask, *, session: str, scope: str) -> tuple[list[Lesson], list[str]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ctxagent.dirs import data_dir
+from ctxagent.errors import first_error
 from ctxagent.lessons.model import Lesson, Scope
 from ctxagent.sessions import redact
 from ctxagent.sessions.files import private_dir, write_synced
@@ -132,8 +133,8 @@ def _read(path: Path) -> tuple[list[Lesson], list[str], list[str]]:
             lessons.append(Lesson.model_validate_json(line))
         except ValidationError as err:
             bad.append(line)
-            first = err.errors()[0]
-            problems.append(f"line {number}: {'.'.join(map(str, first['loc'])) or 'line'}: {first['msg']}")
+            where, what = first_error(err)
+            problems.append(f"line {number}: {where or 'line'}: {what}")
     return lessons, bad, problems
 
 

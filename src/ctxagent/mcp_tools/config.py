@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ctxagent.errors import UsageError
+from ctxagent.errors import UsageError, first_error
 
 if TYPE_CHECKING:
     from ctxagent.tools.base import Tool
@@ -116,9 +116,8 @@ def parse_servers(data: Any, *, source: str) -> dict[str, ServerConfig]:
         try:
             server = ServerConfig.model_validate(entry)
         except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(p) for p in (name, *first["loc"]))
-            raise UsageError(f"{source}: mcpServers.{where}: {first['msg']}") from err
+            where, what = first_error(err)
+            raise UsageError(f"{source}: mcpServers.{name}{'.' if where else ''}{where}: {what}") from err
         if not server.disabled:
             servers[name] = server
     return servers
