@@ -274,15 +274,33 @@ class ListFacts(TypedDict):
 
 
 def list_facts(session: Session) -> ListFacts:
-    """What ``sessions list`` shows of ``session`` (the keys of :func:`summarize`; status ``running``
-    while a process holds the writer lock), read cheaply whatever the transcript's size: its header,
-    its last records and the cached :func:`totals`."""
+    """What ``sessions list`` shows of ``session`` (status ``running`` while a process holds the writer
+    lock), read cheaply whatever the transcript's size: its header, its last records and the cached
+    :func:`totals`."""
     from ctxagent.sessions import records
 
-    head = session.header()
     tail = session.transcript.tail(want=records.MessageRecord)
-    sums = totals(session.root / "transcript.jsonl")
-    messages = [r for r in tail if isinstance(r, records.MessageRecord)]
+    facts = _facts(session.header(), totals(session.root / "transcript.jsonl"), tail)
+    if session.running():
+        facts["status"] = "running"
+    return facts
+
+
+def summarize(records_: list[Any]) -> ListFacts:
+    """The facts :func:`list_facts` reads cheaply, of a loaded transcript: from all its records."""
+    from ctxagent.sessions import records
+
+    sums = Totals()
+    for record in records_:
+        sums.add(record)
+    return _facts(next((r for r in records_ if isinstance(r, records.SessionHeader)), None), sums, records_)
+
+
+def _facts(head: SessionHeader | None, sums: Totals, records_: list[Any]) -> ListFacts:
+    """The facts of a transcript whose header is ``head``, its totals ``sums``, its last records ``records_``."""
+    from ctxagent.sessions import records
+
+    messages = [r for r in records_ if isinstance(r, records.MessageRecord)]
     return {
         "created": head.ts if head else None,
         "model": sums.model or (head.model if head else None),
@@ -291,7 +309,7 @@ def list_facts(session: Session) -> ListFacts:
         "messages": messages[-1].seq + 1 if messages else 0,
         "tokens": sums.tokens,
         "cost_usd": sums.cost_usd,
-        "status": "running" if session.running() else status_of(tail),
+        "status": status_of(records_),
     }
 
 
@@ -306,29 +324,6 @@ def status_of(records_: list[Any]) -> str:
     last_end = max((i for i, r in enumerate(records_) if isinstance(r, records.EndRecord)), default=-1)
     last_msg = max((i for i, r in enumerate(records_) if isinstance(r, records.MessageRecord)), default=-1)
     return records_[last_end].reason if last_end > last_msg else ("interrupted" if last_msg >= 0 else "new")
-
-
-def summarize(records_: list[Any]) -> dict[str, Any]:
-    """Name-independent facts of a loaded transcript: created, turns, tokens, status, messages."""
-    from ctxagent.sessions import records
-
-    head = next((r for r in records_ if isinstance(r, records.SessionHeader)), None)
-    changes = [r for r in records_ if isinstance(r, records.SettingsRecord)]  # resumes that changed them
-    model = next((c.changes["model"] for c in reversed(changes) if "model" in c.changes), head and head.model)
-    profile = next((c.changes["profile"] for c in reversed(changes) if "profile" in c.changes), head and head.profile)
-    messages = [r for r in records_ if isinstance(r, records.MessageRecord)]
-    usage = [r for r in records_ if isinstance(r, records.UsageRecord)]
-    priced = [u.cost_usd for u in usage if u.cost_usd is not None]
-    return {
-        "created": head.ts if head else None,
-        "model": model,
-        "profile": profile,
-        "turns": max((m.turn for m in messages), default=0),
-        "messages": len(messages),
-        "tokens": sum(u.prompt_tokens + u.completion_tokens for u in usage),
-        "cost_usd": round(sum(priced), 6) if priced else None,
-        "status": status_of(records_),
-    }
 
 
 CACHE = ".list-cache.json"  # beside the transcript: the totals of its first ``offset`` bytes
@@ -346,6 +341,18 @@ class Totals:
     cost_usd: float | None = None
     model: str | None = None
     profile: str | None = None
+
+    def add(self, record: Any) -> None:
+        """Count ``record`` when it is a usage or a settings record."""
+        from ctxagent.sessions import records
+
+        if isinstance(record, records.UsageRecord):
+            self.tokens += record.prompt_tokens + record.completion_tokens
+            if record.cost_usd is not None:
+                self.cost_usd = round((self.cost_usd or 0.0) + record.cost_usd, 6)
+        elif isinstance(record, records.SettingsRecord):
+            self.model = record.changes.get("model", self.model)
+            self.profile = record.changes.get("profile", self.profile)
 
 
 def totals(path: Path) -> Totals:
@@ -381,18 +388,6 @@ def _count(fh: BinaryIO, found: Totals) -> None:
         if not line.endswith(b"\n"):
             break  # a torn last line: not counted, read again next time
         found.offset += len(line)
-        start = line[:200]
-        if not any(kind in start for kind in TOTAL_KINDS):
-            continue
-        try:
-            record = records.loads(line.strip(b"\x00\r\n"))
-        except ValueError:
-            continue
-        if isinstance(record, records.UsageRecord):
-            found.tokens += record.prompt_tokens + record.completion_tokens
-            if record.cost_usd is not None:
-                found.cost_usd = round((found.cost_usd or 0.0) + record.cost_usd, 6)
-        elif isinstance(record, records.SettingsRecord):
-            found.model = record.changes.get("model", found.model)
-            found.profile = record.changes.get("profile", found.profile)
-
+        if any(kind in line[:200] for kind in TOTAL_KINDS):
+            with contextlib.suppress(ValueError):
+                found.add(records.loads(line.strip(b"\x00\r\n")))
