@@ -85,14 +85,10 @@ class Store:
         except Exception as err:  # the vendor's errors, translated once, here
             raise CtxagentError(f"session store {self.url}: {what} failed: {shown(str(err))}") from err
 
-    def create(self, path: str, data: bytes) -> bool:
-        """Write ``data`` at ``path`` unless an object is there already; returns whether it was
-        written (False: it existed, nothing changed). Raises ``CtxagentError`` when the store fails."""
-        return self.create_from(path, data)
-
-    def create_from(self, path: str, source: Path | bytes) -> bool:
-        """:meth:`create` with the bytes of the file ``source`` (streamed on stores that have no
-        atomic put, and on S3 from :data:`PIPE_MAX_BYTES` on)."""
+    def create(self, path: str, source: Path | bytes) -> bool:
+        """Write ``source`` (bytes, or a file's, streamed on stores that have no atomic put and on S3
+        from :data:`PIPE_MAX_BYTES` on) at ``path`` unless an object is there already; returns whether
+        it was written (False: it existed, nothing changed). Raises ``CtxagentError`` when the store fails."""
         with contextlib.suppress(FileExistsError), self.failing(f"writing {path}"):
             if self.atomic_pipe and (isinstance(source, bytes) or source.stat().st_size < PIPE_MAX_BYTES):
                 self.fs.pipe_file(path, source if isinstance(source, bytes) else source.read_bytes(), mode="create")
@@ -379,5 +375,5 @@ class SessionSync:
                            and e.is_file())
         for name in fresh:
             with contextlib.suppress(FileNotFoundError):  # deleted meanwhile (clean outputs)
-                self.store.create_from(self.remote("outputs", name), folder / name)
+                self.store.create(self.remote("outputs", name), folder / name)
                 self.uploaded.add(name)
