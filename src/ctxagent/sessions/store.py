@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctxagent.errors import UsageError
-from ctxagent.handles import HANDLE_RE, base_handle
+from ctxagent.handles import HANDLE_RE
 from ctxagent.sessions.files import private_dir
 
 if TYPE_CHECKING:
@@ -24,9 +24,6 @@ if TYPE_CHECKING:
 
 SUFFIXES = (".out", ".json", ".npy")  # value files, in lookup order
 META_SUFFIX = ".meta.json"
-
-
-handle_for = base_handle  # the name older code and tests know
 
 
 class OutputStore:
