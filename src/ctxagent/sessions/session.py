@@ -25,15 +25,14 @@ from ctxagent.sessions import replica
 from ctxagent.sessions.files import private_dir, replace_whole
 from ctxagent.sessions.outcome import final_answer
 from ctxagent.sessions.remote import SessionSync, Store, cache_key
-from ctxagent.sessions.replica import fetch_heads
+from ctxagent.sessions.replica import AGENTS, fetch_heads
 from ctxagent.sessions.store import OutputStore
 from ctxagent.sessions.transcript import Transcript
 
 if TYPE_CHECKING:
     from ctxagent.sessions.records import SessionHeader
 
-AGENTS = "agents"  # the folder of a session's sub-agent sessions
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+NAME_RE = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # no "..": never a path
 
 
 def sessions_root(store_url: str | None = None) -> Path:
@@ -47,7 +46,7 @@ def sessions_root(store_url: str | None = None) -> Path:
 def check_name(name: str) -> str:
     """``name`` if it is a valid session name (1-128 letters, digits, ``.``, ``_``, ``-``, starting with
     a letter or digit, no ``..``: never a path), else ``UsageError``."""
-    if not NAME_RE.match(name) or ".." in name:
+    if not NAME_RE.match(name):
         raise UsageError(f"invalid session name {name!r}: use letters, digits, '.', '_' or '-' "
                          "(no '/', no '..', at most 128 characters)")
     return name
@@ -215,12 +214,12 @@ def discard_if_unstarted(session: Session) -> None:
 def list_sessions(store_url: str | None = None) -> list[Session]:
     """Every session on local disk or in the store at ``store_url``, most recently modified first
     (with a store, the cache gets the heads it lacks)."""
-    root, url = sessions_root(store_url), store_url
-    if url is not None:
-        fetch_heads(url, root, lambda name: bool(NAME_RE.match(name)) and ".." not in name)
+    root = sessions_root(store_url)
+    if store_url is not None:
+        fetch_heads(store_url, root, lambda name: bool(NAME_RE.match(name)))
     if not root.is_dir():
         return []
-    found = [Session(p.name, p, url) for p in root.iterdir() if (p / "transcript.jsonl").is_file()]
+    found = [Session(p.name, p, store_url) for p in root.iterdir() if (p / "transcript.jsonl").is_file()]
     return sorted(found, key=lambda s: (s.root / "transcript.jsonl").stat().st_mtime, reverse=True)
 
 
