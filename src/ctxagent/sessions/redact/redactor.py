@@ -69,10 +69,8 @@ class Redactor:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> Redactor:
         """A redactor for the secrets of ``environ`` (default ``os.environ``) plus ``extra`` values."""
-        exact = {value: f"env:{name}" for value, name in env_secrets(environ).items()}
-        for value in extra:
-            exact.setdefault(value, "api-key")
-        return cls(exact)
+        env = {value: f"env:{name}" for value, name in env_secrets(environ).items()}
+        return cls({**dict.fromkeys(extra, "api-key"), **env})  # a value in both: its variable's kind
 
     # -- text -------------------------------------------------------------------------------
     def text(self, text: str) -> str:
