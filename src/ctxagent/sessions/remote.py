@@ -107,10 +107,6 @@ class Store:
             return sorted(str(p).rstrip("/").rsplit("/", 1)[-1] for p in found)
         return []
 
-    def exists(self, path: str) -> bool:
-        with self.failing(f"reading {path}"):
-            return bool(self.fs.exists(path))
-
     def size(self, path: str) -> int | None:
         """The size in bytes of the object at ``path`` (one HEAD request on S3), None when there is none."""
         with contextlib.suppress(FileNotFoundError), self.failing(f"reading {path}"):
@@ -292,7 +288,7 @@ class SessionSync:
 
     def _new_segments(self) -> list[int]:
         """The numbers of the store's segments past the cache's (one existence check when none)."""
-        if not self.store.exists(self.remote("segments", segment_name(self.state.segments + 1))):
+        if self.store.size(self.remote("segments", segment_name(self.state.segments + 1))) is None:
             return []
         return [n for n in numbers(self.store.names(self.remote("segments"))) if n > self.state.segments]
 
