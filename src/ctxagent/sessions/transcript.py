@@ -75,18 +75,14 @@ class Transcript:
 
     def head(self) -> Any | None:
         """The first record (normally the header), read from the first line only; None if unreadable."""
-        from ctxagent.sessions import records
-
-        with contextlib.suppress(OSError, ValueError), open(self.path, "rb") as fh:
-            return records.loads(_clean(fh.readline()))
+        with contextlib.suppress(OSError), open(self.path, "rb") as fh:
+            return _quiet(fh.readline())
         return None
 
     def tail(self, nbytes: int = TAIL_BYTES, want: type = object) -> list[Any]:
         """The readable records in the last ``nbytes`` of the file (doubled until a record of type
         ``want`` is among them, or the whole file is read), oldest first; damaged lines are skipped
         silently: a cheap peek (``sessions list``), not a load. Missing or unreadable file: []."""
-        from ctxagent.sessions import records
-
         try:
             size = os.path.getsize(self.path)
             with open(self.path, "rb") as fh:
@@ -94,7 +90,7 @@ class Transcript:
                     start = max(0, size - nbytes)
                     fh.seek(start)
                     lines = fh.read(size - start).split(b"\n")[1 if start else 0:-1]
-                    found = [r for r in (_quiet(records.loads, line) for line in lines) if r is not None]
+                    found = [r for r in map(_quiet, lines) if r is not None]
                     if start == 0 or any(isinstance(r, want) for r in found):
                         return found
                     nbytes *= 2
@@ -232,9 +228,12 @@ def _kind_of(line: bytes) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _quiet(parse: Any, line: bytes) -> Any | None:
+def _quiet(line: bytes) -> Any | None:
+    """The record on ``line`` (NUL padding and a carriage return ignored), None when it is not one."""
+    from ctxagent.sessions import records
+
     with contextlib.suppress(ValueError):
-        return parse(_clean(line))
+        return records.loads(_clean(line))
     return None
 
 
