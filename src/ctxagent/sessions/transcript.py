@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, get_args
 
-from ctxagent.errors import UsageError
+from ctxagent.errors import UsageError, first_error
 from ctxagent.sessions.files import write_synced
 
 NUL = b"\x00"
@@ -207,9 +207,8 @@ def _why(err: ValueError) -> str:
     from pydantic import ValidationError
 
     if isinstance(err, ValidationError) and err.errors():
-        first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"][1:])  # the first is the record kind (the union's tag)
-        return f"{where + ': ' if where else ''}{first['msg']}"[:160]
+        where, what = first_error(err, skip=1)  # the first part is the record kind (the union's tag)
+        return f"{where + ': ' if where else ''}{what}"[:160]
     return str(err)[:160]
 
 
