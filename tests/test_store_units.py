@@ -19,6 +19,7 @@ import pytest
 
 from ctxagent.dirs import data_dir
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
+from ctxagent.handles import new_handle
 from ctxagent.sessions import records, remote
 from ctxagent.sessions.lease import Lease, host_name, lease_seconds
 from ctxagent.sessions.remote import SessionSync, Store, SyncState, segment_name
@@ -368,17 +369,17 @@ def test_store_errors_are_translated_once_and_existing_objects_are_not_overwritt
     base = tmp_path / "a store"
     source = tmp_path / "big.out"
     source.write_bytes(b"first")
-    assert store.create_from(store.path("outputs", "big.out"), source) is True
+    assert store.create(store.path("outputs", "big.out"), source) is True
     source.write_bytes(b"second")
-    assert store.create_from(store.path("outputs", "big.out"), source) is False
-    assert store.create_from(store.path("outputs", "other.out"), source) is True  # into a folder that exists
+    assert store.create(store.path("outputs", "big.out"), source) is False
+    assert store.create(store.path("outputs", "other.out"), source) is True  # into a folder that exists
     assert (base / "outputs" / "big.out").read_bytes() == b"first"
     assert (base / "outputs" / "other.out").read_bytes() == b"second"
     (base / "file").write_text("x")
     under = store.path("file", "sub")
     why = f"[Errno 20] Not a directory: '{under}"
     for call, what in [(lambda: store.create(f"{under}/a", b""), f"writing {under}/a"),
-                       (lambda: store.create_from(f"{under}/a", source), f"writing {under}/a"),
+                       (lambda: store.create(f"{under}/a", source), f"writing {under}/a"),
                        (lambda: store.names(under), f"listing {under}"),
                        (lambda: store.read_many([under, store.path("file")]), f"reading {under}"),
                        (lambda: store.remove(under), f"deleting {under}")]:
@@ -736,9 +737,9 @@ def test_handles_are_listed_oldest_first_and_found_here_before_the_linked_stores
     assert store.taken("@c") and store.taken("@m") and not store.taken("@z")  # a sidecar takes it too
     (root / "z.meta.json").write_text("{}")  # its own sidecar, the value only in a linked store: its own
     assert store.meta_path("@z") == root / "z.meta.json"
-    assert store.unique_handle("call m") == "@callm" and store.unique_handle("m") == "@m.2"
+    assert new_handle("call m", store) == "@callm" and new_handle("m", store) == "@m.2"
     (root / "m.2.out").write_text("")
-    assert store.unique_handle("m") == "@m.3"
+    assert new_handle("m", store) == "@m.3"
 
 
 def test_clean_spools_removes_what_a_killed_process_left_and_counts_it(tmp_path):

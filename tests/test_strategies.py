@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from ctxagent.errors import ProfileError
+from ctxagent.handles import base_handle
 from ctxagent.messages import pair_violations, text_of, tool_call
 from ctxagent.profile import bundled_names, load_profile, parse_profile
-from ctxagent.sessions.store import handle_for
 from ctxagent.strategies import registry
 from ctxagent.strategies.base import Budget, Entry, Outcome, StrategyContext
 from ctxagent.strategies.checkpoint import CHECKPOINT_TOOL_SCHEMA, CheckpointStep
@@ -108,7 +108,7 @@ def assert_laws(view: list[Entry], out: Outcome, ctx: StrategyContext, rerun=Non
     for entry in view:
         assert entry in got or entry in out.offloads or any(
             s <= entry.start and entry.end <= e for s, e in ranges), entry
-    offloaded = {handle_for(o.message["tool_call_id"]) for o in out.offloads}
+    offloaded = {base_handle(o.message["tool_call_id"]) for o in out.offloads}
     assert all(o.role == "tool" and o in view for o in out.offloads)
     before = set(HANDLE.findall("\n".join(texts(view))))
     for handle in set(HANDLE.findall("\n".join(texts(got)))) - before:
@@ -170,7 +170,7 @@ def test_mask_stub_names_tool_args_size_and_handle():
     out = MaskObservationsStep(keep=1).apply(view, ctx_for(view))
     stub = out.view[3].message["content"]
     assert stub.startswith("[ctxagent masked an old tool result: shell(command=ls -la /srv), ")
-    assert f"{view[3].tokens:,} tokens" in stub and handle_for("c1") in stub
+    assert f"{view[3].tokens:,} tokens" in stub and base_handle("c1") in stub
     assert out.offloads == [view[3]]
     assert out.view[3].message["tool_call_id"] == "c1" and out.view[5] == view[5]
 
@@ -192,7 +192,7 @@ def test_prune_drops_superseded_dead_ends_only():
     kinds = [e.kind for e in out.view]
     assert kinds.count("prune") == 1  # the shell dead end; read_file was never retried successfully
     note = next(e for e in out.view if e.kind == "prune").message["content"]
-    assert "shell(command=cat /a)" in note and "No such file" in note and handle_for("c1") in note
+    assert "shell(command=cat /a)" in note and "No such file" in note and base_handle("c1") in note
     assert any("ERROR: read_file" in (e.message.get("content") or "") for e in out.view)
     young = PruneStep(min_age_turns=100).apply(view, ctx_for(view))
     assert young.view is view
@@ -205,7 +205,7 @@ def test_dedupe_references_the_earlier_handle_and_flags_repeated_calls():
                         ("shell", '{"command": "ls"}', "changed")])
     out = DedupeStep().apply(view, ctx_for(view))
     contents = [e.message.get("content") for e in out.view]
-    h = handle_for("c1")
+    h = base_handle("c1")
     assert contents[5] == f"[this call was already made at turn 1; its result is handle {h}] " \
                           f"[same result as turn 1, handle {h}]"
     assert contents[7] == f"[same result as turn 1, handle {h}]"
@@ -223,8 +223,8 @@ def test_every_handle_a_later_compaction_names_resolves(view):
     ctx = ctx_for(view, window=10 * sum(e.tokens for e in view) + 10_000)
     first = Engine().run(view, BUNDLED["batch"].pipeline("batch"), ctx)
     second = TruncateStep(target=0.01).apply(first.view, ctx)
-    stored = {e.handle or handle_for(e.message["tool_call_id"]) for e in [*first.offloads, *second.offloads]}
-    stored |= {handle_for(e.message["tool_call_id"]) for e in view if e.role == "tool" and e.offloaded}
+    stored = {e.handle or base_handle(e.message["tool_call_id"]) for e in [*first.offloads, *second.offloads]}
+    stored |= {base_handle(e.message["tool_call_id"]) for e in view if e.role == "tool" and e.offloaded}
     before = set(HANDLE.findall("\n".join(texts(view))))
     for handle in set(HANDLE.findall("\n".join(texts(second.view)))) - before:
         assert handle in stored, handle
@@ -238,7 +238,7 @@ def test_role_selective_reduces_tool_results_and_reasoning_not_users():
                         {"role": "user", "content": "go"}])
     out = RoleSelectiveStep().apply(view, ctx_for(view))
     tool = out.view[3].message["content"]
-    assert tool.startswith("l0\nl1") and tool.endswith("l399") and handle_for("c1") in tool
+    assert tool.startswith("l0\nl1") and tool.endswith("l399") and base_handle("c1") in tool
     assert out.view[4].message["content"].endswith("Conclusion: the port is 8080.")
     assert out.view[5] == view[5]
     assert out.offloads == [view[3]]

@@ -15,10 +15,10 @@ from typing import Literal
 import pytest
 
 from ctxagent.errors import ProfileError, UsageError
+from ctxagent.handles import base_handle
 from ctxagent.messages import content_of, one_line, tool_call
 from ctxagent.profile import parse_profile
 from ctxagent.profile_schema import Profile, thrash_problem
-from ctxagent.sessions.store import handle_for
 from ctxagent.strategies.base import (
     Budget,
     Compaction,
@@ -338,7 +338,7 @@ def test_dedupe_returns_the_view_itself_when_no_result_repeats():
 def test_dedupe_replaces_a_repeat_from_free_from_on_and_leaves_one_already_sent():
     view = _calls_view([("shell", '{"command": "ls"}', LONG), ("read_file", '{"path": "a"}', LONG)])
     at = DedupeStep().apply(view, replace(ctx_for(view), free_from=view[5].start))
-    assert at.view[5].message["content"] == f"[same result as turn 1, handle {handle_for('c1')}]"
+    assert at.view[5].message["content"] == f"[same result as turn 1, handle {base_handle('c1')}]"
     assert at.view[5].kind == "dedupe" and at.view[:5] == view[:5]
     assert at.compactions == []  # the pipeline records the change (changes()), not the strategy
     after = DedupeStep().apply(view, replace(ctx_for(view), free_from=view[5].start + 1))
@@ -385,8 +385,8 @@ def test_dedupe_offloads_every_earlier_result_its_reference_names():
                         ("shell", '{"command": "pwd"}', LONG)])
     out = DedupeStep().apply(view, ctx_for(view))
     assert out.view[7].message["content"] == (
-        f"[this call was already made at turn 2; its result is handle {handle_for('c2')}] "
-        f"[same result as turn 1, handle {handle_for('c1')}]")
+        f"[this call was already made at turn 2; its result is handle {base_handle('c2')}] "
+        f"[same result as turn 1, handle {base_handle('c1')}]")
     assert sorted(e.start for e in out.offloads) == [3, 5, 7]
 
 
@@ -394,14 +394,14 @@ def test_a_repeated_call_too_short_to_reference_is_flagged_and_names_only_its_ca
     view = _calls_view([("shell", '{"command": "ls"}', "ok"), ("shell", '{"command": "pwd"}', "ok"),
                         ("shell", '{"command": "pwd"}', "ok")])
     out = DedupeStep(min_tokens=0).apply(view, ctx_for(view))
-    flag = f"[this call was already made at turn 2; its result is handle {handle_for('c2')}]"
+    flag = f"[this call was already made at turn 2; its result is handle {base_handle('c2')}]"
     assert [e.message["content"] for e in out.view[3::2]] == ["ok", "ok", f"{flag}\nok"]
     assert out.view[7].kind == "dedupe"
     assert sorted(e.start for e in out.offloads) == [5, 7]  # not c1: the flag does not name it
 
 
 def test_a_reference_as_long_as_the_result_is_not_made():
-    reference = f"[same result as turn 1, handle {handle_for('c1')}]"
+    reference = f"[same result as turn 1, handle {base_handle('c1')}]"
     view = _calls_view([("shell", '{"command": "ls"}', reference), ("read_file", '{"path": "a"}', reference)])
     assert DedupeStep(min_tokens=0).apply(view, ctx_for(view)).view is view
 
@@ -410,7 +410,7 @@ def test_dedupe_reference_keeps_the_pinned_facts_of_the_result():
     pinned = LONG + "deploy key id-7f3a\n"
     view = _calls_view([("shell", '{"command": "ls"}', pinned), ("read_file", '{"path": "a"}', pinned)])
     out = DedupeStep().apply(view, ctx_for(view, pins=("id-7f3a",)))
-    assert out.view[5].message["content"] == (f"[same result as turn 1, handle {handle_for('c1')}]\n"
+    assert out.view[5].message["content"] == (f"[same result as turn 1, handle {base_handle('c1')}]\n"
                                               "[pinned] id-7f3a")
 
 
@@ -422,7 +422,7 @@ def test_dedupe_answers_for_the_view_it_is_given_whatever_it_saw_before():
     scan = Scan()
     first = DedupeStep().apply([*units[:6], *units[8:]], ctx_for(units), scan)  # without c3
     second = DedupeStep().apply([*units[:4], *units[6:]], ctx_for(units), scan)  # without c2
-    h = handle_for
+    h = base_handle
     assert first.view[-1].message["content"] == (
         f"[this call was already made at turn 2; its result is handle {h('c2')}] "
         f"[same result as turn 1, handle {h('c1')}]")
@@ -459,7 +459,7 @@ def test_mask_stub_is_exactly_the_call_the_size_and_the_handle():
     call = tool_call("c1", "shell", args)
     assert out.view[3].message["content"] == (
         f"[ctxagent masked an old tool result: {short_call(call, 80)}, {view[3].tokens:,} tokens; "
-        f"full result: {handle_for('c1')} (read_output or grep_output)]")
+        f"full result: {base_handle('c1')} (read_output or grep_output)]")
     assert out.view[3].kind == "mask_observations" and out.compactions == []
 
 
@@ -554,15 +554,15 @@ def test_consecutive_dead_units_become_one_note_and_a_dead_result_among_good_one
     note = out.view[2]
     assert note.message == {"role": "user", "content": (
         "[ctxagent pruned dead ends (later attempts succeeded): "
-        f"shell(command=cat /a) → exit code: 1 | cat: /a: No such file or directory ({handle_for('c1')}); "
-        f"shell(command=cat /b) → exit code: 2 | boom ({handle_for('c2')})]")}
+        f"shell(command=cat /a) → exit code: 1 | cat: /a: No such file or directory ({base_handle('c1')}); "
+        f"shell(command=cat /b) → exit code: 2 | boom ({base_handle('c2')})]")}
     assert (note.kind, note.start, note.end, note.turn) == ("prune", 2, 5, 2)
-    assert note.tokens == count_message(note.message) and note.refs == (handle_for("c1"), handle_for("c2"))
+    assert note.tokens == count_message(note.message) and note.refs == (base_handle("c1"), base_handle("c2"))
     assert out.view[3] == view[6] and out.view[5:] == view[8:]  # the call of the stubbed result, the rest
     stub = out.view[4]
     assert stub.message["content"] == (
         "[ctxagent pruned dead end: shell(command=cat /c) → exit code: 1 | cat: /c: No such file or directory; "
-        f"superseded by a later shell call; full result: {handle_for('c3')}]")
+        f"superseded by a later shell call; full result: {base_handle('c3')}]")
     assert (stub.kind, stub.start, stub.message["tool_call_id"]) == ("prune", 7, "c3")
     assert [e.start for e in out.offloads] == [3, 5, 7] and out.compactions == []
 
@@ -648,7 +648,7 @@ def test_window_note_states_the_messages_turns_tokens_and_transcript():
     assert out.view[2].message == {"role": "user", "content": (
         f"[ctxagent window: messages #2-#7 (turns 1-7, {tokens} tokens) are not shown; "
         "the full transcript is at /data/sessions/x/transcript.jsonl]\n[full tool results of these messages, "
-        f"by handle (read_output, grep_output): {handle_for('c1')} {handle_for('c2')} {handle_for('c3')}]")}
+        f"by handle (read_output, grep_output): {base_handle('c1')} {base_handle('c2')} {base_handle('c3')}]")}
     assert out.view[3:] == view[8:] and out.warnings == []
 
 
@@ -732,7 +732,7 @@ def test_refs_of_names_each_result_once_oldest_first_and_keeps_the_newest_that_f
     results = [Entry({"role": "tool", "tool_call_id": "c9", "content": "x"}, 10, 1, 1, 1),
                _msg("tool", "y", 2, handle="@a"), _msg("assistant", "z", 3, handle="@not-a-result"),
                _msg("assistant", "note", 4, kind="summarize", refs=("@a", "@r"))]
-    assert refs_of(results, 1000) == (handle_for("c9"), "@a", "@r")
+    assert refs_of(results, 1000) == (base_handle("c9"), "@a", "@r")
     many = [_msg("tool", "x", i, handle=f"@h{i}") for i in range(30)]
     assert refs_of(many, 1000) == tuple(f"@h{i}" for i in range(10, 30))  # at least 20
     assert refs_of(many, 3000) == tuple(f"@h{i}" for i in range(5, 30))  # 5% of the window, 6 tokens each
@@ -1050,7 +1050,7 @@ def test_calls_of_results_finds_each_results_call_and_skips_a_result_before_any_
 
 
 def test_a_result_without_a_handle_or_a_call_id_is_named_by_the_handle_of_the_empty_id():
-    assert refs_of([Entry({"role": "tool", "content": "r"}, 1, 0, 0, 1)], 1000) == (handle_for(""),)
+    assert refs_of([Entry({"role": "tool", "content": "r"}, 1, 0, 0, 1)], 1000) == (base_handle(""),)
 
 
 # --- checks.py: the thrash guard and no LLM on batch paths, called on profile objects -----------
@@ -1116,7 +1116,7 @@ def test_a_scan_run_again_on_the_same_view_folds_nothing():
 def test_a_checkpoint_split_by_head_points_the_older_run_at_the_newer_one():
     view = _unit_view()
     out = place(view, [[2, 3, 4], [6, 7]], "BODY", "checkpoint", _ctx(), "checkpoint")
-    older = "[ctxagent: messages #2-#4 are covered by the checkpoint further down]" + handles_line((handle_for("c1"),))
+    older = "[ctxagent: messages #2-#4 are covered by the checkpoint further down]" + handles_line((base_handle("c1"),))
     assert out.view[2].message == {"role": "user", "content": older}
     assert out.view[4].message == {"role": "user", "content": "[ctxagent checkpoint of messages #2-#4, #6-#7]\nBODY"}
     assert [c.strategy for c in out.compactions] == ["checkpoint", "checkpoint"]
@@ -1706,7 +1706,7 @@ def test_role_selective_cuts_an_old_tool_result_to_head_and_tail_naming_the_call
     view = _role_view(LINES + "\nK-7 here")
     out = _role_apply(view, pins=("K-7",), tool_tokens=view[4].tokens - 1, head_lines=1, tail_lines=1)
     marker = (f"[... ctxagent cut this {view[4].tokens}-token result of {short_call(LONG_CALL, 80)} to its head and "
-              f"tail; full result: {handle_for('c1')} (read_output or grep_output) ...]")
+              f"tail; full result: {base_handle('c1')} (read_output or grep_output) ...]")
     assert short_call(LONG_CALL, 80) != short_call(LONG_CALL, 81)
     new = out.view[4]
     assert new.message == {**view[4].message, "content": f"line 0\n{marker}\nK-7 here"}  # the pin is in the tail
@@ -1778,7 +1778,7 @@ def test_llm_findings_are_asked_for_each_result_up_to_max_calls_and_recorded_wit
                     (f"{prompt}\n\nresult of grep():\n{results[1]}", 321)]
     assert short_call(LONG_CALL, 200) != short_call(LONG_CALL, 201)
     label = (f"[ctxagent findings of {short_call(LONG_CALL, 80)}, a {view[4].tokens}-token result; full result: "
-             f"{handle_for('c1')} (read_output or grep_output)]")
+             f"{base_handle('c1')} (read_output or grep_output)]")
     assert out.view[4].message == {**view[4].message, "content": f"{label}\nfound 8080"}
     assert [(c.strategy, c.start, c.end, c.message, c.tokens, c.tokens_before) for c in out.compactions] == [
         ("role_selective", e.start, e.end, e.message, e.tokens, view[i].tokens)
@@ -1886,9 +1886,9 @@ def test_one_note_names_consecutive_dead_units_with_empty_and_long_first_lines_c
     calls = [view[2].message["tool_calls"][0], view[2].message["tool_calls"][1], view[5].message["tool_calls"][0]]
     assert note.message["content"] == (
         "[ctxagent pruned dead ends (later attempts succeeded): "
-        f"{short_call(calls[0], 60)} → (empty) ({handle_for('c1')}); "
-        f"{short_call(calls[1], 60)} → {error[:99]}… ({handle_for('c2')}); "
-        f"{short_call(calls[2], 60)} → {error.replace('e', 'f')[:99]}… ({handle_for('c3')})]")
+        f"{short_call(calls[0], 60)} → (empty) ({base_handle('c1')}); "
+        f"{short_call(calls[1], 60)} → {error[:99]}… ({base_handle('c2')}); "
+        f"{short_call(calls[2], 60)} → {error.replace('e', 'f')[:99]}… ({base_handle('c3')})]")
     assert (note.start, note.end, note.turn) == (2, 6, 1) and out.view[3:] == view[7:]
     assert note.tokens == count_message(note.message, "gpt-4") != count_message(note.message)
 

@@ -10,8 +10,8 @@ import json
 
 from hypothesis import strategies as st
 
+from ctxagent.handles import base_handle
 from ctxagent.messages import tool_call
-from ctxagent.sessions.store import handle_for
 from ctxagent.strategies.base import Entry
 from ctxagent.tokens import count_message
 
@@ -82,7 +82,7 @@ def result_text(draw, call_id: str) -> str:
     if kind == "shared":
         return draw(SHARED_RESULTS)
     if kind == "preview":
-        handle = handle_for(call_id)
+        handle = base_handle(call_id)
         return (f"exit code: 0\nfirst lines\n[... 900 lines cut ...]\nlast lines\n[full output: 1,000 "
                 f"lines, 48,000 bytes, 12,345 tokens; saved as {handle} at /data/outputs/{handle[1:]}.out; "
                 f"read lines with read_output(\"{handle}\", start_line, end_line)]")

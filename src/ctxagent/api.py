@@ -68,7 +68,7 @@ class Outputs:
         stored. ``call_id`` (the tool call's id) names the handle. Raises ``TypeError`` for another
         type, ``OSError`` when the folder cannot be written."""
         content, record = settle(value, call=ToolCall(call_id, tool, ""), tool_name=tool, store=self._store,
-                                 policy=self._policy, handle=self._store.unique_handle(call_id or tool))
+                                 policy=self._policy, handle=new_handle(call_id or tool, self._store))
         if record is None:
             return Offloaded(content, None, None)
         self._by_call[call_id] = record.handle

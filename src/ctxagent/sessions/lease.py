@@ -144,7 +144,7 @@ class Lease:
                     self.sync.fenced = f"session {self.sync.name!r}: the lease could not be renewed ({err})"
                 return
             if not ok:
-                    self.sync.fenced = (f"session {self.sync.name!r} was taken over by another writer (its lease in "
+                self.sync.fenced = (f"session {self.sync.name!r} was taken over by another writer (its lease in "
                                     f"{self.sync.store.url} was renewed by someone else); this process stops")
 
     def _renew_loop(self) -> None:

@@ -7,7 +7,7 @@ assistant message without tool calls), whatever end records follow it (none afte
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,15 +23,12 @@ def is_answer(message: Message) -> bool:
     return message.get("role") == "assistant" and not message.get("tool_calls")
 
 
-def final_answer(records_: Iterable[Any]) -> str | None:
+def final_answer(records_: Sequence[Any]) -> str | None:
     """The content (``""`` when it has none) of the last message record of ``records_`` (a transcript's
     records, or its last ones down to its last message) when that message is a final answer, else None."""
     from ctxagent.sessions import records
 
-    last = None
-    for record in records_:
-        if isinstance(record, records.MessageRecord):
-            last = record.message
+    last = next((r.message for r in reversed(records_) if isinstance(r, records.MessageRecord)), None)
     return str(last.get("content") or "") if last is not None and is_answer(last) else None
 
 
@@ -48,10 +45,8 @@ def recorded_task(transcript: Transcript) -> str | None:
     None while none is recorded (no session, or a run stopped before it wrote its task)."""
     from ctxagent.sessions import records
 
-    for record in transcript.records():
-        if isinstance(record, records.MessageRecord) and record.message.get("role") == "user":
-            return str(record.message.get("content") or "")
-    return None
+    return next((str(r.message.get("content") or "") for r in transcript.records()
+                 if isinstance(r, records.MessageRecord) and r.message.get("role") == "user"), None)
 
 
 @dataclass

@@ -118,7 +118,6 @@ class Settings(BaseModel):
 class SessionHeader(Settings, _Record):
     """The first line of a transcript: the settings a session was started with, its name and schema."""
 
-    model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
     kind: Literal["session"] = "session"
     schema_version: int = SCHEMA_VERSION
     name: str

@@ -85,14 +85,10 @@ class Store:
         except Exception as err:  # the vendor's errors, translated once, here
             raise CtxagentError(f"session store {self.url}: {what} failed: {shown(str(err))}") from err
 
-    def create(self, path: str, data: bytes) -> bool:
-        """Write ``data`` at ``path`` unless an object is there already; returns whether it was
-        written (False: it existed, nothing changed). Raises ``CtxagentError`` when the store fails."""
-        return self.create_from(path, data)
-
-    def create_from(self, path: str, source: Path | bytes) -> bool:
-        """:meth:`create` with the bytes of the file ``source`` (streamed on stores that have no
-        atomic put, and on S3 from :data:`PIPE_MAX_BYTES` on)."""
+    def create(self, path: str, source: Path | bytes) -> bool:
+        """Write ``source`` (bytes, or a file's, streamed on stores that have no atomic put and on S3
+        from :data:`PIPE_MAX_BYTES` on) at ``path`` unless an object is there already; returns whether
+        it was written (False: it existed, nothing changed). Raises ``CtxagentError`` when the store fails."""
         with contextlib.suppress(FileExistsError), self.failing(f"writing {path}"):
             if self.atomic_pipe and (isinstance(source, bytes) or source.stat().st_size < PIPE_MAX_BYTES):
                 self.fs.pipe_file(path, source if isinstance(source, bytes) else source.read_bytes(), mode="create")
@@ -110,10 +106,6 @@ class Store:
             found = self.fs.ls(folder, detail=False, refresh=True)
             return sorted(str(p).rstrip("/").rsplit("/", 1)[-1] for p in found)
         return []
-
-    def exists(self, path: str) -> bool:
-        with self.failing(f"reading {path}"):
-            return bool(self.fs.exists(path))
 
     def size(self, path: str) -> int | None:
         """The size in bytes of the object at ``path`` (one HEAD request on S3), None when there is none."""
@@ -296,7 +288,7 @@ class SessionSync:
 
     def _new_segments(self) -> list[int]:
         """The numbers of the store's segments past the cache's (one existence check when none)."""
-        if not self.store.exists(self.remote("segments", segment_name(self.state.segments + 1))):
+        if self.store.size(self.remote("segments", segment_name(self.state.segments + 1))) is None:
             return []
         return [n for n in numbers(self.store.names(self.remote("segments"))) if n > self.state.segments]
 
@@ -379,5 +371,5 @@ class SessionSync:
                            and e.is_file())
         for name in fresh:
             with contextlib.suppress(FileNotFoundError):  # deleted meanwhile (clean outputs)
-                self.store.create_from(self.remote("outputs", name), folder / name)
+                self.store.create(self.remote("outputs", name), folder / name)
                 self.uploaded.add(name)

@@ -12,7 +12,7 @@ from ctxagent.errors import UsageError
 from ctxagent.sessions.files import private_dir
 from ctxagent.sessions.remote import SessionSync, Store, segment_name
 
-AGENTS = "agents"  # as sessions/session.py: a session's sub-agent sessions
+AGENTS = "agents"  # the folder of a session's sub-agent sessions
 
 
 @contextmanager

@@ -25,15 +25,14 @@ from ctxagent.sessions import replica
 from ctxagent.sessions.files import private_dir, replace_whole
 from ctxagent.sessions.outcome import final_answer
 from ctxagent.sessions.remote import SessionSync, Store, cache_key
-from ctxagent.sessions.replica import fetch_heads
+from ctxagent.sessions.replica import AGENTS, fetch_heads
 from ctxagent.sessions.store import OutputStore
 from ctxagent.sessions.transcript import Transcript
 
 if TYPE_CHECKING:
     from ctxagent.sessions.records import SessionHeader
 
-AGENTS = "agents"  # the folder of a session's sub-agent sessions
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+NAME_RE = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # no "..": never a path
 
 
 def sessions_root(store_url: str | None = None) -> Path:
@@ -47,7 +46,7 @@ def sessions_root(store_url: str | None = None) -> Path:
 def check_name(name: str) -> str:
     """``name`` if it is a valid session name (1-128 letters, digits, ``.``, ``_``, ``-``, starting with
     a letter or digit, no ``..``: never a path), else ``UsageError``."""
-    if not NAME_RE.match(name) or ".." in name:
+    if not NAME_RE.match(name):
         raise UsageError(f"invalid session name {name!r}: use letters, digits, '.', '_' or '-' "
                          "(no '/', no '..', at most 128 characters)")
     return name
@@ -215,12 +214,12 @@ def discard_if_unstarted(session: Session) -> None:
 def list_sessions(store_url: str | None = None) -> list[Session]:
     """Every session on local disk or in the store at ``store_url``, most recently modified first
     (with a store, the cache gets the heads it lacks)."""
-    root, url = sessions_root(store_url), store_url
-    if url is not None:
-        fetch_heads(url, root, lambda name: bool(NAME_RE.match(name)) and ".." not in name)
+    root = sessions_root(store_url)
+    if store_url is not None:
+        fetch_heads(store_url, root, lambda name: bool(NAME_RE.match(name)))
     if not root.is_dir():
         return []
-    found = [Session(p.name, p, url) for p in root.iterdir() if (p / "transcript.jsonl").is_file()]
+    found = [Session(p.name, p, store_url) for p in root.iterdir() if (p / "transcript.jsonl").is_file()]
     return sorted(found, key=lambda s: (s.root / "transcript.jsonl").stat().st_mtime, reverse=True)
 
 
@@ -274,15 +273,33 @@ class ListFacts(TypedDict):
 
 
 def list_facts(session: Session) -> ListFacts:
-    """What ``sessions list`` shows of ``session`` (the keys of :func:`summarize`; status ``running``
-    while a process holds the writer lock), read cheaply whatever the transcript's size: its header,
-    its last records and the cached :func:`totals`."""
+    """What ``sessions list`` shows of ``session`` (status ``running`` while a process holds the writer
+    lock), read cheaply whatever the transcript's size: its header, its last records and the cached
+    :func:`totals`."""
     from ctxagent.sessions import records
 
-    head = session.header()
     tail = session.transcript.tail(want=records.MessageRecord)
-    sums = totals(session.root / "transcript.jsonl")
-    messages = [r for r in tail if isinstance(r, records.MessageRecord)]
+    facts = _facts(session.header(), totals(session.root / "transcript.jsonl"), tail)
+    if session.running():
+        facts["status"] = "running"
+    return facts
+
+
+def summarize(records_: list[Any]) -> ListFacts:
+    """The facts :func:`list_facts` reads cheaply, of a loaded transcript: from all its records."""
+    from ctxagent.sessions import records
+
+    sums = Totals()
+    for record in records_:
+        sums.add(record)
+    return _facts(next((r for r in records_ if isinstance(r, records.SessionHeader)), None), sums, records_)
+
+
+def _facts(head: SessionHeader | None, sums: Totals, records_: list[Any]) -> ListFacts:
+    """The facts of a transcript whose header is ``head``, its totals ``sums``, its last records ``records_``."""
+    from ctxagent.sessions import records
+
+    messages = [r for r in records_ if isinstance(r, records.MessageRecord)]
     return {
         "created": head.ts if head else None,
         "model": sums.model or (head.model if head else None),
@@ -291,7 +308,7 @@ def list_facts(session: Session) -> ListFacts:
         "messages": messages[-1].seq + 1 if messages else 0,
         "tokens": sums.tokens,
         "cost_usd": sums.cost_usd,
-        "status": "running" if session.running() else status_of(tail),
+        "status": status_of(records_),
     }
 
 
@@ -306,29 +323,6 @@ def status_of(records_: list[Any]) -> str:
     last_end = max((i for i, r in enumerate(records_) if isinstance(r, records.EndRecord)), default=-1)
     last_msg = max((i for i, r in enumerate(records_) if isinstance(r, records.MessageRecord)), default=-1)
     return records_[last_end].reason if last_end > last_msg else ("interrupted" if last_msg >= 0 else "new")
-
-
-def summarize(records_: list[Any]) -> dict[str, Any]:
-    """Name-independent facts of a loaded transcript: created, turns, tokens, status, messages."""
-    from ctxagent.sessions import records
-
-    head = next((r for r in records_ if isinstance(r, records.SessionHeader)), None)
-    changes = [r for r in records_ if isinstance(r, records.SettingsRecord)]  # resumes that changed them
-    model = next((c.changes["model"] for c in reversed(changes) if "model" in c.changes), head and head.model)
-    profile = next((c.changes["profile"] for c in reversed(changes) if "profile" in c.changes), head and head.profile)
-    messages = [r for r in records_ if isinstance(r, records.MessageRecord)]
-    usage = [r for r in records_ if isinstance(r, records.UsageRecord)]
-    priced = [u.cost_usd for u in usage if u.cost_usd is not None]
-    return {
-        "created": head.ts if head else None,
-        "model": model,
-        "profile": profile,
-        "turns": max((m.turn for m in messages), default=0),
-        "messages": len(messages),
-        "tokens": sum(u.prompt_tokens + u.completion_tokens for u in usage),
-        "cost_usd": round(sum(priced), 6) if priced else None,
-        "status": status_of(records_),
-    }
 
 
 CACHE = ".list-cache.json"  # beside the transcript: the totals of its first ``offset`` bytes
@@ -346,6 +340,18 @@ class Totals:
     cost_usd: float | None = None
     model: str | None = None
     profile: str | None = None
+
+    def add(self, record: Any) -> None:
+        """Count ``record`` when it is a usage or a settings record."""
+        from ctxagent.sessions import records
+
+        if isinstance(record, records.UsageRecord):
+            self.tokens += record.prompt_tokens + record.completion_tokens
+            if record.cost_usd is not None:
+                self.cost_usd = round((self.cost_usd or 0.0) + record.cost_usd, 6)
+        elif isinstance(record, records.SettingsRecord):
+            self.model = record.changes.get("model", self.model)
+            self.profile = record.changes.get("profile", self.profile)
 
 
 def totals(path: Path) -> Totals:
@@ -381,18 +387,6 @@ def _count(fh: BinaryIO, found: Totals) -> None:
         if not line.endswith(b"\n"):
             break  # a torn last line: not counted, read again next time
         found.offset += len(line)
-        start = line[:200]
-        if not any(kind in start for kind in TOTAL_KINDS):
-            continue
-        try:
-            record = records.loads(line.strip(b"\x00\r\n"))
-        except ValueError:
-            continue
-        if isinstance(record, records.UsageRecord):
-            found.tokens += record.prompt_tokens + record.completion_tokens
-            if record.cost_usd is not None:
-                found.cost_usd = round((found.cost_usd or 0.0) + record.cost_usd, 6)
-        elif isinstance(record, records.SettingsRecord):
-            found.model = record.changes.get("model", found.model)
-            found.profile = record.changes.get("profile", found.profile)
-
+        if any(kind in line[:200] for kind in TOTAL_KINDS):
+            with contextlib.suppress(ValueError):
+                found.add(records.loads(line.strip(b"\x00\r\n")))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ctxagent.errors import UsageError
-from ctxagent.handles import HANDLE_RE, base_handle, new_handle
+from ctxagent.handles import HANDLE_RE
 from ctxagent.sessions.files import private_dir
 
 if TYPE_CHECKING:
@@ -24,9 +24,6 @@ if TYPE_CHECKING:
 
 SUFFIXES = (".out", ".json", ".npy")  # value files, in lookup order
 META_SUFFIX = ".meta.json"
-
-
-handle_for = base_handle  # the name older code and tests know
 
 
 class OutputStore:
@@ -94,11 +91,6 @@ class OutputStore:
     def __contains__(self, handle: object) -> bool:
         """``handle in store``: :meth:`taken` (so the store is the container :func:`new_handle` wants)."""
         return isinstance(handle, str) and self.taken(handle)
-
-    def unique_handle(self, call_id: str) -> str:
-        """A handle for ``call_id`` free in this store (:func:`ctxagent.handles.new_handle`); the
-        runner passes the handle it chose instead, this is for callers without a session state."""
-        return new_handle(call_id, self)
 
     def spool(self) -> tuple[int, Path]:
         """``(fd, path)`` of a new temporary file inside the store, for a tool to stream its output

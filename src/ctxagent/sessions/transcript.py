@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, get_args
 
-from ctxagent.errors import UsageError
+from ctxagent.errors import UsageError, first_error
 from ctxagent.sessions.files import write_synced
 
 NUL = b"\x00"
@@ -75,18 +75,14 @@ class Transcript:
 
     def head(self) -> Any | None:
         """The first record (normally the header), read from the first line only; None if unreadable."""
-        from ctxagent.sessions import records
-
-        with contextlib.suppress(OSError, ValueError), open(self.path, "rb") as fh:
-            return records.loads(_clean(fh.readline()))
+        with contextlib.suppress(OSError), open(self.path, "rb") as fh:
+            return _quiet(fh.readline())
         return None
 
     def tail(self, nbytes: int = TAIL_BYTES, want: type = object) -> list[Any]:
         """The readable records in the last ``nbytes`` of the file (doubled until a record of type
         ``want`` is among them, or the whole file is read), oldest first; damaged lines are skipped
         silently: a cheap peek (``sessions list``), not a load. Missing or unreadable file: []."""
-        from ctxagent.sessions import records
-
         try:
             size = os.path.getsize(self.path)
             with open(self.path, "rb") as fh:
@@ -94,7 +90,7 @@ class Transcript:
                     start = max(0, size - nbytes)
                     fh.seek(start)
                     lines = fh.read(size - start).split(b"\n")[1 if start else 0:-1]
-                    found = [r for r in (_quiet(records.loads, line) for line in lines) if r is not None]
+                    found = [r for r in map(_quiet, lines) if r is not None]
                     if start == 0 or any(isinstance(r, want) for r in found):
                         return found
                     nbytes *= 2
@@ -211,9 +207,8 @@ def _why(err: ValueError) -> str:
     from pydantic import ValidationError
 
     if isinstance(err, ValidationError) and err.errors():
-        first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"][1:])  # the first is the record kind (the union's tag)
-        return f"{where + ': ' if where else ''}{first['msg']}"[:160]
+        where, what = first_error(err, skip=1)  # the first part is the record kind (the union's tag)
+        return f"{where + ': ' if where else ''}{what}"[:160]
     return str(err)[:160]
 
 
@@ -232,9 +227,12 @@ def _kind_of(line: bytes) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _quiet(parse: Any, line: bytes) -> Any | None:
+def _quiet(line: bytes) -> Any | None:
+    """The record on ``line`` (NUL padding and a carriage return ignored), None when it is not one."""
+    from ctxagent.sessions import records
+
     with contextlib.suppress(ValueError):
-        return parse(_clean(line))
+        return records.loads(_clean(line))
     return None
 
 

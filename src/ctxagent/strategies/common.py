@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ctxagent.handles import base_handle
 from ctxagent.messages import Message, content_of, loads_json, one_line, text_of
 from ctxagent.sessions import redact
-from ctxagent.sessions.store import handle_for
 from ctxagent.strategies.base import Compaction, Entry, Outcome, StrategyContext, T, changes, groups, protected
 from ctxagent.tokens import count_message, count_text
 
@@ -150,7 +150,7 @@ def stored_handle(entry: Entry) -> str | None:
 def handle_of(entry: Entry) -> str:
     """The handle that names a tool result's full text (``Entry.handle``, chosen when its record
     was written); the runner stores the original under it from :attr:`Outcome.offloads`."""
-    return entry.handle or handle_for(str(entry.message.get("tool_call_id") or ""))
+    return entry.handle or base_handle(str(entry.message.get("tool_call_id") or ""))
 
 
 REFS_FRACTION = 0.05  # of the window: the handles one replacement names, at most (~6 tokens each)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ctxagent import tokens
-from ctxagent.handles import REF_RE
+from ctxagent.handles import REF_RE, new_handle
 from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import OutputRecord
 from ctxagent.sessions.redact import clip, scan
@@ -194,7 +194,7 @@ class _Job:
 
     def new_handle(self) -> str:
         """The handle the value is stored under: the caller's, else one free in the store."""
-        return self.handle or self.store.unique_handle(self.call.id)
+        return self.handle or new_handle(self.call.id, self.store)
 
 
 def _settle_spooled(spooled: Spooled, job: _Job) -> tuple[str, OutputRecord | None]:

@@ -69,10 +69,8 @@ class Redactor:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, extra: Iterable[str] = ()) -> Redactor:
         """A redactor for the secrets of ``environ`` (default ``os.environ``) plus ``extra`` values."""
-        exact = {value: f"env:{name}" for value, name in env_secrets(environ).items()}
-        for value in extra:
-            exact.setdefault(value, "api-key")
-        return cls(exact)
+        env = {value: f"env:{name}" for value, name in env_secrets(environ).items()}
+        return cls({**dict.fromkeys(extra, "api-key"), **env})  # a value in both: its variable's kind
 
     # -- text -------------------------------------------------------------------------------
     def text(self, text: str) -> str:
@@ -89,10 +87,8 @@ class Redactor:
     def data(self, data: bytes) -> bytes:
         """``data`` (any bytes, text or not) with every secret replaced by its marker (UTF-8)."""
         pre = self.prefilter if len(data) >= FAST_MIN_BYTES else None
-        if pre is None:
-            return self._bytes.sub(data)[0] if data else data
-        windows = pre.windows(data)
-        if windows is not None and not windows:
+        windows = None if pre is None else pre.windows(data)
+        if not data or (windows is not None and not windows):
             return data
         out: bytes = self._bytes.sub(data, starts=None if windows is None else self._bytes.windowed(data, windows))[0]
         return out
