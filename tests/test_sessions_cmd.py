@@ -508,7 +508,7 @@ def test_totals_start_over_without_a_usable_cache_and_are_empty_without_a_transc
 
 def test_a_session_name_is_checked_and_a_bad_one_is_refused_with_the_rules():
     assert check_name("a.b_c-9") == "a.b_c-9" and check_name("x" * 128) == "x" * 128
-    for bad in ("", ".hidden", "a/b", "a..b", "x" * 129, "-a"):
+    for bad in ("", ".hidden", "a/b", "a..b", "x" * 129, "-a", "abc\n"):  # "$" matched before a final newline
         assert _refused(check_name, bad) == (f"invalid session name {bad!r}: use letters, digits, '.', '_' or '-' "
                                              "(no '/', no '..', at most 128 characters)")
     day = time.strftime("%Y%m%d")

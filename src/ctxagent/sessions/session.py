@@ -32,7 +32,7 @@ from ctxagent.sessions.transcript import Transcript
 if TYPE_CHECKING:
     from ctxagent.sessions.records import SessionHeader
 
-NAME_RE = re.compile(r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # no "..": never a path
+NAME_RE = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # no "..": never a path
 
 
 def sessions_root(store_url: str | None = None) -> Path:
@@ -46,7 +46,7 @@ def sessions_root(store_url: str | None = None) -> Path:
 def check_name(name: str) -> str:
     """``name`` if it is a valid session name (1-128 letters, digits, ``.``, ``_``, ``-``, starting with
     a letter or digit, no ``..``: never a path), else ``UsageError``."""
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise UsageError(f"invalid session name {name!r}: use letters, digits, '.', '_' or '-' "
                          "(no '/', no '..', at most 128 characters)")
     return name
@@ -216,7 +216,7 @@ def list_sessions(store_url: str | None = None) -> list[Session]:
     (with a store, the cache gets the heads it lacks)."""
     root = sessions_root(store_url)
     if store_url is not None:
-        fetch_heads(store_url, root, lambda name: bool(NAME_RE.match(name)))
+        fetch_heads(store_url, root, lambda name: bool(NAME_RE.fullmatch(name)))
     if not root.is_dir():
         return []
     found = [Session(p.name, p, store_url) for p in root.iterdir() if (p / "transcript.jsonl").is_file()]

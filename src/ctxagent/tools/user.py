@@ -30,7 +30,7 @@ from ctxagent.tools.catalog import BUILTIN
 from ctxagent.tools.signature import function_tool
 
 ENTRY_POINT_GROUP = "ctxagent.tools"
-NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what providers accept as a function name
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")  # what providers accept as a function name
 
 
 def make_tool(fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
