@@ -284,15 +284,10 @@ def _settle_structured(value: Any, job: _Job) -> tuple[str, OutputRecord]:
 
 def _save_ndarray(store: OutputStore, handle: str, array: Any) -> Path:
     """``numpy.save`` ``array`` (no pickles) to a spool file, fsync it, move it under ``handle``."""
-    fd, spool = store.spool()
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            values.import_numpy().save(fh, array, allow_pickle=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        spool.unlink(missing_ok=True)
-        raise
+    with store.open_spool() as (fh, spool):
+        values.import_numpy().save(fh, array, allow_pickle=False)
+        fh.flush()
+        os.fsync(fh.fileno())
     return store.adopt(spool, handle, ".npy")
 
 
