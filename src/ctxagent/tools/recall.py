@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -101,20 +100,13 @@ def _unit(values: Sequence[float]) -> Any:
 
 
 def litellm_embedder(model: str, api_base: str | None) -> Embed:
-    """Embeds texts with ``litellm.embedding`` (imported on first use, through the backend's
-    offline-safe import). Raises what litellm raises."""
+    """Embeds texts with :func:`ctxagent.agent.litellm_backend.embed` (litellm imported on first use).
+    Raises what litellm raises."""
 
     def embed(texts: list[str]) -> list[list[float]]:
-        from ctxagent.agent.litellm_backend import DUMMY_API_KEY, _litellm
+        from ctxagent.agent import litellm_backend
 
-        extra: dict[str, Any] = {}
-        if api_base:
-            extra["api_base"] = api_base
-            if model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
-                extra["api_key"] = DUMMY_API_KEY
-        response = _litellm().embedding(model=model, input=texts, timeout=60, max_retries=0, **extra)
-        data = sorted(response.data, key=lambda d: d["index"])
-        return [d["embedding"] for d in data]
+        return litellm_backend.embed(model, texts, api_base)
 
     return embed
 
