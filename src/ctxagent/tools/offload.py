@@ -38,6 +38,7 @@ from ctxagent.tools.preview import (
 INLINE_MAX_BYTES = EXACT_TOKENS_MAX_BYTES  # larger outputs are offloaded without tokenizing them
 ARGUMENTS_MAX_CHARS = 500  # of the call's raw arguments kept in the OutputRecord
 SMALL_ARRAY_ITEMS = 64  # an array with at most this many elements is also shown by value
+RETURNS = "a tool returns str, bytes, a JSON value (dict, list, number, bool, None) or a numpy array"
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,7 @@ def settle(
     if values.is_scalar(value):
         value = values.json_text(value)
     if not isinstance(value, str | bytes):
-        raise TypeError(f"it returned {type(value).__name__}; a tool returns str, bytes, a JSON value "
-                        "(dict, list, number, bool, None) or a numpy array")
+        raise TypeError(f"it returned {type(value).__name__}; {RETURNS}")
     text = _inline_text(value)
     shown = None if text is None else clean(text)  # lone surrogates made visible: UTF-8 files hold it
     if shown is not None and fits(shown, job.limit, policy.model):
