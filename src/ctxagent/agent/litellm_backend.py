@@ -104,7 +104,7 @@ def _litellm() -> Any:
     return litellm
 
 
-def embed(model: str, texts: list[str], api_base: str | None = None) -> list[list[float]]:
+def embed(texts: list[str], model: str, api_base: str | None = None) -> list[list[float]]:
     """The embedding vectors of ``texts``, in order, from ``model`` through ``litellm.embedding`` (60 s
     timeout, no retry). Raises what litellm raises."""
     response = _litellm().embedding(model=model, input=texts, timeout=60, max_retries=0, **_endpoint(model, api_base))
