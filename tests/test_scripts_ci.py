@@ -179,7 +179,7 @@ def test_config_show_prints_the_model_a_run_actually_uses(tmp_path):
     """`config show` printed `model - (default)`; a new run then used the profile's model."""
     out = ctxagent("config", "show", cwd=tmp_path)
     assert "model           openai/gpt-4o-mini  (profile default)" in out.stdout
-    assert "profile         default  (default)" in out.stdout
+    assert "profile         default\n" in out.stdout  # not "default  (default)"
     model = script(tmp_path / "s.yaml", [{"content": "from the profile's model"}])
     (tmp_path / "p.yaml").write_text(yaml.safe_dump({"extends": "default", "model": model,
                                                      "context_window": 20_000}), encoding="utf-8")

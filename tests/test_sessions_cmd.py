@@ -405,15 +405,15 @@ def test_the_status_is_the_answer_else_the_end_after_the_last_message_else_inter
 
 def test_summarize_folds_the_header_the_settings_changes_the_usage_and_the_status():
     assert summarize([]) == {"created": None, "model": None, "profile": None, "turns": 0, "messages": 0,
-                             "tokens": 0, "cost_usd": None, "status": "new"}
+                             "tokens": 0, "cost_usd": None, "status": "new", "last_used": None}
     plain = [_header(), _msg(0, "user", turn=1), _usage(10, 5), _msg(1, "assistant", "a", turn=2)]
     assert summarize(plain) == {"created": 100.5, "model": "m0", "profile": "p0", "turns": 2, "messages": 2,
-                                "tokens": 15, "cost_usd": None, "status": "answered"}
+                                "tokens": 15, "cost_usd": None, "status": "answered", "last_used": plain[-1].ts}
     changed = [_header(), records.SettingsRecord(model="m1"), records.SettingsRecord(profile="p2"),
                records.SettingsRecord(model="m3"), records.SettingsRecord(context_window=5),
                _msg(0, "user", turn=4), _usage(10, 5, 0.1), _usage(1, 1), _usage(2, 0, 0.0000004)]
     assert summarize(changed) == {"created": 100.5, "model": "m3", "profile": "p2", "turns": 4, "messages": 1,
-                                  "tokens": 19, "cost_usd": 0.1, "status": "interrupted"}
+                                  "tokens": 19, "cost_usd": 0.1, "status": "interrupted", "last_used": changed[-1].ts}
 
 
 def test_recorded_task_and_answer_are_read_from_the_transcript(tmp_path):
@@ -440,17 +440,19 @@ def test_list_facts_read_the_header_the_tail_and_the_totals(tmp_path):
     session = _session("facts", _header("facts"), records.SettingsRecord(model="m1"), _msg(0, "user", turn=1),
                        _usage(10, 5, 0.25), _msg(1, "assistant", "a", turn=3), _usage(1, 2), _end("answered"))
     assert list_facts(session) == {"created": 100.5, "model": "m1", "profile": "p0", "turns": 3, "messages": 2,
-                                   "tokens": 18, "cost_usd": 0.25, "status": "answered"}
+                                   "tokens": 18, "cost_usd": 0.25, "status": "answered",
+                                   "last_used": session.transcript.load()[-1].ts}
     empty = Session.at("empty")
     empty.root.mkdir(parents=True)
     (empty.root / "transcript.jsonl").write_bytes(b"")
     assert list_facts(empty) == {"created": None, "model": None, "profile": None, "turns": 0, "messages": 0,
-                                 "tokens": 0, "cost_usd": None, "status": "new"}
+                                 "tokens": 0, "cost_usd": None, "status": "new", "last_used": None}
     with session.writer():
         assert list_facts(session)["status"] == "running"
     plain = _session("plain", _header("plain"), *(_msg(i, "user", turn=i) for i in range(3)))
     assert list_facts(plain) == {"created": 100.5, "model": "m0", "profile": "p0", "turns": 2, "messages": 3,
-                                 "tokens": 0, "cost_usd": None, "status": "interrupted"}
+                                 "tokens": 0, "cost_usd": None, "status": "interrupted",
+                                 "last_used": plain.transcript.load()[-1].ts}
 
 
 def test_the_answer_and_the_message_count_are_found_behind_a_long_run_of_other_records():

@@ -104,6 +104,23 @@ def _litellm() -> Any:
     return litellm
 
 
+def embed(texts: list[str], model: str, api_base: str | None = None) -> list[list[float]]:
+    """The embedding vectors of ``texts``, in order, from ``model`` through ``litellm.embedding`` (60 s
+    timeout, no retry). Raises what litellm raises."""
+    response = _litellm().embedding(model=model, input=texts, timeout=60, max_retries=0, **_endpoint(model, api_base))
+    return [d["embedding"] for d in sorted(response.data, key=lambda d: d["index"])]
+
+
+def _endpoint(model: str, api_base: str | None) -> dict[str, Any]:
+    """The request fields for a server at ``api_base``: an openai/... model gets a dummy key when
+    ``OPENAI_API_KEY`` is unset (a local server needs none, litellm's client insists on one)."""
+    if not api_base:
+        return {}
+    if model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
+        return {"api_base": api_base, "api_key": DUMMY_API_KEY}
+    return {"api_base": api_base}
+
+
 def model_window(model: str) -> int | None:
     """The context window of ``model`` in tokens (litellm's ``max_input_tokens``), or None if unknown
     (an unmapped model: ``openai/whatever``). Never raises."""
@@ -313,10 +330,7 @@ class LiteLLMModel:
                 request["tool_choice"] = "auto"
         if self.stream:
             request |= {"stream": True, "stream_options": {"include_usage": True}}
-        if self.api_base:
-            request["api_base"] = self.api_base
-            if self.name.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
-                request["api_key"] = DUMMY_API_KEY
+        request |= _endpoint(self.name, self.api_base)
         if self.max_output_tokens is not None:
             request["max_tokens"] = self.max_output_tokens
         if self.temperature is not None:

@@ -178,7 +178,8 @@ def show(json_out: Annotated[bool, typer.Option("--json", help="One JSON object.
     for key, value in values.items():
         shown = f"- ({UNSET[key]})" if value.value is None and key in UNSET else "-" if value.value is None \
             else value.value
-        print(f"{key:15} {shown}  ({value.source})")
+        source = "" if value.source == shown else f"  ({value.source})"  # profile default, not "default (default)"
+        print(f"{key:15} {shown}{source}")
     through = f"; tool_environment.pass_through: {', '.join(passes)}" if passes else ""
     print(f"withheld from tools: {', '.join(kept) or '-'}  (environment{through})")
     note = untrusted_note()

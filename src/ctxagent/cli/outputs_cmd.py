@@ -43,10 +43,9 @@ class Shown:
     type: str
 
 
-def show(store: OutputStore, ref: Ref) -> Shown:
-    """Load ``ref`` and render it: text as is, JSON pretty, binary as None. Raises ``ToolError``."""
-    item = values.stored(store, ref.handle)
-    value = values.load(store, ref)
+def show(item: values.Stored, ref: Ref) -> Shown:
+    """Load ``ref`` from ``item``, render it: text as is, JSON pretty, binary as None. Raises ``ToolError``."""
+    value = values.part_of(values.load_file(item), ref)
     if isinstance(value, str):
         text: str | None = value
     elif isinstance(value, bytes) or values.is_ndarray(value):
@@ -99,7 +98,7 @@ def deliver(store: OutputStore, answer: str, output: Path | None = None) -> Deli
             ref = values.parse_ref(name)
             if ref is None:
                 continue
-            shown[name] = show(store, ref)
+            shown[name] = show(values.stored(store, ref.handle), ref)
         except (ToolError, OSError) as err:
             result.notes.append(f"the answer names {name}, which cannot be shown: {err}")
             continue
@@ -195,7 +194,7 @@ def output(
             raise ToolError(f"not a handle: {handle!r} (handles look like @abc123)")
         item = values.stored(target.store, ref.handle)
         whole = not ref.parts and (output_file is not None or item.type in ("text", "json"))
-        shown = None if whole else show(target.store, ref)  # the whole stored file is copied: no size limit
+        shown = None if whole else show(item, ref)  # the whole stored file is copied: no size limit
     except ToolError as err:
         raise UsageError(f"session {target.name}: {err}") from None
     if output_file is not None:

@@ -89,14 +89,13 @@ class _Row(ListFacts):
     """One row of ``sessions list`` (and one JSON line of ``--json``)."""
 
     name: str
-    last_used: float | None
     parent: str | None
 
 
 def _rows(session: Session, parent: str | None = None) -> list[_Row]:
     """The ``list`` rows of ``session`` then of its sub-agents' sessions."""
     facts = list_facts(session)  # header, tail and cached totals: never the whole transcript
-    row: _Row = {"name": session.name, **facts, "last_used": sessions_export.last_used(session), "parent": parent}
+    row: _Row = {"name": session.name, **facts, "parent": parent}
     return [row, *(r for child in session.children() for r in _rows(child, session.name))]
 
 

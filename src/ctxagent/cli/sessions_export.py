@@ -21,12 +21,6 @@ if TYPE_CHECKING:
 SETTINGS = ("model", "profile", "api_base", "context_window", "path", "workdir", "tools", "limits")
 
 
-def last_used(session: Session) -> float | None:
-    """Seconds since the epoch of the newest readable record (the last line or so), None if none."""
-    found = session.transcript.tail(nbytes=4096)
-    return found[-1].ts if found else None
-
-
 def facts(session: Session) -> dict[str, Any]:
     """Everything ``sessions show`` prints, from one pass over the transcript. Keys: ``name``,
     ``folder``, ``started_as`` (the header's name: the name before a rename), ``created`` and

@@ -5,7 +5,6 @@ threshold, previewed, stored under a handle."""
 from __future__ import annotations
 
 import base64
-import os
 from typing import Any
 
 from ctxagent.messages import loads_json
@@ -39,8 +38,7 @@ def value_of(result: Any, store: OutputStore) -> Any:
         return text
     if len(binaries) == 1:
         kind, mime, data = binaries[0]
-        fd, path = store.spool()
-        with os.fdopen(fd, "wb") as out:
+        with store.open_spool() as (out, path):
             out.write(data)
         note = text if len(text) <= TEXT_NOTE_MAX else text[:TEXT_NOTE_MAX] + " [...]"
         return Spooled(path, note=f"{kind} {mime}, {_size(len(data))}" + (f"; text: {note}" if note else ""))

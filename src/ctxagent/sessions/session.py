@@ -270,6 +270,7 @@ class ListFacts(TypedDict):
     tokens: int
     cost_usd: float | None
     status: str
+    last_used: float | None  # seconds since the epoch of the newest readable record
 
 
 def list_facts(session: Session) -> ListFacts:
@@ -309,6 +310,7 @@ def _facts(head: SessionHeader | None, sums: Totals, records_: list[Any]) -> Lis
         "tokens": sums.tokens,
         "cost_usd": sums.cost_usd,
         "status": status_of(records_),
+        "last_used": records_[-1].ts if records_ else None,
     }
 
 

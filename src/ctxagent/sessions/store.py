@@ -11,9 +11,9 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from ctxagent.errors import UsageError
 from ctxagent.handles import HANDLE_RE
@@ -99,6 +99,18 @@ class OutputStore:
         private_dir(self.root)
         fd, name = tempfile.mkstemp(prefix=".spool-", dir=self.root)
         return fd, Path(name)
+
+    @contextlib.contextmanager
+    def open_spool(self) -> Iterator[tuple[BinaryIO, Path]]:
+        """``(binary file, path)`` of a new :meth:`spool` file open for writing, closed on leaving the
+        block; the file is deleted when the block raises."""
+        fd, path = self.spool()
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                yield fh, path
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
 
     def clean_spools(self) -> int:
         """Delete the spool files a killed process left behind (call with the writer lock held);

@@ -99,13 +99,9 @@ def _away_from_writers(ctx: ToolContext, path: Path) -> Path:
     ``path`` is deleted, so nothing is written into the stored, redacted output after the fact."""
     if not _held_for_writing(path):
         return path
-    fd, copy = ctx.store.spool()
     try:
-        with open(path, "rb") as source, os.fdopen(fd, "wb") as target:
+        with ctx.store.open_spool() as (target, copy), open(path, "rb") as source:
             shutil.copyfileobj(source, target, 1024 * 1024)
-    except BaseException:
-        copy.unlink(missing_ok=True)
-        raise
     finally:
         path.unlink(missing_ok=True)
     return copy
@@ -243,13 +239,8 @@ def read_file(ctx: ToolContext, path: str, start_line: Annotated[int, Field(ge=1
             move_lines(src, lines, data)
             text = as_text(data.getvalue())
             return data.getvalue() if text is None else text
-        out, spool = ctx.store.spool()
-        try:
-            with os.fdopen(out, "wb") as dst:
-                move_lines(src, lines, dst)
-        except BaseException:
-            spool.unlink(missing_ok=True)
-            raise
+        with ctx.store.open_spool() as (dst, spool):
+            move_lines(src, lines, dst)
     return Spooled(spool)
 
 

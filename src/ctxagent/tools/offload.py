@@ -38,6 +38,7 @@ from ctxagent.tools.preview import (
 INLINE_MAX_BYTES = EXACT_TOKENS_MAX_BYTES  # larger outputs are offloaded without tokenizing them
 ARGUMENTS_MAX_CHARS = 500  # of the call's raw arguments kept in the OutputRecord
 SMALL_ARRAY_ITEMS = 64  # an array with at most this many elements is also shown by value
+RETURNS = "a tool returns str, bytes, a JSON value (dict, list, number, bool, None) or a numpy array"
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,7 @@ def settle(
     if values.is_scalar(value):
         value = values.json_text(value)
     if not isinstance(value, str | bytes):
-        raise TypeError(f"it returned {type(value).__name__}; a tool returns str, bytes, a JSON value "
-                        "(dict, list, number, bool, None) or a numpy array")
+        raise TypeError(f"it returned {type(value).__name__}; {RETURNS}")
     text = _inline_text(value)
     shown = None if text is None else clean(text)  # lone surrogates made visible: UTF-8 files hold it
     if shown is not None and fits(shown, job.limit, policy.model):
@@ -284,15 +284,10 @@ def _settle_structured(value: Any, job: _Job) -> tuple[str, OutputRecord]:
 
 def _save_ndarray(store: OutputStore, handle: str, array: Any) -> Path:
     """``numpy.save`` ``array`` (no pickles) to a spool file, fsync it, move it under ``handle``."""
-    fd, spool = store.spool()
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            values.import_numpy().save(fh, array, allow_pickle=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-    except BaseException:
-        spool.unlink(missing_ok=True)
-        raise
+    with store.open_spool() as (fh, spool):
+        values.import_numpy().save(fh, array, allow_pickle=False)
+        fh.flush()
+        os.fsync(fh.fileno())
     return store.adopt(spool, handle, ".npy")
 
 

@@ -11,8 +11,8 @@ BM25 with a note. See docs/tools.md ("Recall").
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
-import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -98,25 +98,6 @@ def _unit(values: Sequence[float]) -> Any:
     np = import_numpy()
     vector = np.asarray(values, dtype=np.float32)
     return vector / (np.linalg.norm(vector) or 1.0)
-
-
-def litellm_embedder(model: str, api_base: str | None) -> Embed:
-    """Embeds texts with ``litellm.embedding`` (imported on first use, through the backend's
-    offline-safe import). Raises what litellm raises."""
-
-    def embed(texts: list[str]) -> list[list[float]]:
-        from ctxagent.agent.litellm_backend import DUMMY_API_KEY, _litellm
-
-        extra: dict[str, Any] = {}
-        if api_base:
-            extra["api_base"] = api_base
-            if model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
-                extra["api_key"] = DUMMY_API_KEY
-        response = _litellm().embedding(model=model, input=texts, timeout=60, max_retries=0, **extra)
-        data = sorted(response.data, key=lambda d: d["index"])
-        return [d["embedding"] for d in data]
-
-    return embed
 
 
 def snippet(text: str, terms: Sequence[str], weight: Callable[[str], float], pattern: Any = None) -> str:
@@ -249,7 +230,9 @@ def _ranked(index: Index, query: str, terms: list[str], ctx: ToolContext, notes:
     ranking = bm25_ranking(index, terms)
     if not ctx.recall_model:
         return ranking, "bm25"
-    embed = litellm_embedder(ctx.recall_model, ctx.recall_api_base)
+    from ctxagent.agent import litellm_backend  # litellm itself: on the first embedding
+
+    embed = functools.partial(litellm_backend.embed, model=ctx.recall_model, api_base=ctx.recall_api_base)
     try:
         semantic = embedding_ranking(index, query, ctx.recall_model, embed, MAX_TOP_K)
     except Exception as err:

@@ -46,7 +46,7 @@ def query_output(ctx: ToolContext, handle: str, path: str) -> str:
                         f'argument, or see output_info("{ref.handle}")')
     budget = Budget(QUERY_SECONDS)
     expression = _jsonpath(path, budget)
-    value = values.load(ctx.store, ref)
+    value = values.part_of(values.load_file(item), ref)
     if not ref.parts and isinstance(value, str | bytes):
         try:
             value = json.loads(value)
@@ -179,7 +179,7 @@ def output_info(ctx: ToolContext, handle: str) -> str:
     ref = ref_of(handle)
     item = values.stored(ctx.store, ref.handle)
     if ref.parts:
-        part = values.load(ctx.store, ref)
+        part = values.part_of(values.load_file(item), ref)
         return (f"{handle}: {values.describe(part)}; a part of {ref.handle} ({item.type}); "
                 f"pass \"{handle}\" to a tool as an argument to use it")
     meta = item.meta or _measured(item)

@@ -18,7 +18,7 @@ from ctxagent.tools import clean, deferral, permissions, user, values
 from ctxagent.tools.arguments import parse_arguments, validate_arguments, without_nulls
 from ctxagent.tools.base import ERROR_PREFIX, Spooled, Tool, ToolContext, ToolError
 from ctxagent.tools.catalog import BUILTIN, registry
-from ctxagent.tools.offload import OffloadPolicy, settle
+from ctxagent.tools.offload import RETURNS, OffloadPolicy, settle
 
 ERROR_MAX_CHARS = 2000  # of an error message kept in the tool message
 
@@ -121,8 +121,7 @@ class Toolset:
     def _settle(self, tool: Tool, call: ToolCall, value: Any, handle: str | None = None) -> ToolOutcome:
         """The outcome of a successful call: its value inline, offloaded or stored under a handle."""
         if not (isinstance(value, str | bytes | Spooled) or values.is_structured(value) or values.is_scalar(value)):
-            return _error(f"tool {tool.name} failed: it returned {type(value).__name__}; a tool returns str, "
-                          "bytes, a JSON value (dict, list, number, bool, None) or a numpy array")
+            return _error(f"tool {tool.name} failed: it returned {type(value).__name__}; {RETURNS}")
         try:
             content, record = settle(value, call=call, tool_name=tool.name, store=self.ctx.store,
                                      policy=self.policy, handle=handle)

@@ -239,7 +239,11 @@ def load(store: OutputStore, ref: Ref, cache: dict[str, Any] | None = None) -> A
     cache = {} if cache is None else cache
     if ref.handle not in cache:
         cache[ref.handle] = load_file(stored(store, ref.handle))
-    value = cache[ref.handle]
+    return part_of(cache[ref.handle], ref)
+
+
+def part_of(value: Any, ref: Ref) -> Any:
+    """The part ``ref`` names of ``value``, the whole value of ``ref.handle``. Raises ``ToolError``."""
     for depth in range(len(ref.parts)):
         value = _part(value, Ref(ref.handle, ref.parts[:depth]), ref.parts[depth])
     if ref.parts and is_numpy_scalar(value):
