@@ -1,10 +1,5 @@
-"""Optional OpenTelemetry export of a run (extra ``ctxagent[otel]``; docs/usage.md, "Tracing").
-
-On when ``CTXAGENT_OTEL=1`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. Spans follow the OpenTelemetry
-GenAI semantic conventions: ``invoke_agent ctxagent`` per run, ``chat MODEL`` per model call,
-``execute_tool NAME`` per tool call; compactions and warnings are events of the run span. Content only
-with ``CTXAGENT_OTEL_CONTENT=1``, always redacted.
-"""
+"""Optional OpenTelemetry export of a run, spans named after the GenAI semantic conventions (extra
+``ctxagent[otel]``; docs/usage.md, "Tracing")."""
 
 from __future__ import annotations
 
