@@ -309,7 +309,7 @@ def run(opts: RunOptions,
       git diff | ctxagent run --batch --quiet --model openai/gpt-4o-mini "Review this diff" > review.md
     """
     text = _read_task(task) if task is not None or sys.stdin.isatty() else _piped()  # no task: stdin's
-    if text is None and (opts.is_batch() or task is not None):
+    if text is None and opts.is_batch():
         raise UsageError("give a task: ctxagent run \"TASK\"" + ("" if sys.stdin.isatty() else
                          f", or pipe it in (stdin had nothing within {wait_s():g} s of the start; '-' waits for "
                          "stdin's end)"))
