@@ -1,11 +1,6 @@
-"""``ctxagent batch TASKS.jsonl``: many sessions at once, idempotent and resumable (docs/batch.md); and
-``ctxagent worker``: one machine's share of a Temporal cluster's sessions.
-
-Every task runs as its own ``ctxagent run --batch --json`` process (batch/pool.py), ``--workers`` at a
-time, or on the ``ctxagent worker`` processes of a Temporal cluster (``--backend temporal``). stdout:
-one JSON object per task as it ends; stderr: progress and a summary. Exit status: 0 every task
-answered; 3 the others were stopped by a limit; 130 interrupted; 1 otherwise. temporalio is imported
-only when a command uses it; a missing extra is a usage error that says what to install.
+"""``ctxagent batch TASKS.jsonl``: many sessions at once, each its own ``ctxagent run --batch --json``
+process (batch/pool.py) or on a Temporal cluster's ``ctxagent worker`` processes (docs/batch.md).
+temporalio is imported only when a command uses it; a missing extra is a usage error that says what to install.
 """
 
 from __future__ import annotations

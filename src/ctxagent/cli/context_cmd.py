@@ -51,15 +51,15 @@ def show(session: Session, path: Literal["interactive", "batch"] | None, json_ou
 
     nxt = next_request(session, path=path, every_compaction=json_out)
     b = nxt.budget
-    used = b.total(nxt.view)
     rule = rule_in_force(nxt.profile.pipeline(nxt.path), nxt.view, b, nxt.turn)
-    budget = {"window": b.window, "used": used, "target": int(b.window * b.target),
-              "trigger": int(b.window * b.trigger), "tools": b.tools, "reserved": b.reserved, "scale": b.scale}
     parts = breakdown(nxt.view, b.tools)
     if json_out:
         print(json.dumps({
-            "path": nxt.path, "profile": nxt.profile.name, "budget": budget, "turn": nxt.turn, "rule": rule,
-            "categories": parts,
+            "path": nxt.path, "profile": nxt.profile.name,
+            "budget": {"window": b.window, "used": b.total(nxt.view), "target": int(b.window * b.target),
+                       "trigger": int(b.window * b.trigger), "tools": b.tools, "reserved": b.reserved,
+                       "scale": b.scale},
+            "turn": nxt.turn, "rule": rule, "categories": parts,
             "messages": [{"message": e.message, "tokens": e.tokens, "seq": [e.start, e.end], "kind": e.kind}
                          for e in nxt.view],
             "compactions": {"recorded": [r.model_dump(mode="json") for r in nxt.recorded],
@@ -69,7 +69,7 @@ def show(session: Session, path: Literal["interactive", "batch"] | None, json_ou
             "lessons": nxt.lessons.model_dump(mode="json", include={"scope", "ids", "text"}) if nxt.lessons else None,
         }, ensure_ascii=False))
         return
-    _render(nxt, budget, rule, parts)
+    _render(_rows(nxt), _notes(nxt, rule, parts))
 
 
 COLUMNS = ("#", "seq", "role", "kind", "tokens", "cache", "content")
@@ -86,20 +86,19 @@ def _rows(nxt: NextRequest) -> list[tuple[str, ...]]:
     return rows
 
 
-def _notes(nxt: NextRequest, budget: dict[str, Any], rule: str, parts: dict[str, int]) -> list[str]:
+def _notes(nxt: NextRequest, rule: str, parts: dict[str, int]) -> list[str]:
     """The lines after the table: the cached prefix, the budget, the categories, the rule, lessons, compactions."""
     from ctxagent.agent.breakdown import lines as category_lines
 
     same_tokens = sum(e.tokens for e in nxt.view[:nxt.same])
-    b, window = budget, budget["window"]
-    bar = budget_bar(b["used"], window, b["target"] / window, b["trigger"] / window)
+    b, used = nxt.budget, nxt.budget.total(nxt.view)
     lines = [f"prefix: the first {nxt.same} of {len(nxt.view)} messages ({same_tokens} tokens) are identical to "
              f"the last request sent ({len(nxt.last)} messages); a provider's prompt cache can serve them",
-             f"budget {bar} {b['used'] - b['reserved']:,} prompt tokens + {b['reserved']:,} reserved for the reply "
-             f"= {b['used']:,} of {window:,} (target {b['target']:,}, trigger {b['trigger']:,}; tool schemas "
-             f"{b['tools']:,}, calibration x{b['scale']:.2f})",
+             f"budget {budget_bar(used, b.window, b.target, b.trigger)} {used - b.reserved:,} prompt tokens + "
+             f"{b.reserved:,} reserved for the reply = {used:,} of {b.window:,} (target {int(b.window * b.target):,}, "
+             f"trigger {int(b.window * b.trigger):,}; tool schemas {b.tools:,}, calibration x{b.scale:.2f})",
              "by category (our count, before calibration):",
-             *(f"  {line}" for line in category_lines(parts, b["reserved"], window)),
+             *(f"  {line}" for line in category_lines(parts, b.reserved, b.window)),
              f"rule in force at turn {nxt.turn} ({nxt.profile.name}, {nxt.path}): {rule}"]
     if nxt.lessons is not None and nxt.lessons.text:  # in the pins message, as recorded when the session started
         lines.append(f"lessons shown ({', '.join(nxt.lessons.ids)}; in the pins message, chosen when the session "
@@ -123,8 +122,7 @@ def _recorded(recorded: list[Any], counts: dict[str, int]) -> list[str]:
                     for r in recorded]
 
 
-def _render(nxt: NextRequest, budget: dict[str, Any], rule: str, parts: dict[str, int]) -> None:
-    rows, notes = _rows(nxt), _notes(nxt, budget, rule, parts)
+def _render(rows: list[tuple[str, ...]], notes: list[str]) -> None:
     if not sys.stdout.isatty():
         _plain(rows, notes)
         return

@@ -13,19 +13,17 @@ from ctxagent.messages import one_line
 from ctxagent.sessions import records
 from ctxagent.sessions.outcome import Usage
 
+app = typer.Typer(help="Look inside a session without changing it.", no_args_is_help=True)
+app.callback()(keep_store)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON record per line, as stored.")]
+
 
 def escape(text: str) -> str:
     """rich's markup escape, imported only when a transcript is shown."""
     from ctxagent.cli.console import escape as rich_escape
 
     return rich_escape(text)
-
-app = typer.Typer(help="Look inside a session without changing it.", no_args_is_help=True)
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON record per line, as stored.")]
-
-
-app.callback()(keep_store)
 
 
 def _line(rec: Any) -> str:
@@ -112,11 +110,7 @@ def transcript(ctx: typer.Context, session: SessionOpt = None, json_out: JsonOpt
 
     console = Console(highlight=False, soft_wrap=True)
     console.print(f"[dim]{target.transcript.path}[/dim]")
-    for rec in items:
-        console.print(_line(rec))
-    for line in _spend_lines(items):
-        console.print(line)
-    for line in _tree(target):
+    for line in [*map(_line, items), *_spend_lines(items), *_tree(target)]:
         console.print(line)
 
 

@@ -39,12 +39,12 @@ class InteractiveRenderer:
         self.quiet = quiet
         self.answer: str | None = None
         self.status: Status | None = None
-        self.session: Session | None = None
+        self.outputs = Path(".")  # the session's outputs folder, where a running tool spools its output
         self.ticker: Ticker | None = None
         self._interrupted_at: float | None = None  # when the last Ctrl-C came (monotonic seconds)
 
     def start(self, session: Session, runner: Any) -> None:
-        self.session = session
+        self.outputs = session.root / "outputs"
         self.note(f"session {session.name} · {runner.model_name}")
 
     def note(self, text: str) -> None:
@@ -65,11 +65,11 @@ class InteractiveRenderer:
             self.status.start()
             return
         if isinstance(event, ToolStarted):  # a live status: elapsed time, output so far
-            status = self.status = self.out.status(f"running {escape(event.call.name)}")
+            name = escape(event.call.name)
+            status = self.status = self.out.status(f"running {name}")
             status.start()
-            name, folder = escape(event.call.name), self.session.root / "outputs" if self.session else Path(".")
             self.ticker = Ticker(1.0, lambda s, n: status.update(f"running {name} · {s:.0f} s · {size_text(n)}"),
-                                 folder)
+                                 self.outputs)
             return
         if isinstance(event, Replied) and event.reply.tool_calls and event.reply.content:
             if not self.quiet:
@@ -86,19 +86,15 @@ class InteractiveRenderer:
         """The first Ctrl-C cancels the turn and the session goes on; a second one within
         :data:`QUIT_WINDOW_S` (or SIGTERM, SIGHUP) ends it. ``--max-turns`` ends the turn only."""
         self._stop_spinner()
-        if isinstance(err, Interrupted):
-            return False
-        if isinstance(err, KeyboardInterrupt):
-            if self._second_interrupt():
-                return False
-            self.out.print(f"\n[yellow]cancelled[/yellow]: this turn stopped, its tools were killed (Ctrl-C again "
-                           f"within {QUIT_WINDOW_S:g} s quits; /exit or Ctrl-D ends the session)", highlight=False)
-            return True
         if isinstance(err, LimitReached):
             self.out.print(f"[yellow]{escape(str(err).split(';')[0])}[/yellow]; send a message to go on, or /exit",
                            highlight=False)
             return True
-        return False
+        if not isinstance(err, KeyboardInterrupt) or isinstance(err, Interrupted) or self._second_interrupt():
+            return False
+        self.out.print(f"\n[yellow]cancelled[/yellow]: this turn stopped, its tools were killed (Ctrl-C again "
+                       f"within {QUIT_WINDOW_S:g} s quits; /exit or Ctrl-D ends the session)", highlight=False)
+        return True
 
     def _second_interrupt(self) -> bool:
         """Whether this Ctrl-C follows the last one within :data:`QUIT_WINDOW_S` (it is remembered either way)."""

@@ -48,11 +48,12 @@ def _as_json(lesson: Lesson) -> dict[str, object]:
             "confirmations": lesson.confirmations, "contradictions": lesson.contradictions}
 
 
-def _find(store: LessonStore, lesson_id: str) -> Lesson:
+def _find(lesson_id: str) -> tuple[LessonStore, Lesson]:
+    store = _store()
     lesson = store.find(lesson_id)
     if lesson is None:
         raise UsageError(f"no lesson {lesson_id!r}; 'ctxagent lessons list' shows them")
-    return lesson
+    return store, lesson
 
 
 @app.command("list")
@@ -92,8 +93,7 @@ def list_(json_out: JsonOpt = False) -> None:
 @app.command("show")
 def show(lesson_id: IdArg, json_out: JsonOpt = False) -> None:
     """One lesson whole: its rule, scope, file, confidence, evidence records and votes."""
-    store = _store()
-    lesson = _find(store, lesson_id)
+    store, lesson = _find(lesson_id)
     if json_out:
         print(json.dumps(_as_json(lesson), ensure_ascii=False))
         return
@@ -117,8 +117,7 @@ def _markdown(lesson: Lesson, store: LessonStore) -> str:
 @app.command("forget")
 def forget(lesson_id: IdArg) -> None:
     """Delete a lesson: no later context shows it (a resumed session drops it from its block)."""
-    store = _store()
-    lesson = _find(store, lesson_id)
+    store, lesson = _find(lesson_id)
     store.change(lambda x: None if x.id == lesson.id else x)
     print(f"forgot lesson {lesson.id}: {lesson.rule}", file=sys.stderr)
 
@@ -137,8 +136,7 @@ def edit(
 
     from ctxagent.lessons.model import Lesson
 
-    store = _store()
-    lesson = _find(store, lesson_id)
+    store, lesson = _find(lesson_id)
     updates = {key: value for key, value in (("rule", rule), ("scope", scope)) if value is not None}
     if updates:
         text = json.dumps({**lesson.model_dump(mode="json"), **updates})

@@ -14,12 +14,8 @@ app = typer.Typer(help="The bundled profiles, the effective keys of a profile, a
 
 def description(text: str) -> str:
     """The one-line description of a profile: the first comment line of its YAML ``text`` ("" if none)."""
-    for line in text.splitlines():
-        if line.startswith("#"):
-            return line.lstrip("#").strip()
-        if line.strip():
-            break
-    return ""
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    return first.lstrip("#").strip() if first.startswith("#") else ""
 
 
 @app.command("list")

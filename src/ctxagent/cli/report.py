@@ -150,20 +150,18 @@ def _limit_lines(requests: list[Request], scale: int, step: float, y: Callable[[
     if not requests:
         return []
     out = []
-    for key in ("window", "ceiling"):
-        values = [r.window if key == "window" else r.window - r.reserved for r in requests]
-        points = []
-        for r, value in zip(requests, values, strict=True):
-            x0, x1 = LEFT + (r.index - 1) * step, LEFT + r.index * step
-            points += [f"{x0:.2f},{y(value):.2f}", f"{x1:.2f},{y(value):.2f}"]
+    for key, name, values in (("window", "window", [r.window for r in requests]),
+                              ("ceiling", "window less the reply reserve", [r.window - r.reserved for r in requests])):
         last = values[-1]
-        label = f"{'window' if key == 'window' else 'window less the reply reserve'} {last:,}"
+        label = f"{name} {last:,}"
         if min(values) > scale:  # off this chart: said, not drawn at its top edge
             out.append(f'<text class="{key}" data-tokens="{last}" x="{LEFT + 4}" '
                        f'y="{TOP + (22 if key == "ceiling" else 8)}" fill="{COLORS[key]}">'
                        f"{_e(label)}: above this scale</text>")
             continue
-        out.append(f'<polyline class="{key}" data-tokens="{last}" points="{" ".join(points)}" fill="none" '
+        points = " ".join(f"{LEFT + (r.index - 1 + end) * step:.2f},{y(value):.2f}"
+                          for r, value in zip(requests, values, strict=True) for end in (0, 1))
+        out.append(f'<polyline class="{key}" data-tokens="{last}" points="{points}" fill="none" '
                    f'stroke="{COLORS[key]}" stroke-width="1.5" stroke-dasharray="6 3"/>'
                    f'<text x="{LEFT + 4 if key == "window" else WIDTH - 12}" y="{y(last) + 12:.1f}" '
                    f'text-anchor="{"start" if key == "window" else "end"}" fill="{COLORS[key]}">{_e(label)}</text>')

@@ -61,13 +61,6 @@ def _piped() -> str | None:
     return text if text and text.strip() else None
 
 
-def _session(name: str | None, store_url: str | None) -> Session:
-    """The session ``--session`` names (a new one when not given), locally or in the store at ``store_url``."""
-    if name is None:
-        return Session.at(new_name(), store_url)
-    return Session.at(name, store_url).pull()  # with a session store: the cache brought up to it
-
-
 def execute(session: Session, message: str | None, opts: RunOptions, stdin: str | None = None) -> None:
     """Open ``session``, run it (interactively, keep prompting), exit with the right code. ``stdin``: piped
     text attached to the first message. Lessons are learned after the answer was shown, never before it:
@@ -170,10 +163,9 @@ def _learn(runner: Any, renderer: Renderer) -> None:
 def _report(session: Session, runner: Any, renderer: Renderer, result: dict[str, Any], code: int, opts: RunOptions,
             started: float, trace: tracing.Tracing) -> int:
     """Complete ``result`` (spend, delivered handles, ``is_error``), print it, return the exit code."""
-    batch = opts.is_batch()
     if runner is not None:
         result.update(_spend(runner, started))
-    if code == 0 and batch and renderer.answer is not None:
+    if code == 0 and opts.is_batch() and renderer.answer is not None:
         code = _deliver(session, renderer.answer, opts.output, result, opts.format() != "text")
     result.update({key: mend(result[key]) for key in ("answer", "error") if isinstance(result.get(key), str)})
     result["is_error"] = code != 0
@@ -279,14 +271,13 @@ def _deliver(session: Session, answer: str, output: Path | None, result: dict[st
 TERMINAL_MAX_CHARS = 20_000  # characters of an answer's resolved value printed on a terminal at most
 
 
-def for_terminal(text: str, session: str, max_chars: int = TERMINAL_MAX_CHARS) -> str:
-    """``text`` as a terminal shows it: whole up to ``max_chars`` characters, else the middle-out
+def for_terminal(text: str, session: str) -> str:
+    """``text`` as a terminal shows it: whole up to :data:`TERMINAL_MAX_CHARS` characters, else the middle-out
     preview offloaded outputs get (first 40 and last 20 lines) with how to get the whole value."""
-    if len(text) <= max_chars:
+    if len(text) <= TERMINAL_MAX_CHARS:
         return text
-
     shown = preview_bytes(text.encode("utf-8", "surrogateescape"), head_lines=40, tail_lines=20,
-                          max_chars=max_chars)
+                          max_chars=TERMINAL_MAX_CHARS)
     how = (f"{len(text):,} characters in all, {text.count(chr(10)) + 1:,} lines; not all printed on a terminal: "
            f"--output FILE writes the whole value, or pipe the output ('ctxagent inspect outputs --session "
            f"{session}' lists the stored values)")
@@ -318,14 +309,17 @@ def run(opts: RunOptions,
       git diff | ctxagent run --batch --quiet --model openai/gpt-4o-mini "Review this diff" > review.md
     """
     text = _read_task(task) if task is not None or sys.stdin.isatty() else _piped()  # no task: stdin's
-    if text is None and (opts.is_batch() or task is not None):
+    if text is None and opts.is_batch():
         raise UsageError("give a task: ctxagent run \"TASK\"" + ("" if sys.stdin.isatty() else
                          f", or pipe it in (stdin had nothing within {wait_s():g} s of the start; '-' waits for "
                          "stdin's end)"))
     if text is None:
         text = plain(typer.prompt("task"))
     opts.check()
-    execute(_session(opts.session, opts.store), text, opts, stdin=_piped() if task not in (None, "-") else None)
+    session = Session.at(new_name() if opts.session is None else opts.session, opts.store)
+    if opts.session is not None:
+        session.pull()  # with a session store: the cache brought up to it
+    execute(session, text, opts, stdin=_piped() if task not in (None, "-") else None)
 
 
 @with_run_options()

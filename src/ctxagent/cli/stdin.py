@@ -1,12 +1,5 @@
-"""What ``run`` and ``resume`` read from standard input, and when: never by waiting without bound.
-
-A run is often started with an open pipe nobody writes to as stdin (a CI runner, another agent:
-openai/codex#20919), or inside ``while read t; do ctxagent run ...; done < tasks.txt``, whose stdin
-holds the tasks still to come. So (docs/batch.md): ``-`` reads stdin to its end; with a task argument,
-piped text is attached only when it is already there (within :data:`WAIT_S` of the start, or a
-redirected file not read from yet); without one, stdin is the task. Once data came, reading stops
-at its end or when the writer is quiet for :data:`IDLE_S`.
-"""
+"""What ``run`` and ``resume`` read from standard input, and when: never by waiting without bound (an open
+pipe nobody writes to: openai/codex#20919). See docs/batch.md, "What is read from stdin"."""
 
 from __future__ import annotations
 
@@ -36,7 +29,7 @@ def wait_s() -> float:
 
 
 def piped() -> bytes | None:
-    """The bytes piped into stdin that are ours to read (see the module docstring), or None."""
+    """The bytes piped into stdin that are ours to read (docs/batch.md), or None."""
     try:
         fd = sys.stdin.fileno()
         mode = os.fstat(fd).st_mode

@@ -33,7 +33,7 @@ def event_of(event: Event) -> list[dict[str, Any]]:
         reply, usage = event.reply, event.reply.usage
         return [{"type": "item.completed", "item": {
             "type": "assistant_message", "turn": event.turn, **_cut(reply.content or ""),
-            "tool_calls": [{"id": c.id, "name": c.name, "arguments": _cut(c.arguments)["text"]}
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": clip(c.arguments, CONTENT_CHARS)}
                            for c in reply.tool_calls]}},
                 {"type": "turn.completed", "turn": event.turn, "finish_reason": reply.finish_reason,
                  "usage": None if usage is None else {
@@ -67,7 +67,6 @@ class StreamRenderer(BatchRenderer):
     def ask(self) -> str | None:
         if not self.interactive:
             return None
-
         print("> ", end="", file=sys.stderr, flush=True)
         line = sys.stdin.readline()
         if not line.strip():
@@ -78,7 +77,6 @@ class StreamRenderer(BatchRenderer):
 
     def start(self, session: Session, runner: Any) -> None:
         super().start(session, runner)
-        assert runner.state.settings is not None
         settings = runner.state.settings
         self._emit({"type": "session.started", "session": session.name, "model": settings.model,
                     "profile": settings.profile, "path": settings.path, "context_window": settings.context_window,

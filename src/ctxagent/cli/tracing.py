@@ -1,10 +1,5 @@
-"""Optional OpenTelemetry export of a run (extra ``ctxagent[otel]``; docs/usage.md, "Tracing").
-
-On when ``CTXAGENT_OTEL=1`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. Spans follow the OpenTelemetry
-GenAI semantic conventions: ``invoke_agent ctxagent`` per run, ``chat MODEL`` per model call,
-``execute_tool NAME`` per tool call; compactions and warnings are events of the run span. Content only
-with ``CTXAGENT_OTEL_CONTENT=1``, always redacted.
-"""
+"""Optional OpenTelemetry export of a run, spans named after the GenAI semantic conventions (extra
+``ctxagent[otel]``; docs/usage.md, "Tracing")."""
 
 from __future__ import annotations
 
@@ -87,8 +82,14 @@ class Tracing:
                 "gen_ai.tool.call.id": event.call.id})
         elif isinstance(event, ToolDone) and (span := self.tools.pop(event.call.id, None)) is not None:
             self._tool_done(event, span)
-        else:
-            self._run_event(event, self.run)
+        elif isinstance(event, Compacted):  # compactions and warnings: events of the run span
+            c = event.compaction
+            self.run.add_event("ctxagent.compaction", {"strategy": c.strategy, "start": c.start, "end": c.end,
+                                                       "tokens_before": c.tokens_before, "tokens_after": c.tokens})
+        elif isinstance(event, Warned):
+            self.run.add_event("ctxagent.warning", {"source": event.source, "text": clip(event.text, CONTENT_CHARS)})
+        elif isinstance(event, Finished):
+            self.run.set_attribute("ctxagent.status", event.status)
 
     def _replied(self, event: Replied, chat: Any) -> None:
         """The chat span of a request, given the reply's usage and finish reason, then ended."""
@@ -109,18 +110,6 @@ class Tracing:
         if self.content:
             span.add_event("gen_ai.tool.message", {"content": clip(event.content, CONTENT_CHARS)})
         span.end()
-
-    @staticmethod
-    def _run_event(event: Event, run: Any) -> None:
-        """Compactions and warnings as events of the run span; the final status as its attribute."""
-        if isinstance(event, Compacted):
-            c = event.compaction
-            run.add_event("ctxagent.compaction", {"strategy": c.strategy, "start": c.start, "end": c.end,
-                                                  "tokens_before": c.tokens_before, "tokens_after": c.tokens})
-        elif isinstance(event, Warned):
-            run.add_event("ctxagent.warning", {"source": event.source, "text": clip(event.text, CONTENT_CHARS)})
-        elif isinstance(event, Finished):
-            run.set_attribute("ctxagent.status", event.status)
 
     def finish(self, result: dict[str, Any]) -> None:
         """End every open span; the run span gets the run's status and usage."""
