@@ -139,11 +139,8 @@ def installed_tool(name: str) -> Tool:
 
 def absolute_spec(spec: str) -> str:
     """``spec`` with a file path made absolute (so a resumed session finds it from anywhere)."""
-    if ":" in spec:
-        where, attr = spec.rsplit(":", 1)
-        if _is_path(where):
-            return f"{Path(where).expanduser().resolve()}:{attr}"
-    return spec
+    where, _, attr = spec.rpartition(":")
+    return f"{Path(where).expanduser().resolve()}:{attr}" if where and _is_path(where) else spec
 
 
 def spec_file(spec: str) -> Path | None:
