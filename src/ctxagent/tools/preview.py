@@ -210,7 +210,7 @@ def _preview(fh: BinaryIO, lines: int | None, *, head_lines: int, tail_lines: in
     gap_start, gap_end = head.nbytes, size - tail.nbytes
     if gap_start == gap_end:
         return Preview(_shown(head.text + tail.text), lines, size, 0, 0, binary=False)
-    omitted_tokens, exact = _gap_tokens(fh, gap_start, gap_end, size, model)
+    omitted_tokens, exact = span_tokens(fh, gap_start, gap_end, size, model)
     gap, whole_lines = _gap(head, tail, lines, ends_with_newline, gap_end - gap_start, omitted_tokens, exact)
     marker = ("" if head.text.endswith("\n") or not head.text else "\n") + gap + "\n"
     text = _shown(head.text) + marker + _shown(tail.text)
@@ -305,9 +305,9 @@ def _ends_with_newline(fh: BinaryIO, size: int) -> bool:
     return fh.read(1) == b"\n"
 
 
-def _gap_tokens(fh: BinaryIO, start: int, end: int, size: int, model: str) -> tuple[int, bool]:
-    """Tokens of bytes ``start:end``: counted (and True) when the file is under 4 MiB, else
-    estimated from the size (and False)."""
+def span_tokens(fh: BinaryIO, start: int, end: int, size: int, model: str) -> tuple[int, bool]:
+    """Tokens of bytes ``start:end`` of ``fh`` (``size`` bytes in all) cleaned of terminal control (what
+    reading them costs the model): counted (and True) under 4 MiB, else estimated from their size (and False)."""
     if size >= EXACT_TOKENS_MAX_BYTES:
         return estimate_tokens(end - start), False
     fh.seek(start)
