@@ -31,6 +31,7 @@ MAX_CHAR_BYTES = 4  # a UTF-8 character takes at most 4 bytes
 
 _ESCAPED = re.compile("[\udc80-\udcff]")  # undecodable bytes after surrogateescape decoding
 _TO_REPLACEMENT = {code: "\ufffd" for code in range(0xDC80, 0xDD00)}
+_CONTINUATION = bytes(range(0x80, 0xC0))  # the bytes that continue a UTF-8 character
 
 _PARTLY = ("", "part of ", "middle of ")  # by how many ends of the one omitted line are shown
 
@@ -292,10 +293,7 @@ def _take(pieces: Iterable[tuple[str, bool]], max_lines: int, budget: int) -> li
 
 def _continuation_bytes(raw: bytes) -> int:
     """How many UTF-8 continuation bytes (at most 3) start ``raw``: the rest of a cut character."""
-    count = 0
-    while count < min(3, len(raw)) and raw[count] & 0xC0 == 0x80:
-        count += 1
-    return count
+    return len(raw[:3]) - len(raw[:3].lstrip(_CONTINUATION))
 
 
 def _ends_with_newline(fh: BinaryIO, size: int) -> bool:
