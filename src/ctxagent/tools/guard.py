@@ -8,7 +8,7 @@ is given when a run opens; a sub-agent opens with :meth:`GuardedToolset.inherite
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -16,8 +16,7 @@ from typing import Any, Literal
 from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import PermissionRecord
 from ctxagent.tools.arguments import parse_arguments
-from ctxagent.tools.base import ERROR_PREFIX, Tool, ToolContext, ToolError
-from ctxagent.tools.offload import OffloadPolicy
+from ctxagent.tools.base import ERROR_PREFIX, ToolError
 from ctxagent.tools.permissions import Gate, Grants, PermissionsConfig, check_grants
 from ctxagent.tools.toolset import ToolOutcome, Toolset
 
@@ -58,24 +57,9 @@ class GuardedToolset:
 
     def __init__(self, toolset: Toolset, gate: Gate):
         self.toolset, self.gate = toolset, gate
+        self.tools, self.ctx, self.policy = toolset.tools, toolset.ctx, toolset.policy  # set once, never replaced
+        self.specs = toolset.specs
 
-    # -- the wrapped toolset ------------------------------------------------------------------
-    @property
-    def tools(self) -> dict[str, Tool]:
-        return self.toolset.tools
-
-    @property
-    def ctx(self) -> ToolContext:
-        return self.toolset.ctx
-
-    @property
-    def policy(self) -> OffloadPolicy:
-        return self.toolset.policy
-
-    def specs(self, loaded: Sequence[str] = ()) -> list[dict[str, Any]]:
-        return self.toolset.specs(loaded)
-
-    # -- the guard ----------------------------------------------------------------------------
     def check(self, call: ToolCall, *, turn: int = 0) -> Verdict:
         """The gate's verdict on ``call`` (``turn``: recorded with the user's answers). May ask the
         user (interactive path). An unknown tool, or arguments that do not parse to an object, are
