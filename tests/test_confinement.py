@@ -21,10 +21,10 @@ from ctxagent.messages import ToolCall
 from ctxagent.sessions.session import Session
 from ctxagent.tools import builtin
 from ctxagent.tools.base import ToolContext, ToolError
-from ctxagent.tools.guard import Grants, GuardedToolset, guard
+from ctxagent.tools.guard import GuardedToolset, guard
 from ctxagent.tools.offload import OffloadPolicy
 from ctxagent.tools.paths import open_path, real_path
-from ctxagent.tools.permissions import PermissionsConfig
+from ctxagent.tools.permissions import Grants, PermissionsConfig
 from ctxagent.tools.toolset import make_toolset
 
 FSMONITOR = '[core]\n\trepositoryformatversion = 0\n\tfsmonitor = "touch {marker}; false"\n'
@@ -297,7 +297,8 @@ def test_the_docs_old_deny_list_is_beaten_by_shell_quoting_and_an_allow_list_is_
     from ctxagent.tools.builtin import SHELL
     from ctxagent.tools.permissions import Gate, ShellPatterns
 
-    denying = Gate(PermissionsConfig(shell=ShellPatterns(deny=DOCS_DENY)), "batch", granted={"shell"}, workdir=tmp_path)
+    denying = Gate(PermissionsConfig(shell=ShellPatterns(deny=DOCS_DENY)), "batch", Grants.of("shell"),
+                   workdir=tmp_path)
     assert denying.decide(SHELL, {"command": command})[0] is None  # not refused...
     (tmp_path / "victim").mkdir()
     subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True)

@@ -20,7 +20,7 @@ from ctxagent.strategies.prune import PruneStep, first_line, is_dead, status_of
 from ctxagent.tools.base import ToolContext
 from ctxagent.tools.builtin import READ_FILE, WRITE_FILE
 from ctxagent.tools.offload import OffloadPolicy
-from ctxagent.tools.permissions import WHY_KEY, Gate, PermissionsConfig, exec_reason
+from ctxagent.tools.permissions import WHY_KEY, Gate, Grants, PermissionsConfig, exec_reason
 from ctxagent.tools.toolset import make_toolset
 from test_permissions import asker
 from test_strategies import _calls_view, ctx_for
@@ -49,7 +49,7 @@ def repo(tmp_path: Path) -> Path:
     ".git/info/attributes", ".git/info/exclude", ".git/COMMIT_EDITMSG",  # everything under .git (issue 36)
 ])
 def test_write_file_to_git_config_with_only_write_allowed_is_refused_as_exec(repo, path):
-    gate = Gate(PermissionsConfig(), "batch", granted={"write_file"}, workdir=repo)
+    gate = Gate(PermissionsConfig(), "batch", Grants(frozenset({"write_file"})), workdir=repo)
     refusal = gate.decide(WRITE_FILE, {"path": path, "content": FSMONITOR})[0]
     assert refusal is not None and refusal.startswith("denied by profile permissions: write_file path ")
     assert "is exec" in refusal and "needs the exec permission" in refusal and "--allow exec" in refusal
@@ -61,7 +61,7 @@ def test_write_file_to_git_config_with_only_write_allowed_is_refused_as_exec(rep
     "src/.gitignore",
 ])
 def test_ordinary_writes_near_git_stay_write(repo, path):
-    gate = Gate(PermissionsConfig(), "batch", granted={"write_file"}, workdir=repo)
+    gate = Gate(PermissionsConfig(), "batch", Grants(frozenset({"write_file"})), workdir=repo)
     assert gate.decide(WRITE_FILE, {"path": path, "content": "x"})[0] is None
 
 
@@ -76,7 +76,7 @@ def test_ordinary_writes_near_git_stay_write(repo, path):
     (PermissionsConfig(kinds={"exec": "deny"}), set(), True, False),  # deny wins over --allow-all
 ])
 def test_git_config_write_needs_both_exec_and_write(repo, config, granted, allow_all, runs):
-    gate = Gate(config, "batch", granted=granted, allow_all=allow_all, workdir=repo)
+    gate = Gate(config, "batch", Grants(frozenset(granted), allow_all), workdir=repo)
     refusal = gate.decide(WRITE_FILE, {"path": ".git/config", "content": FSMONITOR})[0]
     assert (refusal is None) == runs, refusal
     if config.kinds.get("exec") == "deny":
@@ -86,16 +86,16 @@ def test_git_config_write_needs_both_exec_and_write(repo, config, granted, allow
 def test_refusal_names_every_grant_the_git_config_write_needs(repo, tmp_path):
     bare = Gate(PermissionsConfig(), "batch", workdir=repo)
     assert "--allow exec,write_file" in bare.decide(WRITE_FILE, {"path": ".git/config", "content": FSMONITOR})[0]
-    half = Gate(PermissionsConfig(), "batch", granted={"write_file"}, workdir=repo)
+    half = Gate(PermissionsConfig(), "batch", Grants(frozenset({"write_file"})), workdir=repo)
     assert "--allow exec (or" in half.decide(WRITE_FILE, {"path": ".git/config", "content": FSMONITOR})[0]
-    loose = Gate(PermissionsConfig(confine=False), "batch", granted={"write_file"}, workdir=repo)
+    loose = Gate(PermissionsConfig(confine=False), "batch", Grants(frozenset({"write_file"})), workdir=repo)
     elsewhere = tmp_path / "other" / ".git" / "hooks" / "pre-commit"  # another repository, confinement off
     assert "hooks folder" in loose.decide(WRITE_FILE, {"path": str(elsewhere), "content": "x"})[0]
 
 
 def test_git_hook_write_asks_interactively_with_the_reason(repo):
     ask = asker("no", "yes", "always")
-    gate = Gate(PermissionsConfig(), "interactive", granted={"write_file"}, ask=ask, workdir=repo)
+    gate = Gate(PermissionsConfig(), "interactive", Grants(frozenset({"write_file"}), ask=ask), workdir=repo)
     assert "denied by the user" in gate.decide(WRITE_FILE, {"path": ".git/hooks/pre-commit", "content": "x"})[0]
     assert gate.decide(WRITE_FILE, {"path": ".git/hooks/pre-push", "content": "x"}, call_id="c2")[0] is None
     assert gate.decide(WRITE_FILE, {"path": ".git/config", "content": "x"}, call_id="c3")[0] is None
@@ -110,7 +110,7 @@ def test_git_hook_write_asks_interactively_with_the_reason(repo):
 
 def test_always_for_an_ordinary_write_does_not_cover_git_config(repo):
     ask = asker("always", "no")
-    gate = Gate(PermissionsConfig(), "interactive", ask=ask, workdir=repo)
+    gate = Gate(PermissionsConfig(), "interactive", Grants(ask=ask), workdir=repo)
     assert gate.decide(WRITE_FILE, {"path": "notes.txt", "content": "x"})[0] is None
     assert gate.decide(WRITE_FILE, {"path": "more.txt", "content": "x"})[0] is None  # always, for writes
     assert "denied by the user" in gate.decide(WRITE_FILE, {"path": ".git/config", "content": FSMONITOR})[0]
@@ -119,7 +119,7 @@ def test_always_for_an_ordinary_write_does_not_cover_git_config(repo):
 
 def test_profile_exec_paths_make_listed_files_exec(repo):
     config = PermissionsConfig(exec_paths=[".envrc", "deploy/*.sh", "ci/**/run", str(repo / "Makefile")])
-    gate = Gate(config, "batch", granted={"write"}, workdir=repo)
+    gate = Gate(config, "batch", Grants(frozenset({"write"})), workdir=repo)
     for path in (".envrc", "src/.envrc", "deploy/go.sh", "ci/run", "ci/a/b/run", "Makefile"):
         refusal = gate.decide(WRITE_FILE, {"path": path, "content": "x"})[0]
         assert refusal and "permissions.exec_paths" in refusal, path
@@ -285,7 +285,7 @@ def test_workdir_realpath_is_used_for_anchored_globs(tmp_path):
     (real / "deploy").mkdir(parents=True)
     link = tmp_path / "link"
     link.symlink_to(real)
-    gate = Gate(PermissionsConfig(exec_paths=["deploy/*.sh"]), "batch", granted={"write"}, workdir=link)
+    gate = Gate(PermissionsConfig(exec_paths=["deploy/*.sh"]), "batch", Grants(frozenset({"write"})), workdir=link)
     assert "exec_paths" in gate.decide(WRITE_FILE, {"path": "deploy/a.sh", "content": "x"})[0]
     assert os.path.realpath(link) == str(real)
 

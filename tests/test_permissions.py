@@ -21,9 +21,8 @@ from ctxagent.profile import bundled_names, load_profile, parse_profile
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools.base import Tool, ToolContext, ToolError, schema
 from ctxagent.tools.builtin import LIST_DIR, READ_FILE, SHELL, WRITE_FILE
-from ctxagent.tools.guard import Grants
 from ctxagent.tools.offload import OffloadPolicy
-from ctxagent.tools.permissions import KINDS, Gate, PermissionsConfig, check_grants
+from ctxagent.tools.permissions import KINDS, Gate, Grants, PermissionsConfig, check_grants
 
 
 def tool_of(kind: str) -> Tool:
@@ -52,7 +51,7 @@ def asker(*answers: str):
 def test_policy_matrix(kind, policy, path, tmp_path):
     config = PermissionsConfig(kinds={kind: policy})
     ask = asker("yes")
-    gate = Gate(config, path, ask=ask, workdir=tmp_path)
+    gate = Gate(config, path, Grants(ask=ask), workdir=tmp_path)
     refusal = gate.decide(tool_of(kind), {}, call_id="c1")[0]
     if policy == "allow":
         assert refusal is None and not ask.asked
@@ -79,15 +78,16 @@ def test_safe_defaults_and_tool_names_over_kinds(tmp_path):
     ((), True, True),
 ])
 def test_grants_turn_ask_into_allow_but_never_deny(granted, allow_all, runs, tmp_path):
-    ask_gate = Gate(PermissionsConfig(), "batch", granted, allow_all, workdir=tmp_path)
+    ask_gate = Gate(PermissionsConfig(), "batch", Grants(frozenset(granted), allow_all), workdir=tmp_path)
     assert (ask_gate.decide(tool_of("exec"), {})[0] is None) == runs
-    deny_gate = Gate(PermissionsConfig(kinds={"exec": "deny"}), "batch", granted, allow_all, workdir=tmp_path)
+    deny_gate = Gate(PermissionsConfig(kinds={"exec": "deny"}), "batch", Grants(frozenset(granted), allow_all),
+                     workdir=tmp_path)
     assert "'deny'" in deny_gate.decide(tool_of("exec"), {})[0]
 
 
 def test_interactive_answers_no_always_and_failures(tmp_path):
     ask = asker("no", "always")
-    gate = Gate(PermissionsConfig(), "interactive", ask=ask, workdir=tmp_path)
+    gate = Gate(PermissionsConfig(), "interactive", Grants(ask=ask), workdir=tmp_path)
     assert "denied by the user" in gate.decide(SHELL, {"command": "ls"}, call_id="a")[0]
     assert gate.decide(SHELL, {"command": "make"}, call_id="b")[0] is None
     assert gate.decide(SHELL, {"command": "make test"}, call_id="c")[0] is None  # always: not asked again
@@ -99,22 +99,22 @@ def test_interactive_answers_no_always_and_failures(tmp_path):
     def broken(tool: str, arguments: dict[str, Any], workdir: Path) -> str:
         raise EOFError
 
-    gate = Gate(PermissionsConfig(), "interactive", ask=broken, workdir=tmp_path)
+    gate = Gate(PermissionsConfig(), "interactive", Grants(ask=broken), workdir=tmp_path)
     assert "denied by the user" in gate.decide(SHELL, {"command": "ls"})[0]
-    gate = Gate(PermissionsConfig(), "interactive", ask=None, workdir=tmp_path)
+    gate = Gate(PermissionsConfig(), "interactive", Grants(ask=None), workdir=tmp_path)
     assert "this run cannot prompt" in gate.decide(SHELL, {"command": "ls"})[0]
 
 
 def test_shell_patterns(tmp_path):
     config = PermissionsConfig(shell={"allow": [r"git (status|diff)( [^ ]+)*", r"ls( -l)?"],
                                       "deny": [r"\brm\s+-[a-z]*r", r"curl"]})
-    gate = Gate(config, "batch", allow_all=False, workdir=tmp_path)
+    gate = Gate(config, "batch", Grants(allow_all=False), workdir=tmp_path)
     assert gate.decide(SHELL, {"command": "git status"})[0] is None  # allowed without asking, even in batch
     assert gate.decide(SHELL, {"command": "ls -l"})[0] is None
     assert "never prompt" in gate.decide(SHELL, {"command": "ls -la"})[0]  # no full match: the policy decides
     assert "never prompt" in gate.decide(SHELL, {"command": "git status; make"})[0]  # chaining is never pre-allowed
     assert "never prompt" in gate.decide(SHELL, {"command": "ls $(whoami)"})[0]
-    everything = Gate(config, "batch", allow_all=True, workdir=tmp_path)
+    everything = Gate(config, "batch", Grants(allow_all=True), workdir=tmp_path)
     assert "shell deny pattern" in everything.decide(SHELL, {"command": "cd /tmp && rm -rf x"})[0]
     assert "'curl'" in everything.decide(SHELL, {"command": "curl example.com"})[0]
     assert everything.decide(SHELL, {"command": "make"})[0] is None

@@ -19,9 +19,9 @@ from ctxagent.messages import ToolCall
 from ctxagent.sessions import records
 from ctxagent.sessions.session import Session
 from ctxagent.tools.base import ToolContext
-from ctxagent.tools.guard import Grants, GuardedToolset, guard
+from ctxagent.tools.guard import GuardedToolset, guard
 from ctxagent.tools.offload import OffloadPolicy
-from ctxagent.tools.permissions import PermissionsConfig
+from ctxagent.tools.permissions import Grants, PermissionsConfig
 from ctxagent.tools.toolset import make_toolset
 
 
@@ -100,7 +100,7 @@ def test_inherited_grants_keep_rules_grants_and_always_but_never_ask(tmp_path):
     child = tools.inherited()
     assert child == Grants(frozenset({"write"}), False, None, rules, frozenset({"shell"}))
     looser = guarded(tmp_path, "interactive", child, PermissionsConfig(kinds={"read": "allow"}))
-    assert looser.gate.config is rules and looser.gate.ask is None
+    assert looser.gate.config is rules and looser.gate.grants.ask is None
     assert "'deny'" in looser.call(ToolCall("r", "read_file", '{"path": "a"}')).content  # the parent's rules
     assert not looser.call(shell_call("c2", tmp_path / "y")).is_error  # the parent's 'always'
 

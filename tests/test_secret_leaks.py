@@ -26,7 +26,7 @@ from ctxagent.strategies.common import short_args
 from ctxagent.tools.base import ToolContext
 from ctxagent.tools.builtin import SHELL
 from ctxagent.tools.offload import OffloadPolicy
-from ctxagent.tools.permissions import Gate, PermissionsConfig
+from ctxagent.tools.permissions import Gate, Grants, PermissionsConfig
 from ctxagent.tools.toolset import make_toolset
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +99,8 @@ def test_invalid_json_quoted_back_at_200_characters_kept_a_keys_first_characters
 
 
 def test_a_permission_record_cut_at_500_characters_kept_a_tokens_first_characters(tmp_path):
-    gate = Gate(PermissionsConfig(), "interactive", ask=lambda tool, arguments, workdir: "yes", workdir=tmp_path)
+    gate = Gate(PermissionsConfig(), "interactive", Grants(ask=lambda tool, arguments, workdir: "yes"),
+                workdir=tmp_path)
     command = "echo " + "y" * (500 - 2 - 12 - 5 - 15) + " " + GITHUB  # in the record's JSON: the first 14 fit
     assert gate.decide(SHELL, {"command": command}, call_id="a")[0] is None
     (decision,) = gate.take_decisions()

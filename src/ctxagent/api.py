@@ -30,8 +30,8 @@ from ctxagent.tokens import count_message, count_tools
 from ctxagent.tools import values
 from ctxagent.tools.base import ToolError
 from ctxagent.tools.clean import plain
-from ctxagent.tools.guard import Grants
 from ctxagent.tools.offload import OffloadPolicy, settle, store_text
+from ctxagent.tools.permissions import Grants
 
 PipelinePath = Literal["batch", "interactive"]  # which of the profile's pipelines runs
 ROLES = ("system", "user", "assistant", "tool")

@@ -9,7 +9,7 @@ from pathlib import Path
 from ctxagent.profile import Path_, Profile
 from ctxagent.profile_schema import Limits
 from ctxagent.tools.base import Stop
-from ctxagent.tools.guard import Grants
+from ctxagent.tools.permissions import Grants
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_text
 from ctxagent.tools.arguments import parse_arguments
 from ctxagent.tools.base import ERROR_PREFIX, Stop, ToolError
-from ctxagent.tools.guard import Grants
 from ctxagent.tools.offload import envelope_overhead, settle
+from ctxagent.tools.permissions import Grants
 from ctxagent.tools.toolset import ToolOutcome
 
 PARENT_KEEPS = 0.9  # of what is left, the most all children together may get: the parent must still answer

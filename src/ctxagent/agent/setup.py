@@ -28,8 +28,9 @@ from ctxagent.sessions.session import Session
 from ctxagent.tokens import count_tools
 from ctxagent.tools.agent_tools import context_tools
 from ctxagent.tools.base import Stop, ToolContext
-from ctxagent.tools.guard import Grants, check_allowed
+from ctxagent.tools.guard import check_allowed
 from ctxagent.tools.offload import OffloadPolicy
+from ctxagent.tools.permissions import Grants
 from ctxagent.tools.toolset import Toolset, make_toolset
 from ctxagent.tools.user import absolute_spec, load_tools, spec_file
 

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 if TYPE_CHECKING:
-    from ctxagent.tools.guard import Grants
-    from ctxagent.tools.permissions import Answer
+    from ctxagent.tools.permissions import Answer, Grants
 
 AllowOpt = Annotated[str | None, typer.Option(
     "--allow", help="Grant tools (or kinds: read, write, exec, network) whose profile policy is 'ask', "
@@ -32,7 +31,7 @@ PROMPT_ARGUMENT_CHARS = 400  # of one argument value shown at the prompt
 def grants(allow: str | None, allow_all: bool, *, interactive: bool) -> Grants:
     """The command line's grants for ``open_runner``: ``--allow``, ``--allow-all`` and, on the interactive
     path only, the permission :func:`prompt`."""
-    from ctxagent.tools.guard import Grants
+    from ctxagent.tools.permissions import Grants
 
     return Grants.of(allow, allow_all, prompt if interactive else None)
 

@@ -147,13 +147,7 @@ def kill_running(stop: Stop) -> None:
     calls then end as killed. Call it after setting ``stop``: a command starting now sees it and ends itself."""
     with stop.starting:
         running = list(stop.running)
-    for proc in running:
-        _signal_group(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + KILL_GRACE_S
-    while any(proc.poll() is None for proc in list(stop.running)) and time.monotonic() < deadline:
-        time.sleep(_POLL_S)
-    for proc in list(stop.running):
-        _signal_group(proc.pid, signal.SIGKILL)
+    _kill_groups(running)
 
 
 def _exit_note(code: int) -> str:
@@ -190,16 +184,20 @@ def _runs_in_group(stat: Path, pgid: int) -> bool:
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group led by ``proc``, wait up to 2 s for it to go, then SIGKILL it."""
-    _signal_group(proc.pid, signal.SIGTERM)
-    deadline = time.monotonic() + KILL_GRACE_S
-    while time.monotonic() < deadline:
-        proc.poll()  # reap the leader, or its zombie keeps the group alive
-        if not _group_alive(proc.pid):
-            break
-        time.sleep(_POLL_S)
-    _signal_group(proc.pid, signal.SIGKILL)
+    _kill_groups([proc])
     proc.wait()
+
+
+def _kill_groups(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM the process groups led by ``procs``, wait up to 2 s for them to go, then SIGKILL them."""
+    for proc in procs:
+        _signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + KILL_GRACE_S
+    # poll() reaps a leader, or its zombie keeps the group alive
+    while time.monotonic() < deadline and any(proc.poll() is None or _group_alive(proc.pid) for proc in procs):
+        time.sleep(_POLL_S)
+    for proc in procs:
+        _signal_group(proc.pid, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -53,9 +53,7 @@ def mend(text: str) -> str:
 
     Returns ``text`` itself when it holds none. Time is linear in its length.
     """
-    if _SURROGATE.search(text) is None:
-        return text
-    return _SURROGATE.sub(_visible, text)
+    return _SURROGATE.sub(_visible, text)  # "If the pattern isn't found, string is returned unchanged" (re.sub)
 
 
 def _visible(match: re.Match[str]) -> str:
@@ -67,8 +65,7 @@ def plain(text: str) -> str:
     """Text typed or piped in (a task, a message): lone surrogates made visible (:func:`mend`),
     NUL and the other control characters but tab, newline, carriage return, vertical tab and form
     feed removed. Returns ``text`` itself when there is nothing to change."""
-    text = mend(text)
-    return _LEFTOVER.sub("", text) if _LEFTOVER.search(text) else text
+    return _LEFTOVER.sub("", mend(text))
 
 
 def encode_exact(text: str) -> bytes:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 CREDENTIAL_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL")
 PLACE = re.compile(r"_(?:DIR|PATH|HOME)$")
@@ -31,30 +31,27 @@ def _passes(name: str, pass_through: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in pass_through)
 
 
-def withheld(environ: Mapping[str, str] | None = None, pass_through: Iterable[str] = ()) -> list[str]:
-    """The names of ``environ`` (default ``os.environ``) a tool's process does not get, sorted."""
+def withheld(pass_through: Iterable[str] = ()) -> list[str]:
+    """The names of ``os.environ`` a tool's process does not get, sorted."""
     from ctxagent.sessions.redact import default  # the shapes of credentials (a value's form)
 
-    environ = os.environ if environ is None else environ
     keep = tuple(pass_through)
-    by_name = {name for name in environ if _named_credential(name)}
-    values = {environ[name] for name in by_name if len(environ[name]) >= MIN_VALUE_CHARS}
+    by_name = {name for name in os.environ if _named_credential(name)}
+    values = {os.environ[name] for name in by_name if len(os.environ[name]) >= MIN_VALUE_CHARS}
     redactor = default()
-    found = {name for name, value in environ.items()
+    found = {name for name, value in os.environ.items()
              if name not in by_name and (value in values or redactor.found(value))}
     return sorted(name for name in by_name | found if not _passes(name, keep))
 
 
-def tool_environment(environ: Mapping[str, str] | None = None, pass_through: Iterable[str] = ()) -> dict[str, str]:
-    """``environ`` (default ``os.environ``) without the names :func:`withheld` gives."""
-    environ = os.environ if environ is None else environ
-    drop = set(withheld(environ, pass_through))
-    return {name: value for name, value in environ.items() if name not in drop}
+def tool_environment(pass_through: Iterable[str] = ()) -> dict[str, str]:
+    """``os.environ`` without the names :func:`withheld` gives."""
+    drop = set(withheld(pass_through))
+    return {name: value for name, value in os.environ.items() if name not in drop}
 
 
-def passed_through(environ: Mapping[str, str] | None = None, pass_through: Iterable[str] = ()) -> dict[str, str]:
-    """The variables of ``environ`` that ``pass_through`` names: what an MCP server gets on top of
+def passed_through(pass_through: Iterable[str] = ()) -> dict[str, str]:
+    """The variables of ``os.environ`` that ``pass_through`` names: what an MCP server gets on top of
     the SDK's minimal environment (``HOME``, ``PATH``, ``USER``...) and its own ``env:`` entries."""
-    environ = os.environ if environ is None else environ
     keep = tuple(pass_through)
-    return {name: value for name, value in environ.items() if keep and _passes(name, keep)}
+    return {name: value for name, value in os.environ.items() if keep and _passes(name, keep)}

@@ -2,13 +2,13 @@
 
 :func:`guard` wraps a :class:`~ctxagent.tools.toolset.Toolset` in a :class:`GuardedToolset` whose calls
 ask the :class:`~ctxagent.tools.permissions.Gate` first, a refusal being the call's error outcome.
-:class:`Grants`, what the person running ctxagent grants beyond the profile, is given when a run opens;
-a sub-agent opens with :meth:`GuardedToolset.inherited`: its parent's, never a prompt.
+:class:`~ctxagent.tools.permissions.Grants`, what the person running ctxagent grants beyond the profile,
+is given when a run opens; a sub-agent opens with :meth:`GuardedToolset.inherited`: its parent's, never a prompt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -16,41 +16,9 @@ from typing import Any, Literal
 from ctxagent.messages import ToolCall
 from ctxagent.sessions.records import PermissionRecord
 from ctxagent.tools.arguments import parse_arguments
-from ctxagent.tools.base import ERROR_PREFIX, Tool, ToolContext, ToolError
-from ctxagent.tools.offload import OffloadPolicy
-from ctxagent.tools.permissions import Ask, Gate, PermissionsConfig, check_grants
+from ctxagent.tools.base import ERROR_PREFIX, ToolError
+from ctxagent.tools.permissions import Gate, Grants, PermissionsConfig, check_grants
 from ctxagent.tools.toolset import ToolOutcome, Toolset
-
-
-@dataclass(frozen=True)
-class Grants:
-    """What a run is granted beyond its profile's permissions (``deny`` and confinement always hold).
-
-    Args:
-        allow: names from ``--allow``: tools, kinds, MCP servers, ``server__tool`` names (checked
-            against the toolset by :func:`check_allowed`).
-        allow_all: ``--allow-all``: every ``ask`` is granted.
-        ask: the prompt of the interactive path (``ask(tool, arguments, workdir)`` returns ``yes``,
-            ``no`` or ``always``); None: never asks (a call that would ask is refused).
-        rules: the permissions that replace the profile's: a sub-agent keeps its parent's, whatever
-            its own profile says; None: the profile's.
-        always: tools already answered ``always`` (a sub-agent inherits its parent's answers).
-        protected: paths no tool may write beyond the run's own (a sub-agent keeps its parent's:
-            the files the parent is configured from).
-    """
-
-    allow: frozenset[str] = frozenset()
-    allow_all: bool = False
-    ask: Ask | None = None
-    rules: PermissionsConfig | None = None
-    always: frozenset[str] = frozenset()
-    protected: frozenset[Path] = frozenset()
-
-    @classmethod
-    def of(cls, allow: str | None, allow_all: bool = False, ask: Ask | None = None) -> Grants:
-        """The grants of a command line: ``allow`` as given to ``--allow`` (``"shell, write_file"``;
-        None: none), unchecked."""
-        return cls(frozenset(part.strip() for part in (allow or "").split(",") if part.strip()), allow_all, ask)
 
 
 def check_allowed(grants: Grants, toolset: Toolset) -> None:
@@ -89,24 +57,9 @@ class GuardedToolset:
 
     def __init__(self, toolset: Toolset, gate: Gate):
         self.toolset, self.gate = toolset, gate
+        self.tools, self.ctx, self.policy = toolset.tools, toolset.ctx, toolset.policy  # set once, never replaced
+        self.specs = toolset.specs
 
-    # -- the wrapped toolset ------------------------------------------------------------------
-    @property
-    def tools(self) -> dict[str, Tool]:
-        return self.toolset.tools
-
-    @property
-    def ctx(self) -> ToolContext:
-        return self.toolset.ctx
-
-    @property
-    def policy(self) -> OffloadPolicy:
-        return self.toolset.policy
-
-    def specs(self, loaded: Sequence[str] = ()) -> list[dict[str, Any]]:
-        return self.toolset.specs(loaded)
-
-    # -- the guard ----------------------------------------------------------------------------
     def check(self, call: ToolCall, *, turn: int = 0) -> Verdict:
         """The gate's verdict on ``call`` (``turn``: recorded with the user's answers). May ask the
         user (interactive path). An unknown tool, or arguments that do not parse to an object, are
@@ -150,8 +103,8 @@ class GuardedToolset:
         """The grants a sub-agent opens with: this gate's rules, grants and protected paths and the
         tools answered ``always`` so far; it never asks."""
         gate = self.gate
-        return Grants(frozenset(gate.granted), gate.allow_all, None, gate.config, frozenset(gate.always),
-                      frozenset(gate.protected))
+        return replace(gate.grants, ask=None, rules=gate.config, always=frozenset(gate.always),
+                       protected=frozenset(gate.protected))
 
 
 def guard(toolset: Toolset, permissions: PermissionsConfig, path: Literal["batch", "interactive"],
@@ -162,8 +115,5 @@ def guard(toolset: Toolset, permissions: PermissionsConfig, path: Literal["batch
     read (the session's output store); ``protected``: folders and files nothing may write into
     (ctxagent's own, the files the session is configured from), with ``grants.protected``.
     ``grants``: None grants nothing; ``grants.allow`` is not checked here (:func:`check_allowed` does)."""
-    grants = grants or Grants()
-    gate = Gate(grants.rules or permissions, path, grants.allow, grants.allow_all, grants.ask,
-                workdir=toolset.ctx.workdir, readable=readable, protected=[*protected, *grants.protected])
-    gate.always |= grants.always
-    return GuardedToolset(toolset, gate)
+    return GuardedToolset(toolset, Gate(permissions, path, grants or Grants(), workdir=toolset.ctx.workdir,
+                                        readable=readable, protected=protected))

@@ -33,6 +33,7 @@ from ctxagent.tools.preview import (
     plural,
     preview_bytes,
     preview_file,
+    span_tokens,
 )
 
 INLINE_MAX_BYTES = EXACT_TOKENS_MAX_BYTES  # larger outputs are offloaded without tokenizing them
@@ -256,13 +257,12 @@ def _record(path: Path, handle: str, store: OutputStore, *, call_id: str, tool_n
 
 
 def _file_tokens(path: Path, size: int, model: str) -> tuple[bool, int, bool]:
-    """``(binary, tokens, exact)`` of a stored output: text under 4 MiB is counted once cleaned of
-    terminal control (what reading it costs the model); the rest is estimated at 4 bytes a token."""
+    """``(binary, tokens, exact)`` of a stored output: a binary one is estimated at 4 bytes a token,
+    text as :func:`~ctxagent.tools.preview.span_tokens` counts it."""
     with open(path, "rb") as fh:
-        binary = looks_binary(fh.read(SNIFF_BYTES))
-    if binary or size >= EXACT_TOKENS_MAX_BYTES:
-        return binary, estimate_tokens(size), False
-    return binary, tokens.count_text(clean(path.read_bytes().decode("utf-8", "replace")), model), True
+        if looks_binary(fh.read(SNIFF_BYTES)):
+            return True, estimate_tokens(size), False
+        return False, *span_tokens(fh, 0, size, size, model)
 
 
 # --- structured values --------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -117,33 +118,59 @@ class PermissionsConfig(BaseModel):
         return DEFAULT_KINDS.get(kind, "ask"), f"the default for {kind} tools"
 
 
+@dataclass(frozen=True)
+class Grants:
+    """What a run is granted beyond its profile's permissions (``deny`` and confinement always hold).
+
+    Args:
+        allow: names from ``--allow``: tools, kinds, MCP servers, ``server__tool`` names (checked
+            against the toolset by :func:`~ctxagent.tools.guard.check_allowed`).
+        allow_all: ``--allow-all``: every ``ask`` is granted.
+        ask: the prompt of the interactive path (``ask(tool, arguments, workdir)`` returns ``yes``,
+            ``no`` or ``always``); None: never asks (a call that would ask is refused).
+        rules: the permissions that replace the profile's: a sub-agent keeps its parent's, whatever
+            its own profile says; None: the profile's.
+        always: tools already answered ``always`` (a sub-agent inherits its parent's answers).
+        protected: paths no tool may write beyond the run's own (a sub-agent keeps its parent's:
+            the files the parent is configured from).
+    """
+
+    allow: frozenset[str] = frozenset()
+    allow_all: bool = False
+    ask: Ask | None = None
+    rules: PermissionsConfig | None = None
+    always: frozenset[str] = frozenset()
+    protected: frozenset[Path] = frozenset()
+
+    @classmethod
+    def of(cls, allow: str | None, allow_all: bool = False, ask: Ask | None = None) -> Grants:
+        """The grants of a command line: ``allow`` as given to ``--allow`` (``"shell, write_file"``;
+        None: none), unchecked."""
+        return cls(frozenset(part.strip() for part in (allow or "").split(",") if part.strip()), allow_all, ask)
+
+
 class Gate:
     """Decides, call by call, whether a tool may run (see the module doc).
 
     Args:
-        config: the profile's permissions.
+        config: the profile's permissions (``grants.rules`` replace them).
         path: ``batch`` (never asks: ``ask`` means refused unless granted) or ``interactive``.
-        granted: tool names and kinds the command line granted (``--allow``).
-        allow_all: ``--allow-all``: every ``ask`` is granted (``deny`` and confinement still hold).
-        ask: how to ask the user on the interactive path; None: cannot ask (refused).
+        grants: what the run is granted beyond them (default: nothing; its ``always`` answers hold
+            here too, its ``protected`` paths join ``protected``).
         workdir: the run's working directory (file tools' relative paths start there).
         readable: more folders read tools may read (the session's output store).
         protected: folders nothing may write into (ctxagent's data folder).
     """
 
-    def __init__(self, config: PermissionsConfig, path: Literal["batch", "interactive"],
-                 granted: Iterable[str] = (), allow_all: bool = False, ask: Ask | None = None, *,
-                 workdir: Path | None = None, readable: Iterable[Path] = (), protected: Iterable[Path] = ()):
-        self.config, self.path = config, path
-        self.granted = set(granted)
-        self.allow_all = allow_all
-        self.ask = ask
+    def __init__(self, config: PermissionsConfig, path: Literal["batch", "interactive"], grants: Grants = Grants(),
+                 *, workdir: Path | None = None, readable: Iterable[Path] = (), protected: Iterable[Path] = ()):
+        self.config, self.path, self.grants = grants.rules or config, path, grants
         self.workdir = Path(os.path.realpath(workdir or Path.cwd()))
-        self.root = Path(os.path.realpath(self.workdir / Path(config.workdir).expanduser())) \
-            if config.workdir else self.workdir
+        self.root = Path(os.path.realpath(self.workdir / Path(self.config.workdir).expanduser())) \
+            if self.config.workdir else self.workdir
         self.readable = [Path(os.path.realpath(p)) for p in readable]
-        self.protected = [Path(os.path.realpath(p)) for p in protected]
-        self.always: set[str] = set()  # tools the user allowed for the rest of this run
+        self.protected = [Path(os.path.realpath(p)) for p in [*protected, *grants.protected]]
+        self.always = set(grants.always)  # tools the user allowed for the rest of this run
         self._decisions: list[Any] = []
 
     # -- the decision -------------------------------------------------------------------------
@@ -185,21 +212,22 @@ class Gate:
 
     # -- the steps ----------------------------------------------------------------------------
     def _granted(self, tool: Tool) -> bool:
-        return (self.allow_all or tool.name in self.granted or tool.kind in self.granted
-                or tool.group in self.granted or tool.name in self.always)
+        allow = self.grants.allow
+        return (self.grants.allow_all or tool.name in allow or tool.kind in allow or tool.group in allow
+                or tool.name in self.always)
 
     def _asked(self, tool: Tool, arguments: Mapping[str, Any], where: str, call_id: str, turn: int, *,
                why: str = "", always: str = "") -> str | None:
         """Ask the user, or the refusal when this run cannot ask. ``why``: shown with the arguments
         (under :data:`WHY_KEY`) and recorded as an exec path; ``always``: what an ``always``
         answer grants for the rest of the run (default: the tool)."""
-        if self.path == "batch" or self.ask is None:
+        if self.path == "batch" or self.grants.ask is None:
             return (f"denied by profile permissions: {tool.name} is 'ask' ({where}) and {self._cannot()}; "
                     f"rerun with --allow {tool.name} (or --allow {tool.kind}, or --allow-all), "
                     "or allow it in the profile")
         shown = {**arguments, WHY_KEY: why} if why else dict(arguments)
         try:
-            answer = self.ask(tool.name, shown, self.workdir)
+            answer = self.grants.ask(tool.name, shown, self.workdir)
         except (EOFError, OSError, ValueError):
             answer = "no"
         if answer not in ("yes", "no", "always"):
@@ -234,9 +262,9 @@ class Gate:
             return f"denied by profile permissions: {why}; it needs the exec permission, which is 'deny' ({where})"
         key = f"{tool.name}:exec"
         write_ok = write_allowed or self._granted(tool)
-        if policy == "allow" or self.allow_all or "exec" in self.granted or key in self.always:
+        if policy == "allow" or self.grants.allow_all or "exec" in self.grants.allow or key in self.always:
             return None if write_ok else self._asked(tool, arguments, self.config.policy(tool)[1], call_id, turn)
-        if self.path == "batch" or self.ask is None:
+        if self.path == "batch" or self.grants.ask is None:
             grants = "exec" if write_ok else f"exec,{tool.name}"
             return (f"denied by profile permissions: {why}; it needs the exec permission, which is 'ask' ({where}), "
                     f"and {self._cannot()}; rerun with --allow {grants} (or --allow-all), or set "

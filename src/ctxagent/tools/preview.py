@@ -31,6 +31,7 @@ MAX_CHAR_BYTES = 4  # a UTF-8 character takes at most 4 bytes
 
 _ESCAPED = re.compile("[\udc80-\udcff]")  # undecodable bytes after surrogateescape decoding
 _TO_REPLACEMENT = {code: "\ufffd" for code in range(0xDC80, 0xDD00)}
+_CONTINUATION = bytes(range(0x80, 0xC0))  # the bytes that continue a UTF-8 character
 
 _PARTLY = ("", "part of ", "middle of ")  # by how many ends of the one omitted line are shown
 
@@ -210,12 +211,11 @@ def _preview(fh: BinaryIO, lines: int | None, *, head_lines: int, tail_lines: in
     gap_start, gap_end = head.nbytes, size - tail.nbytes
     if gap_start == gap_end:
         return Preview(_shown(head.text + tail.text), lines, size, 0, 0, binary=False)
-    omitted_tokens, exact = _gap_tokens(fh, gap_start, gap_end, size, model)
-    first, last = _gap_line_span(head, tail, lines, ends_with_newline)
-    gap = _Gap(first, last, head.cut, tail.cut, gap_end - gap_start, omitted_tokens, exact)
-    marker = ("" if head.text.endswith("\n") or not head.text else "\n") + gap.describe() + "\n"
+    omitted_tokens, exact = span_tokens(fh, gap_start, gap_end, size, model)
+    gap, whole_lines = _gap(head, tail, lines, ends_with_newline, gap_end - gap_start, omitted_tokens, exact)
+    marker = ("" if head.text.endswith("\n") or not head.text else "\n") + gap + "\n"
     text = _shown(head.text) + marker + _shown(tail.text)
-    return Preview(text, lines, size, gap.whole_lines, gap.nbytes, False, marker, omitted_tokens, exact)
+    return Preview(text, lines, size, whole_lines, gap_end - gap_start, False, marker, omitted_tokens, exact)
 
 
 def _decode(data: bytes, *, final: bool) -> str:
@@ -293,10 +293,7 @@ def _take(pieces: Iterable[tuple[str, bool]], max_lines: int, budget: int) -> li
 
 def _continuation_bytes(raw: bytes) -> int:
     """How many UTF-8 continuation bytes (at most 3) start ``raw``: the rest of a cut character."""
-    count = 0
-    while count < min(3, len(raw)) and raw[count] & 0xC0 == 0x80:
-        count += 1
-    return count
+    return len(raw[:3]) - len(raw[:3].lstrip(_CONTINUATION))
 
 
 def _ends_with_newline(fh: BinaryIO, size: int) -> bool:
@@ -306,55 +303,35 @@ def _ends_with_newline(fh: BinaryIO, size: int) -> bool:
     return fh.read(1) == b"\n"
 
 
-def _gap_tokens(fh: BinaryIO, start: int, end: int, size: int, model: str) -> tuple[int, bool]:
-    """Tokens of bytes ``start:end``: counted (and True) when the file is under 4 MiB, else
-    estimated from the size (and False)."""
+def span_tokens(fh: BinaryIO, start: int, end: int, size: int, model: str) -> tuple[int, bool]:
+    """Tokens of bytes ``start:end`` of ``fh`` (``size`` bytes in all) cleaned of terminal control (what
+    reading them costs the model): counted (and True) under 4 MiB, else estimated from their size (and False)."""
     if size >= EXACT_TOKENS_MAX_BYTES:
         return estimate_tokens(end - start), False
     fh.seek(start)
     return tokens.count_text(clean(fh.read(end - start).decode("utf-8", "replace")), model), True
 
 
-def _gap_line_span(head: _Part, tail: _Part, lines: int, ends_with_newline: bool) -> tuple[int, int]:
-    """The first and last line numbers (1-based) the bytes between head and tail touch."""
+def _gap(head: _Part, tail: _Part, lines: int, ends_with_newline: bool, nbytes: int, tokens: int,
+         exact: bool) -> tuple[str, int]:
+    """What the preview leaves out between ``head`` and ``tail`` of a file of ``lines`` lines, said
+    (``[... 9,940 lines, 1,234,567 bytes, 300,123 tokens omitted: lines 41-9,980 ...]``), and the lines
+    of which nothing is shown (the first and last lines it touches may be shown in part)."""
     newlines = lines - (1 if lines and not ends_with_newline else 0)
-    gap_newlines = newlines - head.newlines - tail.newlines
     # The gap ends a line when the tail starts one (or, with no tail, when the file ends one).
     gap_ends_line = not tail.cut if tail.text else ends_with_newline
     first = head.newlines + 1
-    return first, first + gap_newlines - (1 if gap_ends_line else 0)
-
-
-@dataclass(frozen=True)
-class _Gap:
-    """What the preview leaves out: lines ``first``..``last`` (the first and last maybe only in
-    part, as the cut flags say), ``nbytes`` bytes, ``tokens`` tokens (estimated unless ``exact``)."""
-
-    first: int
-    last: int
-    head_cut: bool
-    tail_cut: bool
-    nbytes: int
-    tokens: int
-    exact: bool
-
-    @property
-    def whole_lines(self) -> int:
-        """Lines of which nothing is shown."""
-        return max(0, self.last - self.first + 1 - self.head_cut - self.tail_cut)
-
-    def describe(self) -> str:
-        """``[... 9,940 lines, 1,234,567 bytes, 300,123 tokens omitted: lines 41-9,980 ...]``."""
-        if self.first == self.last:
-            where = f"{_PARTLY[self.head_cut + self.tail_cut]}line {self.first:,}"
-        else:
-            where = f"lines {self.first:,}-{self.last:,}"
-            partly = [f"{n:,}" for n, cut in ((self.first, self.head_cut), (self.last, self.tail_cut)) if cut]
-            if partly:
-                where += f" (line {' and '.join(partly)} only partly)"
-        sizes = [plural(self.whole_lines, "line"), plural(self.nbytes, "byte"),
-                 plural(self.tokens, "token", "" if self.exact else "~")]
-        return f"[... {', '.join(sizes)} omitted: {where} ...]"
+    last = first + newlines - head.newlines - tail.newlines - (1 if gap_ends_line else 0)
+    whole_lines = max(0, last - first + 1 - head.cut - tail.cut)
+    if first == last:
+        where = f"{_PARTLY[head.cut + tail.cut]}line {first:,}"
+    else:
+        where = f"lines {first:,}-{last:,}"
+        partly = [f"{n:,}" for n, cut in ((first, head.cut), (last, tail.cut)) if cut]
+        if partly:
+            where += f" (line {' and '.join(partly)} only partly)"
+    sizes = [plural(whole_lines, "line"), plural(nbytes, "byte"), plural(tokens, "token", "" if exact else "~")]
+    return f"[... {', '.join(sizes)} omitted: {where} ...]", whole_lines
 
 
 def plural(count: int, noun: str, prefix: str = "") -> str:

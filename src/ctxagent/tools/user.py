@@ -125,10 +125,9 @@ def installed_tool(name: str) -> Tool:
 
     Raises ``UsageError`` when there is none or it cannot be loaded.
     """
-    found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP) if ep.name == name]
-    if not found:
+    entry = next(iter(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)), None)
+    if entry is None:
         raise UsageError(f"no tool {name!r} is installed under the {ENTRY_POINT_GROUP} entry point group")
-    entry = found[0]
     where = f"entry point {name} = {entry.value}"
     try:
         obj = entry.load()
@@ -139,11 +138,8 @@ def installed_tool(name: str) -> Tool:
 
 def absolute_spec(spec: str) -> str:
     """``spec`` with a file path made absolute (so a resumed session finds it from anywhere)."""
-    if ":" in spec:
-        where, attr = spec.rsplit(":", 1)
-        if _is_path(where):
-            return f"{Path(where).expanduser().resolve()}:{attr}"
-    return spec
+    where, _, attr = spec.rpartition(":")
+    return f"{Path(where).expanduser().resolve()}:{attr}" if where and _is_path(where) else spec
 
 
 def spec_file(spec: str) -> Path | None:
