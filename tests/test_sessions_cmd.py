@@ -201,7 +201,7 @@ def test_delete_takes_several_names_and_older_than(tmp_path):
     assert [s.name for s in list_sessions()] == ["c"]
     out = ctxagent("sessions", "delete", "--older-than", "7d", "--yes")
     assert out.returncode == 0 and "no session was last used more than 7d ago" in out.stderr
-    for bad in ("7", "x1d", "-1d", "3y"):
+    for bad in ("7", "x1d", "-1d", "3y", "nand", "infd"):  # float() reads "nan" and "inf"
         out = ctxagent("sessions", "delete", "--older-than", bad, "--yes")
         assert out.returncode == 2 and "give a number and a unit" in out.stderr, bad
     out = ctxagent("sessions", "delete", "c", "nope", "--yes")  # an unknown name: nothing is deleted

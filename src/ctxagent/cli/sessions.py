@@ -7,6 +7,7 @@ imports litellm.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sys
@@ -126,7 +127,7 @@ def age_s(text: str) -> float:
         value = float(number)
     except ValueError:
         value = -1.0
-    if unit not in UNITS_S or value < 0:
+    if unit not in UNITS_S or not 0 <= value < math.inf:  # not nan ("nand"), not inf ("infd")
         raise UsageError(f"--older-than {text!r}: give a number and a unit, s, m, h, d or w (30d, 12h, 90m)")
     return value * UNITS_S[unit]
 
