@@ -22,7 +22,7 @@ from ctxagent.cli import redacted
 from ctxagent.dirs import user_dir
 from ctxagent.errors import ProfileError, UsageError, first_error
 from ctxagent.profile import line_of, load_profile, parse_yaml
-from ctxagent.sessions.redact import private_dir
+from ctxagent.sessions.files import private_dir, replace_whole
 from ctxagent.tools.environment import withheld
 
 KEYS = ("model", "profile", "api_base", "context_window", "allow")
@@ -207,7 +207,7 @@ def trust() -> None:
     private_dir(_trust_file().parent)
     known = _known()
     known[str(project.resolve())] = _digest(project)
-    _trust_file().write_text(json.dumps(known, indent=1) + "\n", encoding="utf-8")
+    replace_whole(_trust_file(), json.dumps(known, indent=1) + "\n")  # whole or not at all, owner-only
     print(f"trusted {project}")
 
 
