@@ -160,17 +160,6 @@ def prefix_keys(request: dict[str, Any]) -> list[str]:
     return keys
 
 
-def _cached_tokens(request: dict[str, Any], matched: int, prompt: int) -> int:
-    """Tokens served from the cache when the first ``matched`` prefix keys were seen before (see module doc)."""
-    if matched <= 0:
-        return 0
-    model = str(request.get("model", ""))
-    messages = (request.get("messages") or [])[: matched - 1]
-    prefix = count_tools(request.get("tools") or [], model) + sum(_message_tokens(m, model) for m in messages)
-    tokens = min(prompt, prefix)
-    return 0 if tokens < CACHE_MIN_TOKENS else tokens // CACHE_STEP_TOKENS * CACHE_STEP_TOKENS
-
-
 _COUNTS: dict[tuple[bytes, str], int] = {}  # (digest of a message's JSON, model) -> count_message
 COUNTS_KEPT = 4096
 
@@ -215,22 +204,23 @@ def _assistant_message(item: Item, number: int) -> Message:
 
 
 def _usage(item: Item, request: dict[str, Any], message: Message, matched: int) -> dict[str, Any]:
-    """The usage object: fields the item gives, the rest counted (tokens; see module doc)."""
+    """The usage object: fields the item gives, the rest counted (tokens; see module doc). The first
+    ``matched`` prefix keys of ``request`` (:func:`prefix_keys`) were seen before: they are cached."""
     model = str(request.get("model", ""))
-    given = item.get("usage") or {}
-    messages = request.get("messages") or []
-    counted = PER_REQUEST + sum(_message_tokens(m, model) for m in messages) + count_tools(request.get("tools") or [],
-                                                                                          model)
+    given = dict(item.get("usage") or {})
     uncached = given.get("prompt_tokens") == "uncached"  # a server that reports only the uncached part
     if uncached:
-        given = {key: value for key, value in given.items() if key != "prompt_tokens"}
-    prompt = int(given.get("prompt_tokens", counted))
+        del given["prompt_tokens"]
+    tools = count_tools(request.get("tools") or [], model)
+    counts = [_message_tokens(m, model) for m in request.get("messages") or []]
+    prompt = int(given.get("prompt_tokens", PER_REQUEST + tools + sum(counts)))
     reply = int(given.get("completion_tokens", count_text(reasoning_text(message) + text_of(message), model)))
-    details = {"cached_tokens": _cached_tokens(request, matched, prompt)}
+    prefix = min(prompt, tools + sum(counts[: matched - 1])) if matched else 0
+    cached = 0 if prefix < CACHE_MIN_TOKENS else prefix // CACHE_STEP_TOKENS * CACHE_STEP_TOKENS
     if uncached:
-        prompt -= details["cached_tokens"]
+        prompt -= cached
     return {"prompt_tokens": prompt, "completion_tokens": reply, "total_tokens": prompt + reply,
-            "prompt_tokens_details": details} | given
+            "prompt_tokens_details": {"cached_tokens": cached}} | given
 
 
 def completion(item: Item, request: dict[str, Any], number: int, matched: int = 0) -> dict[str, Any]:
