@@ -238,22 +238,22 @@ def completion(item: Item, request: dict[str, Any], number: int, matched: int = 
     }
 
 
+def _chunk(head: dict[str, Any], delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return head | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
 def sse_chunks(completion: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
     """The chunks of ``completion`` as a stream: role+content, one per tool call, finish, usage."""
     head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-    choice = (completion["choices"] or [{"message": {}, "finish_reason": None}])[0]
-    message = choice["message"]
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return head | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-    if not completion["choices"]:
-        return [head | {"choices": []}, head | {"choices": [], "usage": completion["usage"]}][: 1 + include_usage]
-    first = {"role": "assistant", "content": message.get("content") or ""}
-    chunks = [chunk(first | {k: message[k] for k in REASONING_KEYS if k in message})]
-    for index, call in enumerate(message.get("tool_calls") or []):
-        chunks.append(chunk({"tool_calls": [{"index": index} | call]}))
-    chunks.append(chunk({}, choice["finish_reason"]))
+    chunks = [head | {"choices": []}]  # a completion without choices
+    if completion["choices"]:
+        choice = completion["choices"][0]
+        message = choice["message"]
+        first = {"role": "assistant", "content": message.get("content") or ""}
+        chunks = [_chunk(head, first | {k: message[k] for k in REASONING_KEYS if k in message})]
+        chunks += [_chunk(head, {"tool_calls": [{"index": i} | call]})
+                   for i, call in enumerate(message.get("tool_calls") or [])]
+        chunks.append(_chunk(head, {}, choice["finish_reason"]))
     if include_usage:
         chunks.append(head | {"choices": [], "usage": completion["usage"]})
     return chunks
@@ -263,9 +263,8 @@ def failed_stream(request: dict[str, Any], payload: dict[str, Any] | str) -> byt
     """A stream that starts (one content chunk) and then carries the error ``payload`` as an event."""
     head = {"id": "chatcmpl-fake-err", "object": "chat.completion.chunk", "created": int(time.time()),
             "model": str(request.get("model", "fake"))}
-    first = head | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
     event = payload if isinstance(payload, dict) else {"error": {"message": payload}}
-    return f"data: {json.dumps(first)}\n\ndata: {json.dumps(event)}\n\n".encode()
+    return _sse([_chunk(head, {"role": "assistant", "content": ""}), event], done=False)
 
 
 def missing_reasoning(messages: list[Message]) -> int | None:
@@ -365,9 +364,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
 
 
-def _sse(chunks: list[dict[str, Any]]) -> bytes:
-    """``chunks`` as server-sent events, then ``data: [DONE]``."""
-    return ("".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n").encode()
+def _sse(chunks: list[dict[str, Any]], done: bool = True) -> bytes:
+    """``chunks`` as server-sent events, then ``data: [DONE]`` when ``done``."""
+    return ("".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + ("data: [DONE]\n\n" if done else "")).encode()
 
 
 class _Server(ThreadingHTTPServer):
