@@ -64,7 +64,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
@@ -75,8 +75,6 @@ Item = dict[str, Any]
 
 CACHE_MIN_TOKENS = 1024  # OpenAI caches a prompt prefix from this many tokens on...
 CACHE_STEP_TOKENS = 128  # ...in increments of this many
-MID_STREAM = "x-fake-mid-stream"  # internal marker from _answer to the handler; never sent
-CUT = "x-fake-cut"  # internal marker: cut the reply mid-way (never sent)
 REASONING_KEYS = ("reasoning_content", "thinking_blocks")  # reply-item keys sent on the message as given
 DEEPSEEK_MISSING_REASONING = ("Missing `reasoning_content` field in the assistant message at message index {index}. "
                               "For more information, please refer to "
@@ -334,30 +332,27 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as err:
             self._send_json(400, error_body(f"request body is not JSON: {err}"))
             return
-        status, payload, headers = self.server.fake._answer(request)
-        streaming = bool(request.get("stream"))
-        if headers.pop(CUT, None):
-            self._send_cut(request, payload)
-        elif status == 200 and streaming:
+        status, payload, headers, fault = self.server.fake._answer(request)
+        stream = bool(request.get("stream"))
+        if stream and status == 200:
             assert isinstance(payload, dict), "a 200 answer is a completion object"
             include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-            self._send(200, _sse(sse_chunks(payload, include_usage)), "text/event-stream")
-        elif streaming and headers.pop(MID_STREAM, ""):
-            self._send(200, failed_stream(request, payload), "text/event-stream", headers)
+            body, kind = _sse(sse_chunks(payload, include_usage)), "text/event-stream"
+        elif stream and fault == "mid_stream":
+            status, body, kind = 200, failed_stream(request, payload), "text/event-stream"
         elif isinstance(payload, str):
-            self._send(status, payload.encode(), "text/plain; charset=utf-8", headers)
+            body, kind = payload.encode(), "text/plain; charset=utf-8"
         else:
-            self._send_json(status, payload, headers)
+            body, kind = json.dumps(payload).encode(), "application/json"
+        if fault == "cut":
+            self._send_cut(body, kind, stream)
+        else:
+            self._send(status, body, kind, headers)
 
-    def _send_cut(self, request: dict[str, Any], payload: Any) -> None:
-        """Half a reply, then the connection closes: a stream's first chunk, or half of a JSON body."""
-        if request.get("stream"):
-            whole, kind = _sse(sse_chunks(payload, True)), "text/event-stream"
-            part = whole[: whole.index(b"\n\n") + 2]  # JSON text has no raw newline
-        else:
-            whole, kind = json.dumps(payload).encode(), "application/json"
-            part = whole[: len(whole) // 2]
-        self._send(200, part, kind, length=len(whole))
+    def _send_cut(self, body: bytes, kind: str, stream: bool) -> None:
+        """Half of a reply's ``body``, then the connection closes: a stream's first event, or half of JSON."""
+        part = body[: body.index(b"\n\n") + 2] if stream else body[: len(body) // 2]  # JSON has no raw newline
+        self._send(200, part, kind, length=len(body))
         self.wfile.flush()
         self.close_connection = True
         with contextlib.suppress(OSError):
@@ -406,8 +401,7 @@ class FakeOpenAI:
                  require_reasoning_content: bool = False, routes: dict[str, list[Item]] | None = None,
                  info: dict[str, Any] | None = None):
         self.script: list[Item] = [checked_item(item) for item in replies]
-        self.routes = {key: [checked_item(item) for item in items] for key, items in (routes or {}).items()}
-        self._routed = dict.fromkeys(self.routes, 0)
+        self._routes = {key: iter([checked_item(item) for item in items]) for key, items in (routes or {}).items()}
         self.check_pairs = check_pairs
         self.require_reasoning_content = require_reasoning_content
         self.requests: list[dict[str, Any]] = []
@@ -490,59 +484,56 @@ class FakeOpenAI:
 
     # -- request handling (called from handler threads)
 
-    def _answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any] | str, dict[str, str]]:
-        """The HTTP status, body (JSON object or text) and extra headers for one chat-completions request.
-
-        An error item played mid-stream adds the internal :data:`MID_STREAM` header (never sent).
-        """
+    def _answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any] | str, dict[str, str], str | None]:
+        """The HTTP status, body (JSON object or text), extra headers and fault (``"cut"``, ``"mid_stream"``
+        or None: the item's) of the answer to one chat-completions request."""
         messages = request.get("messages") or []
-        problems = pair_violations(messages) if self.check_pairs else []
-        missing = missing_reasoning(messages) if self.require_reasoning_content else None
+        rejection = None
+        if self.require_reasoning_content and (missing := missing_reasoning(messages)) is not None:
+            rejection = error_body(DEEPSEEK_MISSING_REASONING.format(index=missing), code="invalid_request_error")
+        elif self.check_pairs and (problems := pair_violations(messages)):
+            rejection = error_body("Invalid 'messages': tool calls and tool results do not pair: "
+                                   + "; ".join(problems), param="messages")
         keys = prefix_keys(request)
         with self._lock:
             self.requests.append(request)
             self.cached.append(0)
             index = len(self.cached) - 1
-            route = _route_of(messages, self.routes)
-            if problems or missing is not None:
+            if rejection is not None:
                 self.rejected.append(request)
-                item, number = None, 0
-            elif route is not None:
-                played = self._routed[route]
-                item, number = (self.routes[route] + [None])[played], self.served + 1
-                self._routed[route] += item is not None
-            elif self.served < len(self.script):
-                item, number = self.script[self.served], self.served + 1
-                self.served += 1
-            else:
-                item, number = None, self.served + 1
-        if missing is not None:
-            message = DEEPSEEK_MISSING_REASONING.format(index=missing)
-            return 400, error_body(message, code="invalid_request_error"), {}
-        if problems:
-            message = "Invalid 'messages': tool calls and tool results do not pair: " + "; ".join(problems)
-            return 400, error_body(message, param="messages"), {}
+                return 400, rejection, {}, None
+            number = self.served + 1
+            item = self._next_item(messages)
         if item is None:
             message = f"FakeOpenAI script exhausted: all {len(self.script)} scripted replies were used"
-            return 500, error_body(message, type="server_error"), {}
+            return 500, error_body(message, type="server_error"), {}, None
         time.sleep(float(item.get("delay_s") or 0))
         if "error" in item:
             spec = item["error"]
             message, kind = str(spec.get("message", "error")), spec.get("type", "invalid_request_error")
             body = item.get("body") or error_body(message, type=kind, code=spec.get("code"))
-            headers = dict(item.get("headers") or {}) | ({MID_STREAM: "1"} if item.get("mid_stream") else {})
-            return int(spec.get("status", 400)), body, headers
+            fault = "mid_stream" if item.get("mid_stream") else None
+            return int(spec.get("status", 400)), body, dict(item.get("headers") or {}), fault
         with self._lock:
             matched = next((i for i, key in enumerate(keys) if key not in self._prefixes), len(keys))
             self._prefixes.update(keys)
         answer = completion(item, request, number, matched)
-        cached = reported_cached(answer["usage"])
         with self._lock:
-            self.cached[index] = cached
-        return 200, answer, {CUT: "1"} if item.get("cut") else {}
+            self.cached[index] = reported_cached(answer["usage"])
+        return 200, answer, {}, "cut" if item.get("cut") else None
+
+    def _next_item(self, messages: list[Message]) -> Item | None:
+        """The next item of the script ``messages`` are routed to, played (None when it has run out)."""
+        route = _route_of(messages, self._routes)
+        if route is not None:
+            return next(self._routes[route], None)
+        if self.served >= len(self.script):
+            return None
+        self.served += 1
+        return self.script[self.served - 1]
 
 
-def _route_of(messages: list[dict[str, Any]], routes: dict[str, list[Item]]) -> str | None:
+def _route_of(messages: list[dict[str, Any]], routes: dict[str, Iterator[Item]]) -> str | None:
     """The first route key found in the first user message of ``messages`` (None: the main script)."""
     if not routes:
         return None
