@@ -111,22 +111,13 @@ CONTEXT_STYLES = tuple(_CONTEXT_ERRORS)
 def context_error(style: str = "openai", *, tokens: int = 130_000, limit: int = 128_000) -> Item:
     """A script item for "the context is too long", worded as provider ``style`` words it.
 
-    ``tokens`` is the request size and ``limit`` the window, both in tokens. Styles
-    (:data:`CONTEXT_STYLES`) and what litellm 1.110.2 raises for each through ``openai/...``:
-
-    - ``openai``: 400, code ``context_length_exceeded`` -> ``ContextWindowExceededError``.
-    - ``openai-request-too-large``: 429, OpenAI's tokens-per-minute wording ("Request too large
-      for ... Limit M, Requested N") -> ``RateLimitError`` (retrying cannot help: shrink instead).
-    - ``anthropic``: 400, "prompt is too long: N tokens > M maximum" -> ``ContextWindowExceededError``.
-    - ``vllm``: 400, "This model's maximum context length is M tokens. However, you requested
-      N tokens ..." -> ``ContextWindowExceededError``.
-    - ``ollama``: 400, "the input length exceeds the context length" -> plain ``BadRequestError``.
-    - ``llama.cpp``: 400, type ``exceed_context_size_error``, "the request exceeds the available context
-      size, try increasing it" -> ``ContextWindowExceededError``.
-    - ``llama.cpp-500``: 500, "Context size has been exceeded." (older llama.cpp servers) ->
-      ``InternalServerError`` (ctxagent's table, ``agent/provider_errors.py``, knows it).
-
-    Raises ``ValueError`` for an unknown style.
+    ``tokens`` is the request size and ``limit`` the window, both in tokens. The styles
+    (:data:`CONTEXT_STYLES`) are worded in the table above; through ``openai/...`` litellm 1.110.2
+    raises ``ContextWindowExceededError`` for ``openai``, ``anthropic``, ``vllm`` and ``llama.cpp``,
+    ``RateLimitError`` for ``openai-request-too-large`` (OpenAI's tokens-per-minute wording: retrying
+    cannot help, shrink instead), a plain ``BadRequestError`` for ``ollama`` and ``InternalServerError``
+    for ``llama.cpp-500`` (older llama.cpp servers; ctxagent's table, ``agent/provider_errors.py``,
+    knows it). Raises ``ValueError`` for an unknown style.
     """
     if style not in _CONTEXT_ERRORS:
         raise ValueError(f"unknown context error style {style!r}; known: {', '.join(CONTEXT_STYLES)}")
@@ -303,8 +294,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        self._send(status, json.dumps(payload).encode(), headers=headers)
+    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+        self._send(status, json.dumps(payload).encode())
 
     def _other(self, method: str) -> None:
         """Answer a request other than a chat completion: an ``info`` route, the model list, else 404."""
