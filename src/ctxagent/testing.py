@@ -298,15 +298,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(payload).encode())
 
     def _other(self, method: str) -> None:
-        """Answer a request other than a chat completion: an ``info`` route, the model list, else 404."""
+        """Answer a request other than a chat completion: an ``info`` route (the model list by default), else 404."""
         route = self.path.split("?", 1)[0].rstrip("/")
         fake = self.server.fake
         with fake._lock:
             fake.info_requests.append(f"{method} {route}")
         if route in fake.info:
             self._send_json(200, fake.info[route])
-        elif method == "GET" and self.path.rstrip("/") == "/v1/models":
-            self._send_json(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
         else:
             self._send_json(404, error_body(f"no route {method} {self.path}", type="not_found_error"))
 
@@ -396,7 +394,8 @@ class FakeOpenAI:
         self.check_pairs = check_pairs
         self.require_reasoning_content = require_reasoning_content
         self.requests: list[dict[str, Any]] = []
-        self.info = {path.rstrip("/"): body for path, body in (info or {}).items()}
+        self.info = {"/v1/models": {"object": "list", "data": [{"id": "fake", "object": "model"}]}}
+        self.info.update({path.rstrip("/"): body for path, body in (info or {}).items()})
         self.info_requests: list[str] = []
         self.rejected: list[dict[str, Any]] = []
         self.served = 0
