@@ -404,7 +404,6 @@ class FakeOpenAI:
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
@@ -420,13 +419,13 @@ class FakeOpenAI:
         if self._server is None:
             self._server = _Server(("127.0.0.1", 0), _Handler)
             self._server.fake = self
-            self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                            name="FakeOpenAI", daemon=True)
-            self._thread.start()
+            threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="FakeOpenAI",
+                             daemon=True).start()
         return self
 
     def stop(self) -> None:
-        """Stop serving and close every open connection, so pooled clients see a dead server."""
+        """Stop serving (``shutdown`` returns when the serving thread's loop has) and close every open
+        connection, so pooled clients see a dead server."""
         if self._server is None:
             return
         self._server.shutdown()
@@ -436,9 +435,7 @@ class FakeOpenAI:
         for conn in connections:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = self._thread = None
+        self._server = None
 
     def __enter__(self) -> Self:
         return self.start()
