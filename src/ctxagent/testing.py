@@ -51,8 +51,7 @@ DeepSeek's thinking mode rejects (api-docs.deepseek.com/guides/thinking_mode, "T
 
 Streaming: when the request says ``"stream": true`` the reply is sent as server-sent events
 (``chat.completion.chunk`` objects, tool calls as indexed deltas, a usage chunk when
-``stream_options.include_usage`` is set, then ``data: [DONE]``), in one response with a
-Content-Length. Errors are plain HTTP errors in both modes, but for ``mid_stream`` ones.
+``stream_options.include_usage`` is set, then ``data: [DONE]``), in one response with a Content-Length.
 """
 
 from __future__ import annotations
