@@ -63,11 +63,11 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
-from ctxagent.messages import Message, pair_violations, text_of, tool_call
+from ctxagent.messages import Message, content_of, pair_violations, text_of, tool_call
 from ctxagent.tokens import PER_REQUEST, count_message, count_text, count_tools, reasoning_text
 
 Item = dict[str, Any]
@@ -509,20 +509,13 @@ class FakeOpenAI:
         return 200, answer, {}, "cut" if item.get("cut") else None
 
     def _next_item(self, messages: list[Message]) -> Item | None:
-        """The next item of the script ``messages`` are routed to, played (None when it has run out)."""
-        route = _route_of(messages, self._routes)
+        """The next item of the script ``messages`` are routed to, played (None when it has run out): the
+        first route whose key the first user message contains, else the main script."""
+        first = next((m for m in messages if m.get("role") == "user"), {})
+        route = next((key for key in self._routes if key in content_of(first)), None)
         if route is not None:
             return next(self._routes[route], None)
         if self.served >= len(self.script):
             return None
         self.served += 1
         return self.script[self.served - 1]
-
-
-def _route_of(messages: list[dict[str, Any]], routes: dict[str, Iterator[Item]]) -> str | None:
-    """The first route key found in the first user message of ``messages`` (None: the main script)."""
-    if not routes:
-        return None
-    first = next((m for m in messages if m.get("role") == "user"), {})
-    text = first.get("content") if isinstance(first.get("content"), str) else json.dumps(first.get("content"))
-    return next((key for key in routes if key in (text or "")), None)
