@@ -146,10 +146,9 @@ class Context:
             raise UsageError("the context window is unknown: give context_window (tokens) or a model litellm knows")
         self.model, self.path, self.transcript = model, path, transcript
         self.window = context_window or resolve_window(self.profile, model, api_base)
-        policy = offload_policy(self.profile, model, window=self.window)
-        self.outputs = None if outputs is None else Outputs(outputs, limit_tokens=policy.limit_tokens, model=model)
+        self.outputs = None if outputs is None else Outputs(outputs, model=model)
         if self.outputs is not None:
-            self.outputs._policy = policy  # the profile's previews too
+            self.outputs._policy = offload_policy(self.profile, model, window=self.window)  # its limit and previews
         llm = path == "interactive" or self.profile.allow_llm_in_batch
         self._summarizer = summarizer if llm else None
         self._tool_tokens = count_tools([dict(t) for t in tools], model) if tools else 0

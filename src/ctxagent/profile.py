@@ -170,19 +170,14 @@ def _chain(text: str, source: str, seen: tuple[str, ...]) -> list[_Layer]:
     if not isinstance(spec, str) or not spec.strip():
         raise ProfileError("extends names one profile: a bundled name or a path relative to this file",
                            path=source, line=line, key=EXTENDS)
-    if spec in bundled_names():
-        base_source = f"<bundled:{spec}>"
-    else:
-        folder = Path.cwd() if source.startswith("<") else Path(source).parent
-        base_source = str((folder / Path(spec).expanduser()).resolve())
+    bundled = spec in bundled_names()
+    folder = Path.cwd() if source.startswith("<") else Path(source).parent
+    base_source = f"<bundled:{spec}>" if bundled else str((folder / Path(spec).expanduser()).resolve())
     chain = (*seen, source if source.startswith("<") else str(Path(source).resolve()))
     if base_source in chain:
         raise ProfileError(f"extends cycle: {' -> '.join([*chain, base_source])}", path=source, line=line,
                            key=EXTENDS)
-    if base_source.startswith("<"):
-        base_text = bundled_text(spec)
-    else:
-        base_text = _read_file(Path(base_source), source, line=line, key=EXTENDS)
+    base_text = bundled_text(spec) if bundled else _read_file(Path(base_source), source, line=line, key=EXTENDS)
     bases = _chain(base_text, base_source, chain)
     for base in bases:
         base.data.pop("name", None)  # the profile is named after the file that extends, not its base

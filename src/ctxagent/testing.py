@@ -51,8 +51,7 @@ DeepSeek's thinking mode rejects (api-docs.deepseek.com/guides/thinking_mode, "T
 
 Streaming: when the request says ``"stream": true`` the reply is sent as server-sent events
 (``chat.completion.chunk`` objects, tool calls as indexed deltas, a usage chunk when
-``stream_options.include_usage`` is set, then ``data: [DONE]``), in one response with a
-Content-Length. Errors are plain HTTP errors in both modes, but for ``mid_stream`` ones.
+``stream_options.include_usage`` is set, then ``data: [DONE]``), in one response with a Content-Length.
 """
 
 from __future__ import annotations
@@ -68,15 +67,13 @@ from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
-from ctxagent.messages import Message, pair_violations, text_of, tool_call
+from ctxagent.messages import Message, content_of, pair_violations, text_of, tool_call
 from ctxagent.tokens import PER_REQUEST, count_message, count_text, count_tools, reasoning_text
 
 Item = dict[str, Any]
 
 CACHE_MIN_TOKENS = 1024  # OpenAI caches a prompt prefix from this many tokens on...
 CACHE_STEP_TOKENS = 128  # ...in increments of this many
-MID_STREAM = "x-fake-mid-stream"  # internal marker from _answer to the handler; never sent
-CUT = "x-fake-cut"  # internal marker: cut the reply mid-way (never sent)
 REASONING_KEYS = ("reasoning_content", "thinking_blocks")  # reply-item keys sent on the message as given
 DEEPSEEK_MISSING_REASONING = ("Missing `reasoning_content` field in the assistant message at message index {index}. "
                               "For more information, please refer to "
@@ -113,22 +110,13 @@ CONTEXT_STYLES = tuple(_CONTEXT_ERRORS)
 def context_error(style: str = "openai", *, tokens: int = 130_000, limit: int = 128_000) -> Item:
     """A script item for "the context is too long", worded as provider ``style`` words it.
 
-    ``tokens`` is the request size and ``limit`` the window, both in tokens. Styles
-    (:data:`CONTEXT_STYLES`) and what litellm 1.110.2 raises for each through ``openai/...``:
-
-    - ``openai``: 400, code ``context_length_exceeded`` -> ``ContextWindowExceededError``.
-    - ``openai-request-too-large``: 429, OpenAI's tokens-per-minute wording ("Request too large
-      for ... Limit M, Requested N") -> ``RateLimitError`` (retrying cannot help: shrink instead).
-    - ``anthropic``: 400, "prompt is too long: N tokens > M maximum" -> ``ContextWindowExceededError``.
-    - ``vllm``: 400, "This model's maximum context length is M tokens. However, you requested
-      N tokens ..." -> ``ContextWindowExceededError``.
-    - ``ollama``: 400, "the input length exceeds the context length" -> plain ``BadRequestError``.
-    - ``llama.cpp``: 400, type ``exceed_context_size_error``, "the request exceeds the available context
-      size, try increasing it" -> ``ContextWindowExceededError``.
-    - ``llama.cpp-500``: 500, "Context size has been exceeded." (older llama.cpp servers) ->
-      ``InternalServerError`` (ctxagent's table, ``agent/provider_errors.py``, knows it).
-
-    Raises ``ValueError`` for an unknown style.
+    ``tokens`` is the request size and ``limit`` the window, both in tokens. The styles
+    (:data:`CONTEXT_STYLES`) are worded in the table above; through ``openai/...`` litellm 1.110.2
+    raises ``ContextWindowExceededError`` for ``openai``, ``anthropic``, ``vllm`` and ``llama.cpp``,
+    ``RateLimitError`` for ``openai-request-too-large`` (OpenAI's tokens-per-minute wording: retrying
+    cannot help, shrink instead), a plain ``BadRequestError`` for ``ollama`` and ``InternalServerError``
+    for ``llama.cpp-500`` (older llama.cpp servers; ctxagent's table, ``agent/provider_errors.py``,
+    knows it). Raises ``ValueError`` for an unknown style.
     """
     if style not in _CONTEXT_ERRORS:
         raise ValueError(f"unknown context error style {style!r}; known: {', '.join(CONTEXT_STYLES)}")
@@ -158,17 +146,6 @@ def prefix_keys(request: dict[str, Any]) -> list[str]:
         digest.update(b"\n" + json.dumps(message, sort_keys=True).encode())  # JSON text has no raw newline
         keys.append(digest.hexdigest())
     return keys
-
-
-def _cached_tokens(request: dict[str, Any], matched: int, prompt: int) -> int:
-    """Tokens served from the cache when the first ``matched`` prefix keys were seen before (see module doc)."""
-    if matched <= 0:
-        return 0
-    model = str(request.get("model", ""))
-    messages = (request.get("messages") or [])[: matched - 1]
-    prefix = count_tools(request.get("tools") or [], model) + sum(_message_tokens(m, model) for m in messages)
-    tokens = min(prompt, prefix)
-    return 0 if tokens < CACHE_MIN_TOKENS else tokens // CACHE_STEP_TOKENS * CACHE_STEP_TOKENS
 
 
 _COUNTS: dict[tuple[bytes, str], int] = {}  # (digest of a message's JSON, model) -> count_message
@@ -215,22 +192,23 @@ def _assistant_message(item: Item, number: int) -> Message:
 
 
 def _usage(item: Item, request: dict[str, Any], message: Message, matched: int) -> dict[str, Any]:
-    """The usage object: fields the item gives, the rest counted (tokens; see module doc)."""
+    """The usage object: fields the item gives, the rest counted (tokens; see module doc). The first
+    ``matched`` prefix keys of ``request`` (:func:`prefix_keys`) were seen before: they are cached."""
     model = str(request.get("model", ""))
-    given = item.get("usage") or {}
-    messages = request.get("messages") or []
-    counted = PER_REQUEST + sum(_message_tokens(m, model) for m in messages) + count_tools(request.get("tools") or [],
-                                                                                          model)
+    given = dict(item.get("usage") or {})
     uncached = given.get("prompt_tokens") == "uncached"  # a server that reports only the uncached part
     if uncached:
-        given = {key: value for key, value in given.items() if key != "prompt_tokens"}
-    prompt = int(given.get("prompt_tokens", counted))
+        del given["prompt_tokens"]
+    tools = count_tools(request.get("tools") or [], model)
+    counts = [_message_tokens(m, model) for m in request.get("messages") or []]
+    prompt = int(given.get("prompt_tokens", PER_REQUEST + tools + sum(counts)))
     reply = int(given.get("completion_tokens", count_text(reasoning_text(message) + text_of(message), model)))
-    details = {"cached_tokens": _cached_tokens(request, matched, prompt)}
+    prefix = min(prompt, tools + sum(counts[: matched - 1])) if matched else 0
+    cached = 0 if prefix < CACHE_MIN_TOKENS else prefix // CACHE_STEP_TOKENS * CACHE_STEP_TOKENS
     if uncached:
-        prompt -= details["cached_tokens"]
+        prompt -= cached
     return {"prompt_tokens": prompt, "completion_tokens": reply, "total_tokens": prompt + reply,
-            "prompt_tokens_details": details} | given
+            "prompt_tokens_details": {"cached_tokens": cached}} | given
 
 
 def completion(item: Item, request: dict[str, Any], number: int, matched: int = 0) -> dict[str, Any]:
@@ -248,22 +226,22 @@ def completion(item: Item, request: dict[str, Any], number: int, matched: int = 
     }
 
 
+def _chunk(head: dict[str, Any], delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return head | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
 def sse_chunks(completion: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
     """The chunks of ``completion`` as a stream: role+content, one per tool call, finish, usage."""
     head = {k: completion[k] for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
-    choice = (completion["choices"] or [{"message": {}, "finish_reason": None}])[0]
-    message = choice["message"]
-
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return head | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-
-    if not completion["choices"]:
-        return [head | {"choices": []}, head | {"choices": [], "usage": completion["usage"]}][: 1 + include_usage]
-    first = {"role": "assistant", "content": message.get("content") or ""}
-    chunks = [chunk(first | {k: message[k] for k in REASONING_KEYS if k in message})]
-    for index, call in enumerate(message.get("tool_calls") or []):
-        chunks.append(chunk({"tool_calls": [{"index": index} | call]}))
-    chunks.append(chunk({}, choice["finish_reason"]))
+    chunks = [head | {"choices": []}]  # a completion without choices
+    if completion["choices"]:
+        choice = completion["choices"][0]
+        message = choice["message"]
+        first = {"role": "assistant", "content": message.get("content") or ""}
+        chunks = [_chunk(head, first | {k: message[k] for k in REASONING_KEYS if k in message})]
+        chunks += [_chunk(head, {"tool_calls": [{"index": i} | call]})
+                   for i, call in enumerate(message.get("tool_calls") or [])]
+        chunks.append(_chunk(head, {}, choice["finish_reason"]))
     if include_usage:
         chunks.append(head | {"choices": [], "usage": completion["usage"]})
     return chunks
@@ -273,9 +251,8 @@ def failed_stream(request: dict[str, Any], payload: dict[str, Any] | str) -> byt
     """A stream that starts (one content chunk) and then carries the error ``payload`` as an event."""
     head = {"id": "chatcmpl-fake-err", "object": "chat.completion.chunk", "created": int(time.time()),
             "model": str(request.get("model", "fake"))}
-    first = head | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
     event = payload if isinstance(payload, dict) else {"error": {"message": payload}}
-    return f"data: {json.dumps(first)}\n\ndata: {json.dumps(event)}\n\n".encode()
+    return _sse([_chunk(head, {"role": "assistant", "content": ""}), event], done=False)
 
 
 def missing_reasoning(messages: list[Message]) -> int | None:
@@ -316,19 +293,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        self._send(status, json.dumps(payload).encode(), headers=headers)
+    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+        self._send(status, json.dumps(payload).encode())
 
     def _other(self, method: str) -> None:
-        """Answer a request other than a chat completion: an ``info`` route, the model list, else 404."""
+        """Answer a request other than a chat completion: an ``info`` route (the model list by default), else 404."""
         route = self.path.split("?", 1)[0].rstrip("/")
         fake = self.server.fake
         with fake._lock:
             fake.info_requests.append(f"{method} {route}")
         if route in fake.info:
             self._send_json(200, fake.info[route])
-        elif method == "GET" and self.path.rstrip("/") == "/v1/models":
-            self._send_json(200, {"object": "list", "data": [{"id": "fake", "object": "model"}]})
         else:
             self._send_json(404, error_body(f"no route {method} {self.path}", type="not_found_error"))
 
@@ -345,39 +320,36 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as err:
             self._send_json(400, error_body(f"request body is not JSON: {err}"))
             return
-        status, payload, headers = self.server.fake._answer(request)
-        streaming = bool(request.get("stream"))
-        if headers.pop(CUT, None):
-            self._send_cut(request, payload)
-        elif status == 200 and streaming:
+        status, payload, headers, fault = self.server.fake._answer(request)
+        stream = bool(request.get("stream"))
+        if stream and status == 200:
             assert isinstance(payload, dict), "a 200 answer is a completion object"
             include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-            self._send(200, _sse(sse_chunks(payload, include_usage)), "text/event-stream")
-        elif streaming and headers.pop(MID_STREAM, ""):
-            self._send(200, failed_stream(request, payload), "text/event-stream", headers)
+            body, kind = _sse(sse_chunks(payload, include_usage)), "text/event-stream"
+        elif stream and fault == "mid_stream":
+            status, body, kind = 200, failed_stream(request, payload), "text/event-stream"
         elif isinstance(payload, str):
-            self._send(status, payload.encode(), "text/plain; charset=utf-8", headers)
+            body, kind = payload.encode(), "text/plain; charset=utf-8"
         else:
-            self._send_json(status, payload, headers)
+            body, kind = json.dumps(payload).encode(), "application/json"
+        if fault == "cut":
+            self._send_cut(body, kind, stream)
+        else:
+            self._send(status, body, kind, headers)
 
-    def _send_cut(self, request: dict[str, Any], payload: Any) -> None:
-        """Half a reply, then the connection closes: a stream's first chunk, or half of a JSON body."""
-        if request.get("stream"):
-            whole, kind = _sse(sse_chunks(payload, True)), "text/event-stream"
-            part = whole[: whole.index(b"\n\n") + 2]  # JSON text has no raw newline
-        else:
-            whole, kind = json.dumps(payload).encode(), "application/json"
-            part = whole[: len(whole) // 2]
-        self._send(200, part, kind, length=len(whole))
+    def _send_cut(self, body: bytes, kind: str, stream: bool) -> None:
+        """Half of a reply's ``body``, then the connection closes: a stream's first event, or half of JSON."""
+        part = body[: body.index(b"\n\n") + 2] if stream else body[: len(body) // 2]  # JSON has no raw newline
+        self._send(200, part, kind, length=len(body))
         self.wfile.flush()
         self.close_connection = True
         with contextlib.suppress(OSError):
             self.connection.shutdown(socket.SHUT_RDWR)
 
 
-def _sse(chunks: list[dict[str, Any]]) -> bytes:
-    """``chunks`` as server-sent events, then ``data: [DONE]``."""
-    return ("".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n").encode()
+def _sse(chunks: list[dict[str, Any]], done: bool = True) -> bytes:
+    """``chunks`` as server-sent events, then ``data: [DONE]`` when ``done``."""
+    return ("".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + ("data: [DONE]\n\n" if done else "")).encode()
 
 
 class _Server(ThreadingHTTPServer):
@@ -417,12 +389,12 @@ class FakeOpenAI:
                  require_reasoning_content: bool = False, routes: dict[str, list[Item]] | None = None,
                  info: dict[str, Any] | None = None):
         self.script: list[Item] = [checked_item(item) for item in replies]
-        self.routes = {key: [checked_item(item) for item in items] for key, items in (routes or {}).items()}
-        self._routed = dict.fromkeys(self.routes, 0)
+        self._routes = {key: iter([checked_item(item) for item in items]) for key, items in (routes or {}).items()}
         self.check_pairs = check_pairs
         self.require_reasoning_content = require_reasoning_content
         self.requests: list[dict[str, Any]] = []
-        self.info = {path.rstrip("/"): body for path, body in (info or {}).items()}
+        self.info = {"/v1/models": {"object": "list", "data": [{"id": "fake", "object": "model"}]}}
+        self.info.update({path.rstrip("/"): body for path, body in (info or {}).items()})
         self.info_requests: list[str] = []
         self.rejected: list[dict[str, Any]] = []
         self.served = 0
@@ -431,7 +403,6 @@ class FakeOpenAI:
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
@@ -447,13 +418,13 @@ class FakeOpenAI:
         if self._server is None:
             self._server = _Server(("127.0.0.1", 0), _Handler)
             self._server.fake = self
-            self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                            name="FakeOpenAI", daemon=True)
-            self._thread.start()
+            threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="FakeOpenAI",
+                             daemon=True).start()
         return self
 
     def stop(self) -> None:
-        """Stop serving and close every open connection, so pooled clients see a dead server."""
+        """Stop serving (``shutdown`` returns when the serving thread's loop has) and close every open
+        connection, so pooled clients see a dead server."""
         if self._server is None:
             return
         self._server.shutdown()
@@ -463,9 +434,7 @@ class FakeOpenAI:
         for conn in connections:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = self._thread = None
+        self._server = None
 
     def __enter__(self) -> Self:
         return self.start()
@@ -501,62 +470,52 @@ class FakeOpenAI:
 
     # -- request handling (called from handler threads)
 
-    def _answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any] | str, dict[str, str]]:
-        """The HTTP status, body (JSON object or text) and extra headers for one chat-completions request.
-
-        An error item played mid-stream adds the internal :data:`MID_STREAM` header (never sent).
-        """
+    def _answer(self, request: dict[str, Any]) -> tuple[int, dict[str, Any] | str, dict[str, str], str | None]:
+        """The HTTP status, body (JSON object or text), extra headers and fault (``"cut"``, ``"mid_stream"``
+        or None: the item's) of the answer to one chat-completions request."""
         messages = request.get("messages") or []
-        problems = pair_violations(messages) if self.check_pairs else []
-        missing = missing_reasoning(messages) if self.require_reasoning_content else None
+        rejection = None
+        if self.require_reasoning_content and (missing := missing_reasoning(messages)) is not None:
+            rejection = error_body(DEEPSEEK_MISSING_REASONING.format(index=missing), code="invalid_request_error")
+        elif self.check_pairs and (problems := pair_violations(messages)):
+            rejection = error_body("Invalid 'messages': tool calls and tool results do not pair: "
+                                   + "; ".join(problems), param="messages")
         keys = prefix_keys(request)
         with self._lock:
             self.requests.append(request)
             self.cached.append(0)
             index = len(self.cached) - 1
-            route = _route_of(messages, self.routes)
-            if problems or missing is not None:
+            if rejection is not None:
                 self.rejected.append(request)
-                item, number = None, 0
-            elif route is not None:
-                played = self._routed[route]
-                item, number = (self.routes[route] + [None])[played], self.served + 1
-                self._routed[route] += item is not None
-            elif self.served < len(self.script):
-                item, number = self.script[self.served], self.served + 1
-                self.served += 1
-            else:
-                item, number = None, self.served + 1
-        if missing is not None:
-            message = DEEPSEEK_MISSING_REASONING.format(index=missing)
-            return 400, error_body(message, code="invalid_request_error"), {}
-        if problems:
-            message = "Invalid 'messages': tool calls and tool results do not pair: " + "; ".join(problems)
-            return 400, error_body(message, param="messages"), {}
+                return 400, rejection, {}, None
+            number = self.served + 1
+            item = self._next_item(messages)
         if item is None:
             message = f"FakeOpenAI script exhausted: all {len(self.script)} scripted replies were used"
-            return 500, error_body(message, type="server_error"), {}
+            return 500, error_body(message, type="server_error"), {}, None
         time.sleep(float(item.get("delay_s") or 0))
         if "error" in item:
             spec = item["error"]
             message, kind = str(spec.get("message", "error")), spec.get("type", "invalid_request_error")
             body = item.get("body") or error_body(message, type=kind, code=spec.get("code"))
-            headers = dict(item.get("headers") or {}) | ({MID_STREAM: "1"} if item.get("mid_stream") else {})
-            return int(spec.get("status", 400)), body, headers
+            fault = "mid_stream" if item.get("mid_stream") else None
+            return int(spec.get("status", 400)), body, dict(item.get("headers") or {}), fault
         with self._lock:
             matched = next((i for i, key in enumerate(keys) if key not in self._prefixes), len(keys))
             self._prefixes.update(keys)
         answer = completion(item, request, number, matched)
-        cached = reported_cached(answer["usage"])
         with self._lock:
-            self.cached[index] = cached
-        return 200, answer, {CUT: "1"} if item.get("cut") else {}
+            self.cached[index] = reported_cached(answer["usage"])
+        return 200, answer, {}, "cut" if item.get("cut") else None
 
-
-def _route_of(messages: list[dict[str, Any]], routes: dict[str, list[Item]]) -> str | None:
-    """The first route key found in the first user message of ``messages`` (None: the main script)."""
-    if not routes:
-        return None
-    first = next((m for m in messages if m.get("role") == "user"), {})
-    text = first.get("content") if isinstance(first.get("content"), str) else json.dumps(first.get("content"))
-    return next((key for key in routes if key in (text or "")), None)
+    def _next_item(self, messages: list[Message]) -> Item | None:
+        """The next item of the script ``messages`` are routed to, played (None when it has run out): the
+        first route whose key the first user message contains, else the main script."""
+        first = next((m for m in messages if m.get("role") == "user"), {})
+        route = next((key for key in self._routes if key in content_of(first)), None)
+        if route is not None:
+            return next(self._routes[route], None)
+        if self.served >= len(self.script):
+            return None
+        self.served += 1
+        return self.script[self.served - 1]

@@ -116,12 +116,7 @@ def count_text(text: str, model: str = "") -> int:
     if not text:
         return 0
     name = encoding_for(model)
-    if len(text) < LONG_CHARS:
-        return _encoded(text, name)
-    hit = _LONG.get(name, text)
-    if hit is None:
-        hit = _LONG.put(name, text, _encoded(text, name))
-    return hit
+    return _encoded(text, name) if len(text) < LONG_CHARS else _LONG.count(name, text)
 
 
 def _encoded(text: str, name: str) -> int:
@@ -145,18 +140,18 @@ class _LongCounts:
         self._chars = 0
         self._lock = threading.Lock()
 
-    def get(self, name: str, text: str) -> int | None:
+    def count(self, name: str, text: str) -> int:
+        """Tokens of ``text`` in encoding ``name``: remembered, else encoded (outside the lock) and kept."""
+        key = (name, text)
         with self._lock:
-            count = self._counts.get((name, text))
-            if count is not None:
-                self._counts.move_to_end((name, text))
-            return count
-
-    def put(self, name: str, text: str, count: int) -> int:
+            if key in self._counts:
+                self._counts.move_to_end(key)
+                return self._counts[key]
+        count = _encoded(text, name)
         with self._lock:
-            if (name, text) not in self._counts:
+            if key not in self._counts:
                 self._chars += len(text)
-            self._counts[(name, text)] = count
+            self._counts[key] = count
             while self._chars > LONG_KEPT_CHARS and len(self._counts) > 1:
                 (_, old), _count = self._counts.popitem(last=False)
                 self._chars -= len(old)
