@@ -432,7 +432,7 @@ class Chain:
         from ctxagent.sessions import records
         from ctxagent.sessions.outcome import final_answer
 
-        return final_answer(records.loads(json.dumps(r)) for r in self._records()) is not None
+        return final_answer([records.loads(json.dumps(r)) for r in self._records()]) is not None
 
     def _check_session(self) -> None:
         from ctxagent.agent.runner import INTERRUPTED
