@@ -117,6 +117,14 @@ def test_the_part_and_path_a_stored_object_suggests_work_when_its_first_key_is_o
     assert not found.is_error and "first" in found.content, found.content
 
 
+def test_an_argument_ending_in_a_newline_is_text_not_a_handle(toolset: Toolset) -> None:
+    """``$`` matched before a final newline: "@everyone\\n" (a line a model writes to a file) looked like a
+    handle, named nothing stored and failed the call; "@rec\\n" resolved to @rec."""
+    run(toolset, "rec", "record", items=["a"])
+    for text in ("@everyone\n", "@rec\n"):
+        assert received(run(toolset, "k", "kind_of", value=text))["repr"] == repr(text)
+
+
 def test_structured_values_are_stored_with_metadata_and_a_handle(toolset: Toolset, store: OutputStore) -> None:
     grid = run(toolset, "grid", "make_array", n=8)
     assert grid.output is not None and grid.output.handle == "@grid"

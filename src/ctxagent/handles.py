@@ -20,10 +20,10 @@ import re
 from collections.abc import Container
 
 _HANDLE = r"@[A-Za-z0-9_-]{1,32}(?:\.[0-9]+)?"  # the grammar's ``handle``
-HANDLE_RE = re.compile(f"^{_HANDLE}$")
+HANDLE_RE = re.compile(rf"^{_HANDLE}\Z")
 """A whole string that is exactly one handle (no sub-handle part)."""
 
-REF_RE = re.compile(rf"^({_HANDLE})((?:/[^/\s]+)*)$")
+REF_RE = re.compile(rf"^({_HANDLE})((?:/[^/\s]+)*)\Z")
 """A handle with an optional ``/part/part`` path into its value (group 1: handle, 2: path)."""
 
 IN_TEXT_RE = re.compile(rf"(?<![\w@/.]){_HANDLE}(?:/[A-Za-z0-9_~%-]+(?:\.[A-Za-z0-9_~%-]+)*)*")

@@ -20,7 +20,7 @@ from ctxagent.errors import UsageError, first_error
 if TYPE_CHECKING:
     from ctxagent.tools.base import Tool
 
-SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}\Z")
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 

@@ -31,8 +31,8 @@ NEAREST = 3  # handles suggested for an unknown one
 LISTED = 10  # handles (or keys) listed when none is near
 KEYS_DESCRIBED = 12  # keys of an object named in a one-line description
 
-HANDLE_LIKE = re.compile(r"^@[^\s@]\S*$")  # looks like a handle: it must then parse, or fail loudly
-_ESCAPED = re.compile(r"^@(@[^\s@]\S*)$")
+HANDLE_LIKE = re.compile(r"^@[^\s@]\S*\Z")  # looks like a handle: it must then parse, or fail loudly
+_ESCAPED = re.compile(r"^@(@[^\s@]\S*)\Z")
 _INT = re.compile(r"^-?[0-9]+$")
 
 
