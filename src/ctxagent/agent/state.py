@@ -80,12 +80,18 @@ class SessionState:
 
     def _compacted(self, record: records.CompactionRecord) -> None:
         self.context.record([compaction_of(record)])
-        if record.strategy not in VIEW_STEPS:  # the pins message (2nd in every request) changes only when
-            self.shown_pins = list(self.pins)  # a step cut old history too: a mask batch must not break the
-            self.shown_files = list(self.ledger.files.values())  # whole cached prefix for a new ledger line
-        self._compaction(record)
         self.compactions[record.strategy] = self.compactions.get(record.strategy, 0) + 1
         self.recent_compactions = [*self.recent_compactions[1 - RECENT_COMPACTIONS:], record]
+        if record.strategy in VIEW_STEPS:
+            return
+        # the pins message (2nd in every request) changes only when a step cut old history too: a mask
+        # batch must not break the whole cached prefix for a new ledger line
+        self.shown_pins = list(self.pins)
+        self.shown_files = list(self.ledger.files.values())
+        request = self.replies + 1  # the thrash guard counts consecutive requests that cut history
+        if request != self._compacted_at:
+            self.compacted_turns = self.compacted_turns + 1 if request == self._compacted_at + 1 else 1
+            self._compacted_at = request
 
     def _output(self, record: records.OutputRecord) -> None:
         self.handles.add(record.handle)
@@ -235,15 +241,6 @@ class SessionState:
         call = self._calls.get(call_id)
         if call and call.name in activity.PURE_TOOLS and not activity.result_is_error(record.message):
             self.pure[activity.signature(call)] = (handle, record.turn)
-
-    def _compaction(self, record: records.CompactionRecord) -> None:
-        """Count consecutive requests that compacted by more than a view-only step (thrash guard)."""
-        if record.strategy in VIEW_STEPS:
-            return
-        request = self.replies + 1
-        if request != self._compacted_at:
-            self.compacted_turns = self.compacted_turns + 1 if request == self._compacted_at + 1 else 1
-            self._compacted_at = request
 
     def compaction_streak(self) -> int:
         """How many requests in a row, up to the last one sent, made a reducing compaction."""
