@@ -52,9 +52,6 @@ class Asked:
         return "; ".join(self.answers)
 
 
-Probe = Callable[["_Client", str, str, str], Found | None]
-
-
 def server_root(api_base: str) -> str:
     """``api_base`` without a trailing ``/v1`` (and slash): where llama.cpp, Ollama and LM Studio
     serve their own endpoints (``http://127.0.0.1:8080/v1`` -> ``http://127.0.0.1:8080``)."""
@@ -74,11 +71,13 @@ def server_window(api_base: str, model: str, *, timeout_s: float = TIMEOUT_S,
     client = _Client(timeout_s, time.monotonic() + deadline_s)
     base, root = api_base.rstrip("/"), server_root(api_base)
     name = model.split("/", 1)[-1]  # the name on its server: openai/qwen2.5 -> qwen2.5, ollama/llama3:8b -> llama3:8b
-    probes: list[Probe] = [_llama_props, _openai_models, _lm_studio, _ollama]
-    if model.startswith(OLLAMA_PROVIDERS):
-        probes = [_ollama]
-    for probe in probes:
-        found = probe(client, base, root, name)
+    probes: list[Callable[[], Found | None]] = [
+        lambda: _window(client, f"{root}/props", ("default_generation_settings.n_ctx",)),  # llama.cpp: a slot's
+        lambda: _window(client, f"{base}/models", MODELS_FIELDS, name),  # vLLM, SGLang...: OpenAI's model list
+        lambda: _window(client, f"{root}/api/v0/models", ("loaded_context_length",), name),  # LM Studio, loaded only
+        lambda: _ollama(client, root, name)]  # Ollama
+    for probe in probes[-1:] if model.startswith(OLLAMA_PROVIDERS) else probes:
+        found = probe()
         if found is not None or client.asked.down or time.monotonic() >= client.deadline:
             break
     return found, client.asked
@@ -137,21 +136,6 @@ def _path(data: Any, *keys: str) -> Any:
     return data
 
 
-def _llama_props(client: _Client, base: str, root: str, name: str) -> Found | None:
-    """llama.cpp: ``GET /props`` -> ``default_generation_settings.n_ctx`` (the window of one slot)."""
-    return _window(client, f"{root}/props", ("default_generation_settings.n_ctx",))
-
-
-def _openai_models(client: _Client, base: str, root: str, name: str) -> Found | None:
-    """OpenAI-style ``GET {api_base}/models``: the model's entry, its window field."""
-    return _window(client, f"{base}/models", MODELS_FIELDS, name)
-
-
-def _lm_studio(client: _Client, base: str, root: str, name: str) -> Found | None:
-    """LM Studio: ``GET /api/v0/models`` -> the model's ``loaded_context_length`` (loaded models only)."""
-    return _window(client, f"{root}/api/v0/models", ("loaded_context_length",), name)
-
-
 def _window(client: _Client, url: str, fields: tuple[str, ...], name: str | None = None, key: str = "data",
             id_keys: tuple[str, ...] = ("id",)) -> Found | None:
     """The first of ``fields`` (dot: nested) that holds a window in the JSON of ``GET url``, or with
@@ -181,7 +165,7 @@ def _entry(entries: list[dict[str, Any]], name: str, id_keys: tuple[str, ...]) -
     return entries[0] if len(entries) == 1 else None
 
 
-def _ollama(client: _Client, base: str, root: str, name: str) -> Found | None:
+def _ollama(client: _Client, root: str, name: str) -> Found | None:
     """Ollama: ``num_ctx`` from ``POST /api/show``'s parameters, else the loaded model's
     ``context_length`` from ``GET /api/ps``; the trained length is kept for the message only."""
     url = f"{root}/api/show"
