@@ -159,10 +159,9 @@ class Runner:
             for _ in range(limit):
                 reply = yield from self._step()
                 if not reply.tool_calls:
-                    answer = reply.content or ""
                     self.unlearned = self.learner is not None and self.sink.writes_files  # learn() after it is shown
                     self._end("answered")
-                    yield Finished("answered", answer, self.state.turn)
+                    yield Finished("answered", reply.content or "", self.state.turn)
                     return
                 yield from self.tools.run(reply)
             raise LimitReached(f"stopped after max_turns={limit} model calls; "
