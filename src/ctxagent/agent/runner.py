@@ -340,7 +340,7 @@ class Runner:
                 view = yield from self._build([*self.profile.pipeline(self.path), *escalation], budget)
         reply = read_calls(reply, self.profile.text_tool_calls, self.tools.tool_specs)  # calls written as text
         reply = with_call_ids(reply, self.state.next_seq, self.state.call_ids)
-        self._record_reply(reply, view, turn)
+        self._record_reply(reply, budget.estimate(view), turn)
         yield from self._spend_warnings()
         yield Replied(turn, reply)
         return reply
@@ -366,11 +366,11 @@ class Runner:
         for text in self.breaker.due(self.state):  # at 80% of a limit, once per run
             yield self.out.warn("budget", text)
 
-    def _record_reply(self, reply: Reply, view: list[Entry], turn: int) -> None:
+    def _record_reply(self, reply: Reply, estimate: int, turn: int) -> None:
         written = {} if reply.written is None else {"written": reply.written}  # calls read from the text
         items: list[Any] = [self.out.message(reply.message(), turn, **written)]
         if reply.usage is not None:
-            items.append(usage_record(reply.usage, turn, self.model.name, self.budget().estimate(view)))
+            items.append(usage_record(reply.usage, turn, self.model.name, estimate))
         self.out.append(*items)
 
     def pin(self, fact: str) -> None:
