@@ -119,10 +119,8 @@ def _blocks(text: str, schemas: Mapping[str, Mapping[str, Any]], *, lenient: boo
 def _only_calls(inner: str) -> tuple[_Found, ...]:
     """The calls of a fenced or tagged block whose text is calls and nothing else (JSON calls and
     ``<function name=... arguments=...>`` elements; commas and blank space between them allowed), else ()."""
-    pieces: list[tuple[int, int, list[_Found]]] = []
-    for match in _FUNCTION_ATTRS.finditer(inner):
-        call = _call_of({"name": match.group(2), "arguments": match.group(4)})
-        pieces.append((match.start(), match.end(), [call] if call else []))
+    pieces = [(match.start(), match.end(), _calls_of({"name": match.group(2), "arguments": match.group(4)}))
+              for match in _FUNCTION_ATTRS.finditer(inner)]
     pieces += [(start, end, _calls_of(value)) for start, end, value in _json_values(inner)
                if not any(s <= start < e for s, e, _ in pieces)]
     if not pieces or not all(found for _, _, found in pieces):
