@@ -210,28 +210,23 @@ class Runner:
         if warning:
             yield self.out.warn("lessons", warning)
 
-    def pins(self) -> list[str]:
+    def pins(self, shown: bool = False) -> list[str]:
         """Every pinned fact, kept verbatim always: the profile's, the lessons block, the agent's (``pin``
-        tool), then the file-activity ledger line as shown (a line that changed at every file read would
-        restart the strategies' incremental folds each request)."""
-        return self._pins(self.state.pins)
-
-    def shown_pins(self) -> list[str]:
-        """The pinned facts in the view's pins message: the agent's as of the last compaction that cut
-        history (that message changes only when the prefix changes near the top anyway)."""
-        return self._pins(self.state.shown_pins)
-
-    def _pins(self, agents: list[str]) -> list[str]:
+        tool; ``shown``: as the view's pins message shows them, as of the last compaction that cut history:
+        that message changes only when the prefix changes near the top anyway), then the file-activity
+        ledger line as shown (a line that changed at every file read would restart the strategies'
+        incremental folds each request)."""
+        agents = self.state.shown_pins if shown else self.state.pins
         line = self.state.ledger.line(str(self.toolset.ctx.workdir), self.state.shown_files)
         return list(dict.fromkeys([*self.profile.pins, *self.state.lesson_pins, *agents, *([line] if line else [])]))
 
     def request(self) -> list[Entry]:
         """The view the next request sends as things stand: the base view with the pins message."""
-        return with_pins(self.state.context.view, self.shown_pins(), self.model_name)
+        return with_pins(self.state.context.view, self.pins(shown=True), self.model_name)
 
     def last_request(self) -> list[Entry]:
         """The view of the last request sent (as the state remembers it)."""
-        return with_pins(self.state.context.last_request(), self.shown_pins(), self.model_name)
+        return with_pins(self.state.context.last_request(), self.pins(shown=True), self.model_name)
 
     def summarizer(self) -> Callable[[str, int], str] | None:
         """The LLM summarizer, only on paths where LLM strategies may run."""
