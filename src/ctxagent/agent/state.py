@@ -202,18 +202,17 @@ class SessionState:
             self.repairs.append(f"{what} ({call_id!r}) left out of the view: {why}")
             return
         self.open_calls.remove(call_id)
-        handle, offloaded = self._handle_of(record)
+        handle, offloaded = self._handle_of(record, call_id)
         repair = self.context.add_result(record, self._owners.pop(call_id), handle, offloaded)
         if repair:
             self.repairs.append(repair)
-        self._result(record, handle)
+        self._result(record, call_id, handle)
 
-    def _handle_of(self, record: records.MessageRecord) -> tuple[str, bool]:
+    def _handle_of(self, record: records.MessageRecord, call_id: str) -> tuple[str, bool]:
         """A tool result's handle and whether it was offloaded: the record's own, or (a record older than
         handles on records) its call's stored output's, else its call id's."""
         handle, offloaded = record.handle, record.offloaded
         if handle is None:
-            call_id = str(record.message.get("tool_call_id") or "")
             stored = self._outputs.get(call_id)
             handle, offloaded = stored or base_handle(call_id), stored is not None
         self.handles.add(handle)
@@ -231,10 +230,9 @@ class SessionState:
             kept = {call.id for _, call in self._recent}
             self._digests = {k: v for k, v in self._digests.items() if k in kept}
 
-    def _result(self, record: records.MessageRecord, handle: str) -> None:
+    def _result(self, record: records.MessageRecord, call_id: str, handle: str) -> None:
         """A tool result: into the file ledger, and remembered when its tool is pure."""
         self.ledger.apply(record)
-        call_id = str(record.message.get("tool_call_id") or "")
         stored = self._open_sha.pop(call_id, None)
         self._digests[call_id] = activity.result_digest(str(record.message.get("content") or ""),
                                                         stored if record.offloaded else None)
