@@ -382,8 +382,7 @@ class Runner:
     def attach(self, text: str, name: str) -> str:
         """``text`` (piped into the run) as it goes into a user message: ``[name]`` then the text, offloaded
         like a tool output (a preview naming its handle) over the tool-result threshold."""
-        call = ToolCall(name, name, "")
-        content, record = settle(text, call=call, tool_name=name, store=self.toolset.ctx.store,
+        content, record = settle(text, call=ToolCall(name, name, ""), tool_name=name, store=self.toolset.ctx.store,
                                  policy=self.toolset.policy, handle=self.state.new_handle(name))
         if record is not None:
             self.out.append(record)
