@@ -64,16 +64,14 @@ def read_calls(reply: Reply, mode: str, tools: Sequence[Mapping[str, Any]]) -> R
         return reply
     calls = tuple(ToolCall("", c.name, c.arguments if isinstance(c.arguments, str) else
                            json.dumps(c.arguments, ensure_ascii=False)) for b in blocks for c in b.calls)
-    rest = _without(text, blocks)
-    return replace(reply, content=rest or None, tool_calls=calls, written=text)
+    return replace(reply, content=_without(text, blocks) or None, tool_calls=calls, written=text)
 
 
 def _accepted(block: _Block, schemas: Mapping[str, Mapping[str, Any]], mode: str) -> bool:
     """Whether every call of ``block`` is taken in ``mode`` (auto: known tools, arguments that fit)."""
-    if mode == "always":
-        return True
-    return all(c.name in schemas and isinstance(c.arguments, dict) and arguments_fit(c.arguments, schemas[c.name])
-               for c in block.calls)
+    return mode == "always" or all(
+        c.name in schemas and isinstance(c.arguments, dict) and arguments_fit(c.arguments, schemas[c.name])
+        for c in block.calls)
 
 
 def _without(text: str, blocks: Sequence[_Block]) -> str:
