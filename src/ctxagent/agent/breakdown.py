@@ -19,11 +19,7 @@ LABELS = {"system": "system prompt", "tools": "tool schemas", "pins": "pinned fa
 def category_of(entry: Entry) -> str:
     if entry.kind == "pins":
         return "pins"
-    if entry.role == "system":
-        return "system"
-    if entry.role == "tool":
-        return "tool_results"
-    return "messages"
+    return {"system": "system", "tool": "tool_results"}.get(entry.role, "messages")
 
 
 def breakdown(view: Sequence[Entry], tool_tokens: int) -> dict[str, int]:

@@ -8,7 +8,7 @@ request is the base view plus the pinned facts: between compactions it extends t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 
 from ctxagent.errors import ContextOverflowError, CtxagentError
@@ -30,10 +30,7 @@ def compaction_of(record: records.CompactionRecord) -> Compaction:
 
 def record_of(comp: Compaction) -> records.CompactionRecord:
     """The transcript record of a compaction a strategy made."""
-    return records.CompactionRecord(strategy=comp.strategy, start=comp.start, end=comp.end,
-                                    message=comp.message, tokens=comp.tokens,
-                                    tokens_before=comp.tokens_before, refs=list(comp.refs),
-                                    quotes=list(comp.quotes))
+    return records.CompactionRecord(**asdict(comp))
 
 
 def entry_of(record: records.MessageRecord, handle: str | None = None, offloaded: bool | None = None) -> Entry:

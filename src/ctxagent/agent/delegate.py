@@ -221,7 +221,7 @@ class Delegator:
         policy = replace(policy, limit_tokens=limit)
         content, record = settle(answer, call=child.call, tool_name="delegate", store=self.parent.toolset.ctx.store,
                                  policy=policy, handle=child.handle)
-        spent = Spend.of(runner.state.usage, 0.0)
+        spent = runner.state.usage
         stored = f", stored as {child.handle} (over the contract of {self.config.result_max_tokens:,})" \
             if record is not None else ""
         header = (f"[ctxagent result of sub-agent {child.session.name}: {size:,} tokens{stored}; it spent "

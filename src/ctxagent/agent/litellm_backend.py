@@ -17,6 +17,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from ctxagent.agent.model_types import Reply, Usage, read_usage
@@ -230,48 +231,34 @@ def openai_wire(model: str) -> bool:
     return found is not None and found[1] not in NATIVE_PROVIDERS
 
 
+@dataclass(eq=False)
 class LiteLLMModel:
-    """A :class:`~ctxagent.agent.model_types.Model` that calls ``litellm.completion``.
-
-    Args:
-        model: a litellm model string (``gpt-4o``, ``anthropic/claude-sonnet-4-5``, ``openai/NAME``
-            with ``api_base`` for any OpenAI-compatible server).
-        api_base: base URL of the provider's API (``http://127.0.0.1:8000/v1``), or None.
-        timeout_s: seconds one HTTP attempt may take.
-        retries: extra attempts after a retryable failure (so at most ``retries + 1`` calls).
-        max_output_tokens: tokens the reply may use (sent as ``max_tokens``), or None for the default.
-        backoff_s: seconds before the first retry, doubled for each further one; a server's own wait
-            (:func:`~ctxagent.agent.provider_errors.retry_after_s`) is honoured when longer.
-        max_retry_wait_s: the longest wait (seconds); a server asking for more is not retried.
-        prompt_cache: ``"auto"`` places prompt-cache breakpoints (:func:`cache_points`) when the
-            provider needs them (:func:`needs_cache_breakpoints`); ``"off"`` never does.
-        send_tool_choice: send ``tool_choice: "auto"`` with the tools (some OpenAI-compatible
-            servers ignore ``tools`` without it).
-        temperature: the sampling temperature sent with each request, or None (the provider's default).
-        stream: ask for a server-sent-event stream and assemble it.
-        on_retry: called with one line announcing each retry ("retrying in 3.0 s after HTTP 429 ...").
-
-    Raises ``ValueError`` for a ``prompt_cache`` not in :data:`PROMPT_CACHE_MODES`.
+    """A :class:`~ctxagent.agent.model_types.Model` that calls ``litellm.completion``. ``name``: a litellm
+    model string (``gpt-4o``, ``anthropic/claude-sonnet-4-5``, ``openai/NAME`` with ``api_base`` for any
+    OpenAI-compatible server). Raises ``ValueError`` for a ``prompt_cache`` not in :data:`PROMPT_CACHE_MODES`.
     """
 
-    def __init__(self, model: str, *, api_base: str | None = None, timeout_s: float = 120.0, retries: int = 2,
-                 max_output_tokens: int | None = None, backoff_s: float = 0.5, prompt_cache: str = "auto",
-                 max_retry_wait_s: float = 60.0, send_tool_choice: bool = True, stream: bool = False,
-                 temperature: float | None = None, on_retry: Callable[[str], None] | None = None):
-        if prompt_cache not in PROMPT_CACHE_MODES:
-            raise ValueError(f"prompt_cache must be one of {', '.join(PROMPT_CACHE_MODES)}, not {prompt_cache!r}")
-        self.name = model
-        self.prompt_cache = prompt_cache
-        self.api_base = api_base
-        self.timeout_s = timeout_s
-        self.retries = max(0, retries)
-        self.max_output_tokens = max_output_tokens
-        self.backoff_s = backoff_s
-        self.max_retry_wait_s = max_retry_wait_s
-        self.send_tool_choice = send_tool_choice
-        self.temperature = temperature
-        self.stream = stream
-        self.on_retry = on_retry
+    name: str
+    _: KW_ONLY
+    api_base: str | None = None  # base URL of the provider's API (``http://127.0.0.1:8000/v1``)
+    timeout_s: float = 120.0  # seconds one HTTP attempt may take
+    retries: int = 2  # extra attempts after a retryable failure (so at most ``retries + 1`` calls)
+    max_output_tokens: int | None = None  # tokens the reply may use (sent as ``max_tokens``; None: the default)
+    backoff_s: float = 0.5  # seconds before the first retry, doubled for each further one; a server's own
+    # wait (:func:`~ctxagent.agent.provider_errors.retry_after_s`) is honoured when longer
+    prompt_cache: str = "auto"  # "auto": breakpoints (:func:`cache_points`) where the provider needs them
+    # (:func:`needs_cache_breakpoints`); "off": never
+    max_retry_wait_s: float = 60.0  # the longest wait (seconds); a server asking for more is not retried
+    send_tool_choice: bool = True  # send ``tool_choice: "auto"`` with the tools (some OpenAI-compatible
+    # servers ignore ``tools`` without it)
+    stream: bool = False  # ask for a server-sent-event stream and assemble it
+    temperature: float | None = None  # sent with each request (None: the provider's default)
+    on_retry: Callable[[str], None] | None = None  # called with a line announcing each retry ("retrying in ...")
+
+    def __post_init__(self) -> None:
+        if self.prompt_cache not in PROMPT_CACHE_MODES:
+            raise ValueError(f"prompt_cache must be one of {', '.join(PROMPT_CACHE_MODES)}, not {self.prompt_cache!r}")
+        self.retries = max(0, self.retries)
 
     def price(self, prompt_tokens: int, completion_tokens: int) -> float | None:
         """US dollars a call with these token counts costs uncached (:func:`completion_cost`; None: no price)."""

@@ -35,8 +35,6 @@ class Usage:
 
 def _field(obj: Any, name: str) -> Any:
     """``obj.name`` or ``obj[name]`` (litellm objects and plain dicts alike), or None."""
-    if obj is None:
-        return None
     return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 

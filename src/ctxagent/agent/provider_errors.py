@@ -84,7 +84,6 @@ RULES: tuple[Rule, ...] = (
     Rule(SOFT_QUOTA, r"exceeded your current quota|quota exceeded|token_quota_reached",
          "OpenAI, Gemini (RESOURCE_EXHAUSTED), Vertex AI \"Quota exceeded for ...\", Cerebras; litellm"),
 )
-_COMPILED = tuple((rule, re.compile(rule.pattern, re.IGNORECASE | re.DOTALL)) for rule in RULES)
 PER_WINDOW = re.compile(r"per[ _](?:minute|second)|_per_min|\brpm\b|\btpm\b", re.IGNORECASE)
 RETRY_IN = re.compile(r"(?:retry|try again) (?:in|after) (\d+(?:\.\d+)?)\s*(ms|s|sec|seconds?)\b", re.IGNORECASE)
 RETRYABLE = frozenset({"rate_limit", "timeout", "connection", "server", "incomplete"})
@@ -107,7 +106,7 @@ KIND_WORDS = {
 
 def match(text: str) -> Rule | None:
     """The first row of :data:`RULES` whose pattern occurs in ``text``, or None."""
-    return next((rule for rule, pattern in _COMPILED if pattern.search(text)), None)
+    return next((rule for rule in RULES if re.search(rule.pattern, text, re.IGNORECASE | re.DOTALL)), None)
 
 
 @dataclass(frozen=True)
@@ -133,7 +132,6 @@ class Failure:
     kind: str
     evidence: Evidence
     retry_after_s: float | None = None
-    rule: Rule | None = None
 
     @property
     def retryable(self) -> bool:
@@ -158,11 +156,11 @@ def classify(evidence: Evidence, now: float | None = None) -> Failure:
     rule = match(_searchable(evidence))
     wait = retry_after_s(evidence.headers, evidence.body, evidence.message, now)
     if evidence.litellm_context or (rule and rule.kind == CONTEXT) or evidence.status == 413:
-        return Failure("context", evidence, rule=rule)
+        return Failure("context", evidence)
     if rule and rule.kind == SOFT_QUOTA and (wait is not None or PER_WINDOW.search(evidence.message)):
-        return Failure("rate_limit", evidence, wait, rule)
+        return Failure("rate_limit", evidence, wait)
     if rule:
-        return Failure("quota", evidence, rule=rule)
+        return Failure("quota", evidence)
     return Failure(_status_kind(evidence.status), evidence, wait)
 
 
@@ -292,12 +290,12 @@ def read_error(err: BaseException, *, api_base: str | None = None, timeout: bool
     """The facts of a failed call, read from ``err`` and the exceptions it was raised from. ``timeout``,
     ``context``: whether litellm classed ``err`` so; ``api_base``: the URL when the exceptions name none."""
     chain = exception_chain(err)
+    status, headers, url, sent = _wire(chain)
     if bad := next((e for e in chain if isinstance(e, IncompleteReply)), None):
-        return Evidence(None, _one_line(bad.reason), url=public_url(_wire(chain)[2] or api_base),
+        return Evidence(None, _one_line(bad.reason), url=public_url(url or api_base),
                         fault="incomplete" if bad.retryable else "output_limit")
     network = _network_kind(chain, timeout)
     body, text = _body(chain)
-    status, headers, url, sent = _wire(chain)
     message = "" if network == "timeout" else _provider_message(err, body, text)
     if network in ("connection", "local"):
         message = _one_line(str(chain[-1]) or message)

@@ -159,10 +159,9 @@ class Runner:
             for _ in range(limit):
                 reply = yield from self._step()
                 if not reply.tool_calls:
-                    answer = reply.content or ""
                     self.unlearned = self.learner is not None and self.sink.writes_files  # learn() after it is shown
                     self._end("answered")
-                    yield Finished("answered", answer, self.state.turn)
+                    yield Finished("answered", reply.content or "", self.state.turn)
                     return
                 yield from self.tools.run(reply)
             raise LimitReached(f"stopped after max_turns={limit} model calls; "
@@ -211,28 +210,23 @@ class Runner:
         if warning:
             yield self.out.warn("lessons", warning)
 
-    def pins(self) -> list[str]:
+    def pins(self, shown: bool = False) -> list[str]:
         """Every pinned fact, kept verbatim always: the profile's, the lessons block, the agent's (``pin``
-        tool), then the file-activity ledger line as shown (a line that changed at every file read would
-        restart the strategies' incremental folds each request)."""
-        return self._pins(self.state.pins)
-
-    def shown_pins(self) -> list[str]:
-        """The pinned facts in the view's pins message: the agent's as of the last compaction that cut
-        history (that message changes only when the prefix changes near the top anyway)."""
-        return self._pins(self.state.shown_pins)
-
-    def _pins(self, agents: list[str]) -> list[str]:
+        tool; ``shown``: as the view's pins message shows them, as of the last compaction that cut history:
+        that message changes only when the prefix changes near the top anyway), then the file-activity
+        ledger line as shown (a line that changed at every file read would restart the strategies'
+        incremental folds each request)."""
+        agents = self.state.shown_pins if shown else self.state.pins
         line = self.state.ledger.line(str(self.toolset.ctx.workdir), self.state.shown_files)
         return list(dict.fromkeys([*self.profile.pins, *self.state.lesson_pins, *agents, *([line] if line else [])]))
 
     def request(self) -> list[Entry]:
         """The view the next request sends as things stand: the base view with the pins message."""
-        return with_pins(self.state.context.view, self.shown_pins(), self.model_name)
+        return with_pins(self.state.context.view, self.pins(shown=True), self.model_name)
 
     def last_request(self) -> list[Entry]:
         """The view of the last request sent (as the state remembers it)."""
-        return with_pins(self.state.context.last_request(), self.shown_pins(), self.model_name)
+        return with_pins(self.state.context.last_request(), self.pins(shown=True), self.model_name)
 
     def summarizer(self) -> Callable[[str, int], str] | None:
         """The LLM summarizer, only on paths where LLM strategies may run."""
@@ -341,7 +335,7 @@ class Runner:
                 view = yield from self._build([*self.profile.pipeline(self.path), *escalation], budget)
         reply = read_calls(reply, self.profile.text_tool_calls, self.tools.tool_specs)  # calls written as text
         reply = with_call_ids(reply, self.state.next_seq, self.state.call_ids)
-        self._record_reply(reply, view, turn)
+        self._record_reply(reply, budget.estimate(view), turn)
         yield from self._spend_warnings()
         yield Replied(turn, reply)
         return reply
@@ -367,11 +361,11 @@ class Runner:
         for text in self.breaker.due(self.state):  # at 80% of a limit, once per run
             yield self.out.warn("budget", text)
 
-    def _record_reply(self, reply: Reply, view: list[Entry], turn: int) -> None:
+    def _record_reply(self, reply: Reply, estimate: int, turn: int) -> None:
         written = {} if reply.written is None else {"written": reply.written}  # calls read from the text
         items: list[Any] = [self.out.message(reply.message(), turn, **written)]
         if reply.usage is not None:
-            items.append(usage_record(reply.usage, turn, self.model.name, self.budget().estimate(view)))
+            items.append(usage_record(reply.usage, turn, self.model.name, estimate))
         self.out.append(*items)
 
     def pin(self, fact: str) -> None:
@@ -388,8 +382,7 @@ class Runner:
     def attach(self, text: str, name: str) -> str:
         """``text`` (piped into the run) as it goes into a user message: ``[name]`` then the text, offloaded
         like a tool output (a preview naming its handle) over the tool-result threshold."""
-        call = ToolCall(name, name, "")
-        content, record = settle(text, call=call, tool_name=name, store=self.toolset.ctx.store,
+        content, record = settle(text, call=ToolCall(name, name, ""), tool_name=name, store=self.toolset.ctx.store,
                                  policy=self.toolset.policy, handle=self.state.new_handle(name))
         if record is not None:
             self.out.append(record)

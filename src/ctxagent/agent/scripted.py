@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -56,9 +55,8 @@ class ScriptedModel:
     @classmethod
     def from_file(cls, path: str, *, start: int = 0) -> ScriptedModel:
         """Load a script. Raises ``UsageError`` if the file is missing or not a YAML list."""
-        file = Path(path)
         try:
-            with open(file, encoding="utf-8") as fh:  # a stream, so YAML errors name the file
+            with open(path, encoding="utf-8") as fh:  # a stream, so YAML errors name the file
                 data = yaml.safe_load(fh)
         except (OSError, yaml.YAMLError) as err:
             raise UsageError(f"cannot read script {path}: {err}") from err

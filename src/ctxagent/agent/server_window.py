@@ -52,9 +52,6 @@ class Asked:
         return "; ".join(self.answers)
 
 
-Probe = Callable[["_Client", str, str, str], Found | None]
-
-
 def server_root(api_base: str) -> str:
     """``api_base`` without a trailing ``/v1`` (and slash): where llama.cpp, Ollama and LM Studio
     serve their own endpoints (``http://127.0.0.1:8080/v1`` -> ``http://127.0.0.1:8080``)."""
@@ -72,21 +69,18 @@ def server_window(api_base: str, model: str, *, timeout_s: float = TIMEOUT_S,
     string; ``ollama/`` asks Ollama only) with. Never raises. Returns ``(Found, Asked)`` at the first
     request that names a window, else ``(None, Asked)``: what each request got."""
     client = _Client(timeout_s, time.monotonic() + deadline_s)
-    asked = Asked()
     base, root = api_base.rstrip("/"), server_root(api_base)
     name = model.split("/", 1)[-1]  # the name on its server: openai/qwen2.5 -> qwen2.5, ollama/llama3:8b -> llama3:8b
-    probes: list[Probe] = [_llama_props, _openai_models, _lm_studio, _ollama]
-    if model.startswith(OLLAMA_PROVIDERS):
-        probes = [_ollama]
-    for probe in probes:
-        found = probe(client, base, root, name)
-        asked.answers += client.log
-        asked.trained = asked.trained or client.trained
-        client.log, client.trained = [], None
-        if found is not None or client.down or client.late():
-            asked.down = client.down
-            return found, asked
-    return None, asked
+    probes: list[Callable[[], Found | None]] = [
+        lambda: _window(client, f"{root}/props", ("default_generation_settings.n_ctx",)),  # llama.cpp: a slot's
+        lambda: _window(client, f"{base}/models", MODELS_FIELDS, name),  # vLLM, SGLang...: OpenAI's model list
+        lambda: _window(client, f"{root}/api/v0/models", ("loaded_context_length",), name),  # LM Studio, loaded only
+        lambda: _ollama(client, root, name)]  # Ollama
+    for probe in probes[-1:] if model.startswith(OLLAMA_PROVIDERS) else probes:
+        found = probe()
+        if found is not None or client.asked.down or time.monotonic() >= client.deadline:
+            break
+    return found, client.asked
 
 
 def describe_missing(model: str, api_base: str, asked: Asked) -> str:
@@ -99,22 +93,17 @@ def describe_missing(model: str, api_base: str, asked: Asked) -> str:
 
 
 class _Client:
-    """JSON over HTTP with a per-request timeout and a deadline for all; logs each outcome."""
+    """JSON over HTTP with a per-request timeout and a deadline for all; each outcome kept in :attr:`asked`."""
 
     def __init__(self, timeout_s: float, deadline: float):
         self.timeout_s, self.deadline = timeout_s, deadline
-        self.log: list[str] = []
-        self.down = False
-        self.trained: int | None = None
-
-    def late(self) -> bool:
-        return time.monotonic() >= self.deadline
+        self.asked = Asked()
 
     def get(self, url: str, body: dict[str, Any] | None = None) -> Any:
-        """The JSON body of ``GET url`` (``POST`` with ``body``), or None (the outcome logged)."""
+        """The JSON body of ``GET url`` (``POST`` with ``body``), or None (the outcome kept)."""
         method = "POST" if body is not None else "GET"
         left = self.deadline - time.monotonic()
-        if self.down or left <= 0:
+        if self.asked.down or left <= 0:
             return None
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(url, data=data, method=method,
@@ -124,24 +113,19 @@ class _Client:
                 raw = response.read(MAX_BODY_BYTES + 1)
         except urllib.error.HTTPError as err:
             err.close()  # it holds the response, and with it the connection
-            self.log.append(f"{method} {url}: HTTP {err.code}")
-            return None
+            return self.miss(url, f"HTTP {err.code}", method)
         except (urllib.error.URLError, OSError, ValueError) as err:  # refused, timed out, bad URL
-            reason = getattr(err, "reason", err)
-            self.log.append(f"{method} {url}: {reason}")
-            self.down = True
-            return None
+            self.asked.down = True
+            return self.miss(url, str(getattr(err, "reason", err)), method)
         if len(raw) > MAX_BODY_BYTES:
-            self.log.append(f"{method} {url}: more than {MAX_BODY_BYTES >> 20} MB")
-            return None
+            return self.miss(url, f"more than {MAX_BODY_BYTES >> 20} MB", method)
         try:
             return json.loads(raw)
         except ValueError:
-            self.log.append(f"{method} {url}: not JSON")
-            return None
+            return self.miss(url, "not JSON", method)
 
     def miss(self, url: str, what: str, method: str = "GET") -> None:
-        self.log.append(f"{method} {url}: {what}")
+        self.asked.answers.append(f"{method} {url}: {what}")
 
 
 def _path(data: Any, *keys: str) -> Any:
@@ -152,30 +136,27 @@ def _path(data: Any, *keys: str) -> Any:
     return data
 
 
-def _llama_props(client: _Client, base: str, root: str, name: str) -> Found | None:
-    """llama.cpp: ``GET /props`` -> ``default_generation_settings.n_ctx`` (the window of one slot)."""
-    return _field(client, f"{root}/props", "default_generation_settings.n_ctx",
-                  lambda data: _path(data, "default_generation_settings", "n_ctx"))
-
-
-def _field(client: _Client, url: str, label: str, pick: Callable[[Any], Any]) -> Found | None:
-    """The window ``pick`` finds in the JSON of ``GET url`` (``label`` names the field), or None."""
+def _window(client: _Client, url: str, fields: tuple[str, ...], name: str | None = None, key: str = "data",
+            id_keys: tuple[str, ...] = ("id",)) -> Found | None:
+    """The first of ``fields`` (dot: nested) that holds a window in the JSON of ``GET url``, or with
+    ``name`` in the entry for ``name`` of its model list ``key`` (the entry's id: any of ``id_keys``)."""
     data = client.get(url)
     if data is None:
         return None
-    tokens = token_count(pick(data))
-    if not tokens:
-        client.miss(url, f"no {label}")
-        return None
-    return Found(tokens, f"GET {url}: {label}")
+    if name is not None:
+        items = data.get(key) if isinstance(data, dict) else None
+        data = _entry([item for item in items or [] if isinstance(item, dict)], name, id_keys)
+        if data is None:
+            client.miss(url, f"no entry for {name!r}")
+            return None
+    for label in fields:
+        if tokens := token_count(_path(data, *label.split("."))):
+            return Found(tokens, f"GET {url}: {label}")
+    client.miss(url, f"no window field for {data.get(id_keys[0])!r}" if name else f"no {fields[0]}")
+    return None
 
 
-def _entries(data: Any, key: str = "data") -> list[dict[str, Any]]:
-    items = data.get(key) if isinstance(data, dict) else None
-    return [item for item in items or [] if isinstance(item, dict)]
-
-
-def _entry(entries: list[dict[str, Any]], name: str, *id_keys: str) -> dict[str, Any] | None:
+def _entry(entries: list[dict[str, Any]], name: str, id_keys: tuple[str, ...]) -> dict[str, Any] | None:
     """The entry whose id (any of ``id_keys``) is ``name``; the only entry when there is one."""
     names = {name, f"{name}:latest"}  # Ollama adds the tag a name was given without
     for entry in entries:
@@ -184,30 +165,7 @@ def _entry(entries: list[dict[str, Any]], name: str, *id_keys: str) -> dict[str,
     return entries[0] if len(entries) == 1 else None
 
 
-def _openai_models(client: _Client, base: str, root: str, name: str) -> Found | None:
-    """OpenAI-style ``GET {api_base}/models``: the model's entry, its window field."""
-    url = f"{base}/models"
-    data = client.get(url)
-    if data is None:
-        return None
-    entry = _entry(_entries(data), name, "id")
-    if entry is None:
-        client.miss(url, f"no entry for {name!r}")
-        return None
-    for label in MODELS_FIELDS:
-        if tokens := token_count(_path(entry, *label.split("."))):
-            return Found(tokens, f"GET {url}: {label}")
-    client.miss(url, f"no window field for {entry.get('id')!r}")
-    return None
-
-
-def _lm_studio(client: _Client, base: str, root: str, name: str) -> Found | None:
-    """LM Studio: ``GET /api/v0/models`` -> the model's ``loaded_context_length`` (loaded models only)."""
-    return _field(client, f"{root}/api/v0/models", "loaded_context_length",
-                  lambda data: (_entry(_entries(data), name, "id") or {}).get("loaded_context_length"))
-
-
-def _ollama(client: _Client, base: str, root: str, name: str) -> Found | None:
+def _ollama(client: _Client, root: str, name: str) -> Found | None:
     """Ollama: ``num_ctx`` from ``POST /api/show``'s parameters, else the loaded model's
     ``context_length`` from ``GET /api/ps``; the trained length is kept for the message only."""
     url = f"{root}/api/show"
@@ -217,25 +175,11 @@ def _ollama(client: _Client, base: str, root: str, name: str) -> Found | None:
     parameters = _path(shown, "parameters")
     for line in (parameters if isinstance(parameters, str) else "").splitlines():
         key, _, value = " ".join(line.split()).partition(" ")
-        if key == "num_ctx" and (tokens := token_count(_number(value))):
+        if key == "num_ctx" and value.isdecimal() and (tokens := int(value)):
             return Found(tokens, f"POST {url}: parameters num_ctx")
     info = _path(shown, "model_info")
     if isinstance(info, dict):
-        client.trained = next((token_count(v) for k, v in info.items() if k.endswith(".context_length")), None)
+        client.asked.trained = next((token_count(v) for k, v in info.items() if k.endswith(".context_length")),
+                                    None)
     client.miss(url, "no num_ctx in parameters", "POST")
-    ps = f"{root}/api/ps"
-    loaded = client.get(ps)
-    if loaded is None:
-        return None
-    entry = _entry(_entries(loaded, "models"), name, "name", "model")
-    if entry is not None and (tokens := token_count(entry.get("context_length"))):
-        return Found(tokens, f"GET {ps}: context_length")
-    client.miss(ps, f"{name!r} not loaded, or no context_length")
-    return None
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text.strip().strip('"'))
-    except ValueError:
-        return None
+    return _window(client, f"{root}/api/ps", ("context_length",), name, "models", ("name", "model"))

@@ -80,12 +80,18 @@ class SessionState:
 
     def _compacted(self, record: records.CompactionRecord) -> None:
         self.context.record([compaction_of(record)])
-        if record.strategy not in VIEW_STEPS:  # the pins message (2nd in every request) changes only when
-            self.shown_pins = list(self.pins)  # a step cut old history too: a mask batch must not break the
-            self.shown_files = list(self.ledger.files.values())  # whole cached prefix for a new ledger line
-        self._compaction(record)
         self.compactions[record.strategy] = self.compactions.get(record.strategy, 0) + 1
         self.recent_compactions = [*self.recent_compactions[1 - RECENT_COMPACTIONS:], record]
+        if record.strategy in VIEW_STEPS:
+            return
+        # the pins message (2nd in every request) changes only when a step cut old history too: a mask
+        # batch must not break the whole cached prefix for a new ledger line
+        self.shown_pins = list(self.pins)
+        self.shown_files = list(self.ledger.files.values())
+        request = self.replies + 1  # the thrash guard counts consecutive requests that cut history
+        if request != self._compacted_at:
+            self.compacted_turns = self.compacted_turns + 1 if request == self._compacted_at + 1 else 1
+            self._compacted_at = request
 
     def _output(self, record: records.OutputRecord) -> None:
         self.handles.add(record.handle)
@@ -196,18 +202,17 @@ class SessionState:
             self.repairs.append(f"{what} ({call_id!r}) left out of the view: {why}")
             return
         self.open_calls.remove(call_id)
-        handle, offloaded = self._handle_of(record)
+        handle, offloaded = self._handle_of(record, call_id)
         repair = self.context.add_result(record, self._owners.pop(call_id), handle, offloaded)
         if repair:
             self.repairs.append(repair)
-        self._result(record, handle)
+        self._result(record, call_id, handle)
 
-    def _handle_of(self, record: records.MessageRecord) -> tuple[str, bool]:
+    def _handle_of(self, record: records.MessageRecord, call_id: str) -> tuple[str, bool]:
         """A tool result's handle and whether it was offloaded: the record's own, or (a record older than
         handles on records) its call's stored output's, else its call id's."""
         handle, offloaded = record.handle, record.offloaded
         if handle is None:
-            call_id = str(record.message.get("tool_call_id") or "")
             stored = self._outputs.get(call_id)
             handle, offloaded = stored or base_handle(call_id), stored is not None
         self.handles.add(handle)
@@ -225,25 +230,15 @@ class SessionState:
             kept = {call.id for _, call in self._recent}
             self._digests = {k: v for k, v in self._digests.items() if k in kept}
 
-    def _result(self, record: records.MessageRecord, handle: str) -> None:
+    def _result(self, record: records.MessageRecord, call_id: str, handle: str) -> None:
         """A tool result: into the file ledger, and remembered when its tool is pure."""
         self.ledger.apply(record)
-        call_id = str(record.message.get("tool_call_id") or "")
         stored = self._open_sha.pop(call_id, None)
         self._digests[call_id] = activity.result_digest(str(record.message.get("content") or ""),
                                                         stored if record.offloaded else None)
         call = self._calls.get(call_id)
         if call and call.name in activity.PURE_TOOLS and not activity.result_is_error(record.message):
             self.pure[activity.signature(call)] = (handle, record.turn)
-
-    def _compaction(self, record: records.CompactionRecord) -> None:
-        """Count consecutive requests that compacted by more than a view-only step (thrash guard)."""
-        if record.strategy in VIEW_STEPS:
-            return
-        request = self.replies + 1
-        if request != self._compacted_at:
-            self.compacted_turns = self.compacted_turns + 1 if request == self._compacted_at + 1 else 1
-            self._compacted_at = request
 
     def compaction_streak(self) -> int:
         """How many requests in a row, up to the last one sent, made a reducing compaction."""

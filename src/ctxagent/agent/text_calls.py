@@ -64,16 +64,14 @@ def read_calls(reply: Reply, mode: str, tools: Sequence[Mapping[str, Any]]) -> R
         return reply
     calls = tuple(ToolCall("", c.name, c.arguments if isinstance(c.arguments, str) else
                            json.dumps(c.arguments, ensure_ascii=False)) for b in blocks for c in b.calls)
-    rest = _without(text, blocks)
-    return replace(reply, content=rest or None, tool_calls=calls, written=text)
+    return replace(reply, content=_without(text, blocks) or None, tool_calls=calls, written=text)
 
 
 def _accepted(block: _Block, schemas: Mapping[str, Mapping[str, Any]], mode: str) -> bool:
     """Whether every call of ``block`` is taken in ``mode`` (auto: known tools, arguments that fit)."""
-    if mode == "always":
-        return True
-    return all(c.name in schemas and isinstance(c.arguments, dict) and arguments_fit(c.arguments, schemas[c.name])
-               for c in block.calls)
+    return mode == "always" or all(
+        c.name in schemas and isinstance(c.arguments, dict) and arguments_fit(c.arguments, schemas[c.name])
+        for c in block.calls)
 
 
 def _without(text: str, blocks: Sequence[_Block]) -> str:
@@ -119,10 +117,8 @@ def _blocks(text: str, schemas: Mapping[str, Mapping[str, Any]], *, lenient: boo
 def _only_calls(inner: str) -> tuple[_Found, ...]:
     """The calls of a fenced or tagged block whose text is calls and nothing else (JSON calls and
     ``<function name=... arguments=...>`` elements; commas and blank space between them allowed), else ()."""
-    pieces: list[tuple[int, int, list[_Found]]] = []
-    for match in _FUNCTION_ATTRS.finditer(inner):
-        call = _call_of({"name": match.group(2), "arguments": match.group(4)})
-        pieces.append((match.start(), match.end(), [call] if call else []))
+    pieces = [(match.start(), match.end(), _calls_of({"name": match.group(2), "arguments": match.group(4)}))
+              for match in _FUNCTION_ATTRS.finditer(inner)]
     pieces += [(start, end, _calls_of(value)) for start, end, value in _json_values(inner)
                if not any(s <= start < e for s, e, _ in pieces)]
     if not pieces or not all(found for _, _, found in pieces):

@@ -5,7 +5,7 @@ overflow-recovery steps, unique tool call ids, prefix comparison and usage recor
 from __future__ import annotations
 
 from collections.abc import Container, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ctxagent.agent.model import Reply, Usage
@@ -39,10 +39,7 @@ class NextRequest:
 def usage_record(usage: Usage, turn: int, model: str, estimate: int) -> records.UsageRecord:
     """The transcript record of one call's provider-reported usage (``estimate``: our own prompt
     token estimate, 0 for calls that are not agent requests)."""
-    return records.UsageRecord(turn=turn, model=model, prompt_tokens=usage.prompt_tokens,
-                               completion_tokens=usage.completion_tokens, estimated_prompt_tokens=estimate,
-                               cost_usd=usage.cost_usd, cached_tokens=usage.cached_tokens,
-                               cache_creation_tokens=usage.cache_creation_tokens)
+    return records.UsageRecord(turn=turn, model=model, estimated_prompt_tokens=estimate, **asdict(usage))
 
 
 def with_call_ids(reply: Reply, seq: int, used: Container[str] = ()) -> Reply:
