@@ -24,6 +24,7 @@ from ctxagent.cli.sessions_export import usd, when
 from ctxagent.dirs import data_dir
 from ctxagent.errors import SessionBusyError, UsageError
 from ctxagent.sessions import replica
+from ctxagent.sessions.files import replace_whole
 from ctxagent.sessions.session import ListFacts, Session, check_name, list_facts, list_sessions
 
 app = typer.Typer(help="List, show, delete, rename, fork and export sessions.", no_args_is_help=True,
@@ -286,13 +287,7 @@ def export(
             sys.stdout.write(chunk)
         sys.stdout.flush()
         return
-    temp = output.with_name(f".{output.name}.{os.getpid()}.tmp")
-    try:
-        with open(temp, "w", encoding="utf-8") as fh:
-            fh.writelines(chunks)
-        os.replace(temp, output)
-    finally:
-        temp.unlink(missing_ok=True)
+    replace_whole(output, chunks)
     print(f"exported session {session.name} as {fmt.value} to {output}", file=sys.stderr)
 
 

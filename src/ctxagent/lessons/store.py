@@ -6,8 +6,6 @@ line that is not a lesson (a bad hand edit) is kept as it is and reported by :me
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,7 +17,7 @@ from ctxagent.dirs import data_dir
 from ctxagent.errors import first_error
 from ctxagent.lessons.model import Lesson, Scope
 from ctxagent.sessions import redact
-from ctxagent.sessions.files import private_dir, write_synced
+from ctxagent.sessions.files import private_dir, replace_whole
 
 FOLDER = "lessons"
 LOCK_TIMEOUT_S = 10.0
@@ -141,10 +139,4 @@ def _read(path: Path) -> tuple[list[Lesson], list[str], list[str]]:
 def _write(path: Path, lessons: list[Lesson], bad: list[str]) -> None:
     """Write the file whole (0600) through a temporary file in the same folder."""
     lines = [lesson.model_dump_json() for lesson in lessons] + bad
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write_synced(temp, "wb", *(line.encode() + b"\n" for line in lines))
-        os.replace(temp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
+    replace_whole(path, (line + "\n" for line in lines))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 
@@ -29,15 +30,24 @@ def write_synced(path: Path, mode: str, *chunks: bytes) -> None:
         os.fsync(fh.fileno())
 
 
-def replace_whole(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all: to a temporary file beside it (0600), renamed
-    over it. Raises ``OSError`` (the temporary file removed where that is possible)."""
+@contextlib.contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` for the block to write (the block creates it 0600 and fsyncs it),
+    renamed over ``path`` when the block ends and removed when it raises: ``path`` is the old file or the
+    new one whole. Raises ``OSError``."""
     temp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        with open(temp, "w", encoding="utf-8", opener=_private) as fh:
-            fh.write(text)
+        yield temp
         os.replace(temp, path)
-    except OSError:
+    finally:
         with contextlib.suppress(OSError):  # a read-only data dir: unlink fails too (EROFS), even for a missing file
             temp.unlink(missing_ok=True)
-        raise
+
+
+def replace_whole(path: Path, text: str | Iterable[str]) -> None:
+    """Write ``text`` (or its chunks, streamed) to ``path`` whole or not at all (0600, fsynced before the
+    rename: :func:`replacing`). Raises ``OSError``."""
+    with replacing(path) as temp, open(temp, "w", encoding="utf-8", opener=_private) as fh:
+        fh.writelines([text] if isinstance(text, str) else text)
+        fh.flush()
+        os.fsync(fh.fileno())

@@ -50,13 +50,10 @@ def waiting_lock(path: Path, timeout_s: float) -> FileLock:
 def lease_seconds() -> float:
     """The lease time in seconds (``$CTXAGENT_LEASE_SECONDS``, default 30). Raises ``UsageError``."""
     raw = os.environ.get(LEASE_ENV, "").strip()
-    try:
-        value = float(raw) if raw else DEFAULT_SECONDS
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise UsageError(f"{LEASE_ENV}={raw!r}: give a number of seconds above 0")
-    return value
+    with contextlib.suppress(ValueError):
+        if (value := float(raw) if raw else DEFAULT_SECONDS) > 0:
+            return value
+    raise UsageError(f"{LEASE_ENV}={raw!r}: give a number of seconds above 0")
 
 
 def host_name() -> str:
@@ -65,11 +62,10 @@ def host_name() -> str:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        with contextlib.suppress(PermissionError, OverflowError, ValueError):  # another user's, or an odd pid: alive
+            os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except (PermissionError, OverflowError, ValueError):
-        return True
     return True
 
 

@@ -120,7 +120,7 @@ class Store:
             return {}
         with self.failing(f"reading {paths[0]}"):
             found = self.fs.cat(paths, on_error="omit" if missing_ok else "raise")
-        return {_strip(k): v for k, v in found.items()} if isinstance(found, dict) else {_strip(paths[0]): found}
+        return {_strip(k): v for k, v in found.items()}  # a list given: always a dict
 
     def remove(self, path: str, *, recursive: bool = False) -> None:
         """Delete the object (or, ``recursive``, the folder) at ``path``; a missing one is no error."""

@@ -136,7 +136,6 @@ class OutputStore:
     def put_bytes(self, handle: str, data: bytes, suffix: str = ".out", *, durable: bool = True) -> Path:
         """Write ``data`` under ``handle`` in a ``suffix`` file; returns the path. ``durable``: fsync
         first (a copy of text the fsynced transcript already holds, a masked tool result, may skip it)."""
-        final = self.path_of(handle, suffix)
         fd, temp = OutputStore.spool(self)  # written aside, then renamed: a file under its final name is whole
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -144,10 +143,9 @@ class OutputStore:
                 if durable:
                     fh.flush()
                     os.fsync(fh.fileno())
-            os.replace(temp, final)
+            return OutputStore.adopt(self, temp, handle, suffix)
         finally:
             temp.unlink(missing_ok=True)
-        return final
 
     def put_file(self, handle: str, source: Path, suffix: str = ".out") -> Path:
         """Copy ``source`` under ``handle`` in a ``suffix`` file (whole or not at all); returns the path."""

@@ -15,11 +15,12 @@ import json
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
 from ctxagent.errors import UsageError, first_error
-from ctxagent.sessions.files import write_synced
+from ctxagent.sessions.files import replacing, write_synced
 
 NUL = b"\x00"
 TAIL_BYTES = 64 * 1024  # what :meth:`Transcript.tail` reads first (bytes); doubled until a record fits
@@ -34,14 +35,14 @@ class TranscriptError(UsageError):
     """A transcript a writer cannot continue safely (its header is unreadable): exit 2."""
 
 
+@dataclass
 class Transcript:
     """Reads and appends the records of ``path`` (``<session>/transcript.jsonl``). The caller of
     :meth:`append` holds the session's writer lock; ``mirror`` receives the bytes of each append after
     the fsync, before it returns (the session store uploads them as one segment: sessions/remote.py)."""
 
-    def __init__(self, path: Path, mirror: Callable[[bytes], None] | None = None):
-        self.path = path
-        self.mirror = mirror
+    path: Path
+    mirror: Callable[[bytes], None] | None = None
 
     def load(self, *, repair: bool = False) -> list[Any]:
         """Every readable record, oldest first, as a list: :meth:`records` collected."""
@@ -118,9 +119,8 @@ class Transcript:
         if self.path.exists():
             write_synced(self.path, "ab", data)
         else:  # the first lines appear whole or not at all: a kill leaves no empty transcript (resume refuses one)
-            part = self.path.with_name(f".{self.path.name}.new")
-            write_synced(part, "wb", data)
-            os.replace(part, self.path)
+            with replacing(self.path) as part:
+                write_synced(part, "wb", data)
         if self.mirror is not None:
             self.mirror(data)
 

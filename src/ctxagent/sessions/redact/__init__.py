@@ -7,8 +7,7 @@ data with hyperscan (when it is installed), :mod:`.redactor` applies them, and :
 out of a session's stored outputs.
 """
 
-from ctxagent.sessions.files import private_dir
 from ctxagent.sessions.redact.redactor import Redactor, clip, default, dumps, env_secrets, redact_file
 from ctxagent.sessions.redact.store import RedactingStore
 
-__all__ = ["RedactingStore", "Redactor", "clip", "default", "dumps", "env_secrets", "private_dir", "redact_file"]
+__all__ = ["RedactingStore", "Redactor", "clip", "default", "dumps", "env_secrets", "redact_file"]

@@ -14,6 +14,7 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
+from ctxagent.sessions.files import replacing
 from ctxagent.sessions.redact import scan
 from ctxagent.sessions.redact.engine import BEFORE_BYTES, Engine, Windows
 from ctxagent.tools.clean import mend
@@ -178,12 +179,8 @@ def redact_file(path: Path, redactor: Redactor | None = None,
     found, windows = redactor.secret_windows(path, measured)
     if not found:
         return False, None if measured is None else measured.stats
-    temp = path.with_name(path.name + ".redacting")
-    try:
+    with replacing(path) as temp:
         stats = redactor.copy_windows(path, temp, windows)[1]
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
     return True, stats
 
 

@@ -239,7 +239,6 @@ NAMED_NEEDLES: tuple[tuple[str, tuple[int, ...]], ...] = (
 # ``width`` bounds how far after the start of the shape's match the prefilter's match can end (None: the
 # pattern's own longest match; given where the pattern is unbounded, which hyperscan compiles faster).
 _WS = r"[ \t\n\r\x0b\x0c]"
-_PQ = r"(?:\\{0,3}[\"'])?"  # the optional quote, as in _QUOTE
 _PSEP = r"\\{0,3}[\"']?" + _WS + "{0,4}"  # as _SEP
 _PVALUE = r"[^\"'\\\r\n]"  # a value's characters, quoted or not (a superset of _VALUE_CHARS)
 PREFILTERS: tuple[tuple[str, str, int | None], ...] = (
@@ -251,19 +250,19 @@ PREFILTERS: tuple[tuple[str, str, int | None], ...] = (
     ("", r"xox[abposre]-[A-Za-z0-9-]{10}", None),
     ("", r"[sr]k_live_[A-Za-z0-9]{20}|hf_[A-Za-z]{34}|npm_[A-Za-z0-9]{36}|SG\.[A-Za-z0-9_-]{22}\.", None),
     ("", r"eyJ[A-Za-z0-9_-]{8,}\.eyJ", 3 + 4000 + 4),  # the shape's first segment is at most 4,000 long
-    ("i", r"authorization" + _PSEP + "[:=]" + _WS + "{0,4}" + _PQ + "(?:bearer|basic|token)"
+    ("i", r"authorization" + _PSEP + "[:=]" + _WS + "{0,4}" + _QUOTE + "(?:bearer|basic|token)"
      + _WS + "{1,4}[A-Za-z0-9._~+/=-]{8}", None),
     ("i", r"bearer" + _WS + r"{1,4}[A-Za-z0-9._~+/-]{16}", None),
-    ("i", r"(?:api-?key|token|subscription-key|authorization)" + _PSEP + ":" + _WS + "{0,4}" + _PQ
+    ("i", r"(?:api-?key|token|subscription-key|authorization)" + _PSEP + ":" + _WS + "{0,4}" + _QUOTE
      + r"[A-Za-z0-9._~+/=-]{8}", None),
-    ("i", r"cookie" + _PSEP + ":" + _WS + "{0,4}" + _PQ + r"[^\r\n\"'\\]{8}", None),
+    ("i", r"cookie" + _PSEP + ":" + _WS + "{0,4}" + _QUOTE + r"[^\r\n\"'\\]{8}", None),
     ("", r"[a-z][a-z0-9+.-]{1,20}://[^/ \t\n\r\x0b\x0c:@\"'\[]{0,200}:[^/ \t\n\r\x0b\x0c:@\"']{3,200}@", None),
     ("", r"[a-z][a-z0-9+.-]{1,20}://[^/ \t\n\r\x0b\x0c:@\"'\\]{16,200}@", None),
     ("i", r"[?&]" + _QUERY_NAMES + r"=[^&# \t\n\r\x0b\x0c\"'<>\\]{4}", None),
-    ("", r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]{0,60}" + _PSEP + "[=:]" + _WS + "{0,4}" + _PQ
+    ("", r"(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Z0-9_]{0,60}" + _PSEP + "[=:]" + _WS + "{0,4}" + _QUOTE
      + _PVALUE + "{4}", None),
-    ("i", r"passw(?:or)?d" + _PSEP + "[:=]" + _WS + "{0,4}" + _PQ + _PVALUE + "{4}", None),
-    ("i", r"(?:key|secret|credentials?|token)[a-z0-9_.-]{0,30}" + _PSEP + "(?:=>|:=|[:=])" + _WS + "{0,4}" + _PQ
+    ("i", r"passw(?:or)?d" + _PSEP + "[:=]" + _WS + "{0,4}" + _QUOTE + _PVALUE + "{4}", None),
+    ("i", r"(?:key|secret|credentials?|token)[a-z0-9_.-]{0,30}" + _PSEP + "(?:=>|:=|[:=])" + _WS + "{0,4}" + _QUOTE
      + _PVALUE + "{8}", None),
     ("", r"(?:mysql|mariadb)[a-z-]{0,10}[ \t][^\n]{0,200}[ \t]-p[^ \t\n\r\x0b\x0c'\"\\]{3}", None),
 )

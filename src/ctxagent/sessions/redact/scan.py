@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ CHUNK_BYTES = 2 * 1024 * 1024  # read, hashed and scanned at a time
 THREAD_MIN_BYTES = 8 * 1024 * 1024  # smaller files are hashed in the calling thread
 MAX_WINDOWS = 200_000  # more prefilter matches than this: the Python patterns scan everything
 ENGINE_ENV = "CTXAGENT_SCAN"  # "python": no prefilter (the fallback path, for tests and benchmarks)
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -108,14 +109,14 @@ def _max_width(pattern: str) -> int:
     return width
 
 
+@dataclass
 class _Hits:
     """Collects prefilter matches as windows: a match ending at ``end`` of pattern ``i`` means a
     secret may start in ``[end - widths[i], end)``."""
 
-    def __init__(self, widths: list[int]):
-        self.widths = widths
-        self.found = Windows()
-        self.dense = False
+    widths: list[int]
+    found: Windows = field(default_factory=Windows)
+    dense: bool = False
 
     def add(self, pattern: int, start: int, end: int, flags: int, context: object) -> None:
         if len(self.found) >= MAX_WINDOWS:
