@@ -141,12 +141,6 @@ def canonical_call(call: dict[str, Any] | None) -> tuple[str, str]:
     return call_name(call), args
 
 
-def stored_handle(entry: Entry) -> str | None:
-    """The handle under which a tool result's full value is already in the output store (it was
-    offloaded when written), else None. Read from the entry, never from its text."""
-    return entry.handle if entry.offloaded else None
-
-
 def handle_of(entry: Entry) -> str:
     """The handle that names a tool result's full text (``Entry.handle``, chosen when its record
     was written); the runner stores the original under it from :attr:`Outcome.offloads`."""

@@ -29,7 +29,6 @@ from ctxagent.strategies.common import (
     short_call,
     shrunk,
     size_of,
-    stored_handle,
 )
 from ctxagent.strategies.step import Count, Fraction, StrategyConfig
 
@@ -99,7 +98,7 @@ class MaskObservationsStep(StrategyConfig):
 
     def _masked(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> tuple[Entry | None, bool]:
         """``(stub entry, already stored)``, the stub None when too small or not smaller (memoized)."""
-        stored = stored_handle(entry) is not None
+        stored = entry.offloaded
         if not stored and entry.tokens <= self.min_tokens:
             return None, stored
         return shrunk(entry, stub(entry, call), ctx, self.strategy), stored
