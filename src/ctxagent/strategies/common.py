@@ -9,6 +9,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from itertools import groupby
 from typing import Any
 
 from ctxagent.handles import base_handle
@@ -240,13 +241,7 @@ def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> l
 
 def consecutive(indexes: Iterable[int]) -> list[list[int]]:
     """``indexes`` (ascending) cut into runs of consecutive numbers."""
-    runs: list[list[int]] = []
-    for index in indexes:
-        if runs and runs[-1][-1] + 1 == index:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-    return runs
+    return [[index for _, index in run] for _, run in groupby(enumerate(indexes), lambda pair: pair[1] - pair[0])]
 
 
 def replace_runs(view: list[Entry], runs: Sequence[Sequence[int]], make: Callable[[list[Entry]], Message],
