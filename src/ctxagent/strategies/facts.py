@@ -297,12 +297,10 @@ def choose(groups: Sequence[Group], summary: str, max_tokens: int, model: str = 
 
 def _render(label: str, groups: Sequence[Group], chosen: Sequence[tuple[int, str]], left: str) -> str:
     """The block: its label, each group with a chosen value (its header, then those values), the left-out line."""
-    picked: dict[int, set[str]] = {}
-    for g, value in chosen:
-        picked.setdefault(g, set()).add(value)
+    picked = set(chosen)
     lines = [label]
     for g, group in enumerate(groups):
-        values = [v for _, v in group.values if v in picked.get(g, ())]
+        values = [v for _, v in group.values if (g, v) in picked]
         if not values:
             continue
         if group.label:
