@@ -215,9 +215,10 @@ def long_session(quick: bool, peers_on: bool = True, only: str | None = None, lo
     if step("offload only"):
         off = runner.offloaded(base)
         runner.run(PlainManager("offload only (no strategy)", off.messages, off.outputs), "baseline", base)
-    from ctxagent.strategies import registry
+    from ctxagent.strategies import registry  # noqa: F401 (declares every strategy)
+    from ctxagent.strategies.step import known
 
-    for name in registry.names():
+    for name in known():
         label = f"{name} alone"
         if step(label):
             runner.ctxagent(label, "strategy", base, "interactive", steps_of(name))

@@ -30,7 +30,7 @@ from ctxagent.strategies.pipeline import Engine, replay
 from ctxagent.strategies.prune import PruneStep
 from ctxagent.strategies.role_selective import RoleSelectiveStep
 from ctxagent.strategies.sliding_window import SlidingWindowStep
-from ctxagent.strategies.step import COMMON, StrategyConfig, kinds
+from ctxagent.strategies.step import COMMON, StrategyConfig, kinds, known
 from ctxagent.strategies.summarize import SummarizeStep
 from ctxagent.strategies.truncate import TruncateStep
 from ctxagent.tokens import count_message, count_text
@@ -517,7 +517,7 @@ def test_llm_in_batch_only_when_allowed_or_turned_off():
 
 
 def test_every_strategy_is_a_step_class_that_declares_its_parameters_and_its_apply():
-    assert registry.names() == ["checkpoint", "dedupe", "distill", "mask_observations", "prune", "role_selective",
+    assert known() == ["checkpoint", "dedupe", "distill", "mask_observations", "prune", "role_selective",
                                 "settle", "sliding_window", "summarize", "truncate"]
     assert set(typing.get_args(typing.get_args(registry.Step)[0])) == set(kinds().values())
     for name, step in kinds().items():

@@ -57,7 +57,6 @@ from ctxagent.strategies.common import (
     short_args,
     short_call,
     size_of,
-    stored_handle,
 )
 from ctxagent.strategies.dedupe import DedupeStep
 from ctxagent.strategies.distill import DISTILL_PROMPT, DistillStep, _finish, deterministic_state, dumps, previous_state
@@ -721,11 +720,6 @@ def test_keep_pins_returns_the_outcome_itself_when_no_pin_was_removed():
 
 def test_canonical_call_keeps_non_ascii_arguments_as_they_are():
     assert canonical_call(tool_call("c", "write", '{"text": "héllo"}')) == ("write", '{"text":"héllo"}')
-
-
-def test_stored_handle_is_the_handle_of_an_offloaded_result_only():
-    assert stored_handle(_msg("tool", "x", 1, handle="@h", offloaded=True)) == "@h"
-    assert stored_handle(_msg("tool", "x", 1, handle="@h")) is None
 
 
 def test_refs_of_names_each_result_once_oldest_first_and_keeps_the_newest_that_fit_the_window():

@@ -41,7 +41,7 @@ from ctxagent.strategies.common import (
 from ctxagent.strategies.facts import with_facts
 from ctxagent.strategies.prune import is_dead
 from ctxagent.strategies.rendering import fact_lines, label_range, task_text
-from ctxagent.strategies.step import Fraction, KeepTurns, SummaryStep, UseLlm
+from ctxagent.strategies.step import Count, Fraction, KeepTurns, SummaryStep, UseLlm
 from ctxagent.strategies.summarize import llm_body, under_target
 
 FIELDS: dict[str, str] = {
@@ -194,8 +194,8 @@ class CheckpointStep(SummaryStep):
     at: Fraction | None = Field(None, description="fraction of the window the request must be over for a "
                                 "non-agent checkpoint; null: the step's trigger decides")
     llm: UseLlm = True
-    max_tokens: int = Field(1200, ge=0, strict=True, description="tokens of an LLM checkpoint, and about the "
-                            "size of a deterministic one")
+    max_tokens: Count = Field(1200, description="tokens of an LLM checkpoint, and about the size of a "
+                              "deterministic one")
 
     def apply(self, view: list[Entry], ctx: StrategyContext, scan: Scan | None = None) -> Outcome:
         runs = runs_to_compact(view, 0, self.keep_turns)

@@ -9,6 +9,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from itertools import groupby
 from typing import Any
 
 from ctxagent.handles import base_handle
@@ -141,12 +142,6 @@ def canonical_call(call: dict[str, Any] | None) -> tuple[str, str]:
     return call_name(call), args
 
 
-def stored_handle(entry: Entry) -> str | None:
-    """The handle under which a tool result's full value is already in the output store (it was
-    offloaded when written), else None. Read from the entry, never from its text."""
-    return entry.handle if entry.offloaded else None
-
-
 def handle_of(entry: Entry) -> str:
     """The handle that names a tool result's full text (``Entry.handle``, chosen when its record
     was written); the runner stores the original under it from :attr:`Outcome.offloads`."""
@@ -246,13 +241,7 @@ def runs_to_compact(view: Sequence[Entry], keep_first: int, keep_last: int) -> l
 
 def consecutive(indexes: Iterable[int]) -> list[list[int]]:
     """``indexes`` (ascending) cut into runs of consecutive numbers."""
-    runs: list[list[int]] = []
-    for index in indexes:
-        if runs and runs[-1][-1] + 1 == index:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-    return runs
+    return [[index for _, index in run] for _, run in groupby(enumerate(indexes), lambda pair: pair[1] - pair[0])]
 
 
 def replace_runs(view: list[Entry], runs: Sequence[Sequence[int]], make: Callable[[list[Entry]], Message],

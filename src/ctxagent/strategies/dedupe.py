@@ -27,7 +27,6 @@ from ctxagent.strategies.common import (
     handle_of,
     replaced,
     shrunk,
-    stored_handle,
 )
 from ctxagent.strategies.step import Count, StrategyConfig
 
@@ -51,7 +50,7 @@ class DedupeStep(StrategyConfig):
         for index, new, used in found:
             out[index] = new
             # the replaced original is stored too: its own handle, named wherever it is later dropped, resolves
-            referenced.update(((e.start, e.end), e) for e in (*used, view[index]) if stored_handle(e) is None)
+            referenced.update(((e.start, e.end), e) for e in (*used, view[index]) if not e.offloaded)
         return Outcome(out, [], list(referenced.values()))
 
     def _fold(self, state: _State, index: int, entry: Entry, ctx: StrategyContext, memo: EntryMemo) -> None:

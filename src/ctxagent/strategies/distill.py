@@ -68,8 +68,7 @@ def previous_state(entry: Entry) -> dict[str, Any] | None:
 
 
 def _strings(value: Any) -> list[str]:
-    return [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in value] \
-        if isinstance(value, list) else []
+    return [v if isinstance(v, str) else dumps(v) for v in value] if isinstance(value, list) else []
 
 
 def deterministic_state(view: Sequence[Entry], entries: Sequence[Entry], pins: Sequence[str],

@@ -17,7 +17,7 @@ from typing import Any
 
 from ctxagent.messages import content_of
 from ctxagent.strategies.base import Entry
-from ctxagent.strategies.common import call_args, call_name, cut_line, handle_of, short_call
+from ctxagent.strategies.common import call_args, call_name, cut_line, follow_calls, handle_of, short_call
 from ctxagent.strategies.rendering import label_range
 from ctxagent.strategies.step import FACTS_TOKENS
 from ctxagent.tokens import count_text
@@ -255,13 +255,12 @@ def collect(entries: Sequence[Entry]) -> tuple[list[Group], LeftOut, list[Group]
             carried_groups.extend(groups)
             left.add(earlier.count, earlier.handles)
         found = [(rank, v) for rank, v in values_in(rest) if v not in own]
+        calls, call = follow_calls(calls, entry)
         if entry.role == "assistant":
-            for call in entry.message.get("tool_calls") or []:
-                calls[call.get("id")] = call
-                fresh.add(call_label(call), [(r, v) for r, v in _call_values(call) if v not in own])
+            for made in entry.message.get("tool_calls") or []:
+                fresh.add(call_label(made), [(r, v) for r, v in _call_values(made) if v not in own])
             fresh.add(f"assistant {_seq(entry)}", found)
         elif entry.role == "tool":
-            call = calls.get(entry.message.get("tool_call_id"))
             fresh.add(call_label(call) if call else f"tool result {_seq(entry)}", found, handle_of(entry))
         else:
             fresh.add(f"{entry.role if entry.kind == 'message' else entry.kind} {_seq(entry)}", found)
@@ -298,12 +297,10 @@ def choose(groups: Sequence[Group], summary: str, max_tokens: int, model: str = 
 
 def _render(label: str, groups: Sequence[Group], chosen: Sequence[tuple[int, str]], left: str) -> str:
     """The block: its label, each group with a chosen value (its header, then those values), the left-out line."""
-    picked: dict[int, set[str]] = {}
-    for g, value in chosen:
-        picked.setdefault(g, set()).add(value)
+    picked = set(chosen)
     lines = [label]
     for g, group in enumerate(groups):
-        values = [v for _, v in group.values if v in picked.get(g, ())]
+        values = [v for _, v in group.values if (g, v) in picked]
         if not values:
             continue
         if group.label:

@@ -29,7 +29,6 @@ from ctxagent.strategies.common import (
     short_call,
     shrunk,
     size_of,
-    stored_handle,
 )
 from ctxagent.strategies.step import Count, Fraction, StrategyConfig
 
@@ -45,7 +44,7 @@ class _State:
     """What masking folds: its tool results' indexes, and the original ones a stub shrinks (with it)."""
 
     results: list[int] = field(default_factory=list)
-    maskable: list[tuple[int, Entry, bool]] = field(default_factory=list)
+    maskable: list[tuple[int, Entry]] = field(default_factory=list)
     calls: dict[Any, dict[str, Any]] = field(default_factory=dict)  # the current assistant's calls by id
 
 
@@ -80,9 +79,9 @@ class MaskObservationsStep(StrategyConfig):
         if not masked:
             return Outcome(view)
         out = list(view)
-        for index, new, _ in masked:
+        for index, new in masked:
             out[index] = new
-        return Outcome(out, [], [view[i] for i, _, stored in masked if not stored])
+        return Outcome(out, [], [view[i] for i, _ in masked if not view[i].offloaded])
 
     def _fold(self, state: _State, index: int, entry: Entry, ctx: StrategyContext, memo: EntryMemo) -> None:
         """Fold one entry: tool results in order, and the original ones a stub would shrink."""
@@ -92,14 +91,12 @@ class MaskObservationsStep(StrategyConfig):
         state.results.append(index)
         if entry.kind != "message":
             return
-        new, stored = memo.get(entry, (self.min_tokens, ctx.pins, ctx.model),
-                               lambda: self._masked(entry, call, ctx), (call,))
+        new = memo.get(entry, (self.min_tokens, ctx.pins, ctx.model), lambda: self._masked(entry, call, ctx), (call,))
         if new is not None:
-            state.maskable.append((index, new, stored))
+            state.maskable.append((index, new))
 
-    def _masked(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> tuple[Entry | None, bool]:
-        """``(stub entry, already stored)``, the stub None when too small or not smaller (memoized)."""
-        stored = stored_handle(entry) is not None
-        if not stored and entry.tokens <= self.min_tokens:
-            return None, stored
-        return shrunk(entry, stub(entry, call), ctx, self.strategy), stored
+    def _masked(self, entry: Entry, call: dict[str, Any] | None, ctx: StrategyContext) -> Entry | None:
+        """The stub entry, None when too small (an offloaded preview never is) or not smaller (memoized)."""
+        if not entry.offloaded and entry.tokens <= self.min_tokens:
+            return None
+        return shrunk(entry, stub(entry, call), ctx, self.strategy)

@@ -4,12 +4,8 @@ Pure: no I/O. :func:`replay` rebuilds the view the recorded compactions describe
 RESUME); :meth:`Engine.run` returns every change as compactions (:func:`~ctxagent.strategies.base.changes`),
 so replaying them, live or on resume, gives the same view, and only a recorded step changes an earlier message (PREFIX).
 An :class:`Engine` belongs to one session and holds each step's :class:`~ctxagent.strategies.base.Scan`,
-so two sessions (two sub-agents on two threads) never share one.
-
-Batched steps (``batched = True``: ``mask_observations``, ``prune``, ``dedupe``) edit freely only
-messages never sent (``ctx.free_from`` on), older ones when their batch is reached; when any step of
-a build changed the view, the prefix is broken from there anyway, so they run again with
-``free_from`` moved back to it: pending edits ride along for free.
+so two sessions (two sub-agents on two threads) never share one. Batched steps (:meth:`Engine._pass`):
+docs/context.md, "Prompt caching".
 """
 
 from __future__ import annotations

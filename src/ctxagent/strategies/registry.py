@@ -23,13 +23,10 @@ from ctxagent.strategies import (  # noqa: F401 (each module declares its strate
     summarize,
     truncate,
 )
-from ctxagent.strategies.step import StrategyConfig, kinds, known
+from ctxagent.strategies.step import StrategyConfig, kinds
 
 if TYPE_CHECKING:
     Step = StrategyConfig
 else:
     Step = Annotated[reduce(operator.or_, kinds().values()), Field(discriminator="strategy")]
     """One pipeline step of any strategy: the union of every step class, by ``strategy``."""
-
-names = known
-"""The names of every strategy, sorted."""

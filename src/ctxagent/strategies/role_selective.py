@@ -29,7 +29,6 @@ from ctxagent.strategies.common import (
     replaced,
     short_call,
     size_of,
-    stored_handle,
     with_pins,
 )
 from ctxagent.strategies.rendering import clip
@@ -102,7 +101,7 @@ class RoleSelectiveStep(StrategyConfig):
             if by_llm:
                 compactions.append(Compaction(self.strategy, new.start, new.end, new.message, new.tokens,
                                               entry.tokens))
-            if entry.role == "tool" and stored_handle(entry) is None:
+            if entry.role == "tool" and not entry.offloaded:
                 offloads.append(entry)
         if out == view:
             return Outcome(view, warnings=warnings)

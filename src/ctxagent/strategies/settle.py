@@ -18,7 +18,7 @@ from pydantic import Field
 
 from ctxagent.messages import content_of
 from ctxagent.strategies.base import Entry, Outcome, Scan, StrategyContext, groups, protected
-from ctxagent.strategies.common import handle_of, replaced, short_call, with_pins
+from ctxagent.strategies.common import handle_of, short_call, shrunk, with_pins
 from ctxagent.strategies.rendering import clip
 from ctxagent.strategies.step import Count, StrategyConfig
 
@@ -70,8 +70,7 @@ class SettleStep(StrategyConfig):
             return None  # already a preview
         text = (preview(original, self.preview_tokens, ctx.pins, ctx.model) if cut == "preview"
                 else stub(original, call, ctx.pins))
-        new = replaced(entry, text, ctx, self.strategy)
-        return new if new.tokens < entry.tokens else None
+        return shrunk(entry, text, ctx, self.strategy)  # the text holds the original's pins, so entry's too
 
 
 def newest_results(view: Sequence[Entry], free_from: int) -> tuple[int, list[int]]:

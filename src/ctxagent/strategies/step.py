@@ -141,16 +141,16 @@ class LlmStep(StrategyConfig):
     """The parameters of a step that may write its text with the summarizer (an LLM)."""
 
     uses_llm: ClassVar[bool] = True
-    max_tokens: int = Field(1000, ge=0, strict=True, description="tokens of the text the step writes at most")
-    chunk_tokens: int = Field(8000, ge=0, strict=True, description=(
-        "tokens of rendered text per summarizer call (lowered to fit the summarizer's window)"))
+    max_tokens: Count = Field(1000, description="tokens of the text the step writes at most")
+    chunk_tokens: Count = Field(8000, description="tokens of rendered text per summarizer call (lowered to fit the "
+                                "summarizer's window)")
 
 
 class SummaryStep(LlmStep):
     """An LLM step whose summary is followed by the exact values it lacks; nothing done at or under ``target``."""
 
-    facts_tokens: int = Field(FACTS_TOKENS, ge=0, strict=True, description=(
-        "tokens of the block of exact values appended to an LLM summary (0: no block)"))
+    facts_tokens: Count = Field(FACTS_TOKENS, description="tokens of the block of exact values appended to an LLM "
+                                "summary (0: no block)")
     target: Target = None
 
 
