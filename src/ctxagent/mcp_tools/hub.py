@@ -118,8 +118,8 @@ class Connection:
         ready: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
         self._task = asyncio.create_task(self._serve(ready, self._closing))
-        try:
-            return await asyncio.wait_for(asyncio.shield(ready), self.config.startup_timeout_s)
+        try:  # on timeout wait_for cancels ready, so _serve does not set it
+            return await asyncio.wait_for(ready, self.config.startup_timeout_s)
         except TimeoutError:
             await self._close()
             raise McpUnavailable(f"the MCP server {self.name!r} did not start within "
@@ -219,14 +219,11 @@ class Connection:
     async def _close(self) -> None:
         if self._closing is not None:
             self._closing.set()
-        task = self._task
-        if task is not None and not task.done() and self._session is None:  # never initialized: no grace
-            task.cancel()
-        if task is not None and not task.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(task), CLOSE_WAIT_S)
-            except Exception:  # a timeout, or the server ended with an error
+        if (task := self._task) is not None:
+            if self._session is None:  # never initialized: no grace
                 task.cancel()
+            await asyncio.wait({task}, timeout=CLOSE_WAIT_S)  # raises nothing: not the task's cancellation either
+            task.cancel()  # still running after the grace (nothing for one that has ended)
 
     # -- calls --------------------------------------------------------------------------------
     def call(self, tool: str, arguments: dict[str, Any], *, stop: threading.Event | None = None) -> Any:
