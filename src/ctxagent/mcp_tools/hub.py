@@ -233,6 +233,9 @@ class Connection:
         progress for ``timeout_s``), crashes during the call, or the run is stopped; the SDK's
         ``MCPError`` for an error the server answered (unknown tool, invalid arguments)."""
         self.tools()
+        from mcp import MCPError  # after tools(), which reports a missing mcp package
+        from mcp_types import CONNECTION_CLOSED
+
         session = self._session
         if session is None:  # it ended between the start and now
             self._crashed("it stopped")
@@ -247,13 +250,12 @@ class Connection:
         try:
             return wait(future, timeout_s=self.config.timeout_s, stop=stop, progress=progress,
                         what=f"{self.name}__{tool}")
-        except Exception as err:
-            if _connection_closed(err):
-                self._crashed(describe(err))
-                raise McpUnavailable(self.down or f"the MCP server {self.name!r} stopped during the call "
-                                     f"({describe(err)}); it is restarted for the next call"
-                                     f"{self._see()}") from err
-            raise
+        except MCPError as err:
+            if err.code != CONNECTION_CLOSED:
+                raise
+            self._crashed(describe(err))
+            raise McpUnavailable(self.down or f"the MCP server {self.name!r} stopped during the call "
+                                 f"({describe(err)}); it is restarted for the next call{self._see()}") from err
 
     def _crashed(self, why: str) -> None:
         """Forget the dead connection: restart on the next call, unless it was restarted already."""
@@ -277,16 +279,8 @@ async def _list_tools(session: Any) -> list[dict[str, Any]]:
         result = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
         tools += [{"name": t.name, "description": t.description or "", "input_schema": dict(t.input_schema or {})}
                   for t in result.tools]
-        cursor = result.next_cursor
-        if not cursor:
+        if not (cursor := result.next_cursor):
             return tools
-
-
-def _connection_closed(err: BaseException) -> bool:
-    from mcp import MCPError
-    from mcp_types import CONNECTION_CLOSED
-
-    return isinstance(err, MCPError) and err.code == CONNECTION_CLOSED
 
 
 def describe(err: BaseException) -> str:
