@@ -302,8 +302,6 @@ def connection(name: str, config: ServerConfig, *, log_dir: Path, workdir: Path)
     with _registry_lock:
         if key not in _connections:
             _connections[key] = Connection(name, config, log_dir / f"{name}.log", workdir)
-            if len(_connections) == 1:
-                atexit.register(close_all)
         return _connections[key]
 
 
@@ -314,3 +312,6 @@ def close_all() -> None:
         _connections.clear()
     futures = [c.close() for c in connections if c._ready is not None]
     concurrent.futures.wait(futures, timeout=CLOSE_WAIT_S)
+
+
+atexit.register(close_all)
