@@ -363,6 +363,15 @@ def test_mcp_list_counts_schema_tokens_and_reports_a_server_that_cannot_start(tm
     assert rows[-1]["total_schema_tokens"] == demo["schema_tokens"] and rows[-1]["deferred"] is False
 
 
+def test_a_server_that_never_answers_is_reported_as_not_started_within_its_startup_timeout(tmp_path):
+    from ctxagent.mcp_tools.config import ServerConfig
+
+    silent = ServerConfig(command="sleep", args=["30"], startup_timeout_s=0.5)  # runs, never speaks MCP
+    conn = hub.connection("silent", silent, log_dir=tmp_path, workdir=tmp_path)
+    with pytest.raises(hub.McpUnavailable, match=r"did not start within 0.5 s \(startup_timeout_s\)"):
+        conn.tools()
+
+
 def test_a_malformed_mcp_config_names_the_server_and_key(tmp_path):
     config = tmp_path / "bad.json"
     config.write_text(json.dumps({"mcpServers": {"demo": {"command": "x", "url": "http://h"}}}))

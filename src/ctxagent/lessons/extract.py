@@ -185,13 +185,11 @@ def _reads(done: list[Attempt]) -> list[Attempt]:
 
 
 def _read_first(done: list[Attempt], session: str, scope: str, workdir: Path) -> Iterator[Lesson]:
-    if not (reads := _reads(done)):
-        return
-    first = reads[0]
-    path = relative(str(first.args["path"]), workdir)
-    rule = f"Read `{path}` first: earlier sessions here started there."
-    yield new_lesson("read_first", f"read_first\x00{path}", rule, first.seqs, f"read first at #{first.call_seq}",
-                     session=session, scope=scope, prior=PRIORS["read_first"], program="read_file", path=path)
+    for first in _reads(done)[:1]:  # the first file read, if any
+        path = relative(str(first.args["path"]), workdir)
+        rule = f"Read `{path}` first: earlier sessions here started there."
+        yield new_lesson("read_first", f"read_first\x00{path}", rule, first.seqs, f"read first at #{first.call_seq}",
+                         session=session, scope=scope, prior=PRIORS["read_first"], program="read_file", path=path)
 
 
 def relative(path: str, workdir: Path) -> str:

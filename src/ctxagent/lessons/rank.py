@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from ctxagent.lessons.model import Lesson, terms_of
 from ctxagent.sessions.records import LessonsRecord
@@ -26,13 +27,14 @@ class Query:
     workdir: str
     scope: str
 
+    @cached_property
     def terms(self) -> set[str]:
         return set(terms_of(self.task, self.workdir.replace("/", " ")))
 
 
 def score(lesson: Lesson, query: Query, now: float) -> float:
     """The lesson's rank score for ``query`` at time ``now`` (seconds since the epoch); higher is better."""
-    mine, theirs = set(lesson.terms), query.terms()
+    mine, theirs = set(lesson.terms), query.terms
     overlap = len(mine & theirs) / math.sqrt(len(mine) * len(theirs)) if mine and theirs else 0.0
     age_days = max(0.0, now - lesson.updated) / 86_400
     recency: float = 0.5 ** (age_days / HALF_LIFE_DAYS)  # float ** float is typed Any (could be complex)

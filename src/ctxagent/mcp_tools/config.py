@@ -85,12 +85,12 @@ def expand(text: str) -> str:
 
     Raises ``UsageError`` for a variable that is unset and has no default."""
     def one(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        value = os.environ.get(name)
-        if value is None and default is None:
+        name, default = match.groups()
+        value = os.environ.get(name, default)  # default: None without ":-"
+        if value is None:
             raise UsageError(f"the MCP configuration references ${{{name}}}, but the environment variable {name} "
                              "is not set")
-        return value if value is not None else default or ""
+        return value
     return _REFERENCE.sub(one, text)
 
 

@@ -118,8 +118,8 @@ class Connection:
         ready: asyncio.Future[list[dict[str, Any]]] = asyncio.get_running_loop().create_future()
         self._closing = asyncio.Event()
         self._task = asyncio.create_task(self._serve(ready, self._closing))
-        try:
-            return await asyncio.wait_for(asyncio.shield(ready), self.config.startup_timeout_s)
+        try:  # on timeout wait_for cancels ready, so _serve does not set it
+            return await asyncio.wait_for(ready, self.config.startup_timeout_s)
         except TimeoutError:
             await self._close()
             raise McpUnavailable(f"the MCP server {self.name!r} did not start within "
@@ -219,14 +219,11 @@ class Connection:
     async def _close(self) -> None:
         if self._closing is not None:
             self._closing.set()
-        task = self._task
-        if task is not None and not task.done() and self._session is None:  # never initialized: no grace
-            task.cancel()
-        if task is not None and not task.done():
-            try:
-                await asyncio.wait_for(asyncio.shield(task), CLOSE_WAIT_S)
-            except Exception:  # a timeout, or the server ended with an error
+        if (task := self._task) is not None:
+            if self._session is None:  # never initialized: no grace
                 task.cancel()
+            await asyncio.wait({task}, timeout=CLOSE_WAIT_S)  # raises nothing: not the task's cancellation either
+            task.cancel()  # still running after the grace (nothing for one that has ended)
 
     # -- calls --------------------------------------------------------------------------------
     def call(self, tool: str, arguments: dict[str, Any], *, stop: threading.Event | None = None) -> Any:
@@ -236,6 +233,9 @@ class Connection:
         progress for ``timeout_s``), crashes during the call, or the run is stopped; the SDK's
         ``MCPError`` for an error the server answered (unknown tool, invalid arguments)."""
         self.tools()
+        from mcp import MCPError  # after tools(), which reports a missing mcp package
+        from mcp_types import CONNECTION_CLOSED
+
         session = self._session
         if session is None:  # it ended between the start and now
             self._crashed("it stopped")
@@ -250,13 +250,12 @@ class Connection:
         try:
             return wait(future, timeout_s=self.config.timeout_s, stop=stop, progress=progress,
                         what=f"{self.name}__{tool}")
-        except Exception as err:
-            if _connection_closed(err):
-                self._crashed(describe(err))
-                raise McpUnavailable(self.down or f"the MCP server {self.name!r} stopped during the call "
-                                     f"({describe(err)}); it is restarted for the next call"
-                                     f"{self._see()}") from err
-            raise
+        except MCPError as err:
+            if err.code != CONNECTION_CLOSED:
+                raise
+            self._crashed(describe(err))
+            raise McpUnavailable(self.down or f"the MCP server {self.name!r} stopped during the call "
+                                 f"({describe(err)}); it is restarted for the next call{self._see()}") from err
 
     def _crashed(self, why: str) -> None:
         """Forget the dead connection: restart on the next call, unless it was restarted already."""
@@ -280,16 +279,8 @@ async def _list_tools(session: Any) -> list[dict[str, Any]]:
         result = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
         tools += [{"name": t.name, "description": t.description or "", "input_schema": dict(t.input_schema or {})}
                   for t in result.tools]
-        cursor = result.next_cursor
-        if not cursor:
+        if not (cursor := result.next_cursor):
             return tools
-
-
-def _connection_closed(err: BaseException) -> bool:
-    from mcp import MCPError
-    from mcp_types import CONNECTION_CLOSED
-
-    return isinstance(err, MCPError) and err.code == CONNECTION_CLOSED
 
 
 def describe(err: BaseException) -> str:
@@ -311,8 +302,6 @@ def connection(name: str, config: ServerConfig, *, log_dir: Path, workdir: Path)
     with _registry_lock:
         if key not in _connections:
             _connections[key] = Connection(name, config, log_dir / f"{name}.log", workdir)
-            if len(_connections) == 1:
-                atexit.register(close_all)
         return _connections[key]
 
 
@@ -323,3 +312,6 @@ def close_all() -> None:
         _connections.clear()
     futures = [c.close() for c in connections if c._ready is not None]
     concurrent.futures.wait(futures, timeout=CLOSE_WAIT_S)
+
+
+atexit.register(close_all)

@@ -67,14 +67,12 @@ def mcp_tools(servers: Mapping[str, ServerConfig], recorded: Mapping[str, list[d
     recorded tool list are waited for and listed (``listed``); one that cannot start is a warning,
     and its tools are simply absent from this run. Without ``connect`` (``inspect``), nothing
     starts: only recorded lists are offered, connecting on a first call."""
-    out = McpTools()
+    out = McpTools(servers=list(dict.fromkeys([*recorded, *servers])))
     connections = {name: hub.connection(name, config, log_dir=log_dir, workdir=workdir)
                    for name, config in servers.items()}
-    if connect:
-        for each in connections.values():
-            if not each.down:
-                each.start()
-    out.servers = list(dict.fromkeys([*recorded, *servers]))
+    for each in connections.values():
+        if connect and not each.down:  # a server down for good is not restarted
+            each.start()
     for name in out.servers:
         conn = connections.get(name)
         listing = recorded.get(name)
