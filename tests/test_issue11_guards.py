@@ -214,7 +214,7 @@ def test_keep_turns_0_would_drop_the_call_in_flight_and_is_rejected(strategy):
     assert (info.value.path, info.value.line, info.value.key) == ("p.yaml", 5, "pipelines.interactive.0.keep_turns")
     assert "at least 1" in str(info.value) and "turn in flight" in str(info.value)
     ok = parse_profile(text.replace("keep_turns: 0", "keep_turns: 1"), source="p.yaml")
-    assert ok.pipeline("interactive")[0].params() == {"keep_turns": 1}
+    assert ok.pipeline("interactive")[0].model_dump(exclude_unset=True) == {"strategy": strategy, "keep_turns": 1}
 
 
 # ---------------------------------------------------------------- 4. dead ends by reported status

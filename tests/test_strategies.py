@@ -529,7 +529,8 @@ def test_every_strategy_is_a_step_class_that_declares_its_parameters_and_its_app
 
 def test_a_step_built_from_a_name_is_validated_and_typed():
     step = StrategyConfig(strategy="checkpoint", trigger=0, llm=False, keep_turns=1)
-    assert isinstance(step, CheckpointStep) and step.params() == {"keep_turns": 1, "llm": False}
+    assert isinstance(step, CheckpointStep)
+    assert step.model_dump(exclude_unset=True, exclude=COMMON) == {"keep_turns": 1, "llm": False}  # parameters set
     assert not step.needs_llm() and CheckpointStep().needs_llm() and not RoleSelectiveStep().needs_llm()
     with pytest.raises(ValidationError):
         StrategyConfig(strategy="truncate", target_scale=0.5)  # accepted but unused keys are impossible

@@ -24,7 +24,6 @@ from ctxagent.strategies.facts import (
     Group,
     LeftOut,
     call_label,
-    carried,
     choose,
     collect,
     facts_block,
@@ -58,6 +57,12 @@ def planted_view(filler_units: int = 12) -> list[Entry]:
     ]
     calls += [("shell", json.dumps({"command": f"cat notes{n}.txt"}), FILLER) for n in range(filler_units)]
     return _calls_view(calls, task="Find why the payment service is slow.")
+
+
+def carried(content: str) -> list[str]:
+    """The values of the facts blocks in ``content``, in order, as a later summary reads them back."""
+    groups, _, _ = collect([Entry({"role": "user", "content": content}, 1, 1, 1, 0)])
+    return [value for group in groups for _, value in group.values]
 
 
 def loose(text: str, max_tokens: int) -> str:

@@ -121,7 +121,9 @@ def error_line(output: str) -> str:
 def extract(items: Iterable[Any], *, session: str, scope: str, workdir: Path) -> list[Lesson]:
     """The candidate lessons of an answered session's records (one per rule key)."""
     done = attempts(items)
-    found = [*_flags(done, session, scope), *_fixes(done, session, scope), *_read_first(done, session, scope, workdir)]
+    shells = _shells(done)
+    found = [*_flags(done, shells, session, scope), *_fixes(shells, session, scope),
+             *_read_first(done, session, scope, workdir)]
     by_key: dict[str, Lesson] = {}
     for lesson in found:
         if (old := by_key.get(lesson.key)) is not None:  # one session, one rule: its records joined
@@ -135,8 +137,7 @@ def _shells(done: list[Attempt]) -> list[tuple[Attempt, list[str]]]:
     return [(a, w) for a in done if (w := words_of(a)) is not None]
 
 
-def _flags(done: list[Attempt], session: str, scope: str) -> Iterator[Lesson]:
-    shells = _shells(done)
+def _flags(done: list[Attempt], shells: list[tuple[Attempt, list[str]]], session: str, scope: str) -> Iterator[Lesson]:
     for i, (fail, fw) in enumerate(shells):
         if fail.exit_code in (None, 0):
             continue
@@ -160,8 +161,7 @@ def _flags(done: list[Attempt], session: str, scope: str) -> Iterator[Lesson]:
                          scope=scope, program=program, tokens=added, prior=0.7 if named else PRIORS["flag"])
 
 
-def _fixes(done: list[Attempt], session: str, scope: str) -> Iterator[Lesson]:
-    shells = _shells(done)
+def _fixes(shells: list[tuple[Attempt, list[str]]], session: str, scope: str) -> Iterator[Lesson]:
     for i, (fail, fw) in enumerate(shells):
         if fail.exit_code in (None, 0):
             continue

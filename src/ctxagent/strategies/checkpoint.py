@@ -137,8 +137,8 @@ def agent_call(view: Sequence[Entry]) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def files_touched(entries: Sequence[Entry], limit: int = 20) -> list[str]:
-    """Paths named in the arguments of the calls of ``entries`` (newest ``limit``, once each)."""
+def files_touched(entries: Sequence[Entry]) -> list[str]:
+    """Paths named in the arguments of the calls of ``entries`` (the newest 20, once each)."""
     found: dict[str, None] = {}
     for entry in entries:
         for call in entry.message.get("tool_calls") or []:
@@ -148,7 +148,7 @@ def files_touched(entries: Sequence[Entry], limit: int = 20) -> list[str]:
                 for item in value if isinstance(value, list) else [value]:
                     if isinstance(item, str) and item.strip():
                         found.setdefault(cut_line(item, 120), None)
-    return list(found)[-limit:]
+    return list(found)[-20:]
 
 
 def deterministic_checkpoint(view: Sequence[Entry], run: Sequence[Entry], max_tokens: int,

@@ -208,12 +208,6 @@ def split_blocks(content: str) -> tuple[str, list[str]]:
     return "\n".join(rest), lines
 
 
-def carried(content: str) -> list[str]:
-    """The values of the facts blocks inside ``content`` (an earlier summary's), in order."""
-    groups, _ = _parse(split_blocks(content)[1])
-    return [value for group in groups for _, value in group.values]
-
-
 @dataclass
 class _Groups:
     """Groups by label, in order of first appearance; a value already in a group is not added again."""

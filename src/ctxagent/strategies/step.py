@@ -87,10 +87,6 @@ class StrategyConfig(BaseModel):
         ``view``: oldest first, never changed in place; ``scan``: this step's work for the session (None: afresh)."""
         raise NotImplementedError(f"{type(self).__name__} declares no strategy")
 
-    def params(self) -> dict[str, Any]:
-        """The strategy's parameters the step sets (every key but :data:`COMMON`; defaults left out)."""
-        return {key: getattr(self, key) for key in sorted(self.model_fields_set - COMMON)}
-
     def needs_llm(self) -> bool:
         """Whether the step may call the LLM (a strategy that uses one, not switched off)."""
         switch = self.llm_switch

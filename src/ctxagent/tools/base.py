@@ -83,9 +83,6 @@ class Spooled:
     note: str = ""
 
 
-ToolValue = str | bytes | Spooled  # plus JSON values and numpy arrays, see the module docstring
-
-
 @dataclass(frozen=True)
 class Tool:
     """One tool: name, description for the model, JSON schema of its arguments, the function.

@@ -21,7 +21,7 @@ from ctxagent.sessions.records import OutputRecord
 from ctxagent.sessions.redact import clip, scan
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools import values
-from ctxagent.tools.base import Spooled, ToolValue
+from ctxagent.tools.base import Spooled
 from ctxagent.tools.clean import clean, encode_exact
 from ctxagent.tools.preview import (
     EXACT_TOKENS_MAX_BYTES,
@@ -81,7 +81,7 @@ def threshold(policy: OffloadPolicy, call_id: str) -> int:
 
 
 def settle(
-    value: ToolValue | Any,
+    value: Any,
     *,
     call: ToolCall,
     tool_name: str,
