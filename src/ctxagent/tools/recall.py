@@ -218,11 +218,11 @@ def _coverage_notes(index: Index) -> list[str]:
     return notes
 
 
-def _names(handles: set[str], shown: int = 10) -> str:
-    """Up to ``shown`` of ``handles``, sorted, then how many more."""
+def _names(handles: set[str]) -> str:
+    """Up to 10 of ``handles``, sorted, then how many more."""
     names = sorted(handles)
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return " ".join(names[:shown]) + more
+    more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+    return " ".join(names[:10]) + more
 
 
 def _ranked(index: Index, query: str, terms: list[str], ctx: ToolContext, notes: list[str]) -> tuple[list[int], str]:
