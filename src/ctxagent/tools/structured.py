@@ -14,12 +14,11 @@ from ctxagent.handles import REF_RE
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError
 from ctxagent.tools.outputs import ref_of
-from ctxagent.tools.patterns import SECONDS, Budget, Timed, compile_pattern, too_slow
+from ctxagent.tools.patterns import Budget, Timed, compile_pattern, too_slow
 from ctxagent.tools.preview import file_stats, plural
 from ctxagent.tools.signature import function_tool
 
 MAX_QUERY_MATCHES = 200  # matches query_output lists
-QUERY_SECONDS = SECONDS  # time budget of the regular expressions of one query_output (tools/patterns.py)
 VALUE_MAX_CHARS = 20_000  # characters of one matched value shown by query_output
 
 # --- query_output -------------------------------------------------------------------------------
@@ -44,7 +43,7 @@ def query_output(ctx: ToolContext, handle: str, path: str) -> str:
         kind = "a numpy array" if item.type == "ndarray" else "binary data"
         raise ToolError(f"query_output reads JSON values, and {ref.handle} is {kind}; pass it to a tool as an "
                         f'argument, or see output_info("{ref.handle}")')
-    budget = Budget(QUERY_SECONDS)
+    budget = Budget()
     expression = _jsonpath(path, budget)
     value = values.part_of(values.load_file(item), ref)
     if not ref.parts and isinstance(value, str | bytes):
