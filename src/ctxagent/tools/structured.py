@@ -151,7 +151,7 @@ def _match_name(handle: str, match: Any) -> str:
         node = node.context
     parts.reverse()
     sub = str(values.Ref(handle, tuple(parts)))
-    if values.looks_like_handle(sub) and REF_RE.match(sub):  # what parse_ref takes
+    if REF_RE.match(sub):  # what parse_ref takes
         return sub
     return "$" + "".join(f"[{p}]" if p.lstrip("-").isdigit() else f"['{p}']" for p in parts)
 
