@@ -11,11 +11,12 @@ import time
 from typing import Any
 
 from ctxagent.handles import REF_RE
+from ctxagent.sessions.redact import scan
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError
 from ctxagent.tools.outputs import ref_of
 from ctxagent.tools.patterns import Budget, Timed, compile_pattern, too_slow
-from ctxagent.tools.preview import file_stats, plural
+from ctxagent.tools.preview import plural
 from ctxagent.tools.signature import function_tool
 
 MAX_QUERY_MATCHES = 200  # matches query_output lists
@@ -202,7 +203,7 @@ def output_info(ctx: ToolContext, handle: str) -> str:
 
 def _measured(item: values.Stored) -> dict[str, Any]:
     """Metadata measured from the file, for an output stored without a sidecar."""
-    stats = file_stats(item.path)
+    stats = scan.measure(item.path).stats
     return {"bytes": stats.bytes, "lines": stats.lines, "sha256": stats.sha256, "type": item.type}
 
 
