@@ -324,9 +324,9 @@ def test_query_output_and_output_info(toolset: Toolset) -> None:
 def test_a_catastrophic_regex_in_a_query_output_filter_gives_up_at_its_budget(toolset: Toolset, monkeypatch) -> None:
     """A JSONPath filter's regex (jsonpath-ng runs it with `re`, which nothing stops) hung
     query_output for over 300 s. With the budget cut from 10 s to 0.2 s: it gives up at it."""
-    from ctxagent.tools import structured
+    from ctxagent.tools import patterns
 
-    monkeypatch.setattr(structured, "QUERY_SECONDS", 0.2)
+    monkeypatch.setattr(patterns, "SECONDS", 0.2)
     run(toolset, "rec", "record", items=["a" * 40 + "!", "ab"])
     for path in ("$.items[?(@ =~ '(a|aa)+$')]", "$.items[?(@ == 'x' || @ =~ '(a|aa)+$')]",
                  "$.items[0].`sub(/(a|aa)+$/, x)`"):

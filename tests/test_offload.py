@@ -11,6 +11,7 @@ import pytest
 
 from ctxagent import tokens
 from ctxagent.agent.model import ToolCall
+from ctxagent.sessions.redact import scan
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tools.base import Spooled
 from ctxagent.tools.offload import (
@@ -22,7 +23,6 @@ from ctxagent.tools.offload import (
     store_text,
     threshold,
 )
-from ctxagent.tools.preview import file_stats
 
 CALL = ToolCall(id="call_9f8XkQ2mZbL0aYv7", name="shell", arguments='{"command": "make"}')
 
@@ -174,11 +174,11 @@ def test_text_over_4_mib_is_offloaded_with_estimated_tokens(store: OutputStore) 
     assert f"~{record.tokens:,} tokens" in content
 
 
-def test_file_stats_streams(tmp_path: Path) -> None:
+def test_measure_streams(tmp_path: Path) -> None:
     path = tmp_path / "f"
     data = b"a" * (1024 * 1024 - 1) + b"\nb\nlast"  # the first newline ends the first chunk
     path.write_bytes(data)
-    stats = file_stats(path)
+    stats = scan.measure(path).stats
     assert (stats.bytes, stats.lines, stats.sha256) == (len(data), 3, hashlib.sha256(data).hexdigest())
 
 

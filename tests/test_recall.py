@@ -21,8 +21,8 @@ from ctxagent.profile import Profile, parse_profile
 from ctxagent.sessions import records as rec
 from ctxagent.sessions.store import OutputStore
 from ctxagent.tokens import count_text
+from ctxagent.tools import patterns, recall_index
 from ctxagent.tools import recall as recall_mod
-from ctxagent.tools import recall_index
 from ctxagent.tools.base import ToolContext
 from ctxagent.tools.offload import OffloadPolicy
 from ctxagent.tools.toolset import BUILTIN, make_toolset
@@ -212,7 +212,7 @@ def test_regex_scans_newest_first_and_a_bad_or_slow_pattern_is_an_error(session,
     content, error = call_recall(ctx, query="a{2,1}", regex=True)
     assert error and content.startswith("ERROR: invalid regex 'a{2,1}': ")
     append(transcript, 3, "user", "a" * 40 + "!")
-    monkeypatch.setattr(recall_mod, "REGEX_SECONDS", 0.05)
+    monkeypatch.setattr(patterns, "SECONDS", 0.05)
     content, error = call_recall(ctx, query="(a|aa)+$", regex=True)  # exponential backtracking
     assert error and content.startswith("ERROR: recall gave up after 0.05 s: the pattern '(a|aa)+$' is too slow")
 

@@ -34,9 +34,9 @@ def test_catastrophic_regex_in_grep_output_gives_up_instead_of_hanging(tmp_path,
     """In process, with grep_output's time budget cut from 10 s to 1 s: the point is that the search gives
     up at its budget (a wall-clock deadline) instead of backtracking without end, not the budget's size;
     waiting out the real 10 s cost 10 s of CPU and, on a busy machine, failed the run's time check."""
-    from ctxagent.tools import outputs
+    from ctxagent.tools import patterns
 
-    monkeypatch.setattr(outputs, "GREP_SECONDS", 1.0)
+    monkeypatch.setattr(patterns, "SECONDS", 1.0)
     monkeypatch.chdir(tmp_path)
     model = script(tmp_path / "s.yaml", [
         {"tool_calls": [call("gen", "shell", command="python3 -c \"print(('x' * 5000 + chr(10)) * 200)\"")]},

@@ -10,6 +10,7 @@ literal is committed).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import random
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -28,10 +30,16 @@ from ctxagent.sessions.redact import redactor as redaction
 from ctxagent.sessions.redact.engine import Engine, Windows, _buffers
 from ctxagent.sessions.redact.rules import PREFILTERS
 from ctxagent.sessions.store import OutputStore
-from ctxagent.tools.preview import file_stats
+from ctxagent.tools.preview import FileStats
 from examplecount import examples
 
 pytest.importorskip("hyperscan", reason="the prefilter needs the hyperscan wheel (the fallback is tested below)")
+
+
+def file_stats(path: Path) -> FileStats:
+    """The stats of ``path`` read whole: the independent check of what the scans measure."""
+    data = path.read_bytes()
+    return FileStats(len(data), data.count(b"\n") + (data[-1:] not in (b"", b"\n")), hashlib.sha256(data).hexdigest())
 
 ALNUM = string.ascii_letters + string.digits
 EXACT = "q9-" + "Zr" * 6 + "-env"  # an environment secret of no particular shape

@@ -19,6 +19,7 @@ from ctxagent.errors import CtxagentError
 from ctxagent.messages import one_line
 from ctxagent.sessions.redact import default
 from ctxagent.sessions.session import Session
+from ctxagent.sessions.store import SPOOL_PREFIX
 from ctxagent.tools.base import ERROR_PREFIX
 
 
@@ -73,7 +74,7 @@ def heartbeat_s() -> float:
 def spooled_bytes(folder: Path) -> int:
     """Bytes a running tool has streamed to its spool file so far (the newest in ``folder``; 0 if none)."""
     try:
-        spools = [p.stat() for p in folder.iterdir() if p.name.startswith(".spool-")]
+        spools = [p.stat() for p in folder.iterdir() if p.name.startswith(SPOOL_PREFIX)]
     except OSError:
         return 0
     return max(spools, key=lambda st: st.st_mtime).st_size if spools else 0

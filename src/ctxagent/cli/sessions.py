@@ -26,6 +26,7 @@ from ctxagent.errors import SessionBusyError, UsageError
 from ctxagent.sessions import replica
 from ctxagent.sessions.files import replace_whole
 from ctxagent.sessions.session import ListFacts, Session, check_name, list_facts, list_sessions
+from ctxagent.sessions.store import SPOOL_PREFIX
 
 app = typer.Typer(help="List, show, delete, rename, fork and export sessions.", no_args_is_help=True,
                   rich_markup_mode=None)
@@ -215,7 +216,7 @@ def fork(
     print(f"forked session {name} as {new} ({target.root})", file=sys.stderr)
 
 
-SKIPPED = (".lock", ".spool-*", ".store.json", ".list-cache.json", "*.tmp")  # a writer's, or caches rebuilt on use
+SKIPPED = (".lock", f"{SPOOL_PREFIX}*", ".store.json", ".list-cache.json", "*.tmp")  # a writer's, or caches rebuilt
 
 
 def _copy(source: Path, session: Session) -> None:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 SUFFIXES = (".out", ".json", ".npy")  # value files, in lookup order
 META_SUFFIX = ".meta.json"
+SPOOL_PREFIX = ".spool-"  # a file a tool is still writing: adopted under a handle, or deleted
 
 
 class OutputStore:
@@ -97,7 +98,7 @@ class OutputStore:
         into (0600, in a folder created 0700); :meth:`adopt` moves it under a handle, or the caller
         deletes it."""
         private_dir(self.root)
-        fd, name = tempfile.mkstemp(prefix=".spool-", dir=self.root)
+        fd, name = tempfile.mkstemp(prefix=SPOOL_PREFIX, dir=self.root)
         return fd, Path(name)
 
     @contextlib.contextmanager
@@ -117,7 +118,7 @@ class OutputStore:
         returns how many there were."""
         if not self.root.is_dir():
             return 0
-        stale = [p for p in self.root.iterdir() if p.name.startswith(".spool-") or p.name.endswith(".redacting")]
+        stale = [p for p in self.root.iterdir() if p.name.startswith(SPOOL_PREFIX) or p.name.endswith(".redacting")]
         for path in stale:
             path.unlink(missing_ok=True)
         return len(stale)

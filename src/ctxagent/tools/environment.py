@@ -31,7 +31,7 @@ def _passes(name: str, pass_through: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in pass_through)
 
 
-def withheld(pass_through: Iterable[str] = ()) -> list[str]:
+def withheld(pass_through: Iterable[str]) -> list[str]:
     """The names of ``os.environ`` a tool's process does not get, sorted."""
     from ctxagent.sessions.redact import default  # the shapes of credentials (a value's form)
 
@@ -44,14 +44,14 @@ def withheld(pass_through: Iterable[str] = ()) -> list[str]:
     return sorted(name for name in by_name | found if not _passes(name, keep))
 
 
-def tool_environment(pass_through: Iterable[str] = ()) -> dict[str, str]:
+def tool_environment(pass_through: Iterable[str]) -> dict[str, str]:
     """``os.environ`` without the names :func:`withheld` gives."""
     drop = set(withheld(pass_through))
     return {name: value for name, value in os.environ.items() if name not in drop}
 
 
-def passed_through(pass_through: Iterable[str] = ()) -> dict[str, str]:
+def passed_through(pass_through: Iterable[str]) -> dict[str, str]:
     """The variables of ``os.environ`` that ``pass_through`` names: what an MCP server gets on top of
     the SDK's minimal environment (``HOME``, ``PATH``, ``USER``...) and its own ``env:`` entries."""
     keep = tuple(pass_through)
-    return {name: value for name, value in os.environ.items() if keep and _passes(name, keep)}
+    return {name: value for name, value in os.environ.items() if _passes(name, keep)}

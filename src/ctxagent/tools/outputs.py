@@ -18,14 +18,13 @@ from pydantic import Field
 
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError
-from ctxagent.tools.patterns import SECONDS, Budget, Timed, compile_pattern, too_slow
+from ctxagent.tools.patterns import Budget, Timed, compile_pattern, too_slow
 from ctxagent.tools.preview import move_lines
 from ctxagent.tools.signature import function_tool
 
 MAX_LINES = 200  # lines read_output returns when end_line is not given
 MAX_MATCHES = 200  # matching lines grep_output lists
 MAX_CONTEXT = 20  # context_lines allowed
-GREP_SECONDS = SECONDS  # time budget of one grep_output (the regex package enforces it inside a search)
 LINE_MAX_CHARS = 2000  # characters shown of one line
 PIECE_BYTES = 1024 * 1024  # a longer line is read (and searched) in pieces of this size
 
@@ -113,7 +112,7 @@ def grep_output(ctx: ToolContext, handle: str, pattern: str,
     if not 0 <= context_lines <= MAX_CONTEXT:
         raise ToolError(f"context_lines must be between 0 and {MAX_CONTEXT}, not {context_lines}")
     with open(path, "rb") as fh:
-        budget = Budget(GREP_SECONDS)
+        budget = Budget()
         try:
             listed, matches, total = _grep(fh, Timed(regex, budget), context_lines)
         except TimeoutError:

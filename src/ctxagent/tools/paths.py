@@ -54,7 +54,7 @@ def target(ctx: ToolContext, name: str, path: str) -> Path:
     return ctx.checked.get(name) or real_path(ctx.workdir, path)
 
 
-def open_path(path: Path, flags: int, *, shown: str, parents: bool = False, mode: int = 0o666) -> int:
+def open_path(path: Path, flags: int, *, shown: str, parents: bool = False) -> int:
     """A file descriptor of the absolute resolved ``path`` opened with ``flags``, following no link
     on the way (see the module doc); ``parents``: create missing folders (0777 less the umask).
 
@@ -63,7 +63,7 @@ def open_path(path: Path, flags: int, *, shown: str, parents: bool = False, mode
     ``OSError`` as ``os.open`` does for the last name.
     """
     if os.open not in os.supports_dir_fd:  # no openat here: the path was resolved just before
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     *folders, last = path.parts[1:] or ["."]
     fd = os.open(path.anchor or "/", _WALK)
     try:
@@ -72,7 +72,7 @@ def open_path(path: Path, flags: int, *, shown: str, parents: bool = False, mode
             os.close(fd)
             fd = inner
         try:
-            return os.open(last, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+            return os.open(last, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666, dir_fd=fd)
         except OSError as err:
             if err.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, last):
                 raise ToolError(_changed(shown, path, last)) from None

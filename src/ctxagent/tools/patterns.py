@@ -28,10 +28,10 @@ def compile_pattern(pattern: str) -> Any:
 
 
 class Budget:
-    """Seconds a tool call's pattern matching may take in all, from now."""
+    """:data:`SECONDS` a tool call's pattern matching may take in all, from now."""
 
-    def __init__(self, seconds: float = SECONDS):
-        self.seconds, self.end = seconds, time.monotonic() + seconds
+    def __init__(self) -> None:
+        self.seconds, self.end = SECONDS, time.monotonic() + SECONDS
 
     def left(self) -> float:
         """Seconds left (> 0); ``TimeoutError`` once there are none."""

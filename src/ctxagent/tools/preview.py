@@ -10,7 +10,6 @@ shows is cleaned of terminal control (:func:`ctxagent.tools.clean.clean`), the f
 from __future__ import annotations
 
 import codecs
-import hashlib
 import io
 import os
 import re
@@ -140,23 +139,6 @@ class FileStats:
     bytes: int
     lines: int
     sha256: str
-
-
-def file_stats(path: Path) -> FileStats:
-    """Bytes, lines (``\\n`` count plus an unterminated last line) and sha256 of ``path``.
-
-    Streams 1 MiB chunks: memory does not grow with the file. Raises ``OSError``.
-    """
-    digest = hashlib.sha256()
-    size = newlines = 0
-    last = b""
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            digest.update(chunk)
-            size += len(chunk)
-            newlines += chunk.count(b"\n")
-            last = chunk[-1:]
-    return FileStats(size, newlines + (1 if last not in (b"", b"\n") else 0), digest.hexdigest())
 
 
 def estimate_tokens(nbytes: int) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ctxagent.tokens import count_text
 from ctxagent.tools.base import ToolContext, ToolError
-from ctxagent.tools.patterns import SECONDS, Budget, Timed, compile_pattern, too_slow
+from ctxagent.tools.patterns import Budget, Timed, compile_pattern, too_slow
 from ctxagent.tools.recall_index import CONTROL, Doc, Index, index_for, words
 from ctxagent.tools.signature import function_tool
 from ctxagent.tools.values import import_numpy
@@ -27,7 +27,6 @@ from ctxagent.tools.values import import_numpy
 MAX_TOP_K = 50
 RESULT_MAX_TOKENS = 2500  # tokens of the whole result, at most
 SNIPPET_CHARS = 300  # characters of one hit's snippet, at most
-REGEX_SECONDS = SECONDS  # time budget of one regex scan (tools/patterns.py)
 RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.)
 EMBED_BATCH = 64  # documents per embedding request
 EMBED_CHARS = 4000  # characters of a document sent to the embedding model
@@ -49,7 +48,7 @@ def bm25_ranking(index: Index, terms: Sequence[str]) -> list[int]:
 def regex_ranking(index: Index, pattern: Any) -> list[int]:
     """Documents ``pattern`` (:func:`~ctxagent.tools.patterns.compile_pattern`'s) matches, newest
     first. Raises ``ToolError`` for a too slow pattern."""
-    budget = Budget(REGEX_SECONDS)
+    budget = Budget()
     timed = Timed(pattern, budget)
     try:
         return [i for i in range(len(index.docs) - 1, -1, -1) if timed.search(index.docs[i].text)]
@@ -218,11 +217,11 @@ def _coverage_notes(index: Index) -> list[str]:
     return notes
 
 
-def _names(handles: set[str], shown: int = 10) -> str:
-    """Up to ``shown`` of ``handles``, sorted, then how many more."""
+def _names(handles: set[str]) -> str:
+    """Up to 10 of ``handles``, sorted, then how many more."""
     names = sorted(handles)
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return " ".join(names[:shown]) + more
+    more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+    return " ".join(names[:10]) + more
 
 
 def _ranked(index: Index, query: str, terms: list[str], ctx: ToolContext, notes: list[str]) -> tuple[list[int], str]:

@@ -11,15 +11,15 @@ import time
 from typing import Any
 
 from ctxagent.handles import REF_RE
+from ctxagent.sessions.redact import scan
 from ctxagent.tools import values
 from ctxagent.tools.base import Tool, ToolContext, ToolError
 from ctxagent.tools.outputs import ref_of
-from ctxagent.tools.patterns import SECONDS, Budget, Timed, compile_pattern, too_slow
-from ctxagent.tools.preview import file_stats, plural
+from ctxagent.tools.patterns import Budget, Timed, compile_pattern, too_slow
+from ctxagent.tools.preview import plural
 from ctxagent.tools.signature import function_tool
 
 MAX_QUERY_MATCHES = 200  # matches query_output lists
-QUERY_SECONDS = SECONDS  # time budget of the regular expressions of one query_output (tools/patterns.py)
 VALUE_MAX_CHARS = 20_000  # characters of one matched value shown by query_output
 
 # --- query_output -------------------------------------------------------------------------------
@@ -44,7 +44,7 @@ def query_output(ctx: ToolContext, handle: str, path: str) -> str:
         kind = "a numpy array" if item.type == "ndarray" else "binary data"
         raise ToolError(f"query_output reads JSON values, and {ref.handle} is {kind}; pass it to a tool as an "
                         f'argument, or see output_info("{ref.handle}")')
-    budget = Budget(QUERY_SECONDS)
+    budget = Budget()
     expression = _jsonpath(path, budget)
     value = values.part_of(values.load_file(item), ref)
     if not ref.parts and isinstance(value, str | bytes):
@@ -152,7 +152,7 @@ def _match_name(handle: str, match: Any) -> str:
         node = node.context
     parts.reverse()
     sub = str(values.Ref(handle, tuple(parts)))
-    if values.looks_like_handle(sub) and REF_RE.match(sub):  # what parse_ref takes
+    if REF_RE.match(sub):  # what parse_ref takes
         return sub
     return "$" + "".join(f"[{p}]" if p.lstrip("-").isdigit() else f"['{p}']" for p in parts)
 
@@ -203,7 +203,7 @@ def output_info(ctx: ToolContext, handle: str) -> str:
 
 def _measured(item: values.Stored) -> dict[str, Any]:
     """Metadata measured from the file, for an output stored without a sidecar."""
-    stats = file_stats(item.path)
+    stats = scan.measure(item.path).stats
     return {"bytes": stats.bytes, "lines": stats.lines, "sha256": stats.sha256, "type": item.type}
 
 
