@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
 from ctxagent.sessions.files import private_dir, replace_whole, write_synced
@@ -61,6 +60,7 @@ class Store:
     def __init__(self, url: str):
         try:
             from fsspec.core import url_to_fs
+            from fsspec.utils import get_protocol
 
             # no listings cache: an existence check must see what another machine wrote a moment ago
             self.fs, self.root = url_to_fs(url, use_listings_cache=False)
@@ -68,7 +68,7 @@ class Store:
             raise UsageError(f"session store {shown(url)!r}: {shown(str(err))} (the extras: ctxagent[s3], [gcs], "
                              "[azure])") from err
         self.url = shown(url)  # in messages only: the filesystem above holds what it needs
-        self.atomic_pipe = "s3" in _protocols(self.fs)  # pipe_file(mode="create") sends If-None-Match: *
+        self.atomic_pipe = get_protocol(url) in ("s3", "s3a")  # s3fs's pipe_file(mode="create"): If-None-Match: *
 
     def path(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
@@ -125,11 +125,6 @@ class Store:
         """Delete the object (or, ``recursive``, the folder) at ``path``; a missing one is no error."""
         with contextlib.suppress(FileNotFoundError), self.failing(f"deleting {path}"):
             self.fs.rm(path, recursive=recursive)
-
-
-def _protocols(fs: Any) -> tuple[str, ...]:
-    protocol = fs.protocol
-    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
 def _strip(path: str) -> str:
