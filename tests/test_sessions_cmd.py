@@ -31,7 +31,6 @@ from ctxagent.sessions.session import (
     new_name,
     sessions_root,
     status_of,
-    summarize,
     totals,
 )
 from ctxagent.sessions.transcript import Transcript
@@ -403,17 +402,25 @@ def test_the_status_is_the_answer_else_the_end_after_the_last_message_else_inter
     assert status_of([_msg(0, "assistant", "done"), _end("max_cost")]) == "answered"
 
 
-def test_summarize_folds_the_header_the_settings_changes_the_usage_and_the_status():
-    assert summarize([]) == {"created": None, "model": None, "profile": None, "turns": 0, "messages": 0,
-                             "tokens": 0, "cost_usd": None, "status": "new", "last_used": None}
+def test_list_facts_fold_the_header_the_settings_changes_the_usage_and_the_status():
+    def facts(name: str, items: list) -> dict:
+        session = Session.at(name)
+        if items:
+            session.root.mkdir(parents=True)
+            session.transcript.append(items)
+        return dict(list_facts(session))
+
+    assert facts("none", []) == {"created": None, "model": None, "profile": None, "turns": 0, "messages": 0,
+                                 "tokens": 0, "cost_usd": None, "status": "new", "last_used": None}
     plain = [_header(), _msg(0, "user", turn=1), _usage(10, 5), _msg(1, "assistant", "a", turn=2)]
-    assert summarize(plain) == {"created": 100.5, "model": "m0", "profile": "p0", "turns": 2, "messages": 2,
-                                "tokens": 15, "cost_usd": None, "status": "answered", "last_used": plain[-1].ts}
+    assert facts("plain", plain) == {"created": 100.5, "model": "m0", "profile": "p0", "turns": 2, "messages": 2,
+                                     "tokens": 15, "cost_usd": None, "status": "answered", "last_used": plain[-1].ts}
     changed = [_header(), records.SettingsRecord(model="m1"), records.SettingsRecord(profile="p2"),
                records.SettingsRecord(model="m3"), records.SettingsRecord(context_window=5),
                _msg(0, "user", turn=4), _usage(10, 5, 0.1), _usage(1, 1), _usage(2, 0, 0.0000004)]
-    assert summarize(changed) == {"created": 100.5, "model": "m3", "profile": "p2", "turns": 4, "messages": 1,
-                                  "tokens": 19, "cost_usd": 0.1, "status": "interrupted", "last_used": changed[-1].ts}
+    assert facts("changed", changed) == {"created": 100.5, "model": "m3", "profile": "p2", "turns": 4, "messages": 1,
+                                         "tokens": 19, "cost_usd": 0.1, "status": "interrupted",
+                                         "last_used": changed[-1].ts}
 
 
 def test_recorded_task_and_answer_are_read_from_the_transcript(tmp_path):

@@ -403,11 +403,9 @@ def test_an_objects_path_is_under_the_stores_root_whatever_the_root_ends_in(name
     assert store.path("sessions", "s") == f"{tmp_path}/{name}/sessions/s"
 
 
-def test_the_protocols_of_a_filesystem_are_a_tuple_also_when_it_names_one():
-    import fsspec
-
-    assert remote._protocols(fsspec.filesystem("memory")) == ("memory",)
-    assert remote._protocols(fsspec.filesystem("file")) == ("file", "local")
+def test_only_an_s3_store_is_written_with_an_atomic_put(tmp_path):
+    assert Store("s3://bucket/team").atomic_pipe and Store("s3a://bucket/team").atomic_pipe
+    assert not Store("memory://team").atomic_pipe and not Store(f"file://{tmp_path}/team").atomic_pipe
 
 
 def test_the_sync_state_is_saved_owner_only_and_an_old_one_without_a_snapshot_is_read(tmp_path):

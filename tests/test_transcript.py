@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from ctxagent.errors import SessionBusyError, UsageError
 from ctxagent.sessions import records
-from ctxagent.sessions.session import Session, check_name, list_sessions, summarize
+from ctxagent.sessions.session import Session, check_name, list_facts, list_sessions
 from ctxagent.sessions.transcript import Transcript, TranscriptError, TranscriptWarning
 from examplecount import examples
 
@@ -101,7 +101,7 @@ def test_list_and_summarize_newest_first():
                 records.EndRecord(reason="answered", turn=1),
             ])
     assert [s.name for s in list_sessions()] == ["two", "one"]
-    facts = summarize(Session.at("one").transcript.load())
+    facts = list_facts(Session.at("one"))
     assert (facts["turns"], facts["tokens"], facts["status"]) == (1, 15, "answered")
 
 

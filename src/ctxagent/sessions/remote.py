@@ -18,16 +18,14 @@ import os
 import re
 import shutil
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ctxagent.errors import CtxagentError, SessionBusyError, UsageError
 from ctxagent.sessions.files import private_dir, replace_whole, write_synced
-from ctxagent.sessions.transcript import TranscriptWarning, set_aside
+from ctxagent.sessions.transcript import set_aside
 
 STATE = ".store.json"  # beside the transcript: {"segments": N, "bytes": B} of it that the store holds
 SNAPSHOT_EVERY = 64  # segments since the last snapshot that make a writer leave a new one
@@ -62,6 +60,7 @@ class Store:
     def __init__(self, url: str):
         try:
             from fsspec.core import url_to_fs
+            from fsspec.utils import get_protocol
 
             # no listings cache: an existence check must see what another machine wrote a moment ago
             self.fs, self.root = url_to_fs(url, use_listings_cache=False)
@@ -69,7 +68,7 @@ class Store:
             raise UsageError(f"session store {shown(url)!r}: {shown(str(err))} (the extras: ctxagent[s3], [gcs], "
                              "[azure])") from err
         self.url = shown(url)  # in messages only: the filesystem above holds what it needs
-        self.atomic_pipe = "s3" in _protocols(self.fs)  # pipe_file(mode="create") sends If-None-Match: *
+        self.atomic_pipe = get_protocol(url) in ("s3", "s3a")  # s3fs's pipe_file(mode="create"): If-None-Match: *
 
     def path(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *parts])
@@ -126,11 +125,6 @@ class Store:
         """Delete the object (or, ``recursive``, the folder) at ``path``; a missing one is no error."""
         with contextlib.suppress(FileNotFoundError), self.failing(f"deleting {path}"):
             self.fs.rm(path, recursive=recursive)
-
-
-def _protocols(fs: Any) -> tuple[str, ...]:
-    protocol = fs.protocol
-    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
 def _strip(path: str) -> str:
@@ -204,7 +198,7 @@ class SessionSync:
         size = self.transcript.stat().st_size if self.transcript.exists() else 0
         if size < self.state.bytes:  # the cache lost bytes it had synced: start it over from the store
             if size:
-                self._set_aside(0, "cache-")
+                set_aside(self.transcript, size, "a cache shorter than what it had synced", "cache-")
             self.state, size = SyncState(), 0
         tail = self._read_from(self.state.bytes) if size > self.state.bytes else b""
         if tail and not writer:
@@ -215,7 +209,7 @@ class SessionSync:
         private_dir(self.root)
         complete, torn = tail[: tail.rfind(b"\n") + 1], tail[tail.rfind(b"\n") + 1:]
         if torn:
-            self._set_aside(self.state.bytes + len(complete), "torn-")
+            set_aside(self.transcript, len(torn), "torn last line", "torn-")
         paths = [self.remote("segments", segment_name(n)) for n in new]
         data = self.store.read_many(paths)
         chunks = [(n, data[_strip(p)]) for n, p in zip(new, paths, strict=True)]
@@ -224,7 +218,8 @@ class SessionSync:
             complete = complete[len(chunk):]
             self.state.advance(number, len(chunk))
         if complete and chunks:  # the store moved on without these lines
-            self._set_aside(self.state.bytes, "unsynced-")
+            set_aside(self.transcript, len(complete), "lines the session store never got (another machine continued "
+                      "the session)", "unsynced-")
         elif complete:  # the step a crash kept from the store: ours, and nobody wrote since
             self._upload_segment(complete, self.state.segments + 1)
         self._append_local(chunks)
@@ -296,14 +291,6 @@ class SessionSync:
         with open(self.transcript, "rb") as fh:
             fh.seek(offset)
             return fh.read()
-
-    def _set_aside(self, offset: int, kind: str) -> None:
-        """Move the local transcript's bytes from ``offset`` on to ``transcript.<kind>N.jsonl``."""
-        name, size = set_aside(self.transcript, offset, kind)
-        why = {"torn-": "torn last line", "unsynced-": "lines the session store never got (another machine "
-               "continued the session)", "cache-": "a cache shorter than what it had synced"}[kind]
-        warnings.warn(f"{self.transcript}: {why} ({size} bytes) set aside, moved to {name}", TranscriptWarning,
-                      stacklevel=3)
 
     def _append_local(self, chunks: list[tuple[int, bytes]]) -> None:
         """Append downloaded segments ``(number, bytes)`` to the local transcript (created 0600)."""

@@ -279,28 +279,9 @@ def list_facts(session: Session) -> ListFacts:
     :func:`totals`."""
     from ctxagent.sessions import records
 
+    head, sums = session.header(), totals(session.root / "transcript.jsonl")
     tail = session.transcript.tail(want=records.MessageRecord)
-    facts = _facts(session.header(), totals(session.root / "transcript.jsonl"), tail)
-    if session.running():
-        facts["status"] = "running"
-    return facts
-
-
-def summarize(records_: list[Any]) -> ListFacts:
-    """The facts :func:`list_facts` reads cheaply, of a loaded transcript: from all its records."""
-    from ctxagent.sessions import records
-
-    sums = Totals()
-    for record in records_:
-        sums.add(record)
-    return _facts(next((r for r in records_ if isinstance(r, records.SessionHeader)), None), sums, records_)
-
-
-def _facts(head: SessionHeader | None, sums: Totals, records_: list[Any]) -> ListFacts:
-    """The facts of a transcript whose header is ``head``, its totals ``sums``, its last records ``records_``."""
-    from ctxagent.sessions import records
-
-    messages = [r for r in records_ if isinstance(r, records.MessageRecord)]
+    messages = [r for r in tail if isinstance(r, records.MessageRecord)]
     return {
         "created": head.ts if head else None,
         "model": sums.model or (head.model if head else None),
@@ -309,8 +290,8 @@ def _facts(head: SessionHeader | None, sums: Totals, records_: list[Any]) -> Lis
         "messages": messages[-1].seq + 1 if messages else 0,
         "tokens": sums.tokens,
         "cost_usd": sums.cost_usd,
-        "status": status_of(records_),
-        "last_used": records_[-1].ts if records_ else None,
+        "status": "running" if session.running() else status_of(tail),
+        "last_used": tail[-1].ts if tail else None,
     }
 
 

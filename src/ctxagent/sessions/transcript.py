@@ -61,7 +61,7 @@ class Transcript:
             return
         reader = _Reader(self.path)
         with open(self.path, "rb") as fh:
-            for number, line in _lines(fh, self, repair):
+            for number, line in _lines(fh, self.path, repair):
                 record = reader.parse(number, line)
                 if record is None:
                     continue
@@ -98,13 +98,6 @@ class Transcript:
         except OSError:
             return []
 
-    def _set_aside(self, torn: bytes, *, repair: bool) -> None:
-        where = "left in place (read-only)"
-        if repair:
-            where = "moved to " + set_aside(self.path, os.path.getsize(self.path) - len(torn), "torn-")[0]
-        warnings.warn(f"{self.path}: torn last line ({len(torn)} bytes) set aside, {where}", TranscriptWarning,
-                      stacklevel=4)
-
     def append(self, items: Iterable[Any], redactor: Any = None) -> None:
         """Append ``items`` (records), one line each, with every string redacted by ``redactor``
         (default: :func:`ctxagent.sessions.redact.default`), then flush and fsync once: a record is
@@ -125,7 +118,7 @@ class Transcript:
             self.mirror(data)
 
 
-def _lines(fh: Any, transcript: Transcript, repair: bool) -> Iterator[tuple[int, bytes]]:
+def _lines(fh: Any, path: Path, repair: bool) -> Iterator[tuple[int, bytes]]:
     """``(line number, line)`` of every complete line of ``fh`` (with its newline), read about
     :data:`BLOCK` bytes at a time (memory: a block and the longest line); a torn last line (no
     newline) is set aside instead (moved by a writer: ``repair``)."""
@@ -134,7 +127,7 @@ def _lines(fh: Any, transcript: Transcript, repair: bool) -> Iterator[tuple[int,
         for line in lines:
             number += 1
             if line[-1:] != b"\n":
-                transcript._set_aside(line, repair=repair)
+                set_aside(path, len(line), "torn last line", "torn-" if repair else None, stacklevel=4)
                 return
             yield number, line
 
@@ -236,17 +229,19 @@ def _quiet(line: bytes) -> Any | None:
     return None
 
 
-def set_aside(path: Path, offset: int, kind: str) -> tuple[str, int]:
-    """Move the bytes of the transcript at ``path`` from ``offset`` on to ``transcript.<kind>N.jsonl``
-    beside it (the first free N), then cut the transcript there. Returns that file's name and the
-    number of bytes moved."""
-    n = 1
-    while (side := path.with_name(f"transcript.{kind}{n}.jsonl")).exists():
-        n += 1
-    with open(path, "r+b") as fh:
-        fh.seek(offset)
-        data = fh.read()
-        write_synced(side, "xb", data)
-        fh.truncate(offset)
-        os.fsync(fh.fileno())
-    return side.name, len(data)
+def set_aside(path: Path, size: int, why: str, kind: str | None, stacklevel: int = 3) -> None:
+    """Set aside the last ``size`` bytes of the transcript at ``path`` (``why``: what they are) with a
+    warning: moved to ``transcript.<kind>N.jsonl`` beside it (the first free N) and cut from the
+    transcript, or with no ``kind`` (a reader's) left in place."""
+    where = "left in place (read-only)"
+    if kind is not None:
+        n = 1
+        while (side := path.with_name(f"transcript.{kind}{n}.jsonl")).exists():
+            n += 1
+        with open(path, "r+b") as fh:
+            fh.seek(-size, os.SEEK_END)
+            write_synced(side, "xb", fh.read())
+            fh.truncate(fh.tell() - size)
+            os.fsync(fh.fileno())
+        where = f"moved to {side.name}"
+    warnings.warn(f"{path}: {why} ({size} bytes) set aside, {where}", TranscriptWarning, stacklevel=stacklevel)
