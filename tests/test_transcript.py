@@ -89,7 +89,7 @@ def test_session_dirs_are_owner_only():
     assert session.root.stat().st_mode & 0o077 == 0
 
 
-def test_list_and_summarize_newest_first():
+def test_list_facts_newest_first():
     for name in ("one", "two"):
         s = Session.at(name)
         with s.writer():
