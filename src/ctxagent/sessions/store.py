@@ -118,6 +118,7 @@ class OutputStore:
         returns how many there were."""
         if not self.root.is_dir():
             return 0
+        # ".redacting": the temporary name of a redacted copy before sessions/files.replacing (older versions)
         stale = [p for p in self.root.iterdir() if p.name.startswith(SPOOL_PREFIX) or p.name.endswith(".redacting")]
         for path in stale:
             path.unlink(missing_ok=True)
